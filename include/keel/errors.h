@@ -1,0 +1,29 @@
+/* keel error codes: 0 is success, negative errno where one fits, keel's own below -1000.
+ * Never a global errno; every code has a name in keel_strerror(). */
+#ifndef KEEL_ERRORS_H
+#define KEEL_ERRORS_H
+
+#include <errno.h>
+
+#if defined(__GNUC__)
+#define KEEL_MUST_USE __attribute__((warn_unused_result))
+#else
+#define KEEL_MUST_USE
+#endif
+
+/* keel's own codes, for failures no errno describes. */
+enum keel_error {
+	KEEL_EVIEWCHANGED = -1001, /* the view changed under an operation */
+	KEEL_ENOQUORUM = -1002,    /* this node is on the minority side of a split */
+	KEEL_EFENCED = -1003,      /* message or operation from an older epoch */
+	KEEL_EPEERDEAD = -1004,    /* a peer an operation needs is suspected dead */
+	KEEL_ECORRUPT = -1005,     /* data failed its checksum and retries ran out */
+	KEEL_ERENDEZVOUS = -1006,  /* peers could not be found (rendezvous failed) */
+	KEEL_ETRANSPORT = -1007,   /* the transport reported a fatal error */
+};
+
+/* Name and explanation of any code keel returns (0, -errno or KEEL_E*).
+ * Never NULL; unknown codes give "unknown error". The string is static. */
+const char *keel_strerror(int err);
+
+#endif

@@ -1,0 +1,40 @@
+/* Every capacity keel has, in one place: what it bounds and why.
+ * Config defaults come from here; keel_init checks config values against the hard maxima. */
+#ifndef KEEL_LIMITS_H
+#define KEEL_LIMITS_H
+
+/* Ranks in one job. Bounds peer tables; 16-bit ranks on the wire. */
+#define KEEL_WORLD_MAX 4096u
+/* Datagram size bounds (keel header included). 65507 is the largest UDP/IPv4 payload. */
+#define KEEL_MTU_MIN 256u
+#define KEEL_MTU_MAX 65507u
+/* Default datagram: fits a 9000-byte jumbo frame after IPv4+UDP headers. */
+#define KEEL_MTU_DEFAULT 8972u
+/* Reliable window per peer, in datagrams, power of two. Bounds in-flight and reorder
+ * memory: 2 * window * mtu bytes per peer. 64 * 8972 B covers a 100 us RTT at 5 GB/s. */
+#define KEEL_WINDOW_DEFAULT 64u
+#define KEEL_WINDOW_MAX 1024u
+/* Datagrams moved per recvmmsg/sendmmsg call. */
+#define KEEL_BURST_DEFAULT 32u
+#define KEEL_BURST_MAX 256u
+/* Collective operations that may be started and not yet completed. */
+#define KEEL_OPS_DEFAULT 8u
+#define KEEL_OPS_MAX 256u
+/* Failure detection. */
+#define KEEL_HEARTBEAT_NS_DEFAULT 1000000ull /* 1 ms: a few ms detection on kernel UDP */
+#define KEEL_MISS_LIMIT_DEFAULT 3u
+/* All-to-all heartbeats up to this world size; above it each rank watches k ring
+ * neighbours so heartbeat cost stays O(k*N). */
+#define KEEL_FD_ALL_TO_ALL_MAX 32u
+#define KEEL_FD_FANOUT_DEFAULT 4u
+/* Retransmission timer bounds (RFC 6298 style, scaled for datacentre RTTs). */
+#define KEEL_RTO_INITIAL_NS_DEFAULT 2000000ull /* before any RTT sample */
+#define KEEL_RTO_MIN_NS_DEFAULT 200000ull
+#define KEEL_RTO_MAX_NS_DEFAULT 200000000ull
+/* An operation that makes no progress for this long fails with -ETIMEDOUT. */
+#define KEEL_OP_TIMEOUT_NS_DEFAULT 10000000000ull
+/* AllReduce: recursive doubling up to this many bytes, ring above. */
+#define KEEL_RD_MAX_BYTES_DEFAULT 16384u
+#define KEEL_SOFT_RETRIES_DEFAULT 3u
+
+#endif

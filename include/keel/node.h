@@ -1,0 +1,141 @@
+/* A keel node: configuration, init on caller memory, the poll loop, views, peers, counters.
+ * The node never allocates, never creates threads, never reads a clock and never sleeps:
+ * the caller passes now_ns to keel_poll and waits until the deadline it returns. */
+#ifndef KEEL_NODE_H
+#define KEEL_NODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keel/errors.h"
+#include "keel/transport.h"
+#include "keel/types.h"
+
+struct keel_node;
+
+enum keel_algo {
+	KEEL_ALGO_AUTO = 0, /* recursive doubling up to rd_max_bytes, ring above */
+	KEEL_ALGO_RING,
+	KEEL_ALGO_RD, /* recursive doubling */
+};
+
+/* The caller's time and waiting, used only by the blocking calls (keel_allreduce).
+ * now_ns: a monotonic clock. wait: return when `deadline_ns` passes or the transport
+ * may have input, whichever is first; may return early. */
+struct keel_waiter {
+	uint64_t (*now_ns)(void *ctx);
+	void (*wait)(void *ctx, uint64_t deadline_ns);
+	void *ctx;
+};
+
+enum keel_peer_state {
+	KEEL_PEER_ALIVE = 0,
+	KEEL_PEER_SUSPECTED,
+	KEEL_PEER_DEAD,
+	KEEL_PEER_SELF,
+};
+
+/* Called from keel_poll when a peer changes state. Must not call back into the node. */
+typedef void (*keel_peer_fn)(void *ctx, uint32_t peer, enum keel_peer_state state, uint64_t now_ns);
+
+struct keel_config {
+	uint32_t rank;
+	uint32_t world_size; /* 1..KEEL_WORLD_MAX */
+	uint32_t job_id;     /* datagrams of another job are dropped and counted */
+	uint32_t mtu;        /* largest datagram; clamped to the transport's mtu */
+	uint32_t window;     /* reliable window per peer, datagrams, power of two */
+	uint32_t burst;      /* datagrams per transport call */
+	uint32_t ops_max;    /* collective operations started and not yet completed */
+	uint64_t heartbeat_ns;
+	uint32_t miss_limit; /* silent intervals before a peer is suspected */
+	uint32_t fd_fanout;  /* ring neighbours watched when world > KEEL_FD_ALL_TO_ALL_MAX */
+	uint64_t rto_initial_ns, rto_min_ns, rto_max_ns;
+	uint64_t op_timeout_ns; /* an operation with no progress for this long fails */
+	uint32_t soft_retries;
+	enum keel_algo algo;
+	uint32_t rd_max_bytes;
+	struct keel_transport *transport; /* required; owned by the caller */
+	struct keel_waiter waiter;        /* required only for blocking calls */
+	keel_peer_fn on_peer;             /* optional */
+	void *on_peer_ctx;
+};
+
+/* Fill `cfg` with the defaults of include/keel/limits.h; rank, world_size and transport
+ * are left for the caller (rank 0, world 1, no transport). */
+void keel_config_default(struct keel_config *cfg);
+
+/* Bytes of caller memory keel_init needs for `cfg`, or 0 if cfg is invalid.
+ * The figure depends on world_size, window, mtu, burst and ops_max only. */
+size_t keel_storage_size(const struct keel_config *cfg);
+
+/* Validate `cfg` and build a node inside `mem` (at least keel_storage_size bytes,
+ * 64-byte alignment recommended; no other memory is used).
+ * Errors: -EINVAL (a field out of range: rank >= world, window not a power of two,
+ * missing transport, mtu below KEEL_MTU_MIN...), -ENOSPC (mem_len too small).
+ * The transport must outlive the node. `now_ns` starts the failure detector. */
+KEEL_MUST_USE int keel_init(struct keel_node **out, void *mem, size_t mem_len,
+			    const struct keel_config *cfg, uint64_t now_ns);
+
+/* Do all pending work: receive, acknowledge, retransmit, heartbeat, detect failures,
+ * advance collectives. Never blocks. Sets *next_deadline_ns to the latest time the
+ * caller may wait before calling again (input on the transport's fd also warrants a call).
+ * Returns 0, or KEEL_ETRANSPORT when the transport failed fatally. */
+KEEL_MUST_USE int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_ns);
+
+/* The view of the cluster: its epoch and who is in it. */
+struct keel_view {
+	uint32_t epoch;
+	uint32_t member_count;
+	uint32_t world_size;
+	uint32_t self;
+};
+/* Fill `view`; `members` (capacity `members_cap`) gets the live ranks in order.
+ * Returns the number of members written, or -ENOSPC if members_cap is too small. */
+KEEL_MUST_USE int keel_view_get(const struct keel_node *node, struct keel_view *view,
+				uint32_t *members, uint32_t members_cap);
+
+struct keel_peer_info {
+	enum keel_peer_state state;
+	uint64_t last_heard_ns;
+	uint64_t rtt_ns;       /* smoothed round-trip time, 0 before the first sample */
+	uint64_t rtt_ns_last;  /* last heartbeat round trip */
+	uint64_t rtt_samples;  /* heartbeat round trips measured so far */
+	uint64_t retransmits;  /* datagrams sent again to this peer */
+	uint64_t suspicions;
+};
+/* -EINVAL if peer >= world_size. */
+KEEL_MUST_USE int keel_peer_get(const struct keel_node *node, uint32_t peer, struct keel_peer_info *info);
+bool keel_peer_is_alive(const struct keel_node *node, uint32_t peer);
+
+/* Datagrams dropped, by reason, and other event counts. Monotonic since init. */
+struct keel_counters {
+	uint64_t rx_datagrams, tx_datagrams;
+	uint64_t drop_truncated;   /* shorter than the header */
+	uint64_t drop_magic;
+	uint64_t drop_version;
+	uint64_t drop_type;
+	uint64_t drop_length;      /* payload length disagrees with the datagram or bounds */
+	uint64_t drop_crc;
+	uint64_t drop_job;
+	uint64_t drop_epoch;
+	uint64_t drop_source;      /* unknown rank, or the transport disagrees about the sender */
+	uint64_t drop_destination; /* not addressed to this rank */
+	uint64_t drop_duplicate;   /* reliable datagram already delivered */
+	uint64_t drop_window;      /* beyond the receive window */
+	uint64_t drop_stale;       /* data for an operation that already finished */
+	uint64_t retransmits;
+	uint64_t fast_retransmits;
+	uint64_t acks_sent;
+	uint64_t heartbeats_sent, heartbeats_received;
+	uint64_t suspicions, false_suspicions;
+	uint64_t local_pauses;    /* polls that came more than a heartbeat late */
+	uint64_t tx_blocked;      /* datagrams the transport refused for now */
+	uint64_t ops_completed, ops_failed;
+};
+void keel_counters_get(const struct keel_node *node, struct keel_counters *out);
+
+/* Release nothing but the transport's hold on the node; the caller then owns `mem` again. */
+void keel_fini(struct keel_node *node);
+
+#endif

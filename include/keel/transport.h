@@ -1,0 +1,69 @@
+/* The transport vtable: how the core moves framed datagrams without knowing the backend.
+ * The core includes no backend header; backends (udp, chaos, dpdk, verbs, sim) fill this table.
+ * No op ever blocks, allocates after init, or reads a clock: time arrives as now_ns. */
+#ifndef KEEL_TRANSPORT_H
+#define KEEL_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keel/errors.h"
+
+/* What a backend promises. The core adds what is missing (retransmission, ordering). */
+enum keel_transport_caps {
+	KEEL_CAP_RELIABLE = 1u << 0, /* no loss, no duplicates: the core skips retransmission */
+	KEEL_CAP_ORDERED = 1u << 1,  /* per-peer FIFO */
+	KEEL_CAP_RDMA_WRITE = 1u << 2,
+	KEEL_CAP_GPU_MEMORY = 1u << 3,
+};
+
+/* One datagram in a burst.
+ * send: buf/len are the bytes to send to rank `peer`; cap is ignored.
+ * recv: the caller gives buf/cap; the backend sets len and the sender's rank in peer. */
+struct keel_datagram {
+	uint8_t *buf;
+	uint32_t len;
+	uint32_t cap;
+	uint32_t peer;
+};
+
+struct keel_transport;
+
+struct keel_transport_ops {
+	const char *name;
+	/* Hand up to `count` datagrams to the network. Never blocks.
+	 * Returns how many were accepted, in order (0..count), or a negative error
+	 * (-EINVAL for a bad peer, KEEL_ETRANSPORT for a fatal backend error).
+	 * Buffers stay the caller's: the backend has copied or sent them on return.
+	 * A datagram not accepted was not sent; the caller may retry it later. */
+	int (*send_burst)(struct keel_transport *t, uint64_t now_ns, const struct keel_datagram *d,
+			  uint32_t count);
+	/* Receive up to `count_max` datagrams into the caller's buffers. Never blocks.
+	 * Returns how many were filled (0 when nothing is waiting) or a negative error.
+	 * A datagram longer than its buffer's cap is dropped and counted by the backend,
+	 * or, where the backend cannot tell, delivered truncated (the wire check drops it). */
+	int (*recv_burst)(struct keel_transport *t, uint64_t now_ns, struct keel_datagram *d,
+			  uint32_t count_max);
+	/* Earliest time the backend needs to be called again even if nothing arrives
+	 * (a delayed datagram to release), or UINT64_MAX. May be NULL. */
+	uint64_t (*next_deadline_ns)(struct keel_transport *t);
+	/* A file descriptor that becomes readable when recv_burst has work, or -1 when the
+	 * backend can only be polled. Used by the caller's wait loop. May be NULL. */
+	int (*wait_fd)(struct keel_transport *t);
+	/* Release OS resources (sockets, ports). Safe after a failed init and twice. May be NULL. */
+	void (*fini)(struct keel_transport *t);
+};
+
+/* A transport instance. Backends embed or point to their private state;
+ * the caller owns the memory (sized by the backend's *_storage_size). */
+struct keel_transport {
+	const struct keel_transport_ops *ops;
+	void *state;
+	uint32_t caps;     /* enum keel_transport_caps */
+	uint32_t mtu;      /* largest datagram (keel header included) the backend carries */
+	uint32_t rank;     /* this end's rank */
+	uint32_t world_size;
+};
+
+#endif

@@ -1,0 +1,99 @@
+/* keel wire format: one fixed 56-byte header in front of every datagram, little-endian.
+ * Decoding validates every field before anything is used; it never asserts on input. */
+#ifndef KEEL_WIRE_INT_H
+#define KEEL_WIRE_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_MAGIC 0x4c45454bu /* "KEEL" read as a little-endian u32 */
+#define WIRE_VERSION 1u
+#define WIRE_HEADER_SIZE 56u
+
+enum wire_type {
+	WIRE_HEARTBEAT = 1, /* unreliable; payload struct wire_heartbeat */
+	WIRE_ACK = 2,       /* unreliable; no payload; ack/sack fields only */
+	WIRE_DATA = 3,      /* reliable; a fragment of a collective's message */
+	WIRE_TYPE_MAX = 3,
+};
+
+/* Header flags. */
+#define WIRE_FLAG_RETRANSMIT 0x1u /* this copy was sent again (no RTT sample from its ack) */
+
+struct wire_header {
+	uint32_t magic;
+	uint8_t version;
+	uint8_t type;
+	uint16_t flags;
+	uint32_t job_id;
+	uint32_t epoch;
+	uint16_t src;
+	uint16_t dst;
+	uint32_t seq;         /* reliable sequence number, 0 for unreliable types */
+	uint32_t ack;         /* next reliable seq the sender expects from dst (cumulative) */
+	uint32_t sack;        /* bit i: sender holds seq ack+1+i from dst */
+	uint32_t op_id;       /* collective operation number (DATA) */
+	uint16_t step;        /* step within the operation (DATA) */
+	uint16_t reserved;    /* must be 0 */
+	uint32_t offset;      /* byte offset of this fragment in the step's message (DATA) */
+	uint32_t total_len;   /* bytes of the step's whole message (DATA) */
+	uint32_t payload_len; /* bytes after the header */
+	uint32_t crc;         /* CRC32C of header (crc field as 0) and payload */
+};
+
+/* Heartbeat payload: the sender's clock, and the echo of the last heartbeat it received
+ * from the destination with how long it held it, so the receiver gets an RTT. */
+struct wire_heartbeat {
+	uint64_t send_ns;
+	uint64_t echo_ns;      /* send_ns of the last heartbeat from dst, 0 if none */
+	uint64_t echo_held_ns; /* time between receiving that heartbeat and sending this one */
+};
+#define WIRE_HEARTBEAT_SIZE 24u
+
+/* Why a datagram was rejected; each maps to a counter. */
+enum wire_verdict {
+	WIRE_OK = 0,
+	WIRE_BAD_TRUNCATED, /* shorter than the header */
+	WIRE_BAD_MAGIC,
+	WIRE_BAD_VERSION,
+	WIRE_BAD_TYPE,
+	WIRE_BAD_LENGTH, /* payload_len != datagram - header, or fragment outside total_len,
+			  * or a type-specific size (heartbeat) violated, or reserved != 0 */
+	WIRE_BAD_CRC,
+	WIRE_BAD_JOB,
+	WIRE_BAD_EPOCH,
+	WIRE_BAD_SOURCE,      /* src >= world, src == self, or src != transport's sender */
+	WIRE_BAD_DESTINATION, /* dst != self */
+	WIRE_VERDICT_COUNT
+};
+
+/* What the receiver expects, for validation. */
+struct wire_expect {
+	uint32_t job_id;
+	uint32_t epoch;
+	uint32_t self;
+	uint32_t world_size;
+	uint32_t transport_src; /* sender rank the transport reported, or UINT32_MAX if unknown */
+};
+
+/* Write `h` (crc ignored) and compute the CRC over header and `payload_len` bytes that
+ * already sit at buf + WIRE_HEADER_SIZE. buf must hold WIRE_HEADER_SIZE + h->payload_len. */
+void wire_encode(uint8_t *buf, const struct wire_header *h);
+
+/* Validate and decode the datagram buf[0..len). On WIRE_OK, *h is filled and the payload
+ * is buf + WIRE_HEADER_SIZE. Checks in this order: size, magic, version, type, lengths,
+ * crc, job, destination, source, epoch. Never reads outside buf[0..len). */
+enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_expect *exp,
+			      struct wire_header *h);
+
+void wire_heartbeat_encode(uint8_t *payload, const struct wire_heartbeat *hb);
+void wire_heartbeat_decode(const uint8_t *payload, struct wire_heartbeat *hb);
+
+/* CRC32C (Castagnoli), hardware-accelerated where the CPU has SSE4.2.
+ * crc32c(0, p, n) is the standard CRC32C of p[0..n); chainable: crc32c(crc32c(0,a),b). */
+uint32_t crc32c(uint32_t crc, const void *data, size_t len);
+
+const char *wire_verdict_name(enum wire_verdict v);
+
+#endif

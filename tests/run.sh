@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs every test keel has and prints one summary. Exit 0 only if nothing failed.
+# Unit tests (CMocka) from build/ and the sanitizer build build-san/, then tests/integ/*.sh.
+# A test that exits 77 was skipped: it is listed as skipped, never counted as passed.
+set -u
+cd "$(dirname "$0")/.."
+pass=0; fail=0; skip=0; failed=(); skipped=()
+run() { # name, command...
+	local name=$1; shift
+	local t0=$SECONDS
+	"$@"
+	local rc=$?
+	local dt=$((SECONDS - t0))
+	if [ $rc -eq 0 ]; then pass=$((pass + 1)); echo "== PASS $name (${dt}s)"
+	elif [ $rc -eq 77 ]; then skip=$((skip + 1)); skipped+=("$name"); echo "== SKIP $name"
+	else fail=$((fail + 1)); failed+=("$name (rc $rc)"); echo "== FAIL $name (rc $rc)"; fi
+}
+only=${1:-}
+for t in build/tests/test_*; do
+	[ -x "$t" ] || continue
+	[ -n "$only" ] && [[ $t != *$only* ]] && continue
+	run "unit/$(basename "$t")" "$t"
+done
+for t in build-san/tests/test_*; do
+	[ -x "$t" ] || continue
+	[ -n "$only" ] && [[ $t != *$only* ]] && continue
+	run "asan+ubsan/$(basename "$t")" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+		UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 "$t"
+done
+for t in tests/integ/*.sh; do
+	[ -f "$t" ] || continue
+	[ -n "$only" ] && [[ $t != *$only* ]] && continue
+	run "integ/$(basename "$t" .sh)" bash "$t"
+done
+echo
+echo "==================== keel test summary ===================="
+echo "passed: $pass   failed: $fail   skipped: $skip"
+for s in "${skipped[@]+"${skipped[@]}"}"; do echo "  skipped: $s"; done
+for f in "${failed[@]+"${failed[@]}"}"; do echo "  FAILED:  $f"; done
+[ $fail -eq 0 ] && [ $((pass + skip)) -gt 0 ]
