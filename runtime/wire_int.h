@@ -35,7 +35,8 @@ struct wire_header {
 	uint32_t sack;        /* bit i: sender holds seq ack+1+i from dst */
 	uint32_t op_id;       /* collective operation number (DATA) */
 	uint16_t step;        /* step within the operation (DATA) */
-	uint16_t reserved;    /* must be 0 */
+	uint16_t wnd;         /* receive window: the sender of this header accepts reliable
+			       * seqs from dst below ack + wnd */
 	uint32_t offset;      /* byte offset of this fragment in the step's message (DATA) */
 	uint32_t total_len;   /* bytes of the step's whole message (DATA) */
 	uint32_t payload_len; /* bytes after the header */
@@ -59,7 +60,7 @@ enum wire_verdict {
 	WIRE_BAD_VERSION,
 	WIRE_BAD_TYPE,
 	WIRE_BAD_LENGTH, /* payload_len != datagram - header, or fragment outside total_len,
-			  * or a type-specific size (heartbeat) violated, or reserved != 0 */
+			  * or a type-specific size (heartbeat) violated */
 	WIRE_BAD_CRC,
 	WIRE_BAD_JOB,
 	WIRE_BAD_EPOCH,

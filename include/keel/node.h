@@ -124,6 +124,8 @@ struct keel_counters {
 	uint64_t drop_duplicate;   /* reliable datagram already delivered */
 	uint64_t drop_window;      /* beyond the receive window */
 	uint64_t drop_stale;       /* data for an operation that already finished */
+	uint64_t drop_protocol;    /* well formed, but not what the operation expects (step,
+				    * offset, size): a peer with a different config or a bug */
 	uint64_t retransmits;
 	uint64_t fast_retransmits;
 	uint64_t acks_sent;
@@ -134,6 +136,10 @@ struct keel_counters {
 	uint64_t ops_completed, ops_failed;
 };
 void keel_counters_get(const struct keel_node *node, struct keel_counters *out);
+
+/* True when no collective is pending and every reliable datagram this node sent has been
+ * acknowledged: the moment a process may exit without leaving a peer short of data. */
+bool keel_is_idle(const struct keel_node *node);
 
 /* Release nothing but the transport's hold on the node; the caller then owns `mem` again. */
 void keel_fini(struct keel_node *node);

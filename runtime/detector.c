@@ -1,0 +1,149 @@
+/* Heartbeats and the failure detector. Any datagram from a peer counts as a heartbeat; a
+ * watched peer silent for miss_limit intervals is suspected. Time this node itself was not
+ * listening (its own late polls: scheduler, page faults, a paused host program) is not held
+ * against peers — the node first re-listens, as Lifeguard does for SWIM. */
+#include <string.h>
+
+#include "assert_int.h"
+#include "keel/limits.h"
+#include "node_int.h"
+
+static bool in_ring_range(uint32_t self, uint32_t peer, uint32_t world, uint32_t k, bool ahead)
+{
+	uint32_t dist = ahead ? (peer + world - self) % world : (self + world - peer) % world;
+	return dist >= 1 && dist <= k;
+}
+
+void fd_init(struct keel_node *n, uint64_t now_ns)
+{
+	bool all = n->world <= KEEL_FD_ALL_TO_ALL_MAX;
+	uint32_t k = n->cfg.fd_fanout == 0 ? 1 : n->cfg.fd_fanout;
+	if (k > n->world - 1)
+		k = n->world - 1;
+	for (uint32_t i = 0; i < n->world; i++) {
+		struct peer *p = &n->peers[i];
+		p->state = i == n->self ? KEEL_PEER_SELF : KEEL_PEER_ALIVE;
+		p->last_heard_ns = now_ns;
+		p->deaf_at_heard_ns = 0;
+		if (i == n->self)
+			continue;
+		/* Beyond the all-to-all limit each rank beats its k successors and watches its
+		 * k predecessors, so every rank is watched by k others. */
+		p->beat_to = all || in_ring_range(n->self, i, n->world, k, true);
+		p->watched = all || in_ring_range(n->self, i, n->world, k, false);
+	}
+	n->last_poll_ns = now_ns;
+	n->next_beat_ns = now_ns;
+	n->deaf_ns = 0;
+}
+
+static void set_state(struct keel_node *n, uint32_t peer, enum keel_peer_state st)
+{
+	n->peers[peer].state = st;
+	if (n->cfg.on_peer != NULL)
+		n->cfg.on_peer(n->cfg.on_peer_ctx, peer, st, n->now_ns);
+}
+
+void fd_heard(struct keel_node *n, uint32_t peer)
+{
+	struct peer *p = &n->peers[peer];
+	p->last_heard_ns = n->now_ns;
+	p->deaf_at_heard_ns = n->deaf_ns;
+	if (p->state == KEEL_PEER_SUSPECTED) {
+		/* It spoke again in the same incarnation: the suspicion was false. */
+		n->ctr.false_suspicions++;
+		set_state(n, peer, KEEL_PEER_ALIVE);
+	}
+}
+
+void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const uint8_t *payload)
+{
+	struct peer *p = &n->peers[peer];
+	struct wire_heartbeat hb;
+	wire_heartbeat_decode(payload, &hb);
+	n->ctr.heartbeats_received++;
+	p->hb_echo_ns = hb.send_ns;
+	p->hb_echo_recv_ns = n->now_ns;
+	/* echo_ns is our own clock, echoed back; held time is the peer's, a duration. */
+	if (hb.echo_ns != 0 && hb.echo_ns <= n->now_ns && n->now_ns - hb.echo_ns >= hb.echo_held_ns) {
+		uint64_t rtt = n->now_ns - hb.echo_ns - hb.echo_held_ns;
+		p->rtt_ns_last = rtt;
+		p->rtt_samples++;
+		rel_rtt_sample(n, peer, rtt);
+	}
+}
+
+/* A poll later than one interval means this node was not listening: count the excess as deaf
+ * time, which suspicion does not count as a peer's silence. */
+void fd_poll_start(struct keel_node *n)
+{
+	uint64_t gap = n->now_ns - n->last_poll_ns;
+	if (gap > n->cfg.heartbeat_ns) {
+		n->deaf_ns += gap - n->cfg.heartbeat_ns;
+		n->ctr.local_pauses++;
+	}
+	n->last_poll_ns = n->now_ns;
+}
+
+void fd_beat(struct keel_node *n)
+{
+	if (n->now_ns < n->next_beat_ns)
+		return;
+	for (uint32_t i = 0; i < n->world; i++) {
+		struct peer *p = &n->peers[i];
+		if (!p->beat_to || p->state == KEEL_PEER_DEAD)
+			continue;
+		uint8_t *buf = node_ctrl_buf(n);
+		KEEL_ASSERT(buf != NULL);
+		struct wire_header h;
+		node_header_init(n, &h, WIRE_HEARTBEAT, i);
+		rel_ack_fields(n, i, &h);
+		p->ack_pending = false;
+		h.payload_len = WIRE_HEARTBEAT_SIZE;
+		struct wire_heartbeat hb = {
+		    .send_ns = n->now_ns,
+		    .echo_ns = p->hb_echo_ns,
+		    .echo_held_ns = p->hb_echo_ns != 0 ? n->now_ns - p->hb_echo_recv_ns : 0,
+		};
+		wire_heartbeat_encode(buf + WIRE_HEADER_SIZE, &hb);
+		wire_encode(buf, &h);
+		node_txq_push(n, i, buf, WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE, 0);
+		p->hb_echo_ns = 0; /* echo each heartbeat once: one RTT sample per round trip */
+		n->ctr.heartbeats_sent++;
+	}
+	n->next_beat_ns += n->cfg.heartbeat_ns;
+	if (n->next_beat_ns <= n->now_ns)
+		n->next_beat_ns = n->now_ns + n->cfg.heartbeat_ns;
+}
+
+/* When a watched peer's listened-to silence reaches miss_limit intervals. */
+static uint64_t suspect_at(const struct keel_node *n, const struct peer *p)
+{
+	uint64_t deaf = n->deaf_ns - p->deaf_at_heard_ns;
+	return p->last_heard_ns + deaf + (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns;
+}
+
+void fd_check(struct keel_node *n)
+{
+	for (uint32_t i = 0; i < n->world; i++) {
+		struct peer *p = &n->peers[i];
+		if (!p->watched || p->state != KEEL_PEER_ALIVE)
+			continue;
+		if (n->now_ns < suspect_at(n, p))
+			continue;
+		p->suspicions++;
+		n->ctr.suspicions++;
+		set_state(n, i, KEEL_PEER_SUSPECTED);
+	}
+}
+
+uint64_t fd_next_deadline(const struct keel_node *n)
+{
+	uint64_t dl = n->next_beat_ns;
+	for (uint32_t i = 0; i < n->world; i++) {
+		const struct peer *p = &n->peers[i];
+		if (p->watched && p->state == KEEL_PEER_ALIVE && suspect_at(n, p) < dl)
+			dl = suspect_at(n, p);
+	}
+	return dl;
+}

@@ -1,0 +1,408 @@
+/* The node: configuration, carving caller memory, and the poll loop that drives the
+ * reliable layer, the failure detector and the collectives. Never allocates, never reads a
+ * clock, never blocks: time comes in as now_ns, waiting is the caller's. */
+#include <string.h>
+
+#include "assert_int.h"
+#include "keel/limits.h"
+#include "node_int.h"
+
+/* Receive bursts per poll at most: drains a backlog after a pause without starving sends. */
+#define RX_ROUNDS_MAX 8u
+
+void keel_config_default(struct keel_config *cfg)
+{
+	KEEL_ASSERT(cfg != NULL);
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->rank = 0;
+	cfg->world_size = 1;
+	cfg->job_id = 0;
+	cfg->mtu = KEEL_MTU_DEFAULT;
+	cfg->window = KEEL_WINDOW_DEFAULT;
+	cfg->burst = KEEL_BURST_DEFAULT;
+	cfg->ops_max = KEEL_OPS_DEFAULT;
+	cfg->heartbeat_ns = KEEL_HEARTBEAT_NS_DEFAULT;
+	cfg->miss_limit = KEEL_MISS_LIMIT_DEFAULT;
+	cfg->fd_fanout = KEEL_FD_FANOUT_DEFAULT;
+	cfg->rto_initial_ns = KEEL_RTO_INITIAL_NS_DEFAULT;
+	cfg->rto_min_ns = KEEL_RTO_MIN_NS_DEFAULT;
+	cfg->rto_max_ns = KEEL_RTO_MAX_NS_DEFAULT;
+	cfg->op_timeout_ns = KEEL_OP_TIMEOUT_NS_DEFAULT;
+	cfg->soft_retries = KEEL_SOFT_RETRIES_DEFAULT;
+	cfg->algo = KEEL_ALGO_AUTO;
+	cfg->rd_max_bytes = KEEL_RD_MAX_BYTES_DEFAULT;
+}
+
+static bool is_pow2(uint32_t v)
+{
+	return v != 0 && (v & (v - 1)) == 0;
+}
+
+static uint32_t effective_mtu(const struct keel_config *cfg)
+{
+	uint32_t mtu = cfg->mtu;
+	if (cfg->transport != NULL && cfg->transport->mtu < mtu)
+		mtu = cfg->transport->mtu;
+	return mtu;
+}
+
+static bool config_valid(const struct keel_config *cfg)
+{
+	if (cfg == NULL || cfg->transport == NULL || cfg->transport->ops == NULL)
+		return false;
+	if (cfg->world_size == 0 || cfg->world_size > KEEL_WORLD_MAX || cfg->rank >= cfg->world_size)
+		return false;
+	if (cfg->transport->world_size != cfg->world_size || cfg->transport->rank != cfg->rank)
+		return false;
+	uint32_t mtu = effective_mtu(cfg);
+	if (mtu < KEEL_MTU_MIN || mtu > KEEL_MTU_MAX)
+		return false;
+	if (!is_pow2(cfg->window) || cfg->window > KEEL_WINDOW_MAX)
+		return false;
+	if (cfg->burst == 0 || cfg->burst > KEEL_BURST_MAX)
+		return false;
+	if (cfg->ops_max == 0 || cfg->ops_max > KEEL_OPS_MAX)
+		return false;
+	if (cfg->heartbeat_ns == 0 || cfg->miss_limit == 0)
+		return false;
+	if (cfg->rto_min_ns == 0 || cfg->rto_min_ns > cfg->rto_max_ns || cfg->op_timeout_ns == 0)
+		return false;
+	if (cfg->rto_initial_ns < cfg->rto_min_ns || cfg->rto_initial_ns > cfg->rto_max_ns)
+		return false;
+	if ((unsigned)cfg->algo > (unsigned)KEEL_ALGO_RD)
+		return false;
+	return true;
+}
+
+/* One description of the storage layout, used both to size it and to carve it. */
+struct layout {
+	size_t node, peers, tx_slots, rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq, rx_burst,
+	    ops, total;
+};
+
+static size_t align_up(size_t v, size_t a)
+{
+	return (v + a - 1) & ~(a - 1);
+}
+
+static void layout_compute(const struct keel_config *cfg, struct layout *l)
+{
+	size_t world = cfg->world_size, win = cfg->window, burst = cfg->burst;
+	size_t mtu = align_up(effective_mtu(cfg), 64);
+	size_t off = 0;
+#define PLACE(field, bytes)                                                                        \
+	do {                                                                                       \
+		l->field = off;                                                                    \
+		off = align_up(off + (bytes), 64);                                                 \
+	} while (0)
+	PLACE(node, sizeof(struct keel_node));
+	PLACE(peers, world * sizeof(struct peer));
+	PLACE(tx_slots, world * win * sizeof(struct tx_slot));
+	PLACE(rx_slots, world * win * sizeof(struct rx_slot));
+	PLACE(tx_buf, world * win * mtu);
+	PLACE(rx_buf, world * win * mtu);
+	PLACE(txq, burst * sizeof(struct keel_datagram));
+	PLACE(txq_tag, burst * sizeof(uint32_t));
+	PLACE(ctrl, burst * CTRL_BUF_SIZE);
+	PLACE(rxq, burst * sizeof(struct keel_datagram));
+	PLACE(rx_burst, burst * mtu);
+	PLACE(ops, cfg->ops_max * sizeof(struct keel_op));
+#undef PLACE
+	l->total = off + 64; /* slack to align the caller's base */
+}
+
+size_t keel_storage_size(const struct keel_config *cfg)
+{
+	if (!config_valid(cfg))
+		return 0;
+	struct layout l;
+	layout_compute(cfg, &l);
+	return l.total;
+}
+
+static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
+{
+	uint32_t world = n->world, win = n->window;
+	size_t mtu_stride = align_up(n->mtu, 64);
+	n->peers = (struct peer *)(base + l->peers);
+	struct tx_slot *txs = (struct tx_slot *)(base + l->tx_slots);
+	struct rx_slot *rxs = (struct rx_slot *)(base + l->rx_slots);
+	for (uint32_t i = 0; i < world; i++) {
+		struct peer *p = &n->peers[i];
+		p->tx = txs + (size_t)i * win;
+		p->rx = rxs + (size_t)i * win;
+		p->tx_buf = base + l->tx_buf + (size_t)i * win * mtu_stride;
+		p->rx_buf = base + l->rx_buf + (size_t)i * win * mtu_stride;
+	}
+	n->txq = (struct keel_datagram *)(base + l->txq);
+	n->txq_tag = (uint32_t *)(base + l->txq_tag);
+	n->ctrl_buf = base + l->ctrl;
+	n->rxq = (struct keel_datagram *)(base + l->rxq);
+	n->rx_burst_buf = base + l->rx_burst;
+	n->ops = (struct keel_op *)(base + l->ops);
+}
+
+int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct keel_config *cfg,
+	      uint64_t now_ns)
+{
+	if (out == NULL || mem == NULL || !config_valid(cfg))
+		return -EINVAL;
+	struct layout l;
+	layout_compute(cfg, &l);
+	if (mem_len < l.total)
+		return -ENOSPC;
+	uint8_t *base = (uint8_t *)align_up((size_t)mem, 64);
+	memset(base, 0, l.total - 64);
+	struct keel_node *n = (struct keel_node *)(base + l.node);
+	n->cfg = *cfg;
+	n->tp = cfg->transport;
+	n->self = cfg->rank;
+	n->world = cfg->world_size;
+	n->epoch = 1;
+	n->mtu = effective_mtu(cfg);
+	n->window = cfg->window;
+	n->burst = cfg->burst;
+	n->ops_max = cfg->ops_max;
+	n->now_ns = now_ns;
+	carve(n, base, &l);
+	for (uint32_t i = 0; i < n->world; i++)
+		rel_peer_init(n, &n->peers[i]);
+	fd_init(n, now_ns);
+	*out = n;
+	return 0;
+}
+
+void keel_fini(struct keel_node *node)
+{
+	if (node == NULL)
+		return;
+	node->tp = NULL;
+}
+
+void node_header_init(const struct keel_node *n, struct wire_header *h, enum wire_type type,
+		      uint32_t dst)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = WIRE_MAGIC;
+	h->version = WIRE_VERSION;
+	h->type = (uint8_t)type;
+	h->job_id = n->cfg.job_id;
+	h->epoch = n->epoch;
+	h->src = (uint16_t)n->self;
+	h->dst = (uint16_t)dst;
+}
+
+uint8_t *node_ctrl_buf(struct keel_node *n)
+{
+	if (n->txq_count == n->burst)
+		node_txq_flush(n);
+	if (n->ctrl_used == n->burst)
+		return NULL;
+	return n->ctrl_buf + (size_t)(n->ctrl_used++) * CTRL_BUF_SIZE;
+}
+
+void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq)
+{
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	if (n->txq_count == n->burst)
+		node_txq_flush(n);
+	struct keel_datagram *d = &n->txq[n->txq_count];
+	d->buf = buf;
+	d->len = len;
+	d->cap = len;
+	d->peer = peer;
+	n->txq_tag[n->txq_count] = seq;
+	n->txq_count++;
+}
+
+/* Hand the queue to the transport. What it refuses: reliable datagrams stay in their window
+ * and are sent again next poll; control datagrams (heartbeats, acks) are simply lost. */
+void node_txq_flush(struct keel_node *n)
+{
+	uint32_t count = n->txq_count;
+	int sent = 0;
+	if (count != 0 && n->fatal == 0) {
+		sent = n->tp->ops->send_burst(n->tp, n->now_ns, n->txq, count);
+		if (sent < 0) {
+			if (sent != -EINVAL)
+				n->fatal = KEEL_ETRANSPORT;
+			sent = 0;
+		}
+	}
+	KEEL_ASSERT((uint32_t)sent <= count);
+	n->ctr.tx_datagrams += (uint64_t)sent;
+	for (uint32_t i = (uint32_t)sent; i < count; i++) {
+		n->ctr.tx_blocked++;
+		if (n->txq_tag[i] != 0)
+			rel_txq_refused(n, n->txq[i].peer, n->txq_tag[i]);
+	}
+	n->txq_count = 0;
+	n->ctrl_used = 0;
+}
+
+static void count_drop(struct keel_node *n, enum wire_verdict v)
+{
+	uint64_t *c[WIRE_VERDICT_COUNT] = {
+	    [WIRE_BAD_TRUNCATED] = &n->ctr.drop_truncated,
+	    [WIRE_BAD_MAGIC] = &n->ctr.drop_magic,
+	    [WIRE_BAD_VERSION] = &n->ctr.drop_version,
+	    [WIRE_BAD_TYPE] = &n->ctr.drop_type,
+	    [WIRE_BAD_LENGTH] = &n->ctr.drop_length,
+	    [WIRE_BAD_CRC] = &n->ctr.drop_crc,
+	    [WIRE_BAD_JOB] = &n->ctr.drop_job,
+	    [WIRE_BAD_EPOCH] = &n->ctr.drop_epoch,
+	    [WIRE_BAD_SOURCE] = &n->ctr.drop_source,
+	    [WIRE_BAD_DESTINATION] = &n->ctr.drop_destination,
+	};
+	KEEL_ASSERT(v > WIRE_OK && v < WIRE_VERDICT_COUNT && c[v] != NULL);
+	(*c[v])++;
+}
+
+static void handle_datagram(struct keel_node *n, const struct keel_datagram *d)
+{
+	struct wire_expect exp = {
+	    .job_id = n->cfg.job_id,
+	    .epoch = n->epoch,
+	    .self = n->self,
+	    .world_size = n->world,
+	    .transport_src = d->peer,
+	};
+	struct wire_header h;
+	enum wire_verdict v = wire_decode(d->buf, d->len, &exp, &h);
+	if (v != WIRE_OK) {
+		count_drop(n, v);
+		return;
+	}
+	n->ctr.rx_datagrams++;
+	fd_heard(n, h.src);
+	const uint8_t *payload = d->buf + WIRE_HEADER_SIZE;
+	rel_on_ack(n, h.src, h.ack, h.sack, h.wnd);
+	switch ((enum wire_type)h.type) {
+	case WIRE_HEARTBEAT:
+		fd_on_heartbeat(n, h.src, payload);
+		break;
+	case WIRE_ACK:
+		break;
+	case WIRE_DATA:
+		rel_on_data(n, h.src, &h, payload);
+		break;
+	}
+}
+
+/* Receive one burst; returns how many datagrams came in. */
+static uint32_t receive_burst(struct keel_node *n)
+{
+	size_t stride = align_up(n->mtu, 64);
+	for (uint32_t i = 0; i < n->burst; i++) {
+		n->rxq[i].buf = n->rx_burst_buf + i * stride;
+		n->rxq[i].cap = n->mtu;
+		n->rxq[i].len = 0;
+		n->rxq[i].peer = UINT32_MAX;
+	}
+	int got = n->tp->ops->recv_burst(n->tp, n->now_ns, n->rxq, n->burst);
+	if (got < 0) {
+		if (got != -EAGAIN && got != -EINTR)
+			n->fatal = KEEL_ETRANSPORT;
+		return 0;
+	}
+	KEEL_ASSERT((uint32_t)got <= n->burst);
+	for (int i = 0; i < got; i++)
+		handle_datagram(n, &n->rxq[i]);
+	return (uint32_t)got;
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_ns)
+{
+	KEEL_ASSERT(node != NULL && node->tp != NULL && next_deadline_ns != NULL);
+	struct keel_node *n = node;
+	if (now_ns > n->now_ns)
+		n->now_ns = now_ns;
+	fd_poll_start(n);
+	rel_redeliver(n);
+	coll_progress(n);
+	for (uint32_t round = 0; round < RX_ROUNDS_MAX && n->fatal == 0; round++) {
+		uint32_t got = receive_burst(n);
+		rel_redeliver(n);
+		coll_progress(n);
+		if (got < n->burst)
+			break;
+	}
+	rel_timers(n);
+	fd_beat(n);
+	rel_send_acks(n);
+	node_txq_flush(n);
+	fd_check(n);
+	coll_progress(n);
+	node_txq_flush(n);
+
+	uint64_t dl = fd_next_deadline(n);
+	dl = min_u64(dl, rel_next_deadline(n));
+	dl = min_u64(dl, coll_next_deadline(n));
+	if (n->tp->ops->next_deadline_ns != NULL)
+		dl = min_u64(dl, n->tp->ops->next_deadline_ns(n->tp));
+	*next_deadline_ns = dl < n->now_ns ? n->now_ns : dl;
+	return n->fatal;
+}
+
+int keel_view_get(const struct keel_node *node, struct keel_view *view, uint32_t *members,
+		  uint32_t members_cap)
+{
+	if (node == NULL || view == NULL)
+		return -EINVAL;
+	view->epoch = node->epoch;
+	view->member_count = node->world;
+	view->world_size = node->world;
+	view->self = node->self;
+	if (members == NULL)
+		return 0;
+	if (members_cap < node->world)
+		return -ENOSPC;
+	for (uint32_t i = 0; i < node->world; i++)
+		members[i] = i;
+	return (int)node->world;
+}
+
+int keel_peer_get(const struct keel_node *node, uint32_t peer, struct keel_peer_info *info)
+{
+	if (node == NULL || info == NULL || peer >= node->world)
+		return -EINVAL;
+	const struct peer *p = &node->peers[peer];
+	memset(info, 0, sizeof(*info));
+	info->state = peer == node->self ? KEEL_PEER_SELF : p->state;
+	info->last_heard_ns = p->last_heard_ns;
+	info->rtt_ns = p->srtt_ns;
+	info->rtt_ns_last = p->rtt_ns_last;
+	info->rtt_samples = p->rtt_samples;
+	info->retransmits = p->retransmits;
+	info->suspicions = p->suspicions;
+	return 0;
+}
+
+bool keel_peer_is_alive(const struct keel_node *node, uint32_t peer)
+{
+	if (node == NULL || peer >= node->world)
+		return false;
+	return peer == node->self || node->peers[peer].state == KEEL_PEER_ALIVE;
+}
+
+void keel_counters_get(const struct keel_node *node, struct keel_counters *out)
+{
+	KEEL_ASSERT(node != NULL && out != NULL);
+	*out = node->ctr;
+}
+
+bool keel_is_idle(const struct keel_node *node)
+{
+	KEEL_ASSERT(node != NULL);
+	if (node->op_run_id != node->op_next_id)
+		return false;
+	for (uint32_t i = 0; i < node->world; i++)
+		if (node->peers[i].snd_una != node->peers[i].snd_nxt)
+			return false;
+	return true;
+}

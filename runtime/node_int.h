@@ -1,0 +1,167 @@
+/* The node's private state, shared by node.c, reliable.c, detector.c and allreduce.c.
+ * Everything here lives inside the caller's storage; nothing is allocated. */
+#ifndef KEEL_NODE_INT_H
+#define KEEL_NODE_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keel/collectives.h"
+#include "keel/node.h"
+#include "wire_int.h"
+
+/* Serial-number comparison for 32-bit sequence numbers that wrap. */
+static inline bool seq_before(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) < 0;
+}
+
+/* One reliable datagram kept until acknowledged; its bytes sit in peer->tx_buf. */
+struct tx_slot {
+	uint64_t sent_ns; /* last transmission; 0 = not handed to the transport yet */
+	uint32_t len;
+	uint16_t tries;   /* transmissions so far; RTT is sampled only when 1 (Karn) */
+	uint8_t sacked;   /* the receiver holds it out of order: do not resend */
+	uint8_t fast_done; /* already fast-retransmitted since its last send */
+};
+
+/* One datagram held by the receiver: out of order, or in order but not yet consumable.
+ * Its payload sits in peer->rx_buf; the decoded header is kept so it is not decoded twice. */
+struct rx_slot {
+	struct wire_header h;
+	uint32_t used;
+};
+
+struct peer {
+	/* failure detector */
+	enum keel_peer_state state;
+	bool watched; /* we expect to hear from it (all-to-all, or one of our k predecessors) */
+	bool beat_to; /* we heartbeat it */
+	uint64_t last_heard_ns;
+	uint64_t deaf_at_heard_ns; /* node->deaf_ns when last_heard_ns was set */
+	uint64_t hb_echo_ns;       /* send_ns of the last heartbeat from it */
+	uint64_t hb_echo_recv_ns;  /* when we received that heartbeat */
+	uint64_t rtt_ns_last, rtt_samples, suspicions;
+	/* reliable send */
+	uint32_t snd_una, snd_nxt; /* oldest unacked, next to assign */
+	uint32_t snd_edge;         /* receiver's window: seqs before it may be sent */
+	uint64_t srtt_ns, rttvar_ns, rto_ns;
+	uint64_t rtx_deadline_ns; /* earliest retransmission due in the window */
+	bool unsent;              /* the transport refused some slots: send them next poll */
+	uint64_t retransmits;
+	struct tx_slot *tx;
+	uint8_t *tx_buf;
+	/* reliable receive */
+	uint32_t rcv_nxt; /* next seq to deliver to the collectives */
+	uint32_t rcv_ack; /* next seq not yet stored: everything before it is acknowledged */
+	bool ack_pending;
+	struct rx_slot *rx;
+	uint8_t *rx_buf;
+};
+
+enum op_state { OP_FREE = 0, OP_QUEUED, OP_RUNNING, OP_DONE };
+
+/* What one step of a collective does at this rank. */
+enum step_action { ACT_NONE = 0, ACT_REDUCE_IN, ACT_REDUCE_OUT, ACT_COPY };
+struct step {
+	int32_t send_peer;       /* -1: nothing to send */
+	bool send_from_out;      /* else from the caller's input */
+	uint64_t send_off, send_len; /* byte region of the buffer */
+	int32_t recv_peer;       /* -1: nothing to receive */
+	enum step_action action;
+	uint64_t recv_off, recv_len;
+	bool final;              /* the received region is final after this step (avg divides) */
+	bool recv_after_send;    /* recv may only overwrite bytes this step already sent */
+};
+
+struct keel_op {
+	enum op_state state;
+	int status;
+	uint32_t id;
+	enum keel_algo algo;
+	enum keel_dtype dtype;
+	enum keel_redop redop;
+	uint32_t elem_size;
+	uint32_t frag_bytes; /* payload per DATA datagram, a multiple of elem_size */
+	uint32_t step_count;
+	uint32_t world; /* contributors */
+	const uint8_t *in;
+	uint8_t *out;
+	uint64_t count, bytes;
+	uint32_t send_step, recv_step;
+	uint64_t send_off, recv_off; /* progress within the current step, bytes */
+	uint64_t progress_ns;         /* last time anything moved */
+};
+
+struct keel_node {
+	struct keel_config cfg;
+	struct keel_transport *tp;
+	uint32_t self, world, epoch;
+	uint32_t mtu, window, burst;
+	uint64_t now_ns;
+	/* failure detector */
+	uint64_t last_poll_ns, next_beat_ns, deaf_ns;
+	struct peer *peers;
+	/* transmit queue for this poll, flushed in bursts */
+	struct keel_datagram *txq;
+	uint32_t txq_count;
+	uint32_t *txq_tag;   /* peer's seq for DATA, 0 for control datagrams */
+	uint8_t *ctrl_buf;   /* burst x CTRL_BUF_SIZE for heartbeats and acks */
+	uint32_t ctrl_used;
+	/* receive burst */
+	struct keel_datagram *rxq;
+	uint8_t *rx_burst_buf;
+	/* collectives */
+	struct keel_op *ops;
+	uint32_t ops_max;
+	uint32_t op_next_id;  /* id of the next op to start */
+	uint32_t op_run_id;   /* id of the op now running (== op_next_id when idle) */
+	int fatal;            /* sticky transport error */
+	struct keel_counters ctr;
+};
+
+#define CTRL_BUF_SIZE 128u
+_Static_assert(CTRL_BUF_SIZE >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE, "ctrl buffer too small");
+
+/* node.c */
+void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq);
+uint8_t *node_ctrl_buf(struct keel_node *n); /* NULL when this poll's control buffers are used */
+void node_txq_flush(struct keel_node *n);
+void node_header_init(const struct keel_node *n, struct wire_header *h, enum wire_type type,
+		      uint32_t dst);
+
+/* reliable.c */
+bool rel_can_send(const struct keel_node *n, uint32_t peer);
+/* Copy header+payload into the next window slot and queue it. -EAGAIN when the window is full. */
+int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const void *payload,
+	     uint32_t len);
+void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack, uint16_t wnd);
+void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h,
+		 const uint8_t *payload);
+void rel_redeliver(struct keel_node *n);
+void rel_timers(struct keel_node *n);
+void rel_send_acks(struct keel_node *n);
+void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq);
+uint64_t rel_next_deadline(const struct keel_node *n);
+void rel_peer_init(struct keel_node *n, struct peer *p);
+void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns);
+void rel_ack_fields(const struct keel_node *n, uint32_t peer, struct wire_header *h);
+
+/* detector.c */
+void fd_init(struct keel_node *n, uint64_t now_ns);
+void fd_heard(struct keel_node *n, uint32_t peer);
+void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const uint8_t *payload);
+void fd_poll_start(struct keel_node *n);
+void fd_beat(struct keel_node *n);
+void fd_check(struct keel_node *n);
+uint64_t fd_next_deadline(const struct keel_node *n);
+
+/* allreduce.c */
+/* Offer an in-order DATA datagram to the collectives. false: not consumable yet (hold it). */
+bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h,
+		  const uint8_t *payload);
+void coll_progress(struct keel_node *n);
+uint64_t coll_next_deadline(const struct keel_node *n);
+
+#endif

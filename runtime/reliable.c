@@ -1,0 +1,317 @@
+/* Reliable delivery over transports that lose, duplicate and reorder: a per-peer sliding
+ * window with sequence numbers, cumulative + selective acks, a receive window advertised in
+ * every header, and retransmission timed from measured RTT (RFC 6298 style, Karn's rule).
+ * Delivery to the collectives is in order; data they cannot take yet stays in the window. */
+#include <string.h>
+
+#include "assert_int.h"
+#include "node_int.h"
+
+/* Later datagrams the receiver holds before a hole is resent at once (as TCP's 3 dupacks). */
+#define FAST_RETRANSMIT_GAP 3u
+/* Exponential backoff stops doubling after this many tries (rto_max caps it anyway). */
+#define BACKOFF_SHIFT_MAX 10u
+
+static size_t stride(const struct keel_node *n)
+{
+	return ((size_t)n->mtu + 63u) & ~(size_t)63u;
+}
+
+void rel_peer_init(struct keel_node *n, struct peer *p)
+{
+	p->snd_una = 1;
+	p->snd_nxt = 1;
+	p->snd_edge = 1 + n->window;
+	p->rcv_nxt = 1;
+	p->rcv_ack = 1;
+	p->rto_ns = n->cfg.rto_initial_ns;
+	p->rtx_deadline_ns = UINT64_MAX;
+}
+
+bool rel_can_send(const struct keel_node *n, uint32_t peer)
+{
+	const struct peer *p = &n->peers[peer];
+	return p->snd_nxt - p->snd_una < n->window && seq_before(p->snd_nxt, p->snd_edge);
+}
+
+void rel_ack_fields(const struct keel_node *n, uint32_t peer, struct wire_header *h)
+{
+	const struct peer *p = &n->peers[peer];
+	uint32_t mask = n->window - 1, sack = 0;
+	for (uint32_t i = 0; i < 32u && i + 1u < n->window; i++) {
+		uint32_t seq = p->rcv_ack + 1u + i;
+		if (seq - p->rcv_nxt >= n->window)
+			break;
+		if (p->rx[seq & mask].used)
+			sack |= 1u << i;
+	}
+	h->ack = p->rcv_ack;
+	h->sack = sack;
+	h->wnd = (uint16_t)(p->rcv_nxt + n->window - p->rcv_ack);
+}
+
+static uint8_t *tx_bytes(struct keel_node *n, struct peer *p, uint32_t seq)
+{
+	return p->tx_buf + (size_t)(seq & (n->window - 1)) * stride(n);
+}
+
+static uint64_t backoff_rto(const struct keel_node *n, const struct peer *p, uint32_t tries)
+{
+	uint32_t shift = tries > 1 ? tries - 1 : 0;
+	if (shift > BACKOFF_SHIFT_MAX)
+		shift = BACKOFF_SHIFT_MAX;
+	uint64_t rto = p->rto_ns << shift;
+	return rto > n->cfg.rto_max_ns ? n->cfg.rto_max_ns : rto;
+}
+
+static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
+{
+	struct peer *p = &n->peers[peer];
+	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
+	s->sent_ns = n->now_ns;
+	s->tries++;
+	s->fast_done = 0;
+	uint64_t due = n->now_ns + backoff_rto(n, p, s->tries);
+	if (due < p->rtx_deadline_ns)
+		p->rtx_deadline_ns = due;
+	node_txq_push(n, peer, tx_bytes(n, p, seq), s->len, seq);
+}
+
+int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const void *payload,
+	     uint32_t len)
+{
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	KEEL_ASSERT(WIRE_HEADER_SIZE + len <= n->mtu);
+	if (!rel_can_send(n, peer))
+		return -EAGAIN;
+	struct peer *p = &n->peers[peer];
+	uint32_t seq = p->snd_nxt++;
+	uint8_t *buf = tx_bytes(n, p, seq);
+	h->seq = seq;
+	h->payload_len = len;
+	rel_ack_fields(n, peer, h);
+	p->ack_pending = false;
+	memcpy(buf + WIRE_HEADER_SIZE, payload, len);
+	wire_encode(buf, h);
+	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
+	memset(s, 0, sizeof(*s));
+	s->len = WIRE_HEADER_SIZE + len;
+	transmit(n, peer, seq);
+	return 0;
+}
+
+/* The transport refused a queued datagram: it was never sent, so it is not a retransmission. */
+void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq)
+{
+	struct peer *p = &n->peers[peer];
+	if (seq_before(seq, p->snd_una) || !seq_before(seq, p->snd_nxt))
+		return;
+	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
+	s->sent_ns = 0;
+	if (s->tries > 0)
+		s->tries--;
+	p->unsent = true;
+}
+
+void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
+{
+	struct peer *p = &n->peers[peer];
+	if (p->srtt_ns == 0) {
+		p->srtt_ns = rtt_ns;
+		p->rttvar_ns = rtt_ns / 2;
+	} else {
+		uint64_t err = rtt_ns > p->srtt_ns ? rtt_ns - p->srtt_ns : p->srtt_ns - rtt_ns;
+		p->rttvar_ns = (3 * p->rttvar_ns + err) / 4;
+		p->srtt_ns = (7 * p->srtt_ns + rtt_ns) / 8;
+	}
+	uint64_t rto = p->srtt_ns + 4 * p->rttvar_ns;
+	if (rto < n->cfg.rto_min_ns)
+		rto = n->cfg.rto_min_ns;
+	if (rto > n->cfg.rto_max_ns)
+		rto = n->cfg.rto_max_ns;
+	p->rto_ns = rto;
+}
+
+/* Holes below the highest selectively acked seq, with enough later datagrams received,
+ * are resent now rather than at their timer. */
+static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest)
+{
+	struct peer *p = &n->peers[peer];
+	uint32_t mask = n->window - 1;
+	for (uint32_t seq = p->snd_una; seq_before(seq, highest); seq++) {
+		struct tx_slot *s = &p->tx[seq & mask];
+		if (s->sacked || s->fast_done || s->sent_ns == 0 || highest - seq < FAST_RETRANSMIT_GAP)
+			continue;
+		transmit(n, peer, seq);
+		s->fast_done = 1;
+		p->retransmits++;
+		n->ctr.retransmits++;
+		n->ctr.fast_retransmits++;
+	}
+}
+
+void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack, uint16_t wnd)
+{
+	struct peer *p = &n->peers[peer];
+	uint32_t mask = n->window - 1;
+	/* An ack for something never sent is a peer's bug or an old incarnation: ignore it. */
+	if (seq_before(p->snd_nxt, ack) || seq_before(ack, p->snd_una - n->window))
+		return;
+	uint32_t edge = ack + wnd;
+	if (seq_before(p->snd_edge, edge))
+		p->snd_edge = edge;
+	uint64_t sample = 0;
+	while (seq_before(p->snd_una, ack)) {
+		struct tx_slot *s = &p->tx[p->snd_una & mask];
+		if (s->tries == 1 && s->sent_ns != 0)
+			sample = n->now_ns - s->sent_ns;
+		p->snd_una++;
+	}
+	if (sample != 0)
+		rel_rtt_sample(n, peer, sample);
+	uint32_t highest = 0;
+	bool any = false;
+	for (uint32_t i = 0; i < 32u && sack != 0; i++) {
+		if ((sack & (1u << i)) == 0)
+			continue;
+		uint32_t seq = ack + 1u + i;
+		if (seq_before(seq, p->snd_una) || !seq_before(seq, p->snd_nxt))
+			continue;
+		p->tx[seq & mask].sacked = 1;
+		highest = seq;
+		any = true;
+	}
+	if (any)
+		fast_retransmit(n, peer, highest);
+}
+
+/* Store a datagram in its receive slot (copying the payload out of the burst buffer). */
+static void rx_store(struct keel_node *n, struct peer *p, const struct wire_header *h,
+		     const uint8_t *payload)
+{
+	uint32_t idx = h->seq & (n->window - 1);
+	p->rx[idx].h = *h;
+	p->rx[idx].used = 1;
+	memcpy(p->rx_buf + (size_t)idx * stride(n), payload, h->payload_len);
+	while (p->rcv_ack - p->rcv_nxt < n->window && p->rx[p->rcv_ack & (n->window - 1)].used)
+		p->rcv_ack++;
+}
+
+/* Deliver stored datagrams from rcv_nxt on, as far as the collectives take them. */
+static void deliver_run(struct keel_node *n, uint32_t peer)
+{
+	struct peer *p = &n->peers[peer];
+	uint32_t mask = n->window - 1;
+	for (uint32_t i = 0; i < n->window; i++) {
+		struct rx_slot *s = &p->rx[p->rcv_nxt & mask];
+		if (!s->used)
+			return;
+		if (!coll_deliver(n, peer, &s->h, p->rx_buf + (size_t)(p->rcv_nxt & mask) * stride(n)))
+			return;
+		s->used = 0;
+		p->rcv_nxt++;
+		p->ack_pending = true; /* the window opened */
+	}
+}
+
+void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h,
+		 const uint8_t *payload)
+{
+	struct peer *p = &n->peers[peer];
+	uint32_t seq = h->seq;
+	p->ack_pending = true;
+	if (seq_before(seq, p->rcv_nxt)) {
+		n->ctr.drop_duplicate++;
+		return;
+	}
+	if (seq - p->rcv_nxt >= n->window) {
+		n->ctr.drop_window++;
+		return;
+	}
+	if (p->rx[seq & (n->window - 1)].used) {
+		n->ctr.drop_duplicate++;
+		return;
+	}
+	if (seq == p->rcv_nxt && coll_deliver(n, peer, h, payload)) {
+		p->rcv_nxt++;
+		if (seq_before(p->rcv_ack, p->rcv_nxt))
+			p->rcv_ack = p->rcv_nxt;
+		while (p->rcv_ack - p->rcv_nxt < n->window &&
+		       p->rx[p->rcv_ack & (n->window - 1)].used)
+			p->rcv_ack++;
+		deliver_run(n, peer);
+		return;
+	}
+	rx_store(n, p, h, payload);
+}
+
+void rel_redeliver(struct keel_node *n)
+{
+	for (uint32_t i = 0; i < n->world; i++)
+		if (i != n->self && n->peers[i].rx[n->peers[i].rcv_nxt & (n->window - 1)].used)
+			deliver_run(n, i);
+}
+
+/* Send what the transport refused earlier and resend what timed out. */
+void rel_timers(struct keel_node *n)
+{
+	uint32_t mask = n->window - 1;
+	for (uint32_t i = 0; i < n->world; i++) {
+		struct peer *p = &n->peers[i];
+		if (p->snd_una == p->snd_nxt) {
+			p->rtx_deadline_ns = UINT64_MAX;
+			continue;
+		}
+		if (!p->unsent && n->now_ns < p->rtx_deadline_ns)
+			continue;
+		p->unsent = false;
+		p->rtx_deadline_ns = UINT64_MAX;
+		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
+			struct tx_slot *s = &p->tx[seq & mask];
+			if (s->sacked)
+				continue;
+			uint64_t due = s->sent_ns + backoff_rto(n, p, s->tries);
+			if (s->sent_ns != 0 && n->now_ns < due) {
+				if (due < p->rtx_deadline_ns)
+					p->rtx_deadline_ns = due;
+				continue;
+			}
+			if (s->sent_ns != 0) {
+				p->retransmits++;
+				n->ctr.retransmits++;
+			}
+			transmit(n, i, seq);
+		}
+	}
+}
+
+void rel_send_acks(struct keel_node *n)
+{
+	for (uint32_t i = 0; i < n->world; i++) {
+		struct peer *p = &n->peers[i];
+		if (!p->ack_pending || i == n->self)
+			continue;
+		uint8_t *buf = node_ctrl_buf(n);
+		KEEL_ASSERT(buf != NULL);
+		struct wire_header h;
+		node_header_init(n, &h, WIRE_ACK, i);
+		rel_ack_fields(n, i, &h);
+		wire_encode(buf, &h);
+		node_txq_push(n, i, buf, WIRE_HEADER_SIZE, 0);
+		p->ack_pending = false;
+		n->ctr.acks_sent++;
+	}
+}
+
+uint64_t rel_next_deadline(const struct keel_node *n)
+{
+	uint64_t dl = UINT64_MAX;
+	for (uint32_t i = 0; i < n->world; i++) {
+		const struct peer *p = &n->peers[i];
+		if (p->unsent)
+			return n->now_ns;
+		if (p->snd_una != p->snd_nxt && p->rtx_deadline_ns < dl)
+			dl = p->rtx_deadline_ns;
+	}
+	return dl;
+}

@@ -1,0 +1,599 @@
+/* The kernel UDP transport: one non-blocking socket, recvmmsg/sendmmsg bursts straight into and
+ * out of the caller's buffers, senders mapped to ranks by a hash of their address.
+ * It never blocks, never allocates (all state lives in the caller's `mem`), and never delivers a
+ * datagram from an address it was not given with keel_udp_set_peer. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "keel/limits.h"
+#include "keel/transport_udp.h"
+
+/* Stays on in release builds: these guard programmer errors, never network input. */
+#define UDP_ASSERT(cond)                                                                           \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			assert_fail(#cond, __FILE__, __LINE__);                                    \
+	} while (0)
+
+#define CACHE_LINE_BYTES 64u
+#define SOCKBUF_BYTES_DEFAULT (4 << 20)
+#define HASH_SLOTS_MIN 16u
+#define HASH_EMPTY 0u
+/* A per-datagram send error is retried once (it is often a stale ICMP error for an earlier
+ * datagram, reported on this call); a second error on the same datagram skips it. */
+#define SEND_TRIES_PER_DATAGRAM 2u
+/* recvmmsg may report a stale ICMP error instead of data; one more try reads the data. */
+#define RECV_TRIES 2u
+
+_Static_assert(KEEL_WORLD_MAX < UINT16_MAX, "a hash slot holds rank + 1 in 16 bits");
+_Static_assert(KEEL_BURST_MAX <= 1024, "recvmmsg/sendmmsg take at most UIO_MAXIOV messages");
+_Static_assert(KEEL_MTU_MAX <= 65507, "an IPv4 UDP payload is at most 65507 bytes");
+
+static void assert_fail(const char *expr, const char *file, int line)
+{
+	fprintf(stderr, "keel: assertion failed: %s (%s:%d)\n", expr, file, line);
+	abort();
+}
+
+/* Large enough for either family; sa_family == AF_UNSPEC (0) marks a peer not yet set. */
+union peer_addr {
+	struct sockaddr sa;
+	struct sockaddr_in in4;
+	struct sockaddr_in6 in6;
+};
+
+struct udp {
+	struct keel_transport t;
+	int fd;
+	int family;
+	uint32_t burst;
+	uint32_t hash_mask;
+	union peer_addr *peers; /* [world_size] */
+	uint16_t *hash;         /* [hash_mask + 1]: rank + 1, or HASH_EMPTY; linear probing */
+	struct mmsghdr *msgs;   /* [burst], shared by send and receive (never both at once) */
+	struct iovec *iovs;     /* [burst] */
+	union peer_addr *srcs;  /* [burst]: source addresses recvmmsg fills in */
+	struct keel_udp_stats stats;
+};
+
+/* Byte offsets of each array from the aligned start of `mem`. */
+struct layout {
+	size_t peers, hash, msgs, iovs, srcs, total;
+	uint32_t hash_slots;
+};
+
+static const struct keel_transport_ops udp_ops;
+
+static size_t align_up(size_t n)
+{
+	return (n + CACHE_LINE_BYTES - 1) & ~(size_t)(CACHE_LINE_BYTES - 1);
+}
+
+static uint32_t min_u32(uint32_t a, uint32_t b)
+{
+	return a < b ? a : b;
+}
+
+/* splitmix64's finaliser: spreads address bits over the whole word. */
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static int parse_host(const char *host, union peer_addr *a)
+{
+	memset(a, 0, sizeof(*a));
+	if (host == NULL)
+		host = "127.0.0.1";
+	if (inet_pton(AF_INET, host, &a->in4.sin_addr) == 1) {
+		a->in4.sin_family = AF_INET;
+		return 0;
+	}
+	if (inet_pton(AF_INET6, host, &a->in6.sin6_addr) == 1) {
+		a->in6.sin6_family = AF_INET6;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static socklen_t family_addr_len(int family)
+{
+	return family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+}
+
+static bool config_valid(const struct keel_udp_config *cfg)
+{
+	union peer_addr a;
+
+	return cfg != NULL && cfg->world_size >= 1 && cfg->world_size <= KEEL_WORLD_MAX &&
+	       cfg->rank < cfg->world_size && cfg->mtu >= KEEL_MTU_MIN && cfg->mtu <= KEEL_MTU_MAX &&
+	       cfg->burst >= 1 && cfg->burst <= KEEL_BURST_MAX && cfg->sockbuf_bytes >= 0 &&
+	       parse_host(cfg->bind_host, &a) == 0;
+}
+
+static void layout_compute(const struct keel_udp_config *cfg, struct layout *l)
+{
+	uint32_t slots = HASH_SLOTS_MIN;
+
+	/* At most half full, so probes stay short and an empty slot always ends a search. */
+	while (slots < 2 * cfg->world_size)
+		slots *= 2;
+	l->hash_slots = slots;
+	l->peers = align_up(sizeof(struct udp));
+	l->hash = l->peers + align_up(cfg->world_size * sizeof(union peer_addr));
+	l->msgs = l->hash + align_up(slots * sizeof(uint16_t));
+	l->iovs = l->msgs + align_up(cfg->burst * sizeof(struct mmsghdr));
+	l->srcs = l->iovs + align_up(cfg->burst * sizeof(struct iovec));
+	l->total = l->srcs + align_up(cfg->burst * sizeof(union peer_addr));
+}
+
+void keel_udp_config_default(struct keel_udp_config *cfg)
+{
+	UDP_ASSERT(cfg != NULL);
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->rank = 0;
+	cfg->world_size = 1;
+	cfg->bind_host = "127.0.0.1";
+	cfg->bind_port = 0;
+	cfg->mtu = KEEL_MTU_DEFAULT;
+	cfg->burst = KEEL_BURST_DEFAULT;
+	cfg->sockbuf_bytes = 0;
+}
+
+size_t keel_udp_storage_size(const struct keel_udp_config *cfg)
+{
+	struct layout l;
+
+	if (!config_valid(cfg))
+		return 0;
+	layout_compute(cfg, &l);
+	/* Slack so that any `mem` can be aligned to a cache line. */
+	return l.total + CACHE_LINE_BYTES - 1;
+}
+
+static struct udp *udp_of(struct keel_transport *t)
+{
+	UDP_ASSERT(t != NULL && t->ops == &udp_ops && t->state != NULL);
+	return t->state;
+}
+
+static uint32_t addr_hash(const union peer_addr *a)
+{
+	uint64_t w[2];
+
+	if (a->sa.sa_family == AF_INET)
+		return (uint32_t)mix64((uint64_t)a->in4.sin_addr.s_addr << 16 | a->in4.sin_port);
+	memcpy(w, &a->in6.sin6_addr, sizeof(w));
+	return (uint32_t)mix64(w[0] ^ mix64(w[1] ^ a->in6.sin6_port));
+}
+
+/* Address and port only: flow label and scope differ between what a peer announces and what
+ * recvmmsg reports, and do not name a different sender. */
+static bool addr_equal(const union peer_addr *a, const union peer_addr *b)
+{
+	if (a->sa.sa_family != b->sa.sa_family)
+		return false;
+	if (a->sa.sa_family == AF_INET)
+		return a->in4.sin_port == b->in4.sin_port &&
+		       a->in4.sin_addr.s_addr == b->in4.sin_addr.s_addr;
+	return a->in6.sin6_port == b->in6.sin6_port &&
+	       memcmp(&a->in6.sin6_addr, &b->in6.sin6_addr, sizeof(a->in6.sin6_addr)) == 0;
+}
+
+/* The rank whose address is `a`, or -1. Bounded by the table size; the table is at most half
+ * full, so in practice it stops at the first empty slot within a few probes. */
+static int hash_lookup(const struct udp *u, const union peer_addr *a)
+{
+	uint32_t s = addr_hash(a) & u->hash_mask;
+	uint32_t probes;
+
+	for (probes = 0; probes <= u->hash_mask; probes++) {
+		uint16_t e = u->hash[s];
+
+		if (e == HASH_EMPTY)
+			return -1;
+		if (addr_equal(&u->peers[e - 1], a))
+			return e - 1;
+		s = (s + 1) & u->hash_mask;
+	}
+	return -1;
+}
+
+static void hash_insert(struct udp *u, uint32_t rank)
+{
+	uint32_t s = addr_hash(&u->peers[rank]) & u->hash_mask;
+	uint32_t probes;
+
+	for (probes = 0; probes <= u->hash_mask; probes++) {
+		if (u->hash[s] == HASH_EMPTY) {
+			u->hash[s] = (uint16_t)(rank + 1);
+			return;
+		}
+		s = (s + 1) & u->hash_mask;
+	}
+	UDP_ASSERT(!"peer hash full"); /* impossible: slots >= 2 * world_size */
+}
+
+/* Backward-shift deletion: no tombstones, so lookups stay short however often peers move. */
+static void hash_remove(struct udp *u, uint32_t rank)
+{
+	uint32_t i = addr_hash(&u->peers[rank]) & u->hash_mask;
+	uint32_t j, probes;
+
+	for (probes = 0; probes <= u->hash_mask && u->hash[i] != rank + 1; probes++)
+		i = (i + 1) & u->hash_mask;
+	UDP_ASSERT(u->hash[i] == rank + 1);
+	j = i;
+	for (probes = 0; probes <= u->hash_mask; probes++) {
+		uint32_t home;
+
+		j = (j + 1) & u->hash_mask;
+		if (u->hash[j] == HASH_EMPTY)
+			break;
+		home = addr_hash(&u->peers[u->hash[j] - 1]) & u->hash_mask;
+		/* The entry at j may fill the hole at i only if i lies on its probe path [home, j). */
+		if (((j - home) & u->hash_mask) >= ((j - i) & u->hash_mask)) {
+			u->hash[i] = u->hash[j];
+			i = j;
+		}
+	}
+	u->hash[i] = HASH_EMPTY;
+}
+
+/* Best effort: as root the FORCE variants pass net.core.[rw]mem_max; otherwise the kernel
+ * clamps the plain request. A small buffer costs throughput, not correctness. */
+static void set_sockbufs(int fd, int bytes)
+{
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) != 0)
+		(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes)) != 0)
+		(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+}
+
+static int open_socket(struct udp *u, const union peer_addr *bind_addr, int sockbuf_bytes)
+{
+	int one = 1;
+	int fd = socket(u->family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int err;
+
+	if (fd < 0)
+		return -errno;
+	/* An IPv6 socket speaks IPv6 only, so every source address has the socket's family. */
+	if (u->family == AF_INET6 &&
+	    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) != 0)
+		goto fail;
+	set_sockbufs(fd, sockbuf_bytes ? sockbuf_bytes : SOCKBUF_BYTES_DEFAULT);
+	if (bind(fd, &bind_addr->sa, family_addr_len(u->family)) != 0)
+		goto fail;
+	u->fd = fd;
+	return 0;
+fail:
+	err = -errno;
+	close(fd);
+	return err;
+}
+
+int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
+		  const struct keel_udp_config *cfg)
+{
+	union peer_addr bind_addr;
+	struct layout l;
+	struct udp *u;
+	uint8_t *base;
+	int err;
+
+	UDP_ASSERT(out != NULL);
+	*out = NULL;
+	if (!config_valid(cfg))
+		return -EINVAL;
+	if (mem == NULL || mem_len < keel_udp_storage_size(cfg))
+		return -ENOSPC;
+	layout_compute(cfg, &l);
+	base = (uint8_t *)align_up((uintptr_t)mem);
+	memset(base, 0, l.total); /* peers start AF_UNSPEC, hash slots HASH_EMPTY */
+	u = (struct udp *)base;
+	u->fd = -1;
+	u->peers = (union peer_addr *)(base + l.peers);
+	u->hash = (uint16_t *)(base + l.hash);
+	u->msgs = (struct mmsghdr *)(base + l.msgs);
+	u->iovs = (struct iovec *)(base + l.iovs);
+	u->srcs = (union peer_addr *)(base + l.srcs);
+	u->hash_mask = l.hash_slots - 1;
+	u->burst = cfg->burst;
+	UDP_ASSERT(parse_host(cfg->bind_host, &bind_addr) == 0);
+	u->family = bind_addr.sa.sa_family;
+	if (u->family == AF_INET)
+		bind_addr.in4.sin_port = htons(cfg->bind_port);
+	else
+		bind_addr.in6.sin6_port = htons(cfg->bind_port);
+	u->t = (struct keel_transport){
+	    .ops = &udp_ops,
+	    .state = u,
+	    .caps = 0,
+	    .mtu = cfg->mtu,
+	    .rank = cfg->rank,
+	    .world_size = cfg->world_size,
+	};
+	err = open_socket(u, &bind_addr, cfg->sockbuf_bytes);
+	if (err < 0)
+		return err; /* nothing is left open; *out stays NULL */
+	*out = &u->t;
+	return 0;
+}
+
+int keel_udp_local_addr(struct keel_transport *t, struct sockaddr_storage *addr,
+			socklen_t *addr_len)
+{
+	struct udp *u = udp_of(t);
+
+	UDP_ASSERT(addr != NULL && addr_len != NULL);
+	if (u->fd < 0)
+		return -EBADF;
+	*addr_len = sizeof(*addr);
+	if (getsockname(u->fd, (struct sockaddr *)addr, addr_len) != 0)
+		return -errno;
+	return 0;
+}
+
+int keel_udp_set_peer(struct keel_transport *t, uint32_t peer, const struct sockaddr *addr,
+		      socklen_t addr_len)
+{
+	struct udp *u = udp_of(t);
+	union peer_addr a;
+	socklen_t need;
+
+	if (peer >= t->world_size || addr == NULL || addr->sa_family != u->family)
+		return -EINVAL;
+	need = family_addr_len(u->family);
+	if (addr_len < need)
+		return -EINVAL;
+	memset(&a, 0, sizeof(a));
+	memcpy(&a, addr, need);
+	if ((u->family == AF_INET ? a.in4.sin_port : a.in6.sin6_port) == 0)
+		return -EINVAL; /* nothing listens on port 0 */
+	if (u->peers[peer].sa.sa_family != AF_UNSPEC)
+		hash_remove(u, peer);
+	u->peers[peer] = a;
+	hash_insert(u, peer);
+	UDP_ASSERT(hash_lookup(u, &a) >= 0);
+	return 0;
+}
+
+void keel_udp_stats_get(struct keel_transport *t, struct keel_udp_stats *out)
+{
+	struct udp *u = udp_of(t);
+
+	UDP_ASSERT(out != NULL);
+	*out = u->stats;
+}
+
+/* The socket buffer (or the qdisc/device queue) is full: the caller keeps the rest. */
+static bool err_would_block(int err)
+{
+	return err == EAGAIN || err == EWOULDBLOCK || err == ENOBUFS || err == ENOMEM ||
+	       err == EINTR;
+}
+
+/* Errors about one destination (an ICMP error from a dead or unreachable peer, a firewall
+ * verdict): the socket itself is fine, so one bad peer must not stop the others' traffic. */
+static bool err_is_datagram(int err)
+{
+	return err == ECONNREFUSED || err == EHOSTUNREACH || err == ENETUNREACH ||
+	       err == EHOSTDOWN || err == ENETDOWN || err == EMSGSIZE || err == EPERM ||
+	       err == EACCES || err == EADDRNOTAVAIL || err == ECONNRESET;
+}
+
+/* Send msgs[0..n). Returns how many are done (sent, or skipped after a per-datagram error),
+ * or KEEL_ETRANSPORT when the socket failed before any. *blocked is set when the kernel
+ * would block. Each pass of the loop finishes a datagram or fails one try of it, so it ends
+ * within n * SEND_TRIES_PER_DATAGRAM passes. */
+static int send_msgs(struct udp *u, uint32_t n, bool *blocked)
+{
+	uint32_t i = 0, tries = 0;
+
+	*blocked = false;
+	while (i < n) {
+		int r = sendmmsg(u->fd, u->msgs + i, n - i, MSG_DONTWAIT);
+		int err;
+
+		u->stats.tx_syscalls++;
+		if (r > 0) {
+			i += (uint32_t)r;
+			u->stats.tx_datagrams += (uint32_t)r;
+			tries = 0;
+			continue;
+		}
+		err = r == 0 ? EAGAIN : errno;
+		if (err_would_block(err)) {
+			*blocked = true;
+			return (int)i;
+		}
+		if (!err_is_datagram(err))
+			return i > 0 ? (int)i : KEEL_ETRANSPORT;
+		u->stats.tx_errors++;
+		if (++tries >= SEND_TRIES_PER_DATAGRAM) {
+			i++; /* lost, as UDP may lose anything */
+			tries = 0;
+		}
+	}
+	return (int)i;
+}
+
+/* Fill msgs with the valid prefix of d[0..n); stops at a bad peer or an oversized datagram. */
+static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++) {
+		const struct keel_datagram *g = &d[i];
+		struct msghdr *h = &u->msgs[i].msg_hdr;
+
+		if (g->peer >= u->t.world_size || u->peers[g->peer].sa.sa_family == AF_UNSPEC ||
+		    g->len > u->t.mtu || (g->buf == NULL && g->len > 0))
+			break;
+		u->iovs[i].iov_base = g->buf;
+		u->iovs[i].iov_len = g->len;
+		memset(h, 0, sizeof(*h));
+		h->msg_name = &u->peers[g->peer];
+		h->msg_namelen = family_addr_len(u->family);
+		h->msg_iov = &u->iovs[i];
+		h->msg_iovlen = 1;
+	}
+	return i;
+}
+
+static int udp_send_burst(struct keel_transport *t, uint64_t now_ns, const struct keel_datagram *d,
+			  uint32_t count)
+{
+	struct udp *u = udp_of(t);
+	uint32_t done = 0;
+
+	(void)now_ns;
+	UDP_ASSERT(d != NULL || count == 0);
+	UDP_ASSERT(count <= INT32_MAX);
+	if (u->fd < 0)
+		return KEEL_ETRANSPORT;
+	/* Bounded by count: every pass moves done forward by a whole chunk or returns. */
+	while (done < count) {
+		uint32_t n = fill_send_msgs(u, d + done, min_u32(count - done, u->burst));
+		bool blocked;
+		int r;
+
+		if (n == 0)
+			return done > 0 ? (int)done : -EINVAL;
+		r = send_msgs(u, n, &blocked);
+		if (r < 0)
+			return done > 0 ? (int)done : r;
+		done += (uint32_t)r;
+		if (blocked) {
+			u->stats.tx_would_block += count - done;
+			return (int)done;
+		}
+		if ((uint32_t)r < n)
+			return (int)done; /* a fatal error after some went out; reported next call */
+	}
+	return (int)done;
+}
+
+/* Point msgs at the caller's buffers: the kernel copies each datagram straight into them. */
+static void fill_recv_msgs(struct udp *u, struct keel_datagram *d, uint32_t n)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++) {
+		struct msghdr *h = &u->msgs[i].msg_hdr;
+
+		u->iovs[i].iov_base = d[i].buf;
+		u->iovs[i].iov_len = d[i].cap;
+		memset(h, 0, sizeof(*h));
+		h->msg_name = &u->srcs[i];
+		h->msg_namelen = sizeof(u->srcs[i]);
+		h->msg_iov = &u->iovs[i];
+		h->msg_iovlen = 1;
+		u->msgs[i].msg_len = 0;
+	}
+}
+
+static int udp_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel_datagram *d,
+			  uint32_t count_max)
+{
+	struct udp *u = udp_of(t);
+	uint32_t n = min_u32(count_max, u->burst), i, kept = 0, tries;
+	int r = -1;
+
+	(void)now_ns;
+	UDP_ASSERT(d != NULL || count_max == 0);
+	if (u->fd < 0)
+		return KEEL_ETRANSPORT;
+	if (n == 0)
+		return 0;
+	fill_recv_msgs(u, d, n);
+	for (tries = 0; tries < RECV_TRIES; tries++) {
+		int err;
+
+		r = recvmmsg(u->fd, u->msgs, n, MSG_DONTWAIT, NULL);
+		u->stats.rx_syscalls++;
+		if (r >= 0)
+			break;
+		err = errno;
+		if (err_would_block(err))
+			return 0;
+		if (!err_is_datagram(err))
+			return KEEL_ETRANSPORT;
+		u->stats.tx_errors++; /* an ICMP error about something we sent */
+	}
+	for (i = 0; r > 0 && i < (uint32_t)r; i++) {
+		const struct msghdr *h = &u->msgs[i].msg_hdr;
+		int rank;
+
+		if (h->msg_flags & MSG_TRUNC) {
+			u->stats.rx_truncated++;
+			continue;
+		}
+		rank = hash_lookup(u, &u->srcs[i]);
+		if (rank < 0) {
+			u->stats.rx_unknown_source++;
+			continue;
+		}
+		/* Close the gap left by a dropped datagram by exchanging buffers, not bytes. */
+		if (kept != i) {
+			uint8_t *buf = d[kept].buf;
+			uint32_t cap = d[kept].cap;
+
+			d[kept].buf = d[i].buf;
+			d[kept].cap = d[i].cap;
+			d[i].buf = buf;
+			d[i].cap = cap;
+		}
+		d[kept].len = u->msgs[i].msg_len;
+		d[kept].peer = (uint32_t)rank;
+		kept++;
+	}
+	u->stats.rx_datagrams += kept;
+	return (int)kept;
+}
+
+static uint64_t udp_next_deadline_ns(struct keel_transport *t)
+{
+	(void)udp_of(t);
+	return UINT64_MAX; /* nothing is ever held back */
+}
+
+static int udp_wait_fd(struct keel_transport *t)
+{
+	return udp_of(t)->fd;
+}
+
+static void udp_fini(struct keel_transport *t)
+{
+	struct udp *u;
+
+	if (t == NULL)
+		return; /* a failed init leaves *out NULL */
+	u = udp_of(t);
+	if (u->fd >= 0)
+		close(u->fd);
+	u->fd = -1;
+}
+
+static const struct keel_transport_ops udp_ops = {
+    .name = "udp",
+    .send_burst = udp_send_burst,
+    .recv_burst = udp_recv_burst,
+    .next_deadline_ns = udp_next_deadline_ns,
+    .wait_fd = udp_wait_fd,
+    .fini = udp_fini,
+};

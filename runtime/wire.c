@@ -1,0 +1,257 @@
+/* keel wire format: explicit little-endian (de)serialisation of the 56-byte header and the
+ * heartbeat payload, and validation of every received datagram.
+ * Never reads outside the caller's buffer and never asserts on received bytes. */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "assert_int.h"
+#include "wire_int.h"
+
+/* Field offsets in the header. Written out here, not taken from struct wire_header, so the
+ * layout on the wire never depends on what a compiler does with padding. */
+enum {
+	OFF_MAGIC = 0,
+	OFF_VERSION = 4,
+	OFF_TYPE = 5,
+	OFF_FLAGS = 6,
+	OFF_JOB_ID = 8,
+	OFF_EPOCH = 12,
+	OFF_SRC = 16,
+	OFF_DST = 18,
+	OFF_SEQ = 20,
+	OFF_ACK = 24,
+	OFF_SACK = 28,
+	OFF_OP_ID = 32,
+	OFF_STEP = 36,
+	OFF_WND = 38,
+	OFF_OFFSET = 40,
+	OFF_TOTAL_LEN = 44,
+	OFF_PAYLOAD_LEN = 48,
+	OFF_CRC = 52,
+};
+
+/* Each field starts where the previous one ends and the last one ends at the header size. */
+_Static_assert(OFF_VERSION == OFF_MAGIC + 4, "wire layout");
+_Static_assert(OFF_TYPE == OFF_VERSION + 1, "wire layout");
+_Static_assert(OFF_FLAGS == OFF_TYPE + 1, "wire layout");
+_Static_assert(OFF_JOB_ID == OFF_FLAGS + 2, "wire layout");
+_Static_assert(OFF_EPOCH == OFF_JOB_ID + 4, "wire layout");
+_Static_assert(OFF_SRC == OFF_EPOCH + 4, "wire layout");
+_Static_assert(OFF_DST == OFF_SRC + 2, "wire layout");
+_Static_assert(OFF_SEQ == OFF_DST + 2, "wire layout");
+_Static_assert(OFF_ACK == OFF_SEQ + 4, "wire layout");
+_Static_assert(OFF_SACK == OFF_ACK + 4, "wire layout");
+_Static_assert(OFF_OP_ID == OFF_SACK + 4, "wire layout");
+_Static_assert(OFF_STEP == OFF_OP_ID + 4, "wire layout");
+_Static_assert(OFF_WND == OFF_STEP + 2, "wire layout");
+_Static_assert(OFF_OFFSET == OFF_WND + 2, "wire layout");
+_Static_assert(OFF_TOTAL_LEN == OFF_OFFSET + 4, "wire layout");
+_Static_assert(OFF_PAYLOAD_LEN == OFF_TOTAL_LEN + 4, "wire layout");
+_Static_assert(OFF_CRC == OFF_PAYLOAD_LEN + 4, "wire layout");
+_Static_assert(OFF_CRC + 4 == WIRE_HEADER_SIZE, "wire layout");
+_Static_assert(WIRE_HEADER_SIZE % 8 == 0, "payload starts 8-byte aligned after the header");
+_Static_assert(WIRE_MAGIC ==
+		   ((uint32_t)'K' | (uint32_t)'E' << 8 | (uint32_t)'E' << 16 | (uint32_t)'L' << 24),
+	       "magic is \"KEEL\" on the wire");
+_Static_assert(WIRE_VERSION <= UINT8_MAX, "version fits its byte");
+_Static_assert(WIRE_TYPE_MAX <= UINT8_MAX, "type fits its byte");
+
+/* Heartbeat payload offsets. */
+enum {
+	HB_OFF_SEND_NS = 0,
+	HB_OFF_ECHO_NS = 8,
+	HB_OFF_ECHO_HELD_NS = 16,
+};
+_Static_assert(HB_OFF_ECHO_HELD_NS + 8 == WIRE_HEARTBEAT_SIZE, "heartbeat layout");
+_Static_assert(sizeof(struct wire_heartbeat) == WIRE_HEARTBEAT_SIZE, "heartbeat struct");
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	put32(p, (uint32_t)v);
+	put32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+/* CRC of the header as it stands in buf, its crc field taken as zero, then the payload. */
+static uint32_t datagram_crc(const uint8_t *buf, uint32_t payload_len)
+{
+	static const uint8_t zero_crc[4];
+	uint32_t crc;
+
+	crc = crc32c(0, buf, OFF_CRC);
+	crc = crc32c(crc, zero_crc, sizeof(zero_crc));
+	return crc32c(crc, buf + WIRE_HEADER_SIZE, payload_len);
+}
+
+void wire_encode(uint8_t *buf, const struct wire_header *h)
+{
+	KEEL_ASSERT(buf != NULL && h != NULL);
+	put32(buf + OFF_MAGIC, h->magic);
+	buf[OFF_VERSION] = h->version;
+	buf[OFF_TYPE] = h->type;
+	put16(buf + OFF_FLAGS, h->flags);
+	put32(buf + OFF_JOB_ID, h->job_id);
+	put32(buf + OFF_EPOCH, h->epoch);
+	put16(buf + OFF_SRC, h->src);
+	put16(buf + OFF_DST, h->dst);
+	put32(buf + OFF_SEQ, h->seq);
+	put32(buf + OFF_ACK, h->ack);
+	put32(buf + OFF_SACK, h->sack);
+	put32(buf + OFF_OP_ID, h->op_id);
+	put16(buf + OFF_STEP, h->step);
+	put16(buf + OFF_WND, h->wnd);
+	put32(buf + OFF_OFFSET, h->offset);
+	put32(buf + OFF_TOTAL_LEN, h->total_len);
+	put32(buf + OFF_PAYLOAD_LEN, h->payload_len);
+	put32(buf + OFF_CRC, datagram_crc(buf, h->payload_len));
+}
+
+static void read_header(const uint8_t *buf, struct wire_header *h)
+{
+	h->magic = get32(buf + OFF_MAGIC);
+	h->version = buf[OFF_VERSION];
+	h->type = buf[OFF_TYPE];
+	h->flags = get16(buf + OFF_FLAGS);
+	h->job_id = get32(buf + OFF_JOB_ID);
+	h->epoch = get32(buf + OFF_EPOCH);
+	h->src = get16(buf + OFF_SRC);
+	h->dst = get16(buf + OFF_DST);
+	h->seq = get32(buf + OFF_SEQ);
+	h->ack = get32(buf + OFF_ACK);
+	h->sack = get32(buf + OFF_SACK);
+	h->op_id = get32(buf + OFF_OP_ID);
+	h->step = get16(buf + OFF_STEP);
+	h->wnd = get16(buf + OFF_WND);
+	h->offset = get32(buf + OFF_OFFSET);
+	h->total_len = get32(buf + OFF_TOTAL_LEN);
+	h->payload_len = get32(buf + OFF_PAYLOAD_LEN);
+	h->crc = get32(buf + OFF_CRC);
+}
+
+/*
+ * The header-shape rules, all reported as WIRE_BAD_LENGTH: payload_len is exactly what
+ * follows the header; a heartbeat carries exactly its payload and no seq; an
+ * ack carries nothing and no seq; a data fragment has a seq and lies inside total_len.
+ * 64-bit sums, so offset + payload_len cannot wrap past total_len.
+ */
+static bool lengths_ok(const struct wire_header *h, size_t len)
+{
+	if ((uint64_t)h->payload_len != (uint64_t)len - WIRE_HEADER_SIZE)
+		return false;
+	switch (h->type) {
+	case WIRE_HEARTBEAT:
+		return h->payload_len == WIRE_HEARTBEAT_SIZE && h->seq == 0;
+	case WIRE_ACK:
+		return h->payload_len == 0 && h->seq == 0;
+	case WIRE_DATA:
+		return (uint64_t)h->offset + h->payload_len <= h->total_len && h->seq != 0;
+	default:
+		return false;
+	}
+}
+
+static bool source_ok(const struct wire_header *h, const struct wire_expect *exp)
+{
+	if (h->src >= exp->world_size || h->src == exp->self)
+		return false;
+	return exp->transport_src == UINT32_MAX || h->src == exp->transport_src;
+}
+
+enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_expect *exp,
+			      struct wire_header *h)
+{
+	struct wire_header tmp;
+
+	KEEL_ASSERT(exp != NULL && h != NULL);
+	KEEL_ASSERT(buf != NULL || len == 0);
+	/* Work in a local copy: on a rejection the caller's *h is left as it was. */
+	if (len < WIRE_HEADER_SIZE)
+		return WIRE_BAD_TRUNCATED;
+	read_header(buf, &tmp);
+	if (tmp.magic != WIRE_MAGIC)
+		return WIRE_BAD_MAGIC;
+	if (tmp.version != WIRE_VERSION)
+		return WIRE_BAD_VERSION;
+	if (tmp.type == 0 || tmp.type > WIRE_TYPE_MAX)
+		return WIRE_BAD_TYPE;
+	if (!lengths_ok(&tmp, len))
+		return WIRE_BAD_LENGTH;
+	/* payload_len == len - header here, so the CRC reads exactly buf[0..len). */
+	if (datagram_crc(buf, tmp.payload_len) != tmp.crc)
+		return WIRE_BAD_CRC;
+	if (tmp.job_id != exp->job_id)
+		return WIRE_BAD_JOB;
+	if (tmp.dst != exp->self)
+		return WIRE_BAD_DESTINATION;
+	if (!source_ok(&tmp, exp))
+		return WIRE_BAD_SOURCE;
+	if (tmp.epoch != exp->epoch)
+		return WIRE_BAD_EPOCH;
+	*h = tmp;
+	return WIRE_OK;
+}
+
+void wire_heartbeat_encode(uint8_t *payload, const struct wire_heartbeat *hb)
+{
+	put64(payload + HB_OFF_SEND_NS, hb->send_ns);
+	put64(payload + HB_OFF_ECHO_NS, hb->echo_ns);
+	put64(payload + HB_OFF_ECHO_HELD_NS, hb->echo_held_ns);
+}
+
+void wire_heartbeat_decode(const uint8_t *payload, struct wire_heartbeat *hb)
+{
+	hb->send_ns = get64(payload + HB_OFF_SEND_NS);
+	hb->echo_ns = get64(payload + HB_OFF_ECHO_NS);
+	hb->echo_held_ns = get64(payload + HB_OFF_ECHO_HELD_NS);
+}
+
+const char *wire_verdict_name(enum wire_verdict v)
+{
+	static const char *const names[WIRE_VERDICT_COUNT] = {
+	    [WIRE_OK] = "ok",
+	    [WIRE_BAD_TRUNCATED] = "truncated",
+	    [WIRE_BAD_MAGIC] = "bad magic",
+	    [WIRE_BAD_VERSION] = "bad version",
+	    [WIRE_BAD_TYPE] = "bad type",
+	    [WIRE_BAD_LENGTH] = "bad length",
+	    [WIRE_BAD_CRC] = "bad crc",
+	    [WIRE_BAD_JOB] = "wrong job",
+	    [WIRE_BAD_EPOCH] = "wrong epoch",
+	    [WIRE_BAD_SOURCE] = "bad source",
+	    [WIRE_BAD_DESTINATION] = "wrong destination",
+	};
+
+	_Static_assert(WIRE_VERDICT_COUNT == 11, "name every verdict above");
+
+	if ((unsigned)v >= WIRE_VERDICT_COUNT || names[v] == NULL)
+		return "unknown verdict";
+	return names[v];
+}

@@ -1,0 +1,316 @@
+/* AllReduce in one process: 2..5 nodes on loopback UDP (and behind the chaos transport), a
+ * manual clock, every dtype x op, sizes at the fragment and chunk boundaries, both algorithms,
+ * in place and out of place; results checked bit for bit against a reference. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "cluster_int.h"
+#include "refcheck.h"
+
+static uint64_t g_seed;
+static uint32_t g_mtu;
+static enum keel_algo g_algo;
+
+static void tweak(struct keel_config *cfg)
+{
+	cfg->mtu = g_mtu;
+	cfg->algo = g_algo;
+	cfg->op_timeout_ns = 5000000000ull;
+}
+
+/* One AllReduce on every rank of the cluster, checked. */
+static void run_one(struct cluster *c, size_t count, enum keel_dtype dt, enum keel_redop op,
+		    bool in_place)
+{
+	size_t es = keel_dtype_size(dt), bytes = count * es + 1;
+	uint8_t *in[CLUSTER_MAX], *out[CLUSTER_MAX], *ref = malloc(bytes), *in_copy = malloc(bytes);
+	struct keel_op *ops[CLUSTER_MAX];
+	int rc[CLUSTER_MAX];
+	keel_check_reference(ref, count, c->world, dt, op);
+	for (uint32_t r = 0; r < c->world; r++) {
+		in[r] = malloc(bytes);
+		out[r] = in_place ? in[r] : malloc(bytes);
+		keel_check_fill(in[r], count, r, dt, op);
+		assert_int_equal(keel_allreduce_start(c->node[r], in[r], out[r], count, dt, op, &ops[r]),
+				 0);
+	}
+	memcpy(in_copy, in[0], count * es);
+	assert_int_equal(cluster_wait_ops(c, ops, rc, 2000000), 0);
+	for (uint32_t r = 0; r < c->world; r++) {
+		if (rc[r] != 0 || memcmp(out[r], ref, count * es) != 0) {
+			print_error("world %u rank %u count %zu %s %s %s: rc %d (%s)\n", c->world, r,
+				    count, keel_dtype_name(dt), keel_redop_name(op),
+				    in_place ? "in-place" : "out-of-place", rc[r], keel_strerror(rc[r]));
+			fail();
+		}
+	}
+	if (!in_place) /* the caller's input is never written */
+		assert_memory_equal(in[0], in_copy, count * es);
+	for (uint32_t r = 0; r < c->world; r++) {
+		if (!in_place)
+			free(out[r]);
+		free(in[r]);
+	}
+	free(ref);
+	free(in_copy);
+}
+
+static void check_clean(struct cluster *c)
+{
+	for (uint32_t r = 0; r < c->world; r++) {
+		struct keel_counters k;
+		keel_counters_get(c->node[r], &k);
+		assert_int_equal(k.drop_protocol, 0);
+		assert_int_equal(k.drop_crc, 0);
+		assert_int_equal(k.suspicions, 0);
+	}
+}
+
+static void all_combinations(enum keel_algo algo)
+{
+	for (uint32_t world = 2; world <= 5; world++) {
+		struct cluster c;
+		g_mtu = 1024;
+		g_algo = algo;
+		assert_int_equal(cluster_init(&c, world, NULL, g_seed, tweak), 0);
+		for (int dt = 0; dt < KEEL_DTYPE_COUNT; dt++) {
+			size_t frag = (g_mtu - 56) / keel_dtype_size(dt);
+			size_t sizes[] = {0, 1, world - 1, frag - 1, frag, frag + 1,
+					  world * frag - 1, world * frag, world * frag + 1, 5000};
+			for (int op = 0; op < KEEL_REDOP_COUNT; op++)
+				for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+					run_one(&c, sizes[s], dt, op, (s + op) % 2 == 0);
+		}
+		check_clean(&c);
+		cluster_fini(&c);
+	}
+}
+
+static void test_allreduce_ring_every_dtype_op_size(void **state)
+{
+	(void)state;
+	all_combinations(KEEL_ALGO_RING);
+}
+
+static void test_allreduce_rd_every_dtype_op_size(void **state)
+{
+	(void)state;
+	all_combinations(KEEL_ALGO_RD);
+}
+
+static void test_allreduce_auto_large(void **state)
+{
+	(void)state;
+	struct cluster c;
+	g_mtu = KEEL_MTU_DEFAULT;
+	g_algo = KEEL_ALGO_AUTO;
+	assert_int_equal(cluster_init(&c, 4, NULL, g_seed, tweak), 0);
+	run_one(&c, 1 << 20, KEEL_F32, KEEL_SUM, false);
+	run_one(&c, (1 << 18) + 3, KEEL_BF16, KEEL_AVG, true);
+	run_one(&c, 3, KEEL_F64, KEEL_MAX, true);
+	check_clean(&c);
+	cluster_fini(&c);
+}
+
+/* Loss, duplication, reordering and delay underneath: results stay exact. */
+static void chaos_run(const char *spec, enum keel_algo algo)
+{
+	struct cluster c;
+	g_mtu = 2048;
+	g_algo = algo;
+	assert_int_equal(cluster_init(&c, 4, spec, g_seed, tweak), 0);
+	run_one(&c, 1, KEEL_F32, KEEL_SUM, false);
+	run_one(&c, 1000, KEEL_I32, KEEL_SUM, true);
+	run_one(&c, 100000, KEEL_F32, KEEL_SUM, false);
+	run_one(&c, 77777, KEEL_F16, KEEL_AVG, true);
+	for (uint32_t r = 0; r < c.world; r++) {
+		struct keel_counters k;
+		keel_counters_get(c.node[r], &k);
+		assert_int_equal(k.drop_protocol, 0);
+		assert_int_equal(k.ops_completed, 4);
+	}
+	cluster_fini(&c);
+}
+
+static void test_allreduce_chaos_no_loss(void **state)
+{
+	(void)state;
+	chaos_run("loss=0,dup=0.01,reorder=0.01", KEEL_ALGO_RING);
+	chaos_run("loss=0,dup=0.01,reorder=0.01", KEEL_ALGO_RD);
+}
+
+static void test_allreduce_chaos_1pct_loss(void **state)
+{
+	(void)state;
+	chaos_run("loss=0.01,dup=0.01,reorder=0.01,delay_us=30", KEEL_ALGO_RING);
+	chaos_run("loss=0.01,dup=0.01,reorder=0.01,delay_us=30", KEEL_ALGO_RD);
+}
+
+static void test_allreduce_chaos_10pct_loss(void **state)
+{
+	(void)state;
+	chaos_run("loss=0.1,dup=0.02,reorder=0.05,delay_us=50", KEEL_ALGO_RING);
+	chaos_run("loss=0.1,dup=0.02,reorder=0.05,delay_us=50", KEEL_ALGO_RD);
+}
+
+static void test_allreduce_bad_arguments(void **state)
+{
+	(void)state;
+	struct cluster c;
+	g_mtu = KEEL_MTU_DEFAULT;
+	g_algo = KEEL_ALGO_AUTO;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, tweak), 0);
+	float buf[64] = {0};
+	struct keel_op *op;
+	struct keel_node *n = c.node[0];
+	assert_int_equal(keel_allreduce_start(n, NULL, buf, 4, KEEL_F32, KEEL_SUM, &op), -EINVAL);
+	assert_int_equal(keel_allreduce_start(n, buf, NULL, 4, KEEL_F32, KEEL_SUM, &op), -EINVAL);
+	assert_int_equal(keel_allreduce_start(n, buf, buf, 4, KEEL_DTYPE_COUNT, KEEL_SUM, &op),
+			 -EINVAL);
+	assert_int_equal(keel_allreduce_start(n, buf, buf, 4, KEEL_F32, KEEL_REDOP_COUNT, &op),
+			 -EINVAL);
+	assert_int_equal(keel_allreduce_start(n, buf, buf + 1, 4, KEEL_F32, KEEL_SUM, &op), -EINVAL);
+	assert_int_equal(keel_allreduce_start(n, buf, buf, 4, KEEL_F32, KEEL_SUM, NULL), -EINVAL);
+	assert_int_equal(keel_allreduce_start(n, buf, buf, SIZE_MAX / 2, KEEL_F32, KEEL_SUM, &op),
+			 -EINVAL);
+	/* no waiter configured: the blocking call refuses rather than spinning without a clock */
+	assert_int_equal(keel_allreduce(n, buf, buf, 4, KEEL_F32, KEEL_SUM), -EINVAL);
+	assert_int_equal(keel_op_test(n, (struct keel_op *)buf), -EINVAL);
+	/* count 0 completes without traffic; a released handle is invalid */
+	assert_int_equal(keel_allreduce_start(n, NULL, NULL, 0, KEEL_F32, KEEL_SUM, &op), 0);
+	assert_int_equal(keel_op_test(n, op), 0);
+	assert_int_equal(keel_op_test(n, op), -EINVAL);
+	cluster_fini(&c);
+}
+
+static void small_ops(struct keel_config *cfg)
+{
+	cfg->ops_max = 2;
+}
+
+static void test_allreduce_busy_when_ops_max_pending(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, small_ops), 0);
+	float buf[3][8] = {{0}};
+	struct keel_op *op[3];
+	assert_int_equal(keel_allreduce_start(c.node[0], buf[0], buf[0], 8, KEEL_F32, KEEL_SUM, &op[0]), 0);
+	assert_int_equal(keel_allreduce_start(c.node[0], buf[1], buf[1], 8, KEEL_F32, KEEL_SUM, &op[1]), 0);
+	assert_int_equal(keel_allreduce_start(c.node[0], buf[2], buf[2], 8, KEEL_F32, KEEL_SUM, &op[2]),
+			 -EBUSY);
+	assert_int_equal(keel_op_test(c.node[0], op[0]), -EINPROGRESS);
+	cluster_fini(&c);
+}
+
+static void slow_timeout(struct keel_config *cfg)
+{
+	cfg->op_timeout_ns = 50000000ull; /* 50 ms */
+	cfg->miss_limit = 1000000;        /* the detector stays quiet: only the timeout fires */
+}
+
+static void test_allreduce_times_out_without_progress(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, slow_timeout), 0);
+	c.paused[1] = true;
+	float buf[16] = {0};
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX] = {0};
+	uint64_t t0 = c.now_ns;
+	assert_int_equal(keel_allreduce_start(c.node[0], buf, buf, 16, KEEL_F32, KEEL_SUM, &ops[0]), 0);
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
+	assert_int_equal(rc[0], -ETIMEDOUT);
+	assert_true(c.now_ns - t0 >= 50000000ull && c.now_ns - t0 < 60000000ull);
+	cluster_fini(&c);
+}
+
+static void test_allreduce_fails_when_peer_suspected(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, NULL), 0);
+	c.paused[2] = true;
+	float buf[2][1000] = {{0}};
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX] = {0};
+	for (int r = 0; r < 2; r++)
+		assert_int_equal(keel_allreduce_start(c.node[r], buf[r], buf[r], 1000, KEEL_F32,
+						      KEEL_SUM, &ops[r]), 0);
+	uint64_t t0 = c.now_ns;
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
+	assert_int_equal(rc[0], KEEL_EPEERDEAD);
+	assert_int_equal(rc[1], KEEL_EPEERDEAD);
+	/* suspicion after 3 heartbeat intervals of 1 ms, plus one round */
+	assert_true(c.now_ns - t0 <= 3000000ull + 2 * c.step_ns);
+	cluster_fini(&c);
+}
+
+/* The blocking call: rank 0 blocks in keel_allreduce while its waiter drives the others. */
+struct drive {
+	struct cluster *c;
+};
+static uint64_t drive_now(void *ctx)
+{
+	return ((struct drive *)ctx)->c->now_ns;
+}
+static void drive_wait(void *ctx, uint64_t deadline_ns)
+{
+	struct cluster *c = ((struct drive *)ctx)->c;
+	(void)deadline_ns;
+	for (uint32_t r = 1; r < c->world; r++) {
+		uint64_t dl;
+		int rc = keel_poll(c->node[r], c->now_ns, &dl);
+		(void)rc;
+	}
+	c->now_ns += c->step_ns;
+}
+
+static void test_allreduce_blocking_call(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, NULL), 0);
+	struct drive d = {&c};
+	/* keel_init copied the config: rebuild rank 0 with a waiter */
+	struct keel_config cfg = c.cfg[0];
+	cfg.waiter.now_ns = drive_now;
+	cfg.waiter.wait = drive_wait;
+	cfg.waiter.ctx = &d;
+	assert_int_equal(keel_init(&c.node[0], c.mem_node[0], keel_storage_size(&cfg), &cfg, c.now_ns), 0);
+	int32_t buf[3][10];
+	struct keel_op *ops[3];
+	for (int r = 0; r < 3; r++)
+		for (int i = 0; i < 10; i++)
+			buf[r][i] = r * 100 + i;
+	for (int r = 1; r < 3; r++)
+		assert_int_equal(keel_allreduce_start(c.node[r], buf[r], buf[r], 10, KEEL_I32, KEEL_SUM,
+						      &ops[r]), 0);
+	assert_int_equal(keel_allreduce(c.node[0], buf[0], buf[0], 10, KEEL_I32, KEEL_SUM), 0);
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(buf[0][i], 300 + 3 * i);
+	cluster_fini(&c);
+}
+
+int main(void)
+{
+	g_seed = cluster_seed(1);
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_allreduce_ring_every_dtype_op_size),
+	    cmocka_unit_test(test_allreduce_rd_every_dtype_op_size),
+	    cmocka_unit_test(test_allreduce_auto_large),
+	    cmocka_unit_test(test_allreduce_chaos_no_loss),
+	    cmocka_unit_test(test_allreduce_chaos_1pct_loss),
+	    cmocka_unit_test(test_allreduce_chaos_10pct_loss),
+	    cmocka_unit_test(test_allreduce_bad_arguments),
+	    cmocka_unit_test(test_allreduce_busy_when_ops_max_pending),
+	    cmocka_unit_test(test_allreduce_times_out_without_progress),
+	    cmocka_unit_test(test_allreduce_fails_when_peer_suspected),
+	    cmocka_unit_test(test_allreduce_blocking_call),
+	};
+	return cmocka_run_group_tests_name("allreduce", tests, NULL, NULL);
+}

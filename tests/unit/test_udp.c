@@ -1,0 +1,609 @@
+/* Unit tests for the kernel UDP transport. Every socket is bound to loopback (127.0.0.1 or ::1);
+ * nothing here reaches another host. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "keel/limits.h"
+#include "keel/transport_udp.h"
+
+#define MEM_BYTES (1u << 20)
+#define SLOTS 4
+#define POLL_MS 20
+#define WAIT_ROUNDS 100 /* 2 s at most per wait */
+#define MTU 1500u
+
+static _Alignas(64) uint8_t g_mem[SLOTS][MEM_BYTES];
+static uint8_t g_bufs[KEEL_BURST_MAX][KEEL_MTU_MAX];
+
+/* sendmmsg interposer: the loopback device never pushes back, so the would-block and the
+ * per-datagram error paths are reached by injecting the errno after `allow` datagrams. */
+static struct inject {
+	int fd;         /* only this socket; -1 disables injection */
+	unsigned allow; /* datagrams let through before failing */
+	int err;        /* errno to fail with */
+	unsigned fails; /* failures left to inject */
+} g_inject = {.fd = -1};
+
+int sendmmsg(int fd, struct mmsghdr *v, unsigned int n, int flags)
+{
+	if (fd == g_inject.fd && g_inject.fails > 0) {
+		if (g_inject.allow == 0) {
+			g_inject.fails--;
+			errno = g_inject.err;
+			return -1;
+		}
+		if (n > g_inject.allow)
+			n = g_inject.allow;
+		g_inject.allow -= n;
+	}
+	return (int)syscall(SYS_sendmmsg, fd, v, n, flags);
+}
+
+static void cfg_make(struct keel_udp_config *cfg, uint32_t rank, uint32_t world, const char *host)
+{
+	keel_udp_config_default(cfg);
+	cfg->rank = rank;
+	cfg->world_size = world;
+	cfg->bind_host = host;
+	cfg->mtu = MTU;
+}
+
+static struct keel_transport *udp_open(int slot, const struct keel_udp_config *cfg)
+{
+	struct keel_transport *t = NULL;
+	size_t need = keel_udp_storage_size(cfg);
+
+	assert_true(need > 0 && need <= MEM_BYTES);
+	assert_int_equal(keel_udp_init(&t, g_mem[slot], need, cfg), 0);
+	assert_non_null(t);
+	assert_int_equal(t->caps, 0);
+	assert_int_equal(t->mtu, cfg->mtu);
+	assert_true(t->ops->wait_fd(t) >= 0);
+	return t;
+}
+
+static void udp_close(struct keel_transport *t)
+{
+	t->ops->fini(t);
+}
+
+/* Every transport learns every other's address. */
+static void wire_all(struct keel_transport **t, uint32_t n)
+{
+	uint32_t i, j;
+
+	for (i = 0; i < n; i++) {
+		struct sockaddr_storage a;
+		socklen_t len;
+
+		assert_int_equal(keel_udp_local_addr(t[i], &a, &len), 0);
+		for (j = 0; j < n; j++)
+			assert_int_equal(keel_udp_set_peer(t[j], i, (struct sockaddr *)&a, len), 0);
+	}
+}
+
+static void recv_setup(struct keel_datagram *d, uint32_t n, uint32_t cap)
+{
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		d[i] = (struct keel_datagram){.buf = g_bufs[i], .cap = cap};
+}
+
+/* Receive until `want` datagrams arrived (or 2 s passed); returns how many. */
+static uint32_t recv_wait(struct keel_transport *t, struct keel_datagram *d, uint32_t cap,
+			  uint32_t want)
+{
+	struct pollfd p = {.fd = t->ops->wait_fd(t), .events = POLLIN};
+	uint32_t got = 0, round;
+
+	for (round = 0; round < WAIT_ROUNDS && got < want; round++) {
+		int r;
+
+		recv_setup(d + got, want - got, cap);
+		r = t->ops->recv_burst(t, 0, d + got, want - got);
+		assert_true(r >= 0);
+		got += (uint32_t)r;
+		if (got < want && r == 0)
+			(void)poll(&p, 1, POLL_MS);
+	}
+	return got;
+}
+
+static void fill_payload(uint8_t *buf, uint32_t len, uint32_t src, uint32_t dst, uint32_t seq)
+{
+	uint32_t i;
+
+	for (i = 0; i < len; i++)
+		buf[i] = (uint8_t)(src * 31 + dst * 7 + seq * 13 + i);
+	if (len >= 3) {
+		buf[0] = (uint8_t)src;
+		buf[1] = (uint8_t)dst;
+		buf[2] = (uint8_t)seq;
+	}
+}
+
+static void test_udp_exchange_three(void **state)
+{
+	struct keel_transport *t[3];
+	struct keel_udp_config cfg;
+	static uint8_t out[3][16][MTU];
+	struct keel_datagram d[32];
+	uint32_t i, k, n, seen[3][3] = {{0}};
+
+	(void)state;
+	for (i = 0; i < 3; i++) {
+		cfg_make(&cfg, i, 3, "127.0.0.1");
+		t[i] = udp_open((int)i, &cfg);
+		assert_int_equal(t[i]->rank, i);
+		assert_int_equal(t[i]->world_size, 3);
+	}
+	wire_all(t, 3);
+	for (i = 0; i < 3; i++) {
+		for (k = 0; k < 16; k++) {
+			uint32_t dst = (i + 1 + k % 2) % 3, len = 3 + k * 97;
+
+			fill_payload(out[i][k], len, i, dst, k);
+			d[k] = (struct keel_datagram){.buf = out[i][k], .len = len, .peer = dst};
+		}
+		assert_int_equal(t[i]->ops->send_burst(t[i], 0, d, 16), 16);
+	}
+	for (i = 0; i < 3; i++) {
+		n = recv_wait(t[i], d, MTU, 16);
+		assert_int_equal(n, 16);
+		for (k = 0; k < n; k++) {
+			uint32_t src = d[k].peer, seq = d[k].buf[2];
+
+			assert_true(src < 3 && src != i);
+			assert_int_equal(d[k].buf[0], src);
+			assert_int_equal(d[k].buf[1], i);
+			assert_int_equal(d[k].len, 3 + seq * 97);
+			assert_memory_equal(d[k].buf, out[src][seq], d[k].len);
+			seen[i][src]++;
+		}
+	}
+	for (i = 0; i < 3; i++) {
+		struct keel_udp_stats st;
+
+		keel_udp_stats_get(t[i], &st);
+		assert_int_equal(st.tx_datagrams, 16);
+		assert_int_equal(st.rx_datagrams, 16);
+		assert_int_equal(seen[i][(i + 1) % 3] + seen[i][(i + 2) % 3], 16);
+		udp_close(t[i]);
+	}
+}
+
+static int plain_socket_to(struct keel_transport *t, const void *buf, size_t len)
+{
+	struct sockaddr_storage a;
+	socklen_t alen;
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+	ssize_t r;
+
+	assert_true(fd >= 0);
+	assert_int_equal(keel_udp_local_addr(t, &a, &alen), 0);
+	r = sendto(fd, buf, len, 0, (struct sockaddr *)&a, alen);
+	assert_int_equal(r, (ssize_t)len);
+	return fd;
+}
+
+static void test_udp_unknown_source_dropped(void **state)
+{
+	struct keel_transport *t[2];
+	struct keel_udp_config cfg;
+	struct keel_udp_stats st;
+	struct keel_datagram d[4];
+	uint8_t msg[40] = "from rank 1";
+	int fd;
+
+	(void)state;
+	cfg_make(&cfg, 0, 2, NULL);
+	t[0] = udp_open(0, &cfg);
+	cfg_make(&cfg, 1, 2, NULL);
+	t[1] = udp_open(1, &cfg);
+	wire_all(t, 2);
+	fd = plain_socket_to(t[0], "stranger", 8);
+	d[0] = (struct keel_datagram){.buf = msg, .len = sizeof(msg), .peer = 0};
+	assert_int_equal(t[1]->ops->send_burst(t[1], 0, d, 1), 1);
+	assert_int_equal(recv_wait(t[0], d, MTU, 1), 1);
+	assert_int_equal(d[0].peer, 1);
+	assert_int_equal(d[0].len, sizeof(msg));
+	assert_memory_equal(d[0].buf, msg, sizeof(msg));
+	keel_udp_stats_get(t[0], &st);
+	assert_int_equal(st.rx_unknown_source, 1);
+	assert_int_equal(st.rx_datagrams, 1);
+	close(fd);
+	udp_close(t[0]);
+	udp_close(t[1]);
+}
+
+static void test_udp_truncated_dropped(void **state)
+{
+	struct keel_transport *t[2];
+	struct keel_udp_config cfg;
+	struct keel_udp_stats st;
+	static uint8_t big[1000], small[10] = "small";
+	struct keel_datagram d[4];
+	uint32_t got = 0, round;
+
+	(void)state;
+	cfg_make(&cfg, 0, 2, NULL);
+	t[0] = udp_open(0, &cfg);
+	cfg_make(&cfg, 1, 2, NULL);
+	t[1] = udp_open(1, &cfg);
+	wire_all(t, 2);
+	d[0] = (struct keel_datagram){.buf = big, .len = sizeof(big), .peer = 0};
+	d[1] = (struct keel_datagram){.buf = small, .len = sizeof(small), .peer = 0};
+	assert_int_equal(t[1]->ops->send_burst(t[1], 0, d, 2), 2);
+	/* Both in one recvmmsg: the truncated one is dropped and the good one moves up. */
+	for (round = 0; round < WAIT_ROUNDS && got == 0; round++) {
+		recv_setup(d, 4, 100);
+		got = (uint32_t)t[0]->ops->recv_burst(t[0], 0, d, 4);
+		if (got == 0)
+			usleep(1000);
+	}
+	assert_int_equal(got, 1);
+	assert_int_equal(d[0].len, sizeof(small));
+	assert_int_equal(d[0].peer, 1);
+	assert_memory_equal(d[0].buf, small, sizeof(small));
+	assert_true(d[0].buf == g_bufs[0] || d[0].buf == g_bufs[1]); /* buffers exchanged */
+	assert_true(d[1].buf == g_bufs[0] || d[1].buf == g_bufs[1]);
+	assert_ptr_not_equal(d[0].buf, d[1].buf);
+	keel_udp_stats_get(t[0], &st);
+	assert_int_equal(st.rx_truncated, 1);
+	assert_int_equal(st.rx_datagrams, 1);
+	udp_close(t[0]);
+	udp_close(t[1]);
+}
+
+/* Rank 1 is dead; rank 0 keeps sending to 1 and 2. IP_RECVERR makes the kernel report the
+ * ICMP port-unreachable errors on rank 0's later calls, as a connected socket would. */
+static void test_udp_dead_peer_does_not_wedge(void **state)
+{
+	struct keel_transport *t[3];
+	struct keel_udp_config cfg;
+	struct keel_udp_stats st;
+	struct keel_datagram d[16];
+	uint8_t msg[64];
+	uint32_t i, k, total = 0;
+	int one = 1;
+
+	(void)state;
+	for (i = 0; i < 3; i++) {
+		cfg_make(&cfg, i, 3, NULL);
+		t[i] = udp_open((int)i, &cfg);
+	}
+	wire_all(t, 3);
+	udp_close(t[1]);
+	assert_int_equal(setsockopt(t[0]->ops->wait_fd(t[0]), IPPROTO_IP, IP_RECVERR, &one,
+				    sizeof(one)),
+			 0);
+	memset(msg, 0xab, sizeof(msg));
+	for (k = 0; k < 16; k++) /* ends on the dead peer: its error shows on the next call */
+		d[k] = (struct keel_datagram){.buf = msg, .len = sizeof(msg), .peer = 2 - k % 2};
+	for (i = 0; i < 8; i++) {
+		struct keel_datagram r[16];
+
+		assert_int_equal(t[0]->ops->send_burst(t[0], 0, d, 16), 16);
+		total += recv_wait(t[2], r, MTU, 8);
+		/* rank 0's receive side must not report the ICMP error as fatal */
+		assert_int_equal(t[0]->ops->recv_burst(t[0], 0, r, 0), 0);
+		recv_setup(r, 4, MTU);
+		assert_int_equal(t[0]->ops->recv_burst(t[0], 0, r, 4), 0);
+	}
+	assert_int_equal(total, 64);
+	keel_udp_stats_get(t[0], &st);
+	print_message("dead peer: tx_errors=%llu tx_datagrams=%llu tx_syscalls=%llu\n",
+		      (unsigned long long)st.tx_errors, (unsigned long long)st.tx_datagrams,
+		      (unsigned long long)st.tx_syscalls);
+	assert_true(st.tx_errors > 0);
+	udp_close(t[0]);
+	udp_close(t[2]);
+}
+
+static void test_udp_bad_config(void **state)
+{
+	struct keel_transport *t = (struct keel_transport *)1;
+	struct keel_udp_config cfg, bad;
+	size_t need;
+
+	(void)state;
+	cfg_make(&cfg, 0, 2, NULL);
+	need = keel_udp_storage_size(&cfg);
+	assert_true(need > 0);
+	bad = cfg;
+	bad.world_size = 0;
+	assert_int_equal(keel_udp_storage_size(&bad), 0);
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	assert_null(t);
+	bad = cfg;
+	bad.world_size = KEEL_WORLD_MAX + 1;
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	bad = cfg;
+	bad.rank = 2;
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	bad = cfg;
+	bad.mtu = KEEL_MTU_MIN - 1;
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	bad.mtu = KEEL_MTU_MAX + 1;
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	bad = cfg;
+	bad.burst = 0;
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	bad.burst = KEEL_BURST_MAX + 1;
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	bad = cfg;
+	bad.sockbuf_bytes = -1;
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	bad = cfg;
+	bad.bind_host = "localhost"; /* numeric only: no resolver in the runtime */
+	assert_int_equal(keel_udp_storage_size(&bad), 0);
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	bad.bind_host = "127.0.0.256";
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	assert_int_equal(keel_udp_init(&t, g_mem[0], need - 1, &cfg), -ENOSPC);
+	assert_int_equal(keel_udp_init(&t, NULL, need, &cfg), -ENOSPC);
+	assert_null(t);
+	/* Any alignment of mem works with exactly storage_size bytes. */
+	assert_int_equal(keel_udp_init(&t, g_mem[0] + 3, need, &cfg), 0);
+	udp_close(t);
+}
+
+static void test_udp_bad_peer_and_datagram(void **state)
+{
+	struct keel_transport *t[2];
+	struct keel_udp_config cfg;
+	struct sockaddr_storage a;
+	struct sockaddr_in6 six = {.sin6_family = AF_INET6, .sin6_port = htons(9)};
+	struct sockaddr_in zero_port = {.sin_family = AF_INET};
+	struct keel_datagram d[3];
+	static uint8_t msg[MTU + 1];
+	socklen_t alen;
+
+	(void)state;
+	cfg_make(&cfg, 0, 3, NULL);
+	t[0] = udp_open(0, &cfg);
+	cfg_make(&cfg, 1, 3, NULL);
+	t[1] = udp_open(1, &cfg);
+	assert_int_equal(keel_udp_local_addr(t[1], &a, &alen), 0);
+	assert_int_equal(keel_udp_set_peer(t[0], 3, (struct sockaddr *)&a, alen), -EINVAL);
+	assert_int_equal(keel_udp_set_peer(t[0], 1, (struct sockaddr *)&a, alen - 1), -EINVAL);
+	assert_int_equal(keel_udp_set_peer(t[0], 1, (struct sockaddr *)&six, sizeof(six)), -EINVAL);
+	zero_port.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(
+	    keel_udp_set_peer(t[0], 1, (struct sockaddr *)&zero_port, sizeof(zero_port)), -EINVAL);
+	assert_int_equal(keel_udp_set_peer(t[0], 1, (struct sockaddr *)&a, alen), 0);
+	d[0] = (struct keel_datagram){.buf = msg, .len = 10, .peer = 1};
+	d[1] = (struct keel_datagram){.buf = msg, .len = 10, .peer = 2}; /* never set */
+	d[2] = (struct keel_datagram){.buf = msg, .len = MTU + 1, .peer = 1};
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d, 2), 1); /* the valid prefix */
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d + 1, 1), -EINVAL);
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d + 2, 1), -EINVAL);
+	d[1].peer = 3;
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d + 1, 1), -EINVAL);
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d, 0), 0);
+	assert_int_equal(recv_wait(t[1], d, MTU, 1), 0); /* rank 1 does not know rank 0 */
+	udp_close(t[0]);
+	udp_close(t[1]);
+}
+
+static void test_udp_ipv6_loopback(void **state)
+{
+	struct keel_transport *t[2] = {NULL, NULL};
+	struct keel_udp_config cfg;
+	struct keel_datagram d[2];
+	struct sockaddr_in four = {.sin_family = AF_INET, .sin_port = htons(9)};
+	uint8_t msg[300] = "over ::1";
+	int err;
+
+	(void)state;
+	cfg_make(&cfg, 0, 2, "::1");
+	err = keel_udp_init(&t[0], g_mem[0], MEM_BYTES, &cfg);
+	if (err == -EADDRNOTAVAIL || err == -EAFNOSUPPORT) {
+		print_message("IPv6 ::1 unavailable here (%s): skipped\n", strerror(-err));
+		skip();
+	}
+	assert_int_equal(err, 0);
+	cfg_make(&cfg, 1, 2, "::1");
+	t[1] = udp_open(1, &cfg);
+	wire_all(t, 2);
+	four.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(keel_udp_set_peer(t[0], 1, (struct sockaddr *)&four, sizeof(four)),
+			 -EINVAL);
+	d[0] = (struct keel_datagram){.buf = msg, .len = sizeof(msg), .peer = 1};
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d, 1), 1);
+	assert_int_equal(recv_wait(t[1], d, MTU, 1), 1);
+	assert_int_equal(d[0].peer, 0);
+	assert_int_equal(d[0].len, sizeof(msg));
+	assert_memory_equal(d[0].buf, msg, sizeof(msg));
+	udp_close(t[0]);
+	udp_close(t[1]);
+}
+
+static void test_udp_fini_twice(void **state)
+{
+	struct keel_transport *t, *t2 = (struct keel_transport *)1;
+	struct keel_udp_config cfg;
+	struct sockaddr_storage a;
+	struct keel_datagram d[1];
+	socklen_t alen;
+
+	(void)state;
+	cfg_make(&cfg, 0, 1, NULL);
+	t = udp_open(0, &cfg);
+	/* A failed init (port taken) leaves nothing open and *out NULL; fini(NULL) is a no-op. */
+	assert_int_equal(keel_udp_local_addr(t, &a, &alen), 0);
+	cfg.bind_port = ntohs(((struct sockaddr_in *)&a)->sin_port);
+	assert_int_equal(keel_udp_init(&t2, g_mem[1], MEM_BYTES, &cfg), -EADDRINUSE);
+	assert_null(t2);
+	t->ops->fini(t2);
+	t->ops->fini(t);
+	t->ops->fini(t);
+	assert_int_equal(t->ops->wait_fd(t), -1);
+	assert_int_equal(keel_udp_local_addr(t, &a, &alen), -EBADF);
+	recv_setup(d, 1, MTU);
+	assert_int_equal(t->ops->recv_burst(t, 0, d, 1), KEEL_ETRANSPORT);
+	assert_int_equal(t->ops->send_burst(t, 0, d, 1), KEEL_ETRANSPORT);
+}
+
+/* 256 jumbo datagrams against a 4 KiB socket buffer: whatever the kernel does, the burst
+ * returns a count in [0, 256], never an error; then the would-block and per-datagram error
+ * paths are forced with the interposer. */
+static void test_udp_burst_beyond_sockbuf(void **state)
+{
+	struct keel_transport *t[2];
+	struct keel_udp_config cfg;
+	struct keel_udp_stats st;
+	static struct keel_datagram d[KEEL_BURST_MAX];
+	static uint8_t jumbo[KEEL_MTU_DEFAULT];
+	uint32_t i;
+	int r;
+
+	(void)state;
+	for (i = 0; i < 2; i++) {
+		cfg_make(&cfg, i, 2, NULL);
+		cfg.mtu = KEEL_MTU_DEFAULT;
+		cfg.burst = KEEL_BURST_MAX;
+		cfg.sockbuf_bytes = 4096;
+		t[i] = udp_open((int)i, &cfg);
+	}
+	wire_all(t, 2);
+	for (i = 0; i < KEEL_BURST_MAX; i++)
+		d[i] = (struct keel_datagram){.buf = jumbo, .len = sizeof(jumbo), .peer = 1};
+	r = t[0]->ops->send_burst(t[0], 0, d, KEEL_BURST_MAX);
+	assert_true(r >= 0 && r <= (int)KEEL_BURST_MAX);
+	keel_udp_stats_get(t[0], &st);
+	print_message("real 4 KiB sndbuf: %d of %u accepted, would_block=%llu\n", r,
+		      KEEL_BURST_MAX, (unsigned long long)st.tx_would_block);
+	assert_true(r == (int)KEEL_BURST_MAX || st.tx_would_block > 0);
+
+	g_inject = (struct inject){.fd = t[0]->ops->wait_fd(t[0]), .allow = 5, .err = EAGAIN,
+				      .fails = 1};
+	keel_udp_stats_get(t[0], &st);
+	r = t[0]->ops->send_burst(t[0], 0, d, 40);
+	assert_int_equal(r, 5);
+	g_inject.allow = 0;
+	g_inject.fails = 1;
+	g_inject.err = ENOBUFS;
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d, 3), 0); /* 0, not an error */
+	{
+		struct keel_udp_stats st2;
+
+		keel_udp_stats_get(t[0], &st2);
+		assert_int_equal(st2.tx_would_block - st.tx_would_block, 35 + 3);
+		st = st2;
+	}
+	/* One datagram refused twice is skipped and counted; the rest go out. */
+	g_inject = (struct inject){.fd = t[0]->ops->wait_fd(t[0]), .allow = 3,
+				      .err = EHOSTUNREACH, .fails = 2};
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d, 10), 10);
+	{
+		struct keel_udp_stats st2;
+
+		keel_udp_stats_get(t[0], &st2);
+		assert_int_equal(st2.tx_errors - st.tx_errors, 2);
+		assert_int_equal(st2.tx_datagrams - st.tx_datagrams, 9);
+	}
+	/* A fatal socket error before anything went out is KEEL_ETRANSPORT. */
+	g_inject = (struct inject){.fd = t[0]->ops->wait_fd(t[0]), .err = EBADF, .fails = 1};
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d, 4), KEEL_ETRANSPORT);
+	g_inject.fd = -1;
+	udp_close(t[0]);
+	udp_close(t[1]);
+}
+
+/* A 4096-rank table with 32 real senders among fake addresses; peers are moved around many
+ * times (deletion must keep every probe chain whole), then each real sender is recognised. */
+static void test_udp_peer_table_full_world(void **state)
+{
+	enum { REAL = 32 };
+	struct keel_transport *t;
+	struct keel_udp_config cfg;
+	struct keel_udp_stats st;
+	struct keel_datagram d[REAL];
+	struct sockaddr_in fake = {.sin_family = AF_INET};
+	struct sockaddr_storage local;
+	socklen_t llen;
+	uint32_t rank_of[REAL], i, round, got;
+	int fds[REAL];
+
+	(void)state;
+	cfg_make(&cfg, 0, KEEL_WORLD_MAX, NULL);
+	t = udp_open(0, &cfg);
+	fake.sin_addr.s_addr = htonl(0x7f000002);
+	for (i = 1; i < KEEL_WORLD_MAX; i++) {
+		fake.sin_port = htons((uint16_t)(10000 + i));
+		assert_int_equal(keel_udp_set_peer(t, i, (struct sockaddr *)&fake, sizeof(fake)), 0);
+	}
+	for (round = 0; round < 4; round++) { /* move every peer to another fake address */
+		for (i = 1; i < KEEL_WORLD_MAX; i++) {
+			fake.sin_port = htons((uint16_t)(20000 + round * 5000 + (i * 7) % 4096));
+			assert_int_equal(
+			    keel_udp_set_peer(t, i, (struct sockaddr *)&fake, sizeof(fake)), 0);
+		}
+	}
+	assert_int_equal(keel_udp_local_addr(t, &local, &llen), 0);
+	for (i = 0; i < REAL; i++) {
+		struct sockaddr_in a = {.sin_family = AF_INET};
+		socklen_t alen = sizeof(a);
+
+		fds[i] = socket(AF_INET, SOCK_DGRAM, 0);
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		assert_int_equal(bind(fds[i], (struct sockaddr *)&a, sizeof(a)), 0);
+		assert_int_equal(getsockname(fds[i], (struct sockaddr *)&a, &alen), 0);
+		rank_of[i] = 1 + (i * 127) % (KEEL_WORLD_MAX - 1);
+		assert_int_equal(keel_udp_set_peer(t, rank_of[i], (struct sockaddr *)&a, alen), 0);
+	}
+	for (i = 0; i < REAL; i++) {
+		uint32_t v = i;
+
+		assert_int_equal(sendto(fds[i], &v, sizeof(v), 0, (struct sockaddr *)&local, llen),
+				 sizeof(v));
+	}
+	got = recv_wait(t, d, MTU, REAL);
+	assert_int_equal(got, REAL);
+	for (i = 0; i < got; i++) {
+		uint32_t v;
+
+		assert_int_equal(d[i].len, sizeof(v));
+		memcpy(&v, d[i].buf, sizeof(v));
+		assert_true(v < REAL);
+		assert_int_equal(d[i].peer, rank_of[v]);
+	}
+	keel_udp_stats_get(t, &st);
+	assert_int_equal(st.rx_unknown_source, 0);
+	for (i = 0; i < REAL; i++)
+		close(fds[i]);
+	udp_close(t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_udp_exchange_three),
+	    cmocka_unit_test(test_udp_unknown_source_dropped),
+	    cmocka_unit_test(test_udp_truncated_dropped),
+	    cmocka_unit_test(test_udp_dead_peer_does_not_wedge),
+	    cmocka_unit_test(test_udp_bad_config),
+	    cmocka_unit_test(test_udp_bad_peer_and_datagram),
+	    cmocka_unit_test(test_udp_ipv6_loopback),
+	    cmocka_unit_test(test_udp_fini_twice),
+	    cmocka_unit_test(test_udp_burst_beyond_sockbuf),
+	    cmocka_unit_test(test_udp_peer_table_full_world),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,251 @@
+/* The tools' common start-up: environment -> UDP -> rendezvous -> chaos -> node -> waiter. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "boot.h"
+#include "keel/transport_chaos.h"
+#include "keel/transport_udp.h"
+#include "rendezvous.h"
+
+/* Read an unsigned environment knob; -EINVAL with a message if set but not a number in range. */
+static int env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *out, char *err,
+		   size_t err_len)
+{
+	const char *s = getenv(name);
+	if (s == NULL || *s == '\0')
+		return 0;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v < lo || v > hi) {
+		snprintf(err, err_len, "%s=%s: expected a whole number in %llu..%llu", name, s,
+			 (unsigned long long)lo, (unsigned long long)hi);
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t err_len)
+{
+	uint64_t v;
+	int rc = 0;
+	v = cfg->heartbeat_ns / 1000;
+	rc |= env_u64("KEEL_HEARTBEAT_US", 1, 3600000000ull, &v, err, err_len);
+	cfg->heartbeat_ns = v * 1000;
+	v = cfg->miss_limit;
+	rc |= env_u64("KEEL_MISS_LIMIT", 1, 1000000, &v, err, err_len);
+	cfg->miss_limit = (uint32_t)v;
+	v = *mtu;
+	rc |= env_u64("KEEL_MTU", KEEL_MTU_MIN, KEEL_MTU_MAX, &v, err, err_len);
+	*mtu = (uint32_t)v;
+	cfg->mtu = *mtu;
+	v = cfg->window;
+	rc |= env_u64("KEEL_WINDOW", 1, KEEL_WINDOW_MAX, &v, err, err_len);
+	cfg->window = (uint32_t)v;
+	v = cfg->burst;
+	rc |= env_u64("KEEL_BURST", 1, KEEL_BURST_MAX, &v, err, err_len);
+	cfg->burst = (uint32_t)v;
+	v = cfg->op_timeout_ns / 1000000;
+	rc |= env_u64("KEEL_OP_TIMEOUT_MS", 1, 86400000ull, &v, err, err_len);
+	cfg->op_timeout_ns = v * 1000000;
+	if (rc != 0)
+		return -EINVAL;
+	const char *algo = getenv("KEEL_ALGO");
+	if (algo != NULL && *algo != '\0') {
+		if (strcmp(algo, "auto") == 0)
+			cfg->algo = KEEL_ALGO_AUTO;
+		else if (strcmp(algo, "ring") == 0)
+			cfg->algo = KEEL_ALGO_RING;
+		else if (strcmp(algo, "rd") == 0)
+			cfg->algo = KEEL_ALGO_RD;
+		else {
+			snprintf(err, err_len, "KEEL_ALGO=%s: expected auto, ring or rd", algo);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static int start_udp(struct keel_boot *b, uint32_t mtu, char *err, size_t err_len)
+{
+	struct keel_udp_config u;
+	keel_udp_config_default(&u);
+	u.rank = b->launch.rank;
+	u.world_size = b->launch.world_size;
+	u.mtu = mtu;
+	u.burst = b->cfg.burst;
+	const char *bind = getenv("KEEL_BIND");
+	if (bind != NULL && *bind != '\0')
+		u.bind_host = bind;
+	size_t sz = keel_udp_storage_size(&u);
+	b->mem_udp = sz != 0 ? calloc(1, sz) : NULL;
+	int rc = b->mem_udp == NULL ? -EINVAL : keel_udp_init(&b->udp, b->mem_udp, sz, &u);
+	if (rc != 0) {
+		snprintf(err, err_len, "UDP transport on %s: %s", u.bind_host ? u.bind_host : "127.0.0.1",
+			 keel_strerror(rc));
+		return rc;
+	}
+	b->tp = b->udp;
+	return 0;
+}
+
+static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
+{
+	uint64_t timeout_ms = 30000;
+	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
+	if (rc != 0)
+		return rc;
+	struct sockaddr_storage self;
+	socklen_t self_len = sizeof(self);
+	rc = keel_udp_local_addr(b->udp, &self, &self_len);
+	if (rc != 0)
+		return rc;
+	uint32_t world = b->launch.world_size;
+	struct sockaddr_storage *peers = calloc(world, sizeof(*peers));
+	if (peers == NULL)
+		return -ENOMEM;
+	rc = keel_rendezvous(&b->launch, (struct sockaddr *)&self, self_len, peers,
+			     timeout_ms * 1000000ull, err, err_len);
+	for (uint32_t r = 0; rc == 0 && r < world; r++) {
+		socklen_t len = peers[r].ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							       : sizeof(struct sockaddr_in);
+		rc = keel_udp_set_peer(b->udp, r, (struct sockaddr *)&peers[r], len);
+		if (rc != 0)
+			snprintf(err, err_len, "peer %u address rejected: %s", r, keel_strerror(rc));
+	}
+	free(peers);
+	return rc;
+}
+
+static int start_chaos(struct keel_boot *b, char *err, size_t err_len)
+{
+	const char *spec = getenv("KEEL_CHAOS");
+	if (spec == NULL || *spec == '\0')
+		return 0;
+	struct keel_chaos_config cc;
+	keel_chaos_config_default(&cc);
+	cc.seed = 1;
+	if (keel_chaos_parse(spec, &cc) != 0) {
+		snprintf(err, err_len, "KEEL_CHAOS=%s: expected e.g. loss=0.01,dup=0.001,reorder=0.01,"
+				       "delay_us=50,seed=7", spec);
+		return -EINVAL;
+	}
+	cc.inner = b->udp;
+	cc.seed = cc.seed * 1000003u + b->launch.rank; /* distinct streams per rank, replayable */
+	size_t sz = keel_chaos_storage_size(&cc);
+	b->mem_chaos = sz != 0 ? calloc(1, sz) : NULL;
+	int rc = b->mem_chaos == NULL ? -EINVAL : keel_chaos_init(&b->chaos, b->mem_chaos, sz, &cc);
+	if (rc != 0) {
+		snprintf(err, err_len, "chaos transport: %s", keel_strerror(rc));
+		return rc;
+	}
+	b->tp = b->chaos;
+	return 0;
+}
+
+static int start_node(struct keel_boot *b, char *err, size_t err_len)
+{
+	enum keel_wait_mode mode;
+	uint64_t spin_ns;
+	int rc = keel_posix_wait_mode_from_env(&mode, &spin_ns);
+	if (rc != 0) {
+		snprintf(err, err_len, "KEEL_WAIT=%s / KEEL_SPIN_US=%s: expected busy|adaptive|block "
+				       "and a spin in microseconds",
+			 getenv("KEEL_WAIT") ? getenv("KEEL_WAIT") : "",
+			 getenv("KEEL_SPIN_US") ? getenv("KEEL_SPIN_US") : "");
+		return rc;
+	}
+	int fd = b->tp->ops->wait_fd != NULL ? b->tp->ops->wait_fd(b->tp) : -1;
+	keel_posix_waiter_init(&b->waiter, fd, mode, spin_ns);
+	keel_posix_timer_slack_min();
+	b->cfg.transport = b->tp;
+	b->cfg.waiter = keel_posix_waiter_get(&b->waiter);
+	b->mem_node_len = keel_storage_size(&b->cfg);
+	if (b->mem_node_len == 0) {
+		snprintf(err, err_len, "invalid keel configuration (window must be a power of two, "
+				       "mtu within %u..%u)", KEEL_MTU_MIN, KEEL_MTU_MAX);
+		return -EINVAL;
+	}
+	b->mem_node = calloc(1, b->mem_node_len);
+	if (b->mem_node == NULL)
+		return -ENOMEM;
+	rc = keel_init(&b->node, b->mem_node, b->mem_node_len, &b->cfg, keel_posix_now_ns());
+	if (rc != 0)
+		snprintf(err, err_len, "keel_init: %s", keel_strerror(rc));
+	return rc;
+}
+
+int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, void *ctx),
+		    void *ctx, char *err, size_t err_len)
+{
+	memset(b, 0, sizeof(*b));
+	int rc = keel_launch_from_env(&b->launch, err, err_len);
+	if (rc == -ENOENT) {
+		keel_launch_single(&b->launch);
+		rc = 0;
+	}
+	if (rc != 0)
+		return rc;
+	keel_config_default(&b->cfg);
+	b->cfg.rank = b->launch.rank;
+	b->cfg.world_size = b->launch.world_size;
+	b->cfg.job_id = b->launch.job_id;
+	uint32_t mtu = KEEL_MTU_DEFAULT;
+	rc = env_config(&b->cfg, &mtu, err, err_len);
+	if (rc == 0 && tweak != NULL)
+		tweak(&b->cfg, ctx);
+	if (rc == 0)
+		rc = start_udp(b, b->cfg.mtu, err, err_len);
+	if (rc == 0)
+		rc = rendezvous(b, err, err_len);
+	if (rc == 0)
+		rc = start_chaos(b, err, err_len);
+	if (rc == 0)
+		rc = start_node(b, err, err_len);
+	if (rc != 0)
+		keel_boot_stop(b, 0);
+	return rc;
+}
+
+int keel_boot_run_until(struct keel_boot *b, uint64_t deadline_ns)
+{
+	for (;;) {
+		uint64_t now = keel_posix_now_ns(), next;
+		int rc = keel_poll(b->node, now, &next);
+		if (rc != 0)
+			return rc;
+		if (now >= deadline_ns)
+			return 0;
+		b->cfg.waiter.wait(b->cfg.waiter.ctx, next < deadline_ns ? next : deadline_ns);
+	}
+}
+
+void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
+{
+	/* Stay until peers have acknowledged everything we sent (a lost last datagram would
+	 * otherwise leave a peer waiting for it), at most linger_ns. */
+	uint64_t end = keel_posix_now_ns() + linger_ns;
+	while (b->node != NULL && linger_ns != 0 && !keel_is_idle(b->node) &&
+	       keel_posix_now_ns() < end) {
+		uint64_t next;
+		if (keel_poll(b->node, keel_posix_now_ns(), &next) != 0)
+			break;
+		b->cfg.waiter.wait(b->cfg.waiter.ctx, next < end ? next : end);
+	}
+	if (b->node != NULL)
+		keel_fini(b->node);
+	if (b->chaos != NULL && b->chaos->ops->fini != NULL)
+		b->chaos->ops->fini(b->chaos);
+	if (b->udp != NULL && b->udp->ops->fini != NULL)
+		b->udp->ops->fini(b->udp);
+	free(b->mem_node);
+	free(b->mem_chaos);
+	free(b->mem_udp);
+	b->node = NULL;
+	b->chaos = b->udp = b->tp = NULL;
+	b->mem_node = b->mem_chaos = b->mem_udp = NULL;
+}

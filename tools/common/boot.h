@@ -1,0 +1,43 @@
+/* Starting a keel node the way every tool does: rank and world from the launcher's
+ * environment, a UDP socket, rendezvous, the optional chaos decorator, the node itself and a
+ * POSIX waiter. Tools only (it allocates, reads the clock and blocks during rendezvous). */
+#ifndef KEEL_BOOT_H
+#define KEEL_BOOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keel/keel.h"
+#include "launch.h"
+#include "posix_env.h"
+
+struct keel_boot {
+	struct keel_launch launch;
+	struct keel_config cfg;
+	struct keel_transport *udp, *chaos, *tp;
+	struct keel_node *node;
+	struct keel_posix_waiter waiter;
+	void *mem_udp, *mem_chaos, *mem_node;
+	size_t mem_node_len;
+};
+
+/* Knobs read from the environment (each optional), applied before the tool's own settings:
+ *   KEEL_HEARTBEAT_US, KEEL_MISS_LIMIT, KEEL_MTU, KEEL_WINDOW, KEEL_BURST, KEEL_ALGO
+ *   (auto|ring|rd), KEEL_OP_TIMEOUT_MS, KEEL_BIND (address to bind, default 127.0.0.1),
+ *   KEEL_CHAOS (a keel_chaos_parse spec), KEEL_RENDEZVOUS_TIMEOUT_MS (default 30000),
+ *   KEEL_WAIT / KEEL_SPIN_US (posix_env.h).
+ * `tweak`, if not NULL, adjusts the config after the environment. Without any launcher
+ * variables the tool runs as a single rank. Returns 0, or a negative error with a message
+ * in err naming what was wrong. */
+KEEL_MUST_USE int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, void *ctx),
+				  void *ctx, char *err, size_t err_len);
+
+/* Poll until `deadline_ns` (keel_posix_now_ns time), waiting with the waiter in between.
+ * Returns keel_poll's error, if any. */
+KEEL_MUST_USE int keel_boot_run_until(struct keel_boot *b, uint64_t deadline_ns);
+
+/* Keep polling until everything this node sent is acknowledged (at most `linger_ns`), then
+ * release everything. */
+void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns);
+
+#endif

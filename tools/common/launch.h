@@ -1,0 +1,61 @@
+/* Where this process sits in the job, read from the launcher's environment (torchrun, Slurm,
+ * Open MPI, or keel-run) and an optional static peer list. Tools only; nothing here talks
+ * to the network (see rendezvous.h for that). */
+#ifndef KEEL_LAUNCH_H
+#define KEEL_LAUNCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keel/errors.h"
+
+/* Longest host name or address in MASTER_ADDR or a KEEL_PEERS entry, terminator included. */
+#define KEEL_LAUNCH_HOST_LEN 256u
+
+struct keel_launch {
+	uint32_t rank;
+	uint32_t world_size; /* 1..KEEL_WORLD_MAX */
+	uint32_t local_rank; /* rank among the ranks of this host */
+	uint32_t local_world_size;
+	uint32_t job_id; /* KEEL_JOB_ID, else SLURM_JOB_ID, else 0; the same on every rank */
+	char master_addr[KEEL_LAUNCH_HOST_LEN]; /* "" when not set */
+	uint16_t master_port;			/* 0 when not set */
+	/* KEEL_PEERS ("host:port,[v6]:port,..."), or NULL. Points into the environment: valid
+	 * while KEEL_PEERS is not changed. Entry i is where rank i's UDP socket listens. */
+	const char *peers;
+	const char *source; /* static: "torchrun", "slurm", "openmpi" or "single" */
+};
+
+/* Fill `out` from the environment. Precedence (the first whose rank variable is set wins):
+ *   torchrun / keel-run: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+ *   Slurm:               SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE
+ *   Open MPI:            OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+ *                        OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
+ * plus MASTER_ADDR, MASTER_PORT, KEEL_PEERS and KEEL_JOB_ID. With KEEL_PEERS the world size is
+ * the number of entries (a world-size variable, if also set, must agree). Missing local
+ * variables default to local_rank = rank and local_world_size = world_size.
+ * MASTER_ADDR and MASTER_PORT are required when world_size > 1 and KEEL_PEERS is unset.
+ * Errors (a message naming the variable is written to err, which may be NULL):
+ *   -ENOENT  no rank variable at all (the tool may then run as a single rank: keel_launch_single)
+ *   -EINVAL  a variable that is set but missing its partners, not a number, out of range
+ *            (world 0 or above KEEL_WORLD_MAX, rank >= world, port 0 or above 65535), or
+ *            values that disagree, or a malformed KEEL_PEERS. */
+KEEL_MUST_USE int keel_launch_from_env(struct keel_launch *out, char *err, size_t err_len);
+
+/* A one-rank job: rank 0 of 1, no master, no peers, source "single". */
+void keel_launch_single(struct keel_launch *out);
+
+/* Check the syntax of a peer list and count its entries. Each entry is host:port or
+ * [ipv6]:port (host not empty, at most KEEL_LAUNCH_HOST_LEN - 1 bytes, no ':' outside
+ * brackets; port 1..65535); entries are separated by single commas, no spaces.
+ * Errors: -EINVAL (message names the entry), including more than KEEL_WORLD_MAX entries. */
+KEEL_MUST_USE int keel_peers_count(const char *list, uint32_t *count, char *err, size_t err_len);
+
+/* Entry `index` of a peer list: host (brackets removed) into `host` (host_len bytes, at least
+ * KEEL_LAUNCH_HOST_LEN recommended) and its port. Nothing is resolved.
+ * Errors: -EINVAL (malformed entry, or host longer than host_len - 1), -ENOENT (index beyond
+ * the list). */
+KEEL_MUST_USE int keel_peers_entry(const char *list, uint32_t index, char *host, size_t host_len,
+				   uint16_t *port, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,242 @@
+/* POSIX glue for the tools: CLOCK_MONOTONIC and a waiter over one fd (busy, adaptive, block).
+ * Tools only: this file reads clocks and blocks so that the runtime never has to. */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "assert_int.h"
+#include "posix_env.h"
+
+uint64_t keel_posix_now_ns(void)
+{
+	struct timespec ts;
+	int rc = clock_gettime(CLOCK_MONOTONIC, &ts);
+
+	KEEL_ASSERT(rc == 0);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void keel_posix_waiter_init(struct keel_posix_waiter *w, int fd, enum keel_wait_mode mode,
+			    uint64_t spin_ns)
+{
+	int type = 0;
+	socklen_t len = sizeof(type);
+
+	KEEL_ASSERT(w != NULL);
+	KEEL_ASSERT(mode == KEEL_WAIT_BUSY || mode == KEEL_WAIT_ADAPTIVE ||
+		    mode == KEEL_WAIT_BLOCK);
+	memset(w, 0, sizeof(*w));
+	w->fd = fd;
+	w->mode = mode;
+	w->spin_ns = spin_ns;
+	/* recv(MSG_PEEK) works on sockets only; pipes and eventfds fall back to ppoll. */
+	w->fd_is_socket = fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0;
+}
+
+/* Measured on x86-64 (Linux 6, loopback UDP): clock_gettime 31 ns, recv(MSG_PEEK|MSG_DONTWAIT)
+ * 177 ns, ppoll with zero timeout 232 ns. The spin has nothing else to do, so it checks the fd
+ * on every iteration with the cheapest call; input is then seen within ~0.2 us. */
+static int fd_readable_now(const struct keel_posix_waiter *w)
+{
+	if (w->fd < 0)
+		return 0;
+	if (w->fd_is_socket) {
+		char byte;
+		ssize_t n = recv(w->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+
+		/* A pending socket error also counts: the caller's receive path reports it. */
+		return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+	}
+	struct pollfd p = {.fd = w->fd, .events = POLLIN};
+	struct timespec zero = {0, 0};
+
+	return ppoll(&p, 1, &zero, NULL) > 0;
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+/* Spin until `until_ns` or input. Returns 1 on input, 0 when the time ran out. The loop is
+ * bounded by the clock: each iteration reads it. */
+static int spin_until(struct keel_posix_waiter *w, uint64_t until_ns)
+{
+	for (;;) {
+		if (fd_readable_now(w))
+			return 1;
+		if (keel_posix_now_ns() >= until_ns)
+			return 0;
+		cpu_relax();
+	}
+}
+
+static void block_until(struct keel_posix_waiter *w, uint64_t deadline_ns)
+{
+	uint64_t now_ns = keel_posix_now_ns();
+	uint64_t left_ns;
+	struct pollfd p = {.fd = w->fd, .events = POLLIN};
+	struct timespec ts;
+	int rc;
+
+	if (now_ns >= deadline_ns)
+		return;
+	left_ns = deadline_ns - now_ns;
+	if (left_ns > KEEL_POSIX_BLOCK_NS_MAX)
+		left_ns = KEEL_POSIX_BLOCK_NS_MAX;
+	ts.tv_sec = (time_t)(left_ns / 1000000000ull);
+	ts.tv_nsec = (long)(left_ns % 1000000000ull);
+	w->blocks++;
+	/* A negative fd is ignored by ppoll, so fd == -1 is a plain nanosecond sleep. */
+	rc = ppoll(&p, 1, &ts, NULL);
+	now_ns = keel_posix_now_ns();
+	if (rc > 0) {
+		w->wakeups_input++;
+		return;
+	}
+	if (now_ns < deadline_ns) {
+		/* EINTR, or the KEEL_POSIX_BLOCK_NS_MAX cap: returning early is allowed. */
+		w->wakeups_early++;
+		return;
+	}
+	if (now_ns > deadline_ns) {
+		uint64_t late_ns = now_ns - deadline_ns;
+
+		w->wakeups_late++;
+		w->oversleep_ns_sum += late_ns;
+		if (late_ns > w->oversleep_ns_max)
+			w->oversleep_ns_max = late_ns;
+	}
+}
+
+static uint64_t waiter_now_ns(void *ctx)
+{
+	(void)ctx;
+	return keel_posix_now_ns();
+}
+
+static void waiter_wait(void *ctx, uint64_t deadline_ns)
+{
+	struct keel_posix_waiter *w = ctx;
+	uint64_t now_ns, spin_end_ns;
+
+	KEEL_ASSERT(w != NULL);
+	w->waits++;
+	if (w->mode == KEEL_WAIT_BLOCK || (w->mode == KEEL_WAIT_ADAPTIVE && w->spin_ns == 0)) {
+		block_until(w, deadline_ns);
+		return;
+	}
+	now_ns = keel_posix_now_ns();
+	if (now_ns >= deadline_ns)
+		return;
+	spin_end_ns = deadline_ns;
+	if (w->mode == KEEL_WAIT_ADAPTIVE && w->spin_ns < deadline_ns - now_ns)
+		spin_end_ns = now_ns + w->spin_ns;
+	if (spin_until(w, spin_end_ns)) {
+		w->spins++;
+		w->wakeups_input++;
+		return;
+	}
+	if (spin_end_ns >= deadline_ns) {
+		w->spins++;
+		return;
+	}
+	block_until(w, deadline_ns);
+}
+
+struct keel_waiter keel_posix_waiter_get(struct keel_posix_waiter *w)
+{
+	struct keel_waiter out = {.now_ns = waiter_now_ns, .wait = waiter_wait, .ctx = w};
+
+	KEEL_ASSERT(w != NULL);
+	return out;
+}
+
+/* CPUs this process may run on: the affinity mask, which containers and taskset narrow,
+ * falling back to the online count. */
+static long usable_cpu_count(void)
+{
+	cpu_set_t set;
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		return online > 0 && online < CPU_COUNT(&set) ? online : CPU_COUNT(&set);
+	return online > 0 ? online : 1;
+}
+
+static int parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (s == NULL || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int keel_posix_wait_mode_from_env(enum keel_wait_mode *mode, uint64_t *spin_ns)
+{
+	const char *wait = getenv("KEEL_WAIT");
+	const char *spin_us = getenv("KEEL_SPIN_US");
+	enum keel_wait_mode m = KEEL_WAIT_ADAPTIVE;
+	uint64_t local_ranks = 1, us = 0;
+	uint64_t spin = KEEL_POSIX_SPIN_NS_DEFAULT;
+
+	KEEL_ASSERT(mode != NULL && spin_ns != NULL);
+	if (wait != NULL && wait[0] != '\0') {
+		if (strcmp(wait, "busy") == 0)
+			m = KEEL_WAIT_BUSY;
+		else if (strcmp(wait, "adaptive") == 0)
+			m = KEEL_WAIT_ADAPTIVE;
+		else if (strcmp(wait, "block") == 0)
+			m = KEEL_WAIT_BLOCK;
+		else
+			return -EINVAL;
+	}
+	if (spin_us != NULL && spin_us[0] != '\0') {
+		if (parse_u64(spin_us, KEEL_POSIX_SPIN_US_MAX, &us) != 0)
+			return -EINVAL;
+		spin = us * 1000ull;
+	} else if (parse_u64(getenv("LOCAL_WORLD_SIZE"), UINT32_MAX, &local_ranks) == 0 &&
+		   local_ranks > (uint64_t)usable_cpu_count()) {
+		spin = 0;
+	}
+	*mode = m;
+	*spin_ns = m == KEEL_WAIT_BUSY ? UINT64_MAX : m == KEEL_WAIT_BLOCK ? 0 : spin;
+	return 0;
+}
+
+const char *keel_posix_wait_mode_name(enum keel_wait_mode mode)
+{
+	switch (mode) {
+	case KEEL_WAIT_BUSY:
+		return "busy";
+	case KEEL_WAIT_ADAPTIVE:
+		return "adaptive";
+	case KEEL_WAIT_BLOCK:
+		return "block";
+	}
+	return "?";
+}
+
+void keel_posix_timer_slack_min(void)
+{
+	(void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+}

@@ -1,0 +1,74 @@
+/* POSIX glue for the tools: the monotonic clock and a keel_waiter that spins, blocks in ppoll,
+ * or spins then blocks. Only tools link this; the runtime never reads a clock or waits. */
+#ifndef KEEL_POSIX_ENV_H
+#define KEEL_POSIX_ENV_H
+
+#include <stdint.h>
+
+#include "keel/errors.h"
+#include "keel/node.h"
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t keel_posix_now_ns(void);
+
+enum keel_wait_mode {
+	KEEL_WAIT_BUSY = 0, /* spin until the deadline or input; lowest latency, burns a core */
+	KEEL_WAIT_ADAPTIVE, /* spin up to spin_ns, then block in ppoll */
+	KEEL_WAIT_BLOCK,    /* block in ppoll at once; best when ranks outnumber cores */
+};
+
+/* Default spin of the adaptive mode: long enough to catch a reply on loopback or a fast
+ * NIC without a context switch, short enough not to matter when nothing comes. */
+#define KEEL_POSIX_SPIN_NS_DEFAULT 50000ull
+/* Upper bound on KEEL_SPIN_US (10 s); longer spins are a configuration mistake. */
+#define KEEL_POSIX_SPIN_US_MAX 10000000ull
+/* One ppoll never blocks longer than this; the waiter may return early, and the caller
+ * loops, so an infinite deadline (UINT64_MAX) costs one wakeup per second. */
+#define KEEL_POSIX_BLOCK_NS_MAX 1000000000ull
+
+struct keel_posix_waiter {
+	int fd; /* waited for readability; -1 waits for the deadline only */
+	enum keel_wait_mode mode;
+	uint64_t spin_ns;	   /* adaptive mode: how long to spin before blocking */
+	int fd_is_socket;	   /* readability is checked with recv(MSG_PEEK) when set */
+	uint64_t waits;		   /* calls to wait */
+	uint64_t spins;		   /* waits that ended while spinning (input or deadline) */
+	uint64_t blocks;	   /* ppoll calls that were allowed to block */
+	uint64_t wakeups_input;	   /* waits ended by input on fd */
+	uint64_t wakeups_early;	   /* ppoll returned with no input before the deadline (signal,
+				    * timer rounding); the waiter returns early, as allowed */
+	uint64_t wakeups_late;	   /* blocking waits that returned after the deadline */
+	uint64_t oversleep_ns_max; /* worst lateness of a blocking wait past its deadline */
+	uint64_t oversleep_ns_sum; /* total lateness, for an average over wakeups_late */
+};
+
+/* Set up `w` for `fd` (not owned: the waiter never closes it; -1 for none).
+ * spin_ns is used by KEEL_WAIT_ADAPTIVE only. Counters start at 0. */
+void keel_posix_waiter_init(struct keel_posix_waiter *w, int fd, enum keel_wait_mode mode,
+			    uint64_t spin_ns);
+
+/* The keel_waiter view of `w`, for keel_config.waiter. `w` must outlive its use.
+ * wait(ctx, deadline_ns) returns when deadline_ns (keel_posix_now_ns time) has passed or the fd
+ * is readable, whichever comes first; it may return early (a signal, or after
+ * KEEL_POSIX_BLOCK_NS_MAX of blocking). It never reads from the fd. */
+struct keel_waiter keel_posix_waiter_get(struct keel_posix_waiter *w);
+
+/* Choose the wait mode from the environment:
+ *   KEEL_WAIT=busy|adaptive|block   (case-sensitive; unset or empty: adaptive)
+ *   KEEL_SPIN_US=N                  (spin of the adaptive mode, 0..KEEL_POSIX_SPIN_US_MAX)
+ * Without KEEL_SPIN_US the adaptive spin is KEEL_POSIX_SPIN_NS_DEFAULT when LOCAL_WORLD_SIZE
+ * (ranks on this host, set by keel-run or torchrun; 1 if unset or unreadable) is at most the
+ * CPUs this process may run on, else 0: spinning ranks on shared cores steal each other's time.
+ * *spin_ns is 0 for block and UINT64_MAX for busy.
+ * Errors: -EINVAL for an unknown KEEL_WAIT or a bad KEEL_SPIN_US (outputs are then untouched;
+ * the caller prints the variable). */
+KEEL_MUST_USE int keel_posix_wait_mode_from_env(enum keel_wait_mode *mode, uint64_t *spin_ns);
+
+/* "busy", "adaptive" or "block" ("?" for anything else). */
+const char *keel_posix_wait_mode_name(enum keel_wait_mode mode);
+
+/* Ask for 1 ns timer slack (prctl PR_SET_TIMERSLACK) so the kernel does not defer sub-ms
+ * ppoll timeouts by its default 50 us. Best effort: failure changes nothing else. */
+void keel_posix_timer_slack_min(void);
+
+#endif

@@ -1,0 +1,25 @@
+/* Inputs and reference results for checking AllReduce (keel-bench --check, the tests).
+ * The inputs are small integers and powers of two, so every reduction is exact in every dtype:
+ * the result does not depend on the reduction order and is compared bit for bit. */
+#ifndef KEEL_REFCHECK_H
+#define KEEL_REFCHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keel/types.h"
+
+/* Element i of rank `rank`'s input for `op`, as a double (exact in every dtype). */
+double keel_check_value(uint32_t rank, size_t i, enum keel_dtype dt, enum keel_redop op);
+/* Write `value` as element i of a `dt` buffer. */
+void keel_check_store(void *buf, size_t i, enum keel_dtype dt, double value);
+/* buf[0..count) = rank's input. */
+void keel_check_fill(void *buf, size_t count, uint32_t rank, enum keel_dtype dt, enum keel_redop op);
+/* buf[0..count) = the AllReduce of all `world` ranks' inputs, as keel defines it
+ * (avg: the sum divided in the dtype's accumulation precision, integers truncating). */
+void keel_check_reference(void *buf, size_t count, uint32_t world, enum keel_dtype dt,
+			  enum keel_redop op);
+/* Elements of `got` whose bytes differ from `ref`. */
+size_t keel_check_wrong(const void *got, const void *ref, size_t count, enum keel_dtype dt);
+
+#endif

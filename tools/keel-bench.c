@@ -1,0 +1,370 @@
+/* keel-bench: AllReduce bandwidth/latency in the nccl-tests format, and heartbeat round trips.
+ * Launch with keel-run (or torchrun, Slurm, mpirun): keel-run -n 4 -- keel-bench allreduce. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "boot.h"
+#include "refcheck.h"
+
+struct bench_opts {
+	uint64_t min_bytes, max_bytes;
+	uint64_t factor, step_bytes;
+	int dtype, op;
+	uint32_t iters, warmup;
+	bool check;
+	double seconds;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: keel-bench allreduce [options]   AllReduce table (nccl-tests format)\n"
+		"       keel-bench heartbeat [options]   heartbeat round-trip p50/p99/max\n"
+		"allreduce options:\n"
+		"  -b, --minbytes SIZE   smallest message (default 8); K, M, G suffixes\n"
+		"  -e, --maxbytes SIZE   largest message (default 64M)\n"
+		"  -f, --stepfactor N    multiply the size by N each row (default 2)\n"
+		"  -i, --stepbytes SIZE  add SIZE each row instead of multiplying\n"
+		"  -d, --dtype T         f32 f64 f16 bf16 i32 i64 u8 (default f32)\n"
+		"  -o, --op OP           sum prod min max avg (default sum)\n"
+		"  -n, --iters N         timed iterations per size (default 20)\n"
+		"  -w, --warmup N        untimed iterations first (default 5)\n"
+		"  -c, --check           verify every element against a reference\n"
+		"heartbeat options:\n"
+		"  -t, --seconds S       how long to measure (default 2)\n"
+		"environment: KEEL_HEARTBEAT_US, KEEL_ALGO=auto|ring|rd, KEEL_MTU, KEEL_WINDOW,\n"
+		"  KEEL_CHAOS=loss=0.01,..., KEEL_WAIT=busy|adaptive|block (see README)\n");
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s)
+		return -EINVAL;
+	uint64_t mul = 1;
+	if (*end == 'K' || *end == 'k')
+		mul = 1ull << 10;
+	else if (*end == 'M' || *end == 'm')
+		mul = 1ull << 20;
+	else if (*end == 'G' || *end == 'g')
+		mul = 1ull << 30;
+	else if (*end != '\0')
+		return -EINVAL;
+	if (mul != 1 && end[1] != '\0')
+		return -EINVAL;
+	*out = v * mul;
+	return 0;
+}
+
+static int parse_name(const char *s, const char *(*name)(int), int count)
+{
+	for (int i = 0; i < count; i++)
+		if (name(i) != NULL && strcmp(s, name(i)) == 0)
+			return i;
+	return -1;
+}
+
+static const char *dtype_name(int i)
+{
+	return keel_dtype_name((enum keel_dtype)i);
+}
+
+static const char *redop_name(int i)
+{
+	return keel_redop_name((enum keel_redop)i);
+}
+
+static int parse_opts(int argc, char **argv, struct bench_opts *o)
+{
+	static const struct option longs[] = {
+	    {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
+	    {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
+	    {"dtype", required_argument, 0, 'd'},     {"op", required_argument, 0, 'o'},
+	    {"iters", required_argument, 0, 'n'},     {"warmup", required_argument, 0, 'w'},
+	    {"check", no_argument, 0, 'c'},           {"seconds", required_argument, 0, 't'},
+	    {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
+	*o = (struct bench_opts){.min_bytes = 8, .max_bytes = 64ull << 20, .factor = 2,
+				 .dtype = KEEL_F32, .op = KEEL_SUM, .iters = 20, .warmup = 5,
+				 .seconds = 2.0};
+	int c;
+	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:ct:h", longs, NULL)) != -1) {
+		uint64_t v;
+		switch (c) {
+		case 'b':
+		case 'e':
+		case 'i':
+			if (parse_size(optarg, &v) != 0) {
+				fprintf(stderr, "keel-bench: bad size '%s'\n", optarg);
+				return -EINVAL;
+			}
+			*(c == 'b' ? &o->min_bytes : c == 'e' ? &o->max_bytes : &o->step_bytes) = v;
+			break;
+		case 'f':
+		case 'n':
+		case 'w':
+			if (parse_size(optarg, &v) != 0 || (c != 'w' && v == 0) || v > 100000000) {
+				fprintf(stderr, "keel-bench: bad number '%s' for -%c\n", optarg, c);
+				return -EINVAL;
+			}
+			if (c == 'f')
+				o->factor = v;
+			else if (c == 'n')
+				o->iters = (uint32_t)v;
+			else
+				o->warmup = (uint32_t)v;
+			break;
+		case 'd':
+			o->dtype = parse_name(optarg, dtype_name, KEEL_DTYPE_COUNT);
+			if (o->dtype < 0) {
+				fprintf(stderr, "keel-bench: unknown dtype '%s'\n", optarg);
+				return -EINVAL;
+			}
+			break;
+		case 'o':
+			o->op = parse_name(optarg, redop_name, KEEL_REDOP_COUNT);
+			if (o->op < 0) {
+				fprintf(stderr, "keel-bench: unknown op '%s'\n", optarg);
+				return -EINVAL;
+			}
+			break;
+		case 'c':
+			o->check = true;
+			break;
+		case 't':
+			o->seconds = strtod(optarg, NULL);
+			if (!(o->seconds > 0 && o->seconds < 86400)) {
+				fprintf(stderr, "keel-bench: bad --seconds '%s'\n", optarg);
+				return -EINVAL;
+			}
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -EINVAL;
+		}
+	}
+	if (optind != argc || o->min_bytes > o->max_bytes || (o->factor < 2 && o->step_bytes == 0)) {
+		usage(stderr);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static void die(struct keel_boot *b, const char *what, int rc)
+{
+	fprintf(stderr, "keel-bench: rank %u: %s: %s\n", b->launch.rank, what, keel_strerror(rc));
+	exit(1);
+}
+
+/* Max (or sum) of one value across ranks, through keel itself. */
+static double across(struct keel_boot *b, double v, enum keel_redop op)
+{
+	double out;
+	int rc = keel_allreduce(b->node, &v, &out, 1, KEEL_F64, op);
+	if (rc != 0)
+		die(b, "allreduce of results", rc);
+	return out;
+}
+
+/* Mean time of one AllReduce over `iters`, in microseconds, slowest rank. */
+static double time_allreduce(struct keel_boot *b, const struct bench_opts *o, void *in, void *out,
+			     size_t count)
+{
+	for (uint32_t i = 0; i < o->warmup; i++) {
+		int rc = keel_allreduce(b->node, in, out, count, o->dtype, o->op);
+		if (rc != 0)
+			die(b, "allreduce (warmup)", rc);
+	}
+	across(b, 0, KEEL_MAX); /* line the ranks up */
+	uint64_t t0 = keel_posix_now_ns();
+	for (uint32_t i = 0; i < o->iters; i++) {
+		int rc = keel_allreduce(b->node, in, out, count, o->dtype, o->op);
+		if (rc != 0)
+			die(b, "allreduce", rc);
+	}
+	double us = (double)(keel_posix_now_ns() - t0) / 1e3 / o->iters;
+	return across(b, us, KEEL_MAX);
+}
+
+static double check_allreduce(struct keel_boot *b, const struct bench_opts *o, void *in, void *out,
+			      void *ref, size_t count, bool in_place)
+{
+	keel_check_fill(in, count, b->launch.rank, o->dtype, o->op);
+	int rc = keel_allreduce(b->node, in, in_place ? in : out, count, o->dtype, o->op);
+	if (rc != 0)
+		die(b, "allreduce (check)", rc);
+	keel_check_reference(ref, count, b->launch.world_size, o->dtype, o->op);
+	return across(b, (double)keel_check_wrong(in_place ? in : out, ref, count, o->dtype),
+		      KEEL_SUM);
+}
+
+static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
+{
+	size_t es = keel_dtype_size(o->dtype);
+	size_t cap = (size_t)o->max_bytes + es;
+	uint8_t *in = calloc(1, cap), *out = calloc(1, cap), *ref = o->check ? calloc(1, cap) : NULL;
+	if (in == NULL || out == NULL || (o->check && ref == NULL))
+		die(b, "buffers", -ENOMEM);
+	uint32_t n = b->launch.world_size;
+	bool lead = b->launch.rank == 0;
+	if (lead) {
+		printf("# keel-bench allreduce: %u ranks (%s), transport udp, algo %s, mtu %u, "
+		       "window %u, wait %s\n",
+		       n, b->launch.source,
+		       b->cfg.algo == KEEL_ALGO_RING ? "ring" : b->cfg.algo == KEEL_ALGO_RD ? "rd" : "auto",
+		       b->cfg.mtu, b->cfg.window, keel_posix_wait_mode_name(b->waiter.mode));
+		printf("#%61s%32s\n", "out-of-place", "in-place");
+		printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count",
+		       "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+		       "busbw", "#wrong");
+		printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "(B)",
+		       "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+		       "(GB/s)", "");
+	}
+	double busbw_sum = 0, wrong_total = 0;
+	int rows = 0;
+	for (uint64_t bytes = o->min_bytes; bytes <= o->max_bytes;
+	     bytes = o->step_bytes ? bytes + o->step_bytes : bytes * o->factor) {
+		size_t count = bytes / es;
+		double t[2], wrong[2] = {-1, -1};
+		for (int ip = 0; ip < 2; ip++) {
+			t[ip] = time_allreduce(b, o, in, ip ? in : out, count);
+			if (o->check)
+				wrong[ip] = check_allreduce(b, o, in, out, ref, count, ip);
+		}
+		double algbw[2], busbw[2];
+		for (int ip = 0; ip < 2; ip++) {
+			algbw[ip] = (double)(count * es) / (t[ip] * 1e3);
+			busbw[ip] = algbw[ip] * (n > 1 ? 2.0 * (n - 1) / n : 1.0);
+			wrong_total += wrong[ip] > 0 ? wrong[ip] : 0;
+		}
+		busbw_sum += busbw[0];
+		rows++;
+		if (lead) {
+			char w0[16], w1[16];
+			snprintf(w0, sizeof(w0), o->check ? "%.0f" : "N/A", wrong[0]);
+			snprintf(w1, sizeof(w1), o->check ? "%.0f" : "N/A", wrong[1]);
+			printf(" %11" PRIu64 " %12zu %8s %6s %6d %8.2f %7.3f %7.3f %6s %8.2f %7.3f %7.3f %6s\n",
+			       (uint64_t)(count * es), count, keel_dtype_name(o->dtype),
+			       keel_redop_name(o->op), -1, t[0], algbw[0], busbw[0], w0, t[1], algbw[1],
+			       busbw[1], w1);
+			fflush(stdout);
+		}
+		if (bytes == 0 && o->step_bytes == 0)
+			break;
+	}
+	if (lead) {
+		printf("# Out of bounds values : %.0f %s\n", wrong_total,
+		       o->check ? (wrong_total == 0 ? "OK" : "FAILED") : "(not checked: use --check)");
+		printf("# Avg bus bandwidth    : %g\n", rows ? busbw_sum / rows : 0.0);
+	}
+	free(in);
+	free(out);
+	free(ref);
+	return wrong_total == 0 ? 0 : 1;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
+{
+	uint32_t n = b->launch.world_size, self = b->launch.rank;
+	size_t cap = 1u << 20, count = 0;
+	uint64_t *samples = calloc(cap, sizeof(*samples)), *seen = calloc(n, sizeof(*seen));
+	double *table = calloc((size_t)n * 6, sizeof(double)), *sum = calloc((size_t)n * 6, sizeof(double));
+	if (samples == NULL || seen == NULL || table == NULL || sum == NULL)
+		die(b, "buffers", -ENOMEM);
+	across(b, 0, KEEL_MAX);
+	uint64_t end = keel_posix_now_ns() + (uint64_t)(o->seconds * 1e9);
+	for (uint64_t now = keel_posix_now_ns(); now < end; now = keel_posix_now_ns()) {
+		uint64_t next;
+		int rc = keel_poll(b->node, now, &next);
+		if (rc != 0)
+			die(b, "poll", rc);
+		for (uint32_t p = 0; p < n; p++) {
+			struct keel_peer_info pi;
+			if (p == self || keel_peer_get(b->node, p, &pi) != 0 || pi.rtt_samples == seen[p])
+				continue;
+			seen[p] = pi.rtt_samples;
+			if (count < cap)
+				samples[count++] = pi.rtt_ns_last;
+		}
+		b->cfg.waiter.wait(b->cfg.waiter.ctx, next < end ? next : end);
+	}
+	qsort(samples, count, sizeof(*samples), cmp_u64);
+	struct keel_counters k;
+	keel_counters_get(b->node, &k);
+	double *row = table + (size_t)self * 6;
+	row[0] = count ? samples[count / 2] / 1e3 : 0;
+	row[1] = count ? samples[(count * 99) / 100] / 1e3 : 0;
+	row[2] = count ? samples[count - 1] / 1e3 : 0;
+	row[3] = (double)count;
+	row[4] = (double)k.suspicions;
+	row[5] = (double)k.local_pauses;
+	int rc = keel_allreduce(b->node, table, sum, (size_t)n * 6, KEEL_F64, KEEL_SUM);
+	if (rc != 0)
+		die(b, "gathering results", rc);
+	if (self == 0) {
+		printf("# keel-bench heartbeat: %u ranks, interval %" PRIu64 " us, miss limit %u, %.1f s, "
+		       "wait %s\n",
+		       n, b->cfg.heartbeat_ns / 1000, b->cfg.miss_limit, o->seconds,
+		       keel_posix_wait_mode_name(b->waiter.mode));
+		printf("# %4s %10s %10s %10s %10s %10s %12s\n", "rank", "rtt p50", "rtt p99",
+		       "rtt max", "samples", "suspicions", "late polls");
+		printf("# %4s %10s %10s %10s\n", "", "(us)", "(us)", "(us)");
+		double worst99 = 0, worstmax = 0;
+		for (uint32_t r = 0; r < n; r++) {
+			const double *x = sum + (size_t)r * 6;
+			printf("  %4u %10.1f %10.1f %10.1f %10.0f %10.0f %12.0f\n", r, x[0], x[1], x[2],
+			       x[3], x[4], x[5]);
+			worst99 = x[1] > worst99 ? x[1] : worst99;
+			worstmax = x[2] > worstmax ? x[2] : worstmax;
+		}
+		printf("# worst rank: p99 %.1f us, max %.1f us\n", worst99, worstmax);
+	}
+	free(samples);
+	free(seen);
+	free(table);
+	free(sum);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	const char *cmd = argv[1];
+	bool is_ar = strcmp(cmd, "allreduce") == 0, is_hb = strcmp(cmd, "heartbeat") == 0;
+	if (!is_ar && !is_hb) {
+		fprintf(stderr, "keel-bench: unknown command '%s'\n", cmd);
+		usage(stderr);
+		return 2;
+	}
+	struct bench_opts o;
+	if (parse_opts(argc - 1, argv + 1, &o) != 0)
+		return 2;
+	struct keel_boot b;
+	char err[512] = "";
+	int rc = keel_boot_start(&b, NULL, NULL, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "keel-bench: %s\n", err[0] ? err : keel_strerror(rc));
+		return 1;
+	}
+	int status = is_ar ? bench_allreduce(&b, &o) : bench_heartbeat(&b, &o);
+	keel_boot_stop(&b, 500000000ull);
+	return status;
+}

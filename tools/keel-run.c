@@ -1,0 +1,469 @@
+/* keel-run: start N local ranks with the torchrun environment (like `torchrun --standalone`),
+ * forward signals, stop the job when a rank fails, report every rank's end.
+ * It never restarts or kills a rank on its own beyond that (--kill, --restart come later). */
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "keel/limits.h"
+#include "posix_env.h"
+
+#define EXIT_USAGE	 2
+#define EXIT_TIMEOUT	 124
+#define GRACE_NS_DEFAULT 5000000000ull
+/* Longest --timeout or --grace: about 115 days, far beyond any job, far below overflow. */
+#define SECONDS_MAX 1e7
+
+enum rank_state {
+	RANK_IDLE = 0, /* not started (yet, or fork failed) */
+	RANK_RUNNING,
+	RANK_DONE,
+};
+
+/* One row per rank: what later options (--kill RANK@S, --restart) act on. */
+struct rank_slot {
+	pid_t pid; /* also its process group: each rank leads its own */
+	enum rank_state state;
+	int wstatus; /* from waitpid, valid when RANK_DONE */
+	uint32_t restarts;
+	uint64_t started_ns, ended_ns;
+};
+
+struct opts {
+	uint32_t nproc;
+	uint16_t master_port; /* 0: pick a free one */
+	uint64_t timeout_ns;  /* 0: none */
+	uint64_t grace_ns;    /* SIGTERM to SIGKILL */
+	bool keep_going;
+	char **argv; /* the program and its arguments */
+};
+
+struct job {
+	struct opts o;
+	struct rank_slot ranks[KEEL_WORLD_MAX];
+	uint32_t running;
+	int first_fail; /* rank whose end decides the exit code; -1 while none failed */
+	bool start_failed;
+	bool stopping;
+	bool timed_out;
+	uint64_t deadline_ns; /* --timeout; UINT64_MAX when none */
+	uint64_t kill_ns;     /* SIGKILL whatever still runs; UINT64_MAX when not stopping */
+	uint32_t job_id;
+	uint16_t master_port;
+	int sfd; /* signalfd: SIGCHLD, SIGINT, SIGTERM, SIGHUP */
+};
+
+static struct job job;
+
+static void usage(FILE *f)
+{
+	fprintf(
+	    f,
+	    "usage: keel-run -n N [options] [--] PROGRAM [ARGS...]\n"
+	    "Start N ranks of PROGRAM on this host with RANK, WORLD_SIZE, LOCAL_RANK,\n"
+	    "LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT and KEEL_JOB_ID set.\n"
+	    "\n"
+	    "  -n, --nproc N        ranks to start, 1..%u\n"
+	    "  --master-port P      rendezvous port (default: a free port)\n"
+	    "  --timeout SECONDS    stop every rank after this long; exit 124\n"
+	    "  --grace SECONDS      wait between SIGTERM and SIGKILL when stopping (default 5)\n"
+	    "  --keep-going         a failing rank does not stop the others\n"
+	    "  -h, --help           this text\n"
+	    "\n"
+	    "SIGINT, SIGTERM and SIGHUP are passed to every rank. Each rank runs in its own\n"
+	    "process group, so signals reach its children too. The exit status is 0 if every\n"
+	    "rank exited 0, else that of the first rank to fail (128+N when killed by signal N).\n",
+	    KEEL_WORLD_MAX);
+}
+
+__attribute__((format(printf, 1, 2))) static _Noreturn void usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("keel-run: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs("\nTry 'keel-run --help'.\n", stderr);
+	exit(EXIT_USAGE);
+}
+
+static uint32_t parse_count(const char *opt, const char *s, uint32_t min, uint32_t max)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno != 0 || v < min || v > max)
+		usage_error("%s '%s': expected a whole number in %u..%u", opt, s, min, max);
+	return (uint32_t)v;
+}
+
+static uint64_t parse_seconds(const char *opt, const char *s)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (s[0] == '\0' || *end != '\0' || errno != 0 || !isfinite(v) || v <= 0 || v > SECONDS_MAX)
+		usage_error("%s '%s': expected seconds, above 0", opt, s);
+	return (uint64_t)(v * 1e9);
+}
+
+/* "--name VALUE" or "--name=VALUE" (and "-nVALUE" for short ones). Returns the value, or
+ * NULL when argv[*i] is not this option. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name)
+{
+	const char *a = argv[*i];
+	size_t n = strlen(name);
+
+	if (strncmp(a, name, n) != 0)
+		return NULL;
+	if (a[n] == '=' && name[1] == '-')
+		return a + n + 1;
+	if (a[n] != '\0')
+		return name[1] != '-' ? a + n : NULL;
+	if (*i + 1 >= argc)
+		usage_error("%s needs a value", name);
+	*i += 1;
+	return argv[*i];
+}
+
+static void parse_args(int argc, char **argv, struct opts *o)
+{
+	const char *v;
+	int i;
+
+	o->grace_ns = GRACE_NS_DEFAULT;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (strcmp(a, "--") == 0) {
+			i++;
+			break;
+		}
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			exit(0);
+		}
+		if (a[0] != '-')
+			break;
+		if ((v = opt_value(argc, argv, &i, "-n")) != NULL ||
+		    (v = opt_value(argc, argv, &i, "--nproc")) != NULL ||
+		    (v = opt_value(argc, argv, &i, "--nproc-per-node")) != NULL)
+			o->nproc = parse_count("-n", v, 1, KEEL_WORLD_MAX);
+		else if ((v = opt_value(argc, argv, &i, "--master-port")) != NULL)
+			o->master_port = (uint16_t)parse_count("--master-port", v, 1, 65535);
+		else if ((v = opt_value(argc, argv, &i, "--timeout")) != NULL)
+			o->timeout_ns = parse_seconds("--timeout", v);
+		else if ((v = opt_value(argc, argv, &i, "--grace")) != NULL)
+			o->grace_ns = parse_seconds("--grace", v);
+		else if (strcmp(a, "--keep-going") == 0)
+			o->keep_going = true;
+		else
+			usage_error("unknown option '%s'", a);
+	}
+	if (o->nproc == 0)
+		usage_error("-n N is required");
+	if (i >= argc)
+		usage_error("no program to run");
+	o->argv = argv + i;
+}
+
+/* A free TCP port on 127.0.0.1: bind port 0 and read what the kernel chose. Rank 0 binds it
+ * again with SO_REUSEADDR a moment later; the gap is the same race torchrun accepts. */
+static int free_port(uint16_t *port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &len) != 0)
+		rc = -errno;
+	close(fd);
+	*port = ntohs(a.sin_port);
+	return rc;
+}
+
+static uint32_t random_job_id(void)
+{
+	uint32_t id = 0;
+
+	if (getrandom(&id, sizeof(id), 0) != (ssize_t)sizeof(id))
+		id = (uint32_t)getpid() * 2654435761u ^ (uint32_t)keel_posix_now_ns();
+	return id != 0 ? id : 1;
+}
+
+static void set_env_u32(const char *name, uint32_t v)
+{
+	char buf[16];
+
+	snprintf(buf, sizeof(buf), "%u", v);
+	if (setenv(name, buf, 1) != 0)
+		_exit(127);
+}
+
+/* In the child: environment, signals, then exec. Never returns. */
+static _Noreturn void child_exec(uint32_t rank, pid_t parent, const sigset_t *old_mask)
+{
+	int e;
+
+	setpgid(0, 0);
+	/* If keel-run dies without cleaning up (SIGKILL), take the rank down with it. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0UL, 0UL, 0UL);
+	if (getppid() != parent)
+		_exit(127);
+	set_env_u32("RANK", rank);
+	set_env_u32("WORLD_SIZE", job.o.nproc);
+	set_env_u32("LOCAL_RANK", rank);
+	set_env_u32("LOCAL_WORLD_SIZE", job.o.nproc);
+	set_env_u32("MASTER_PORT", job.master_port);
+	set_env_u32("KEEL_JOB_ID", job.job_id);
+	if (setenv("MASTER_ADDR", "127.0.0.1", 1) != 0)
+		_exit(127);
+	sigprocmask(SIG_SETMASK, old_mask, NULL);
+	execvp(job.o.argv[0], job.o.argv);
+	e = errno;
+	fprintf(stderr, "keel-run: rank %u: cannot run '%s': %s\n", rank, job.o.argv[0],
+		strerror(e));
+	_exit(e == ENOENT ? 127 : 126);
+}
+
+static void signal_ranks(int sig)
+{
+	for (uint32_t r = 0; r < job.o.nproc; r++)
+		if (job.ranks[r].state == RANK_RUNNING)
+			kill(-job.ranks[r].pid, sig);
+}
+
+/* Begin stopping: `sig` now, SIGKILL after the grace period. */
+static void stop_all(int sig)
+{
+	uint64_t now_ns = keel_posix_now_ns();
+
+	signal_ranks(sig);
+	if (!job.stopping)
+		job.kill_ns = now_ns + job.o.grace_ns;
+	job.stopping = true;
+}
+
+static int start_rank(uint32_t rank, const sigset_t *old_mask)
+{
+	struct rank_slot *s = &job.ranks[rank];
+	pid_t parent = getpid();
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0)
+		child_exec(rank, parent, old_mask);
+	/* Both sides set the group, so kill(-pid) works whichever runs first. */
+	setpgid(pid, pid);
+	s->pid = pid;
+	s->state = RANK_RUNNING;
+	s->started_ns = keel_posix_now_ns();
+	job.running++;
+	return 0;
+}
+
+static void describe(uint32_t rank, int wstatus, char *buf, size_t len)
+{
+	if (WIFEXITED(wstatus))
+		snprintf(buf, len, "rank %u exited with status %d", rank, WEXITSTATUS(wstatus));
+	else if (WIFSIGNALED(wstatus))
+		snprintf(buf, len, "rank %u killed by signal %d (%s)", rank, WTERMSIG(wstatus),
+			 strsignal(WTERMSIG(wstatus)));
+	else
+		snprintf(buf, len, "rank %u ended with wait status 0x%x", rank, wstatus);
+}
+
+static void rank_ended(uint32_t rank, int wstatus)
+{
+	struct rank_slot *s = &job.ranks[rank];
+	char what[128];
+
+	s->state = RANK_DONE;
+	s->wstatus = wstatus;
+	s->ended_ns = keel_posix_now_ns();
+	job.running--;
+	if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+		return;
+	if (job.first_fail < 0)
+		job.first_fail = (int)rank;
+	if (job.o.keep_going || job.stopping)
+		return;
+	describe(rank, wstatus, what, sizeof(what));
+	fprintf(stderr, "keel-run: %s; stopping the other ranks\n", what);
+	stop_all(SIGTERM);
+}
+
+static void reap(void)
+{
+	for (;;) {
+		int wstatus;
+		pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+
+		if (pid <= 0)
+			return;
+		for (uint32_t r = 0; r < job.o.nproc; r++) {
+			if (job.ranks[r].state == RANK_RUNNING && job.ranks[r].pid == pid) {
+				rank_ended(r, wstatus);
+				break;
+			}
+		}
+	}
+}
+
+static void on_signals(void)
+{
+	struct signalfd_siginfo si[16];
+	ssize_t n = read(job.sfd, si, sizeof(si));
+
+	for (ssize_t i = 0; i < n / (ssize_t)sizeof(si[0]); i++) {
+		int sig = (int)si[i].ssi_signo;
+
+		if (sig == SIGCHLD)
+			continue; /* reap() below catches every child, coalesced or not */
+		fprintf(stderr, "keel-run: got %s; passing it to the ranks\n", strsignal(sig));
+		stop_all(sig);
+	}
+	reap();
+}
+
+static void check_timers(void)
+{
+	uint64_t now_ns = keel_posix_now_ns();
+
+	if (now_ns >= job.deadline_ns && !job.timed_out) {
+		job.timed_out = true;
+		fprintf(stderr, "keel-run: timeout after %.3g s; stopping all ranks\n",
+			(double)job.o.timeout_ns / 1e9);
+		stop_all(SIGTERM);
+	}
+	if (now_ns >= job.kill_ns) {
+		signal_ranks(SIGKILL);
+		job.kill_ns = UINT64_MAX;
+	}
+}
+
+static int poll_ms(void)
+{
+	uint64_t next_ns = job.deadline_ns < job.kill_ns ? job.deadline_ns : job.kill_ns;
+	uint64_t now_ns = keel_posix_now_ns(), ms;
+
+	if (next_ns == UINT64_MAX)
+		return -1;
+	if (next_ns <= now_ns)
+		return 0;
+	ms = (next_ns - now_ns + 999999u) / 1000000u;
+	return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+static int exit_code(void)
+{
+	char what[128];
+	int code = 0;
+
+	for (uint32_t r = 0; r < job.o.nproc; r++) {
+		if (job.ranks[r].state != RANK_DONE) {
+			fprintf(stderr, "keel-run: rank %u was not started\n", r);
+			continue;
+		}
+		describe(r, job.ranks[r].wstatus, what, sizeof(what));
+		fprintf(stderr, "keel-run: %s\n", what);
+	}
+	if (job.timed_out)
+		return EXIT_TIMEOUT;
+	if (job.first_fail >= 0) {
+		int w = job.ranks[job.first_fail].wstatus;
+
+		code = WIFEXITED(w) ? WEXITSTATUS(w) : WIFSIGNALED(w) ? 128 + WTERMSIG(w) : 1;
+	}
+	return code == 0 && job.start_failed ? 1 : code;
+}
+
+static int setup(sigset_t *old_mask)
+{
+	sigset_t mask;
+	int rc;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGHUP);
+	if (sigprocmask(SIG_BLOCK, &mask, old_mask) != 0)
+		return -errno;
+	job.sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (job.sfd < 0)
+		return -errno;
+	job.master_port = job.o.master_port;
+	if (job.master_port == 0) {
+		rc = free_port(&job.master_port);
+		if (rc != 0)
+			return rc;
+	}
+	job.job_id = random_job_id();
+	job.first_fail = -1;
+	job.kill_ns = UINT64_MAX;
+	job.deadline_ns = UINT64_MAX;
+	if (job.o.timeout_ns != 0)
+		job.deadline_ns = keel_posix_now_ns() + job.o.timeout_ns;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	sigset_t old_mask;
+	int rc;
+
+	parse_args(argc, argv, &job.o);
+	rc = setup(&old_mask);
+	if (rc != 0) {
+		fprintf(stderr, "keel-run: setup failed: %s\n", strerror(-rc));
+		return 1;
+	}
+	for (uint32_t r = 0; r < job.o.nproc; r++) {
+		rc = start_rank(r, &old_mask);
+		if (rc != 0) {
+			fprintf(stderr, "keel-run: cannot start rank %u: %s; stopping the others\n",
+				r, strerror(-rc));
+			job.start_failed = true;
+			stop_all(SIGTERM);
+			break;
+		}
+	}
+	/* Bounded by the ranks: each turn either reaps one, handles a signal or a timer, and
+	 * the kill timer ends every rank after the grace period once stopping. */
+	while (job.running > 0) {
+		struct pollfd p = {.fd = job.sfd, .events = POLLIN};
+		int n = poll(&p, 1, poll_ms());
+
+		if (n > 0)
+			on_signals();
+		check_timers();
+	}
+	return exit_code();
+}
