@@ -10,6 +10,7 @@
 /* clang-format on */
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -419,6 +420,19 @@ static uint16_t free_tcp_port(void)
 	return ntohs(a.sin_port);
 }
 
+/* Open descriptors of this process: rendezvous must close every socket on every path. */
+static int fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	assert_non_null(d);
+	while (readdir(d) != NULL)
+		n++;
+	closedir(d);
+	return n;
+}
+
 #define RV_MAX 8
 
 /* One rank of a threaded rendezvous. Threads only record; the main thread asserts. */
@@ -475,10 +489,13 @@ static void rv_setup(struct rv_rank *ranks, uint32_t n, uint32_t world, uint16_t
 
 static void rv_run(struct rv_rank *ranks, uint32_t n)
 {
+	int fds_before = fd_count();
+
 	for (uint32_t i = 0; i < n; i++)
 		assert_int_equal(pthread_create(&ranks[i].thread, NULL, rv_thread, &ranks[i]), 0);
 	for (uint32_t i = 0; i < n; i++)
 		assert_int_equal(pthread_join(ranks[i].thread, NULL), 0);
+	assert_int_equal(fd_count(), fds_before);
 	for (uint32_t i = 0; i < n; i++)
 		close(ranks[i].fd);
 }
@@ -556,9 +573,13 @@ static void test_launch_rendezvous_unreachable_master(void **state)
 	char want[64];
 
 	(void)state;
+	int fds_before;
+
 	rv_setup(&r, 1, 3, free_tcp_port(), (const uint32_t[]){2});
 	r.timeout_ns = 300 * MS;
+	fds_before = fd_count();
 	rv_thread(&r);
+	assert_int_equal(fd_count(), fds_before);
 	close(r.fd);
 	assert_int_equal(r.rc, -ETIMEDOUT);
 	snprintf(want, sizeof(want), "127.0.0.1:%u", r.l.master_port);
@@ -575,15 +596,24 @@ static void test_launch_rendezvous_missing_rank_times_out(void **state)
 	(void)state;
 	rv_setup(ranks, 2, 3, free_tcp_port(), NULL); /* world 3, rank 2 never comes */
 	ranks[0].timeout_ns = 300 * MS;
-	ranks[1].timeout_ns = 300 * MS;
+	ranks[1].timeout_ns = 3000 * MS;
 	rv_run(ranks, 2);
 	assert_int_equal(ranks[0].rc, -ETIMEDOUT);
 	assert_non_null(strstr(ranks[0].err, "only 2 of 3 ranks"));
 	assert_non_null(strstr(ranks[0].err, "missing ranks 2"));
+	/* Rank 1 hears it from rank 0 instead of waiting out its own timeout. */
 	assert_int_equal(ranks[1].rc, -ETIMEDOUT);
-	assert_non_null(strstr(ranks[1].err, "did not come in time"));
+	assert_non_null(strstr(ranks[1].err, "timed out: only 2 of 3 ranks"));
 	for (uint32_t i = 0; i < 2; i++)
 		assert_true(ranks[i].elapsed_ns < 450 * MS);
+	/* A rank whose own time runs out first. */
+	rv_setup(ranks, 2, 3, free_tcp_port(), NULL);
+	ranks[0].timeout_ns = 500 * MS;
+	ranks[1].timeout_ns = 200 * MS;
+	rv_run(ranks, 2);
+	assert_int_equal(ranks[1].rc, -ETIMEDOUT);
+	assert_non_null(strstr(ranks[1].err, "did not come in time"));
+	assert_true(ranks[1].elapsed_ns < 350 * MS);
 }
 
 static void test_launch_rendezvous_duplicate_rank(void **state)

@@ -44,6 +44,7 @@ enum status {
 	ST_JOB = 4,	  /* detail: rank 0's job id */
 	ST_ABORTED = 5,	  /* another rank's hello was bad; detail: that rank */
 	ST_FAMILY = 6,	  /* address family unknown */
+	ST_TIMEOUT = 7,	  /* rank 0 ran out of time; detail: ranks that arrived, rank 0 included */
 };
 
 __attribute__((format(printf, 4, 5))) static int fail(char *err, size_t err_len, int code,
@@ -508,6 +509,10 @@ static int server_timeout_msg(const struct server *s, char *err, size_t err_len)
 	size_t used = 0;
 	uint32_t shown = 0;
 
+	/* Tell the ranks that did arrive, so they fail now and with the reason. */
+	for (uint32_t i = 0; i < s->slot_count; i++)
+		if (s->conns[i].fd >= 0 && s->conns[i].rank >= 0)
+			send_status(s->conns[i].fd, ST_TIMEOUT, s->l->world_size, s->arrived + 1);
 	missing[0] = '\0';
 	for (uint32_t r = 1; r < s->l->world_size && shown < 8; r++) {
 		if (s->have[r])
@@ -689,6 +694,11 @@ static int client_reject_msg(const uint8_t *hdr, const char *where, uint32_t ran
 		return fail(err, err_len, KEEL_ERENDEZVOUS,
 			    "rank 0 at %s belongs to another job (job id %u; check KEEL_JOB_ID)",
 			    where, detail);
+	case ST_TIMEOUT:
+		return fail(err, err_len, -ETIMEDOUT,
+			    "rank 0 at MASTER_ADDR:MASTER_PORT %s timed out: only %u of %u ranks "
+			    "arrived",
+			    where, detail, world);
 	case ST_ABORTED:
 		return fail(err, err_len, KEEL_ERENDEZVOUS,
 			    "rank 0 at %s aborted the rendezvous: rank %u sent a bad hello", where,

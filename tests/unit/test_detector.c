@@ -1,0 +1,174 @@
+/* The failure detector with an injected clock: suspicion exactly after miss_limit intervals,
+ * none while any message flows, and none for the silence a node's own pause caused. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "cluster_int.h"
+
+#define HB 1000000ull /* 1 ms */
+
+static uint64_t g_seed;
+
+static enum keel_peer_state state_of(struct cluster *c, uint32_t node, uint32_t peer)
+{
+	struct keel_peer_info pi;
+	assert_int_equal(keel_peer_get(c->node[node], peer, &pi), 0);
+	return pi.state;
+}
+
+static void poll_one(struct cluster *c, uint32_t r, uint64_t now)
+{
+	uint64_t dl;
+	assert_int_equal(keel_poll(c->node[r], now, &dl), 0);
+}
+
+/* Node 1 beats once at t0 and then stops. Node 0 hears it at t0 and must suspect it at
+ * t0 + 3 intervals, not one nanosecond earlier; the deadline keel_poll returns says when. */
+static void test_detector_suspects_exactly_after_miss_limit(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, NULL), 0);
+	uint64_t t0 = c.now_ns + 100;
+	poll_one(&c, 1, t0); /* node 1 sends its heartbeat */
+	uint64_t dl;
+	assert_int_equal(keel_poll(c.node[0], t0, &dl), 0); /* node 0 hears it at t0 */
+	assert_true(dl <= t0 + HB);
+	for (uint64_t t = t0 + HB / 2; t < t0 + 3 * HB; t += HB / 2) {
+		poll_one(&c, 0, t);
+		assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
+	}
+	assert_int_equal(keel_poll(c.node[0], t0 + 3 * HB - 1, &dl), 0);
+	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
+	assert_int_equal(dl, t0 + 3 * HB); /* the caller is told to come back exactly then */
+	poll_one(&c, 0, t0 + 3 * HB);
+	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_SUSPECTED);
+	assert_false(keel_peer_is_alive(c.node[0], 1));
+	struct keel_counters k;
+	keel_counters_get(c.node[0], &k);
+	assert_int_equal(k.suspicions, 1);
+	assert_int_equal(k.false_suspicions, 0);
+	/* It speaks again in the same incarnation: alive, and counted as a false suspicion. */
+	poll_one(&c, 1, t0 + 3 * HB + 10);
+	poll_one(&c, 0, t0 + 3 * HB + 20);
+	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
+	keel_counters_get(c.node[0], &k);
+	assert_int_equal(k.false_suspicions, 1);
+	cluster_fini(&c);
+}
+
+static void test_detector_no_suspicion_while_beating(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 4, NULL, g_seed, NULL), 0);
+	c.step_ns = HB / 4;
+	for (int i = 0; i < 20000; i++) /* 5 s of manual time */
+		cluster_round(&c);
+	for (uint32_t r = 0; r < 4; r++) {
+		struct keel_counters k;
+		keel_counters_get(c.node[r], &k);
+		assert_int_equal(k.suspicions, 0);
+		assert_true(k.heartbeats_received >= 3 * 4900);
+		for (uint32_t p = 0; p < 4; p++) {
+			struct keel_peer_info pi;
+			assert_int_equal(keel_peer_get(c.node[r], p, &pi), 0);
+			if (p != r) /* heartbeat echoes measured the round trip */
+				assert_true(pi.rtt_samples > 1000);
+		}
+	}
+	cluster_fini(&c);
+}
+
+static void quiet_one(struct keel_config *cfg)
+{
+	if (cfg->rank == 1)
+		cfg->heartbeat_ns = 3600000000000ull; /* node 1 beats once, at start, then never */
+	cfg->algo = KEEL_ALGO_RING;
+}
+
+/* Any message counts: node 1 never heartbeats after start, but its AllReduce traffic keeps it
+ * alive at node 0; once the traffic stops, node 0 suspects it within the limit. */
+static void test_detector_any_message_counts(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, quiet_one), 0);
+	c.step_ns = HB / 10;
+	static float buf[2][4096];
+	for (int iter = 0; iter < 400; iter++) { /* back-to-back ops for >= 5 intervals */
+		struct keel_op *ops[CLUSTER_MAX] = {NULL};
+		int rc[CLUSTER_MAX];
+		for (uint32_t r = 0; r < 2; r++)
+			assert_int_equal(keel_allreduce_start(c.node[r], buf[r], buf[r], 4096, KEEL_F32,
+							      KEEL_SUM, &ops[r]), 0);
+		assert_int_equal(cluster_wait_ops(&c, ops, rc, 10000), 0);
+		assert_int_equal(rc[0], 0);
+	}
+	assert_true(c.now_ns - 1000000000ull > 5 * HB);
+	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
+	for (int i = 0; i < 31 && state_of(&c, 0, 1) == KEEL_PEER_ALIVE; i++)
+		cluster_round(&c); /* traffic stopped: node 1 is silent */
+	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_SUSPECTED);
+	cluster_fini(&c);
+}
+
+/* Node 0 and node 1 both stop for 20 intervals (a whole host paused). When node 0 resumes,
+ * it does not blame node 1 for silence it was not listening to; it re-listens first. */
+static void test_detector_own_pause_is_not_blamed_on_peers(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, NULL), 0);
+	c.step_ns = HB / 4;
+	for (int i = 0; i < 40; i++)
+		cluster_round(&c);
+	c.now_ns += 20 * HB; /* nobody polled: both were paused */
+	for (int i = 0; i < 40; i++)
+		cluster_round(&c);
+	for (uint32_t r = 0; r < 2; r++) {
+		struct keel_counters k;
+		keel_counters_get(c.node[r], &k);
+		assert_int_equal(k.suspicions, 0);
+		assert_int_equal(k.local_pauses, 1);
+	}
+	/* A peer that really died during the pause is still found, within the limit after
+	 * the node resumed listening. */
+	c.paused[1] = true;
+	uint64_t t_dead = c.now_ns;
+	c.now_ns += 20 * HB;
+	while (state_of(&c, 0, 1) == KEEL_PEER_ALIVE && c.now_ns < t_dead + 100 * HB)
+		cluster_round(&c);
+	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_SUSPECTED);
+	assert_true(c.now_ns <= t_dead + 20 * HB + 3 * HB + c.step_ns);
+	cluster_fini(&c);
+}
+
+static void test_detector_peer_queries_reject_bad_rank(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, NULL), 0);
+	struct keel_peer_info pi;
+	assert_int_equal(keel_peer_get(c.node[0], 2, &pi), -EINVAL);
+	assert_int_equal(keel_peer_get(c.node[0], 0, &pi), 0);
+	assert_int_equal(pi.state, KEEL_PEER_SELF);
+	assert_false(keel_peer_is_alive(c.node[0], 7));
+	cluster_fini(&c);
+}
+
+int main(void)
+{
+	g_seed = cluster_seed(1);
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_detector_suspects_exactly_after_miss_limit),
+	    cmocka_unit_test(test_detector_no_suspicion_while_beating),
+	    cmocka_unit_test(test_detector_any_message_counts),
+	    cmocka_unit_test(test_detector_own_pause_is_not_blamed_on_peers),
+	    cmocka_unit_test(test_detector_peer_queries_reject_bad_rank),
+	};
+	return cmocka_run_group_tests_name("detector", tests, NULL, NULL);
+}

@@ -1,0 +1,206 @@
+/* The node's API edges: config validation, storage sizing, views, and the per-reason drop
+ * counters for datagrams that are malformed, truncated, from another job or another epoch. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include "cluster_int.h"
+#include "wire_int.h"
+
+static uint64_t g_seed;
+
+static void test_node_config_defaults(void **state)
+{
+	(void)state;
+	struct keel_config cfg;
+	keel_config_default(&cfg);
+	assert_int_equal(cfg.miss_limit, 3);
+	assert_int_equal(cfg.soft_retries, 3);
+	assert_int_equal(cfg.heartbeat_ns, KEEL_HEARTBEAT_NS_DEFAULT);
+	assert_int_equal(cfg.world_size, 1);
+	assert_null(cfg.transport);
+	assert_int_equal(keel_storage_size(&cfg), 0); /* no transport yet */
+	assert_int_equal(keel_storage_size(NULL), 0);
+}
+
+static void test_node_init_rejects_bad_config(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, NULL), 0);
+	struct keel_config good = c.cfg[0], cfg;
+	size_t sz = keel_storage_size(&good);
+	assert_true(sz > 0);
+	void *mem = calloc(1, sz);
+	struct keel_node *n;
+#define BAD(field, value)                                                                          \
+	do {                                                                                       \
+		cfg = good;                                                                        \
+		cfg.field = value;                                                                 \
+		assert_int_equal(keel_storage_size(&cfg), 0);                                      \
+		assert_int_equal(keel_init(&n, mem, sz, &cfg, 0), -EINVAL);                        \
+	} while (0)
+	BAD(world_size, 0);
+	BAD(world_size, 3); /* disagrees with the transport */
+	BAD(rank, 1);       /* disagrees with the transport */
+	BAD(window, 48);    /* not a power of two */
+	BAD(window, 0);
+	BAD(window, KEEL_WINDOW_MAX * 2);
+	BAD(burst, 0);
+	BAD(burst, KEEL_BURST_MAX + 1);
+	BAD(ops_max, 0);
+	BAD(mtu, KEEL_MTU_MIN - 1);
+	BAD(heartbeat_ns, 0);
+	BAD(miss_limit, 0);
+	BAD(rto_min_ns, 0);
+	BAD(rto_initial_ns, 1);
+	BAD(op_timeout_ns, 0);
+	BAD(algo, (enum keel_algo)7);
+	BAD(transport, NULL);
+#undef BAD
+	assert_int_equal(keel_init(NULL, mem, sz, &good, 0), -EINVAL);
+	assert_int_equal(keel_init(&n, NULL, sz, &good, 0), -EINVAL);
+	assert_int_equal(keel_init(&n, mem, sz - 1, &good, 0), -ENOSPC);
+	assert_int_equal(keel_init(&n, mem, sz, &good, 0), 0);
+	free(mem);
+	cluster_fini(&c);
+}
+
+static void test_node_view_lists_members(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, NULL), 0);
+	struct keel_view v;
+	uint32_t members[3];
+	assert_int_equal(keel_view_get(c.node[1], &v, members, 3), 3);
+	assert_int_equal(v.epoch, 1);
+	assert_int_equal(v.member_count, 3);
+	assert_int_equal(v.self, 1);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(members[i], i);
+	assert_int_equal(keel_view_get(c.node[1], &v, members, 2), -ENOSPC);
+	assert_int_equal(keel_view_get(c.node[1], NULL, members, 3), -EINVAL);
+	assert_int_equal(keel_view_get(c.node[1], &v, NULL, 0), 0);
+	cluster_fini(&c);
+}
+
+/* Build a valid heartbeat from rank 1 to rank 0, then break one thing. */
+static size_t craft(uint8_t *buf, const struct wire_header *tweak_h, int mode)
+{
+	struct wire_header h = {.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = WIRE_HEARTBEAT,
+				.job_id = 42, .epoch = 1, .src = 1, .dst = 0,
+				.payload_len = WIRE_HEARTBEAT_SIZE};
+	if (tweak_h != NULL)
+		h = *tweak_h;
+	memset(buf + WIRE_HEADER_SIZE, 0, WIRE_HEARTBEAT_SIZE);
+	wire_encode(buf, &h);
+	size_t len = WIRE_HEADER_SIZE + h.payload_len;
+	if (mode == 1)
+		buf[0] ^= 0xff; /* magic */
+	if (mode == 2)
+		buf[WIRE_HEADER_SIZE + 3] ^= 0x10; /* payload bit: checksum fails */
+	if (mode == 3)
+		len = 20; /* truncated */
+	return len;
+}
+
+static void test_node_counts_every_drop_reason(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, NULL), 0);
+	/* Rank 1's own socket sends the forgeries, so the transport knows the source as rank 1. */
+	struct sockaddr_storage a0, a1;
+	socklen_t l0 = sizeof(a0), l1 = sizeof(a1);
+	assert_int_equal(keel_udp_local_addr(c.udp[0], &a0, &l0), 0);
+	assert_int_equal(keel_udp_local_addr(c.udp[1], &a1, &l1), 0);
+	int fd = c.udp[1]->ops->wait_fd(c.udp[1]);
+	uint8_t buf[256];
+	struct wire_header base = {.magic = WIRE_MAGIC, .version = WIRE_VERSION,
+				   .type = WIRE_HEARTBEAT, .job_id = 42, .epoch = 1, .src = 1,
+				   .dst = 0, .payload_len = WIRE_HEARTBEAT_SIZE};
+	struct wire_header h;
+	struct {
+		struct wire_header h;
+		int mode;
+	} cases[] = {
+	    {base, 1}, {base, 2}, {base, 3}, {base, 0}, {base, 0}, {base, 0},
+	    {base, 0}, {base, 0}, {base, 0}, {base, 0},
+	};
+	cases[3].h.job_id = 43;
+	cases[4].h.epoch = 9;
+	cases[5].h.version = 2;
+	cases[6].h.type = 77;
+	cases[7].h.dst = 1;
+	cases[8].h.src = 0;
+	cases[9].h.payload_len = 8;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		h = cases[i].h;
+		size_t len = craft(buf, &h, cases[i].mode);
+		assert_int_equal(sendto(fd, buf, len, 0, (struct sockaddr *)&a0, l0), (ssize_t)len);
+	}
+	for (int i = 0; i < 5; i++) {
+		uint64_t dl;
+		assert_int_equal(keel_poll(c.node[0], c.now_ns, &dl), 0);
+	}
+	struct keel_counters k;
+	keel_counters_get(c.node[0], &k);
+	assert_int_equal(k.drop_magic, 1);
+	assert_int_equal(k.drop_crc, 1);
+	assert_int_equal(k.drop_truncated, 1);
+	assert_int_equal(k.drop_job, 1);
+	assert_int_equal(k.drop_epoch, 1);
+	assert_int_equal(k.drop_version, 1);
+	assert_int_equal(k.drop_type, 1);
+	assert_int_equal(k.drop_destination, 1);
+	assert_int_equal(k.drop_source, 1);
+	assert_int_equal(k.drop_length, 1);
+	assert_int_equal(k.rx_datagrams, 0); /* none of them was taken as valid */
+	/* and the node still works */
+	uint64_t dl;
+	assert_int_equal(keel_poll(c.node[1], c.now_ns, &dl), 0);
+	assert_int_equal(keel_poll(c.node[0], c.now_ns, &dl), 0);
+	keel_counters_get(c.node[0], &k);
+	assert_int_equal(k.rx_datagrams, 1);
+	cluster_fini(&c);
+}
+
+static void test_node_idle_after_traffic_is_acknowledged(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, NULL), 0);
+	assert_true(keel_is_idle(c.node[0]));
+	static float buf[2][10000];
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX];
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(keel_allreduce_start(c.node[r], buf[r], buf[r], 10000, KEEL_F32,
+						      KEEL_SUM, &ops[r]), 0);
+	assert_false(keel_is_idle(c.node[0]));
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 10000), 0);
+	for (int i = 0; i < 10; i++)
+		cluster_round(&c);
+	assert_true(keel_is_idle(c.node[0]));
+	assert_true(keel_is_idle(c.node[1]));
+	cluster_fini(&c);
+}
+
+int main(void)
+{
+	g_seed = cluster_seed(1);
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_node_config_defaults),
+	    cmocka_unit_test(test_node_init_rejects_bad_config),
+	    cmocka_unit_test(test_node_view_lists_members),
+	    cmocka_unit_test(test_node_counts_every_drop_reason),
+	    cmocka_unit_test(test_node_idle_after_traffic_is_acknowledged),
+	};
+	return cmocka_run_group_tests_name("node", tests, NULL, NULL);
+}
