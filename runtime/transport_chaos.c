@@ -4,36 +4,23 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "assert_int.h"
 #include "keel/limits.h"
 #include "keel/transport_chaos.h"
 
-/* Stays on in release builds: these guard programmer errors, never network input. */
-#define CHAOS_ASSERT(cond)                                                                         \
-	do {                                                                                       \
-		if (!(cond))                                                                       \
-			assert_fail(#cond, __FILE__, __LINE__);                                    \
-	} while (0)
-
 #define CACHE_LINE_BYTES 64u
-#define PPM_ONE 1000000u
+#define PPM_ONE		 1000000u
 /* Held datagrams at once; hold_max * mtu bytes of caller memory (64 Ki * 64 KiB = 4 GiB). */
-#define HOLD_LIMIT 65536u
+#define HOLD_LIMIT	 65536u
 #define HOLD_MAX_DEFAULT 256u
 /* Datagrams handed to the inner transport per send_burst call of its own. */
 #define OUT_MAX KEEL_BURST_MAX
 /* Longest spec keel_chaos_parse reads; bounds its loop. */
 #define SPEC_LEN_MAX 1024u
-#define NONE UINT32_MAX
-
-static void assert_fail(const char *expr, const char *file, int line)
-{
-	fprintf(stderr, "keel: assertion failed: %s (%s:%d)\n", expr, file, line);
-	abort();
-}
+#define NONE	     UINT32_MAX
 
 /* A datagram held back for delay or reorder; its bytes live at data + index * mtu. */
 struct hold_slot {
@@ -46,7 +33,7 @@ struct hold_slot {
 /* Where a batch entry came from, to settle it once the inner transport has answered. */
 struct out_meta {
 	uint32_t caller_idx; /* index in the caller's burst when this copy carries its acceptance */
-	uint32_t slot;       /* hold slot the bytes live in, or NONE */
+	uint32_t slot;	     /* hold slot the bytes live in, or NONE */
 };
 
 struct chaos {
@@ -57,11 +44,11 @@ struct chaos {
 	uint64_t seq_next;
 	struct keel_chaos_stats stats;
 	uint64_t cut[KEEL_WORLD_MAX / 64]; /* bit per peer */
-	struct hold_slot *slots;           /* [hold_max] */
-	uint8_t *data;                     /* [hold_max * mtu] */
-	uint32_t *free_list;               /* [hold_max]: a stack of free slot indexes */
-	uint32_t *heap;                    /* [hold_max]: delayed slots, min-heap on release */
-	uint32_t *reorder;                 /* [hold_max]: slots waiting for the next datagram */
+	struct hold_slot *slots;	   /* [hold_max] */
+	uint8_t *data;			   /* [hold_max * mtu] */
+	uint32_t *free_list;		   /* [hold_max]: a stack of free slot indexes */
+	uint32_t *heap;			   /* [hold_max]: delayed slots, min-heap on release */
+	uint32_t *reorder;		   /* [hold_max]: slots waiting for the next datagram */
 	uint32_t free_count, heap_count, reorder_count;
 	uint32_t out_count;
 	struct keel_datagram out[OUT_MAX]; /* the batch for the inner transport */
@@ -129,7 +116,7 @@ static uint64_t rng_upto(struct chaos *c, uint64_t max)
 
 void keel_chaos_config_default(struct keel_chaos_config *cfg)
 {
-	CHAOS_ASSERT(cfg != NULL);
+	KEEL_ASSERT(cfg != NULL);
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->seed = 1;
 	cfg->hold_max = HOLD_MAX_DEFAULT;
@@ -249,8 +236,8 @@ static bool config_valid(const struct keel_chaos_config *cfg)
 
 	return in != NULL && in->ops != NULL && in->ops->send_burst != NULL &&
 	       in->ops->recv_burst != NULL && in->mtu > 0 && in->world_size <= KEEL_WORLD_MAX &&
-	       cfg->drop_ppm <= PPM_ONE && cfg->dup_ppm <= PPM_ONE &&
-	       cfg->reorder_ppm <= PPM_ONE && cfg->hold_max <= HOLD_LIMIT;
+	       cfg->drop_ppm <= PPM_ONE && cfg->dup_ppm <= PPM_ONE && cfg->reorder_ppm <= PPM_ONE &&
+	       cfg->hold_max <= HOLD_LIMIT;
 }
 
 static void layout_compute(const struct keel_chaos_config *cfg, struct layout *l)
@@ -284,7 +271,7 @@ int keel_chaos_init(struct keel_transport **out, void *mem, size_t mem_len,
 	uint64_t x;
 	uint32_t i;
 
-	CHAOS_ASSERT(out != NULL);
+	KEEL_ASSERT(out != NULL);
 	*out = NULL;
 	if (!config_valid(cfg))
 		return -EINVAL;
@@ -322,7 +309,7 @@ int keel_chaos_init(struct keel_transport **out, void *mem, size_t mem_len,
 
 static struct chaos *chaos_of(struct keel_transport *t)
 {
-	CHAOS_ASSERT(t != NULL && t->ops == &chaos_ops && t->state != NULL);
+	KEEL_ASSERT(t != NULL && t->ops == &chaos_ops && t->state != NULL);
 	return t->state;
 }
 
@@ -350,7 +337,7 @@ void keel_chaos_stats_get(struct keel_transport *t, struct keel_chaos_stats *out
 {
 	struct chaos *c = chaos_of(t);
 
-	CHAOS_ASSERT(out != NULL);
+	KEEL_ASSERT(out != NULL);
 	*out = c->stats;
 }
 
@@ -374,7 +361,7 @@ static void heap_push(struct chaos *c, uint32_t slot)
 {
 	uint32_t i = c->heap_count++;
 
-	CHAOS_ASSERT(c->heap_count <= c->cfg.hold_max);
+	KEEL_ASSERT(c->heap_count <= c->cfg.hold_max);
 	c->heap[i] = slot;
 	while (i > 0 && slot_before(c, c->heap[i], c->heap[(i - 1) / 2])) {
 		heap_swap(c, i, (i - 1) / 2);
@@ -386,7 +373,7 @@ static uint32_t heap_pop(struct chaos *c)
 {
 	uint32_t top = c->heap[0], i = 0;
 
-	CHAOS_ASSERT(c->heap_count > 0);
+	KEEL_ASSERT(c->heap_count > 0);
 	c->heap[0] = c->heap[--c->heap_count];
 	for (;;) { /* descends one level per pass: at most log2(hold_max) passes */
 		uint32_t l = 2 * i + 1, r = l + 1, m = i;
@@ -405,7 +392,7 @@ static uint32_t heap_pop(struct chaos *c)
 
 static void slot_free(struct chaos *c, uint32_t slot)
 {
-	CHAOS_ASSERT(slot < c->cfg.hold_max && c->free_count < c->cfg.hold_max);
+	KEEL_ASSERT(slot < c->cfg.hold_max && c->free_count < c->cfg.hold_max);
 	c->free_list[c->free_count++] = slot;
 }
 
@@ -455,7 +442,7 @@ static int flush(struct chaos *c, uint64_t now_ns, uint32_t *refused)
 			err = r;
 			break;
 		}
-		CHAOS_ASSERT((uint32_t)r <= n);
+		KEEL_ASSERT((uint32_t)r <= n);
 		for (j = base; j < base + (uint32_t)r; j++) {
 			if (c->meta[j].slot != NONE)
 				slot_free(c, c->meta[j].slot);
@@ -486,7 +473,7 @@ static int flush_if_any(struct chaos *c, uint64_t now_ns, uint32_t *refused)
 static void out_append(struct chaos *c, const struct keel_datagram *g, uint32_t caller_idx,
 		       uint32_t slot)
 {
-	CHAOS_ASSERT(c->out_count < OUT_MAX);
+	KEEL_ASSERT(c->out_count < OUT_MAX);
 	c->out[c->out_count] = *g;
 	c->meta[c->out_count].caller_idx = caller_idx;
 	c->meta[c->out_count].slot = slot;
@@ -546,7 +533,7 @@ static int release_due(struct chaos *c, uint64_t now_ns)
 	uint32_t refused, released = 0;
 	int r;
 
-	CHAOS_ASSERT(c->out_count == 0);
+	KEEL_ASSERT(c->out_count == 0);
 	r = release_reordered(c, now_ns, &refused);
 	while (r == 0 && c->heap_count > 0 && released < c->cfg.hold_max &&
 	       c->slots[c->heap[0]].release_ns <= now_ns) {
@@ -555,13 +542,12 @@ static int release_due(struct chaos *c, uint64_t now_ns)
 	}
 	if (r == 0)
 		r = flush_if_any(c, now_ns, &refused);
-	CHAOS_ASSERT(c->out_count == 0 && refused == NONE);
+	KEEL_ASSERT(c->out_count == 0 && refused == NONE);
 	return r < 0 ? r : 0;
 }
 
 /* Hold a copy of g for reorder or delay. Returns false when no slot is free. */
-static bool hold_copy(struct chaos *c, uint64_t now_ns, const struct keel_datagram *g,
-		      bool reorder)
+static bool hold_copy(struct chaos *c, uint64_t now_ns, const struct keel_datagram *g, bool reorder)
 {
 	uint64_t release_ns = now_ns, delay_ns;
 	uint32_t slot;
@@ -569,8 +555,8 @@ static bool hold_copy(struct chaos *c, uint64_t now_ns, const struct keel_datagr
 	if (!reorder) {
 		delay_ns = rng_upto(c, c->cfg.delay_ns_max);
 		/* UINT64_MAX means "no deadline" to next_deadline_ns's callers. */
-		release_ns = delay_ns < UINT64_MAX - 1 - now_ns ? now_ns + delay_ns
-								 : UINT64_MAX - 1;
+		release_ns =
+		    delay_ns < UINT64_MAX - 1 - now_ns ? now_ns + delay_ns : UINT64_MAX - 1;
 	}
 	slot = slot_hold(c, g, release_ns);
 	if (slot == NONE) {
@@ -596,8 +582,8 @@ static bool must_stop(int r, uint32_t refused)
  * good (drop, hold) first flushes the batch, so that if the inner refuses an earlier
  * datagram, nothing after it has been consumed and the caller can retry from there.
  * Returns an inner error, or 0 with *refused set when such a refusal ended the burst. */
-static int send_one(struct chaos *c, uint64_t now_ns, const struct keel_datagram *g,
-		    uint32_t idx, uint32_t *refused)
+static int send_one(struct chaos *c, uint64_t now_ns, const struct keel_datagram *g, uint32_t idx,
+		    uint32_t *refused)
 {
 	bool cut = peer_is_cut(c, g->peer), consumed = false;
 	uint32_t copies = 1, k;
@@ -658,8 +644,8 @@ static int chaos_send_burst(struct keel_transport *t, uint64_t now_ns,
 	bool invalid = false;
 	int r;
 
-	CHAOS_ASSERT(d != NULL || count == 0);
-	CHAOS_ASSERT(count <= INT32_MAX);
+	KEEL_ASSERT(d != NULL || count == 0);
+	KEEL_ASSERT(count <= INT32_MAX);
 	r = release_due(c, now_ns);
 	if (r < 0)
 		return r;
@@ -674,7 +660,7 @@ static int chaos_send_burst(struct keel_transport *t, uint64_t now_ns,
 	}
 	if (!must_stop(r, refused))
 		r = flush_if_any(c, now_ns, &refused);
-	CHAOS_ASSERT(c->out_count == 0);
+	KEEL_ASSERT(c->out_count == 0);
 	if (refused != NONE)
 		i = refused;
 	if (i > 0)
@@ -691,14 +677,14 @@ static int chaos_recv_burst(struct keel_transport *t, uint64_t now_ns, struct ke
 	uint32_t i, kept = 0;
 	int r;
 
-	CHAOS_ASSERT(d != NULL || count_max == 0);
+	KEEL_ASSERT(d != NULL || count_max == 0);
 	r = release_due(c, now_ns);
 	if (r < 0)
 		return r;
 	r = c->inner->ops->recv_burst(c->inner, now_ns, d, count_max);
 	if (r <= 0)
 		return r;
-	CHAOS_ASSERT((uint32_t)r <= count_max);
+	KEEL_ASSERT((uint32_t)r <= count_max);
 	for (i = 0; i < (uint32_t)r; i++) {
 		if (peer_is_cut(c, d[i].peer)) {
 			c->stats.cut_dropped++;

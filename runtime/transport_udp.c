@@ -7,27 +7,19 @@
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "assert_int.h"
 #include "keel/limits.h"
 #include "keel/transport_udp.h"
 
-/* Stays on in release builds: these guard programmer errors, never network input. */
-#define UDP_ASSERT(cond)                                                                           \
-	do {                                                                                       \
-		if (!(cond))                                                                       \
-			assert_fail(#cond, __FILE__, __LINE__);                                    \
-	} while (0)
-
-#define CACHE_LINE_BYTES 64u
+#define CACHE_LINE_BYTES      64u
 #define SOCKBUF_BYTES_DEFAULT (4 << 20)
-#define HASH_SLOTS_MIN 16u
-#define HASH_EMPTY 0u
+#define HASH_SLOTS_MIN	      16u
+#define HASH_EMPTY	      0u
 /* A per-datagram send error is retried once (it is often a stale ICMP error for an earlier
  * datagram, reported on this call); a second error on the same datagram skips it. */
 #define SEND_TRIES_PER_DATAGRAM 2u
@@ -37,12 +29,6 @@
 _Static_assert(KEEL_WORLD_MAX < UINT16_MAX, "a hash slot holds rank + 1 in 16 bits");
 _Static_assert(KEEL_BURST_MAX <= 1024, "recvmmsg/sendmmsg take at most UIO_MAXIOV messages");
 _Static_assert(KEEL_MTU_MAX <= 65507, "an IPv4 UDP payload is at most 65507 bytes");
-
-static void assert_fail(const char *expr, const char *file, int line)
-{
-	fprintf(stderr, "keel: assertion failed: %s (%s:%d)\n", expr, file, line);
-	abort();
-}
 
 /* Large enough for either family; sa_family == AF_UNSPEC (0) marks a peer not yet set. */
 union peer_addr {
@@ -58,10 +44,10 @@ struct udp {
 	uint32_t burst;
 	uint32_t hash_mask;
 	union peer_addr *peers; /* [world_size] */
-	uint16_t *hash;         /* [hash_mask + 1]: rank + 1, or HASH_EMPTY; linear probing */
-	struct mmsghdr *msgs;   /* [burst], shared by send and receive (never both at once) */
-	struct iovec *iovs;     /* [burst] */
-	union peer_addr *srcs;  /* [burst]: source addresses recvmmsg fills in */
+	uint16_t *hash;		/* [hash_mask + 1]: rank + 1, or HASH_EMPTY; linear probing */
+	struct mmsghdr *msgs;	/* [burst], shared by send and receive (never both at once) */
+	struct iovec *iovs;	/* [burst] */
+	union peer_addr *srcs;	/* [burst]: source addresses recvmmsg fills in */
 	struct keel_udp_stats stats;
 };
 
@@ -119,9 +105,9 @@ static bool config_valid(const struct keel_udp_config *cfg)
 	union peer_addr a;
 
 	return cfg != NULL && cfg->world_size >= 1 && cfg->world_size <= KEEL_WORLD_MAX &&
-	       cfg->rank < cfg->world_size && cfg->mtu >= KEEL_MTU_MIN && cfg->mtu <= KEEL_MTU_MAX &&
-	       cfg->burst >= 1 && cfg->burst <= KEEL_BURST_MAX && cfg->sockbuf_bytes >= 0 &&
-	       parse_host(cfg->bind_host, &a) == 0;
+	       cfg->rank < cfg->world_size && cfg->mtu >= KEEL_MTU_MIN &&
+	       cfg->mtu <= KEEL_MTU_MAX && cfg->burst >= 1 && cfg->burst <= KEEL_BURST_MAX &&
+	       cfg->sockbuf_bytes >= 0 && parse_host(cfg->bind_host, &a) == 0;
 }
 
 static void layout_compute(const struct keel_udp_config *cfg, struct layout *l)
@@ -142,7 +128,7 @@ static void layout_compute(const struct keel_udp_config *cfg, struct layout *l)
 
 void keel_udp_config_default(struct keel_udp_config *cfg)
 {
-	UDP_ASSERT(cfg != NULL);
+	KEEL_ASSERT(cfg != NULL);
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->rank = 0;
 	cfg->world_size = 1;
@@ -166,7 +152,7 @@ size_t keel_udp_storage_size(const struct keel_udp_config *cfg)
 
 static struct udp *udp_of(struct keel_transport *t)
 {
-	UDP_ASSERT(t != NULL && t->ops == &udp_ops && t->state != NULL);
+	KEEL_ASSERT(t != NULL && t->ops == &udp_ops && t->state != NULL);
 	return t->state;
 }
 
@@ -224,7 +210,7 @@ static void hash_insert(struct udp *u, uint32_t rank)
 		}
 		s = (s + 1) & u->hash_mask;
 	}
-	UDP_ASSERT(!"peer hash full"); /* impossible: slots >= 2 * world_size */
+	KEEL_ASSERT(!"peer hash full"); /* impossible: slots >= 2 * world_size */
 }
 
 /* Backward-shift deletion: no tombstones, so lookups stay short however often peers move. */
@@ -235,7 +221,7 @@ static void hash_remove(struct udp *u, uint32_t rank)
 
 	for (probes = 0; probes <= u->hash_mask && u->hash[i] != rank + 1; probes++)
 		i = (i + 1) & u->hash_mask;
-	UDP_ASSERT(u->hash[i] == rank + 1);
+	KEEL_ASSERT(u->hash[i] == rank + 1);
 	j = i;
 	for (probes = 0; probes <= u->hash_mask; probes++) {
 		uint32_t home;
@@ -244,7 +230,8 @@ static void hash_remove(struct udp *u, uint32_t rank)
 		if (u->hash[j] == HASH_EMPTY)
 			break;
 		home = addr_hash(&u->peers[u->hash[j] - 1]) & u->hash_mask;
-		/* The entry at j may fill the hole at i only if i lies on its probe path [home, j). */
+		/* The entry at j may fill the hole at i only if i lies on its probe path [home, j).
+		 */
 		if (((j - home) & u->hash_mask) >= ((j - i) & u->hash_mask)) {
 			u->hash[i] = u->hash[j];
 			i = j;
@@ -295,7 +282,7 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 	uint8_t *base;
 	int err;
 
-	UDP_ASSERT(out != NULL);
+	KEEL_ASSERT(out != NULL);
 	*out = NULL;
 	if (!config_valid(cfg))
 		return -EINVAL;
@@ -313,7 +300,7 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 	u->srcs = (union peer_addr *)(base + l.srcs);
 	u->hash_mask = l.hash_slots - 1;
 	u->burst = cfg->burst;
-	UDP_ASSERT(parse_host(cfg->bind_host, &bind_addr) == 0);
+	KEEL_ASSERT(parse_host(cfg->bind_host, &bind_addr) == 0);
 	u->family = bind_addr.sa.sa_family;
 	if (u->family == AF_INET)
 		bind_addr.in4.sin_port = htons(cfg->bind_port);
@@ -339,7 +326,7 @@ int keel_udp_local_addr(struct keel_transport *t, struct sockaddr_storage *addr,
 {
 	struct udp *u = udp_of(t);
 
-	UDP_ASSERT(addr != NULL && addr_len != NULL);
+	KEEL_ASSERT(addr != NULL && addr_len != NULL);
 	if (u->fd < 0)
 		return -EBADF;
 	*addr_len = sizeof(*addr);
@@ -368,7 +355,7 @@ int keel_udp_set_peer(struct keel_transport *t, uint32_t peer, const struct sock
 		hash_remove(u, peer);
 	u->peers[peer] = a;
 	hash_insert(u, peer);
-	UDP_ASSERT(hash_lookup(u, &a) >= 0);
+	KEEL_ASSERT(hash_lookup(u, &a) >= 0);
 	return 0;
 }
 
@@ -376,7 +363,7 @@ void keel_udp_stats_get(struct keel_transport *t, struct keel_udp_stats *out)
 {
 	struct udp *u = udp_of(t);
 
-	UDP_ASSERT(out != NULL);
+	KEEL_ASSERT(out != NULL);
 	*out = u->stats;
 }
 
@@ -462,8 +449,8 @@ static int udp_send_burst(struct keel_transport *t, uint64_t now_ns, const struc
 	uint32_t done = 0;
 
 	(void)now_ns;
-	UDP_ASSERT(d != NULL || count == 0);
-	UDP_ASSERT(count <= INT32_MAX);
+	KEEL_ASSERT(d != NULL || count == 0);
+	KEEL_ASSERT(count <= INT32_MAX);
 	if (u->fd < 0)
 		return KEEL_ETRANSPORT;
 	/* Bounded by count: every pass moves done forward by a whole chunk or returns. */
@@ -483,7 +470,8 @@ static int udp_send_burst(struct keel_transport *t, uint64_t now_ns, const struc
 			return (int)done;
 		}
 		if ((uint32_t)r < n)
-			return (int)done; /* a fatal error after some went out; reported next call */
+			return (
+			    int)done; /* a fatal error after some went out; reported next call */
 	}
 	return (int)done;
 }
@@ -515,7 +503,7 @@ static int udp_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel
 	int r = -1;
 
 	(void)now_ns;
-	UDP_ASSERT(d != NULL || count_max == 0);
+	KEEL_ASSERT(d != NULL || count_max == 0);
 	if (u->fd < 0)
 		return KEEL_ETRANSPORT;
 	if (n == 0)

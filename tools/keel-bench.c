@@ -194,16 +194,31 @@ static double time_allreduce(struct keel_boot *b, const struct bench_opts *o, vo
 	return across(b, us, KEEL_MAX);
 }
 
+/* Checking works in pieces with a poll between them: a rank that stops polling for longer
+ * than the failure detector allows looks dead to its peers. */
+#define CHECK_PIECE 16384u
+
 static double check_allreduce(struct keel_boot *b, const struct bench_opts *o, void *in, void *out,
 			      void *ref, size_t count, bool in_place)
 {
-	keel_check_fill(in, count, b->launch.rank, o->dtype, o->op);
+	for (size_t i = 0; i < count; i += CHECK_PIECE) {
+		size_t end = i + CHECK_PIECE < count ? i + CHECK_PIECE : count;
+		keel_check_fill(in, i, end, b->launch.rank, o->dtype, o->op);
+		if (keel_boot_poll(b) != 0)
+			die(b, "poll", KEEL_ETRANSPORT);
+	}
 	int rc = keel_allreduce(b->node, in, in_place ? in : out, count, o->dtype, o->op);
 	if (rc != 0)
 		die(b, "allreduce (check)", rc);
-	keel_check_reference(ref, count, b->launch.world_size, o->dtype, o->op);
-	return across(b, (double)keel_check_wrong(in_place ? in : out, ref, count, o->dtype),
-		      KEEL_SUM);
+	size_t wrong = 0;
+	for (size_t i = 0; i < count; i += CHECK_PIECE) {
+		size_t end = i + CHECK_PIECE < count ? i + CHECK_PIECE : count;
+		keel_check_reference(ref, i, end, b->launch.world_size, o->dtype, o->op);
+		wrong += keel_check_wrong(in_place ? in : out, ref, i, end, o->dtype);
+		if (keel_boot_poll(b) != 0)
+			die(b, "poll", KEEL_ETRANSPORT);
+	}
+	return across(b, (double)wrong, KEEL_SUM);
 }
 
 static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)

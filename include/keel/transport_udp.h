@@ -1,5 +1,15 @@
 /* The kernel UDP transport: non-blocking sockets, batched with recvmmsg/sendmmsg.
- * The portable default. Unreliable and unordered: the core adds its reliable layer. */
+ * The portable default. Unreliable and unordered (caps 0): the core adds its reliable layer.
+ *
+ * Ops (see keel/transport.h): send_burst sends to the addresses given by keel_udp_set_peer; it
+ * returns the valid prefix it handled, or -EINVAL when d[0] names a peer out of range or never
+ * set, or is longer than mtu. A full socket buffer ends the burst early (tx_would_block); an
+ * error about one destination (e.g. ECONNREFUSED after a peer died) loses that one datagram
+ * (tx_errors) and the burst goes on. recv_burst makes one recvmmsg straight into the caller's
+ * buffers; datagrams longer than their cap or from unknown addresses are dropped and counted,
+ * and the survivors are moved up by exchanging buf/cap pairs between entries of d (no bytes
+ * are copied), so on return d[0..n) hold the datagrams and d[n..count_max) the other buffers.
+ * wait_fd is the socket. fini closes it; safe twice. After fini, ops return KEEL_ETRANSPORT. */
 #ifndef KEEL_TRANSPORT_UDP_H
 #define KEEL_TRANSPORT_UDP_H
 
@@ -15,8 +25,8 @@ struct keel_udp_config {
 	uint32_t world_size;
 	const char *bind_host; /* numeric IPv4/IPv6 address; NULL means 127.0.0.1 */
 	uint16_t bind_port;    /* 0 picks a free port (read it with keel_udp_local_addr) */
-	uint32_t mtu;          /* largest datagram, KEEL_MTU_MIN..KEEL_MTU_MAX */
-	uint32_t burst;        /* datagrams per recvmmsg/sendmmsg, 1..KEEL_BURST_MAX */
+	uint32_t mtu;	       /* largest datagram, KEEL_MTU_MIN..KEEL_MTU_MAX */
+	uint32_t burst;	       /* datagrams per recvmmsg/sendmmsg, 1..KEEL_BURST_MAX */
 	int sockbuf_bytes;     /* SO_RCVBUF/SO_SNDBUF wish; 0 means 4 MiB */
 };
 
@@ -26,18 +36,22 @@ void keel_udp_config_default(struct keel_udp_config *cfg);
 /* Caller memory the transport needs (state, peer address table, mmsg vectors); 0 if invalid. */
 size_t keel_udp_storage_size(const struct keel_udp_config *cfg);
 
-/* Create and bind the socket inside `mem`. Peers are set afterwards (rendezvous needs the
- * bound address first). Errors: -EINVAL (bad config or bind_host), -ENOSPC (mem too small),
- * or the socket/bind errno (e.g. -EADDRINUSE). keel_transport_ops.fini closes the socket. */
+/* Create and bind the socket inside `mem` (any alignment; mem_len >= storage_size). Peers are
+ * set afterwards (rendezvous needs the bound address first). Errors: -EINVAL (bad config or
+ * bind_host), -ENOSPC (mem NULL or too small), or the socket/bind errno (e.g. -EADDRINUSE,
+ * -EADDRNOTAVAIL for ::1 without IPv6). On error nothing is left open and *out is NULL
+ * (fini(NULL) is a no-op). keel_transport_ops.fini closes the socket. */
 KEEL_MUST_USE int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 				const struct keel_udp_config *cfg);
 
-/* The bound address (after init). */
+/* The bound address (after init). -EBADF after fini, or getsockname's -errno. */
 KEEL_MUST_USE int keel_udp_local_addr(struct keel_transport *t, struct sockaddr_storage *addr,
 				      socklen_t *addr_len);
 
-/* Where rank `peer` listens. Datagrams from unknown addresses are dropped and counted.
- * Errors: -EINVAL (peer out of range, or address family differs from the socket's). */
+/* Where rank `peer` listens; may be called again to move a peer. Datagrams from unknown
+ * addresses are dropped and counted. Senders are matched on address and port only.
+ * Errors: -EINVAL (peer out of range, addr_len short, port 0, or address family differs
+ * from the socket's). */
 KEEL_MUST_USE int keel_udp_set_peer(struct keel_transport *t, uint32_t peer,
 				    const struct sockaddr *addr, socklen_t addr_len);
 
@@ -45,9 +59,9 @@ struct keel_udp_stats {
 	uint64_t rx_datagrams, tx_datagrams;
 	uint64_t rx_syscalls, tx_syscalls;
 	uint64_t rx_unknown_source; /* from an address that is no peer's */
-	uint64_t rx_truncated;      /* longer than the buffer given */
+	uint64_t rx_truncated;	    /* longer than the buffer given */
 	uint64_t tx_would_block;    /* socket buffer full; datagrams left to the caller */
-	uint64_t tx_errors;         /* other send errors (e.g. ECONNREFUSED from a dead peer) */
+	uint64_t tx_errors;	    /* other send errors (e.g. ECONNREFUSED from a dead peer) */
 };
 void keel_udp_stats_get(struct keel_transport *t, struct keel_udp_stats *out);
 

@@ -29,11 +29,11 @@ static void run_one(struct cluster *c, size_t count, enum keel_dtype dt, enum ke
 	uint8_t *in[CLUSTER_MAX], *out[CLUSTER_MAX], *ref = malloc(bytes), *in_copy = malloc(bytes);
 	struct keel_op *ops[CLUSTER_MAX];
 	int rc[CLUSTER_MAX];
-	keel_check_reference(ref, count, c->world, dt, op);
+	keel_check_reference(ref, 0, count, c->world, dt, op);
 	for (uint32_t r = 0; r < c->world; r++) {
 		in[r] = malloc(bytes);
 		out[r] = in_place ? in[r] : malloc(bytes);
-		keel_check_fill(in[r], count, r, dt, op);
+		keel_check_fill(in[r], 0, count, r, dt, op);
 		assert_int_equal(keel_allreduce_start(c->node[r], in[r], out[r], count, dt, op, &ops[r]),
 				 0);
 	}

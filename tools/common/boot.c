@@ -224,6 +224,12 @@ int keel_boot_run_until(struct keel_boot *b, uint64_t deadline_ns)
 	}
 }
 
+int keel_boot_poll(struct keel_boot *b)
+{
+	uint64_t next;
+	return keel_poll(b->node, keel_posix_now_ns(), &next);
+}
+
 void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 {
 	/* Stay until peers have acknowledged everything we sent (a lost last datagram would

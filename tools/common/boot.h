@@ -36,6 +36,10 @@ KEEL_MUST_USE int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel
  * Returns keel_poll's error, if any. */
 KEEL_MUST_USE int keel_boot_run_until(struct keel_boot *b, uint64_t deadline_ns);
 
+/* One keel_poll now, without waiting: for loops that compute for a while between collectives
+ * (a rank must poll at least every heartbeat interval, or its peers will suspect it). */
+KEEL_MUST_USE int keel_boot_poll(struct keel_boot *b);
+
 /* Keep polling until everything this node sent is acknowledged (at most `linger_ns`), then
  * release everything. */
 void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns);

@@ -53,9 +53,10 @@ void keel_check_store(void *buf, size_t i, enum keel_dtype dt, double v)
 	}
 }
 
-void keel_check_fill(void *buf, size_t count, uint32_t rank, enum keel_dtype dt, enum keel_redop op)
+void keel_check_fill(void *buf, size_t begin, size_t end, uint32_t rank, enum keel_dtype dt,
+		     enum keel_redop op)
 {
-	for (size_t i = 0; i < count; i++)
+	for (size_t i = begin; i < end; i++)
 		keel_check_store(buf, i, dt, keel_check_value(rank, i, dt, op));
 }
 
@@ -92,10 +93,10 @@ static void store_avg(void *buf, size_t i, enum keel_dtype dt, double sum, uint3
 	}
 }
 
-void keel_check_reference(void *buf, size_t count, uint32_t world, enum keel_dtype dt,
+void keel_check_reference(void *buf, size_t begin, size_t end, uint32_t world, enum keel_dtype dt,
 			  enum keel_redop op)
 {
-	for (size_t i = 0; i < count; i++) {
+	for (size_t i = begin; i < end; i++) {
 		double acc = keel_check_value(0, i, dt, op);
 		for (uint32_t r = 1; r < world; r++)
 			acc = combine(acc, keel_check_value(r, i, dt, op), op);
@@ -106,11 +107,12 @@ void keel_check_reference(void *buf, size_t count, uint32_t world, enum keel_dty
 	}
 }
 
-size_t keel_check_wrong(const void *got, const void *ref, size_t count, enum keel_dtype dt)
+size_t keel_check_wrong(const void *got, const void *ref, size_t begin, size_t end,
+			enum keel_dtype dt)
 {
 	size_t es = keel_dtype_size(dt), wrong = 0;
 	const uint8_t *a = got, *b = ref;
-	for (size_t i = 0; i < count; i++)
+	for (size_t i = begin; i < end; i++)
 		wrong += memcmp(a + i * es, b + i * es, es) != 0;
 	return wrong;
 }

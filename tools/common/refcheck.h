@@ -13,13 +13,16 @@
 double keel_check_value(uint32_t rank, size_t i, enum keel_dtype dt, enum keel_redop op);
 /* Write `value` as element i of a `dt` buffer. */
 void keel_check_store(void *buf, size_t i, enum keel_dtype dt, double value);
-/* buf[0..count) = rank's input. */
-void keel_check_fill(void *buf, size_t count, uint32_t rank, enum keel_dtype dt, enum keel_redop op);
-/* buf[0..count) = the AllReduce of all `world` ranks' inputs, as keel defines it
- * (avg: the sum divided in the dtype's accumulation precision, integers truncating). */
-void keel_check_reference(void *buf, size_t count, uint32_t world, enum keel_dtype dt,
+/* Elements [begin, end) of buf = rank's input. Ranges let a caller keep polling its node
+ * between pieces of a large buffer (a rank that stops polling looks dead to its peers). */
+void keel_check_fill(void *buf, size_t begin, size_t end, uint32_t rank, enum keel_dtype dt,
+		     enum keel_redop op);
+/* Elements [begin, end) of buf = the AllReduce of all `world` ranks' inputs, as keel defines
+ * it (avg: the sum divided in the dtype's accumulation precision, integers truncating). */
+void keel_check_reference(void *buf, size_t begin, size_t end, uint32_t world, enum keel_dtype dt,
 			  enum keel_redop op);
-/* Elements of `got` whose bytes differ from `ref`. */
-size_t keel_check_wrong(const void *got, const void *ref, size_t count, enum keel_dtype dt);
+/* Elements in [begin, end) whose bytes differ between `got` and `ref`. */
+size_t keel_check_wrong(const void *got, const void *ref, size_t begin, size_t end,
+			enum keel_dtype dt);
 
 #endif

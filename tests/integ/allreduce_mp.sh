@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Multi-process AllReduce on loopback: 2, 3, 4 and 5 ranks (separate processes started by
+# keel-run), every dtype and op at the chunking boundaries, both algorithms; then again with
+# the chaos transport at 1 % loss (plus duplication and reordering). Seeded: SEED=n replays.
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+RUN=$BUILD/bin/keel-run
+CHECK=$BUILD/tests/integ-allreduce_check
+SEED=${SEED:-$(( $(date +%s) % 100000 ))}
+echo "SEED=$SEED"
+[ -x "$RUN" ] && [ -x "$CHECK" ] || { echo "allreduce_mp: build first (make all tests)"; exit 1; }
+export KEEL_HEARTBEAT_US=20000 KEEL_OP_TIMEOUT_MS=20000 KEEL_WAIT=block
+fail=0
+for n in 2 3 4 5; do
+	for algo in ring rd; do
+		"$RUN" -n "$n" --timeout 120 -- "$CHECK" "$algo" | grep -v '^keel-run: rank' || fail=1
+	done
+done
+for n in 3 4; do
+	KEEL_CHAOS="loss=0.01,dup=0.005,reorder=0.01,seed=$SEED" \
+		"$RUN" -n "$n" --timeout 180 -- "$CHECK" auto | grep -v '^keel-run: rank' || fail=1
+done
+exit $fail

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The runtime never allocates: fail if any object built from runtime/, verbs/ or dpdk/
+# references an allocator symbol. Checks the objects themselves, so a call hidden behind a
+# macro or an inline helper is caught too.
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+command -v nm >/dev/null || { echo "no_alloc: nm not found (binutils)"; exit 77; }
+objs=$(ls "$BUILD"/obj/runtime/*.o "$BUILD"/obj/verbs/*.o "$BUILD"/obj/dpdk/*.o 2>/dev/null)
+[ -n "$objs" ] || { echo "no_alloc: no runtime objects in $BUILD/obj (build first)"; exit 1; }
+bad=0
+for o in $objs; do
+	syms=$(nm -u "$o" | awk '{print $2}' |
+		grep -E '^(malloc|calloc|realloc|free|strdup|strndup|aligned_alloc|posix_memalign|valloc|memalign|reallocarray)(@.*)?$')
+	if [ -n "$syms" ]; then
+		echo "no_alloc: $o references: $syms"
+		bad=1
+	fi
+done
+n=$(echo "$objs" | wc -w)
+[ $bad -eq 0 ] && echo "no_alloc: $n runtime objects, no allocator references"
+exit $bad
