@@ -104,5 +104,6 @@ format-check:
 clean:
 	rm -rf build build-san build-*
 
--include $(RUNTIME_OBJ:.o=.d) $(TOOLS_COMMON_OBJ:.o=.d)
+-include $(RUNTIME_OBJ:.o=.d) $(TOOLS_COMMON_OBJ:.o=.d) $(TOOL_SRC:%.c=$(BUILD)/obj/%.d) \
+	$(UNIT_SRC:%.c=$(BUILD)/obj/%.d) $(INTEG_SRC:%.c=$(BUILD)/obj/%.d)
 .SECONDARY:

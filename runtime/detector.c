@@ -49,6 +49,7 @@ void fd_heard(struct keel_node *n, uint32_t peer)
 	struct peer *p = &n->peers[peer];
 	p->last_heard_ns = n->now_ns;
 	p->deaf_at_heard_ns = n->deaf_ns;
+	p->heard = true;
 	if (p->state == KEEL_PEER_SUSPECTED) {
 		/* It spoke again in the same incarnation: the suspicion was false. */
 		n->ctr.false_suspicions++;
@@ -116,11 +117,14 @@ void fd_beat(struct keel_node *n)
 		n->next_beat_ns = n->now_ns + n->cfg.heartbeat_ns;
 }
 
-/* When a watched peer's listened-to silence reaches miss_limit intervals. */
+/* When a watched peer's listened-to silence reaches miss_limit intervals (join_timeout_ns
+ * for a peer not heard from since init). */
 static uint64_t suspect_at(const struct keel_node *n, const struct peer *p)
 {
 	uint64_t deaf = n->deaf_ns - p->deaf_at_heard_ns;
-	return p->last_heard_ns + deaf + (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns;
+	uint64_t limit = p->heard ? (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns
+				  : n->cfg.join_timeout_ns;
+	return p->last_heard_ns + deaf + limit;
 }
 
 void fd_check(struct keel_node *n)

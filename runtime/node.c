@@ -24,6 +24,7 @@ void keel_config_default(struct keel_config *cfg)
 	cfg->heartbeat_ns = KEEL_HEARTBEAT_NS_DEFAULT;
 	cfg->miss_limit = KEEL_MISS_LIMIT_DEFAULT;
 	cfg->fd_fanout = KEEL_FD_FANOUT_DEFAULT;
+	cfg->join_timeout_ns = KEEL_JOIN_TIMEOUT_NS_DEFAULT;
 	cfg->rto_initial_ns = KEEL_RTO_INITIAL_NS_DEFAULT;
 	cfg->rto_min_ns = KEEL_RTO_MIN_NS_DEFAULT;
 	cfg->rto_max_ns = KEEL_RTO_MAX_NS_DEFAULT;
@@ -63,7 +64,7 @@ static bool config_valid(const struct keel_config *cfg)
 		return false;
 	if (cfg->ops_max == 0 || cfg->ops_max > KEEL_OPS_MAX)
 		return false;
-	if (cfg->heartbeat_ns == 0 || cfg->miss_limit == 0)
+	if (cfg->heartbeat_ns == 0 || cfg->miss_limit == 0 || cfg->join_timeout_ns == 0)
 		return false;
 	if (cfg->rto_min_ns == 0 || cfg->rto_min_ns > cfg->rto_max_ns || cfg->op_timeout_ns == 0)
 		return false;

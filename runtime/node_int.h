@@ -38,6 +38,7 @@ struct peer {
 	enum keel_peer_state state;
 	bool watched; /* we expect to hear from it (all-to-all, or one of our k predecessors) */
 	bool beat_to; /* we heartbeat it */
+	bool heard;   /* anything valid arrived from it since init */
 	uint64_t last_heard_ns;
 	uint64_t deaf_at_heard_ns; /* node->deaf_ns when last_heard_ns was set */
 	uint64_t hb_echo_ns;       /* send_ns of the last heartbeat from it */

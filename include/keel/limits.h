@@ -21,12 +21,17 @@
 #define KEEL_OPS_DEFAULT 8u
 #define KEEL_OPS_MAX 256u
 /* Failure detection. */
-#define KEEL_HEARTBEAT_NS_DEFAULT 1000000ull /* 1 ms: a few ms detection on kernel UDP */
+/* 10 ms: 30 ms detection with miss_limit 3, and no false suspicions when ranks share cores
+ * with other work (docs/PERF.md). Dedicated cores run 1 ms on UDP, 100-500 us on DPDK/verbs. */
+#define KEEL_HEARTBEAT_NS_DEFAULT 10000000ull
 #define KEEL_MISS_LIMIT_DEFAULT 3u
 /* All-to-all heartbeats up to this world size; above it each rank watches k ring
  * neighbours so heartbeat cost stays O(k*N). */
 #define KEEL_FD_ALL_TO_ALL_MAX 32u
 #define KEEL_FD_FANOUT_DEFAULT 4u
+/* A peer never heard from since init is suspected after this long rather than after
+ * miss_limit intervals: ranks start a few ms apart (page faults, exec, rendezvous replies). */
+#define KEEL_JOIN_TIMEOUT_NS_DEFAULT 2000000000ull
 /* Retransmission timer bounds (RFC 6298 style, scaled for datacentre RTTs). */
 #define KEEL_RTO_INITIAL_NS_DEFAULT 2000000ull /* before any RTT sample */
 #define KEEL_RTO_MIN_NS_DEFAULT 200000ull

@@ -1,11 +1,12 @@
 /* Unit tests for the chaos decorator: over two UDP transports on 127.0.0.1, and over a scripted
  * in-memory inner transport where exact replay and back-pressure need a deterministic inner.
  * Prints its seed first; SEED=n replays a run. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h> /* after the four headers it needs */
 
 #include <errno.h>
 #include <inttypes.h>

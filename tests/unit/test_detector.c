@@ -147,6 +147,24 @@ static void test_detector_own_pause_is_not_blamed_on_peers(void **state)
 	cluster_fini(&c);
 }
 
+/* A peer that never spoke since init gets join_timeout_ns (ranks start a few ms apart), and
+ * is suspected exactly then. */
+static void test_detector_never_heard_peer_gets_join_timeout(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, NULL), 0);
+	uint64_t t0 = c.now_ns, join = c.cfg[0].join_timeout_ns, dl;
+	assert_int_equal(join, KEEL_JOIN_TIMEOUT_NS_DEFAULT);
+	for (uint64_t t = t0; t < t0 + join; t += HB / 2)
+		poll_one(&c, 0, t);
+	assert_int_equal(keel_poll(c.node[0], t0 + join - 1, &dl), 0);
+	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
+	poll_one(&c, 0, t0 + join);
+	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_SUSPECTED);
+	cluster_fini(&c);
+}
+
 static void test_detector_peer_queries_reject_bad_rank(void **state)
 {
 	(void)state;
@@ -168,6 +186,7 @@ int main(void)
 	    cmocka_unit_test(test_detector_no_suspicion_while_beating),
 	    cmocka_unit_test(test_detector_any_message_counts),
 	    cmocka_unit_test(test_detector_own_pause_is_not_blamed_on_peers),
+	    cmocka_unit_test(test_detector_never_heard_peer_gets_join_timeout),
 	    cmocka_unit_test(test_detector_peer_queries_reject_bad_rank),
 	};
 	return cmocka_run_group_tests_name("detector", tests, NULL, NULL);

@@ -57,6 +57,7 @@ static void test_node_init_rejects_bad_config(void **state)
 	BAD(mtu, KEEL_MTU_MIN - 1);
 	BAD(heartbeat_ns, 0);
 	BAD(miss_limit, 0);
+	BAD(join_timeout_ns, 0);
 	BAD(rto_min_ns, 0);
 	BAD(rto_initial_ns, 1);
 	BAD(op_timeout_ns, 0);

@@ -1,10 +1,11 @@
 /* Unit tests for the kernel UDP transport. Every socket is bound to loopback (127.0.0.1 or ::1);
  * nothing here reaches another host. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <cmocka.h> /* after the four headers it needs */
 
 #include <arpa/inet.h>
 #include <errno.h>
