@@ -29,8 +29,7 @@
  *
  * Bigger blocks amortise the join (two multiplies, ~30 cycles) better; smaller ones let a
  * 9000-byte jumbo datagram still run mostly three-wide. Every block length is a multiple of 8.
- */
-/*
+ *
  * Carry-less multiply of the register by a fixed k, four bits of the register at a time:
  * nib[i] = i (as a 4-bit polynomial) times k, built at compile time from k alone.
  */

@@ -70,7 +70,9 @@ void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const uint8_t *payload)
 		uint64_t rtt = n->now_ns - hb.echo_ns - hb.echo_held_ns;
 		p->rtt_ns_last = rtt;
 		p->rtt_samples++;
-		rel_rtt_sample(n, peer, rtt);
+		/* Smoothed like RFC 6298's SRTT. Not fed to the retransmission timer: a heartbeat
+		 * measures the path alone, while an ack also waits for the peer's next poll. */
+		p->hb_srtt_ns = p->hb_srtt_ns == 0 ? rtt : (7 * p->hb_srtt_ns + rtt) / 8;
 	}
 }
 

@@ -376,7 +376,8 @@ int keel_peer_get(const struct keel_node *node, uint32_t peer, struct keel_peer_
 	memset(info, 0, sizeof(*info));
 	info->state = peer == node->self ? KEEL_PEER_SELF : p->state;
 	info->last_heard_ns = p->last_heard_ns;
-	info->rtt_ns = p->srtt_ns;
+	info->rtt_ns = p->hb_srtt_ns;
+	info->rto_ns = p->rto_ns;
 	info->rtt_ns_last = p->rtt_ns_last;
 	info->rtt_samples = p->rtt_samples;
 	info->retransmits = p->retransmits;

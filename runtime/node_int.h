@@ -43,7 +43,7 @@ struct peer {
 	uint64_t deaf_at_heard_ns; /* node->deaf_ns when last_heard_ns was set */
 	uint64_t hb_echo_ns;       /* send_ns of the last heartbeat from it */
 	uint64_t hb_echo_recv_ns;  /* when we received that heartbeat */
-	uint64_t rtt_ns_last, rtt_samples, suspicions;
+	uint64_t rtt_ns_last, rtt_samples, hb_srtt_ns, suspicions;
 	/* reliable send */
 	uint32_t snd_una, snd_nxt; /* oldest unacked, next to assign */
 	uint32_t snd_edge;         /* receiver's window: seqs before it may be sent */
@@ -146,7 +146,6 @@ void rel_send_acks(struct keel_node *n);
 void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq);
 uint64_t rel_next_deadline(const struct keel_node *n);
 void rel_peer_init(struct keel_node *n, struct peer *p);
-void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns);
 void rel_ack_fields(const struct keel_node *n, uint32_t peer, struct wire_header *h);
 
 /* detector.c */

@@ -61,7 +61,7 @@ static inline float f32_from_bits(uint32_t u)
 }
 
 /* ---- f16 and bf16 conversions ----
- * Branch-free with explicit bit masks rather than ?: so that gcc cannot turn the selects back
+ * Without branches: explicit bit masks rather than ?: so that gcc cannot turn the selects back
  * into branches: once a float operation sits on one side of a branch, if-conversion may not
  * hoist it (it could trap) and the whole loop stays scalar. */
 
@@ -216,12 +216,13 @@ DEFINE_FLOAT_MINMAX(bf16b, uint16_t, int16_t, 0x7fffu, 0x7f80u, 0x0040u)
 #define OP_MIN(x, y) ((y) < (x) ? (y) : (x))
 #define OP_MAX(x, y) ((y) > (x) ? (y) : (x))
 /* u8 arithmetic promotes to int; the cast back wraps as the header promises. */
-#define OP_ADD_U8(x, y)	  ((uint8_t)((x) + (y)))
-#define OP_MUL_U8(x, y)	  ((uint8_t)((unsigned)(x) * (unsigned)(y)))
-#define OP_F16_ADD(x, y)  f16_narrow(f16_widen(x) + f16_widen(y))
-#define OP_F16_MUL(x, y)  f16_narrow(f16_widen(x) * f16_widen(y))
-#define OP_BF16_ADD(x, y) bf16_narrow(bf16_widen(x) + bf16_widen(y))
-#define OP_BF16_MUL(x, y) bf16_narrow(bf16_widen(x) * bf16_widen(y))
+#define OP_ADD_U8(x, y) ((uint8_t)((x) + (y)))
+#define OP_MUL_U8(x, y) ((uint8_t)((unsigned)(x) * (unsigned)(y)))
+/* f16/bf16: x and y hold one element in their low 16 bits (uint32_t), and so does the result. */
+#define OP_F16_ADD(x, y)  f16_narrow32(f16_widen32(x) + f16_widen32(y))
+#define OP_F16_MUL(x, y)  f16_narrow32(f16_widen32(x) * f16_widen32(y))
+#define OP_BF16_ADD(x, y) bf16_narrow32(bf16_widen32(x) + bf16_widen32(y))
+#define OP_BF16_MUL(x, y) bf16_narrow32(bf16_widen32(x) * bf16_widen32(y))
 
 /* ---- Kernels ---- */
 

@@ -113,7 +113,7 @@ void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq)
 	p->unsent = true;
 }
 
-void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
+static void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
 {
 	struct peer *p = &n->peers[peer];
 	if (p->srtt_ns == 0) {
@@ -160,10 +160,12 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 	uint32_t edge = ack + wnd;
 	if (seq_before(p->snd_edge, edge))
 		p->snd_edge = edge;
+	/* One sample per ack, from the oldest datagram it covers: the receiver acks once per
+	 * poll, so the oldest one saw the whole processing delay and the timer must cover it. */
 	uint64_t sample = 0;
 	while (seq_before(p->snd_una, ack)) {
 		struct tx_slot *s = &p->tx[p->snd_una & mask];
-		if (s->tries == 1 && s->sent_ns != 0)
+		if (s->tries == 1 && s->sent_ns != 0 && n->now_ns - s->sent_ns > sample)
 			sample = n->now_ns - s->sent_ns;
 		p->snd_una++;
 	}

@@ -300,7 +300,8 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 	u->srcs = (union peer_addr *)(base + l.srcs);
 	u->hash_mask = l.hash_slots - 1;
 	u->burst = cfg->burst;
-	KEEL_ASSERT(parse_host(cfg->bind_host, &bind_addr) == 0);
+	err = parse_host(cfg->bind_host, &bind_addr);
+	KEEL_ASSERT(err == 0); /* config_valid parsed it already */
 	u->family = bind_addr.sa.sa_family;
 	if (u->family == AF_INET)
 		bind_addr.in4.sin_port = htons(cfg->bind_port);
@@ -355,7 +356,7 @@ int keel_udp_set_peer(struct keel_transport *t, uint32_t peer, const struct sock
 		hash_remove(u, peer);
 	u->peers[peer] = a;
 	hash_insert(u, peer);
-	KEEL_ASSERT(hash_lookup(u, &a) >= 0);
+	KEEL_ASSERT_DEBUG(hash_lookup(u, &a) >= 0);
 	return 0;
 }
 

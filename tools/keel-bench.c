@@ -276,7 +276,14 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 		if (bytes == 0 && o->step_bytes == 0)
 			break;
 	}
+	struct keel_counters k;
+	keel_counters_get(b->node, &k);
+	double retx = across(b, (double)k.retransmits, KEEL_SUM);
+	double sent = across(b, (double)k.tx_datagrams, KEEL_SUM);
+	double susp = across(b, (double)k.suspicions, KEEL_SUM);
 	if (lead) {
+		printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f\n", sent,
+		       retx, sent > 0 ? 100.0 * retx / sent : 0.0, susp);
 		printf("# Out of bounds values : %.0f %s\n", wrong_total,
 		       o->check ? (wrong_total == 0 ? "OK" : "FAILED") : "(not checked: use --check)");
 		printf("# Avg bus bandwidth    : %g\n", rows ? busbw_sum / rows : 0.0);

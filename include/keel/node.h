@@ -99,8 +99,9 @@ KEEL_MUST_USE int keel_view_get(const struct keel_node *node, struct keel_view *
 struct keel_peer_info {
 	enum keel_peer_state state;
 	uint64_t last_heard_ns;
-	uint64_t rtt_ns;       /* smoothed round-trip time, 0 before the first sample */
+	uint64_t rtt_ns;       /* smoothed heartbeat round-trip time, 0 before the first sample */
 	uint64_t rtt_ns_last;  /* last heartbeat round trip */
+	uint64_t rto_ns;       /* retransmission timeout, from data acks (includes peer polling) */
 	uint64_t rtt_samples;  /* heartbeat round trips measured so far */
 	uint64_t retransmits;  /* datagrams sent again to this peer */
 	uint64_t suspicions;

@@ -34,7 +34,7 @@ if "$CC" "${FLAGS[@]}" -fopt-info-vec-optimized="$tmp/vec.txt" -c "$SRC" -o "$tm
 		name=$(sed -E 's/^[A-Z_]+\(([a-z0-9_]+),.*/\1/' <<<"$text")
 		grep -qE "^$SRC:$line:[0-9]+: (optimized|note): loop vectorized" "$tmp/vec.txt" ||
 			bad "$name ($SRC:$line) was not vectorized"
-	done < <(grep -nE '^DEFINE_(DIV_)?KERNEL\(' "$SRC")
+	done < <(grep -nE '^DEFINE_[A-Z_]*KERNEL\(' "$SRC")
 	[ "$kernels" -ge 28 ] || bad "found only $kernels kernel definitions in $SRC (expected >= 28)"
 	echo "vectorized: $kernels kernel loops checked in the -fopt-info-vec report"
 elif "$CC" "${FLAGS[@]}" -c "$SRC" -o "$tmp/reduce.o" 2>"$tmp/cc.err"; then
@@ -45,19 +45,19 @@ else
 	exit 1
 fi
 
-# 2. The disassembly. Kernels are found by name prefix, so target_clones suffixes
-#    (f32_sum.default, f32_sum.avx2.0, ...) all count; a kernel that cannot be found by name is
-#    checked against the whole object instead.
+# 2. The disassembly. Kernels are found by name prefix, so target_clones suffixes and helpers
+#    (f32_sum.default, f32_sum.avx2.0, f16_sum_words, ...) all count; a kernel that cannot be
+#    found by name is checked against the whole object instead.
 objdump -d --no-show-raw-insn "$tmp/reduce.o" >"$tmp/dis.txt" || {
 	echo "vectorized: FAIL: objdump failed"
 	exit 1
 }
-# Print the mnemonics of every function whose symbol is NAME or NAME.<suffix>.
+# Print the mnemonics of every function whose symbol is NAME, NAME.<suffix> or NAME_<suffix>.
 mnemonics() {
 	awk -v want="$1" '
 		/^[0-9a-f]+ <.*>:$/ {
 			sym = substr($2, 2, length($2) - 3)
-			keep = (sym == want || index(sym, want ".") == 1)
+			keep = (sym == want || index(sym, want ".") == 1 || index(sym, want "_") == 1)
 			found += keep
 			next
 		}
@@ -93,8 +93,7 @@ check f32_max 'v?(pblendvb|blendvps)' "packed blend"
 check f64_max 'v?pcmpgtq' "packed i64 compare of the f64 order keys"
 check f16_sum 'v?cvtdq2ps' "packed int-to-float (f16 subnormal widening)"
 check f16_sum 'v?addps' "packed f32 add"
-check f16_sum 'v?packusdw' "packed narrowing back to 16 bits"
-check bf16_sum 'v?pmovzxwd' "packed widening from 16 bits"
+check bf16_sum 'v?pslld' "packed widening shift from 16 bits"
 check bf16_sum 'v?addps' "packed f32 add"
 check f32_div 'v?divps' "packed f32 divide"
 check i32_div 'v?divpd' "packed f64 divide"
