@@ -101,7 +101,6 @@ void fd_beat(struct keel_node *n)
 		struct wire_header h;
 		node_header_init(n, &h, WIRE_HEARTBEAT, i);
 		rel_ack_fields(n, i, &h);
-		p->ack_pending = false;
 		h.payload_len = WIRE_HEARTBEAT_SIZE;
 		struct wire_heartbeat hb = {
 		    .send_ns = n->now_ns,

@@ -28,6 +28,7 @@ void keel_config_default(struct keel_config *cfg)
 	cfg->rto_initial_ns = KEEL_RTO_INITIAL_NS_DEFAULT;
 	cfg->rto_min_ns = KEEL_RTO_MIN_NS_DEFAULT;
 	cfg->rto_max_ns = KEEL_RTO_MAX_NS_DEFAULT;
+	cfg->ack_delay_ns = KEEL_ACK_DELAY_NS_DEFAULT;
 	cfg->op_timeout_ns = KEEL_OP_TIMEOUT_NS_DEFAULT;
 	cfg->soft_retries = KEEL_SOFT_RETRIES_DEFAULT;
 	cfg->algo = KEEL_ALGO_AUTO;
@@ -69,6 +70,8 @@ static bool config_valid(const struct keel_config *cfg)
 	if (cfg->rto_min_ns == 0 || cfg->rto_min_ns > cfg->rto_max_ns || cfg->op_timeout_ns == 0)
 		return false;
 	if (cfg->rto_initial_ns < cfg->rto_min_ns || cfg->rto_initial_ns > cfg->rto_max_ns)
+		return false;
+	if (cfg->ack_delay_ns >= cfg->rto_min_ns)
 		return false;
 	if ((unsigned)cfg->algo > (unsigned)KEEL_ALGO_RD)
 		return false;

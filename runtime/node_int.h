@@ -56,7 +56,9 @@ struct peer {
 	/* reliable receive */
 	uint32_t rcv_nxt; /* next seq to deliver to the collectives */
 	uint32_t rcv_ack; /* next seq not yet stored: everything before it is acknowledged */
-	bool ack_pending;
+	bool ack_pending;   /* something arrived that the peer has not been told about */
+	uint32_t rcv_unacked; /* datagrams taken since the last ack we sent */
+	uint64_t ack_due_ns;  /* send a pure ack by then unless one rides on other traffic */
 	struct rx_slot *rx;
 	uint8_t *rx_buf;
 };
@@ -146,7 +148,8 @@ void rel_send_acks(struct keel_node *n);
 void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq);
 uint64_t rel_next_deadline(const struct keel_node *n);
 void rel_peer_init(struct keel_node *n, struct peer *p);
-void rel_ack_fields(const struct keel_node *n, uint32_t peer, struct wire_header *h);
+/* Fill the ack fields of an outgoing header to `peer`; the ack is then no longer owed. */
+void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h);
 
 /* detector.c */
 void fd_init(struct keel_node *n, uint64_t now_ns);

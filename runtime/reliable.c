@@ -24,6 +24,7 @@ void rel_peer_init(struct keel_node *n, struct peer *p)
 	p->snd_edge = 1 + n->window;
 	p->rcv_nxt = 1;
 	p->rcv_ack = 1;
+	p->ack_due_ns = UINT64_MAX;
 	p->rto_ns = n->cfg.rto_initial_ns;
 	p->rtx_deadline_ns = UINT64_MAX;
 }
@@ -34,9 +35,9 @@ bool rel_can_send(const struct keel_node *n, uint32_t peer)
 	return p->snd_nxt - p->snd_una < n->window && seq_before(p->snd_nxt, p->snd_edge);
 }
 
-void rel_ack_fields(const struct keel_node *n, uint32_t peer, struct wire_header *h)
+void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 {
-	const struct peer *p = &n->peers[peer];
+	struct peer *p = &n->peers[peer];
 	uint32_t mask = n->window - 1, sack = 0;
 	for (uint32_t i = 0; i < 32u && i + 1u < n->window; i++) {
 		uint32_t seq = p->rcv_ack + 1u + i;
@@ -48,6 +49,22 @@ void rel_ack_fields(const struct keel_node *n, uint32_t peer, struct wire_header
 	h->ack = p->rcv_ack;
 	h->sack = sack;
 	h->wnd = (uint16_t)(p->rcv_nxt + n->window - p->rcv_ack);
+	p->ack_pending = false;
+	p->rcv_unacked = 0;
+	p->ack_due_ns = UINT64_MAX;
+}
+
+/* An ack is owed. In-order data may wait ack_delay_ns for traffic to carry it (the next
+ * collective step usually does) or until a quarter window piles up; anything that tells the
+ * sender about a hole, a duplicate or a reopened window goes out at this poll's end. */
+static void ack_owed(struct keel_node *n, struct peer *p, bool urgent)
+{
+	p->ack_pending = true;
+	p->rcv_unacked++;
+	uint64_t due = urgent || p->rcv_unacked >= n->window / 4 ? n->now_ns
+								 : n->now_ns + n->cfg.ack_delay_ns;
+	if (due < p->ack_due_ns)
+		p->ack_due_ns = due;
 }
 
 static uint8_t *tx_bytes(struct keel_node *n, struct peer *p, uint32_t seq)
@@ -90,7 +107,6 @@ int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const vo
 	h->seq = seq;
 	h->payload_len = len;
 	rel_ack_fields(n, peer, h);
-	p->ack_pending = false;
 	memcpy(buf + WIRE_HEADER_SIZE, payload, len);
 	wire_encode(buf, h);
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
@@ -210,9 +226,10 @@ static void deliver_run(struct keel_node *n, uint32_t peer)
 			return;
 		if (!coll_deliver(n, peer, &s->h, p->rx_buf + (size_t)(p->rcv_nxt & mask) * stride(n)))
 			return;
+		bool was_full = p->rcv_ack - p->rcv_nxt >= n->window;
 		s->used = 0;
 		p->rcv_nxt++;
-		p->ack_pending = true; /* the window opened */
+		ack_owed(n, p, was_full); /* a sender stalled on our window hears at once */
 	}
 }
 
@@ -221,19 +238,22 @@ void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h
 {
 	struct peer *p = &n->peers[peer];
 	uint32_t seq = h->seq;
-	p->ack_pending = true;
 	if (seq_before(seq, p->rcv_nxt)) {
 		n->ctr.drop_duplicate++;
+		ack_owed(n, p, true); /* our ack was lost or late: the sender is resending */
 		return;
 	}
 	if (seq - p->rcv_nxt >= n->window) {
 		n->ctr.drop_window++;
+		ack_owed(n, p, true);
 		return;
 	}
 	if (p->rx[seq & (n->window - 1)].used) {
 		n->ctr.drop_duplicate++;
+		ack_owed(n, p, true);
 		return;
 	}
+	ack_owed(n, p, seq != p->rcv_ack); /* out of order: the sack tells of the hole */
 	if (seq == p->rcv_nxt && coll_deliver(n, peer, h, payload)) {
 		p->rcv_nxt++;
 		if (seq_before(p->rcv_ack, p->rcv_nxt))
@@ -291,7 +311,7 @@ void rel_send_acks(struct keel_node *n)
 {
 	for (uint32_t i = 0; i < n->world; i++) {
 		struct peer *p = &n->peers[i];
-		if (!p->ack_pending || i == n->self)
+		if (!p->ack_pending || i == n->self || n->now_ns < p->ack_due_ns)
 			continue;
 		uint8_t *buf = node_ctrl_buf(n);
 		KEEL_ASSERT(buf != NULL);
@@ -300,7 +320,6 @@ void rel_send_acks(struct keel_node *n)
 		rel_ack_fields(n, i, &h);
 		wire_encode(buf, &h);
 		node_txq_push(n, i, buf, WIRE_HEADER_SIZE, 0);
-		p->ack_pending = false;
 		n->ctr.acks_sent++;
 	}
 }
@@ -314,6 +333,8 @@ uint64_t rel_next_deadline(const struct keel_node *n)
 			return n->now_ns;
 		if (p->snd_una != p->snd_nxt && p->rtx_deadline_ns < dl)
 			dl = p->rtx_deadline_ns;
+		if (p->ack_pending && p->ack_due_ns < dl)
+			dl = p->ack_due_ns;
 	}
 	return dl;
 }

@@ -36,6 +36,9 @@
 #define KEEL_RTO_INITIAL_NS_DEFAULT 2000000ull /* before any RTT sample */
 #define KEEL_RTO_MIN_NS_DEFAULT 200000ull
 #define KEEL_RTO_MAX_NS_DEFAULT 200000000ull
+/* In-order data is acknowledged within this long even when no other traffic carries the ack
+ * (usually the next collective step does); must stay well below rto_min. */
+#define KEEL_ACK_DELAY_NS_DEFAULT 50000ull
 /* An operation that makes no progress for this long fails with -ETIMEDOUT. */
 #define KEEL_OP_TIMEOUT_NS_DEFAULT 10000000000ull
 /* AllReduce: recursive doubling up to this many bytes, ring above. */

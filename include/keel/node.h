@@ -52,6 +52,7 @@ struct keel_config {
 	uint32_t fd_fanout;  /* ring neighbours watched when world > KEEL_FD_ALL_TO_ALL_MAX */
 	uint64_t join_timeout_ns; /* a peer never heard from is suspected after this long */
 	uint64_t rto_initial_ns, rto_min_ns, rto_max_ns;
+	uint64_t ack_delay_ns; /* longest wait for traffic to carry an ack, < rto_min_ns */
 	uint64_t op_timeout_ns; /* an operation with no progress for this long fails */
 	uint32_t soft_retries;
 	enum keel_algo algo;

@@ -61,6 +61,7 @@ static void test_node_init_rejects_bad_config(void **state)
 	BAD(rto_min_ns, 0);
 	BAD(rto_initial_ns, 1);
 	BAD(op_timeout_ns, 0);
+	BAD(ack_delay_ns, KEEL_RTO_MIN_NS_DEFAULT);
 	BAD(algo, (enum keel_algo)7);
 	BAD(transport, NULL);
 #undef BAD
