@@ -335,6 +335,9 @@ int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_n
 		coll_progress(n);
 		if (got < n->burst)
 			break;
+		/* A long backlog: tell senders what arrived now so their windows keep moving. */
+		rel_send_acks(n);
+		node_txq_flush(n);
 	}
 	rel_timers(n);
 	fd_beat(n);

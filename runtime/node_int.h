@@ -24,6 +24,7 @@ struct tx_slot {
 	uint16_t tries;   /* transmissions so far; RTT is sampled only when 1 (Karn) */
 	uint8_t sacked;   /* the receiver holds it out of order: do not resend */
 	uint8_t fast_done; /* already fast-retransmitted since its last send */
+	uint8_t no_sample; /* its timer was restarted: its ack measures no round trip */
 };
 
 /* One datagram held by the receiver: out of order, or in order but not yet consumable.
@@ -50,6 +51,8 @@ struct peer {
 	uint64_t srtt_ns, rttvar_ns, rto_ns;
 	uint64_t rtx_deadline_ns; /* earliest retransmission due in the window */
 	bool unsent;              /* the transport refused some slots: send them next poll */
+	bool sack_any;            /* the last ack selectively acknowledged something... */
+	uint32_t sack_high;       /* ...up to this seq: unacked seqs below it are holes */
 	uint64_t retransmits;
 	struct tx_slot *tx;
 	uint8_t *tx_buf;

@@ -181,7 +181,8 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 	uint64_t sample = 0;
 	while (seq_before(p->snd_una, ack)) {
 		struct tx_slot *s = &p->tx[p->snd_una & mask];
-		if (s->tries == 1 && s->sent_ns != 0 && n->now_ns - s->sent_ns > sample)
+		if (s->tries == 1 && !s->no_sample && s->sent_ns != 0 &&
+		    n->now_ns - s->sent_ns > sample)
 			sample = n->now_ns - s->sent_ns;
 		p->snd_una++;
 	}
@@ -199,6 +200,8 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 		highest = seq;
 		any = true;
 	}
+	p->sack_any = any;
+	p->sack_high = highest;
 	if (any)
 		fast_retransmit(n, peer, highest);
 }
@@ -274,7 +277,10 @@ void rel_redeliver(struct keel_node *n)
 			deliver_run(n, i);
 }
 
-/* Send what the transport refused earlier and resend what timed out. */
+/* Send what the transport refused earlier and resend what timed out. When the timer fires,
+ * only the oldest datagram and the holes the receiver's sacks revealed go out again; the rest
+ * of the window gets a fresh timer. Resending a whole window because the receiver was slow
+ * (descheduled, busy reducing) would double the traffic exactly when it is least welcome. */
 void rel_timers(struct keel_node *n)
 {
 	uint32_t mask = n->window - 1;
@@ -288,6 +294,7 @@ void rel_timers(struct keel_node *n)
 			continue;
 		p->unsent = false;
 		p->rtx_deadline_ns = UINT64_MAX;
+		bool head_sent = false;
 		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
 			struct tx_slot *s = &p->tx[seq & mask];
 			if (s->sacked)
@@ -298,9 +305,19 @@ void rel_timers(struct keel_node *n)
 					p->rtx_deadline_ns = due;
 				continue;
 			}
+			bool hole = p->sack_any && seq_before(seq, p->sack_high);
+			if (s->sent_ns != 0 && head_sent && !hole) {
+				s->sent_ns = n->now_ns; /* wait one more timeout for the head's answer */
+				s->no_sample = 1;
+				due = n->now_ns + backoff_rto(n, p, s->tries);
+				if (due < p->rtx_deadline_ns)
+					p->rtx_deadline_ns = due;
+				continue;
+			}
 			if (s->sent_ns != 0) {
 				p->retransmits++;
 				n->ctr.retransmits++;
+				head_sent = true;
 			}
 			transmit(n, i, seq);
 		}

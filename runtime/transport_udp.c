@@ -17,7 +17,9 @@
 #include "keel/transport_udp.h"
 
 #define CACHE_LINE_BYTES      64u
-#define SOCKBUF_BYTES_DEFAULT (4 << 20)
+/* Holds a full reliable window of 64 KiB datagrams from a peer (64 x 64 KiB) four times over:
+ * a receiver busy reducing must not make the kernel drop what the window let through. */
+#define SOCKBUF_BYTES_DEFAULT (16 << 20)
 #define HASH_SLOTS_MIN	      16u
 #define HASH_EMPTY	      0u
 /* A per-datagram send error is retried once (it is often a stale ICMP error for an earlier

@@ -27,7 +27,8 @@ struct keel_udp_config {
 	uint16_t bind_port;    /* 0 picks a free port (read it with keel_udp_local_addr) */
 	uint32_t mtu;	       /* largest datagram, KEEL_MTU_MIN..KEEL_MTU_MAX */
 	uint32_t burst;	       /* datagrams per recvmmsg/sendmmsg, 1..KEEL_BURST_MAX */
-	int sockbuf_bytes;     /* SO_RCVBUF/SO_SNDBUF wish; 0 means 4 MiB */
+	int sockbuf_bytes;     /* SO_RCVBUF/SO_SNDBUF wish; 0 means 16 MiB (above
+				* net.core.rmem_max it needs CAP_NET_ADMIN) */
 };
 
 /* Fill defaults: 127.0.0.1, port 0, KEEL_MTU_DEFAULT, KEEL_BURST_DEFAULT. */

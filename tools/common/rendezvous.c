@@ -573,12 +573,15 @@ static int run_server(const struct keel_launch *l, const struct sockaddr_storage
 	s.have = calloc(l->world_size, sizeof(*s.have));
 	s.table = calloc(l->world_size, sizeof(*s.table));
 	s.reply = malloc(reply_len);
+	/* calloc left fd 0 in every slot: mark them free before any cleanup can close them. */
+	for (uint32_t i = 0; s.conns != NULL && i < s.slot_count; i++) {
+		s.conns[i].fd = -1;
+		s.conns[i].rank = -1;
+	}
 	rc = -ENOMEM;
 	if (s.conns == NULL || s.pfds == NULL || s.have == NULL || s.table == NULL ||
 	    s.reply == NULL)
 		goto out;
-	for (uint32_t i = 0; i < s.slot_count; i++)
-		conn_close(&s.conns[i]);
 	rc = server_listen(&s, err, err_len);
 	if (rc != 0)
 		goto out;
