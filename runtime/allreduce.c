@@ -172,11 +172,17 @@ static void op_finish(struct keel_node *n, struct keel_op *op, int status)
 	n->op_run_id++;
 }
 
-static bool any_peer_suspected(const struct keel_node *n)
+/* A peer this operation may still depend on is gone: suspected, or left before completing
+ * it. (Until membership views exist, every member counts: the ring depends on all of them.) */
+static bool needed_peer_lost(const struct keel_node *n, const struct keel_op *op)
 {
-	for (uint32_t i = 0; i < n->world; i++)
-		if (i != n->self && n->peers[i].state != KEEL_PEER_ALIVE)
+	for (uint32_t i = 0; i < n->world; i++) {
+		const struct peer *p = &n->peers[i];
+		if (i == n->self || p->state == KEEL_PEER_ALIVE)
+			continue;
+		if (p->state != KEEL_PEER_DEAD || seq_before(p->left_after_ops, op->id + 1))
 			return true;
+	}
 	return false;
 }
 
@@ -206,7 +212,7 @@ void coll_progress(struct keel_node *n)
 			op_finish(n, op, 0);
 			continue;
 		}
-		if (any_peer_suspected(n)) {
+		if (needed_peer_lost(n, op)) {
 			op_finish(n, op, KEEL_EPEERDEAD);
 			continue;
 		}

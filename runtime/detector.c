@@ -57,6 +57,17 @@ void fd_heard(struct keel_node *n, uint32_t peer)
 	}
 }
 
+/* A clean exit: no suspicion, no false-suspicion count; a late datagram from it changes
+ * nothing (fd_heard revives only suspected peers). */
+void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t ops_completed)
+{
+	struct peer *p = &n->peers[peer];
+	if (p->state == KEEL_PEER_DEAD)
+		return;
+	p->left_after_ops = ops_completed;
+	set_state(n, peer, KEEL_PEER_DEAD);
+}
+
 void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const uint8_t *payload)
 {
 	struct peer *p = &n->peers[peer];
@@ -83,7 +94,10 @@ void fd_poll_start(struct keel_node *n)
 	uint64_t gap = n->now_ns - n->last_poll_ns;
 	if (gap > n->cfg.heartbeat_ns) {
 		n->deaf_ns += gap - n->cfg.heartbeat_ns;
-		n->ctr.local_pauses++;
+		/* Wakeups a few microseconds late are routine; a pause worth reporting costs at
+		 * least a whole interval of listening. */
+		if (gap >= 2 * n->cfg.heartbeat_ns)
+			n->ctr.local_pauses++;
 	}
 	n->last_poll_ns = n->now_ns;
 }

@@ -290,6 +290,9 @@ static void handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 	case WIRE_DATA:
 		rel_on_data(n, h.src, &h, payload);
 		break;
+	case WIRE_LEAVE:
+		fd_on_leave(n, h.src, h.op_id);
+		break;
 	}
 }
 
@@ -413,4 +416,26 @@ bool keel_is_idle(const struct keel_node *node)
 		if (node->peers[i].snd_una != node->peers[i].snd_nxt)
 			return false;
 	return true;
+}
+
+int keel_leave(struct keel_node *node, uint64_t now_ns)
+{
+	KEEL_ASSERT(node != NULL && node->tp != NULL);
+	struct keel_node *n = node;
+	if (now_ns > n->now_ns)
+		n->now_ns = now_ns;
+	for (uint32_t i = 0; i < n->world; i++) {
+		if (i == n->self || n->peers[i].state == KEEL_PEER_DEAD)
+			continue;
+		uint8_t *buf = node_ctrl_buf(n);
+		KEEL_ASSERT(buf != NULL);
+		struct wire_header h;
+		node_header_init(n, &h, WIRE_LEAVE, i);
+		rel_ack_fields(n, i, &h);
+		h.op_id = n->op_run_id;
+		wire_encode(buf, &h);
+		node_txq_push(n, i, buf, WIRE_HEADER_SIZE, 0);
+	}
+	node_txq_flush(n);
+	return n->fatal;
 }

@@ -40,6 +40,7 @@ struct peer {
 	bool watched; /* we expect to hear from it (all-to-all, or one of our k predecessors) */
 	bool beat_to; /* we heartbeat it */
 	bool heard;   /* anything valid arrived from it since init */
+	uint32_t left_after_ops; /* it left (KEEL_PEER_DEAD) having completed this many ops */
 	uint64_t last_heard_ns;
 	uint64_t deaf_at_heard_ns; /* node->deaf_ns when last_heard_ns was set */
 	uint64_t hb_echo_ns;       /* send_ns of the last heartbeat from it */
@@ -158,6 +159,7 @@ void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h);
 void fd_init(struct keel_node *n, uint64_t now_ns);
 void fd_heard(struct keel_node *n, uint32_t peer);
 void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const uint8_t *payload);
+void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t ops_completed);
 void fd_poll_start(struct keel_node *n);
 void fd_beat(struct keel_node *n);
 void fd_check(struct keel_node *n);

@@ -159,7 +159,7 @@ static void read_header(const uint8_t *buf, struct wire_header *h)
 /*
  * The header-shape rules, all reported as WIRE_BAD_LENGTH: payload_len is exactly what
  * follows the header; a heartbeat carries exactly its payload and no seq; an
- * ack carries nothing and no seq; a data fragment has a seq and lies inside total_len.
+ * ack or a leave carries nothing and no seq; a data fragment has a seq and lies inside total_len.
  * 64-bit sums, so offset + payload_len cannot wrap past total_len.
  */
 static bool lengths_ok(const struct wire_header *h, size_t len)
@@ -170,6 +170,7 @@ static bool lengths_ok(const struct wire_header *h, size_t len)
 	case WIRE_HEARTBEAT:
 		return h->payload_len == WIRE_HEARTBEAT_SIZE && h->seq == 0;
 	case WIRE_ACK:
+	case WIRE_LEAVE:
 		return h->payload_len == 0 && h->seq == 0;
 	case WIRE_DATA:
 		return (uint64_t)h->offset + h->payload_len <= h->total_len && h->seq != 0;

@@ -15,7 +15,9 @@ enum wire_type {
 	WIRE_HEARTBEAT = 1, /* unreliable; payload struct wire_heartbeat */
 	WIRE_ACK = 2,       /* unreliable; no payload; ack/sack fields only */
 	WIRE_DATA = 3,      /* reliable; a fragment of a collective's message */
-	WIRE_TYPE_MAX = 3,
+	WIRE_LEAVE = 4,     /* unreliable; no payload; the sender is leaving for good after
+			     * completing op_id collectives (a clean exit, not a failure) */
+	WIRE_TYPE_MAX = 4,
 };
 
 /* Header flags. */

@@ -161,6 +161,14 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 static void die(struct keel_boot *b, const char *what, int rc)
 {
 	fprintf(stderr, "keel-bench: rank %u: %s: %s\n", b->launch.rank, what, keel_strerror(rc));
+	for (uint32_t p = 0; p < b->launch.world_size; p++) {
+		struct keel_peer_info pi;
+		if (p != b->launch.rank && keel_peer_get(b->node, p, &pi) == 0 &&
+		    pi.state != KEEL_PEER_ALIVE)
+			fprintf(stderr, "keel-bench: rank %u: peer %u suspected (last heard %.3f ms "
+					"ago)\n",
+				b->launch.rank, p, (keel_posix_now_ns() - pi.last_heard_ns) / 1e6);
+	}
 	exit(1);
 }
 

@@ -1,6 +1,7 @@
 /* keel-run: start N local ranks with the torchrun environment (like `torchrun --standalone`),
  * forward signals, stop the job when a rank fails, report every rank's end.
- * It never restarts or kills a rank on its own beyond that (--kill, --restart come later). */
+ * Each rank leads its own process group so that stopping it stops its children too; the
+ * price is that a rank reading the terminal gets SIGTTIN (ranks should not read stdin). */
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>

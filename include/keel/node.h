@@ -98,7 +98,7 @@ KEEL_MUST_USE int keel_view_get(const struct keel_node *node, struct keel_view *
 				uint32_t *members, uint32_t members_cap);
 
 struct keel_peer_info {
-	enum keel_peer_state state;
+	enum keel_peer_state state; /* DEAD: it left (keel_leave) */
 	uint64_t last_heard_ns;
 	uint64_t rtt_ns;       /* smoothed heartbeat round-trip time, 0 before the first sample */
 	uint64_t rtt_ns_last;  /* last heartbeat round trip */
@@ -134,7 +134,7 @@ struct keel_counters {
 	uint64_t acks_sent;
 	uint64_t heartbeats_sent, heartbeats_received;
 	uint64_t suspicions, false_suspicions;
-	uint64_t local_pauses;    /* polls that came more than a heartbeat late */
+	uint64_t local_pauses;    /* polls that came two or more intervals after the previous one */
 	uint64_t tx_blocked;      /* datagrams the transport refused for now */
 	uint64_t ops_completed, ops_failed;
 };
@@ -143,6 +143,13 @@ void keel_counters_get(const struct keel_node *node, struct keel_counters *out);
 /* True when no collective is pending and every reliable datagram this node sent has been
  * acknowledged: the moment a process may exit without leaving a peer short of data. */
 bool keel_is_idle(const struct keel_node *node);
+
+/* Tell every peer this node is leaving for good (a clean exit, not a failure): they mark it
+ * KEEL_PEER_DEAD at once instead of suspecting it after miss_limit intervals, and their
+ * collectives fail only if they still needed it. Call when keel_is_idle() (after that, the
+ * node must not start collectives). Sends one datagram per peer; one lost on the way leaves
+ * that peer to notice the silence. Returns 0, or KEEL_ETRANSPORT. */
+KEEL_MUST_USE int keel_leave(struct keel_node *node, uint64_t now_ns);
 
 /* Release nothing but the transport's hold on the node; the caller then owns `mem` again. */
 void keel_fini(struct keel_node *node);

@@ -701,6 +701,25 @@ static void test_launch_rendezvous_world_one(void **state)
 	assert_int_equal(port_of(&r.peers[0]), port_of(&r.self));
 }
 
+static void test_launch_sockaddr_str(void **state)
+{
+	struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons(29500)};
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons(7)};
+	struct sockaddr_storage other = {.ss_family = AF_UNIX};
+	char buf[64];
+
+	(void)state;
+	a4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a6.sin6_addr = in6addr_loopback;
+	assert_string_equal(keel_sockaddr_str((struct sockaddr *)&a4, buf, sizeof(buf)),
+			    "127.0.0.1:29500");
+	assert_string_equal(keel_sockaddr_str((struct sockaddr *)&a6, buf, sizeof(buf)), "[::1]:7");
+	assert_string_equal(keel_sockaddr_str((struct sockaddr *)&other, buf, sizeof(buf)),
+			    "(address family 1)");
+	/* Truncated, still terminated. */
+	assert_string_equal(keel_sockaddr_str((struct sockaddr *)&a4, buf, 5), "127.");
+}
+
 static void test_launch_rendezvous_peers_list(void **state)
 {
 	struct sockaddr_storage self[2], peers[2];
@@ -1022,6 +1041,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_rendezvous_world_mismatch, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_strays_and_other_jobs, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_world_one, env_clear),
+	    cmocka_unit_test_setup(test_launch_sockaddr_str, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_peers_list, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_peers_ipv6, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_bad_self, env_clear),

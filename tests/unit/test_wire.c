@@ -201,6 +201,30 @@ static void test_wire_roundtrip_ack(void **state)
 	assert_headers_equal(&h, &out);
 }
 
+static void test_wire_roundtrip_leave(void **state)
+{
+	(void)state;
+	uint8_t buf[BUF_MAX];
+	struct wire_header h = make_header(WIRE_LEAVE, 0), out;
+
+	h.op_id = 777; /* collectives the leaver completed */
+	size_t len = encode(buf, &h);
+	assert_int_equal(len, WIRE_HEADER_SIZE);
+	assert_int_equal(wire_decode(buf, len, &expect_default, &out), WIRE_OK);
+	assert_headers_equal(&h, &out);
+}
+
+static void test_wire_leave_shape_wrong(void **state)
+{
+	(void)state;
+	struct wire_header h = make_header(WIRE_LEAVE, 4);
+
+	assert_int_equal(encode_decode(&h, &expect_default), WIRE_BAD_LENGTH);
+	h = make_header(WIRE_LEAVE, 0);
+	h.seq = 5;
+	assert_int_equal(encode_decode(&h, &expect_default), WIRE_BAD_LENGTH);
+}
+
 static void test_wire_roundtrip_data(void **state)
 {
 	(void)state;
@@ -488,11 +512,11 @@ static void test_wire_ack_shape_wrong(void **state)
 static void test_wire_wnd_any_value_accepted(void **state)
 {
 	(void)state;
-	static const enum wire_type types[] = {WIRE_HEARTBEAT, WIRE_ACK, WIRE_DATA};
-	static const uint32_t payload[] = {WIRE_HEARTBEAT_SIZE, 0, 32};
+	static const enum wire_type types[] = {WIRE_HEARTBEAT, WIRE_ACK, WIRE_DATA, WIRE_LEAVE};
+	static const uint32_t payload[] = {WIRE_HEARTBEAT_SIZE, 0, 32, 0};
 	static const uint16_t wnds[] = {0, 1, 0x8000, UINT16_MAX};
 
-	for (size_t i = 0; i < 3; i++) {
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
 		for (size_t k = 0; k < sizeof(wnds) / sizeof(wnds[0]); k++) {
 			struct wire_header h = make_header(types[i], payload[i]);
 
@@ -943,6 +967,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_wire_roundtrip_heartbeat),
 	    cmocka_unit_test(test_wire_roundtrip_ack),
+	    cmocka_unit_test(test_wire_roundtrip_leave),
+	    cmocka_unit_test(test_wire_leave_shape_wrong),
 	    cmocka_unit_test(test_wire_roundtrip_data),
 	    cmocka_unit_test(test_wire_data_fragment_edges_accepted),
 	    cmocka_unit_test(test_wire_layout_fixed_offsets),

@@ -249,8 +249,11 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 			break;
 		b->cfg.waiter.wait(b->cfg.waiter.ctx, next < end ? next : end);
 	}
-	if (b->node != NULL)
+	if (b->node != NULL) {
+		int rc = keel_leave(b->node, keel_posix_now_ns());
+		(void)rc; /* leaving anyway: peers that miss it notice the silence */
 		keel_fini(b->node);
+	}
 	if (b->chaos != NULL && b->chaos->ops->fini != NULL)
 		b->chaos->ops->fini(b->chaos);
 	if (b->udp != NULL && b->udp->ops->fini != NULL)

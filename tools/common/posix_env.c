@@ -52,7 +52,9 @@ static int fd_readable_now(const struct keel_posix_waiter *w)
 		char byte;
 		ssize_t n = recv(w->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
 
-		/* A pending socket error also counts: the caller's receive path reports it. */
+		/* A pending socket error also counts as input, so the caller polls at once. The
+		 * peek clears it (as any recv would): with IP_RECVERR the transport may then miss
+		 * one error count, never a datagram. */
 		return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 	}
 	struct pollfd p = {.fd = w->fd, .events = POLLIN};
