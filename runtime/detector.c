@@ -32,6 +32,7 @@ void fd_init(struct keel_node *n, uint64_t now_ns)
 		p->beat_to = all || in_ring_range(n->self, i, n->world, k, true);
 		p->watched = all || in_ring_range(n->self, i, n->world, k, false);
 	}
+	n->init_ns = now_ns;
 	n->last_poll_ns = now_ns;
 	n->next_beat_ns = now_ns;
 	n->deaf_ns = 0;
@@ -49,7 +50,6 @@ void fd_heard(struct keel_node *n, uint32_t peer)
 	struct peer *p = &n->peers[peer];
 	p->last_heard_ns = n->now_ns;
 	p->deaf_at_heard_ns = n->deaf_ns;
-	p->heard = true;
 	if (p->state == KEEL_PEER_SUSPECTED) {
 		/* It spoke again in the same incarnation: the suspicion was false. */
 		n->ctr.false_suspicions++;
@@ -132,14 +132,16 @@ void fd_beat(struct keel_node *n)
 		n->next_beat_ns = n->now_ns + n->cfg.heartbeat_ns;
 }
 
-/* When a watched peer's listened-to silence reaches miss_limit intervals (join_timeout_ns
- * for a peer not heard from since init). */
+/* When a watched peer's listened-to silence reaches miss_limit intervals — but never within
+ * join_timeout_ns of init: ranks start a few ms apart and fault in their arenas at once, so
+ * the first moments of a job are the noisiest (a peer that dies then is found at the end
+ * of the grace). */
 static uint64_t suspect_at(const struct keel_node *n, const struct peer *p)
 {
 	uint64_t deaf = n->deaf_ns - p->deaf_at_heard_ns;
-	uint64_t limit = p->heard ? (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns
-				  : n->cfg.join_timeout_ns;
-	return p->last_heard_ns + deaf + limit;
+	uint64_t at = p->last_heard_ns + deaf + (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns;
+	uint64_t grace_end = n->init_ns + n->cfg.join_timeout_ns;
+	return at > grace_end ? at : grace_end;
 }
 
 void fd_check(struct keel_node *n)

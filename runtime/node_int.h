@@ -39,7 +39,6 @@ struct peer {
 	enum keel_peer_state state;
 	bool watched; /* we expect to hear from it (all-to-all, or one of our k predecessors) */
 	bool beat_to; /* we heartbeat it */
-	bool heard;   /* anything valid arrived from it since init */
 	uint32_t left_after_ops; /* it left (KEEL_PEER_DEAD) having completed this many ops */
 	uint64_t last_heard_ns;
 	uint64_t deaf_at_heard_ns; /* node->deaf_ns when last_heard_ns was set */
@@ -108,7 +107,7 @@ struct keel_node {
 	uint32_t mtu, window, burst;
 	uint64_t now_ns;
 	/* failure detector */
-	uint64_t last_poll_ns, next_beat_ns, deaf_ns;
+	uint64_t init_ns, last_poll_ns, next_beat_ns, deaf_ns;
 	struct peer *peers;
 	/* transmit queue for this poll, flushed in bursts */
 	struct keel_datagram *txq;

@@ -29,8 +29,9 @@
  * neighbours so heartbeat cost stays O(k*N). */
 #define KEEL_FD_ALL_TO_ALL_MAX 32u
 #define KEEL_FD_FANOUT_DEFAULT 4u
-/* A peer never heard from since init is suspected after this long rather than after
- * miss_limit intervals: ranks start a few ms apart (page faults, exec, rendezvous replies). */
+/* Start-up grace: no peer is suspected within this long of init. Ranks start a few ms apart
+ * and fault in their arenas at the same time, so the first moments of a job are its noisiest;
+ * a peer that dies then is found when the grace ends. */
 #define KEEL_JOIN_TIMEOUT_NS_DEFAULT 2000000000ull
 /* Retransmission timer bounds (RFC 6298 style, scaled for datacentre RTTs). */
 #define KEEL_RTO_INITIAL_NS_DEFAULT 2000000ull /* before any RTT sample */

@@ -85,6 +85,7 @@ static inline int cluster_init(struct cluster *c, uint32_t world, const char *ch
 		cfg->job_id = 42;
 		cfg->transport = c->tp[r];
 		cfg->heartbeat_ns = 1000000;
+		cfg->join_timeout_ns = 1; /* no start-up grace: tests time suspicion exactly */
 		if (tweak != NULL)
 			tweak(cfg);
 		size_t sz = keel_storage_size(cfg);

@@ -149,21 +149,29 @@ static void test_detector_own_pause_is_not_blamed_on_peers(void **state)
 	cluster_fini(&c);
 }
 
-/* A peer that never spoke since init gets join_timeout_ns (ranks start a few ms apart), and
- * is suspected exactly then. */
-static void test_detector_never_heard_peer_gets_join_timeout(void **state)
+static void default_grace(struct keel_config *cfg)
+{
+	cfg->join_timeout_ns = KEEL_JOIN_TIMEOUT_NS_DEFAULT;
+}
+
+/* Start-up grace: a peer heard once and then silent (or never heard) is not suspected within
+ * join_timeout_ns of init, and is suspected exactly when the grace ends. */
+static void test_detector_startup_grace(void **state)
 {
 	(void)state;
 	struct cluster c;
-	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, NULL), 0);
-	uint64_t t0 = c.now_ns, join = c.cfg[0].join_timeout_ns, dl;
-	assert_int_equal(join, KEEL_JOIN_TIMEOUT_NS_DEFAULT);
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, default_grace), 0);
+	uint64_t t0 = c.now_ns, join = KEEL_JOIN_TIMEOUT_NS_DEFAULT, dl;
+	poll_one(&c, 1, t0); /* node 1 speaks once; node 2 never does */
 	for (uint64_t t = t0; t < t0 + join; t += HB / 2)
 		poll_one(&c, 0, t);
 	assert_int_equal(keel_poll(c.node[0], t0 + join - 1, &dl), 0);
 	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
+	assert_int_equal(state_of(&c, 0, 2), KEEL_PEER_ALIVE);
+	assert_int_equal(dl, t0 + join);
 	poll_one(&c, 0, t0 + join);
 	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_SUSPECTED);
+	assert_int_equal(state_of(&c, 0, 2), KEEL_PEER_SUSPECTED);
 	cluster_fini(&c);
 }
 
@@ -188,7 +196,7 @@ int main(void)
 	    cmocka_unit_test(test_detector_no_suspicion_while_beating),
 	    cmocka_unit_test(test_detector_any_message_counts),
 	    cmocka_unit_test(test_detector_own_pause_is_not_blamed_on_peers),
-	    cmocka_unit_test(test_detector_never_heard_peer_gets_join_timeout),
+	    cmocka_unit_test(test_detector_startup_grace),
 	    cmocka_unit_test(test_detector_peer_queries_reject_bad_rank),
 	};
 	return cmocka_run_group_tests_name("detector", tests, NULL, NULL);

@@ -1,6 +1,8 @@
 /* The tools' common start-up: environment -> UDP -> rendezvous -> chaos -> node -> waiter. */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,22 +72,48 @@ static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t 
 	return 0;
 }
 
-static int start_udp(struct keel_boot *b, uint32_t mtu, char *err, size_t err_len)
+/* Where this rank's UDP socket binds: KEEL_BIND, else this rank's KEEL_PEERS entry (its
+ * address if numeric, every address otherwise, and its port), else 127.0.0.1 on any port. */
+static int bind_address(struct keel_boot *b, char *host, size_t host_len, uint16_t *port,
+			char *err, size_t err_len)
+{
+	const char *bind = getenv("KEEL_BIND");
+	snprintf(host, host_len, "%s", bind != NULL && *bind != '\0' ? bind : "127.0.0.1");
+	*port = 0;
+	if (b->launch.peers == NULL)
+		return 0;
+	char entry[KEEL_LAUNCH_HOST_LEN];
+	int rc = keel_peers_entry(b->launch.peers, b->launch.rank, entry, sizeof(entry), port, err,
+				  err_len);
+	if (rc != 0 || (bind != NULL && *bind != '\0'))
+		return rc;
+	struct in6_addr any;
+	bool numeric = inet_pton(AF_INET, entry, &any) == 1 || inet_pton(AF_INET6, entry, &any) == 1;
+	snprintf(host, host_len, "%s", numeric ? entry : "0.0.0.0");
+	return 0;
+}
+
+static bool is_loopback(const char *host)
+{
+	return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0;
+}
+
+static int start_udp(struct keel_boot *b, const char *host, uint16_t port, char *err,
+		     size_t err_len)
 {
 	struct keel_udp_config u;
 	keel_udp_config_default(&u);
 	u.rank = b->launch.rank;
 	u.world_size = b->launch.world_size;
-	u.mtu = mtu;
+	u.mtu = b->cfg.mtu;
 	u.burst = b->cfg.burst;
-	const char *bind = getenv("KEEL_BIND");
-	if (bind != NULL && *bind != '\0')
-		u.bind_host = bind;
+	u.bind_host = host;
+	u.bind_port = port;
 	size_t sz = keel_udp_storage_size(&u);
 	b->mem_udp = sz != 0 ? calloc(1, sz) : NULL;
 	int rc = b->mem_udp == NULL ? -EINVAL : keel_udp_init(&b->udp, b->mem_udp, sz, &u);
 	if (rc != 0) {
-		snprintf(err, err_len, "UDP transport on %s: %s", u.bind_host ? u.bind_host : "127.0.0.1",
+		snprintf(err, err_len, "UDP transport on %s port %u: %s", host, port,
 			 keel_strerror(rc));
 		return rc;
 	}
@@ -194,19 +222,20 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	b->cfg.rank = b->launch.rank;
 	b->cfg.world_size = b->launch.world_size;
 	b->cfg.job_id = b->launch.job_id;
+	char host[KEEL_LAUNCH_HOST_LEN];
+	uint16_t port;
+	rc = bind_address(b, host, sizeof(host), &port, err, err_len);
+	if (rc != 0)
+		return rc;
 	/* On loopback nothing fragments a 64 KiB datagram, and each datagram costs a share of a
 	 * syscall, a checksum and an ack: carry as much per datagram as UDP allows. On a real
 	 * network, jumbo frames (KEEL_MTU_DEFAULT) avoid IP fragmentation. */
-	const char *bind = getenv("KEEL_BIND");
-	uint32_t mtu = bind == NULL || *bind == '\0' || strncmp(bind, "127.", 4) == 0 ||
-			       strcmp(bind, "::1") == 0
-			   ? KEEL_MTU_MAX
-			   : KEEL_MTU_DEFAULT;
+	uint32_t mtu = is_loopback(host) ? KEEL_MTU_MAX : KEEL_MTU_DEFAULT;
 	rc = env_config(&b->cfg, &mtu, err, err_len);
 	if (rc == 0 && tweak != NULL)
 		tweak(&b->cfg, ctx);
 	if (rc == 0)
-		rc = start_udp(b, b->cfg.mtu, err, err_len);
+		rc = start_udp(b, host, port, err, err_len);
 	if (rc == 0)
 		rc = rendezvous(b, err, err_len);
 	if (rc == 0)
