@@ -19,13 +19,13 @@ HAVE_NVCC := $(shell command -v nvcc >/dev/null 2>&1 && echo 1)
 HAVE_CMOCKA := $(shell pkg-config --exists cmocka 2>/dev/null && echo 1)
 ifeq ($(MAKELEVEL),0)
 ifneq ($(HAVE_DPDK),1)
-$(info keel: DPDK backend skipped (pkg-config libdpdk not found; tools/deps.sh installs libdpdk-dev))
+$(info keel: DPDK backend skipped (pkg-config libdpdk not found; install libdpdk-dev))
 endif
 ifneq ($(HAVE_VERBS),1)
-$(info keel: ibverbs backend skipped (pkg-config libibverbs not found; tools/deps.sh installs libibverbs-dev))
+$(info keel: ibverbs backend skipped (pkg-config libibverbs not found; install libibverbs-dev))
 endif
 ifneq ($(HAVE_SIMGRID),1)
-$(info keel: SimGrid simulator skipped (pkg-config simgrid not found; tools/deps.sh installs libsimgrid-dev))
+$(info keel: SimGrid simulator skipped (pkg-config simgrid not found; install libsimgrid-dev))
 endif
 ifneq ($(HAVE_NVCC),1)
 $(info keel: CUDA kernels skipped (nvcc not found))

@@ -153,7 +153,8 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		h.step = (uint16_t)op->send_step;
 		h.offset = (uint32_t)op->send_off;
 		h.total_len = (uint32_t)s.send_len;
-		const uint8_t *src = (s.send_from_out ? op->out : op->in) + s.send_off + op->send_off;
+		const uint8_t *src =
+		    (s.send_from_out ? op->out : op->in) + s.send_off + op->send_off;
 		int rc = rel_send(n, (uint32_t)s.send_peer, &h, src, (uint32_t)len);
 		KEEL_ASSERT(rc == 0);
 		op->send_off += len;
@@ -299,7 +300,7 @@ int keel_allreduce_start(struct keel_node *node, const void *send, void *recv, s
 	enum keel_algo algo = node->cfg.algo;
 	if (algo == KEEL_ALGO_AUTO)
 		algo = bytes <= node->cfg.rd_max_bytes || count < node->world ? KEEL_ALGO_RD
-									    : KEEL_ALGO_RING;
+									      : KEEL_ALGO_RING;
 	/* Offsets travel as 32 bits: a step's message (a ring chunk, or the whole buffer for
 	 * recursive doubling) must stay below 4 GiB. */
 	uint64_t step_bytes = algo == KEEL_ALGO_RING ? bytes / node->world + esize : bytes;

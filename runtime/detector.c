@@ -77,7 +77,8 @@ void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const uint8_t *payload)
 	p->hb_echo_ns = hb.send_ns;
 	p->hb_echo_recv_ns = n->now_ns;
 	/* echo_ns is our own clock, echoed back; held time is the peer's, a duration. */
-	if (hb.echo_ns != 0 && hb.echo_ns <= n->now_ns && n->now_ns - hb.echo_ns >= hb.echo_held_ns) {
+	if (hb.echo_ns != 0 && hb.echo_ns <= n->now_ns &&
+	    n->now_ns - hb.echo_ns >= hb.echo_held_ns) {
 		uint64_t rtt = n->now_ns - hb.echo_ns - hb.echo_held_ns;
 		p->rtt_ns_last = rtt;
 		p->rtt_samples++;

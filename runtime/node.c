@@ -52,7 +52,8 @@ static bool config_valid(const struct keel_config *cfg)
 {
 	if (cfg == NULL || cfg->transport == NULL || cfg->transport->ops == NULL)
 		return false;
-	if (cfg->world_size == 0 || cfg->world_size > KEEL_WORLD_MAX || cfg->rank >= cfg->world_size)
+	if (cfg->world_size == 0 || cfg->world_size > KEEL_WORLD_MAX ||
+	    cfg->rank >= cfg->world_size)
 		return false;
 	if (cfg->transport->world_size != cfg->world_size || cfg->transport->rank != cfg->rank)
 		return false;

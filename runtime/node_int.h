@@ -21,8 +21,8 @@ static inline bool seq_before(uint32_t a, uint32_t b)
 struct tx_slot {
 	uint64_t sent_ns; /* last transmission; 0 = not handed to the transport yet */
 	uint32_t len;
-	uint16_t tries;   /* transmissions so far; RTT is sampled only when 1 (Karn) */
-	uint8_t sacked;   /* the receiver holds it out of order: do not resend */
+	uint16_t tries;	   /* transmissions so far; RTT is sampled only when 1 (Karn) */
+	uint8_t sacked;	   /* the receiver holds it out of order: do not resend */
 	uint8_t fast_done; /* already fast-retransmitted since its last send */
 	uint8_t no_sample; /* its timer was restarted: its ack measures no round trip */
 };
@@ -42,24 +42,24 @@ struct peer {
 	uint32_t left_after_ops; /* it left (KEEL_PEER_DEAD) having completed this many ops */
 	uint64_t last_heard_ns;
 	uint64_t deaf_at_heard_ns; /* node->deaf_ns when last_heard_ns was set */
-	uint64_t hb_echo_ns;       /* send_ns of the last heartbeat from it */
+	uint64_t hb_echo_ns;	   /* send_ns of the last heartbeat from it */
 	uint64_t hb_echo_recv_ns;  /* when we received that heartbeat */
 	uint64_t rtt_ns_last, rtt_samples, hb_srtt_ns, suspicions;
 	/* reliable send */
 	uint32_t snd_una, snd_nxt; /* oldest unacked, next to assign */
-	uint32_t snd_edge;         /* receiver's window: seqs before it may be sent */
+	uint32_t snd_edge;	   /* receiver's window: seqs before it may be sent */
 	uint64_t srtt_ns, rttvar_ns, rto_ns;
 	uint64_t rtx_deadline_ns; /* earliest retransmission due in the window */
-	bool unsent;              /* the transport refused some slots: send them next poll */
-	bool sack_any;            /* the last ack selectively acknowledged something... */
-	uint32_t sack_high;       /* ...up to this seq: unacked seqs below it are holes */
+	bool unsent;		  /* the transport refused some slots: send them next poll */
+	bool sack_any;		  /* the last ack selectively acknowledged something... */
+	uint32_t sack_high;	  /* ...up to this seq: unacked seqs below it are holes */
 	uint64_t retransmits;
 	struct tx_slot *tx;
 	uint8_t *tx_buf;
 	/* reliable receive */
-	uint32_t rcv_nxt; /* next seq to deliver to the collectives */
-	uint32_t rcv_ack; /* next seq not yet stored: everything before it is acknowledged */
-	bool ack_pending;   /* something arrived that the peer has not been told about */
+	uint32_t rcv_nxt;     /* next seq to deliver to the collectives */
+	uint32_t rcv_ack;     /* next seq not yet stored: everything before it is acknowledged */
+	bool ack_pending;     /* something arrived that the peer has not been told about */
 	uint32_t rcv_unacked; /* datagrams taken since the last ack we sent */
 	uint64_t ack_due_ns;  /* send a pure ack by then unless one rides on other traffic */
 	struct rx_slot *rx;
@@ -71,14 +71,14 @@ enum op_state { OP_FREE = 0, OP_QUEUED, OP_RUNNING, OP_DONE };
 /* What one step of a collective does at this rank. */
 enum step_action { ACT_NONE = 0, ACT_REDUCE_IN, ACT_REDUCE_OUT, ACT_COPY };
 struct step {
-	int32_t send_peer;       /* -1: nothing to send */
-	bool send_from_out;      /* else from the caller's input */
+	int32_t send_peer;	     /* -1: nothing to send */
+	bool send_from_out;	     /* else from the caller's input */
 	uint64_t send_off, send_len; /* byte region of the buffer */
-	int32_t recv_peer;       /* -1: nothing to receive */
+	int32_t recv_peer;	     /* -1: nothing to receive */
 	enum step_action action;
 	uint64_t recv_off, recv_len;
-	bool final;              /* the received region is final after this step (avg divides) */
-	bool recv_after_send;    /* recv may only overwrite bytes this step already sent */
+	bool final;	      /* the received region is final after this step (avg divides) */
+	bool recv_after_send; /* recv may only overwrite bytes this step already sent */
 };
 
 struct keel_op {
@@ -97,7 +97,7 @@ struct keel_op {
 	uint64_t count, bytes;
 	uint32_t send_step, recv_step;
 	uint64_t send_off, recv_off; /* progress within the current step, bytes */
-	uint64_t progress_ns;         /* last time anything moved */
+	uint64_t progress_ns;	     /* last time anything moved */
 };
 
 struct keel_node {
@@ -112,8 +112,8 @@ struct keel_node {
 	/* transmit queue for this poll, flushed in bursts */
 	struct keel_datagram *txq;
 	uint32_t txq_count;
-	uint32_t *txq_tag;   /* peer's seq for DATA, 0 for control datagrams */
-	uint8_t *ctrl_buf;   /* burst x CTRL_BUF_SIZE for heartbeats and acks */
+	uint32_t *txq_tag; /* peer's seq for DATA, 0 for control datagrams */
+	uint8_t *ctrl_buf; /* burst x CTRL_BUF_SIZE for heartbeats and acks */
 	uint32_t ctrl_used;
 	/* receive burst */
 	struct keel_datagram *rxq;
@@ -121,9 +121,9 @@ struct keel_node {
 	/* collectives */
 	struct keel_op *ops;
 	uint32_t ops_max;
-	uint32_t op_next_id;  /* id of the next op to start */
-	uint32_t op_run_id;   /* id of the op now running (== op_next_id when idle) */
-	int fatal;            /* sticky transport error */
+	uint32_t op_next_id; /* id of the next op to start */
+	uint32_t op_run_id;  /* id of the op now running (== op_next_id when idle) */
+	int fatal;	     /* sticky transport error */
 	struct keel_counters ctr;
 };
 

@@ -61,8 +61,8 @@ static void ack_owed(struct keel_node *n, struct peer *p, bool urgent)
 {
 	p->ack_pending = true;
 	p->rcv_unacked++;
-	uint64_t due = urgent || p->rcv_unacked >= n->window / 4 ? n->now_ns
-								 : n->now_ns + n->cfg.ack_delay_ns;
+	uint64_t due =
+	    urgent || p->rcv_unacked >= n->window / 4 ? n->now_ns : n->now_ns + n->cfg.ack_delay_ns;
 	if (due < p->ack_due_ns)
 		p->ack_due_ns = due;
 }
@@ -156,7 +156,8 @@ static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest
 	uint32_t mask = n->window - 1;
 	for (uint32_t seq = p->snd_una; seq_before(seq, highest); seq++) {
 		struct tx_slot *s = &p->tx[seq & mask];
-		if (s->sacked || s->fast_done || s->sent_ns == 0 || highest - seq < FAST_RETRANSMIT_GAP)
+		if (s->sacked || s->fast_done || s->sent_ns == 0 ||
+		    highest - seq < FAST_RETRANSMIT_GAP)
 			continue;
 		transmit(n, peer, seq);
 		s->fast_done = 1;
@@ -227,7 +228,8 @@ static void deliver_run(struct keel_node *n, uint32_t peer)
 		struct rx_slot *s = &p->rx[p->rcv_nxt & mask];
 		if (!s->used)
 			return;
-		if (!coll_deliver(n, peer, &s->h, p->rx_buf + (size_t)(p->rcv_nxt & mask) * stride(n)))
+		if (!coll_deliver(n, peer, &s->h,
+				  p->rx_buf + (size_t)(p->rcv_nxt & mask) * stride(n)))
 			return;
 		bool was_full = p->rcv_ack - p->rcv_nxt >= n->window;
 		s->used = 0;
@@ -307,7 +309,8 @@ void rel_timers(struct keel_node *n)
 			}
 			bool hole = p->sack_any && seq_before(seq, p->sack_high);
 			if (s->sent_ns != 0 && head_sent && !hole) {
-				s->sent_ns = n->now_ns; /* wait one more timeout for the head's answer */
+				s->sent_ns =
+				    n->now_ns; /* wait one more timeout for the head's answer */
 				s->no_sample = 1;
 				due = n->now_ns + backoff_rto(n, p, s->tries);
 				if (due < p->rtx_deadline_ns)

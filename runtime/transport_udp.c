@@ -16,7 +16,7 @@
 #include "keel/limits.h"
 #include "keel/transport_udp.h"
 
-#define CACHE_LINE_BYTES      64u
+#define CACHE_LINE_BYTES 64u
 /* Holds a full reliable window of 64 KiB datagrams from a peer (64 x 64 KiB) four times over:
  * a receiver busy reducing must not make the kernel drop what the window let through. */
 #define SOCKBUF_BYTES_DEFAULT (16 << 20)

@@ -7,15 +7,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WIRE_MAGIC 0x4c45454bu /* "KEEL" read as a little-endian u32 */
-#define WIRE_VERSION 1u
+#define WIRE_MAGIC	 0x4c45454bu /* "KEEL" read as a little-endian u32 */
+#define WIRE_VERSION	 1u
 #define WIRE_HEADER_SIZE 56u
 
 enum wire_type {
 	WIRE_HEARTBEAT = 1, /* unreliable; payload struct wire_heartbeat */
-	WIRE_ACK = 2,       /* unreliable; no payload; ack/sack fields only */
-	WIRE_DATA = 3,      /* reliable; a fragment of a collective's message */
-	WIRE_LEAVE = 4,     /* unreliable; no payload; the sender is leaving for good after
+	WIRE_ACK = 2,	    /* unreliable; no payload; ack/sack fields only */
+	WIRE_DATA = 3,	    /* reliable; a fragment of a collective's message */
+	WIRE_LEAVE = 4,	    /* unreliable; no payload; the sender is leaving for good after
 			     * completing op_id collectives (a clean exit, not a failure) */
 	WIRE_TYPE_MAX = 4,
 };
@@ -32,17 +32,17 @@ struct wire_header {
 	uint32_t epoch;
 	uint16_t src;
 	uint16_t dst;
-	uint32_t seq;         /* reliable sequence number, 0 for unreliable types */
-	uint32_t ack;         /* next reliable seq the sender expects from dst (cumulative) */
-	uint32_t sack;        /* bit i: sender holds seq ack+1+i from dst */
-	uint32_t op_id;       /* collective operation number (DATA) */
-	uint16_t step;        /* step within the operation (DATA) */
-	uint16_t wnd;         /* receive window: the sender of this header accepts reliable
+	uint32_t seq;	      /* reliable sequence number, 0 for unreliable types */
+	uint32_t ack;	      /* next reliable seq the sender expects from dst (cumulative) */
+	uint32_t sack;	      /* bit i: sender holds seq ack+1+i from dst */
+	uint32_t op_id;	      /* collective operation number (DATA) */
+	uint16_t step;	      /* step within the operation (DATA) */
+	uint16_t wnd;	      /* receive window: the sender of this header accepts reliable
 			       * seqs from dst below ack + wnd */
 	uint32_t offset;      /* byte offset of this fragment in the step's message (DATA) */
 	uint32_t total_len;   /* bytes of the step's whole message (DATA) */
 	uint32_t payload_len; /* bytes after the header */
-	uint32_t crc;         /* CRC32C of header (crc field as 0) and payload */
+	uint32_t crc;	      /* CRC32C of header (crc field as 0) and payload */
 };
 
 /* Heartbeat payload: the sender's clock, and the echo of the last heartbeat it received

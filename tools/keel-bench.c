@@ -82,15 +82,25 @@ static const char *redop_name(int i)
 
 static int parse_opts(int argc, char **argv, struct bench_opts *o)
 {
-	static const struct option longs[] = {
-	    {"minbytes", required_argument, 0, 'b'}, {"maxbytes", required_argument, 0, 'e'},
-	    {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
-	    {"dtype", required_argument, 0, 'd'},     {"op", required_argument, 0, 'o'},
-	    {"iters", required_argument, 0, 'n'},     {"warmup", required_argument, 0, 'w'},
-	    {"check", no_argument, 0, 'c'},           {"seconds", required_argument, 0, 't'},
-	    {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
-	*o = (struct bench_opts){.min_bytes = 8, .max_bytes = 64ull << 20, .factor = 2,
-				 .dtype = KEEL_F32, .op = KEEL_SUM, .iters = 20, .warmup = 5,
+	static const struct option longs[] = {{"minbytes", required_argument, 0, 'b'},
+					      {"maxbytes", required_argument, 0, 'e'},
+					      {"stepfactor", required_argument, 0, 'f'},
+					      {"stepbytes", required_argument, 0, 'i'},
+					      {"dtype", required_argument, 0, 'd'},
+					      {"op", required_argument, 0, 'o'},
+					      {"iters", required_argument, 0, 'n'},
+					      {"warmup", required_argument, 0, 'w'},
+					      {"check", no_argument, 0, 'c'},
+					      {"seconds", required_argument, 0, 't'},
+					      {"help", no_argument, 0, 'h'},
+					      {0, 0, 0, 0}};
+	*o = (struct bench_opts){.min_bytes = 8,
+				 .max_bytes = 64ull << 20,
+				 .factor = 2,
+				 .dtype = KEEL_F32,
+				 .op = KEEL_SUM,
+				 .iters = 20,
+				 .warmup = 5,
 				 .seconds = 2.0};
 	int c;
 	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:ct:h", longs, NULL)) != -1) {
@@ -151,7 +161,8 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 			return -EINVAL;
 		}
 	}
-	if (optind != argc || o->min_bytes > o->max_bytes || (o->factor < 2 && o->step_bytes == 0)) {
+	if (optind != argc || o->min_bytes > o->max_bytes ||
+	    (o->factor < 2 && o->step_bytes == 0)) {
 		usage(stderr);
 		return -EINVAL;
 	}
@@ -165,8 +176,9 @@ static void die(struct keel_boot *b, const char *what, int rc)
 		struct keel_peer_info pi;
 		if (p != b->launch.rank && keel_peer_get(b->node, p, &pi) == 0 &&
 		    pi.state != KEEL_PEER_ALIVE)
-			fprintf(stderr, "keel-bench: rank %u: peer %u suspected (last heard %.3f ms "
-					"ago)\n",
+			fprintf(stderr,
+				"keel-bench: rank %u: peer %u suspected (last heard %.3f ms "
+				"ago)\n",
 				b->launch.rank, p, (keel_posix_now_ns() - pi.last_heard_ns) / 1e6);
 	}
 	exit(1);
@@ -233,7 +245,8 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 {
 	size_t es = keel_dtype_size(o->dtype);
 	size_t cap = (size_t)o->max_bytes + es;
-	uint8_t *in = calloc(1, cap), *out = calloc(1, cap), *ref = o->check ? calloc(1, cap) : NULL;
+	uint8_t *in = calloc(1, cap), *out = calloc(1, cap),
+		*ref = o->check ? calloc(1, cap) : NULL;
 	if (in == NULL || out == NULL || (o->check && ref == NULL))
 		die(b, "buffers", -ENOMEM);
 	uint32_t n = b->launch.world_size;
@@ -242,7 +255,9 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 		printf("# keel-bench allreduce: %u ranks (%s), transport udp, algo %s, mtu %u, "
 		       "window %u, wait %s\n",
 		       n, b->launch.source,
-		       b->cfg.algo == KEEL_ALGO_RING ? "ring" : b->cfg.algo == KEEL_ALGO_RD ? "rd" : "auto",
+		       b->cfg.algo == KEEL_ALGO_RING ? "ring"
+		       : b->cfg.algo == KEEL_ALGO_RD ? "rd"
+						     : "auto",
 		       b->cfg.mtu, b->cfg.window, keel_posix_wait_mode_name(b->waiter.mode));
 		printf("#%61s%32s\n", "out-of-place", "in-place");
 		printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count",
@@ -275,10 +290,11 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			char w0[16], w1[16];
 			snprintf(w0, sizeof(w0), o->check ? "%.0f" : "N/A", wrong[0]);
 			snprintf(w1, sizeof(w1), o->check ? "%.0f" : "N/A", wrong[1]);
-			printf(" %11" PRIu64 " %12zu %8s %6s %6d %8.2f %7.3f %7.3f %6s %8.2f %7.3f %7.3f %6s\n",
+			printf(" %11" PRIu64
+			       " %12zu %8s %6s %6d %8.2f %7.3f %7.3f %6s %8.2f %7.3f %7.3f %6s\n",
 			       (uint64_t)(count * es), count, keel_dtype_name(o->dtype),
-			       keel_redop_name(o->op), -1, t[0], algbw[0], busbw[0], w0, t[1], algbw[1],
-			       busbw[1], w1);
+			       keel_redop_name(o->op), -1, t[0], algbw[0], busbw[0], w0, t[1],
+			       algbw[1], busbw[1], w1);
 			fflush(stdout);
 		}
 		if (bytes == 0 && o->step_bytes == 0)
@@ -290,10 +306,11 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	double sent = across(b, (double)k.tx_datagrams, KEEL_SUM);
 	double susp = across(b, (double)k.suspicions, KEEL_SUM);
 	if (lead) {
-		printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f\n", sent,
-		       retx, sent > 0 ? 100.0 * retx / sent : 0.0, susp);
+		printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f\n",
+		       sent, retx, sent > 0 ? 100.0 * retx / sent : 0.0, susp);
 		printf("# Out of bounds values : %.0f %s\n", wrong_total,
-		       o->check ? (wrong_total == 0 ? "OK" : "FAILED") : "(not checked: use --check)");
+		       o->check ? (wrong_total == 0 ? "OK" : "FAILED")
+				: "(not checked: use --check)");
 		printf("# Avg bus bandwidth    : %g\n", rows ? busbw_sum / rows : 0.0);
 	}
 	free(in);
@@ -322,7 +339,8 @@ static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
 	uint32_t n = b->launch.world_size, self = b->launch.rank;
 	uint64_t count = 0, max_ns = 0;
 	uint64_t *hist = calloc(HIST_BUCKETS, sizeof(*hist)), *seen = calloc(n, sizeof(*seen));
-	double *table = calloc((size_t)n * 6, sizeof(double)), *sum = calloc((size_t)n * 6, sizeof(double));
+	double *table = calloc((size_t)n * 6, sizeof(double)),
+	       *sum = calloc((size_t)n * 6, sizeof(double));
 	if (hist == NULL || seen == NULL || table == NULL || sum == NULL)
 		die(b, "buffers", -ENOMEM);
 	across(b, 0, KEEL_MAX);
@@ -334,7 +352,8 @@ static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
 			die(b, "poll", rc);
 		for (uint32_t p = 0; p < n; p++) {
 			struct keel_peer_info pi;
-			if (p == self || keel_peer_get(b->node, p, &pi) != 0 || pi.rtt_samples == seen[p])
+			if (p == self || keel_peer_get(b->node, p, &pi) != 0 ||
+			    pi.rtt_samples == seen[p])
 				continue;
 			seen[p] = pi.rtt_samples;
 			uint64_t us = pi.rtt_ns_last / 1000;
@@ -357,7 +376,8 @@ static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
 	if (rc != 0)
 		die(b, "gathering results", rc);
 	if (self == 0) {
-		printf("# keel-bench heartbeat: %u ranks, interval %" PRIu64 " us, miss limit %u, %.1f s, "
+		printf("# keel-bench heartbeat: %u ranks, interval %" PRIu64
+		       " us, miss limit %u, %.1f s, "
 		       "wait %s\n",
 		       n, b->cfg.heartbeat_ns / 1000, b->cfg.miss_limit, o->seconds,
 		       keel_posix_wait_mode_name(b->waiter.mode));
@@ -367,8 +387,8 @@ static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
 		double worst99 = 0, worstmax = 0;
 		for (uint32_t r = 0; r < n; r++) {
 			const double *x = sum + (size_t)r * 6;
-			printf("  %4u %10.0f %10.0f %10.1f %10.0f %10.0f %12.0f\n", r, x[0], x[1], x[2],
-			       x[3], x[4], x[5]);
+			printf("  %4u %10.0f %10.0f %10.1f %10.0f %10.0f %12.0f\n", r, x[0], x[1],
+			       x[2], x[3], x[4], x[5]);
 			worst99 = x[1] > worst99 ? x[1] : worst99;
 			worstmax = x[2] > worstmax ? x[2] : worstmax;
 		}

@@ -14,10 +14,10 @@
 /* keel's own codes, for failures no errno describes. */
 enum keel_error {
 	KEEL_EVIEWCHANGED = -1001, /* the view changed under an operation */
-	KEEL_ENOQUORUM = -1002,    /* this node is on the minority side of a split */
-	KEEL_EFENCED = -1003,      /* message or operation from an older epoch */
-	KEEL_EPEERDEAD = -1004,    /* a peer an operation needs is suspected dead */
-	KEEL_ECORRUPT = -1005,     /* data failed its checksum and retries ran out */
+	KEEL_ENOQUORUM = -1002,	   /* this node is on the minority side of a split */
+	KEEL_EFENCED = -1003,	   /* message or operation from an older epoch */
+	KEEL_EPEERDEAD = -1004,	   /* a peer an operation needs is suspected dead */
+	KEEL_ECORRUPT = -1005,	   /* data failed its checksum and retries ran out */
 	KEEL_ERENDEZVOUS = -1006,  /* peers could not be found (rendezvous failed) */
 	KEEL_ETRANSPORT = -1007,   /* the transport reported a fatal error */
 };

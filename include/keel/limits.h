@@ -13,18 +13,18 @@
 /* Reliable window per peer, in datagrams, power of two. Bounds in-flight and reorder
  * memory: 2 * window * mtu bytes per peer. 64 * 8972 B covers a 100 us RTT at 5 GB/s. */
 #define KEEL_WINDOW_DEFAULT 64u
-#define KEEL_WINDOW_MAX 1024u
+#define KEEL_WINDOW_MAX	    1024u
 /* Datagrams moved per recvmmsg/sendmmsg call. */
 #define KEEL_BURST_DEFAULT 32u
-#define KEEL_BURST_MAX 256u
+#define KEEL_BURST_MAX	   256u
 /* Collective operations that may be started and not yet completed. */
 #define KEEL_OPS_DEFAULT 8u
-#define KEEL_OPS_MAX 256u
+#define KEEL_OPS_MAX	 256u
 /* Failure detection. */
 /* 10 ms: 30 ms detection with miss_limit 3, and no false suspicions when ranks share cores
  * with other work (docs/PERF.md). Dedicated cores run 1 ms on UDP, 100-500 us on DPDK/verbs. */
 #define KEEL_HEARTBEAT_NS_DEFAULT 10000000ull
-#define KEEL_MISS_LIMIT_DEFAULT 3u
+#define KEEL_MISS_LIMIT_DEFAULT	  3u
 /* All-to-all heartbeats up to this world size; above it each rank watches k ring
  * neighbours so heartbeat cost stays O(k*N). */
 #define KEEL_FD_ALL_TO_ALL_MAX 32u
@@ -35,8 +35,8 @@
 #define KEEL_JOIN_TIMEOUT_NS_DEFAULT 2000000000ull
 /* Retransmission timer bounds (RFC 6298 style, scaled for datacentre RTTs). */
 #define KEEL_RTO_INITIAL_NS_DEFAULT 2000000ull /* before any RTT sample */
-#define KEEL_RTO_MIN_NS_DEFAULT 200000ull
-#define KEEL_RTO_MAX_NS_DEFAULT 200000000ull
+#define KEEL_RTO_MIN_NS_DEFAULT	    200000ull
+#define KEEL_RTO_MAX_NS_DEFAULT	    200000000ull
 /* In-order data is acknowledged within this long even when no other traffic carries the ack
  * (usually the next collective step does); must stay well below rto_min. */
 #define KEEL_ACK_DELAY_NS_DEFAULT 50000ull

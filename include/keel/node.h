@@ -43,23 +43,23 @@ struct keel_config {
 	uint32_t rank;
 	uint32_t world_size; /* 1..KEEL_WORLD_MAX */
 	uint32_t job_id;     /* datagrams of another job are dropped and counted */
-	uint32_t mtu;        /* largest datagram; clamped to the transport's mtu */
+	uint32_t mtu;	     /* largest datagram; clamped to the transport's mtu */
 	uint32_t window;     /* reliable window per peer, datagrams, power of two */
-	uint32_t burst;      /* datagrams per transport call */
+	uint32_t burst;	     /* datagrams per transport call */
 	uint32_t ops_max;    /* collective operations started and not yet completed */
 	uint64_t heartbeat_ns;
-	uint32_t miss_limit; /* silent intervals before a peer is suspected */
-	uint32_t fd_fanout;  /* ring neighbours watched when world > KEEL_FD_ALL_TO_ALL_MAX */
+	uint32_t miss_limit;	  /* silent intervals before a peer is suspected */
+	uint32_t fd_fanout;	  /* ring neighbours watched when world > KEEL_FD_ALL_TO_ALL_MAX */
 	uint64_t join_timeout_ns; /* start-up grace: nobody is suspected this soon after init */
 	uint64_t rto_initial_ns, rto_min_ns, rto_max_ns;
-	uint64_t ack_delay_ns; /* longest wait for traffic to carry an ack, < rto_min_ns */
+	uint64_t ack_delay_ns;	/* longest wait for traffic to carry an ack, < rto_min_ns */
 	uint64_t op_timeout_ns; /* an operation with no progress for this long fails */
 	uint32_t soft_retries;
 	enum keel_algo algo;
 	uint32_t rd_max_bytes;
 	struct keel_transport *transport; /* required; owned by the caller */
-	struct keel_waiter waiter;        /* required only for blocking calls */
-	keel_peer_fn on_peer;             /* optional */
+	struct keel_waiter waiter;	  /* required only for blocking calls */
+	keel_peer_fn on_peer;		  /* optional */
 	void *on_peer_ctx;
 };
 
@@ -100,42 +100,43 @@ KEEL_MUST_USE int keel_view_get(const struct keel_node *node, struct keel_view *
 struct keel_peer_info {
 	enum keel_peer_state state; /* DEAD: it left (keel_leave) */
 	uint64_t last_heard_ns;
-	uint64_t rtt_ns;       /* smoothed heartbeat round-trip time, 0 before the first sample */
-	uint64_t rtt_ns_last;  /* last heartbeat round trip */
-	uint64_t rto_ns;       /* retransmission timeout, from data acks (includes peer polling) */
-	uint64_t rtt_samples;  /* heartbeat round trips measured so far */
-	uint64_t retransmits;  /* datagrams sent again to this peer */
+	uint64_t rtt_ns;      /* smoothed heartbeat round-trip time, 0 before the first sample */
+	uint64_t rtt_ns_last; /* last heartbeat round trip */
+	uint64_t rto_ns;      /* retransmission timeout, from data acks (includes peer polling) */
+	uint64_t rtt_samples; /* heartbeat round trips measured so far */
+	uint64_t retransmits; /* datagrams sent again to this peer */
 	uint64_t suspicions;
 };
 /* -EINVAL if peer >= world_size. */
-KEEL_MUST_USE int keel_peer_get(const struct keel_node *node, uint32_t peer, struct keel_peer_info *info);
+KEEL_MUST_USE int keel_peer_get(const struct keel_node *node, uint32_t peer,
+				struct keel_peer_info *info);
 bool keel_peer_is_alive(const struct keel_node *node, uint32_t peer);
 
 /* Datagrams dropped, by reason, and other event counts. Monotonic since init. */
 struct keel_counters {
 	uint64_t rx_datagrams, tx_datagrams;
-	uint64_t drop_truncated;   /* shorter than the header */
+	uint64_t drop_truncated; /* shorter than the header */
 	uint64_t drop_magic;
 	uint64_t drop_version;
 	uint64_t drop_type;
-	uint64_t drop_length;      /* payload length disagrees with the datagram or bounds */
+	uint64_t drop_length; /* payload length disagrees with the datagram or bounds */
 	uint64_t drop_crc;
 	uint64_t drop_job;
 	uint64_t drop_epoch;
-	uint64_t drop_source;      /* unknown rank, or the transport disagrees about the sender */
+	uint64_t drop_source;	   /* unknown rank, or the transport disagrees about the sender */
 	uint64_t drop_destination; /* not addressed to this rank */
 	uint64_t drop_duplicate;   /* reliable datagram already delivered */
-	uint64_t drop_window;      /* beyond the receive window */
-	uint64_t drop_stale;       /* data for an operation that already finished */
-	uint64_t drop_protocol;    /* well formed, but not what the operation expects (step,
+	uint64_t drop_window;	   /* beyond the receive window */
+	uint64_t drop_stale;	   /* data for an operation that already finished */
+	uint64_t drop_protocol;	   /* well formed, but not what the operation expects (step,
 				    * offset, size): a peer with a different config or a bug */
 	uint64_t retransmits;
 	uint64_t fast_retransmits;
 	uint64_t acks_sent;
 	uint64_t heartbeats_sent, heartbeats_received;
 	uint64_t suspicions, false_suspicions;
-	uint64_t local_pauses;    /* polls that came two or more intervals after the previous one */
-	uint64_t tx_blocked;      /* datagrams the transport refused for now */
+	uint64_t local_pauses; /* polls that came two or more intervals after the previous one */
+	uint64_t tx_blocked;   /* datagrams the transport refused for now */
 	uint64_t ops_completed, ops_failed;
 };
 void keel_counters_get(const struct keel_node *node, struct keel_counters *out);

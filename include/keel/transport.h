@@ -51,7 +51,8 @@ struct keel_transport_ops {
 	/* A file descriptor that becomes readable when recv_burst has work, or -1 when the
 	 * backend can only be polled. Used by the caller's wait loop. May be NULL. */
 	int (*wait_fd)(struct keel_transport *t);
-	/* Release OS resources (sockets, ports). Safe after a failed init and twice. May be NULL. */
+	/* Release OS resources (sockets, ports). Safe after a failed init and twice. May be NULL.
+	 */
 	void (*fini)(struct keel_transport *t);
 };
 
@@ -60,9 +61,9 @@ struct keel_transport_ops {
 struct keel_transport {
 	const struct keel_transport_ops *ops;
 	void *state;
-	uint32_t caps;     /* enum keel_transport_caps */
-	uint32_t mtu;      /* largest datagram (keel header included) the backend carries */
-	uint32_t rank;     /* this end's rank */
+	uint32_t caps; /* enum keel_transport_caps */
+	uint32_t mtu;  /* largest datagram (keel header included) the backend carries */
+	uint32_t rank; /* this end's rank */
 	uint32_t world_size;
 };
 

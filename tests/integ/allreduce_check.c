@@ -22,7 +22,8 @@ static int run(struct keel_boot *b, size_t count, enum keel_dtype dt, enum keel_
 {
 	uint32_t world = b->launch.world_size;
 	for (size_t i = 0; i < count; i += PIECE) {
-		keel_check_fill(in, i, i + PIECE < count ? i + PIECE : count, b->launch.rank, dt, op);
+		keel_check_fill(in, i, i + PIECE < count ? i + PIECE : count, b->launch.rank, dt,
+				op);
 		if (keel_boot_poll(b) != 0)
 			return 1;
 	}
@@ -49,8 +50,9 @@ static int run(struct keel_boot *b, size_t count, enum keel_dtype dt, enum keel_
 	}
 	*checked += count;
 	if (wrong != 0) {
-		fprintf(stderr, "rank %u: %zu of %zu wrong: %s %s %s\n", b->launch.rank, wrong, count,
-			keel_dtype_name(dt), keel_redop_name(op), in_place ? "in place" : "out of place");
+		fprintf(stderr, "rank %u: %zu of %zu wrong: %s %s %s\n", b->launch.rank, wrong,
+			count, keel_dtype_name(dt), keel_redop_name(op),
+			in_place ? "in place" : "out of place");
 		return 1;
 	}
 	return 0;
@@ -77,12 +79,20 @@ int main(int argc, char **argv)
 	int failures = 0, ops = 0;
 	for (int dt = 0; dt < KEEL_DTYPE_COUNT; dt++) {
 		size_t frag = (b.cfg.mtu - 56) / keel_dtype_size(dt);
-		size_t sizes[] = {0, 1, world - 1, frag - 1, frag, frag + 1, world * frag - 1,
-				  world * frag, world * frag + 1, 100003};
+		size_t sizes[] = {0,
+				  1,
+				  world - 1,
+				  frag - 1,
+				  frag,
+				  frag + 1,
+				  world * frag - 1,
+				  world * frag,
+				  world * frag + 1,
+				  100003};
 		for (int op = 0; op < KEEL_REDOP_COUNT; op++)
 			for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++, ops++)
-				failures += run(&b, sizes[s], dt, op, (s + op) % 2 == 0, in, out, ref,
-						&checked);
+				failures += run(&b, sizes[s], dt, op, (s + op) % 2 == 0, in, out,
+						ref, &checked);
 	}
 	/* one large ring-sized message */
 	failures += run(&b, cap, KEEL_F32, KEEL_SUM, false, in, out, ref, &checked);
@@ -94,11 +104,12 @@ int main(int argc, char **argv)
 	if (b.launch.rank == 0) {
 		struct keel_counters k;
 		keel_counters_get(b.node, &k);
-		printf("allreduce_check: %u ranks, algo %s: %d ops, %llu elements checked per rank, "
-		       "%s; retransmits %llu, dup drops %llu\n",
-		       world, argc > 1 ? argv[1] : "auto", ops, (unsigned long long)checked,
-		       failures ? "FAILED" : "all exact", (unsigned long long)k.retransmits,
-		       (unsigned long long)k.drop_duplicate);
+		printf(
+		    "allreduce_check: %u ranks, algo %s: %d ops, %llu elements checked per rank, "
+		    "%s; retransmits %llu, dup drops %llu\n",
+		    world, argc > 1 ? argv[1] : "auto", ops, (unsigned long long)checked,
+		    failures ? "FAILED" : "all exact", (unsigned long long)k.retransmits,
+		    (unsigned long long)k.drop_duplicate);
 	}
 	keel_boot_stop(&b, 500000000ull);
 	free(in);

@@ -1,11 +1,18 @@
 /* AllReduce in one process: 2..5 nodes on loopback UDP (and behind the chaos transport), a
  * manual clock, every dtype x op, sizes at the fragment and chunk boundaries, both algorithms,
  * in place and out of place; results checked bit for bit against a reference. */
+/* cmocka.h needs these first */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
+
 #include <cmocka.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "cluster_int.h"
 #include "refcheck.h"
@@ -36,16 +43,17 @@ static void run_one(struct cluster *c, size_t count, enum keel_dtype dt, enum ke
 		in[r] = malloc(bytes);
 		out[r] = in_place ? in[r] : malloc(bytes);
 		keel_check_fill(in[r], 0, count, r, dt, op);
-		assert_int_equal(keel_allreduce_start(c->node[r], in[r], out[r], count, dt, op, &ops[r]),
-				 0);
+		assert_int_equal(
+		    keel_allreduce_start(c->node[r], in[r], out[r], count, dt, op, &ops[r]), 0);
 	}
 	memcpy(in_copy, in[0], count * es);
 	assert_int_equal(cluster_wait_ops(c, ops, rc, 2000000), 0);
 	for (uint32_t r = 0; r < c->world; r++) {
 		if (rc[r] != 0 || memcmp(out[r], ref, count * es) != 0) {
-			print_error("world %u rank %u count %zu %s %s %s: rc %d (%s)\n", c->world, r,
-				    count, keel_dtype_name(dt), keel_redop_name(op),
-				    in_place ? "in-place" : "out-of-place", rc[r], keel_strerror(rc[r]));
+			print_error("world %u rank %u count %zu %s %s %s: rc %d (%s)\n", c->world,
+				    r, count, keel_dtype_name(dt), keel_redop_name(op),
+				    in_place ? "in-place" : "out-of-place", rc[r],
+				    keel_strerror(rc[r]));
 			fail();
 		}
 	}
@@ -80,8 +88,16 @@ static void all_combinations(enum keel_algo algo)
 		assert_int_equal(cluster_init(&c, world, NULL, g_seed, tweak), 0);
 		for (int dt = 0; dt < KEEL_DTYPE_COUNT; dt++) {
 			size_t frag = (g_mtu - 56) / keel_dtype_size(dt);
-			size_t sizes[] = {0, 1, world - 1, frag - 1, frag, frag + 1,
-					  world * frag - 1, world * frag, world * frag + 1, 5000};
+			size_t sizes[] = {0,
+					  1,
+					  world - 1,
+					  frag - 1,
+					  frag,
+					  frag + 1,
+					  world * frag - 1,
+					  world * frag,
+					  world * frag + 1,
+					  5000};
 			for (int op = 0; op < KEEL_REDOP_COUNT; op++)
 				for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
 					run_one(&c, sizes[s], dt, op, (s + op) % 2 == 0);
@@ -178,7 +194,8 @@ static void test_allreduce_bad_arguments(void **state)
 			 -EINVAL);
 	assert_int_equal(keel_allreduce_start(n, buf, buf, 4, KEEL_F32, KEEL_REDOP_COUNT, &op),
 			 -EINVAL);
-	assert_int_equal(keel_allreduce_start(n, buf, buf + 1, 4, KEEL_F32, KEEL_SUM, &op), -EINVAL);
+	assert_int_equal(keel_allreduce_start(n, buf, buf + 1, 4, KEEL_F32, KEEL_SUM, &op),
+			 -EINVAL);
 	assert_int_equal(keel_allreduce_start(n, buf, buf, 4, KEEL_F32, KEEL_SUM, NULL), -EINVAL);
 	assert_int_equal(keel_allreduce_start(n, buf, buf, SIZE_MAX / 2, KEEL_F32, KEEL_SUM, &op),
 			 -EINVAL);
@@ -204,10 +221,12 @@ static void test_allreduce_busy_when_ops_max_pending(void **state)
 	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, small_ops), 0);
 	float buf[3][8] = {{0}};
 	struct keel_op *op[3];
-	assert_int_equal(keel_allreduce_start(c.node[0], buf[0], buf[0], 8, KEEL_F32, KEEL_SUM, &op[0]), 0);
-	assert_int_equal(keel_allreduce_start(c.node[0], buf[1], buf[1], 8, KEEL_F32, KEEL_SUM, &op[1]), 0);
-	assert_int_equal(keel_allreduce_start(c.node[0], buf[2], buf[2], 8, KEEL_F32, KEEL_SUM, &op[2]),
-			 -EBUSY);
+	assert_int_equal(
+	    keel_allreduce_start(c.node[0], buf[0], buf[0], 8, KEEL_F32, KEEL_SUM, &op[0]), 0);
+	assert_int_equal(
+	    keel_allreduce_start(c.node[0], buf[1], buf[1], 8, KEEL_F32, KEEL_SUM, &op[1]), 0);
+	assert_int_equal(
+	    keel_allreduce_start(c.node[0], buf[2], buf[2], 8, KEEL_F32, KEEL_SUM, &op[2]), -EBUSY);
 	assert_int_equal(keel_op_test(c.node[0], op[0]), -EINPROGRESS);
 	cluster_fini(&c);
 }
@@ -215,7 +234,7 @@ static void test_allreduce_busy_when_ops_max_pending(void **state)
 static void slow_timeout(struct keel_config *cfg)
 {
 	cfg->op_timeout_ns = 50000000ull; /* 50 ms */
-	cfg->miss_limit = 1000000;        /* the detector stays quiet: only the timeout fires */
+	cfg->miss_limit = 1000000;	  /* the detector stays quiet: only the timeout fires */
 }
 
 static void test_allreduce_times_out_without_progress(void **state)
@@ -228,7 +247,8 @@ static void test_allreduce_times_out_without_progress(void **state)
 	struct keel_op *ops[CLUSTER_MAX] = {NULL};
 	int rc[CLUSTER_MAX] = {0};
 	uint64_t t0 = c.now_ns;
-	assert_int_equal(keel_allreduce_start(c.node[0], buf, buf, 16, KEEL_F32, KEEL_SUM, &ops[0]), 0);
+	assert_int_equal(keel_allreduce_start(c.node[0], buf, buf, 16, KEEL_F32, KEEL_SUM, &ops[0]),
+			 0);
 	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
 	assert_int_equal(rc[0], -ETIMEDOUT);
 	assert_true(c.now_ns - t0 >= 50000000ull && c.now_ns - t0 < 60000000ull);
@@ -248,7 +268,8 @@ static void test_allreduce_fails_when_peer_suspected(void **state)
 	int rc[CLUSTER_MAX] = {0};
 	for (int r = 0; r < 2; r++)
 		assert_int_equal(keel_allreduce_start(c.node[r], buf[r], buf[r], 1000, KEEL_F32,
-						      KEEL_SUM, &ops[r]), 0);
+						      KEEL_SUM, &ops[r]),
+				 0);
 	uint64_t t0 = c.now_ns;
 	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
 	assert_int_equal(rc[0], KEEL_EPEERDEAD);
@@ -289,15 +310,17 @@ static void test_allreduce_blocking_call(void **state)
 	cfg.waiter.now_ns = drive_now;
 	cfg.waiter.wait = drive_wait;
 	cfg.waiter.ctx = &d;
-	assert_int_equal(keel_init(&c.node[0], c.mem_node[0], keel_storage_size(&cfg), &cfg, c.now_ns), 0);
+	assert_int_equal(
+	    keel_init(&c.node[0], c.mem_node[0], keel_storage_size(&cfg), &cfg, c.now_ns), 0);
 	int32_t buf[3][10];
 	struct keel_op *ops[3];
 	for (int r = 0; r < 3; r++)
 		for (int i = 0; i < 10; i++)
 			buf[r][i] = r * 100 + i;
 	for (int r = 1; r < 3; r++)
-		assert_int_equal(keel_allreduce_start(c.node[r], buf[r], buf[r], 10, KEEL_I32, KEEL_SUM,
-						      &ops[r]), 0);
+		assert_int_equal(keel_allreduce_start(c.node[r], buf[r], buf[r], 10, KEEL_I32,
+						      KEEL_SUM, &ops[r]),
+				 0);
 	assert_int_equal(keel_allreduce(c.node[0], buf[0], buf[0], 10, KEEL_I32, KEEL_SUM), 0);
 	for (int i = 0; i < 10; i++)
 		assert_int_equal(buf[0][i], 300 + 3 * i);

@@ -1,10 +1,17 @@
 /* The failure detector with an injected clock: suspicion exactly after miss_limit intervals,
  * none while any message flows, and none for the silence a node's own pause caused. */
+/* cmocka.h needs these first */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
+
 #include <cmocka.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "cluster_int.h"
 
@@ -103,8 +110,9 @@ static void test_detector_any_message_counts(void **state)
 		struct keel_op *ops[CLUSTER_MAX] = {NULL};
 		int rc[CLUSTER_MAX];
 		for (uint32_t r = 0; r < 2; r++)
-			assert_int_equal(keel_allreduce_start(c.node[r], buf[r], buf[r], 4096, KEEL_F32,
-							      KEEL_SUM, &ops[r]), 0);
+			assert_int_equal(keel_allreduce_start(c.node[r], buf[r], buf[r], 4096,
+							      KEEL_F32, KEEL_SUM, &ops[r]),
+					 0);
 		assert_int_equal(cluster_wait_ops(&c, ops, rc, 10000), 0);
 		assert_int_equal(rc[0], 0);
 	}

@@ -1,10 +1,17 @@
 /* The node's API edges: config validation, storage sizing, views, and the per-reason drop
  * counters for datagrams that are malformed, truncated, from another job or another epoch. */
+/* cmocka.h needs these first */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
+
 #include <cmocka.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include <netinet/in.h>
 #include <unistd.h>
@@ -47,7 +54,7 @@ static void test_node_init_rejects_bad_config(void **state)
 	} while (0)
 	BAD(world_size, 0);
 	BAD(world_size, 3); /* disagrees with the transport */
-	BAD(rank, 1);       /* disagrees with the transport */
+	BAD(rank, 1);	    /* disagrees with the transport */
 	BAD(window, 48);    /* not a power of two */
 	BAD(window, 0);
 	BAD(window, KEEL_WINDOW_MAX * 2);
@@ -95,8 +102,13 @@ static void test_node_view_lists_members(void **state)
 /* Build a valid heartbeat from rank 1 to rank 0, then break one thing. */
 static size_t craft(uint8_t *buf, const struct wire_header *tweak_h, int mode)
 {
-	struct wire_header h = {.magic = WIRE_MAGIC, .version = WIRE_VERSION, .type = WIRE_HEARTBEAT,
-				.job_id = 42, .epoch = 1, .src = 1, .dst = 0,
+	struct wire_header h = {.magic = WIRE_MAGIC,
+				.version = WIRE_VERSION,
+				.type = WIRE_HEARTBEAT,
+				.job_id = 42,
+				.epoch = 1,
+				.src = 1,
+				.dst = 0,
 				.payload_len = WIRE_HEARTBEAT_SIZE};
 	if (tweak_h != NULL)
 		h = *tweak_h;
@@ -124,16 +136,21 @@ static void test_node_counts_every_drop_reason(void **state)
 	assert_int_equal(keel_udp_local_addr(c.udp[1], &a1, &l1), 0);
 	int fd = c.udp[1]->ops->wait_fd(c.udp[1]);
 	uint8_t buf[256];
-	struct wire_header base = {.magic = WIRE_MAGIC, .version = WIRE_VERSION,
-				   .type = WIRE_HEARTBEAT, .job_id = 42, .epoch = 1, .src = 1,
-				   .dst = 0, .payload_len = WIRE_HEARTBEAT_SIZE};
+	struct wire_header base = {.magic = WIRE_MAGIC,
+				   .version = WIRE_VERSION,
+				   .type = WIRE_HEARTBEAT,
+				   .job_id = 42,
+				   .epoch = 1,
+				   .src = 1,
+				   .dst = 0,
+				   .payload_len = WIRE_HEARTBEAT_SIZE};
 	struct wire_header h;
 	struct {
 		struct wire_header h;
 		int mode;
 	} cases[] = {
-	    {base, 1}, {base, 2}, {base, 3}, {base, 0}, {base, 0}, {base, 0},
-	    {base, 0}, {base, 0}, {base, 0}, {base, 0},
+	    {base, 1}, {base, 2}, {base, 3}, {base, 0}, {base, 0},
+	    {base, 0}, {base, 0}, {base, 0}, {base, 0}, {base, 0},
 	};
 	cases[3].h.job_id = 43;
 	cases[4].h.epoch = 9;
@@ -184,7 +201,8 @@ static void test_node_idle_after_traffic_is_acknowledged(void **state)
 	int rc[CLUSTER_MAX];
 	for (uint32_t r = 0; r < 2; r++)
 		assert_int_equal(keel_allreduce_start(c.node[r], buf[r], buf[r], 10000, KEEL_F32,
-						      KEEL_SUM, &ops[r]), 0);
+						      KEEL_SUM, &ops[r]),
+				 0);
 	assert_false(keel_is_idle(c.node[0]));
 	assert_int_equal(cluster_wait_ops(&c, ops, rc, 10000), 0);
 	for (int i = 0; i < 10; i++)

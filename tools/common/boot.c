@@ -1,6 +1,6 @@
 /* The tools' common start-up: environment -> UDP -> rendezvous -> chaos -> node -> waiter. */
-#include <errno.h>
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -74,8 +74,8 @@ static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t 
 
 /* Where this rank's UDP socket binds: KEEL_BIND, else this rank's KEEL_PEERS entry (its
  * address if numeric, every address otherwise, and its port), else 127.0.0.1 on any port. */
-static int bind_address(struct keel_boot *b, char *host, size_t host_len, uint16_t *port,
-			char *err, size_t err_len)
+static int bind_address(struct keel_boot *b, char *host, size_t host_len, uint16_t *port, char *err,
+			size_t err_len)
 {
 	const char *bind = getenv("KEEL_BIND");
 	snprintf(host, host_len, "%s", bind != NULL && *bind != '\0' ? bind : "127.0.0.1");
@@ -88,7 +88,8 @@ static int bind_address(struct keel_boot *b, char *host, size_t host_len, uint16
 	if (rc != 0 || (bind != NULL && *bind != '\0'))
 		return rc;
 	struct in6_addr any;
-	bool numeric = inet_pton(AF_INET, entry, &any) == 1 || inet_pton(AF_INET6, entry, &any) == 1;
+	bool numeric =
+	    inet_pton(AF_INET, entry, &any) == 1 || inet_pton(AF_INET6, entry, &any) == 1;
 	snprintf(host, host_len, "%s", numeric ? entry : "0.0.0.0");
 	return 0;
 }
@@ -143,7 +144,8 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 							       : sizeof(struct sockaddr_in);
 		rc = keel_udp_set_peer(b->udp, r, (struct sockaddr *)&peers[r], len);
 		if (rc != 0)
-			snprintf(err, err_len, "peer %u address rejected: %s", r, keel_strerror(rc));
+			snprintf(err, err_len, "peer %u address rejected: %s", r,
+				 keel_strerror(rc));
 	}
 	free(peers);
 	return rc;
@@ -158,8 +160,10 @@ static int start_chaos(struct keel_boot *b, char *err, size_t err_len)
 	keel_chaos_config_default(&cc);
 	cc.seed = 1;
 	if (keel_chaos_parse(spec, &cc) != 0) {
-		snprintf(err, err_len, "KEEL_CHAOS=%s: expected e.g. loss=0.01,dup=0.001,reorder=0.01,"
-				       "delay_us=50,seed=7", spec);
+		snprintf(err, err_len,
+			 "KEEL_CHAOS=%s: expected e.g. loss=0.01,dup=0.001,reorder=0.01,"
+			 "delay_us=50,seed=7",
+			 spec);
 		return -EINVAL;
 	}
 	cc.inner = b->udp;
@@ -181,8 +185,9 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 	uint64_t spin_ns;
 	int rc = keel_posix_wait_mode_from_env(&mode, &spin_ns);
 	if (rc != 0) {
-		snprintf(err, err_len, "KEEL_WAIT=%s / KEEL_SPIN_US=%s: expected busy|adaptive|block "
-				       "and a spin in microseconds",
+		snprintf(err, err_len,
+			 "KEEL_WAIT=%s / KEEL_SPIN_US=%s: expected busy|adaptive|block "
+			 "and a spin in microseconds",
 			 getenv("KEEL_WAIT") ? getenv("KEEL_WAIT") : "",
 			 getenv("KEEL_SPIN_US") ? getenv("KEEL_SPIN_US") : "");
 		return rc;
@@ -194,8 +199,10 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 	b->cfg.waiter = keel_posix_waiter_get(&b->waiter);
 	b->mem_node_len = keel_storage_size(&b->cfg);
 	if (b->mem_node_len == 0) {
-		snprintf(err, err_len, "invalid keel configuration (window must be a power of two, "
-				       "mtu within %u..%u)", KEEL_MTU_MIN, KEEL_MTU_MAX);
+		snprintf(err, err_len,
+			 "invalid keel configuration (window must be a power of two, "
+			 "mtu within %u..%u)",
+			 KEEL_MTU_MIN, KEEL_MTU_MAX);
 		return -EINVAL;
 	}
 	b->mem_node = calloc(1, b->mem_node_len);

@@ -29,8 +29,9 @@ struct keel_boot {
  * `tweak`, if not NULL, adjusts the config after the environment. Without any launcher
  * variables the tool runs as a single rank. Returns 0, or a negative error with a message
  * in err naming what was wrong. */
-KEEL_MUST_USE int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, void *ctx),
-				  void *ctx, char *err, size_t err_len);
+KEEL_MUST_USE int keel_boot_start(struct keel_boot *b,
+				  void (*tweak)(struct keel_config *cfg, void *ctx), void *ctx,
+				  char *err, size_t err_len);
 
 /* Poll until `deadline_ns` (keel_posix_now_ns time), waiting with the waiter in between.
  * Returns keel_poll's error, if any. */
