@@ -111,20 +111,14 @@ void fd_beat(struct keel_node *n)
 		struct peer *p = &n->peers[i];
 		if (!p->beat_to || p->state == KEEL_PEER_DEAD)
 			continue;
-		uint8_t *buf = node_ctrl_buf(n);
-		KEEL_ASSERT(buf != NULL);
-		struct wire_header h;
-		node_header_init(n, &h, WIRE_HEARTBEAT, i);
-		rel_ack_fields(n, i, &h);
-		h.payload_len = WIRE_HEARTBEAT_SIZE;
 		struct wire_heartbeat hb = {
 		    .send_ns = n->now_ns,
 		    .echo_ns = p->hb_echo_ns,
 		    .echo_held_ns = p->hb_echo_ns != 0 ? n->now_ns - p->hb_echo_recv_ns : 0,
 		};
-		wire_heartbeat_encode(buf + WIRE_HEADER_SIZE, &hb);
-		wire_encode(buf, &h);
-		node_txq_push(n, i, buf, WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE, 0);
+		uint8_t payload[WIRE_HEARTBEAT_SIZE];
+		wire_heartbeat_encode(payload, &hb);
+		node_send_ctrl(n, i, WIRE_HEARTBEAT, 0, payload, WIRE_HEARTBEAT_SIZE);
 		p->hb_echo_ns = 0; /* echo each heartbeat once: one RTT sample per round trip */
 		n->ctr.heartbeats_sent++;
 	}

@@ -197,13 +197,25 @@ void node_header_init(const struct keel_node *n, struct wire_header *h, enum wir
 	h->dst = (uint16_t)dst;
 }
 
-uint8_t *node_ctrl_buf(struct keel_node *n)
+/* Control datagrams use the small per-poll buffers; every one is queued at once, so a full
+ * queue (flushed here) is the only way they run out. */
+void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uint32_t op_id,
+		    const void *payload, uint32_t len)
 {
+	KEEL_ASSERT(WIRE_HEADER_SIZE + len <= CTRL_BUF_SIZE);
 	if (n->txq_count == n->burst)
 		node_txq_flush(n);
-	if (n->ctrl_used == n->burst)
-		return NULL;
-	return n->ctrl_buf + (size_t)(n->ctrl_used++) * CTRL_BUF_SIZE;
+	KEEL_ASSERT(n->ctrl_used < n->burst);
+	uint8_t *buf = n->ctrl_buf + (size_t)(n->ctrl_used++) * CTRL_BUF_SIZE;
+	struct wire_header h;
+	node_header_init(n, &h, type, peer);
+	h.op_id = op_id;
+	h.payload_len = len;
+	rel_ack_fields(n, peer, &h);
+	if (len != 0)
+		memcpy(buf + WIRE_HEADER_SIZE, payload, len);
+	wire_encode(buf, &h);
+	node_txq_push(n, peer, buf, WIRE_HEADER_SIZE + len, 0);
 }
 
 void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq)
@@ -428,14 +440,7 @@ int keel_leave(struct keel_node *node, uint64_t now_ns)
 	for (uint32_t i = 0; i < n->world; i++) {
 		if (i == n->self || n->peers[i].state == KEEL_PEER_DEAD)
 			continue;
-		uint8_t *buf = node_ctrl_buf(n);
-		KEEL_ASSERT(buf != NULL);
-		struct wire_header h;
-		node_header_init(n, &h, WIRE_LEAVE, i);
-		rel_ack_fields(n, i, &h);
-		h.op_id = n->op_run_id;
-		wire_encode(buf, &h);
-		node_txq_push(n, i, buf, WIRE_HEADER_SIZE, 0);
+		node_send_ctrl(n, i, WIRE_LEAVE, n->op_run_id, NULL, 0);
 	}
 	node_txq_flush(n);
 	return n->fatal;

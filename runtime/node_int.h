@@ -132,8 +132,11 @@ _Static_assert(CTRL_BUF_SIZE >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE, "ctrl bu
 
 /* node.c */
 void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq);
-uint8_t *node_ctrl_buf(struct keel_node *n); /* NULL when this poll's control buffers are used */
 void node_txq_flush(struct keel_node *n);
+/* Queue an unreliable control datagram (heartbeat, ack, leave) to `peer`, carrying our acks;
+ * `payload` (len bytes, may be NULL) follows the header. */
+void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uint32_t op_id,
+		    const void *payload, uint32_t len);
 void node_header_init(const struct keel_node *n, struct wire_header *h, enum wire_type type,
 		      uint32_t dst);
 

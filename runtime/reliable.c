@@ -333,13 +333,7 @@ void rel_send_acks(struct keel_node *n)
 		struct peer *p = &n->peers[i];
 		if (!p->ack_pending || i == n->self || n->now_ns < p->ack_due_ns)
 			continue;
-		uint8_t *buf = node_ctrl_buf(n);
-		KEEL_ASSERT(buf != NULL);
-		struct wire_header h;
-		node_header_init(n, &h, WIRE_ACK, i);
-		rel_ack_fields(n, i, &h);
-		wire_encode(buf, &h);
-		node_txq_push(n, i, buf, WIRE_HEADER_SIZE, 0);
+		node_send_ctrl(n, i, WIRE_ACK, 0, NULL, 0);
 		n->ctr.acks_sent++;
 	}
 }

@@ -79,16 +79,8 @@ int main(int argc, char **argv)
 	int failures = 0, ops = 0;
 	for (int dt = 0; dt < KEEL_DTYPE_COUNT; dt++) {
 		size_t frag = (b.cfg.mtu - 56) / keel_dtype_size(dt);
-		size_t sizes[] = {0,
-				  1,
-				  world - 1,
-				  frag - 1,
-				  frag,
-				  frag + 1,
-				  world * frag - 1,
-				  world * frag,
-				  world * frag + 1,
-				  100003};
+		size_t sizes[KEEL_CHECK_SIZES];
+		keel_check_sizes(sizes, world, frag, 100003);
 		for (int op = 0; op < KEEL_REDOP_COUNT; op++)
 			for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++, ops++)
 				failures += run(&b, sizes[s], dt, op, (s + op) % 2 == 0, in, out,

@@ -88,16 +88,8 @@ static void all_combinations(enum keel_algo algo)
 		assert_int_equal(cluster_init(&c, world, NULL, g_seed, tweak), 0);
 		for (int dt = 0; dt < KEEL_DTYPE_COUNT; dt++) {
 			size_t frag = (g_mtu - 56) / keel_dtype_size(dt);
-			size_t sizes[] = {0,
-					  1,
-					  world - 1,
-					  frag - 1,
-					  frag,
-					  frag + 1,
-					  world * frag - 1,
-					  world * frag,
-					  world * frag + 1,
-					  5000};
+			size_t sizes[KEEL_CHECK_SIZES];
+			keel_check_sizes(sizes, world, frag, 5000);
 			for (int op = 0; op < KEEL_REDOP_COUNT; op++)
 				for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
 					run_one(&c, sizes[s], dt, op, (s + op) % 2 == 0);

@@ -30,8 +30,7 @@ static const struct env_source sources[] = {
 };
 #define SOURCE_COUNT (sizeof(sources) / sizeof(sources[0]))
 
-__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t err_len, int code,
-						      const char *fmt, ...)
+int keel_fail(char *err, size_t err_len, int code, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -75,8 +74,8 @@ static int env_u32(const char *name, uint32_t min, uint32_t max, uint32_t *out, 
 	if (s == NULL)
 		return 0;
 	if (!parse_decimal(s, strlen(s), max, &v) || v < min)
-		return fail(err, err_len, -EINVAL, "%s='%.*s' is not a number in %u..%u", name,
-			    QUOTE_MAX, s, min, max);
+		return keel_fail(err, err_len, -EINVAL, "%s='%.*s' is not a number in %u..%u", name,
+				 QUOTE_MAX, s, min, max);
 	*out = (uint32_t)v;
 	return 0;
 }
@@ -90,40 +89,40 @@ static int entry_parse(const char *s, size_t len, uint32_t index, char *host, si
 	uint64_t p;
 
 	if (len == 0)
-		return fail(err, err_len, -EINVAL, "KEEL_PEERS entry %u is empty", index);
+		return keel_fail(err, err_len, -EINVAL, "KEEL_PEERS entry %u is empty", index);
 	if (s[0] == '[') {
 		const char *close = memchr(s, ']', len);
 
 		if (close == NULL || close + 1 == s + len || close[1] != ':')
-			return fail(err, err_len, -EINVAL,
-				    "KEEL_PEERS entry %u '%.*s': expected [ipv6-address]:port",
-				    index, QUOTE_MAX, s);
+			return keel_fail(err, err_len, -EINVAL,
+					 "KEEL_PEERS entry %u '%.*s': expected [ipv6-address]:port",
+					 index, QUOTE_MAX, s);
 		host_start = s + 1;
 		host_n = (size_t)(close - host_start);
 		colon = close + 1;
 	} else {
 		colon = memchr(s, ':', len);
 		if (colon == NULL)
-			return fail(err, err_len, -EINVAL,
-				    "KEEL_PEERS entry %u '%.*s' has no :port", index,
-				    (int)(len < QUOTE_MAX ? len : QUOTE_MAX), s);
+			return keel_fail(err, err_len, -EINVAL,
+					 "KEEL_PEERS entry %u '%.*s' has no :port", index,
+					 (int)(len < QUOTE_MAX ? len : QUOTE_MAX), s);
 		if (memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) != NULL)
-			return fail(
+			return keel_fail(
 			    err, err_len, -EINVAL,
 			    "KEEL_PEERS entry %u '%.*s': write IPv6 addresses as [addr]:port",
 			    index, (int)(len < QUOTE_MAX ? len : QUOTE_MAX), s);
 		host_n = (size_t)(colon - s);
 	}
 	if (host_n == 0 || host_n >= host_len || host_n >= KEEL_LAUNCH_HOST_LEN)
-		return fail(
+		return keel_fail(
 		    err, err_len, -EINVAL,
 		    "KEEL_PEERS entry %u: host is empty or longer "
 		    "than %zu bytes",
 		    index, (host_len < KEEL_LAUNCH_HOST_LEN ? host_len : KEEL_LAUNCH_HOST_LEN) - 1);
 	if (!parse_decimal(colon + 1, len - (size_t)(colon + 1 - s), 65535, &p) || p == 0)
-		return fail(err, err_len, -EINVAL,
-			    "KEEL_PEERS entry %u '%.*s': port must be 1..65535", index,
-			    (int)(len < QUOTE_MAX ? len : QUOTE_MAX), s);
+		return keel_fail(err, err_len, -EINVAL,
+				 "KEEL_PEERS entry %u '%.*s': port must be 1..65535", index,
+				 (int)(len < QUOTE_MAX ? len : QUOTE_MAX), s);
 	memcpy(host, host_start, host_n);
 	host[host_n] = '\0';
 	*port = (uint16_t)p;
@@ -155,7 +154,7 @@ int keel_peers_entry(const char *list, uint32_t index, char *host, size_t host_l
 
 	KEEL_ASSERT(list != NULL && host != NULL && host_len > 0 && port != NULL);
 	if (!entry_find(list, index, &s, &len))
-		return fail(err, err_len, -ENOENT, "KEEL_PEERS has no entry %u", index);
+		return keel_fail(err, err_len, -ENOENT, "KEEL_PEERS has no entry %u", index);
 	return entry_parse(s, len, index, host, host_len, port, err, err_len);
 }
 
@@ -168,14 +167,14 @@ int keel_peers_count(const char *list, uint32_t *count, char *err, size_t err_le
 
 	KEEL_ASSERT(list != NULL && count != NULL);
 	if (list[0] == '\0')
-		return fail(err, err_len, -EINVAL, "KEEL_PEERS is empty");
+		return keel_fail(err, err_len, -EINVAL, "KEEL_PEERS is empty");
 	for (;;) {
 		size_t len = strcspn(s, ",");
 		int rc;
 
 		if (n == KEEL_WORLD_MAX)
-			return fail(err, err_len, -EINVAL, "KEEL_PEERS has more than %u entries",
-				    KEEL_WORLD_MAX);
+			return keel_fail(err, err_len, -EINVAL,
+					 "KEEL_PEERS has more than %u entries", KEEL_WORLD_MAX);
 		rc = entry_parse(s, len, n, host, sizeof(host), &port, err, err_len);
 		if (rc != 0)
 			return rc;
@@ -228,26 +227,28 @@ static int read_source(const struct env_source *src, struct keel_launch *out, ch
 		if (rc != 0)
 			return rc;
 		if (has_world && out->world_size != peer_count)
-			return fail(err, err_len, -EINVAL, "KEEL_PEERS has %u entries but %s=%u",
-				    peer_count, src->world, out->world_size);
+			return keel_fail(err, err_len, -EINVAL,
+					 "KEEL_PEERS has %u entries but %s=%u", peer_count,
+					 src->world, out->world_size);
 		out->world_size = peer_count;
 	} else if (!has_world) {
-		return fail(err, err_len, -EINVAL, "%s is set but %s is not (and no KEEL_PEERS)",
-			    src->rank, src->world);
+		return keel_fail(err, err_len, -EINVAL,
+				 "%s is set but %s is not (and no KEEL_PEERS)", src->rank,
+				 src->world);
 	}
 	if (out->rank >= out->world_size)
-		return fail(err, err_len, -EINVAL, "%s=%u is not below the world size %u",
-			    src->rank, out->rank, out->world_size);
+		return keel_fail(err, err_len, -EINVAL, "%s=%u is not below the world size %u",
+				 src->rank, out->rank, out->world_size);
 	if (!has_lworld)
 		out->local_world_size = out->world_size;
 	if (!has_lrank)
 		out->local_rank = out->rank < out->local_world_size ? out->rank : 0;
 	if (out->local_rank >= out->local_world_size)
-		return fail(err, err_len, -EINVAL, "%s=%u is not below %s=%u", src->local_rank,
-			    out->local_rank, src->local_world, out->local_world_size);
+		return keel_fail(err, err_len, -EINVAL, "%s=%u is not below %s=%u", src->local_rank,
+				 out->local_rank, src->local_world, out->local_world_size);
 	if (out->local_world_size > out->world_size)
-		return fail(err, err_len, -EINVAL, "%s=%u is above the world size %u",
-			    src->local_world, out->local_world_size, out->world_size);
+		return keel_fail(err, err_len, -EINVAL, "%s=%u is above the world size %u",
+				 src->local_world, out->local_world_size, out->world_size);
 	return 0;
 }
 
@@ -265,20 +266,20 @@ static int read_master(struct keel_launch *out, char *err, size_t err_len)
 		size_t n = strlen(addr);
 
 		if (n == 0 || n >= sizeof(out->master_addr))
-			return fail(err, err_len, -EINVAL,
-				    "MASTER_ADDR is empty or longer than %zu "
-				    "bytes",
-				    sizeof(out->master_addr) - 1);
+			return keel_fail(err, err_len, -EINVAL,
+					 "MASTER_ADDR is empty or longer than %zu "
+					 "bytes",
+					 sizeof(out->master_addr) - 1);
 		memcpy(out->master_addr, addr, n + 1);
 	}
 	out->master_port = (uint16_t)port;
 	if (out->world_size == 1 || out->peers != NULL)
 		return 0;
 	if (addr == NULL || !has_port)
-		return fail(err, err_len, -EINVAL,
-			    "%s is not set (rendezvous of %u ranks needs "
-			    "MASTER_ADDR and MASTER_PORT, or KEEL_PEERS)",
-			    addr == NULL ? "MASTER_ADDR" : "MASTER_PORT", out->world_size);
+		return keel_fail(err, err_len, -EINVAL,
+				 "%s is not set (rendezvous of %u ranks needs "
+				 "MASTER_ADDR and MASTER_PORT, or KEEL_PEERS)",
+				 addr == NULL ? "MASTER_ADDR" : "MASTER_PORT", out->world_size);
 	return 0;
 }
 
@@ -289,10 +290,10 @@ static int read_job_id(struct keel_launch *out, char *err, size_t err_len)
 
 	if (s != NULL) {
 		if (!parse_decimal(s, strlen(s), UINT32_MAX, &v))
-			return fail(err, err_len, -EINVAL,
-				    "KEEL_JOB_ID='%.*s' is not a number in "
-				    "0..4294967295",
-				    QUOTE_MAX, s);
+			return keel_fail(err, err_len, -EINVAL,
+					 "KEEL_JOB_ID='%.*s' is not a number in "
+					 "0..4294967295",
+					 QUOTE_MAX, s);
 		out->job_id = (uint32_t)v;
 		return 0;
 	}
@@ -315,11 +316,11 @@ int keel_launch_from_env(struct keel_launch *out, char *err, size_t err_len)
 		if (getenv(sources[i].rank) != NULL)
 			src = &sources[i];
 	if (src == NULL)
-		return fail(err, err_len, -ENOENT,
-			    "no rank in the environment: looked for RANK (torchrun, keel-run), "
-			    "SLURM_PROCID (Slurm) and OMPI_COMM_WORLD_RANK (Open MPI)%s",
-			    getenv("KEEL_PEERS") != NULL ? "; KEEL_PEERS needs one of them too"
-							 : "");
+		return keel_fail(
+		    err, err_len, -ENOENT,
+		    "no rank in the environment: looked for RANK (torchrun, keel-run), "
+		    "SLURM_PROCID (Slurm) and OMPI_COMM_WORLD_RANK (Open MPI)%s",
+		    getenv("KEEL_PEERS") != NULL ? "; KEEL_PEERS needs one of them too" : "");
 	out->source = src->name;
 	out->peers = getenv("KEEL_PEERS");
 	rc = read_source(src, out, err, err_len);

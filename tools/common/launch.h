@@ -58,4 +58,9 @@ KEEL_MUST_USE int keel_peers_count(const char *list, uint32_t *count, char *err,
 KEEL_MUST_USE int keel_peers_entry(const char *list, uint32_t index, char *host, size_t host_len,
 				   uint16_t *port, char *err, size_t err_len);
 
+/* Write a message into err (if not NULL) and return `code`: the tools' one way to fail with
+ * a reason. */
+__attribute__((format(printf, 4, 5))) int keel_fail(char *err, size_t err_len, int code,
+						    const char *fmt, ...);
+
 #endif

@@ -116,3 +116,20 @@ size_t keel_check_wrong(const void *got, const void *ref, size_t begin, size_t e
 		wrong += memcmp(a + i * es, b + i * es, es) != 0;
 	return wrong;
 }
+
+void keel_check_sizes(size_t out[KEEL_CHECK_SIZES], uint32_t world, size_t frag, size_t large)
+{
+	const size_t sizes[KEEL_CHECK_SIZES] = {
+	    0,
+	    1,
+	    world - 1,
+	    frag - 1,
+	    frag,
+	    frag + 1,
+	    world * frag - 1,
+	    world * frag,
+	    world * frag + 1,
+	    large,
+	};
+	memcpy(out, sizes, sizeof(sizes));
+}

@@ -25,4 +25,10 @@ void keel_check_reference(void *buf, size_t begin, size_t end, uint32_t world, e
 size_t keel_check_wrong(const void *got, const void *ref, size_t begin, size_t end,
 			enum keel_dtype dt);
 
+/* The element counts worth checking for a world and a fragment of `frag` elements: 0, 1,
+ * world-1, frag-1, frag, frag+1, world*frag-1, world*frag, world*frag+1 (the edges of
+ * fragments and of ring chunks), then `large`. Writes KEEL_CHECK_SIZES entries to out. */
+#define KEEL_CHECK_SIZES 10u
+void keel_check_sizes(size_t out[KEEL_CHECK_SIZES], uint32_t world, size_t frag, size_t large);
+
 #endif

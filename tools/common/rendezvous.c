@@ -47,19 +47,6 @@ enum status {
 	ST_TIMEOUT = 7,	  /* rank 0 ran out of time; detail: ranks that arrived, rank 0 included */
 };
 
-__attribute__((format(printf, 4, 5))) static int fail(char *err, size_t err_len, int code,
-						      const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err != NULL && err_len > 0) {
-		va_start(ap, fmt);
-		vsnprintf(err, err_len, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
-
 static void put16(uint8_t *p, uint16_t v)
 {
 	p[0] = (uint8_t)(v >> 8);
@@ -191,7 +178,7 @@ static int advertise(const struct sockaddr_storage *self, const struct sockaddr_
 		struct sockaddr_in *o = (struct sockaddr_in *)out;
 
 		if (!IN6_IS_ADDR_V4MAPPED(&l6->sin6_addr))
-			return fail(
+			return keel_fail(
 			    err, err_len, -EINVAL,
 			    "the UDP socket is IPv4 and bound to 0.0.0.0 but MASTER_ADDR is "
 			    "reached over IPv6: bind the UDP socket to a specific address");
@@ -270,21 +257,23 @@ static int peers_from_list(const struct keel_launch *l, const struct sockaddr_st
 		int rc = keel_peers_entry(l->peers, i, host, sizeof(host), &port, err, err_len);
 
 		if (rc != 0)
-			return rc == -ENOENT ? fail(err, err_len, -EINVAL,
-						    "KEEL_PEERS has %u entries, world size is %u",
-						    i, l->world_size)
-					     : rc;
+			return rc == -ENOENT
+				   ? keel_fail(err, err_len, -EINVAL,
+					       "KEEL_PEERS has %u entries, world size is %u", i,
+					       l->world_size)
+				   : rc;
 		rc = resolve(host, port, self->ss_family, SOCK_DGRAM, &ai);
 		if (rc != 0)
-			return fail(err, err_len, KEEL_ERENDEZVOUS,
-				    "KEEL_PEERS entry %u: cannot resolve '%s' as %s: %s", i, host,
-				    self->ss_family == AF_INET ? "IPv4" : "IPv6", gai_strerror(rc));
+			return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+					 "KEEL_PEERS entry %u: cannot resolve '%s' as %s: %s", i,
+					 host, self->ss_family == AF_INET ? "IPv4" : "IPv6",
+					 gai_strerror(rc));
 		KEEL_ASSERT(ai->ai_addrlen <= sizeof(peers[i]));
 		memset(&peers[i], 0, sizeof(peers[i]));
 		memcpy(&peers[i], ai->ai_addr, ai->ai_addrlen);
 		freeaddrinfo(ai);
 		if (i == l->rank && port != addr_port(self))
-			return fail(
+			return keel_fail(
 			    err, err_len, -EINVAL,
 			    "KEEL_PEERS entry %u (this rank) has port %u but the UDP socket "
 			    "is bound to port %u",
@@ -347,8 +336,9 @@ static int server_listen(struct server *s, char *err, size_t err_len)
 	int last = 0, one = 1;
 
 	if (rc != 0)
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "rank 0 cannot resolve MASTER_ADDR %s: %s", s->where, gai_strerror(rc));
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "rank 0 cannot resolve MASTER_ADDR %s: %s", s->where,
+				 gai_strerror(rc));
 	for (a = ai; a != NULL && s->listen_fd < 0; a = a->ai_next) {
 		int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
@@ -366,9 +356,9 @@ static int server_listen(struct server *s, char *err, size_t err_len)
 	}
 	freeaddrinfo(ai);
 	if (s->listen_fd < 0)
-		return fail(err, err_len, last != 0 ? -last : KEEL_ERENDEZVOUS,
-			    "rank 0 cannot listen on MASTER_ADDR:MASTER_PORT %s: %s", s->where,
-			    strerror(last));
+		return keel_fail(err, err_len, last != 0 ? -last : KEEL_ERENDEZVOUS,
+				 "rank 0 cannot listen on MASTER_ADDR:MASTER_PORT %s: %s", s->where,
+				 strerror(last));
 	return 0;
 }
 
@@ -426,18 +416,19 @@ static int server_hello(struct server *s, struct conn *c, char *err, size_t err_
 		if (s->conns[i].fd >= 0)
 			send_status(s->conns[i].fd, ST_ABORTED, l->world_size, rank);
 	if (st == ST_WORLD)
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "rank 0: rank %u says the world size is %u, ours is %u", rank, world,
-			    l->world_size);
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "rank 0: rank %u says the world size is %u, ours is %u", rank,
+				 world, l->world_size);
 	if (st == ST_RANGE)
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "rank 0: a hello claims rank %u, outside 1..%u", rank,
-			    l->world_size - 1);
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "rank 0: a hello claims rank %u, outside 1..%u", rank,
+				 l->world_size - 1);
 	if (st == ST_DUPLICATE)
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "rank 0: duplicate rank %u (two processes have the same rank)", rank);
-	return fail(err, err_len, KEEL_ERENDEZVOUS,
-		    "rank 0: rank %u sent an unknown address family", rank);
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "rank 0: duplicate rank %u (two processes have the same rank)",
+				 rank);
+	return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+			 "rank 0: rank %u sent an unknown address family", rank);
 }
 
 /* Read what is ready on connection c. */
@@ -487,7 +478,7 @@ static int server_collect(struct server *s, uint64_t deadline_ns, char *err, siz
 		s->pfds[0].revents = 0;
 		n = poll(s->pfds, 1 + s->slot_count, ms_left(deadline_ns));
 		if (n < 0 && errno != EINTR)
-			return fail(err, err_len, -errno, "rank 0: poll: %s", strerror(errno));
+			return keel_fail(err, err_len, -errno, "rank 0: poll: %s", strerror(errno));
 		if (n <= 0 && ms_left(deadline_ns) == 0)
 			return -ETIMEDOUT;
 		if (s->pfds[0].revents != 0)
@@ -521,7 +512,7 @@ static int server_timeout_msg(const struct server *s, char *err, size_t err_len)
 					 shown == 0 ? "" : ", ", r);
 		shown++;
 	}
-	return fail(
+	return keel_fail(
 	    err, err_len, -ETIMEDOUT,
 	    "rank 0 listening on MASTER_ADDR:MASTER_PORT %s: only %u of %u ranks arrived in "
 	    "time; missing ranks %s%s",
@@ -548,9 +539,10 @@ static int server_send_table(struct server *s, uint64_t deadline_ns, char *err, 
 			continue;
 		rc = io_full(c->fd, s->reply, len, true, deadline_ns);
 		if (rc != 0)
-			return fail(err, err_len, rc == -ETIMEDOUT ? -ETIMEDOUT : KEEL_ERENDEZVOUS,
-				    "rank 0: sending the table to rank %d failed: %s", c->rank,
-				    strerror(-rc));
+			return keel_fail(err, err_len,
+					 rc == -ETIMEDOUT ? -ETIMEDOUT : KEEL_ERENDEZVOUS,
+					 "rank 0: sending the table to rank %d failed: %s", c->rank,
+					 strerror(-rc));
 		shutdown(c->fd, SHUT_WR);
 	}
 	return 0;
@@ -609,7 +601,8 @@ out:
 	free(s.pfds);
 	free(s.conns);
 	if (rc == -ENOMEM)
-		return fail(err, err_len, rc, "rank 0: out of memory for %u ranks", l->world_size);
+		return keel_fail(err, err_len, rc, "rank 0: out of memory for %u ranks",
+				 l->world_size);
 	return rc;
 }
 
@@ -683,33 +676,35 @@ static int client_reject_msg(const uint8_t *hdr, const char *where, uint32_t ran
 
 	switch (get16(hdr + 6)) {
 	case ST_DUPLICATE:
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "rank 0 at %s rejected rank %u: duplicate rank", where, rank);
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "rank 0 at %s rejected rank %u: duplicate rank", where, rank);
 	case ST_WORLD:
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "rank 0 at %s rejected rank %u: its world size is %u", where, rank,
-			    world);
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "rank 0 at %s rejected rank %u: its world size is %u", where, rank,
+				 world);
 	case ST_RANGE:
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "rank 0 at %s rejected rank %u: out of range for world %u", where, rank,
-			    world);
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "rank 0 at %s rejected rank %u: out of range for world %u", where,
+				 rank, world);
 	case ST_JOB:
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "rank 0 at %s belongs to another job (job id %u; check KEEL_JOB_ID)",
-			    where, detail);
+		return keel_fail(
+		    err, err_len, KEEL_ERENDEZVOUS,
+		    "rank 0 at %s belongs to another job (job id %u; check KEEL_JOB_ID)", where,
+		    detail);
 	case ST_TIMEOUT:
-		return fail(err, err_len, -ETIMEDOUT,
-			    "rank 0 at MASTER_ADDR:MASTER_PORT %s timed out: only %u of %u ranks "
-			    "arrived",
-			    where, detail, world);
+		return keel_fail(
+		    err, err_len, -ETIMEDOUT,
+		    "rank 0 at MASTER_ADDR:MASTER_PORT %s timed out: only %u of %u ranks "
+		    "arrived",
+		    where, detail, world);
 	case ST_ABORTED:
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "rank 0 at %s aborted the rendezvous: rank %u sent a bad hello", where,
-			    detail);
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "rank 0 at %s aborted the rendezvous: rank %u sent a bad hello",
+				 where, detail);
 	default:
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "rank 0 at %s rejected rank %u (status %u)", where, rank,
-			    get16(hdr + 6));
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "rank 0 at %s rejected rank %u (status %u)", where, rank,
+				 get16(hdr + 6));
 	}
 }
 
@@ -732,36 +727,38 @@ static int client_exchange(const struct keel_launch *l, int fd, const struct soc
 	if (rc == 0)
 		rc = io_full(fd, hdr, sizeof(hdr), false, deadline_ns);
 	if (rc == -ETIMEDOUT)
-		return fail(err, err_len, -ETIMEDOUT,
-			    "connected to rank 0 at MASTER_ADDR:MASTER_PORT %s, but the address "
-			    "table did not come in time (other ranks missing?)",
-			    where);
+		return keel_fail(
+		    err, err_len, -ETIMEDOUT,
+		    "connected to rank 0 at MASTER_ADDR:MASTER_PORT %s, but the address "
+		    "table did not come in time (other ranks missing?)",
+		    where);
 	if (rc != 0)
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "rank 0 at MASTER_ADDR:MASTER_PORT %s dropped the connection: %s",
-			    where, strerror(-rc));
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "rank 0 at MASTER_ADDR:MASTER_PORT %s dropped the connection: %s",
+				 where, strerror(-rc));
 	if (get32(hdr) != MAGIC || get16(hdr + 4) != KEEL_RENDEZVOUS_VERSION)
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "%s is not a keel rendezvous of version %u", where,
-			    KEEL_RENDEZVOUS_VERSION);
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "%s is not a keel rendezvous of version %u", where,
+				 KEEL_RENDEZVOUS_VERSION);
 	if (get16(hdr + 6) != ST_OK)
 		return client_reject_msg(hdr, where, l->rank, err, err_len);
 	if (get32(hdr + 8) != l->world_size)
-		return fail(err, err_len, KEEL_ERENDEZVOUS, "rank 0 at %s sent a table of %u ranks",
-			    where, get32(hdr + 8));
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "rank 0 at %s sent a table of %u ranks", where, get32(hdr + 8));
 	for (uint32_t r = 0; r < l->world_size; r++) {
 		rc = io_full(fd, entry, sizeof(entry), false, deadline_ns);
 		if (rc != 0)
-			return fail(err, err_len, rc == -ETIMEDOUT ? -ETIMEDOUT : KEEL_ERENDEZVOUS,
-				    "rank 0 at %s: reading the table: %s", where, strerror(-rc));
+			return keel_fail(
+			    err, err_len, rc == -ETIMEDOUT ? -ETIMEDOUT : KEEL_ERENDEZVOUS,
+			    "rank 0 at %s: reading the table: %s", where, strerror(-rc));
 		if (!entry_get(entry, &peers[r]))
-			return fail(err, err_len, KEEL_ERENDEZVOUS,
-				    "rank 0 at %s sent a bad address for rank %u", where, r);
+			return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+					 "rank 0 at %s sent a bad address for rank %u", where, r);
 	}
 	if (addr_port(&peers[l->rank]) != addr_port(me))
-		return fail(err, err_len, KEEL_ERENDEZVOUS,
-			    "rank 0 at %s sent port %u for this rank, we are on %u", where,
-			    addr_port(&peers[l->rank]), addr_port(me));
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "rank 0 at %s sent port %u for this rank, we are on %u", where,
+				 addr_port(&peers[l->rank]), addr_port(me));
 	return 0;
 }
 
@@ -778,16 +775,17 @@ static int run_client(const struct keel_launch *l, const struct sockaddr_storage
 	snprintf(where, sizeof(where), "%.80s:%u", l->master_addr, l->master_port);
 	rc = resolve(l->master_addr, l->master_port, AF_UNSPEC, SOCK_STREAM, &ai);
 	if (rc != 0)
-		return fail(err, err_len, KEEL_ERENDEZVOUS, "cannot resolve MASTER_ADDR %s: %s",
-			    where, gai_strerror(rc));
+		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
+				 "cannot resolve MASTER_ADDR %s: %s", where, gai_strerror(rc));
 	fd = connect_retry(ai, deadline_ns, &last_err);
 	freeaddrinfo(ai);
 	if (fd < 0)
-		return fail(err, err_len, -ETIMEDOUT,
-			    "rank %u could not reach rank 0 at MASTER_ADDR:MASTER_PORT %s within "
-			    "%llu ms (last error: %s)",
-			    l->rank, where, (unsigned long long)(timeout_ns / 1000000u),
-			    strerror(last_err));
+		return keel_fail(
+		    err, err_len, -ETIMEDOUT,
+		    "rank %u could not reach rank 0 at MASTER_ADDR:MASTER_PORT %s within "
+		    "%llu ms (last error: %s)",
+		    l->rank, where, (unsigned long long)(timeout_ns / 1000000u),
+		    strerror(last_err));
 	rc = getsockname(fd, (struct sockaddr *)&local, &local_len) == 0 ? 0 : -errno;
 	if (rc == 0)
 		rc = advertise(self, &local, &me, err, err_len);
@@ -810,13 +808,14 @@ int keel_rendezvous(const struct keel_launch *l, const struct sockaddr *self_add
 	KEEL_ASSERT(l->rank < l->world_size);
 	if ((self_addr->sa_family != AF_INET || self_len < sizeof(struct sockaddr_in)) &&
 	    (self_addr->sa_family != AF_INET6 || self_len < sizeof(struct sockaddr_in6)))
-		return fail(err, err_len, -EINVAL, "the UDP address is neither IPv4 nor IPv6");
+		return keel_fail(err, err_len, -EINVAL, "the UDP address is neither IPv4 nor IPv6");
 	memset(&self, 0, sizeof(self));
 	memcpy(&self, self_addr,
 	       self_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
 					       : sizeof(struct sockaddr_in6));
 	if (addr_port(&self) == 0)
-		return fail(err, err_len, -EINVAL, "the UDP socket has no port (not bound yet?)");
+		return keel_fail(err, err_len, -EINVAL,
+				 "the UDP socket has no port (not bound yet?)");
 	if (l->peers != NULL)
 		return peers_from_list(l, &self, peers, err, err_len);
 	if (l->world_size == 1) {
@@ -824,10 +823,10 @@ int keel_rendezvous(const struct keel_launch *l, const struct sockaddr *self_add
 		return 0;
 	}
 	if (l->master_addr[0] == '\0' || l->master_port == 0)
-		return fail(err, err_len, -EINVAL,
-			    "MASTER_ADDR and MASTER_PORT are needed for a "
-			    "rendezvous of %u ranks",
-			    l->world_size);
+		return keel_fail(err, err_len, -EINVAL,
+				 "MASTER_ADDR and MASTER_PORT are needed for a "
+				 "rendezvous of %u ranks",
+				 l->world_size);
 	if (l->rank == 0)
 		return run_server(l, &self, peers, deadline_ns, err, err_len);
 	return run_client(l, &self, peers, deadline_ns, timeout_ns, err, err_len);
