@@ -145,7 +145,7 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		/* Data this step sends from the output is what the previous step received. */
 		if (s.send_from_out && !recv_passed(op, op->send_step - 1, op->send_off + len))
 			return;
-		if (!rel_can_send(n, (uint32_t)s.send_peer))
+		if (!rel_can_send(n, (uint32_t)s.send_peer) || n->budget_bytes == 0)
 			return;
 		struct wire_header h;
 		node_header_init(n, &h, WIRE_DATA, (uint32_t)s.send_peer);
@@ -157,6 +157,7 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		    (s.send_from_out ? op->out : op->in) + s.send_off + op->send_off;
 		int rc = rel_send(n, (uint32_t)s.send_peer, &h, src, (uint32_t)len);
 		KEEL_ASSERT(rc == 0);
+		node_budget_spend(n, (uint32_t)len);
 		op->send_off += len;
 		op->progress_ns = n->now_ns;
 	}

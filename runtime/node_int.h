@@ -124,6 +124,7 @@ struct keel_node {
 	uint32_t op_next_id; /* id of the next op to start */
 	uint32_t op_run_id;  /* id of the op now running (== op_next_id when idle) */
 	int fatal;	     /* sticky transport error */
+	uint32_t budget_bytes; /* data this poll may still move (POLL_BUDGET_BYTES per poll) */
 	struct keel_counters ctr;
 };
 
@@ -133,6 +134,7 @@ _Static_assert(CTRL_BUF_SIZE >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE, "ctrl bu
 /* node.c */
 void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq);
 void node_txq_flush(struct keel_node *n);
+void node_budget_spend(struct keel_node *n, uint32_t bytes);
 /* Queue an unreliable control datagram (heartbeat, ack, leave) to `peer`, carrying our acks;
  * `payload` (len bytes, may be NULL) follows the header. */
 void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uint32_t op_id,

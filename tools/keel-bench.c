@@ -171,7 +171,10 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 
 static void die(struct keel_boot *b, const char *what, int rc)
 {
-	fprintf(stderr, "keel-bench: rank %u: %s: %s\n", b->launch.rank, what, keel_strerror(rc));
+	struct keel_counters k;
+	keel_counters_get(b->node, &k);
+	fprintf(stderr, "keel-bench: rank %u: %s: %s (own late polls %llu)\n", b->launch.rank, what,
+		keel_strerror(rc), (unsigned long long)k.local_pauses);
 	for (uint32_t p = 0; p < b->launch.world_size; p++) {
 		struct keel_peer_info pi;
 		if (p != b->launch.rank && keel_peer_get(b->node, p, &pi) == 0 &&
@@ -253,12 +256,13 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	bool lead = b->launch.rank == 0;
 	if (lead) {
 		printf("# keel-bench allreduce: %u ranks (%s), transport udp, algo %s, mtu %u, "
-		       "window %u, wait %s\n",
+		       "window %u, wait %s, heartbeat %llu us\n",
 		       n, b->launch.source,
 		       b->cfg.algo == KEEL_ALGO_RING ? "ring"
 		       : b->cfg.algo == KEEL_ALGO_RD ? "rd"
 						     : "auto",
-		       b->cfg.mtu, b->cfg.window, keel_posix_wait_mode_name(b->waiter.mode));
+		       b->cfg.mtu, b->cfg.window, keel_posix_wait_mode_name(b->waiter.mode),
+		       (unsigned long long)(b->cfg.heartbeat_ns / 1000));
 		printf("#%61s%32s\n", "out-of-place", "in-place");
 		printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count",
 		       "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
@@ -305,9 +309,11 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	double retx = across(b, (double)k.retransmits, KEEL_SUM);
 	double sent = across(b, (double)k.tx_datagrams, KEEL_SUM);
 	double susp = across(b, (double)k.suspicions, KEEL_SUM);
+	double late = across(b, (double)k.local_pauses, KEEL_SUM);
 	if (lead) {
-		printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f\n",
-		       sent, retx, sent > 0 ? 100.0 * retx / sent : 0.0, susp);
+		printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f, late "
+		       "polls %.0f\n",
+		       sent, retx, sent > 0 ? 100.0 * retx / sent : 0.0, susp, late);
 		printf("# Out of bounds values : %.0f %s\n", wrong_total,
 		       o->check ? (wrong_total == 0 ? "OK" : "FAILED")
 				: "(not checked: use --check)");

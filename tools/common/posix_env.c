@@ -168,7 +168,7 @@ struct keel_waiter keel_posix_waiter_get(struct keel_posix_waiter *w)
 
 /* CPUs this process may run on: the affinity mask, which containers and taskset narrow,
  * falling back to the online count. */
-static long usable_cpu_count(void)
+long keel_posix_cpu_count(void)
 {
 	cpu_set_t set;
 	long online = sysconf(_SC_NPROCESSORS_ONLN);
@@ -217,7 +217,7 @@ int keel_posix_wait_mode_from_env(enum keel_wait_mode *mode, uint64_t *spin_ns)
 			return -EINVAL;
 		spin = us * 1000ull;
 	} else if (parse_u64(getenv("LOCAL_WORLD_SIZE"), UINT32_MAX, &local_ranks) == 0 &&
-		   local_ranks > (uint64_t)usable_cpu_count()) {
+		   local_ranks > (uint64_t)keel_posix_cpu_count()) {
 		spin = 0;
 	}
 	*mode = m;

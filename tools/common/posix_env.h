@@ -71,4 +71,7 @@ const char *keel_posix_wait_mode_name(enum keel_wait_mode mode);
  * ppoll timeouts by its default 50 us. Best effort: failure changes nothing else. */
 void keel_posix_timer_slack_min(void);
 
+/* CPUs this process may run on (its affinity mask, else the online count); at least 1. */
+long keel_posix_cpu_count(void);
+
 #endif
