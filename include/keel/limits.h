@@ -42,8 +42,11 @@
 #define KEEL_ACK_DELAY_NS_DEFAULT 50000ull
 /* An operation that makes no progress for this long fails with -ETIMEDOUT. */
 #define KEEL_OP_TIMEOUT_NS_DEFAULT 10000000000ull
-/* AllReduce: recursive doubling up to this many bytes, ring above. */
-#define KEEL_RD_MAX_BYTES_DEFAULT 16384u
+/* AllReduce: recursive doubling up to this many bytes, ring above. Measured on loopback
+ * (docs/PERF.md): recursive doubling is faster up to 128 KiB at 2 and 4 ranks (fewer steps,
+ * each a wakeup); it moves log2(n) copies of the buffer against the ring's 2(n-1)/n, so the
+ * default stays below the 4-rank crossover for larger worlds. */
+#define KEEL_RD_MAX_BYTES_DEFAULT 65536u
 #define KEEL_SOFT_RETRIES_DEFAULT 3u
 
 #endif
