@@ -121,9 +121,9 @@ struct keel_node {
 	/* collectives */
 	struct keel_op *ops;
 	uint32_t ops_max;
-	uint32_t op_next_id; /* id of the next op to start */
-	uint32_t op_run_id;  /* id of the op now running (== op_next_id when idle) */
-	int fatal;	     /* sticky transport error */
+	uint32_t op_next_id;   /* id of the next op to start */
+	uint32_t op_run_id;    /* id of the op now running (== op_next_id when idle) */
+	int fatal;	       /* sticky transport error */
 	uint32_t budget_bytes; /* data this poll may still move (POLL_BUDGET_BYTES per poll) */
 	struct keel_counters ctr;
 };
