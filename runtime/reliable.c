@@ -7,8 +7,6 @@
 #include "assert_int.h"
 #include "node_int.h"
 
-/* Later datagrams the receiver holds before a hole is resent at once (as TCP's 3 dupacks). */
-#define FAST_RETRANSMIT_GAP 3u
 /* Exponential backoff stops doubling after this many tries (rto_max caps it anyway). */
 #define BACKOFF_SHIFT_MAX 10u
 
@@ -112,6 +110,7 @@ int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const vo
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 	memset(s, 0, sizeof(*s));
 	s->len = WIRE_HEADER_SIZE + len;
+	n->ctr.data_sent++;
 	transmit(n, peer, seq);
 	return 0;
 }
@@ -148,16 +147,21 @@ static void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
 	p->rto_ns = rto;
 }
 
-/* Holes below the highest selectively acked seq, with enough later datagrams received,
- * are resent now rather than at their timer. */
+/* A hole below the highest selectively acked seq is resent before its timer when it has been
+ * out for longer than a round trip plus a quarter (RACK's reordering window, RFC 8985): a later
+ * datagram got through, and this one had time to. Counting later datagrams instead (TCP's
+ * three dupacks) resends whatever a jittery path merely reordered. */
 static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest)
 {
 	struct peer *p = &n->peers[peer];
 	uint32_t mask = n->window - 1;
+	if (p->srtt_ns == 0)
+		return; /* no round trip measured yet: leave it to the timer */
+	uint64_t reo_wnd = p->srtt_ns + p->srtt_ns / 4;
 	for (uint32_t seq = p->snd_una; seq_before(seq, highest); seq++) {
 		struct tx_slot *s = &p->tx[seq & mask];
 		if (s->sacked || s->fast_done || s->sent_ns == 0 ||
-		    highest - seq < FAST_RETRANSMIT_GAP)
+		    n->now_ns - s->sent_ns < reo_wnd)
 			continue;
 		transmit(n, peer, seq);
 		s->fast_done = 1;
@@ -177,13 +181,12 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 	uint32_t edge = ack + wnd;
 	if (seq_before(p->snd_edge, edge))
 		p->snd_edge = edge;
-	/* One sample per ack, from the oldest datagram it covers: the receiver acks once per
-	 * poll, so the oldest one saw the whole processing delay and the timer must cover it. */
+	/* One sample per ack, from the newest first-time datagram it covers (Karn's rule): an
+	 * older one may have waited for an ack that was lost, not for the path. */
 	uint64_t sample = 0;
 	while (seq_before(p->snd_una, ack)) {
 		struct tx_slot *s = &p->tx[p->snd_una & mask];
-		if (s->tries == 1 && !s->no_sample && s->sent_ns != 0 &&
-		    n->now_ns - s->sent_ns > sample)
+		if (s->tries == 1 && !s->no_sample && s->sent_ns != 0)
 			sample = n->now_ns - s->sent_ns;
 		p->snd_una++;
 	}
@@ -234,6 +237,7 @@ static void deliver_run(struct keel_node *n, uint32_t peer)
 		bool was_full = p->rcv_ack - p->rcv_nxt >= n->window;
 		s->used = 0;
 		p->rcv_nxt++;
+		n->ctr.data_delivered++;
 		ack_owed(n, p, was_full); /* a sender stalled on our window hears at once */
 	}
 }
@@ -261,6 +265,7 @@ void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h
 	ack_owed(n, p, seq != p->rcv_ack); /* out of order: the sack tells of the hole */
 	if (seq == p->rcv_nxt && coll_deliver(n, peer, h, payload)) {
 		p->rcv_nxt++;
+		n->ctr.data_delivered++;
 		if (seq_before(p->rcv_ack, p->rcv_nxt))
 			p->rcv_ack = p->rcv_nxt;
 		while (p->rcv_ack - p->rcv_nxt < n->window &&

@@ -130,6 +130,8 @@ struct keel_counters {
 	uint64_t drop_stale;	   /* data for an operation that already finished */
 	uint64_t drop_protocol;	   /* well formed, but not what the operation expects (step,
 				    * offset, size): a peer with a different config or a bug */
+	uint64_t data_sent;	   /* reliable datagrams sent for the first time */
+	uint64_t data_delivered;   /* reliable datagrams handed to the collectives, in order */
 	uint64_t retransmits;
 	uint64_t fast_retransmits;
 	uint64_t acks_sent;

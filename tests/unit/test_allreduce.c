@@ -201,6 +201,42 @@ static void test_allreduce_bad_arguments(void **state)
 	cluster_fini(&c);
 }
 
+/* A ring step's message travels with 32-bit offsets: more than 4 GiB per step is refused
+ * before anything is sent (the buffers are never touched: start only checks them). */
+static void test_allreduce_message_too_large(void **state)
+{
+	(void)state;
+	struct cluster c;
+	g_mtu = KEEL_MTU_DEFAULT;
+	g_algo = KEEL_ALGO_RING;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, tweak), 0);
+	size_t count = (size_t)3 << 30; /* 12 GiB of f32: 6 GiB per ring step at 2 ranks */
+	uint8_t *a = (uint8_t *)(uintptr_t)0x100000, *b = a + count * 4;
+	struct keel_op *op;
+	assert_int_equal(keel_allreduce_start(c.node[0], a, b, count, KEEL_F32, KEEL_SUM, &op),
+			 -EMSGSIZE);
+	cluster_fini(&c);
+}
+
+/* The transport failing for good (its socket closed under it) is reported by keel_poll and
+ * fails the running operation with KEEL_ETRANSPORT; the node does not hang or crash. */
+static void test_allreduce_transport_failure(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, NULL), 0);
+	float buf[64] = {0};
+	struct keel_op *op;
+	assert_int_equal(keel_allreduce_start(c.node[0], buf, buf, 64, KEEL_F32, KEEL_SUM, &op), 0);
+	c.udp[0]->ops->fini(c.udp[0]);
+	uint64_t dl;
+	assert_int_equal(keel_poll(c.node[0], c.now_ns, &dl), KEEL_ETRANSPORT);
+	assert_int_equal(keel_poll(c.node[0], c.now_ns + 1, &dl), KEEL_ETRANSPORT); /* sticky */
+	assert_int_equal(keel_op_test(c.node[0], op), KEEL_ETRANSPORT);
+	assert_int_equal(keel_leave(c.node[0], c.now_ns + 2), KEEL_ETRANSPORT);
+	cluster_fini(&c);
+}
+
 static void small_ops(struct keel_config *cfg)
 {
 	cfg->ops_max = 2;
@@ -331,6 +367,8 @@ int main(void)
 	    cmocka_unit_test(test_allreduce_chaos_10pct_loss),
 	    cmocka_unit_test(test_allreduce_bad_arguments),
 	    cmocka_unit_test(test_allreduce_busy_when_ops_max_pending),
+	    cmocka_unit_test(test_allreduce_message_too_large),
+	    cmocka_unit_test(test_allreduce_transport_failure),
 	    cmocka_unit_test(test_allreduce_times_out_without_progress),
 	    cmocka_unit_test(test_allreduce_fails_when_peer_suspected),
 	    cmocka_unit_test(test_allreduce_blocking_call),

@@ -183,6 +183,43 @@ static void test_detector_startup_grace(void **state)
 	cluster_fini(&c);
 }
 
+/* A clean exit (keel_leave) is not a failure: the peer is DEAD at once, nobody counts a
+ * suspicion, and only an operation the leaver did not finish fails. */
+static void test_detector_leave_is_not_a_suspicion(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, NULL), 0);
+	float buf[3][100] = {{0}};
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX];
+	for (uint32_t r = 0; r < 3; r++)
+		assert_int_equal(keel_allreduce_start(c.node[r], buf[r], buf[r], 100, KEEL_F32,
+						      KEEL_SUM, &ops[r]),
+				 0);
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 10000), 0);
+	for (int i = 0; i < 20; i++)
+		cluster_round(&c); /* acks settle */
+	assert_true(keel_is_idle(c.node[2]));
+	assert_int_equal(keel_leave(c.node[2], c.now_ns), 0);
+	c.paused[2] = true;
+	cluster_round(&c);
+	assert_int_equal(state_of(&c, 0, 2), KEEL_PEER_DEAD);
+	assert_int_equal(state_of(&c, 1, 2), KEEL_PEER_DEAD);
+	for (int i = 0; i < 1000; i++) /* 10 ms: well past the 3 ms limit */
+		cluster_round(&c);
+	struct keel_counters k;
+	keel_counters_get(c.node[0], &k);
+	assert_int_equal(k.suspicions, 0);
+	/* the next operation needs rank 2, which left before it: it fails at once */
+	struct keel_op *op;
+	assert_int_equal(
+	    keel_allreduce_start(c.node[0], buf[0], buf[0], 100, KEEL_F32, KEEL_SUM, &op), 0);
+	cluster_round(&c);
+	assert_int_equal(keel_op_test(c.node[0], op), KEEL_EPEERDEAD);
+	cluster_fini(&c);
+}
+
 static void test_detector_peer_queries_reject_bad_rank(void **state)
 {
 	(void)state;
@@ -205,6 +242,7 @@ int main(void)
 	    cmocka_unit_test(test_detector_any_message_counts),
 	    cmocka_unit_test(test_detector_own_pause_is_not_blamed_on_peers),
 	    cmocka_unit_test(test_detector_startup_grace),
+	    cmocka_unit_test(test_detector_leave_is_not_a_suspicion),
 	    cmocka_unit_test(test_detector_peer_queries_reject_bad_rank),
 	};
 	return cmocka_run_group_tests_name("detector", tests, NULL, NULL);
