@@ -50,6 +50,7 @@ struct peer {
 	uint32_t snd_edge;	   /* receiver's window: seqs before it may be sent */
 	uint64_t srtt_ns, rttvar_ns, rto_ns;
 	uint64_t rtx_deadline_ns; /* earliest retransmission due in the window */
+	uint64_t rtx_base_ns;	  /* last time an ack moved the window: timers count from here */
 	bool unsent;		  /* the transport refused some slots: send them next poll */
 	bool sack_any;		  /* the last ack selectively acknowledged something... */
 	uint32_t sack_high;	  /* ...up to this seq: unacked seqs below it are holes */

@@ -184,6 +184,7 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 	/* One sample per ack, from the newest first-time datagram it covers (Karn's rule): an
 	 * older one may have waited for an ack that was lost, not for the path. */
 	uint64_t sample = 0;
+	uint32_t una_before = p->snd_una;
 	while (seq_before(p->snd_una, ack)) {
 		struct tx_slot *s = &p->tx[p->snd_una & mask];
 		if (s->tries == 1 && !s->no_sample && s->sent_ns != 0)
@@ -192,6 +193,13 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 	}
 	if (sample != 0)
 		rel_rtt_sample(n, peer, sample);
+	/* The timer measures silence, as TCP's does (RFC 6298, 5.3): an ack that moves the window
+	 * restarts it for what is still out. A window's tail waits for the receiver to work
+	 * through its head; that wait is progress, not loss. */
+	if (p->snd_una != una_before && p->snd_una != p->snd_nxt) {
+		p->rtx_base_ns = n->now_ns;
+		p->rtx_deadline_ns = n->now_ns + p->rto_ns; /* the scan then finds the exact one */
+	}
 	uint32_t highest = 0;
 	bool any = false;
 	for (uint32_t i = 0; i < 32u && sack != 0; i++) {
@@ -306,7 +314,8 @@ void rel_timers(struct keel_node *n)
 			struct tx_slot *s = &p->tx[seq & mask];
 			if (s->sacked)
 				continue;
-			uint64_t due = s->sent_ns + backoff_rto(n, p, s->tries);
+			uint64_t base = s->sent_ns > p->rtx_base_ns ? s->sent_ns : p->rtx_base_ns;
+			uint64_t due = base + backoff_rto(n, p, s->tries);
 			if (s->sent_ns != 0 && n->now_ns < due) {
 				if (due < p->rtx_deadline_ns)
 					p->rtx_deadline_ns = due;

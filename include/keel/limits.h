@@ -35,8 +35,11 @@
 #define KEEL_JOIN_TIMEOUT_NS_DEFAULT 2000000000ull
 /* Retransmission timer bounds (RFC 6298 style, scaled for datacentre RTTs). */
 #define KEEL_RTO_INITIAL_NS_DEFAULT 2000000ull /* before any RTT sample */
-#define KEEL_RTO_MIN_NS_DEFAULT	    200000ull
-#define KEEL_RTO_MAX_NS_DEFAULT	    200000000ull
+/* 1 ms: 200 us resent 0.06-0.1 % of datagrams needlessly on loopback (a receiver may spend
+ * most of a millisecond in one 1 MiB poll); losses a later datagram reveals are resent after
+ * 1.25 RTT anyway (RACK), so the minimum only matters for the last datagram of a burst. */
+#define KEEL_RTO_MIN_NS_DEFAULT 1000000ull
+#define KEEL_RTO_MAX_NS_DEFAULT 200000000ull
 /* In-order data is acknowledged within this long even when no other traffic carries the ack
  * (usually the next collective step does); must stay well below rto_min. */
 #define KEEL_ACK_DELAY_NS_DEFAULT 50000ull
