@@ -48,10 +48,16 @@ LIBKEEL := $(BUILD)/libkeel.a
 LIBTOOLS := $(BUILD)/libkeel_tools.a
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 
+# Optional parts (DPDK, verbs, the simulator...) bring their own rules in mk/<part>.mk and
+# add their outputs to EXTRA_ALL (built by `make`) and EXTRA_TESTS (built for `make test`).
+EXTRA_ALL :=
+EXTRA_TESTS :=
+-include $(sort $(wildcard mk/*.mk))
+
 .PHONY: all tools tests test unit demo deps clean format format-check san
-all: $(LIBKEEL) $(LIBTOOLS) $(TOOLS)
+all: $(LIBKEEL) $(LIBTOOLS) $(TOOLS) $(EXTRA_ALL)
 tools: $(TOOLS)
-tests: $(UNIT_TESTS) $(INTEG_BINS)
+tests: $(UNIT_TESTS) $(INTEG_BINS) $(EXTRA_TESTS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)

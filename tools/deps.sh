@@ -2,15 +2,12 @@
 # Installs the Debian 12 packages keel needs. Idempotent and fast when all are present.
 #   tools/deps.sh          install what is missing (needs root)
 #   tools/deps.sh --check  exit 0 if everything is installed, 1 otherwise (no root needed)
+# The lists are tools/deps/*.txt, one per part of keel (one package per line, # comments),
+# each saying what its packages are for.
 set -eu
+cd "$(dirname "$0")"
 
-# What each package is for:
-#   build-essential pkg-config  compiler, make, optional-part detection
-#   libcmocka-dev               unit tests
-#   zlib1g-dev                  reading gzip'd data sets (keel-train)
-#   binutils                    objdump/nm: the vectorization and no-allocator checks
-#   iproute2 procps             network namespaces and process tools in integration tests
-PACKAGES="build-essential pkg-config libcmocka-dev zlib1g-dev binutils iproute2 procps"
+PACKAGES=$(cat deps/*.txt | sed 's/#.*//' | tr -s ' \t' '\n' | grep -v '^$' | sort -u)
 
 missing=""
 for p in $PACKAGES; do
