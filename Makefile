@@ -100,12 +100,13 @@ demo: deps
 	$(MAKE) all
 	tools/demo.sh
 
+FORMAT_SRC = $(sort $(wildcard include/keel/*.h runtime/*.[ch] runtime/cuda/*.cu tools/*.c \
+	tools/common/*.[ch] tests/unit/*.[ch] tests/integ/*.c tests/fuzz/*.c dpdk/*.[ch] \
+	verbs/*.[ch] sim/*.[ch]))
 format:
-	clang-format -i $(RUNTIME_SRC) $(TOOLS_COMMON_SRC) $(TOOL_SRC) $(UNIT_SRC) $(INTEG_SRC) \
-		include/keel/*.h runtime/*.h tools/common/*.h
+	clang-format -i $(FORMAT_SRC)
 format-check:
-	clang-format --dry-run -Werror $(RUNTIME_SRC) $(TOOLS_COMMON_SRC) $(TOOL_SRC) $(UNIT_SRC) \
-		$(INTEG_SRC) include/keel/*.h runtime/*.h tools/common/*.h
+	clang-format --dry-run -Werror $(FORMAT_SRC)
 
 clean:
 	rm -rf build build-san build-*
