@@ -52,6 +52,8 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 # add their outputs to EXTRA_ALL (built by `make`) and EXTRA_TESTS (built for `make test`).
 EXTRA_ALL :=
 EXTRA_TESTS :=
+EXTRA_LIBS :=
+EXTRA_SYS_LIBS :=
 -include $(sort $(wildcard mk/*.mk))
 
 .PHONY: all tools tests test unit demo deps clean format format-check san
@@ -71,17 +73,22 @@ $(LIBTOOLS): $(TOOLS_COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIBTOOLS) $(LIBKEEL)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_KEEL) -o $@ $^ -lm
+# Programs link the tools' glue, any optional backends (EXTRA_LIBS, from mk/*.mk) and the core
+# as one group, then the system libraries those backends need (EXTRA_SYS_LIBS).
+LINK_GROUP = -Wl,--start-group $(LIBTOOLS) $(EXTRA_LIBS) $(LIBKEEL) -Wl,--end-group \
+	$(EXTRA_SYS_LIBS)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBTOOLS) $(LIBKEEL)
+$(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIBTOOLS) $(LIBKEEL) $(EXTRA_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_KEEL) -o $@ $^ $(CMOCKA_LIBS) -lm
+	$(CC) $(LDFLAGS_KEEL) -o $@ $< $(LINK_GROUP) -lm
 
-$(BUILD)/tests/integ-%: $(BUILD)/obj/tests/integ/%.o $(LIBTOOLS) $(LIBKEEL)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBTOOLS) $(LIBKEEL) $(EXTRA_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_KEEL) -o $@ $^ -lm
+	$(CC) $(LDFLAGS_KEEL) -o $@ $< $(LINK_GROUP) $(CMOCKA_LIBS) -lm
+
+$(BUILD)/tests/integ-%: $(BUILD)/obj/tests/integ/%.o $(LIBTOOLS) $(LIBKEEL) $(EXTRA_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_KEEL) -o $@ $< $(LINK_GROUP) -lm
 
 # The deps step runs only when something is missing (tools/deps.sh --check is fast).
 deps:
