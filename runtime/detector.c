@@ -16,26 +16,41 @@ static bool in_ring_range(uint32_t self, uint32_t peer, uint32_t world, uint32_t
 
 void fd_init(struct keel_node *n, uint64_t now_ns)
 {
-	bool all = n->world <= KEEL_FD_ALL_TO_ALL_MAX;
-	uint32_t k = n->cfg.fd_fanout == 0 ? 1 : n->cfg.fd_fanout;
-	if (k > n->world - 1)
-		k = n->world - 1;
 	for (uint32_t i = 0; i < n->world; i++) {
 		struct peer *p = &n->peers[i];
 		p->state = i == n->self ? KEEL_PEER_SELF : KEEL_PEER_ALIVE;
 		p->last_heard_ns = now_ns;
 		p->deaf_at_heard_ns = 0;
-		if (i == n->self)
-			continue;
-		/* Beyond the all-to-all limit each rank beats its k successors and watches its
-		 * k predecessors, so every rank is watched by k others. */
-		p->beat_to = all || in_ring_range(n->self, i, n->world, k, true);
-		p->watched = all || in_ring_range(n->self, i, n->world, k, false);
 	}
 	n->init_ns = now_ns;
 	n->last_poll_ns = now_ns;
 	n->next_beat_ns = now_ns;
 	n->deaf_ns = 0;
+}
+
+/* Who this node beats and watches, for the installed view. Small worlds: every rank beats
+ * every rank (non-members too, so they learn the epoch and can ask to join) and watches the
+ * members. Beyond the all-to-all limit each member beats its k successors and watches its k
+ * predecessors in the view, so every member is watched by k others and heartbeat cost is
+ * O(k*N); a node outside the view beats everyone until admitted. */
+void fd_on_view(struct keel_node *n)
+{
+	bool all = n->world <= KEEL_FD_ALL_TO_ALL_MAX || !n->member;
+	uint32_t count = n->view.count, k = n->cfg.fd_fanout == 0 ? 1 : n->cfg.fd_fanout;
+	if (count > 0 && k > count - 1)
+		k = count - 1;
+	uint32_t me = n->member ? n->pos_of[n->self] : 0;
+	for (uint32_t i = 0; i < n->world; i++) {
+		struct peer *p = &n->peers[i];
+		if (i == n->self)
+			continue;
+		bool member = view_has(&n->view, i);
+		uint32_t pos = member ? n->pos_of[i] : 0;
+		p->beat_to = all || (member && in_ring_range(me, pos, count, k, true));
+		p->watched =
+		    n->member && member &&
+		    (n->world <= KEEL_FD_ALL_TO_ALL_MAX || in_ring_range(me, pos, count, k, false));
+	}
 }
 
 static void set_state(struct keel_node *n, uint32_t peer, enum keel_peer_state st)
@@ -50,7 +65,7 @@ void fd_heard(struct keel_node *n, uint32_t peer)
 	struct peer *p = &n->peers[peer];
 	p->last_heard_ns = n->now_ns;
 	p->deaf_at_heard_ns = n->deaf_ns;
-	if (p->state == KEEL_PEER_SUSPECTED) {
+	if (p->state == KEEL_PEER_SUSPECTED && view_has(&n->view, peer)) {
 		/* It spoke again in the same incarnation: the suspicion was false. */
 		n->ctr.false_suspicions++;
 		set_state(n, peer, KEEL_PEER_ALIVE);
@@ -68,11 +83,21 @@ void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t ops_completed)
 	set_state(n, peer, KEEL_PEER_DEAD);
 }
 
-void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const uint8_t *payload)
+void fd_suspect(struct keel_node *n, uint32_t peer)
+{
+	n->peers[peer].suspicions++;
+	n->ctr.suspicions++;
+	set_state(n, peer, KEEL_PEER_SUSPECTED);
+}
+
+void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_header *h,
+		     const uint8_t *payload)
 {
 	struct peer *p = &n->peers[peer];
 	struct wire_heartbeat hb;
 	wire_heartbeat_decode(payload, &hb);
+	if (hb.incarnation < p->inc)
+		return; /* a late datagram from a previous life of that rank */
 	n->ctr.heartbeats_received++;
 	p->hb_echo_ns = hb.send_ns;
 	p->hb_echo_recv_ns = n->now_ns;
@@ -86,6 +111,9 @@ void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const uint8_t *payload)
 		 * measures the path alone, while an ack also waits for the peer's next poll. */
 		p->hb_srtt_ns = p->hb_srtt_ns == 0 ? rtt : (7 * p->hb_srtt_ns + rtt) / 8;
 	}
+	/* A member's new incarnation is a join request, not a sign of life of the old one. */
+	if (mb_on_heartbeat(n, peer, &hb, h->epoch))
+		fd_heard(n, peer);
 }
 
 /* A poll later than one interval means this node was not listening: count the excess as deaf
@@ -115,10 +143,14 @@ void fd_beat(struct keel_node *n)
 		    .send_ns = n->now_ns,
 		    .echo_ns = p->hb_echo_ns,
 		    .echo_held_ns = p->hb_echo_ns != 0 ? n->now_ns - p->hb_echo_recv_ns : 0,
+		    .incarnation = n->incarnation,
+		    .flags =
+			(n->member ? 0 : WIRE_HB_JOINING) | (n->noquorum ? WIRE_HB_NOQUORUM : 0),
 		};
 		uint8_t payload[WIRE_HEARTBEAT_SIZE];
 		wire_heartbeat_encode(payload, &hb);
-		node_send_ctrl(n, i, WIRE_HEARTBEAT, 0, payload, WIRE_HEARTBEAT_SIZE);
+		node_send_ctrl(n, i, WIRE_HEARTBEAT, n->ops_done_local, payload,
+			       WIRE_HEARTBEAT_SIZE);
 		p->hb_echo_ns = 0; /* echo each heartbeat once: one RTT sample per round trip */
 		n->ctr.heartbeats_sent++;
 	}
@@ -147,9 +179,7 @@ void fd_check(struct keel_node *n)
 			continue;
 		if (n->now_ns < suspect_at(n, p))
 			continue;
-		p->suspicions++;
-		n->ctr.suspicions++;
-		set_state(n, i, KEEL_PEER_SUSPECTED);
+		fd_suspect(n, i);
 	}
 }
 

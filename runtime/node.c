@@ -37,6 +37,8 @@ void keel_config_default(struct keel_config *cfg)
 	cfg->soft_retries = KEEL_SOFT_RETRIES_DEFAULT;
 	cfg->algo = KEEL_ALGO_AUTO;
 	cfg->rd_max_bytes = KEEL_RD_MAX_BYTES_DEFAULT;
+	cfg->incarnation = 1;
+	cfg->view_timeout_ns = KEEL_VIEW_TIMEOUT_NS_DEFAULT;
 }
 
 static bool is_pow2(uint32_t v)
@@ -80,13 +82,16 @@ static bool config_valid(const struct keel_config *cfg)
 		return false;
 	if ((unsigned)cfg->algo > (unsigned)KEEL_ALGO_RD)
 		return false;
-	return true;
+	if (cfg->incarnation == 0 || cfg->view_timeout_ns == 0)
+		return false;
+	/* a view travels in one control datagram */
+	return mb_ctrl_size(cfg->world_size) <= mtu;
 }
 
 /* One description of the storage layout, used both to size it and to carve it. */
 struct layout {
 	size_t node, peers, tx_slots, rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq, rx_burst,
-	    ops, total;
+	    ops, op_bits, views, msg, copy, total;
 };
 
 static size_t align_up(size_t v, size_t a)
@@ -112,10 +117,15 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	PLACE(rx_buf, world * win * mtu);
 	PLACE(txq, burst * sizeof(struct keel_datagram));
 	PLACE(txq_tag, burst * sizeof(uint32_t));
-	PLACE(ctrl, burst * CTRL_BUF_SIZE);
+	PLACE(ctrl, burst * mb_ctrl_size(cfg->world_size));
 	PLACE(rxq, burst * sizeof(struct keel_datagram));
 	PLACE(rx_burst, burst * mtu);
 	PLACE(ops, cfg->ops_max * sizeof(struct keel_op));
+	PLACE(op_bits, cfg->ops_max * (world / 8 + 1));
+	/* five views (installed, accepted, best promised, proposed, scratch) + two rank maps */
+	PLACE(views, 5 * mb_view_bytes(cfg->world_size) + 2 * align_up(world * 4, 8) + 64);
+	PLACE(msg, mb_ctrl_size(cfg->world_size));
+	PLACE(copy, cfg->restart_copy_bytes);
 #undef PLACE
 	l->total = off + 64; /* slack to align the caller's base */
 }
@@ -149,6 +159,13 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	n->rxq = (struct keel_datagram *)(base + l->rxq);
 	n->rx_burst_buf = base + l->rx_burst;
 	n->ops = (struct keel_op *)(base + l->ops);
+	for (uint32_t i = 0; i < n->ops_max; i++)
+		n->ops[i].done_bits = base + l->op_bits + (size_t)i * (world / 8 + 1);
+	uint8_t *cursor = base + l->views;
+	mb_carve(n, &cursor);
+	KEEL_ASSERT(cursor <= base + l->msg);
+	n->msg_buf = base + l->msg;
+	n->restart_copy = base + l->copy;
 }
 
 int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct keel_config *cfg,
@@ -167,16 +184,19 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	n->tp = cfg->transport;
 	n->self = cfg->rank;
 	n->world = cfg->world_size;
-	n->epoch = 1;
+
 	n->mtu = effective_mtu(cfg);
 	n->window = cfg->window;
 	n->burst = cfg->burst;
 	n->ops_max = cfg->ops_max;
+	n->ctrl_size = mb_ctrl_size(n->world);
 	n->now_ns = now_ns;
 	carve(n, base, &l);
 	for (uint32_t i = 0; i < n->world; i++)
-		rel_peer_init(n, &n->peers[i]);
+		rel_peer_init(n, i);
 	fd_init(n, now_ns);
+	mb_init(n);
+	fd_on_view(n);
 	*out = n;
 	return 0;
 }
@@ -206,11 +226,11 @@ void node_header_init(const struct keel_node *n, struct wire_header *h, enum wir
 void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uint32_t op_id,
 		    const void *payload, uint32_t len)
 {
-	KEEL_ASSERT(WIRE_HEADER_SIZE + len <= CTRL_BUF_SIZE);
+	KEEL_ASSERT(WIRE_HEADER_SIZE + len <= n->ctrl_size);
 	if (n->txq_count == n->burst)
 		node_txq_flush(n);
 	KEEL_ASSERT(n->ctrl_used < n->burst);
-	uint8_t *buf = n->ctrl_buf + (size_t)(n->ctrl_used++) * CTRL_BUF_SIZE;
+	uint8_t *buf = n->ctrl_buf + (size_t)(n->ctrl_used++) * n->ctrl_size;
 	struct wire_header h;
 	node_header_init(n, &h, type, peer);
 	h.op_id = op_id;
@@ -300,12 +320,24 @@ static void handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 		return;
 	}
 	n->ctr.rx_datagrams++;
-	fd_heard(n, h.src);
+	if (h.type != WIRE_HEARTBEAT)
+		fd_heard(n, h.src);
 	const uint8_t *payload = d->buf + WIRE_HEADER_SIZE;
-	rel_on_ack(n, h.src, h.ack, h.sack, h.wnd);
+	if (h.epoch == n->epoch && n->member && h.type != WIRE_LEAVE) {
+		/* Acks and finished-collective counts belong to this epoch's streams. Every
+		 * header's op_id says how many collectives its sender finished (DATA: it is on
+		 * that one, so it finished the ones before). */
+		rel_on_ack(n, h.src, h.ack, h.sack, h.wnd);
+		struct peer *p = &n->peers[h.src];
+		if (view_has(&n->view, h.src) && seq_before(p->ops_done, h.op_id))
+			p->ops_done = h.op_id;
+	}
 	switch ((enum wire_type)h.type) {
 	case WIRE_HEARTBEAT:
-		fd_on_heartbeat(n, h.src, payload);
+		fd_on_heartbeat(n, h.src, &h, payload);
+		break;
+	case WIRE_VIEW:
+		mb_on_view_msg(n, h.src, &h, payload);
 		break;
 	case WIRE_ACK:
 		break;
@@ -372,18 +404,23 @@ int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_n
 	rel_send_acks(n);
 	node_txq_flush(n);
 	fd_check(n);
+	mb_poll(n);
 	coll_progress(n);
+	rel_send_acks(n); /* results announced just now */
 	node_txq_flush(n);
 
 	uint64_t dl = fd_next_deadline(n);
 	dl = min_u64(dl, rel_next_deadline(n));
 	dl = min_u64(dl, coll_next_deadline(n));
+	dl = min_u64(dl, mb_next_deadline(n));
 	if (n->tp->ops->next_deadline_ns != NULL)
 		dl = min_u64(dl, n->tp->ops->next_deadline_ns(n->tp));
 	if (n->budget_bytes == 0)
 		dl = n->now_ns; /* work left over: come back at once, with a fresh clock */
 	*next_deadline_ns = dl < n->now_ns ? n->now_ns : dl;
-	return n->fatal;
+	if (n->fatal != 0)
+		return n->fatal;
+	return n->noquorum ? KEEL_ENOQUORUM : 0;
 }
 
 int keel_view_get(const struct keel_node *node, struct keel_view *view, uint32_t *members,
@@ -391,17 +428,22 @@ int keel_view_get(const struct keel_node *node, struct keel_view *view, uint32_t
 {
 	if (node == NULL || view == NULL)
 		return -EINVAL;
-	view->epoch = node->epoch;
-	view->member_count = node->world;
+	const struct view *v = &node->view;
+	view->epoch = v->epoch;
+	view->member_count = v->count;
 	view->world_size = node->world;
 	view->self = node->self;
+	view->self_member = node->member && !node->noquorum;
+	view->self_joined = node->joined_last;
+	view->joined_count = node->joined_count;
+	view->donor = node->donor;
+	view->ops_resume = v->ops_resume;
 	if (members == NULL)
 		return 0;
-	if (members_cap < node->world)
+	if (members_cap < v->count)
 		return -ENOSPC;
-	for (uint32_t i = 0; i < node->world; i++)
-		members[i] = i;
-	return (int)node->world;
+	memcpy(members, node->rank_at, (size_t)v->count * sizeof(uint32_t));
+	return (int)v->count;
 }
 
 int keel_peer_get(const struct keel_node *node, uint32_t peer, struct keel_peer_info *info)
@@ -411,6 +453,8 @@ int keel_peer_get(const struct keel_node *node, uint32_t peer, struct keel_peer_
 	const struct peer *p = &node->peers[peer];
 	memset(info, 0, sizeof(*info));
 	info->state = peer == node->self ? KEEL_PEER_SELF : p->state;
+	info->member = view_has(&node->view, peer);
+	info->incarnation = peer == node->self ? node->incarnation : p->inc;
 	info->last_heard_ns = p->last_heard_ns;
 	info->rtt_ns = p->hb_srtt_ns;
 	info->rto_ns = p->rto_ns;

@@ -45,6 +45,16 @@ struct peer {
 	uint64_t hb_echo_ns;	   /* send_ns of the last heartbeat from it */
 	uint64_t hb_echo_recv_ns;  /* when we received that heartbeat */
 	uint64_t rtt_ns_last, rtt_samples, hb_srtt_ns, suspicions;
+	/* membership: what its heartbeats say */
+	uint32_t inc;	     /* latest incarnation heard (0: never) */
+	uint32_t hb_epoch;   /* the epoch of its last heartbeat */
+	bool joining;	     /* its last heartbeat asked to be admitted */
+	uint32_t ops_done;   /* collectives it finished locally in our epoch */
+	uint64_t catchup_ns; /* last time we sent it our view because it was behind */
+	bool suspect_report; /* a member told us (the coordinator) it suspects this peer */
+			     /* membership: the round this node runs as coordinator */
+	bool pr_promised, pr_accepted;
+	uint32_t pr_done, pr_ops_pending; /* its collectives with results, and started */
 	/* reliable send */
 	uint32_t snd_una, snd_nxt; /* oldest unacked, next to assign */
 	uint32_t snd_edge;	   /* receiver's window: seqs before it may be sent */
@@ -67,7 +77,11 @@ struct peer {
 	uint8_t *rx_buf;
 };
 
-enum op_state { OP_FREE = 0, OP_QUEUED, OP_RUNNING, OP_DONE };
+/* RUNNING: moving data. LOCAL_DONE: this node has the result, and waits to hear that every
+ * member has it too before reporting it — so that a view change never finds the result
+ * reported at one member and missing at another (then every member restarts it instead). */
+enum op_state { OP_FREE = 0, OP_QUEUED, OP_RUNNING, OP_LOCAL_DONE, OP_DONE };
+enum op_kind { OPK_ALLREDUCE = 0, OPK_BROADCAST };
 
 /* What one step of a collective does at this rank. */
 enum step_action { ACT_NONE = 0, ACT_REDUCE_IN, ACT_REDUCE_OUT, ACT_COPY };
@@ -84,8 +98,19 @@ struct step {
 
 struct keel_op {
 	enum op_state state;
+	enum op_kind kind;
 	int status;
-	uint32_t id;
+	uint32_t id;	   /* local sequence; on the wire: id - node->op_base */
+	uint32_t root;	   /* broadcast: the sending rank */
+	uint32_t self_pos; /* this node's position in the view it runs over */
+	uint32_t restarts;
+	uint32_t stalls;		 /* soft faults: op_timeout_ns without progress */
+	bool began;			 /* ran at least once (a later begin is a restart) */
+	bool has_copy;			 /* in-place input saved in the node's restart copy */
+	uint64_t start_ns;		 /* first begin: keel_op_bound_ns counts from here */
+	uint32_t done_epoch, done_count; /* the view the result was computed over */
+	uint8_t *done_bits;		 /* its members (world bits, in the node's storage) */
+	uint32_t root_pos;
 	enum keel_algo algo;
 	enum keel_dtype dtype;
 	enum keel_redop redop;
@@ -100,6 +125,25 @@ struct keel_op {
 	uint64_t send_off, recv_off; /* progress within the current step, bytes */
 	uint64_t progress_ns;	     /* last time anything moved */
 };
+
+/* A view, or a proposed one: epoch, member bitset by rank, each member's incarnation. */
+struct view {
+	uint32_t epoch;
+	uint32_t count;
+	uint32_t flags;	     /* bits 16..: how many members it admitted */
+	uint32_t frontier;   /* previous epoch's collectives complete at every member */
+	uint32_t ops_resume; /* collectives the members had pending when it was decided */
+	uint32_t donor;	     /* lowest member that was in the view before, or UINT32_MAX */
+	uint8_t *bits;	     /* world bits */
+	uint32_t *inc;	     /* world entries, meaningful for members */
+};
+
+static inline bool view_has(const struct view *v, uint32_t rank)
+{
+	return (v->bits[rank / 8] >> (rank % 8)) & 1u;
+}
+
+enum prop_phase { PROP_IDLE = 0, PROP_PREPARE, PROP_ACCEPT };
 
 struct keel_node {
 	struct keel_config cfg;
@@ -122,15 +166,40 @@ struct keel_node {
 	/* collectives */
 	struct keel_op *ops;
 	uint32_t ops_max;
-	uint32_t op_next_id;   /* id of the next op to start */
-	uint32_t op_run_id;    /* id of the op now running (== op_next_id when idle) */
+	uint32_t op_next_id;	 /* id of the next op to start */
+	uint32_t op_run_id;	 /* id of the op now running (== op_next_id when idle) */
+	uint32_t op_base;	 /* local id of the first collective of this epoch (wire id 0) */
+	uint32_t ops_done_local; /* collectives of this epoch whose result this node has */
+	uint8_t *restart_copy;	 /* restart_copy_bytes for in-place inputs */
+	/* membership */
+	uint32_t incarnation;
+	bool member;	   /* in the installed view */
+	bool noquorum;	   /* a majority of the view is suspected: stopped */
+	bool joined_last;  /* the installed view admitted this node */
+	struct view view;  /* installed */
+	uint32_t *rank_at; /* position -> rank, view.count entries */
+	uint32_t *pos_of;  /* rank -> position, UINT32_MAX for non-members */
+	uint32_t donor, joined_count;
+	uint64_t acc_promised, acc_ballot; /* acceptor state for epoch view.epoch + 1 */
+	struct view acc_value;
+	enum prop_phase prop_phase; /* coordinator state */
+	uint32_t prop_round;
+	uint64_t prop_ballot, prop_started_ns, prop_sent_ns, prop_best_ballot;
+	struct view prop_best, prop_value;
+	struct view scratch_view; /* decoding target for values from the network */
+	uint64_t report_ns;	  /* last report (suspicion, soft fault) to the coordinator */
+	bool soft_fault;	  /* a collective stalled: bump the epoch with the same members */
+	uint8_t *msg_buf;	  /* encoding scratch, ctrl_size bytes */
+	uint32_t ctrl_size;
 	int fatal;	       /* sticky transport error */
 	uint32_t budget_bytes; /* data this poll may still move (POLL_BUDGET_BYTES per poll) */
 	struct keel_counters ctr;
 };
 
-#define CTRL_BUF_SIZE 128u
-_Static_assert(CTRL_BUF_SIZE >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE, "ctrl buffer too small");
+/* Control datagrams (heartbeats, acks, membership) use buffers of node->ctrl_size: at least
+ * this, more when a view (6 bytes a member) needs it. */
+#define CTRL_BUF_MIN 128u
+_Static_assert(CTRL_BUF_MIN >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE, "ctrl buffer too small");
 
 /* node.c */
 void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq);
@@ -156,21 +225,50 @@ void rel_timers(struct keel_node *n);
 void rel_send_acks(struct keel_node *n);
 void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq);
 uint64_t rel_next_deadline(const struct keel_node *n);
-void rel_peer_init(struct keel_node *n, struct peer *p);
+void rel_peer_init(struct keel_node *n, uint32_t peer);
+/* A new view: the streams to and from `peer` start over (old-epoch traffic is fenced). */
+void rel_peer_reset(struct keel_node *n, uint32_t peer);
 /* Fill the ack fields of an outgoing header to `peer`; the ack is then no longer owed. */
 void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h);
 
 /* detector.c */
 void fd_init(struct keel_node *n, uint64_t now_ns);
 void fd_heard(struct keel_node *n, uint32_t peer);
-void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const uint8_t *payload);
+void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_header *h,
+		     const uint8_t *payload);
 void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t ops_completed);
+void fd_suspect(struct keel_node *n, uint32_t peer); /* suspect it now (it restarted) */
+void fd_on_view(struct keel_node *n);		     /* watch exactly the new view's members */
 void fd_poll_start(struct keel_node *n);
 void fd_beat(struct keel_node *n);
 void fd_check(struct keel_node *n);
 uint64_t fd_next_deadline(const struct keel_node *n);
 
-/* allreduce.c */
+/* membership.c */
+size_t mb_view_bytes(uint32_t world); /* storage for one struct view's arrays */
+uint32_t mb_ctrl_size(uint32_t world);
+void mb_carve(struct keel_node *n, uint8_t **cursor); /* the views' arrays from storage */
+void mb_init(struct keel_node *n);
+void mb_on_view_msg(struct keel_node *n, uint32_t peer, const struct wire_header *h,
+		    const uint8_t *payload);
+/* Returns false when the heartbeat comes from a new incarnation of a member (it restarted). */
+bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heartbeat *hb,
+		     uint32_t epoch);
+void mb_poll(struct keel_node *n);
+uint64_t mb_next_deadline(const struct keel_node *n);
+bool mb_is_coordinator(const struct keel_node *n);
+void mb_request_bump(struct keel_node *n); /* a collective stalled without a view change */
+
+/* coll_steps.c */
+uint32_t coll_step_count(const struct keel_op *op);
+void coll_step(const struct keel_op *op, uint32_t t, struct step *s); /* in view positions */
+
+/* collectives.c */
+/* A view was installed: finish the collectives complete everywhere, restart the next one. */
+void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier);
+/* For a view change: collectives of this epoch whose result this node has, and started. */
+uint32_t coll_done_count(const struct keel_node *n);
+uint32_t coll_pending(const struct keel_node *n);
 /* Offer an in-order DATA datagram to the collectives. false: not consumable yet (hold it). */
 bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h,
 		  const uint8_t *payload);

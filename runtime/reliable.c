@@ -15,16 +15,10 @@ static size_t stride(const struct keel_node *n)
 	return ((size_t)n->mtu + 63u) & ~(size_t)63u;
 }
 
-void rel_peer_init(struct keel_node *n, struct peer *p)
+void rel_peer_init(struct keel_node *n, uint32_t peer)
 {
-	p->snd_una = 1;
-	p->snd_nxt = 1;
-	p->snd_edge = 1 + n->window;
-	p->rcv_nxt = 1;
-	p->rcv_ack = 1;
-	p->ack_due_ns = UINT64_MAX;
-	p->rto_ns = n->cfg.rto_initial_ns;
-	p->rtx_deadline_ns = UINT64_MAX;
+	n->peers[peer].rto_ns = n->cfg.rto_initial_ns;
+	rel_peer_reset(n, peer);
 }
 
 bool rel_can_send(const struct keel_node *n, uint32_t peer)
@@ -347,7 +341,7 @@ void rel_send_acks(struct keel_node *n)
 		struct peer *p = &n->peers[i];
 		if (!p->ack_pending || i == n->self || n->now_ns < p->ack_due_ns)
 			continue;
-		node_send_ctrl(n, i, WIRE_ACK, 0, NULL, 0);
+		node_send_ctrl(n, i, WIRE_ACK, n->ops_done_local, NULL, 0);
 		n->ctr.acks_sent++;
 	}
 }
@@ -365,4 +359,17 @@ uint64_t rel_next_deadline(const struct keel_node *n)
 			dl = p->ack_due_ns;
 	}
 	return dl;
+}
+
+void rel_peer_reset(struct keel_node *n, uint32_t peer)
+{
+	struct peer *p = &n->peers[peer];
+	memset(p->tx, 0, (size_t)n->window * sizeof(*p->tx));
+	memset(p->rx, 0, (size_t)n->window * sizeof(*p->rx));
+	p->snd_una = p->snd_nxt = 1;
+	p->snd_edge = 1 + n->window;
+	p->rcv_nxt = p->rcv_ack = 1;
+	p->rtx_deadline_ns = p->ack_due_ns = UINT64_MAX;
+	p->unsent = p->sack_any = p->ack_pending = false;
+	p->rcv_unacked = 0;
 }

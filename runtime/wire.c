@@ -61,17 +61,19 @@ enum {
 	HB_OFF_SEND_NS = 0,
 	HB_OFF_ECHO_NS = 8,
 	HB_OFF_ECHO_HELD_NS = 16,
+	HB_OFF_INCARNATION = 24,
+	HB_OFF_FLAGS = 28,
 };
-_Static_assert(HB_OFF_ECHO_HELD_NS + 8 == WIRE_HEARTBEAT_SIZE, "heartbeat layout");
+_Static_assert(HB_OFF_FLAGS + 4 == WIRE_HEARTBEAT_SIZE, "heartbeat layout");
 _Static_assert(sizeof(struct wire_heartbeat) == WIRE_HEARTBEAT_SIZE, "heartbeat struct");
 
-static void put16(uint8_t *p, uint16_t v)
+void wire_put16(uint8_t *p, uint16_t v)
 {
 	p[0] = (uint8_t)v;
 	p[1] = (uint8_t)(v >> 8);
 }
 
-static void put32(uint8_t *p, uint32_t v)
+void wire_put32(uint8_t *p, uint32_t v)
 {
 	p[0] = (uint8_t)v;
 	p[1] = (uint8_t)(v >> 8);
@@ -79,25 +81,25 @@ static void put32(uint8_t *p, uint32_t v)
 	p[3] = (uint8_t)(v >> 24);
 }
 
-static void put64(uint8_t *p, uint64_t v)
+void wire_put64(uint8_t *p, uint64_t v)
 {
-	put32(p, (uint32_t)v);
-	put32(p + 4, (uint32_t)(v >> 32));
+	wire_put32(p, (uint32_t)v);
+	wire_put32(p + 4, (uint32_t)(v >> 32));
 }
 
-static uint16_t get16(const uint8_t *p)
+uint16_t wire_get16(const uint8_t *p)
 {
 	return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
 }
 
-static uint32_t get32(const uint8_t *p)
+uint32_t wire_get32(const uint8_t *p)
 {
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static uint64_t get64(const uint8_t *p)
+uint64_t wire_get64(const uint8_t *p)
 {
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+	return (uint64_t)wire_get32(p) | (uint64_t)wire_get32(p + 4) << 32;
 }
 
 /* CRC of the header as it stands in buf, its crc field taken as zero, then the payload. */
@@ -114,46 +116,46 @@ static uint32_t datagram_crc(const uint8_t *buf, uint32_t payload_len)
 void wire_encode(uint8_t *buf, const struct wire_header *h)
 {
 	KEEL_ASSERT(buf != NULL && h != NULL);
-	put32(buf + OFF_MAGIC, h->magic);
+	wire_put32(buf + OFF_MAGIC, h->magic);
 	buf[OFF_VERSION] = h->version;
 	buf[OFF_TYPE] = h->type;
-	put16(buf + OFF_FLAGS, h->flags);
-	put32(buf + OFF_JOB_ID, h->job_id);
-	put32(buf + OFF_EPOCH, h->epoch);
-	put16(buf + OFF_SRC, h->src);
-	put16(buf + OFF_DST, h->dst);
-	put32(buf + OFF_SEQ, h->seq);
-	put32(buf + OFF_ACK, h->ack);
-	put32(buf + OFF_SACK, h->sack);
-	put32(buf + OFF_OP_ID, h->op_id);
-	put16(buf + OFF_STEP, h->step);
-	put16(buf + OFF_WND, h->wnd);
-	put32(buf + OFF_OFFSET, h->offset);
-	put32(buf + OFF_TOTAL_LEN, h->total_len);
-	put32(buf + OFF_PAYLOAD_LEN, h->payload_len);
-	put32(buf + OFF_CRC, datagram_crc(buf, h->payload_len));
+	wire_put16(buf + OFF_FLAGS, h->flags);
+	wire_put32(buf + OFF_JOB_ID, h->job_id);
+	wire_put32(buf + OFF_EPOCH, h->epoch);
+	wire_put16(buf + OFF_SRC, h->src);
+	wire_put16(buf + OFF_DST, h->dst);
+	wire_put32(buf + OFF_SEQ, h->seq);
+	wire_put32(buf + OFF_ACK, h->ack);
+	wire_put32(buf + OFF_SACK, h->sack);
+	wire_put32(buf + OFF_OP_ID, h->op_id);
+	wire_put16(buf + OFF_STEP, h->step);
+	wire_put16(buf + OFF_WND, h->wnd);
+	wire_put32(buf + OFF_OFFSET, h->offset);
+	wire_put32(buf + OFF_TOTAL_LEN, h->total_len);
+	wire_put32(buf + OFF_PAYLOAD_LEN, h->payload_len);
+	wire_put32(buf + OFF_CRC, datagram_crc(buf, h->payload_len));
 }
 
 static void read_header(const uint8_t *buf, struct wire_header *h)
 {
-	h->magic = get32(buf + OFF_MAGIC);
+	h->magic = wire_get32(buf + OFF_MAGIC);
 	h->version = buf[OFF_VERSION];
 	h->type = buf[OFF_TYPE];
-	h->flags = get16(buf + OFF_FLAGS);
-	h->job_id = get32(buf + OFF_JOB_ID);
-	h->epoch = get32(buf + OFF_EPOCH);
-	h->src = get16(buf + OFF_SRC);
-	h->dst = get16(buf + OFF_DST);
-	h->seq = get32(buf + OFF_SEQ);
-	h->ack = get32(buf + OFF_ACK);
-	h->sack = get32(buf + OFF_SACK);
-	h->op_id = get32(buf + OFF_OP_ID);
-	h->step = get16(buf + OFF_STEP);
-	h->wnd = get16(buf + OFF_WND);
-	h->offset = get32(buf + OFF_OFFSET);
-	h->total_len = get32(buf + OFF_TOTAL_LEN);
-	h->payload_len = get32(buf + OFF_PAYLOAD_LEN);
-	h->crc = get32(buf + OFF_CRC);
+	h->flags = wire_get16(buf + OFF_FLAGS);
+	h->job_id = wire_get32(buf + OFF_JOB_ID);
+	h->epoch = wire_get32(buf + OFF_EPOCH);
+	h->src = wire_get16(buf + OFF_SRC);
+	h->dst = wire_get16(buf + OFF_DST);
+	h->seq = wire_get32(buf + OFF_SEQ);
+	h->ack = wire_get32(buf + OFF_ACK);
+	h->sack = wire_get32(buf + OFF_SACK);
+	h->op_id = wire_get32(buf + OFF_OP_ID);
+	h->step = wire_get16(buf + OFF_STEP);
+	h->wnd = wire_get16(buf + OFF_WND);
+	h->offset = wire_get32(buf + OFF_OFFSET);
+	h->total_len = wire_get32(buf + OFF_TOTAL_LEN);
+	h->payload_len = wire_get32(buf + OFF_PAYLOAD_LEN);
+	h->crc = wire_get32(buf + OFF_CRC);
 }
 
 /*
@@ -172,6 +174,8 @@ static bool lengths_ok(const struct wire_header *h, size_t len)
 	case WIRE_ACK:
 	case WIRE_LEAVE:
 		return h->payload_len == 0 && h->seq == 0;
+	case WIRE_VIEW:
+		return h->payload_len >= WIRE_VIEW_MIN && h->seq == 0;
 	case WIRE_DATA:
 		return (uint64_t)h->offset + h->payload_len <= h->total_len && h->seq != 0;
 	default:
@@ -214,7 +218,7 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_
 		return WIRE_BAD_DESTINATION;
 	if (!source_ok(&tmp, exp))
 		return WIRE_BAD_SOURCE;
-	if (tmp.epoch != exp->epoch)
+	if ((tmp.type == WIRE_DATA || tmp.type == WIRE_ACK) && tmp.epoch != exp->epoch)
 		return WIRE_BAD_EPOCH;
 	*h = tmp;
 	return WIRE_OK;
@@ -222,16 +226,20 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_
 
 void wire_heartbeat_encode(uint8_t *payload, const struct wire_heartbeat *hb)
 {
-	put64(payload + HB_OFF_SEND_NS, hb->send_ns);
-	put64(payload + HB_OFF_ECHO_NS, hb->echo_ns);
-	put64(payload + HB_OFF_ECHO_HELD_NS, hb->echo_held_ns);
+	wire_put64(payload + HB_OFF_SEND_NS, hb->send_ns);
+	wire_put64(payload + HB_OFF_ECHO_NS, hb->echo_ns);
+	wire_put64(payload + HB_OFF_ECHO_HELD_NS, hb->echo_held_ns);
+	wire_put32(payload + HB_OFF_INCARNATION, hb->incarnation);
+	wire_put32(payload + HB_OFF_FLAGS, hb->flags);
 }
 
 void wire_heartbeat_decode(const uint8_t *payload, struct wire_heartbeat *hb)
 {
-	hb->send_ns = get64(payload + HB_OFF_SEND_NS);
-	hb->echo_ns = get64(payload + HB_OFF_ECHO_NS);
-	hb->echo_held_ns = get64(payload + HB_OFF_ECHO_HELD_NS);
+	hb->send_ns = wire_get64(payload + HB_OFF_SEND_NS);
+	hb->echo_ns = wire_get64(payload + HB_OFF_ECHO_NS);
+	hb->echo_held_ns = wire_get64(payload + HB_OFF_ECHO_HELD_NS);
+	hb->incarnation = wire_get32(payload + HB_OFF_INCARNATION);
+	hb->flags = wire_get32(payload + HB_OFF_FLAGS);
 }
 
 const char *wire_verdict_name(enum wire_verdict v)

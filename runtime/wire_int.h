@@ -17,7 +17,9 @@ enum wire_type {
 	WIRE_DATA = 3,	    /* reliable; a fragment of a collective's message */
 	WIRE_LEAVE = 4,	    /* unreliable; no payload; the sender is leaving for good after
 			     * completing op_id collectives (a clean exit, not a failure) */
-	WIRE_TYPE_MAX = 4,
+	WIRE_VIEW = 5,	    /* unreliable; the membership protocol (membership.c decodes the
+			     * payload, WIRE_VIEW_MIN..mtu bytes) */
+	WIRE_TYPE_MAX = 5,
 };
 
 /* Header flags. */
@@ -46,13 +48,21 @@ struct wire_header {
 };
 
 /* Heartbeat payload: the sender's clock, and the echo of the last heartbeat it received
- * from the destination with how long it held it, so the receiver gets an RTT. */
+ * from the destination with how long it held it, so the receiver gets an RTT; and who the
+ * sender is: its incarnation (a restarted process has a higher one) and whether it is a member
+ * of its view or asking to join. */
 struct wire_heartbeat {
 	uint64_t send_ns;
 	uint64_t echo_ns;      /* send_ns of the last heartbeat from dst, 0 if none */
 	uint64_t echo_held_ns; /* time between receiving that heartbeat and sending this one */
+	uint32_t incarnation;
+	uint32_t flags; /* WIRE_HB_* */
 };
-#define WIRE_HEARTBEAT_SIZE 24u
+#define WIRE_HEARTBEAT_SIZE 32u
+#define WIRE_HB_JOINING	    0x1u /* not a member of any view yet: asking to be admitted */
+#define WIRE_HB_NOQUORUM    0x2u /* sees no majority of its view: stopped */
+/* Smallest VIEW payload: sub-type, target epoch, ballot. */
+#define WIRE_VIEW_MIN 16u
 
 /* Why a datagram was rejected; each maps to a counter. */
 enum wire_verdict {
@@ -65,7 +75,7 @@ enum wire_verdict {
 			  * or a type-specific size (heartbeat) violated */
 	WIRE_BAD_CRC,
 	WIRE_BAD_JOB,
-	WIRE_BAD_EPOCH,
+	WIRE_BAD_EPOCH,	      /* DATA or ACK of another epoch (reliable streams are per view) */
 	WIRE_BAD_SOURCE,      /* src >= world, src == self, or src != transport's sender */
 	WIRE_BAD_DESTINATION, /* dst != self */
 	WIRE_VERDICT_COUNT
@@ -86,7 +96,9 @@ void wire_encode(uint8_t *buf, const struct wire_header *h);
 
 /* Validate and decode the datagram buf[0..len). On WIRE_OK, *h is filled and the payload
  * is buf + WIRE_HEADER_SIZE. Checks in this order: size, magic, version, type, lengths,
- * crc, job, destination, source, epoch. Never reads outside buf[0..len). */
+ * crc, job, destination, source, epoch. Only DATA and ACK are fenced by epoch here: liveness
+ * (HEARTBEAT, LEAVE) crosses views, and VIEW messages are the protocol that changes them.
+ * Never reads outside buf[0..len). */
 enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_expect *exp,
 			      struct wire_header *h);
 
@@ -98,5 +110,13 @@ void wire_heartbeat_decode(const uint8_t *payload, struct wire_heartbeat *hb);
 uint32_t crc32c(uint32_t crc, const void *data, size_t len);
 
 const char *wire_verdict_name(enum wire_verdict v);
+
+/* Little-endian field access for payloads laid out byte by byte. */
+void wire_put16(uint8_t *p, uint16_t v);
+void wire_put32(uint8_t *p, uint32_t v);
+void wire_put64(uint8_t *p, uint64_t v);
+uint16_t wire_get16(const uint8_t *p);
+uint32_t wire_get32(const uint8_t *p);
+uint64_t wire_get64(const uint8_t *p);
 
 #endif

@@ -34,6 +34,8 @@ static void usage(FILE *f)
 		"  -n, --iters N         timed iterations per size (default 20)\n"
 		"  -w, --warmup N        untimed iterations first (default 5)\n"
 		"  -c, --check           verify every element against a reference\n"
+		"common options:\n"
+		"  --transport T         udp (default) or dpdk (KEEL_DPDK_ARGS etc., see README)\n"
 		"heartbeat options:\n"
 		"  -t, --seconds S       how long to measure (default 2)\n"
 		"environment: KEEL_HEARTBEAT_US, KEEL_ALGO=auto|ring|rd, KEEL_MTU, KEEL_WINDOW,\n"
@@ -92,6 +94,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 					      {"warmup", required_argument, 0, 'w'},
 					      {"check", no_argument, 0, 'c'},
 					      {"seconds", required_argument, 0, 't'},
+					      {"transport", required_argument, 0, 'T'},
 					      {"help", no_argument, 0, 'h'},
 					      {0, 0, 0, 0}};
 	*o = (struct bench_opts){.min_bytes = 8,
@@ -152,6 +155,11 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 				fprintf(stderr, "keel-bench: bad --seconds '%s'\n", optarg);
 				return -EINVAL;
 			}
+			break;
+		case 'T':
+			/* boot.c reads KEEL_TRANSPORT; it says what it does not know. */
+			if (setenv("KEEL_TRANSPORT", optarg, 1) != 0)
+				return -EINVAL;
 			break;
 		case 'h':
 			usage(stdout);

@@ -21,11 +21,41 @@ KEEL_MUST_USE int keel_allreduce_start(struct keel_node *node, const void *send,
 				       size_t count, enum keel_dtype dtype, enum keel_redop op,
 				       struct keel_op **handle);
 
+/* What a finished collective ran over: the reduction is over exactly these members. */
+struct keel_op_info {
+	uint32_t epoch; /* the view the result belongs to */
+	uint32_t member_count;
+	uint32_t restarts; /* times it was restarted on a new view (view change or soft fault) */
+};
+
 /* Has `handle` finished? Never blocks; progress is made by keel_poll.
  * Returns 0 when it completed (the handle is released), -EINPROGRESS while running,
- * or the operation's error (handle released): -ETIMEDOUT (no progress for
- * op_timeout_ns), KEEL_EPEERDEAD (a rank it needed is suspected), KEEL_ETRANSPORT. */
+ * or the operation's error (handle released): -ETIMEDOUT (no progress after soft_retries
+ * restarts, or keel_op_bound_ns passed), KEEL_ENOQUORUM (this node is on the minority side
+ * of a split), KEEL_EVIEWCHANGED (the view changed under an in-place collective larger than
+ * restart_copy_bytes: its input is gone, the caller must run it again), KEEL_ETRANSPORT.
+ * A view change restarts a collective on the new view from the caller's untouched input;
+ * the result is then the reduction over exactly the new view's members. */
 KEEL_MUST_USE int keel_op_test(struct keel_node *node, struct keel_op *handle);
+
+/* keel_op_test, and on completion (0 returned) also what the result was computed over:
+ * `info` (may be NULL) and the member ranks in `members` (may be NULL; -ENOSPC, handle kept,
+ * when members_cap is smaller than the member count). */
+KEEL_MUST_USE int keel_op_test_info(struct keel_node *node, struct keel_op *handle,
+				    struct keel_op_info *info, uint32_t *members,
+				    uint32_t members_cap);
+
+/* Longest time any collective may take from start to its final status, computed from the
+ * config: (soft_retries + 1) rounds of op_timeout_ns plus a view change each. keel_op_test
+ * reports -ETIMEDOUT at that bound whatever happens. */
+uint64_t keel_op_bound_ns(const struct keel_config *cfg);
+
+/* Broadcast `bytes` of `buf` from rank `root` to every member (a pipelined ring), e.g. to
+ * bring a node that just joined up to date from view.donor. Errors as keel_allreduce_start,
+ * and -EINVAL if root is not a member. */
+KEEL_MUST_USE int keel_broadcast_start(struct keel_node *node, uint32_t root, void *buf,
+				       size_t bytes, struct keel_op **handle);
+KEEL_MUST_USE int keel_broadcast(struct keel_node *node, uint32_t root, void *buf, size_t bytes);
 
 /* Start, then poll and wait with cfg.waiter until done. Returns like keel_op_test, never
  * -EINPROGRESS; -EINVAL also when no waiter was configured. Bounded by op_timeout_ns

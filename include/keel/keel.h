@@ -6,6 +6,8 @@
 #include "keel/errors.h"
 #include "keel/limits.h"
 #include "keel/node.h"
+#include "keel/partition.h"
+#include "keel/sched.h"
 #include "keel/transport.h"
 #include "keel/types.h"
 

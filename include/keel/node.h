@@ -36,8 +36,14 @@ enum keel_peer_state {
 	KEEL_PEER_SELF,
 };
 
+struct keel_view;
+
 /* Called from keel_poll when a peer changes state. Must not call back into the node. */
 typedef void (*keel_peer_fn)(void *ctx, uint32_t peer, enum keel_peer_state state, uint64_t now_ns);
+/* Called from keel_poll when this node installs a view (members: the member ranks in order).
+ * Must not call back into the node; keel_view_get gives the same data later. */
+typedef void (*keel_view_fn)(void *ctx, const struct keel_view *view, const uint32_t *members,
+			     uint64_t now_ns);
 
 struct keel_config {
 	uint32_t rank;
@@ -61,6 +67,17 @@ struct keel_config {
 	struct keel_waiter waiter;	  /* required only for blocking calls */
 	keel_peer_fn on_peer;		  /* optional */
 	void *on_peer_ctx;
+	/* Membership. A process that restarts gives a higher incarnation than its previous life
+	 * (keel-run passes KEEL_INCARNATION) and sets rejoin: it starts outside any view and is
+	 * admitted by the next view change. */
+	uint32_t incarnation; /* > 0 */
+	bool rejoin;
+	uint64_t view_timeout_ns;    /* a view-change round that stalls is retried after this */
+	uint64_t restart_copy_bytes; /* in-place collectives up to this size keep a copy of their
+				      * input so a view change can restart them; larger ones
+				      * fail with KEEL_EVIEWCHANGED instead (0: none) */
+	keel_view_fn on_view;	     /* optional */
+	void *on_view_ctx;
 };
 
 /* Fill `cfg` with the defaults of include/keel/limits.h; rank, world_size and transport
@@ -85,12 +102,22 @@ KEEL_MUST_USE int keel_init(struct keel_node **out, void *mem, size_t mem_len,
  * Returns 0, or KEEL_ETRANSPORT when the transport failed fatally. */
 KEEL_MUST_USE int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_ns);
 
-/* The view of the cluster: its epoch and who is in it. */
+/* The view of the cluster: its epoch and who is in it. Epochs only grow; every member that
+ * installs epoch e installs the same member set. */
 struct keel_view {
-	uint32_t epoch;
+	uint32_t epoch; /* 0 while a rejoining node waits to be admitted */
 	uint32_t member_count;
 	uint32_t world_size;
 	uint32_t self;
+	bool self_member;      /* false: waiting to join, or left out (KEEL_ENOQUORUM, split) */
+	bool self_joined;      /* this view admitted this node (restart or rejoin after a split) */
+	uint32_t joined_count; /* members admitted by this view */
+	/* The lowest member that was also in the previous view: where a node that just joined
+	 * fetches state (e.g. keel_broadcast from it). UINT32_MAX when none. */
+	uint32_t donor;
+	/* Collectives the members had started and not finished when this view was decided: a
+	 * node that just joined takes part in that many before its own (they restart here). */
+	uint32_t ops_resume;
 };
 /* Fill `view`; `members` (capacity `members_cap`) gets the live ranks in order.
  * Returns the number of members written, or -ENOSPC if members_cap is too small. */
@@ -98,7 +125,9 @@ KEEL_MUST_USE int keel_view_get(const struct keel_node *node, struct keel_view *
 				uint32_t *members, uint32_t members_cap);
 
 struct keel_peer_info {
-	enum keel_peer_state state; /* DEAD: it left (keel_leave) */
+	enum keel_peer_state state; /* DEAD: not in this node's view (left, failed, excluded) */
+	bool member;		    /* in this node's current view */
+	uint32_t incarnation;	    /* latest heard from it (0: never heard) */
 	uint64_t last_heard_ns;
 	uint64_t rtt_ns;      /* smoothed heartbeat round-trip time, 0 before the first sample */
 	uint64_t rtt_ns_last; /* last heartbeat round trip */
@@ -140,6 +169,11 @@ struct keel_counters {
 	uint64_t local_pauses; /* polls that came two or more intervals after the previous one */
 	uint64_t tx_blocked;   /* datagrams the transport refused for now */
 	uint64_t ops_completed, ops_failed;
+	uint64_t ops_restarted;	   /* collectives restarted on a new view */
+	uint64_t view_changes;	   /* views installed after the first */
+	uint64_t view_proposals;   /* view-change rounds this node started as coordinator */
+	uint64_t drop_view;	   /* membership messages malformed or for a view we cannot use */
+	uint64_t noquorum_entries; /* times this node found itself without a majority */
 };
 void keel_counters_get(const struct keel_node *node, struct keel_counters *out);
 

@@ -153,7 +153,9 @@ static void test_node_counts_every_drop_reason(void **state)
 	    {base, 0}, {base, 0}, {base, 0}, {base, 0}, {base, 0},
 	};
 	cases[3].h.job_id = 43;
-	cases[4].h.epoch = 9;
+	cases[4].h.epoch = 9; /* epochs fence reliable streams: an ack of another view */
+	cases[4].h.type = WIRE_ACK;
+	cases[4].h.payload_len = 0;
 	cases[5].h.version = 2;
 	cases[6].h.type = 77;
 	cases[7].h.dst = 1;

@@ -343,6 +343,8 @@ static void test_wire_heartbeat_payload_little_endian(void **state)
 	    .send_ns = 0x0807060504030201ull,
 	    .echo_ns = 0x1817161514131211ull,
 	    .echo_held_ns = 0x2827262524232221ull,
+	    .incarnation = 0x34333231u,
+	    .flags = 0x44434241u,
 	};
 	uint8_t p[WIRE_HEARTBEAT_SIZE];
 
@@ -351,6 +353,10 @@ static void test_wire_heartbeat_payload_little_endian(void **state)
 		assert_int_equal(p[i], 0x01 + i);
 		assert_int_equal(p[8 + i], 0x11 + i);
 		assert_int_equal(p[16 + i], 0x21 + i);
+	}
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(p[24 + i], 0x31 + i);
+		assert_int_equal(p[28 + i], 0x41 + i);
 	}
 }
 
@@ -652,12 +658,35 @@ static void test_wire_wrong_epoch(void **state)
 {
 	(void)state;
 	static const uint32_t epochs[] = {0, EPOCH - 1, EPOCH + 1, UINT32_MAX};
-	struct wire_header h = make_header(WIRE_HEARTBEAT, WIRE_HEARTBEAT_SIZE);
 
+	/* reliable streams (DATA, ACK) belong to one view */
 	for (size_t i = 0; i < sizeof(epochs) / sizeof(epochs[0]); i++) {
-		h.epoch = epochs[i];
-		assert_int_equal(encode_decode(&h, &expect_default), WIRE_BAD_EPOCH);
+		struct wire_header d = make_header(WIRE_DATA, 16), a = make_header(WIRE_ACK, 0);
+		d.epoch = a.epoch = epochs[i];
+		assert_int_equal(encode_decode(&d, &expect_default), WIRE_BAD_EPOCH);
+		assert_int_equal(encode_decode(&a, &expect_default), WIRE_BAD_EPOCH);
 	}
+	/* liveness and the membership protocol cross views: the node judges their epoch */
+	for (size_t i = 0; i < sizeof(epochs) / sizeof(epochs[0]); i++) {
+		struct wire_header hb = make_header(WIRE_HEARTBEAT, WIRE_HEARTBEAT_SIZE);
+		struct wire_header lv = make_header(WIRE_LEAVE, 0);
+		struct wire_header vw = make_header(WIRE_VIEW, WIRE_VIEW_MIN);
+		hb.epoch = lv.epoch = vw.epoch = epochs[i];
+		assert_int_equal(encode_decode(&hb, &expect_default), WIRE_OK);
+		assert_int_equal(encode_decode(&lv, &expect_default), WIRE_OK);
+		assert_int_equal(encode_decode(&vw, &expect_default), WIRE_OK);
+	}
+}
+
+static void test_wire_view_shape_wrong(void **state)
+{
+	(void)state;
+	struct wire_header h = make_header(WIRE_VIEW, WIRE_VIEW_MIN - 1);
+
+	assert_int_equal(encode_decode(&h, &expect_default), WIRE_BAD_LENGTH);
+	h = make_header(WIRE_VIEW, WIRE_VIEW_MIN);
+	h.seq = 3;
+	assert_int_equal(encode_decode(&h, &expect_default), WIRE_BAD_LENGTH);
 }
 
 /* With several faults, the first in the documented order wins. */
@@ -992,6 +1021,7 @@ int main(void)
 	    cmocka_unit_test(test_wire_src_outside_world),
 	    cmocka_unit_test(test_wire_src_mismatches_transport),
 	    cmocka_unit_test(test_wire_wrong_epoch),
+	    cmocka_unit_test(test_wire_view_shape_wrong),
 	    cmocka_unit_test(test_wire_check_order),
 	    cmocka_unit_test(test_wire_reject_leaves_header_untouched),
 	    cmocka_unit_test(test_wire_verdict_names),

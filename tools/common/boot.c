@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "boot.h"
+#include "boot_dpdk.h"
 #include "keel/transport_chaos.h"
 #include "keel/transport_udp.h"
 #include "rendezvous.h"
@@ -162,6 +163,34 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 	return rc;
 }
 
+/* KEEL_TRANSPORT=udp (default) or dpdk (keel-bench --transport sets it). */
+static int transport_choice(bool *dpdk, char *err, size_t err_len)
+{
+	const char *t = getenv("KEEL_TRANSPORT");
+	*dpdk = t != NULL && strcmp(t, "dpdk") == 0;
+	if (t == NULL || *t == '\0' || strcmp(t, "udp") == 0 || *dpdk)
+		return 0;
+	snprintf(err, err_len, "KEEL_TRANSPORT=%s: expected udp or dpdk", t);
+	return -EINVAL;
+}
+
+/* The DPDK port (tools/common/boot_dpdk.c does EAL, addresses and rendezvous). The node's
+ * datagrams must fit the port: its mtu becomes the node's. */
+static int start_dpdk(struct keel_boot *b, char *err, size_t err_len)
+{
+	uint64_t timeout_ms = 30000;
+	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
+	const char *mtu = getenv("KEEL_MTU");
+	if (rc == 0)
+		rc = keel_boot_dpdk_start(&b->launch, mtu != NULL && *mtu ? b->cfg.mtu : 0,
+					  b->cfg.burst, timeout_ms * 1000000ull, &b->tp, err,
+					  err_len);
+	if (rc == 0)
+		b->cfg.mtu =
+		    b->tp->mtu; /* KEEL_MTU if set (the port must carry it), else the port's */
+	return rc;
+}
+
 static int start_chaos(struct keel_boot *b, char *err, size_t err_len)
 {
 	const char *spec = getenv("KEEL_CHAOS");
@@ -177,7 +206,7 @@ static int start_chaos(struct keel_boot *b, char *err, size_t err_len)
 			 spec);
 		return -EINVAL;
 	}
-	cc.inner = b->udp;
+	cc.inner = b->tp;			       /* UDP or DPDK */
 	cc.seed = cc.seed * 1000003u + b->launch.rank; /* distinct streams per rank, replayable */
 	size_t sz = keel_chaos_storage_size(&cc);
 	b->mem_chaos = sz != 0 ? calloc(1, sz) : NULL;
@@ -253,9 +282,14 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	rc = env_config(&b->cfg, &mtu, err, err_len);
 	if (rc == 0 && tweak != NULL)
 		tweak(&b->cfg, ctx);
+	bool dpdk = false;
 	if (rc == 0)
+		rc = transport_choice(&dpdk, err, err_len);
+	if (rc == 0 && dpdk)
+		rc = start_dpdk(b, err, err_len);
+	if (rc == 0 && !dpdk)
 		rc = start_udp(b, host, port, err, err_len);
-	if (rc == 0)
+	if (rc == 0 && !dpdk)
 		rc = rendezvous(b, err, err_len);
 	if (rc == 0)
 		rc = start_chaos(b, err, err_len);
@@ -306,6 +340,7 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 		b->chaos->ops->fini(b->chaos);
 	if (b->udp != NULL && b->udp->ops->fini != NULL)
 		b->udp->ops->fini(b->udp);
+	keel_boot_dpdk_stop(); /* no-op unless KEEL_TRANSPORT=dpdk started it */
 	free(b->mem_node);
 	free(b->mem_chaos);
 	free(b->mem_udp);

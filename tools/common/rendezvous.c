@@ -22,8 +22,11 @@
 #include "rendezvous.h"
 
 #define MAGIC 0x4b524456u /* "KRDV" */
-/* Wire layout, big-endian. entry: family u16, port u16, scope_id u32, address 16 bytes. */
-#define ENTRY_LEN 24u
+/* Wire layout, big-endian. entry: family u16, port u16, scope_id u32, address 16 bytes, then
+ * the rank's blob: kind u8, length u8, zero u16, KEEL_RENDEZVOUS_BLOB_MAX bytes. */
+#define ADDR_LEN  24u
+#define BLOB_LEN  (4u + KEEL_RENDEZVOUS_BLOB_MAX)
+#define ENTRY_LEN (ADDR_LEN + BLOB_LEN)
 /* hello: magic u32, version u16, zero u16, job u32, world u32, rank u32, entry. */
 #define HELLO_LEN (20u + ENTRY_LEN)
 /* reply: magic u32, version u16, status u16, world u32, detail u32, then world entries. */
@@ -90,9 +93,34 @@ const char *keel_sockaddr_str(const struct sockaddr *addr, char *buf, size_t buf
 	return buf;
 }
 
-static void entry_put(uint8_t *p, const struct sockaddr_storage *ss)
+static void blob_put(uint8_t *p, const struct keel_rendezvous_blob *b)
+{
+	memset(p, 0, BLOB_LEN);
+	if (b == NULL)
+		return;
+	KEEL_ASSERT(b->len <= KEEL_RENDEZVOUS_BLOB_MAX);
+	p[0] = b->kind;
+	p[1] = b->len;
+	memcpy(p + 4, b->data, b->len);
+}
+
+/* Untrusted input: false for a length beyond the blob. */
+static bool blob_get(const uint8_t *p, struct keel_rendezvous_blob *b)
+{
+	memset(b, 0, sizeof(*b));
+	if (p[1] > KEEL_RENDEZVOUS_BLOB_MAX)
+		return false;
+	b->kind = p[0];
+	b->len = p[1];
+	memcpy(b->data, p + 4, b->len);
+	return true;
+}
+
+static void entry_put(uint8_t *p, const struct sockaddr_storage *ss,
+		      const struct keel_rendezvous_blob *b)
 {
 	memset(p, 0, ENTRY_LEN);
+	blob_put(p + ADDR_LEN, b);
 	put16(p, ss->ss_family == AF_INET6 ? 6 : 4);
 	if (ss->ss_family == AF_INET) {
 		const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
@@ -109,13 +137,13 @@ static void entry_put(uint8_t *p, const struct sockaddr_storage *ss)
 	}
 }
 
-/* Untrusted input: false for an unknown family or port 0. */
-static bool entry_get(const uint8_t *p, struct sockaddr_storage *ss)
+/* Untrusted input: false for an unknown family, port 0 or a bad blob. */
+static bool entry_get(const uint8_t *p, struct sockaddr_storage *ss, struct keel_rendezvous_blob *b)
 {
 	uint16_t family = get16(p), port = get16(p + 2);
 
 	memset(ss, 0, sizeof(*ss));
-	if (port == 0)
+	if (port == 0 || !blob_get(p + ADDR_LEN, b))
 		return false;
 	if (family == 4) {
 		struct sockaddr_in *a = (struct sockaddr_in *)ss;
@@ -301,6 +329,7 @@ struct server {
 	struct pollfd *pfds; /* [0] listens, [1 + i] is conns[i] */
 	bool *have;	     /* have[rank]: table[rank] is filled */
 	struct sockaddr_storage *table;
+	struct keel_rendezvous_blob *blobs; /* [world]: each rank's blob */
 	uint8_t *reply;
 	char where[96]; /* MASTER_ADDR:MASTER_PORT as given, for messages */
 };
@@ -402,7 +431,7 @@ static int server_hello(struct server *s, struct conn *c, char *err, size_t err_
 		st = ST_RANGE;
 	else if (s->have[rank])
 		st = ST_DUPLICATE;
-	else if (!entry_get(h + 20, &s->table[rank]))
+	else if (!entry_get(h + 20, &s->table[rank], &s->blobs[rank]))
 		st = ST_FAMILY;
 	if (st == ST_OK) {
 		s->have[rank] = true;
@@ -530,7 +559,8 @@ static int server_send_table(struct server *s, uint64_t deadline_ns, char *err, 
 	put32(s->reply + 8, s->l->world_size);
 	put32(s->reply + 12, s->l->job_id);
 	for (uint32_t r = 0; r < s->l->world_size; r++)
-		entry_put(s->reply + REPLY_HDR_LEN + (size_t)r * ENTRY_LEN, &s->table[r]);
+		entry_put(s->reply + REPLY_HDR_LEN + (size_t)r * ENTRY_LEN, &s->table[r],
+			  &s->blobs[r]);
 	for (uint32_t i = 0; i < s->slot_count; i++) {
 		struct conn *c = &s->conns[i];
 		int rc;
@@ -549,7 +579,8 @@ static int server_send_table(struct server *s, uint64_t deadline_ns, char *err, 
 }
 
 static int run_server(const struct keel_launch *l, const struct sockaddr_storage *self,
-		      struct sockaddr_storage *peers, uint64_t deadline_ns, char *err,
+		      const struct keel_rendezvous_blob *self_blob, struct sockaddr_storage *peers,
+		      struct keel_rendezvous_blob *blobs, uint64_t deadline_ns, char *err,
 		      size_t err_len)
 {
 	struct server s = {.l = l, .listen_fd = -1};
@@ -564,6 +595,7 @@ static int run_server(const struct keel_launch *l, const struct sockaddr_storage
 	s.pfds = calloc(1 + s.slot_count, sizeof(*s.pfds));
 	s.have = calloc(l->world_size, sizeof(*s.have));
 	s.table = calloc(l->world_size, sizeof(*s.table));
+	s.blobs = calloc(l->world_size, sizeof(*s.blobs));
 	s.reply = malloc(reply_len);
 	/* calloc left fd 0 in every slot: mark them free before any cleanup can close them. */
 	for (uint32_t i = 0; s.conns != NULL && i < s.slot_count; i++) {
@@ -572,7 +604,7 @@ static int run_server(const struct keel_launch *l, const struct sockaddr_storage
 	}
 	rc = -ENOMEM;
 	if (s.conns == NULL || s.pfds == NULL || s.have == NULL || s.table == NULL ||
-	    s.reply == NULL)
+	    s.blobs == NULL || s.reply == NULL)
 		goto out;
 	rc = server_listen(&s, err, err_len);
 	if (rc != 0)
@@ -583,6 +615,8 @@ static int run_server(const struct keel_launch *l, const struct sockaddr_storage
 	if (rc != 0)
 		goto out;
 	s.have[0] = true;
+	if (self_blob != NULL)
+		s.blobs[0] = *self_blob;
 	rc = server_collect(&s, deadline_ns, err, err_len);
 	if (rc == -ETIMEDOUT)
 		rc = server_timeout_msg(&s, err, err_len);
@@ -590,12 +624,15 @@ static int run_server(const struct keel_launch *l, const struct sockaddr_storage
 		rc = server_send_table(&s, deadline_ns, err, err_len);
 	if (rc == 0)
 		memcpy(peers, s.table, (size_t)l->world_size * sizeof(*peers));
+	if (rc == 0 && blobs != NULL)
+		memcpy(blobs, s.blobs, (size_t)l->world_size * sizeof(*blobs));
 out:
 	for (uint32_t i = 0; s.conns != NULL && i < s.slot_count; i++)
 		conn_close(&s.conns[i]);
 	if (s.listen_fd >= 0)
 		close(s.listen_fd);
 	free(s.reply);
+	free(s.blobs);
 	free(s.table);
 	free(s.have);
 	free(s.pfds);
@@ -710,9 +747,11 @@ static int client_reject_msg(const uint8_t *hdr, const char *where, uint32_t ran
 
 /* Hello out, table in, over the connected socket fd. */
 static int client_exchange(const struct keel_launch *l, int fd, const struct sockaddr_storage *me,
-			   struct sockaddr_storage *peers, uint64_t deadline_ns, const char *where,
-			   char *err, size_t err_len)
+			   const struct keel_rendezvous_blob *self_blob,
+			   struct sockaddr_storage *peers, struct keel_rendezvous_blob *blobs,
+			   uint64_t deadline_ns, const char *where, char *err, size_t err_len)
 {
+	struct keel_rendezvous_blob blob;
 	uint8_t hello[HELLO_LEN], hdr[REPLY_HDR_LEN], entry[ENTRY_LEN];
 	int rc;
 
@@ -722,7 +761,7 @@ static int client_exchange(const struct keel_launch *l, int fd, const struct soc
 	put32(hello + 8, l->job_id);
 	put32(hello + 12, l->world_size);
 	put32(hello + 16, l->rank);
-	entry_put(hello + 20, me);
+	entry_put(hello + 20, me, self_blob);
 	rc = io_full(fd, hello, sizeof(hello), true, deadline_ns);
 	if (rc == 0)
 		rc = io_full(fd, hdr, sizeof(hdr), false, deadline_ns);
@@ -751,7 +790,7 @@ static int client_exchange(const struct keel_launch *l, int fd, const struct soc
 			return keel_fail(
 			    err, err_len, rc == -ETIMEDOUT ? -ETIMEDOUT : KEEL_ERENDEZVOUS,
 			    "rank 0 at %s: reading the table: %s", where, strerror(-rc));
-		if (!entry_get(entry, &peers[r]))
+		if (!entry_get(entry, &peers[r], blobs != NULL ? &blobs[r] : &blob))
 			return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
 					 "rank 0 at %s sent a bad address for rank %u", where, r);
 	}
@@ -763,7 +802,8 @@ static int client_exchange(const struct keel_launch *l, int fd, const struct soc
 }
 
 static int run_client(const struct keel_launch *l, const struct sockaddr_storage *self,
-		      struct sockaddr_storage *peers, uint64_t deadline_ns, uint64_t timeout_ns,
+		      const struct keel_rendezvous_blob *self_blob, struct sockaddr_storage *peers,
+		      struct keel_rendezvous_blob *blobs, uint64_t deadline_ns, uint64_t timeout_ns,
 		      char *err, size_t err_len)
 {
 	char where[96];
@@ -790,14 +830,16 @@ static int run_client(const struct keel_launch *l, const struct sockaddr_storage
 	if (rc == 0)
 		rc = advertise(self, &local, &me, err, err_len);
 	if (rc == 0)
-		rc = client_exchange(l, fd, &me, peers, deadline_ns, where, err, err_len);
+		rc = client_exchange(l, fd, &me, self_blob, peers, blobs, deadline_ns, where, err,
+				     err_len);
 	close(fd);
 	return rc;
 }
 
-int keel_rendezvous(const struct keel_launch *l, const struct sockaddr *self_addr,
-		    socklen_t self_len, struct sockaddr_storage *peers, uint64_t timeout_ns,
-		    char *err, size_t err_len)
+int keel_rendezvous_blob(const struct keel_launch *l, const struct sockaddr *self_addr,
+			 socklen_t self_len, const struct keel_rendezvous_blob *self_blob,
+			 struct sockaddr_storage *peers, struct keel_rendezvous_blob *blobs,
+			 uint64_t timeout_ns, char *err, size_t err_len)
 {
 	struct sockaddr_storage self;
 	uint64_t now_ns = keel_posix_now_ns();
@@ -816,10 +858,15 @@ int keel_rendezvous(const struct keel_launch *l, const struct sockaddr *self_add
 	if (addr_port(&self) == 0)
 		return keel_fail(err, err_len, -EINVAL,
 				 "the UDP socket has no port (not bound yet?)");
+	KEEL_ASSERT(self_blob == NULL || self_blob->len <= KEEL_RENDEZVOUS_BLOB_MAX);
+	if (blobs != NULL)
+		memset(blobs, 0, (size_t)l->world_size * sizeof(*blobs));
 	if (l->peers != NULL)
 		return peers_from_list(l, &self, peers, err, err_len);
 	if (l->world_size == 1) {
 		peers[0] = self;
+		if (blobs != NULL && self_blob != NULL)
+			blobs[0] = *self_blob;
 		return 0;
 	}
 	if (l->master_addr[0] == '\0' || l->master_port == 0)
@@ -828,6 +875,14 @@ int keel_rendezvous(const struct keel_launch *l, const struct sockaddr *self_add
 				 "rendezvous of %u ranks",
 				 l->world_size);
 	if (l->rank == 0)
-		return run_server(l, &self, peers, deadline_ns, err, err_len);
-	return run_client(l, &self, peers, deadline_ns, timeout_ns, err, err_len);
+		return run_server(l, &self, self_blob, peers, blobs, deadline_ns, err, err_len);
+	return run_client(l, &self, self_blob, peers, blobs, deadline_ns, timeout_ns, err, err_len);
+}
+
+int keel_rendezvous(const struct keel_launch *l, const struct sockaddr *self_addr,
+		    socklen_t self_len, struct sockaddr_storage *peers, uint64_t timeout_ns,
+		    char *err, size_t err_len)
+{
+	return keel_rendezvous_blob(l, self_addr, self_len, NULL, peers, NULL, timeout_ns, err,
+				    err_len);
 }

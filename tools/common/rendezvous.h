@@ -10,8 +10,19 @@
 #include "keel/errors.h"
 #include "launch.h"
 
-/* Version of the TCP rendezvous messages; a rank 0 of another version ignores us. */
-#define KEEL_RENDEZVOUS_VERSION 1u
+/* Version of the TCP rendezvous messages; a rank 0 of another version ignores us.
+ * 2: each table entry carries a keel_rendezvous_blob. */
+#define KEEL_RENDEZVOUS_VERSION 2u
+
+/* An opaque per-rank record exchanged beside the address (a backend's own addressing: the
+ * DPDK port's MAC, a verbs GID/QPN...). `kind` says whose it is (0: none); rank 0 checks only
+ * that len <= KEEL_RENDEZVOUS_BLOB_MAX. */
+#define KEEL_RENDEZVOUS_BLOB_MAX 64u
+struct keel_rendezvous_blob {
+	uint8_t kind;
+	uint8_t len;
+	uint8_t data[KEEL_RENDEZVOUS_BLOB_MAX];
+};
 
 /* Fill peers[0 .. l->world_size) with each rank's UDP address; peers[l->rank] is the address
  * this rank advertised. self_addr is the address the caller's UDP socket is bound to.
@@ -36,6 +47,16 @@
 KEEL_MUST_USE int keel_rendezvous(const struct keel_launch *l, const struct sockaddr *self_addr,
 				  socklen_t self_len, struct sockaddr_storage *peers,
 				  uint64_t timeout_ns, char *err, size_t err_len);
+
+/* keel_rendezvous, also exchanging one blob per rank: self_blob (NULL: an empty one) is this
+ * rank's, blobs[0 .. world_size) (may be NULL) receives everyone's. With KEEL_PEERS nothing is
+ * exchanged and every blob comes back empty (kind 0): the backend needs its own static list. */
+KEEL_MUST_USE int keel_rendezvous_blob(const struct keel_launch *l,
+				       const struct sockaddr *self_addr, socklen_t self_len,
+				       const struct keel_rendezvous_blob *self_blob,
+				       struct sockaddr_storage *peers,
+				       struct keel_rendezvous_blob *blobs, uint64_t timeout_ns,
+				       char *err, size_t err_len);
 
 /* "a.b.c.d:port" or "[v6]:port" into buf (at least 64 bytes recommended); returns buf. */
 const char *keel_sockaddr_str(const struct sockaddr *addr, char *buf, size_t buf_len);

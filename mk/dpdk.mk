@@ -1,0 +1,55 @@
+# DPDK backend (dpdk/): built when pkg-config finds libdpdk, skipped otherwise (the Makefile
+# prints one line). The tools' DPDK start-up (tools/common/boot_dpdk.c) is always compiled:
+# without DPDK it is a stub that says `--transport dpdk` is not built in.
+#   make static    build/static/keel-bench, fully static with the DPDK drivers keel needs
+
+DPDK_SRC := $(sort $(wildcard dpdk/*.c))
+DPDK_OBJ := $(DPDK_SRC:%.c=$(BUILD)/obj/%.o)
+LIBKEEL_DPDK := $(BUILD)/libkeel_dpdk.a
+# Drivers a static binary carries, linked whole (they register themselves from constructors
+# that nothing references): the virtual buses, the ring mempool, and the virtual NICs used
+# here. Add a hardware PMD (net_mlx5 with rdma-core's static libraries, net_i40e, net_ice)
+# with DPDK_STATIC_DRIVERS="... net_i40e".
+DPDK_STATIC_DRIVERS ?= bus_vdev bus_pci mempool_ring net_af_packet net_memif net_ring
+
+ifeq ($(HAVE_DPDK),1)
+# DPDK's headers do not build under our warnings: include them as system headers.
+DPDK_CFLAGS := $(patsubst -I%,-isystem %,$(filter-out -march=%,\
+	$(shell pkg-config --cflags libdpdk)))
+$(DPDK_OBJ): CFLAGS_KEEL += $(DPDK_CFLAGS)
+$(BUILD)/obj/tools/common/boot_dpdk.o: CFLAGS_KEEL += -DKEEL_HAVE_DPDK=1
+# The unit test joins two net_ring ports in one process (rte_eth_from_rings).
+$(BUILD)/obj/tests/unit/test_dpdk.o: CFLAGS_KEEL += $(DPDK_CFLAGS) -DKEEL_HAVE_DPDK=1
+$(BUILD)/tests/test_dpdk: EXTRA_SYS_LIBS += -lrte_net_ring
+
+$(LIBKEEL_DPDK): $(DPDK_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+EXTRA_ALL += $(LIBKEEL_DPDK)
+EXTRA_LIBS += $(LIBKEEL_DPDK)
+EXTRA_SYS_LIBS += $(shell pkg-config --libs libdpdk)
+
+DPDK_STATIC_LIBS = -Wl,--whole-archive $(DPDK_STATIC_DRIVERS:%=-l:librte_%.a) \
+	-Wl,--no-whole-archive \
+	$(shell pkg-config --static --libs libdpdk-libs | sed 's/-lrte_\([a-z0-9_]*\)/-l:librte_\1.a/g') -lbsd -lmd
+
+.PHONY: static
+static: $(BUILD)/static/keel-bench
+# tests/integ/dpdk_netns.sh runs it (not in the sanitizer build: ASan does not link statically).
+ifeq ($(SAN),)
+EXTRA_TESTS += $(BUILD)/static/keel-bench
+endif
+$(BUILD)/static/keel-bench: $(BUILD)/obj/tools/keel-bench.o $(LIBTOOLS) $(LIBKEEL) $(LIBKEEL_DPDK)
+	@mkdir -p $(dir $@)
+	$(CC) -static -o $@ $< -Wl,--start-group $(LIBTOOLS) $(LIBKEEL_DPDK) $(LIBKEEL) \
+		-Wl,--end-group $(DPDK_STATIC_LIBS) -lm
+	@file $@
+else
+.PHONY: static
+static:
+	@echo "keel: 'make static' needs DPDK (pkg-config libdpdk not found; install libdpdk-dev)"
+	@false
+endif
+
+-include $(DPDK_OBJ:.o=.d)

@@ -1,0 +1,25 @@
+# keel-sim: the SimGrid simulator (sim/). Built only when pkg-config finds simgrid
+# (libsimgrid-dev); the core and the other tools never link SimGrid.
+# Actor code is compiled with -fexceptions: SimGrid unwinds killed actors with an exception.
+ifeq ($(HAVE_SIMGRID),1)
+ifeq ($(SAN),)
+SIM_SRC := sim/keel_sim_main.c sim/platform.c sim/report.c sim/run.c sim/scenario.c \
+	sim/transport_sim.c
+SIM_OBJ := $(SIM_SRC:%.c=$(BUILD)/obj/%.o)
+SIM_CFLAGS := $(shell pkg-config --cflags simgrid) -fexceptions
+SIM_LIBS := $(shell pkg-config --libs simgrid)
+KEEL_SIM := $(BUILD)/bin/keel-sim
+
+$(BUILD)/obj/sim/%.o: sim/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_KEEL) $(SIM_CFLAGS) -Isim -MMD -MP -c $< -o $@
+
+$(KEEL_SIM): $(SIM_OBJ) $(LIBTOOLS) $(LIBKEEL)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_KEEL) -o $@ $(SIM_OBJ) $(LINK_GROUP) $(SIM_LIBS) -lm
+
+EXTRA_ALL += $(KEEL_SIM)
+EXTRA_TESTS += $(KEEL_SIM)
+-include $(SIM_OBJ:.o=.d)
+endif
+endif

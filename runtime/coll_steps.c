@@ -1,0 +1,126 @@
+/* Collective schedules as lists of steps, in view positions (0..world-1): ring AllReduce
+ * (reduce-scatter + all-gather), recursive doubling (with the fold for non-power-of-two
+ * worlds) and a pipelined ring broadcast. Pure functions: the engine in collectives.c moves
+ * the data and maps positions to ranks. */
+#include <string.h>
+
+#include "node_int.h"
+
+static uint32_t pow2_floor(uint32_t v)
+{
+	uint32_t p = 1;
+	while (p <= v / 2)
+		p *= 2;
+	return p;
+}
+
+static uint32_t log2_u32(uint32_t p)
+{
+	uint32_t k = 0;
+	while ((1u << k) < p)
+		k++;
+	return k;
+}
+
+static uint32_t step_count(enum keel_algo algo, uint32_t world)
+{
+	if (world <= 1)
+		return 0;
+	if (algo == KEEL_ALGO_RING)
+		return 2 * (world - 1);
+	return log2_u32(pow2_floor(world)) + 2; /* fold-in, exchanges, fold-out */
+}
+
+/* Bytes of ring chunk c: the count split as evenly as possible, whole elements. */
+static void chunk_bytes(const struct keel_op *op, uint32_t c, uint64_t *off, uint64_t *len)
+{
+	uint64_t base = op->count / op->world, extra = op->count % op->world;
+	uint64_t start = c * base + (c < extra ? c : extra);
+	*off = start * op->elem_size;
+	*len = (base + (c < extra ? 1 : 0)) * op->elem_size;
+}
+
+static void ring_step(const struct keel_op *op, uint32_t r, uint32_t t, struct step *s)
+{
+	uint32_t w = op->world;
+	s->send_peer = (int32_t)((r + 1) % w);
+	s->send_from_out = t > 0;
+	chunk_bytes(op, (r + 2 * w - t) % w, &s->send_off, &s->send_len);
+	s->recv_peer = (int32_t)((r + w - 1) % w);
+	chunk_bytes(op, (r + 2 * w - t - 1) % w, &s->recv_off, &s->recv_len);
+	s->action = t < w - 1 ? ACT_REDUCE_IN : ACT_COPY;
+	s->final = t == w - 2;
+	s->recv_after_send = false;
+}
+
+static void rd_step(const struct keel_op *op, uint32_t r, uint32_t t, struct step *s)
+{
+	uint32_t w = op->world, p2 = pow2_floor(w), rem = w - p2, k = log2_u32(p2);
+	if (t == 0) { /* fold-in: ranks beyond the power of two hand their input to r - p2 */
+		if (r >= p2) {
+			s->send_peer = (int32_t)(r - p2);
+		} else if (r < rem) {
+			s->recv_peer = (int32_t)(r + p2);
+			s->action = ACT_REDUCE_IN;
+			s->final = k == 0;
+		}
+	} else if (t <= k) {
+		if (r >= p2)
+			return;
+		uint32_t partner = r ^ (1u << (t - 1));
+		s->send_peer = s->recv_peer = (int32_t)partner;
+		s->send_from_out = r < rem || t > 1;
+		s->action = s->send_from_out ? ACT_REDUCE_OUT : ACT_REDUCE_IN;
+		s->final = t == k;
+		s->recv_after_send = s->send_from_out || op->in == op->out;
+	} else { /* fold-out: results go back to the ranks that folded in */
+		if (r < rem) {
+			s->send_peer = (int32_t)(r + p2);
+			s->send_from_out = true;
+		} else if (r >= p2) {
+			s->recv_peer = (int32_t)(r - p2);
+			s->action = ACT_COPY;
+		}
+	}
+	s->send_len = s->send_peer >= 0 ? op->bytes : 0;
+	s->recv_len = s->recv_peer >= 0 ? op->bytes : 0;
+}
+
+/* Broadcast down a ring from the root: the rank d places after it receives at step d - 1
+ * and forwards at step d, fragment by fragment as the data comes in. */
+static void bcast_step(const struct keel_op *op, uint32_t r, uint32_t t, struct step *s)
+{
+	uint32_t w = op->world, d = (r + w - op->root_pos) % w;
+	if (t == d && d + 1 < w) {
+		s->send_peer = (int32_t)((r + 1) % w);
+		s->send_from_out = d > 0;
+		s->send_len = op->bytes;
+	}
+	if (d >= 1 && t == d - 1) {
+		s->recv_peer = (int32_t)((r + w - 1) % w);
+		s->action = ACT_COPY;
+		s->recv_len = op->bytes;
+	}
+}
+
+uint32_t coll_step_count(const struct keel_op *op)
+{
+	if (op->world <= 1)
+		return 0;
+	if (op->kind == OPK_BROADCAST)
+		return op->world - 1;
+	return step_count(op->algo, op->world);
+}
+
+void coll_step(const struct keel_op *op, uint32_t t, struct step *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->send_peer = -1;
+	s->recv_peer = -1;
+	if (op->kind == OPK_BROADCAST)
+		bcast_step(op, op->self_pos, t, s);
+	else if (op->algo == KEEL_ALGO_RING)
+		ring_step(op, op->self_pos, t, s);
+	else
+		rd_step(op, op->self_pos, t, s);
+}

@@ -1,0 +1,489 @@
+/* The collective engine: operations run one after another over the installed view, each as a
+ * list of steps (coll_steps.c) through which two cursors move, send and receive, bounded by
+ * the reliable window; every received fragment is reduced or copied at once and forwarded.
+ * A result is reported only when every member has it, so a view change finds the running
+ * collective either complete everywhere or nowhere: it then finishes, or restarts on the new
+ * view from the caller's untouched input. */
+#include <string.h>
+
+#include "assert_int.h"
+#include "node_int.h"
+#include "reduce_int.h"
+
+static uint32_t wire_id(const struct keel_node *n, const struct keel_op *op)
+{
+	return op->id - n->op_base;
+}
+
+static struct keel_op *frontier_op(struct keel_node *n)
+{
+	struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
+	if (op->id != n->op_run_id || op->state == OP_FREE || op->state == OP_DONE)
+		return NULL;
+	return op;
+}
+
+static int32_t rank_of(const struct keel_node *n, int32_t pos)
+{
+	return pos < 0 ? -1 : (int32_t)n->rank_at[pos];
+}
+
+/* The step in ranks rather than view positions. */
+static void op_step(const struct keel_node *n, const struct keel_op *op, uint32_t t, struct step *s)
+{
+	coll_step(op, t, s);
+	s->send_peer = rank_of(n, s->send_peer);
+	s->recv_peer = rank_of(n, s->recv_peer);
+}
+
+/* Has the receive cursor passed byte `end` of step t? */
+static bool recv_passed(const struct keel_op *op, uint32_t t, uint64_t end)
+{
+	return op->recv_step > t || (op->recv_step == t && op->recv_off >= end);
+}
+
+static bool send_passed(const struct keel_op *op, uint32_t t, uint64_t end)
+{
+	return op->send_step > t || (op->send_step == t && op->send_off >= end);
+}
+
+static void skip_empty_recv(const struct keel_node *n, struct keel_op *op)
+{
+	struct step s;
+	while (op->recv_step < op->step_count) {
+		op_step(n, op, op->recv_step, &s);
+		if (s.recv_peer >= 0 && op->recv_off < s.recv_len)
+			return;
+		op->recv_step++;
+		op->recv_off = 0;
+	}
+}
+
+/* Queue as many fragments as the window and the data dependencies allow. */
+static void pump_sends(struct keel_node *n, struct keel_op *op)
+{
+	struct step s;
+	while (op->send_step < op->step_count) {
+		op_step(n, op, op->send_step, &s);
+		if (s.send_peer < 0 || op->send_off >= s.send_len) {
+			op->send_step++;
+			op->send_off = 0;
+			continue;
+		}
+		uint64_t len = s.send_len - op->send_off;
+		if (len > op->frag_bytes)
+			len = op->frag_bytes;
+		/* Data this step sends from the output is what the previous step received. */
+		if (s.send_from_out && !recv_passed(op, op->send_step - 1, op->send_off + len))
+			return;
+		if (!rel_can_send(n, (uint32_t)s.send_peer) || n->budget_bytes == 0)
+			return;
+		struct wire_header h;
+		node_header_init(n, &h, WIRE_DATA, (uint32_t)s.send_peer);
+		h.op_id = wire_id(n, op);
+		h.step = (uint16_t)op->send_step;
+		h.offset = (uint32_t)op->send_off;
+		h.total_len = (uint32_t)s.send_len;
+		const uint8_t *src =
+		    (s.send_from_out ? op->out : op->in) + s.send_off + op->send_off;
+		int rc = rel_send(n, (uint32_t)s.send_peer, &h, src, (uint32_t)len);
+		KEEL_ASSERT(rc == 0);
+		node_budget_spend(n, (uint32_t)len);
+		op->send_off += len;
+		op->progress_ns = n->now_ns;
+	}
+}
+
+static void op_finish(struct keel_node *n, struct keel_op *op, int status)
+{
+	op->state = OP_DONE;
+	op->status = status;
+	if (status == 0)
+		n->ctr.ops_completed++;
+	else
+		n->ctr.ops_failed++;
+	n->op_run_id++;
+}
+
+static enum keel_algo choose_algo(const struct keel_node *n, const struct keel_op *op)
+{
+	if (n->cfg.algo != KEEL_ALGO_AUTO)
+		return n->cfg.algo;
+	bool small = op->bytes <= n->cfg.rd_max_bytes || op->count < n->view.count;
+	return small ? KEEL_ALGO_RD : KEEL_ALGO_RING;
+}
+
+/* Set an operation running over the installed view: the first time, or again after a view
+ * change (then from the caller's input, restored from the restart copy when in place).
+ * Returns false when it cannot run (it was finished with an error). */
+static bool op_begin(struct keel_node *n, struct keel_op *op)
+{
+	bool in_place = op->in == op->out && op->kind == OPK_ALLREDUCE && op->bytes != 0;
+	if (!op->began) {
+		op->began = true;
+		op->start_ns = n->now_ns;
+		if (in_place && op->bytes <= n->cfg.restart_copy_bytes) {
+			memcpy(n->restart_copy, op->in, op->bytes);
+			op->has_copy = true;
+		}
+	} else {
+		op->restarts++;
+		n->ctr.ops_restarted++;
+		if (in_place && !op->has_copy) {
+			op_finish(n, op, KEEL_EVIEWCHANGED); /* its input is gone */
+			return false;
+		}
+		if (in_place)
+			memcpy(op->out, n->restart_copy, op->bytes);
+	}
+	op->state = OP_RUNNING;
+	op->progress_ns = n->now_ns;
+	op->world = n->view.count;
+	op->self_pos = n->pos_of[n->self];
+	op->root_pos = op->kind == OPK_BROADCAST ? n->pos_of[op->root] : 0;
+	if (op->kind == OPK_ALLREDUCE)
+		op->algo = choose_algo(n, op);
+	op->step_count = coll_step_count(op);
+	op->send_step = op->recv_step = 0;
+	op->send_off = op->recv_off = 0;
+	if (op->world == 1 && op->bytes != 0 && op->in != op->out)
+		memcpy(op->out, op->in, op->bytes);
+	return true;
+}
+
+/* This node has the result: tell every member at once (an ack carries the count). */
+static void op_local_done(struct keel_node *n, struct keel_op *op)
+{
+	op->state = OP_LOCAL_DONE;
+	op->done_epoch = n->view.epoch;
+	op->done_count = n->view.count;
+	memcpy(op->done_bits, n->view.bits, n->world / 8 + 1);
+	n->ops_done_local = wire_id(n, op) + 1;
+	for (uint32_t r = 0; r < n->world; r++) {
+		struct peer *p = &n->peers[r];
+		if (r != n->self && view_has(&n->view, r)) {
+			p->ack_pending = true;
+			p->ack_due_ns = n->now_ns;
+		}
+	}
+}
+
+/* Every member has the result — unless a view change is being decided (this node promised
+ * in a round): then the result waits for the new view, which says whether it stands. */
+static bool everyone_done(const struct keel_node *n, const struct keel_op *op)
+{
+	if (n->acc_promised != 0)
+		return false;
+	uint32_t need = wire_id(n, op) + 1;
+	for (uint32_t r = 0; r < n->world; r++)
+		if (r != n->self && view_has(&n->view, r) && seq_before(n->peers[r].ops_done, need))
+			return false;
+	return true;
+}
+
+/* No progress for op_timeout_ns without a view change: a soft fault. Ask for a new epoch (the
+ * same members) to restart it, soft_retries times; then give up. */
+static bool op_stalled(struct keel_node *n, struct keel_op *op)
+{
+	if (n->now_ns - op->progress_ns < n->cfg.op_timeout_ns)
+		return false;
+	if (++op->stalls > n->cfg.soft_retries) {
+		op_finish(n, op, -ETIMEDOUT);
+		return true;
+	}
+	mb_request_bump(n);
+	op->progress_ns = n->now_ns;
+	return false;
+}
+
+/* One step of the frontier operation's life; false when it is waiting for something. */
+static bool advance(struct keel_node *n, struct keel_op *op)
+{
+	if (n->fatal != 0 || n->noquorum) {
+		op_finish(n, op, n->fatal != 0 ? n->fatal : KEEL_ENOQUORUM);
+		return true;
+	}
+	if (op->began && n->now_ns - op->start_ns >= keel_op_bound_ns(&n->cfg)) {
+		op_finish(n, op, -ETIMEDOUT);
+		return true;
+	}
+	if (op->state == OP_QUEUED) {
+		if (!n->member)
+			return false; /* admitted at the next view change */
+		if (!op_begin(n, op))
+			return true;
+	}
+	if (op->state == OP_RUNNING) {
+		pump_sends(n, op);
+		skip_empty_recv(n, op);
+		if (op->send_step < op->step_count || op->recv_step < op->step_count)
+			return op_stalled(n, op);
+		op_local_done(n, op);
+	}
+	if (!everyone_done(n, op))
+		return false;
+	op_finish(n, op, 0);
+	return true;
+}
+
+void coll_progress(struct keel_node *n)
+{
+	for (uint32_t guard = 0; guard < n->ops_max; guard++) {
+		struct keel_op *op = frontier_op(n);
+		if (op == NULL || !advance(n, op))
+			return;
+	}
+}
+
+uint64_t coll_next_deadline(const struct keel_node *n)
+{
+	const struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
+	if (op->id != n->op_run_id || (op->state != OP_RUNNING && op->state != OP_LOCAL_DONE))
+		return UINT64_MAX;
+	uint64_t stall = op->progress_ns + n->cfg.op_timeout_ns;
+	uint64_t bound = op->start_ns + keel_op_bound_ns(&n->cfg);
+	return stall < bound ? stall : bound;
+}
+
+uint32_t coll_done_count(const struct keel_node *n)
+{
+	const struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
+	bool has = op->id == n->op_run_id && op->state == OP_LOCAL_DONE;
+	return n->op_run_id - n->op_base + (has ? 1u : 0u);
+}
+
+uint32_t coll_pending(const struct keel_node *n)
+{
+	return n->op_next_id - n->op_base;
+}
+
+/* A view was installed. `frontier` (meaningful when this node was a member of the previous
+ * epoch, `same_line`) counts the previous epoch's collectives complete at every member:
+ * those this node holds finish now; the one after restarts on the new view. */
+void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier)
+{
+	for (uint32_t guard = 0; guard < n->ops_max; guard++) {
+		struct keel_op *op = frontier_op(n);
+		if (op == NULL || op->state != OP_LOCAL_DONE || !same_line ||
+		    !seq_before(wire_id(n, op), frontier))
+			break;
+		op_finish(n, op, 0); /* its result stands: computed over op->done_* */
+	}
+	struct keel_op *op = frontier_op(n);
+	if (op != NULL && (op->state == OP_RUNNING || op->state == OP_LOCAL_DONE))
+		op->state = OP_QUEUED; /* begins again on the new view */
+	n->op_base = n->op_run_id;
+	n->ops_done_local = 0;
+	coll_progress(n);
+}
+
+static void apply(const struct keel_op *op, const struct step *s, uint64_t off, const uint8_t *data,
+		  uint64_t len)
+{
+	uint8_t *dst = op->out + s->recv_off + off;
+	size_t cnt = (size_t)(len / op->elem_size);
+	if (s->action == ACT_COPY)
+		memcpy(dst, data, (size_t)len);
+	else if (s->action == ACT_REDUCE_IN)
+		reduce_apply(dst, op->in + s->recv_off + off, data, cnt, op->dtype, op->redop);
+	else
+		reduce_apply(dst, dst, data, cnt, op->dtype, op->redop);
+	if (s->final && op->redop == KEEL_AVG && s->action != ACT_COPY)
+		reduce_finish_avg(dst, cnt, op->dtype, op->world);
+}
+
+bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h,
+		  const uint8_t *payload)
+{
+	uint32_t local = n->op_base + h->op_id;
+	if (seq_before(local, n->op_run_id)) {
+		n->ctr.drop_stale++; /* an operation that already ended here */
+		return true;
+	}
+	struct keel_op *op = frontier_op(n);
+	if (op == NULL || op->id != local || op->state != OP_RUNNING)
+		return false; /* a later operation: keep it until we get there */
+	skip_empty_recv(n, op);
+	if (h->step > op->recv_step)
+		return false;
+	struct step s;
+	op_step(n, op, op->recv_step, &s);
+	if (h->step < op->recv_step || s.recv_peer != (int32_t)peer || h->total_len != s.recv_len ||
+	    h->offset != op->recv_off || h->payload_len % op->elem_size != 0 ||
+	    (uint64_t)h->offset + h->payload_len > s.recv_len) {
+		n->ctr.drop_protocol++; /* well formed, but not what this operation expects */
+		return true;
+	}
+	if (s.recv_after_send && !send_passed(op, op->recv_step, op->recv_off + h->payload_len))
+		return false;
+	apply(op, &s, op->recv_off, payload, h->payload_len);
+	op->recv_off += h->payload_len;
+	op->progress_ns = n->now_ns;
+	skip_empty_recv(n, op);
+	return true;
+}
+
+/* ---- the API ---- */
+
+static bool overlap(const uint8_t *a, const uint8_t *b, uint64_t len)
+{
+	return a != b && a < b + len && b < a + len;
+}
+
+static struct keel_op *op_alloc(struct keel_node *n)
+{
+	struct keel_op *op = &n->ops[n->op_next_id % n->ops_max];
+	if (op->state != OP_FREE)
+		return NULL;
+	uint8_t *bits = op->done_bits;
+	memset(op, 0, sizeof(*op));
+	op->done_bits = bits;
+	op->id = n->op_next_id++;
+	op->state = OP_QUEUED;
+	return op;
+}
+
+int keel_allreduce_start(struct keel_node *node, const void *send, void *recv, size_t count,
+			 enum keel_dtype dtype, enum keel_redop redop, struct keel_op **handle)
+{
+	if (node == NULL || handle == NULL || (unsigned)dtype >= KEEL_DTYPE_COUNT ||
+	    (unsigned)redop >= KEEL_REDOP_COUNT)
+		return -EINVAL;
+	if (count != 0 && (send == NULL || recv == NULL))
+		return -EINVAL;
+	uint64_t esize = keel_dtype_size(dtype);
+	if (count > UINT64_MAX / esize)
+		return -EINVAL;
+	uint64_t bytes = (uint64_t)count * esize;
+	if (count != 0 && overlap(send, recv, bytes))
+		return -EINVAL;
+	/* Offsets travel as 32 bits: a step's message (a ring chunk, or the whole buffer for
+	 * recursive doubling) must stay below 4 GiB, in the smallest view it could run on. */
+	bool ring = node->cfg.algo == KEEL_ALGO_RING ||
+		    (node->cfg.algo == KEEL_ALGO_AUTO && bytes > node->cfg.rd_max_bytes);
+	uint64_t step_bytes = ring ? bytes / 2 + esize : bytes;
+	if (step_bytes > UINT32_MAX)
+		return -EMSGSIZE;
+	struct keel_op *op = op_alloc(node);
+	if (op == NULL)
+		return -EBUSY;
+	op->kind = OPK_ALLREDUCE;
+	op->dtype = dtype;
+	op->redop = redop;
+	op->elem_size = (uint32_t)esize;
+	op->frag_bytes = (uint32_t)((node->mtu - WIRE_HEADER_SIZE) / esize * esize);
+	op->in = send;
+	op->out = recv;
+	op->count = count;
+	op->bytes = bytes;
+	*handle = op;
+	coll_progress(node);
+	return 0;
+}
+
+int keel_broadcast_start(struct keel_node *node, uint32_t root, void *buf, size_t bytes,
+			 struct keel_op **handle)
+{
+	if (node == NULL || handle == NULL || root >= node->world || (bytes != 0 && buf == NULL))
+		return -EINVAL;
+	if (node->member && !view_has(&node->view, root))
+		return -EINVAL;
+	if (bytes > UINT32_MAX)
+		return -EMSGSIZE;
+	struct keel_op *op = op_alloc(node);
+	if (op == NULL)
+		return -EBUSY;
+	op->kind = OPK_BROADCAST;
+	op->root = root;
+	op->dtype = KEEL_U8;
+	op->elem_size = 1;
+	op->frag_bytes = node->mtu - WIRE_HEADER_SIZE;
+	op->in = buf;
+	op->out = buf;
+	op->count = bytes;
+	op->bytes = bytes;
+	*handle = op;
+	coll_progress(node);
+	return 0;
+}
+
+/* Each soft-fault round waits op_timeout_ns, then a view change (detection plus a few
+ * membership rounds); one more round covers a failure found by the detector instead. */
+uint64_t keel_op_bound_ns(const struct keel_config *cfg)
+{
+	uint64_t round = cfg->op_timeout_ns + 4 * cfg->view_timeout_ns +
+			 (uint64_t)cfg->miss_limit * cfg->heartbeat_ns;
+	return (uint64_t)(cfg->soft_retries + 2) * round;
+}
+
+int keel_op_test_info(struct keel_node *node, struct keel_op *handle, struct keel_op_info *info,
+		      uint32_t *members, uint32_t members_cap)
+{
+	if (node == NULL || handle < node->ops || handle >= node->ops + node->ops_max ||
+	    handle->state == OP_FREE)
+		return -EINVAL;
+	if (handle->state != OP_DONE)
+		return -EINPROGRESS;
+	if (handle->status == 0 && members != NULL) {
+		if (members_cap < handle->done_count)
+			return -ENOSPC;
+		uint32_t k = 0;
+		for (uint32_t r = 0; r < node->world; r++)
+			if ((handle->done_bits[r / 8] >> (r % 8)) & 1u)
+				members[k++] = r;
+		KEEL_ASSERT(k == handle->done_count);
+	}
+	if (info != NULL) {
+		info->epoch = handle->done_epoch;
+		info->member_count = handle->done_count;
+		info->restarts = handle->restarts;
+	}
+	int status = handle->status;
+	handle->state = OP_FREE;
+	return status;
+}
+
+int keel_op_test(struct keel_node *node, struct keel_op *handle)
+{
+	return keel_op_test_info(node, handle, NULL, NULL, 0);
+}
+
+/* Poll and wait until `op` ends; every op ends within keel_op_bound_ns. */
+static int wait_op(struct keel_node *node, struct keel_op *op)
+{
+	const struct keel_waiter *w = &node->cfg.waiter;
+	for (;;) {
+		uint64_t deadline;
+		int prc = keel_poll(node, w->now_ns(w->ctx), &deadline);
+		int rc = keel_op_test(node, op);
+		if (rc != -EINPROGRESS)
+			return rc;
+		if (prc != 0 && prc != KEEL_ENOQUORUM)
+			continue; /* the op fails with the transport error on the next poll */
+		w->wait(w->ctx, deadline);
+	}
+}
+
+static bool has_waiter(const struct keel_node *node)
+{
+	return node != NULL && node->cfg.waiter.now_ns != NULL && node->cfg.waiter.wait != NULL;
+}
+
+int keel_allreduce(struct keel_node *node, const void *send, void *recv, size_t count,
+		   enum keel_dtype dtype, enum keel_redop redop)
+{
+	if (!has_waiter(node))
+		return -EINVAL;
+	struct keel_op *op;
+	int rc = keel_allreduce_start(node, send, recv, count, dtype, redop, &op);
+	return rc != 0 ? rc : wait_op(node, op);
+}
+
+int keel_broadcast(struct keel_node *node, uint32_t root, void *buf, size_t bytes)
+{
+	if (!has_waiter(node))
+		return -EINVAL;
+	struct keel_op *op;
+	int rc = keel_broadcast_start(node, root, buf, bytes, &op);
+	return rc != 0 ? rc : wait_op(node, op);
+}

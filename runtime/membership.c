@@ -1,0 +1,736 @@
+/* Membership: views with epochs. The coordinator (lowest member it sees alive) changes the
+ * view by one round of single-decree Paxos among the members of the current view: prepare and
+ * promise, accept and accepted, by majorities, with ballots that order competing coordinators.
+ * So two different views are never installed for the same epoch, a coordinator that dies
+ * mid-change is replaced by the next one (which must adopt any value already accepted), and
+ * a minority side of a split can never install anything. Messages are unreliable control
+ * datagrams, resent by the coordinator until answered; nothing here allocates. */
+#include <string.h>
+
+#include "assert_int.h"
+#include "keel/limits.h"
+#include "node_int.h"
+
+enum vmsg {
+	VM_PREPARE = 1, /* coordinator -> members: promise me nothing below ballot */
+	VM_PROMISE,	/* member -> coordinator: promised; here is what I accepted, if anything */
+	VM_ACCEPT,	/* coordinator -> members: accept this view */
+	VM_ACCEPTED,	/* member -> coordinator */
+	VM_COMMIT,	/* anyone -> anyone: this view was decided, install it */
+	VM_NACK,	/* member -> coordinator: I promised a higher ballot */
+	VM_SUSPECT,	/* member -> coordinator: I suspect this member */
+	VM_SOFT,	/* member -> coordinator: a collective stalled, restart it on a new epoch */
+	VM_KIND_MAX = VM_SOFT,
+};
+
+/* Payload: u8 kind, u8 0, u16 0, u32 target epoch, u64 ballot (WIRE_VIEW_MIN bytes), then
+ *   PROMISE  u64 accepted ballot, u32 collectives with results, u32 collectives started,
+ *            [value if accepted ballot]
+ *   ACCEPT, COMMIT  value
+ *   NACK     u64 promised ballot
+ *   SUSPECT  u32 rank, u32 incarnation
+ * A value: u32 epoch, u32 flags (bits 16.. joined count), u32 pending ops, u32 donor,
+ * u32 frontier, u32 count, then count x (u16 rank, u32 incarnation), ranks ascending. */
+#define OFF_KIND	  0u
+#define OFF_TARGET	  4u
+#define OFF_BALLOT	  8u
+#define VALUE_HEADER	  24u
+#define VALUE_ENTRY	  6u
+#define PROMISE_EXTRA	  16u
+#define VIEW_JOINED_SHIFT 16u
+
+_Static_assert(OFF_BALLOT + 8 == WIRE_VIEW_MIN, "view message header");
+_Static_assert(VALUE_HEADER + PROMISE_EXTRA + WIRE_VIEW_MIN <= KEEL_VIEW_MSG_OVERHEAD,
+	       "view overhead");
+
+static size_t align8(size_t v)
+{
+	return (v + 7) & ~(size_t)7;
+}
+
+size_t mb_view_bytes(uint32_t world)
+{
+	return align8((size_t)world / 8 + 1) + (size_t)world * sizeof(uint32_t);
+}
+
+uint32_t mb_ctrl_size(uint32_t world)
+{
+	size_t need = WIRE_HEADER_SIZE + KEEL_VIEW_MSG_OVERHEAD + (size_t)world * VALUE_ENTRY;
+	need = (need + 63) & ~(size_t)63;
+	return need < CTRL_BUF_MIN ? CTRL_BUF_MIN : (uint32_t)need;
+}
+
+static void view_carve(struct view *v, uint8_t **cursor, uint32_t world)
+{
+	v->bits = *cursor;
+	v->inc = (uint32_t *)(*cursor + align8((size_t)world / 8 + 1));
+	*cursor += mb_view_bytes(world);
+}
+
+void mb_carve(struct keel_node *n, uint8_t **cursor)
+{
+	struct view *views[] = {&n->view, &n->acc_value, &n->prop_best, &n->prop_value,
+				&n->scratch_view};
+	for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++)
+		view_carve(views[i], cursor, n->world);
+	n->rank_at = (uint32_t *)*cursor;
+	*cursor += align8((size_t)n->world * sizeof(uint32_t));
+	n->pos_of = (uint32_t *)*cursor;
+	*cursor += align8((size_t)n->world * sizeof(uint32_t));
+}
+
+static void view_clear(struct view *v, uint32_t world)
+{
+	v->epoch = v->count = v->flags = v->ops_resume = v->frontier = 0;
+	v->donor = UINT32_MAX;
+	memset(v->bits, 0, world / 8 + 1);
+	memset(v->inc, 0, (size_t)world * sizeof(uint32_t));
+}
+
+static void view_copy(struct view *dst, const struct view *src, uint32_t world)
+{
+	uint8_t *bits = dst->bits;
+	uint32_t *inc = dst->inc;
+	*dst = *src;
+	dst->bits = bits;
+	dst->inc = inc;
+	memcpy(dst->bits, src->bits, world / 8 + 1);
+	memcpy(dst->inc, src->inc, (size_t)world * sizeof(uint32_t));
+}
+
+static void view_add(struct view *v, uint32_t rank, uint32_t inc)
+{
+	if (!view_has(v, rank))
+		v->count++;
+	v->bits[rank / 8] |= (uint8_t)(1u << (rank % 8));
+	v->inc[rank] = inc;
+}
+
+static size_t value_encode(uint8_t *p, const struct view *v, uint32_t world)
+{
+	wire_put32(p, v->epoch);
+	wire_put32(p + 4, v->flags);
+	wire_put32(p + 8, v->ops_resume);
+	wire_put32(p + 12, v->donor);
+	wire_put32(p + 16, v->frontier);
+	wire_put32(p + 20, v->count);
+	size_t off = VALUE_HEADER;
+	for (uint32_t r = 0; r < world; r++) {
+		if (!view_has(v, r))
+			continue;
+		wire_put16(p + off, (uint16_t)r);
+		wire_put32(p + off + 2, v->inc[r]);
+		off += VALUE_ENTRY;
+	}
+	return off;
+}
+
+/* Decode and validate a value from the network: never trusted. */
+static bool value_decode(const uint8_t *p, size_t len, struct view *v, uint32_t world)
+{
+	if (len < VALUE_HEADER)
+		return false;
+	uint32_t count = wire_get32(p + 20);
+	if (count == 0 || count > world || len < VALUE_HEADER + (size_t)count * VALUE_ENTRY)
+		return false;
+	view_clear(v, world);
+	v->epoch = wire_get32(p);
+	v->flags = wire_get32(p + 4);
+	v->ops_resume = wire_get32(p + 8);
+	v->donor = wire_get32(p + 12);
+	v->frontier = wire_get32(p + 16);
+	int64_t prev = -1;
+	for (uint32_t i = 0; i < count; i++) {
+		const uint8_t *e = p + VALUE_HEADER + (size_t)i * VALUE_ENTRY;
+		uint32_t rank = wire_get16(e), inc = wire_get32(e + 2);
+		if (rank >= world || (int64_t)rank <= prev || inc == 0)
+			return false;
+		prev = rank;
+		view_add(v, rank, inc);
+	}
+	return v->epoch != 0 && (v->donor == UINT32_MAX || v->donor < world);
+}
+
+static void send_msg(struct keel_node *n, uint32_t peer, enum vmsg kind, uint32_t target,
+		     uint64_t ballot, const uint8_t *extra, size_t extra_len)
+{
+	uint8_t *p = n->msg_buf;
+	memset(p, 0, WIRE_VIEW_MIN);
+	p[OFF_KIND] = (uint8_t)kind;
+	wire_put32(p + OFF_TARGET, target);
+	wire_put64(p + OFF_BALLOT, ballot);
+	KEEL_ASSERT(WIRE_VIEW_MIN + extra_len + WIRE_HEADER_SIZE <= n->ctrl_size);
+	if (extra_len != 0)
+		memmove(p + WIRE_VIEW_MIN, extra, extra_len);
+	node_send_ctrl(n, peer, WIRE_VIEW, n->ops_done_local, p,
+		       (uint32_t)(WIRE_VIEW_MIN + extra_len));
+}
+
+/* Values go after the message header inside msg_buf itself. */
+static void send_value(struct keel_node *n, uint32_t peer, enum vmsg kind, uint32_t target,
+		       uint64_t ballot, const struct view *v)
+{
+	uint8_t *p = n->msg_buf + WIRE_VIEW_MIN;
+	size_t len = value_encode(p, v, n->world);
+	send_msg(n, peer, kind, target, ballot, p, len);
+}
+
+static void rebuild_positions(struct keel_node *n)
+{
+	uint32_t pos = 0;
+	for (uint32_t r = 0; r < n->world; r++) {
+		n->pos_of[r] = UINT32_MAX;
+		if (view_has(&n->view, r))
+			n->rank_at[pos] = r, n->pos_of[r] = pos++;
+	}
+	KEEL_ASSERT(pos == n->view.count);
+}
+
+void mb_init(struct keel_node *n)
+{
+	n->incarnation = n->cfg.incarnation;
+	struct view *v = &n->view;
+	view_clear(v, n->world);
+	view_clear(&n->acc_value, n->world);
+	if (!n->cfg.rejoin) {
+		v->epoch = 1;
+		for (uint32_t r = 0; r < n->world; r++)
+			view_add(v, r, r == n->self ? n->incarnation : 0);
+	}
+	n->epoch = v->epoch;
+	n->member = !n->cfg.rejoin;
+	n->donor = UINT32_MAX;
+	rebuild_positions(n);
+	for (uint32_t r = 0; r < n->world; r++)
+		if (r != n->self && !view_has(v, r))
+			n->peers[r].state = KEEL_PEER_DEAD;
+}
+
+static bool is_member(const struct keel_node *n, uint32_t rank)
+{
+	return view_has(&n->view, rank);
+}
+
+bool mb_is_coordinator(const struct keel_node *n)
+{
+	if (!n->member || n->noquorum)
+		return false;
+	for (uint32_t r = 0; r < n->self; r++)
+		if (is_member(n, r) && n->peers[r].state == KEEL_PEER_ALIVE)
+			return false;
+	return true;
+}
+
+static uint32_t coordinator(const struct keel_node *n)
+{
+	for (uint32_t r = 0; r < n->world; r++)
+		if (is_member(n, r) && (r == n->self || n->peers[r].state == KEEL_PEER_ALIVE))
+			return r;
+	return n->self;
+}
+
+/* ---- installing a view ---- */
+
+static void reset_peer_for_view(struct keel_node *n, uint32_t r, bool member_now)
+{
+	struct peer *p = &n->peers[r];
+	rel_peer_reset(n, r);
+	p->ops_done = 0;
+	p->suspect_report = false;
+	p->pr_promised = p->pr_accepted = false;
+	if (!member_now) {
+		if (p->state != KEEL_PEER_DEAD) {
+			p->state = KEEL_PEER_DEAD;
+			if (n->cfg.on_peer != NULL)
+				n->cfg.on_peer(n->cfg.on_peer_ctx, r, KEEL_PEER_DEAD, n->now_ns);
+		}
+		return;
+	}
+	if (p->state != KEEL_PEER_ALIVE) {
+		/* a member of the decided view answered its coordinator: listen to it afresh */
+		p->state = KEEL_PEER_ALIVE;
+		p->last_heard_ns = n->now_ns;
+		p->deaf_at_heard_ns = n->deaf_ns;
+		if (n->cfg.on_peer != NULL)
+			n->cfg.on_peer(n->cfg.on_peer_ctx, r, KEEL_PEER_ALIVE, n->now_ns);
+	}
+}
+
+static void install(struct keel_node *n, const struct view *v)
+{
+	bool was_member = n->member;
+	uint32_t old_epoch = n->view.epoch;
+	bool self_in = view_has(v, n->self) && v->inc[n->self] == n->incarnation;
+	view_copy(&n->view, v, n->world);
+	n->epoch = v->epoch;
+	rebuild_positions(n);
+	n->member = self_in;
+	n->joined_last = self_in && !was_member;
+	n->noquorum = false;
+	n->donor = v->donor;
+	n->joined_count = v->flags >> VIEW_JOINED_SHIFT;
+	n->acc_promised = n->acc_ballot = 0;
+	n->prop_phase = PROP_IDLE;
+	n->soft_fault = false;
+	for (uint32_t r = 0; r < n->world; r++)
+		if (r != n->self)
+			reset_peer_for_view(n, r, view_has(v, r));
+	fd_on_view(n);
+	coll_on_install(n, was_member && self_in && v->epoch == old_epoch + 1, v->frontier);
+	if (old_epoch != 0)
+		n->ctr.view_changes++;
+	if (n->cfg.on_view != NULL) {
+		struct keel_view kv;
+		int rc = keel_view_get(n, &kv, NULL, 0);
+		KEEL_ASSERT(rc == 0);
+		n->cfg.on_view(n->cfg.on_view_ctx, &kv, n->rank_at, n->now_ns);
+	}
+}
+
+/* ---- the coordinator's round ---- */
+
+static void start_prepare(struct keel_node *n)
+{
+	for (uint32_t r = 0; r < n->world; r++)
+		n->peers[r].suspect_report = false; /* reports are renewed while they hold */
+	n->prop_round++;
+	n->prop_ballot = ((uint64_t)n->prop_round << 16) | n->self;
+	n->prop_phase = PROP_PREPARE;
+	n->prop_started_ns = n->prop_sent_ns = n->now_ns;
+	n->prop_best_ballot = 0;
+	n->ctr.view_proposals++;
+	for (uint32_t r = 0; r < n->world; r++)
+		n->peers[r].pr_promised = n->peers[r].pr_accepted = false;
+	/* this node is an acceptor too */
+	if (n->prop_ballot > n->acc_promised) {
+		n->acc_promised = n->prop_ballot;
+		struct peer *me = &n->peers[n->self];
+		me->pr_promised = true;
+		me->pr_done = coll_done_count(n);
+		me->pr_ops_pending = coll_pending(n);
+		if (n->acc_ballot != 0) {
+			view_copy(&n->prop_best, &n->acc_value, n->world);
+			n->prop_best_ballot = n->acc_ballot;
+		}
+	}
+	for (uint32_t r = 0; r < n->world; r++)
+		if (r != n->self && is_member(n, r))
+			send_msg(n, r, VM_PREPARE, n->view.epoch + 1, n->prop_ballot, NULL, 0);
+}
+
+static bool recently_heard(const struct keel_node *n, const struct peer *p)
+{
+	uint64_t window = (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns;
+	return p->inc != 0 && n->now_ns - p->last_heard_ns <= window;
+}
+
+/* A peer that asks to be admitted (its heartbeats say so, lately): not a member, or a
+ * member's new incarnation. */
+static bool is_joiner(const struct keel_node *n, uint32_t r)
+{
+	const struct peer *p = &n->peers[r];
+	if (r == n->self || !p->joining || !recently_heard(n, p))
+		return false;
+	if (!is_member(n, r))
+		return true;
+	return n->view.inc[r] != 0 && p->inc > n->view.inc[r];
+}
+
+/* The value this coordinator proposes when no member had accepted one: the members that
+ * answered, plus the peers asking to join. */
+static void build_value(struct keel_node *n)
+{
+	struct view *v = &n->prop_value;
+	view_clear(v, n->world);
+	v->epoch = n->view.epoch + 1;
+	v->frontier = UINT32_MAX;
+	uint32_t joined = 0, pending = 0;
+	for (uint32_t r = 0; r < n->world; r++) {
+		const struct peer *p = &n->peers[r];
+		if (is_member(n, r) && p->pr_promised && !(r != n->self && is_joiner(n, r))) {
+			uint32_t inc = r == n->self ? n->incarnation : n->view.inc[r];
+			view_add(v, r, inc != 0 ? inc : p->inc);
+			/* complete everywhere: what the member with the fewest results has */
+			if (p->pr_done < v->frontier)
+				v->frontier = p->pr_done;
+			if (p->pr_ops_pending > pending)
+				pending = p->pr_ops_pending;
+			if (v->donor == UINT32_MAX)
+				v->donor = r;
+		} else if (is_joiner(n, r) && joined < (1u << 15)) {
+			view_add(v, r, p->inc);
+			joined++;
+		}
+	}
+	if (v->frontier == UINT32_MAX)
+		v->frontier = 0;
+	v->ops_resume = pending > v->frontier ? pending - v->frontier : 0;
+	v->flags = joined << VIEW_JOINED_SHIFT;
+}
+
+static uint32_t count_flag(const struct keel_node *n, bool accepted)
+{
+	uint32_t c = 0;
+	for (uint32_t r = 0; r < n->world; r++)
+		if (is_member(n, r) &&
+		    (accepted ? n->peers[r].pr_accepted : n->peers[r].pr_promised))
+			c++;
+	return c;
+}
+
+static void start_accept(struct keel_node *n)
+{
+	if (n->prop_best_ballot != 0) {
+		view_copy(&n->prop_value, &n->prop_best, n->world); /* Paxos: adopt it */
+	} else {
+		/* Even a false alarm (everybody answered) ends in a new epoch: the members have
+		 * promised, and hold back results until a view says which stand. */
+		build_value(n);
+	}
+	n->prop_phase = PROP_ACCEPT;
+	n->prop_sent_ns = n->now_ns;
+	if (n->prop_ballot >= n->acc_promised) {
+		n->acc_promised = n->acc_ballot = n->prop_ballot;
+		view_copy(&n->acc_value, &n->prop_value, n->world);
+		n->peers[n->self].pr_accepted = true;
+	}
+	for (uint32_t r = 0; r < n->world; r++)
+		if (r != n->self && is_member(n, r))
+			send_value(n, r, VM_ACCEPT, n->prop_value.epoch, n->prop_ballot,
+				   &n->prop_value);
+}
+
+static void decide(struct keel_node *n)
+{
+	/* Everyone of the old view and of the new hears the decision; stragglers catch up from
+	 * heartbeats later. */
+	view_copy(&n->scratch_view, &n->prop_value, n->world);
+	for (uint32_t r = 0; r < n->world; r++)
+		if (r != n->self && (is_member(n, r) || view_has(&n->scratch_view, r)))
+			send_value(n, r, VM_COMMIT, n->scratch_view.epoch, 0, &n->scratch_view);
+	install(n, &n->scratch_view);
+}
+
+static void prepare_check(struct keel_node *n)
+{
+	uint32_t promised = count_flag(n, false);
+	if (promised * 2 <= n->view.count)
+		return;
+	bool waiting = false;
+	for (uint32_t r = 0; r < n->world; r++)
+		if (r != n->self && is_member(n, r) && !n->peers[r].pr_promised &&
+		    n->peers[r].state == KEEL_PEER_ALIVE)
+			waiting = true;
+	if (!waiting || n->now_ns - n->prop_started_ns >= n->cfg.view_timeout_ns)
+		start_accept(n);
+}
+
+static void accept_check(struct keel_node *n)
+{
+	if (count_flag(n, true) * 2 > n->view.count)
+		decide(n);
+}
+
+/* Resend what is unanswered once a heartbeat interval; start over with a higher ballot when
+ * a round stalls for view_timeout_ns. */
+static void proposer_tick(struct keel_node *n)
+{
+	if (n->now_ns - n->prop_started_ns >= 2 * n->cfg.view_timeout_ns) {
+		start_prepare(n);
+		return;
+	}
+	if (n->prop_phase == PROP_PREPARE)
+		prepare_check(n);
+	else
+		accept_check(n);
+	if (n->prop_phase == PROP_IDLE || n->now_ns - n->prop_sent_ns < n->cfg.heartbeat_ns)
+		return;
+	n->prop_sent_ns = n->now_ns;
+	for (uint32_t r = 0; r < n->world; r++) {
+		const struct peer *p = &n->peers[r];
+		if (r == n->self || !is_member(n, r))
+			continue;
+		if (n->prop_phase == PROP_PREPARE && !p->pr_promised)
+			send_msg(n, r, VM_PREPARE, n->view.epoch + 1, n->prop_ballot, NULL, 0);
+		else if (n->prop_phase == PROP_ACCEPT && !p->pr_accepted)
+			send_value(n, r, VM_ACCEPT, n->prop_value.epoch, n->prop_ballot,
+				   &n->prop_value);
+	}
+}
+
+static bool change_needed(const struct keel_node *n)
+{
+	if (n->soft_fault)
+		return true;
+	for (uint32_t r = 0; r < n->world; r++) {
+		const struct peer *p = &n->peers[r];
+		if (r == n->self)
+			continue;
+		if (is_member(n, r) && (p->state != KEEL_PEER_ALIVE || p->suspect_report))
+			return true;
+		if (is_joiner(n, r))
+			return true;
+	}
+	return false;
+}
+
+/* ---- each poll ---- */
+
+static void check_quorum(struct keel_node *n)
+{
+	uint32_t alive = 0;
+	for (uint32_t r = 0; r < n->world; r++)
+		if (is_member(n, r) && (r == n->self || n->peers[r].state == KEEL_PEER_ALIVE))
+			alive++;
+	bool lost = alive * 2 <= n->view.count;
+	if (lost && !n->noquorum)
+		n->ctr.noquorum_entries++;
+	n->noquorum = lost;
+}
+
+/* A member that is not the coordinator tells it what it sees, once an interval. */
+static void report_to_coordinator(struct keel_node *n)
+{
+	if (n->now_ns - n->report_ns < n->cfg.heartbeat_ns)
+		return;
+	uint32_t c = coordinator(n);
+	if (c == n->self)
+		return;
+	bool sent = false;
+	for (uint32_t r = 0; r < n->world; r++) {
+		const struct peer *p = &n->peers[r];
+		if (r == n->self || !is_member(n, r) || p->state == KEEL_PEER_ALIVE)
+			continue;
+		uint8_t extra[8];
+		wire_put32(extra, r);
+		wire_put32(extra + 4, n->view.inc[r]);
+		send_msg(n, c, VM_SUSPECT, n->view.epoch, 0, extra, sizeof(extra));
+		sent = true;
+	}
+	if (n->soft_fault) {
+		send_msg(n, c, VM_SOFT, n->view.epoch, 0, NULL, 0);
+		sent = true;
+	}
+	if (sent)
+		n->report_ns = n->now_ns;
+}
+
+void mb_poll(struct keel_node *n)
+{
+	if (!n->member)
+		return; /* joining: heartbeats ask for admission, a commit brings it */
+	check_quorum(n);
+	if (n->noquorum) {
+		n->prop_phase = PROP_IDLE;
+		return;
+	}
+	if (!mb_is_coordinator(n)) {
+		n->prop_phase = PROP_IDLE;
+		report_to_coordinator(n);
+		return;
+	}
+	if (n->prop_phase == PROP_IDLE && change_needed(n))
+		start_prepare(n);
+	if (n->prop_phase != PROP_IDLE)
+		proposer_tick(n);
+}
+
+uint64_t mb_next_deadline(const struct keel_node *n)
+{
+	if (n->prop_phase == PROP_IDLE)
+		return UINT64_MAX;
+	uint64_t a = n->prop_sent_ns + n->cfg.heartbeat_ns;
+	uint64_t b = n->prop_started_ns + n->cfg.view_timeout_ns;
+	return a < b ? a : b;
+}
+
+void mb_request_bump(struct keel_node *n)
+{
+	n->soft_fault = true;
+}
+
+/* ---- heartbeats ---- */
+
+bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heartbeat *hb,
+		     uint32_t epoch)
+{
+	struct peer *p = &n->peers[peer];
+	bool same_life = true;
+	if (hb->incarnation > p->inc)
+		p->inc = hb->incarnation;
+	p->hb_epoch = epoch;
+	p->joining = (hb->flags & WIRE_HB_JOINING) != 0;
+	if (is_member(n, peer)) {
+		if (n->view.inc[peer] == 0 && !p->joining)
+			n->view.inc[peer] =
+			    hb->incarnation; /* first view: learnt at first contact */
+		if (n->view.inc[peer] != 0 && hb->incarnation > n->view.inc[peer]) {
+			same_life = false;
+			if (p->state == KEEL_PEER_ALIVE)
+				fd_suspect(n, peer); /* it restarted: its old life is over */
+		}
+	}
+	/* It is behind: send it the current view (once an interval). */
+	if (n->member && seq_before(epoch, n->epoch) &&
+	    n->now_ns - p->catchup_ns >= n->cfg.heartbeat_ns) {
+		p->catchup_ns = n->now_ns;
+		send_value(n, peer, VM_COMMIT, n->view.epoch, 0, &n->view);
+	}
+	return same_life;
+}
+
+/* ---- messages ---- */
+
+static void on_prepare(struct keel_node *n, uint32_t peer, uint32_t target, uint64_t ballot)
+{
+	if (ballot > n->acc_promised) {
+		n->acc_promised = ballot;
+		uint8_t *extra = n->msg_buf + WIRE_VIEW_MIN;
+		wire_put64(extra, n->acc_ballot);
+		wire_put32(extra + 8, coll_done_count(n));
+		wire_put32(extra + 12, coll_pending(n));
+		size_t len = PROMISE_EXTRA;
+		if (n->acc_ballot != 0)
+			len += value_encode(extra + PROMISE_EXTRA, &n->acc_value, n->world);
+		send_msg(n, peer, VM_PROMISE, target, ballot, extra, len);
+	} else {
+		uint8_t extra[8];
+		wire_put64(extra, n->acc_promised);
+		send_msg(n, peer, VM_NACK, target, ballot, extra, sizeof(extra));
+	}
+}
+
+static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, const uint8_t *x,
+		       size_t len)
+{
+	if (n->prop_phase != PROP_PREPARE || ballot != n->prop_ballot || len < PROMISE_EXTRA) {
+		n->ctr.drop_view += len < PROMISE_EXTRA;
+		return;
+	}
+	uint64_t acc_ballot = wire_get64(x);
+	if (acc_ballot != 0) {
+		if (!value_decode(x + PROMISE_EXTRA, len - PROMISE_EXTRA, &n->scratch_view,
+				  n->world) ||
+		    n->scratch_view.epoch != n->view.epoch + 1) {
+			n->ctr.drop_view++;
+			return;
+		}
+		if (acc_ballot > n->prop_best_ballot) {
+			view_copy(&n->prop_best, &n->scratch_view, n->world);
+			n->prop_best_ballot = acc_ballot;
+		}
+	}
+	struct peer *p = &n->peers[peer];
+	p->pr_promised = true;
+	p->pr_done = wire_get32(x + 8);
+	p->pr_ops_pending = wire_get32(x + 12);
+	prepare_check(n);
+}
+
+static void on_accept(struct keel_node *n, uint32_t peer, uint32_t target, uint64_t ballot,
+		      const uint8_t *x, size_t len)
+{
+	if (ballot < n->acc_promised) {
+		uint8_t extra[8];
+		wire_put64(extra, n->acc_promised);
+		send_msg(n, peer, VM_NACK, target, ballot, extra, sizeof(extra));
+		return;
+	}
+	if (!value_decode(x, len, &n->scratch_view, n->world) || n->scratch_view.epoch != target) {
+		n->ctr.drop_view++;
+		return;
+	}
+	n->acc_promised = n->acc_ballot = ballot;
+	view_copy(&n->acc_value, &n->scratch_view, n->world);
+	send_msg(n, peer, VM_ACCEPTED, target, ballot, NULL, 0);
+}
+
+static void on_commit(struct keel_node *n, uint32_t target, const uint8_t *x, size_t len)
+{
+	if (!seq_before(n->view.epoch, target))
+		return; /* known already */
+	if (!value_decode(x, len, &n->scratch_view, n->world) || n->scratch_view.epoch != target) {
+		n->ctr.drop_view++;
+		return;
+	}
+	install(n, &n->scratch_view);
+}
+
+/* Messages for the round on epoch view.epoch + 1, from members of our view. */
+static void on_round_msg(struct keel_node *n, uint32_t peer, enum vmsg kind, uint32_t target,
+			 uint64_t ballot, const uint8_t *x, size_t len)
+{
+	if (!n->member || !is_member(n, peer)) {
+		n->ctr.drop_view++;
+		return;
+	}
+	if (seq_before(target, n->view.epoch + 1)) {
+		/* a coordinator behind us: bring it up to date */
+		if (kind == VM_PREPARE || kind == VM_ACCEPT)
+			send_value(n, peer, VM_COMMIT, n->view.epoch, 0, &n->view);
+		return;
+	}
+	if (target != n->view.epoch + 1)
+		return; /* we are behind: a heartbeat's catch-up will come */
+	switch (kind) {
+	case VM_PREPARE:
+		on_prepare(n, peer, target, ballot);
+		break;
+	case VM_PROMISE:
+		on_promise(n, peer, ballot, x, len);
+		break;
+	case VM_ACCEPT:
+		on_accept(n, peer, target, ballot, x, len);
+		break;
+	case VM_ACCEPTED:
+		if (n->prop_phase == PROP_ACCEPT && ballot == n->prop_ballot) {
+			n->peers[peer].pr_accepted = true;
+			accept_check(n);
+		}
+		break;
+	case VM_NACK:
+		if (len >= 8 && n->prop_phase != PROP_IDLE && ballot == n->prop_ballot) {
+			uint32_t round = (uint32_t)(wire_get64(x) >> 16);
+			if (round >= n->prop_round)
+				n->prop_round = round; /* the next try outbids it */
+			n->prop_started_ns = n->now_ns - 2 * n->cfg.view_timeout_ns;
+		}
+		break;
+	default:
+		break;
+	}
+}
+
+void mb_on_view_msg(struct keel_node *n, uint32_t peer, const struct wire_header *h,
+		    const uint8_t *payload)
+{
+	(void)h;
+	size_t len = h->payload_len;
+	enum vmsg kind = (enum vmsg)payload[OFF_KIND];
+	uint32_t target = wire_get32(payload + OFF_TARGET);
+	uint64_t ballot = wire_get64(payload + OFF_BALLOT);
+	const uint8_t *x = payload + WIRE_VIEW_MIN;
+	size_t xlen = len - WIRE_VIEW_MIN;
+	if (kind < VM_PREPARE || kind > VM_KIND_MAX || payload[1] != 0 || payload[2] != 0 ||
+	    payload[3] != 0) {
+		n->ctr.drop_view++;
+		return;
+	}
+	if (kind == VM_COMMIT) {
+		on_commit(n, target, x, xlen);
+		return;
+	}
+	if (kind == VM_SUSPECT || kind == VM_SOFT) {
+		if (!mb_is_coordinator(n) || !is_member(n, peer) || target != n->view.epoch)
+			return;
+		if (kind == VM_SOFT) {
+			n->soft_fault = true;
+		} else if (xlen >= 8 && wire_get32(x) < n->world && is_member(n, wire_get32(x))) {
+			n->peers[wire_get32(x)].suspect_report = true;
+		} else {
+			n->ctr.drop_view++;
+		}
+		return;
+	}
+	on_round_msg(n, peer, kind, target, ballot, x, xlen);
+}

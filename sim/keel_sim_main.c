@@ -1,0 +1,232 @@
+/* keel-sim: runs keel nodes as SimGrid actors on a modelled cluster, injects failures and
+ * prints what they cost. Each run (one per --sweep value) is a child process, because a
+ * SimGrid engine runs once per process; the parent prints the rows in order. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sim_int.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: keel-sim [--cluster 48xH100:ib,16xA100:eth | --platform FILE.xml]\n"
+		"  [--mode train|heartbeat|allreduce] [--horizon 60s] [--ranks N] [--seed N]\n"
+		"  [--heartbeat 1ms] [--miss-limit 3] [--window 16] [--mtu 8972] [--algo ring]\n"
+		"  [--model 1.3B] [--batch 512] [--mfu 0.4] [--ckpt-every 100] [--ckpt-bw 2e9]\n"
+		"  [--recovery keel|restart|timeout[=600s]] [--restart 60s] [--grad-scale N]\n"
+		"  [--fail T:HOST] [--recover T:HOST] [--slow T:HOST:FACTOR] [--link-off T:LINK]\n"
+		"  [--link-on T:LINK] [--cut T:A:B] [--mtbf 1h] [--chaos loss=0.01,seed=3]\n"
+		"  [--bytes 4M --repeat 5] [--check 1] [--scenario FILE]\n"
+		"  [--sweep KEY=V1,V2,...] [--format table|csv|json] [--progress]\n"
+		"  [--write-platform FILE] [--list-models] [--cfg=simgrid/option:value ...]\n"
+		"Cluster items: COUNTxGPU[:FABRIC][/GPUS_PER_NODE] (8 per node by default).\n");
+}
+
+/* SimGrid options keel-sim always sets (a user --cfg after them wins):
+ * CM02 is latency + size/bandwidth with max-min sharing (the default LV08 multiplies
+ * latencies by ~13.01 to fit TCP's slow start); cross-traffic off (no modelled TCP acks). */
+static const char *const sg_defaults[] = {
+    "--cfg=network/model:CM02",
+    "--cfg=network/crosstraffic:0",
+    "--cfg=contexts/stack-size:256",
+    "--log=root.thres:critical",
+};
+
+#define ARGS_MAX 64
+
+static int run_child(const struct sim_scenario *s, int fd, char **sg_args, int sg_count)
+{
+	char *argv[ARGS_MAX + 8];
+	int argc = 0;
+	struct sim_result r;
+	char err[512] = "";
+
+	argv[argc++] = "keel-sim";
+	for (size_t i = 0; i < sizeof(sg_defaults) / sizeof(sg_defaults[0]); i++)
+		argv[argc++] = (char *)sg_defaults[i];
+	for (int i = 0; i < sg_count; i++)
+		argv[argc++] = sg_args[i];
+	argv[argc] = NULL;
+	memset(&r, 0, sizeof(r));
+	int rc = sim_run(s, &r, &argc, argv, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "keel-sim: %s\n", err);
+		return 2;
+	}
+	fprintf(stderr,
+		"keel-sim: %u ranks, %.1f simulated s in %.2f s wall, %llu messages "
+		"(%.0f per wall s), peak RSS %ld MiB\n",
+		r.ranks, r.sim_s, r.wall_s, (unsigned long long)r.messages,
+		r.wall_s > 0 ? (double)r.messages / r.wall_s : 0, r.rss_kb / 1024);
+	return write(fd, &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 3;
+}
+
+static int run_one(const struct sim_scenario *s, struct sim_result *r, char **sg_args, int sg_count)
+{
+	int p[2], status = 0;
+	if (pipe(p) != 0)
+		return -errno;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		close(p[0]);
+		_exit(run_child(s, p[1], sg_args, sg_count));
+	}
+	close(p[1]);
+	ssize_t got = read(p[0], r, sizeof(*r));
+	close(p[0]);
+	waitpid(pid, &status, 0);
+	if (got != (ssize_t)sizeof(*r) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		return -EIO;
+	return 0;
+}
+
+static void allreduce_row(const struct sim_scenario *s, const struct sim_result *r, const char *fmt)
+{
+	double err = r->allreduce_model_s > 0 ? r->allreduce_s / r->allreduce_model_s - 1 : 0;
+	if (strcmp(fmt, "table") == 0)
+		printf(
+		    "allreduce: %u ranks, %llu bytes: keel %.9f s, ring model %.9f s (%+.1f %%); "
+		    "alpha %.3e s, beta %.4e B/s; %llu ops, %llu wrong, %llu failed\n",
+		    r->ranks, (unsigned long long)s->allreduce_bytes, r->allreduce_s,
+		    r->allreduce_model_s, err * 100, r->alpha_s, r->beta_Bps,
+		    (unsigned long long)r->allreduce_ops, (unsigned long long)r->allreduce_wrong,
+		    (unsigned long long)r->allreduce_failed);
+}
+
+int main(int argc, char **argv)
+{
+	struct sim_scenario s;
+	char err[512] = "", *sg_args[ARGS_MAX], *sweep = NULL;
+	const char *fmt = "table", *write_platform = NULL;
+	int sg_count = 0;
+
+	sim_scenario_default(&s);
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		char key[64];
+		const char *val;
+		if (strncmp(a, "--cfg=", 6) == 0 || strncmp(a, "--log=", 6) == 0) {
+			if (sg_count == ARGS_MAX)
+				return 2;
+			sg_args[sg_count++] = argv[i];
+			continue;
+		}
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			usage(stdout);
+			return 0;
+		}
+		if (strcmp(a, "--list-models") == 0) {
+			sim_models_print(stdout);
+			return 0;
+		}
+		if (strcmp(a, "--progress") == 0) {
+			s.progress = true;
+			continue;
+		}
+		if (strncmp(a, "--", 2) != 0) {
+			fprintf(stderr, "keel-sim: unexpected argument '%s'\n", a);
+			usage(stderr);
+			return 2;
+		}
+		const char *eq = strchr(a, '=');
+		size_t klen = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+		if (klen >= sizeof(key))
+			klen = sizeof(key) - 1;
+		memcpy(key, a + 2, klen);
+		key[klen] = '\0';
+		if (eq != NULL)
+			val = eq + 1;
+		else if (i + 1 < argc)
+			val = argv[++i];
+		else {
+			fprintf(stderr, "keel-sim: --%s needs a value\n", key);
+			return 2;
+		}
+		int rc = 0;
+		if (strcmp(key, "format") == 0) {
+			fmt = val;
+			rc = strcmp(val, "table") && strcmp(val, "csv") && strcmp(val, "json");
+			snprintf(err, sizeof(err), "format '%s': table, csv or json", val);
+		} else if (strcmp(key, "sweep") == 0) {
+			sweep = strdup(val);
+		} else if (strcmp(key, "write-platform") == 0) {
+			write_platform = val;
+		} else if (strcmp(key, "scenario") == 0) {
+			rc = sim_scenario_load(&s, val, err, sizeof(err));
+		} else {
+			rc = sim_scenario_set(&s, key, val, err, sizeof(err));
+		}
+		if (rc != 0) {
+			fprintf(stderr, "keel-sim: %s\n", err);
+			return 2;
+		}
+	}
+	if (s.cluster_spec[0] == '\0' && s.platform_file[0] == '\0')
+		snprintf(s.cluster_spec, sizeof(s.cluster_spec), "8xH100:ib");
+	if (write_platform != NULL) {
+		struct sim_cluster c;
+		FILE *f = fopen(write_platform, "w");
+		if (s.cluster_spec[0] == '\0' || f == NULL ||
+		    sim_cluster_parse(s.cluster_spec, &c, err, sizeof(err)) != 0 ||
+		    sim_cluster_write_xml(&c, f) != 0) {
+			fprintf(stderr, "keel-sim: cannot write platform '%s' %s\n", write_platform,
+				err);
+			return 2;
+		}
+		fclose(f);
+		return 0;
+	}
+
+	/* --sweep key=v1,v2: one run per value, every other knob as given. */
+	char *key = NULL, *vals = NULL;
+	if (sweep != NULL) {
+		char *eq = strchr(sweep, '=');
+		if (eq == NULL) {
+			fprintf(stderr, "keel-sim: --sweep KEY=V1,V2,...\n");
+			return 2;
+		}
+		*eq = '\0';
+		key = sweep;
+		vals = eq + 1;
+	}
+	char *save = NULL;
+	char *v = vals != NULL ? strtok_r(vals, ",", &save) : NULL;
+	char *next = v != NULL ? strtok_r(NULL, ",", &save) : NULL;
+	bool first = true;
+	int failed = 0;
+	if (strcmp(s.mode, "allreduce") != 0)
+		sim_report_header(stdout, fmt, key);
+	do {
+		struct sim_scenario run = s;
+		struct sim_result r;
+		if (v != NULL && sim_scenario_set(&run, key, v, err, sizeof(err)) != 0) {
+			fprintf(stderr, "keel-sim: --sweep: %s\n", err);
+			return 2;
+		}
+		if (run_one(&run, &r, sg_args, sg_count) != 0) {
+			failed = 1;
+			break;
+		}
+		if (r.deadlock)
+			fprintf(stderr,
+				"keel-sim: the simulation deadlocked (a node never ended)\n");
+		failed |= r.deadlock;
+		if (strcmp(run.mode, "allreduce") == 0)
+			allreduce_row(&run, &r, fmt);
+		else
+			sim_report_row(stdout, fmt, key, v, &r, first, next == NULL);
+		fflush(stdout);
+		first = false;
+		v = next;
+		next = v != NULL ? strtok_r(NULL, ",", &save) : NULL;
+	} while (v != NULL);
+	free(sweep);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,103 @@
+/* keel-sim output: one row per run as a table, CSV or JSON. Only simulated quantities are
+ * printed (wall time and memory go to stderr), so the same seed prints the same bytes. */
+#include <stdio.h>
+#include <string.h>
+
+#include "sim_int.h"
+
+static void costs(const struct sim_result *r, double c[6])
+{
+	memset(c, 0, 6 * sizeof(double));
+	for (uint32_t i = 0; i < r->failure_count; i++) {
+		c[0] += r->failures[i].detect_s;
+		c[1] += r->failures[i].view_s;
+		c[2] += r->failures[i].repartition_s;
+		c[3] += r->failures[i].restart_s;
+		c[4] += r->failures[i].rollback_s;
+		c[5] += r->failures[i].redo_s;
+	}
+}
+
+void sim_report_header(FILE *f, const char *format, const char *sweep_key)
+{
+	const char *k = sweep_key != NULL ? sweep_key : "run";
+	if (strcmp(format, "csv") == 0)
+		fprintf(f,
+			"%s,ranks,sim_s,steps,samples_per_s,step_s,goodput,failures,"
+			"lost_detect_s,lost_view_s,lost_repartition_s,lost_restart_s,"
+			"lost_rollback_s,lost_redo_s,detect_n,detect_p50_s,detect_p99_s,"
+			"detect_max_s,detect_bound_s,detect_late,undetected,false_suspicions,"
+			"views_agree,view_epochs,allreduce_ops,allreduce_wrong,allreduce_failed,"
+			"allreduce_s,allreduce_model_s,messages,bytes,rx_drops\n",
+			k);
+	else if (strcmp(format, "json") == 0)
+		fprintf(f, "[\n");
+	else
+		fprintf(f,
+			"%-10s %5s %7s %6s %9s %8s %7s %4s %9s %9s %9s %9s %9s %8s %8s %5s %5s "
+			"%10s\n",
+			k, "ranks", "sim_s", "steps", "samples/s", "step_s", "goodput", "fail",
+			"detect_s", "view_s", "restart_s", "rollbk_s", "det_p50", "det_p99",
+			"det_max", "views", "fsusp", "messages");
+}
+
+void sim_report_row(FILE *f, const char *format, const char *sweep_key, const char *sweep_val,
+		    const struct sim_result *r, bool first, bool last)
+{
+	double c[6];
+	const char *v = sweep_val != NULL ? sweep_val : "1";
+	costs(r, c);
+	if (strcmp(format, "csv") == 0) {
+		fprintf(f,
+			"%s,%u,%.6f,%llu,%.3f,%.6f,%.4f,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%u,%.9f,"
+			"%.9f,%.9f,%.9f,%llu,%llu,%llu,%s,%u,%llu,%llu,%llu,%.9f,%.9f,%llu,%llu,"
+			"%llu\n",
+			v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
+			r->step_s, r->goodput, r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5],
+			r->detect_count, r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
+			r->detect_bound_s, (unsigned long long)r->detect_late,
+			(unsigned long long)r->undetected, (unsigned long long)r->false_suspicions,
+			r->views_agree ? "yes" : "no", r->view_epochs,
+			(unsigned long long)r->allreduce_ops,
+			(unsigned long long)r->allreduce_wrong,
+			(unsigned long long)r->allreduce_failed, r->allreduce_s,
+			r->allreduce_model_s, (unsigned long long)r->messages,
+			(unsigned long long)r->bytes, (unsigned long long)r->rx_queue_drops);
+	} else if (strcmp(format, "json") == 0) {
+		(void)first;
+		fprintf(
+		    f,
+		    "  {\"%s\": \"%s\", \"ranks\": %u, \"sim_s\": %.6f, \"steps\": %llu, "
+		    "\"samples_per_s\": %.3f, \"step_s\": %.6f, \"goodput\": %.4f, "
+		    "\"failures\": %u, \"lost_s\": {\"detect\": %.6f, \"view_change\": %.6f, "
+		    "\"repartition\": %.6f, \"restart\": %.6f, \"rollback\": %.6f, \"redo\": "
+		    "%.6f}, \"detect\": {\"n\": %u, \"p50_s\": %.9f, \"p99_s\": %.9f, "
+		    "\"max_s\": %.9f, \"bound_s\": %.9f, \"late\": %llu, \"undetected\": %llu}, "
+		    "\"false_suspicions\": %llu, \"views_agree\": %s, \"view_epochs\": %u, "
+		    "\"allreduce\": {\"ops\": %llu, \"wrong\": %llu, \"failed\": %llu, \"mean_s\": "
+		    "%.9f, \"model_s\": %.9f}, \"messages\": %llu, \"bytes\": %llu, "
+		    "\"rx_drops\": %llu}%s\n",
+		    sweep_key != NULL ? sweep_key : "run", v, r->ranks, r->sim_s,
+		    (unsigned long long)r->steps, r->samples_per_s, r->step_s, r->goodput,
+		    r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5], r->detect_count,
+		    r->detect_p50_s, r->detect_p99_s, r->detect_max_s, r->detect_bound_s,
+		    (unsigned long long)r->detect_late, (unsigned long long)r->undetected,
+		    (unsigned long long)r->false_suspicions, r->views_agree ? "true" : "false",
+		    r->view_epochs, (unsigned long long)r->allreduce_ops,
+		    (unsigned long long)r->allreduce_wrong, (unsigned long long)r->allreduce_failed,
+		    r->allreduce_s, r->allreduce_model_s, (unsigned long long)r->messages,
+		    (unsigned long long)r->bytes, (unsigned long long)r->rx_queue_drops,
+		    last ? "" : ",");
+		if (last)
+			fprintf(f, "]\n");
+	} else {
+		fprintf(f,
+			"%-10s %5u %7.2f %6llu %9.1f %8.4f %7.4f %4u %9.6f %9.6f %9.1f %9.1f "
+			"%9.6f %8.6f %8.6f %5s %5llu %10llu\n",
+			v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
+			r->step_s, r->goodput, r->failure_count, c[0], c[1], c[3], c[4],
+			r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
+			r->views_agree ? "agree" : "DIFF", (unsigned long long)r->false_suspicions,
+			(unsigned long long)r->messages);
+	}
+}

@@ -1,0 +1,997 @@
+/* The scenario runner: one SimGrid actor per keel node (plus its receiver and a compute
+ * worker), a controller that injects faults, and the measurements keel-sim reports.
+ * The nodes are the real runtime (libkeel.a) on memory allocated here; nothing of the protocol
+ * is reimplemented. Membership: until the core installs views after a failure, survivors meet
+ * at an oracle barrier (RECOVERY below) and restart their nodes on the surviving set. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <simgrid/actor.h>
+#include <simgrid/engine.h>
+#include <simgrid/host.h>
+#include <simgrid/link.h>
+#include <simgrid/semaphore.h>
+
+#include "keel/transport_chaos.h"
+#include "refcheck.h"
+#include "sim_int.h"
+
+#define NODE_STACK_BYTES (256 * 1024)
+/* Polls in a row that ask to be called again at once; far beyond any real backlog. */
+#define SPIN_LIMIT 10000000u
+#define RECOVER	   1 /* poll_until: a new generation was installed */
+
+struct node {
+	uint32_t e; /* endpoint = host index */
+	bool alive, done;
+	/* the keel node of the current generation */
+	uint32_t gen, rank, world;
+	void *arena, *tp_mem, *chaos_mem;
+	size_t arena_len;
+	struct keel_node *kn;
+	struct keel_transport *tp, *chaos;
+	double *suspect_s; /* [endpoints]: first suspicion of each endpoint this generation */
+	/* compute worker */
+	sg_sem_t work_sem;
+	double work_flops;
+	bool work_busy;
+	double slow;
+	/* accumulated counters of finished generations */
+	uint64_t false_suspicions;
+	uint64_t ar_ops, ar_wrong, ar_failed;
+	uint8_t *in, *out, *ref;
+	size_t buf_count;
+};
+
+struct failure_rec {
+	double at_s;
+	uint32_t host;
+	uint32_t gen; /* generation it hit */
+	double first_arrive_s, release_s, step_start_s;
+	uint64_t steps_lost;
+};
+
+static struct {
+	const struct sim_scenario *s;
+	struct sim_result *r;
+	struct sim_net *net;
+	sg_host_t *hosts;
+	uint32_t n; /* endpoints = ranks */
+	struct node *nodes;
+	/* the current generation (oracle membership) */
+	uint32_t gen;
+	uint32_t *map; /* rank -> endpoint */
+	uint32_t members;
+	uint64_t view_sig;
+	/* recovery barrier */
+	uint32_t arrived;
+	bool pending;
+	double restart_until_s;
+	/* training progress */
+	uint64_t steps, ckpt_steps;
+	double step_time_sum;
+	uint64_t step_time_count;
+	double last_step_end_s;
+	/* failures */
+	struct failure_rec fail[SIM_FAILURES_MAX];
+	uint32_t fail_count;
+	double *detect; /* detection samples */
+	uint32_t detect_count, detect_cap;
+	double max_lat_s;
+	double horizon_s;
+	struct sim_fault *faults;
+	uint32_t fault_n;
+	uint32_t scale; /* each data datagram stands for this many */
+	uint32_t window, mtu;
+} W;
+
+static uint64_t ns_of(double s)
+{
+	return (uint64_t)llround(s * 1e9);
+}
+
+/* ---- membership stand-in ---- */
+
+static uint64_t view_signature(const struct node *nd)
+{
+	struct keel_view v;
+	uint32_t members[SIM_HOSTS_MAX];
+	int cnt = keel_view_get(nd->kn, &v, members, SIM_HOSTS_MAX);
+	uint64_t h = 1469598103934665603ull; /* FNV-1a over epoch and member endpoints */
+
+	if (cnt < 0)
+		return 0;
+	h = (h ^ v.epoch) * 1099511628211ull;
+	for (int i = 0; i < cnt; i++)
+		h = (h ^ W.map[members[i]]) * 1099511628211ull;
+	return (h ^ W.gen) * 1099511628211ull;
+}
+
+/* Every survivor's keel_view_get, compared with the first one read in this generation.
+ * Today the core's view is the whole world at epoch 1; when it installs views itself,
+ * compare after each install (a view-change callback) instead of per generation. */
+static void view_compare(const struct node *nd)
+{
+	uint64_t sig = view_signature(nd);
+	if (W.view_sig == 0)
+		W.view_sig = sig;
+	else if (sig != W.view_sig)
+		W.r->views_agree = false;
+}
+
+static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t now_ns)
+{
+	struct node *nd = ctx;
+	if (st != KEEL_PEER_SUSPECTED || peer >= nd->world)
+		return;
+	uint32_t e = W.map[peer];
+	if (nd->suspect_s[e] < 0)
+		nd->suspect_s[e] = (double)now_ns * 1e-9;
+	if (W.nodes[e].alive)
+		nd->false_suspicions++; /* suspected while its host was up */
+}
+
+static void node_teardown(struct node *nd)
+{
+	if (nd->kn != NULL)
+		keel_fini(nd->kn);
+	nd->kn = NULL;
+	nd->tp = nd->chaos = NULL;
+}
+
+static int node_setup(struct node *nd, char *err, size_t err_len)
+{
+	const struct sim_scenario *s = W.s;
+	struct keel_config cfg;
+	uint32_t rank = UINT32_MAX;
+	int rc;
+
+	for (uint32_t r = 0; r < W.members; r++)
+		if (W.map[r] == nd->e)
+			rank = r;
+	if (rank == UINT32_MAX)
+		return -ENOENT;
+	nd->gen = W.gen;
+	nd->rank = rank;
+	nd->world = W.members;
+	for (uint32_t e = 0; e < W.n; e++)
+		nd->suspect_s[e] = -1;
+	rc = sim_transport_init(&nd->tp, nd->tp_mem, sim_transport_storage_size(W.net, W.n), W.net,
+				nd->e, rank, W.members, W.map, W.mtu);
+	if (rc != 0) {
+		snprintf(err, err_len, "sim transport: %s", keel_strerror(rc));
+		return rc;
+	}
+	if (s->chaos[0] != '\0') {
+		struct keel_chaos_config cc;
+		keel_chaos_config_default(&cc);
+		cc.inner = nd->tp;
+		if (keel_chaos_parse(s->chaos, &cc) != 0)
+			return -EINVAL;
+		cc.seed = cc.seed * 1000003u + s->seed * 7919u + nd->e + 1;
+		if (nd->chaos_mem == NULL)
+			nd->chaos_mem = malloc(keel_chaos_storage_size(&cc));
+		rc = keel_chaos_init(&nd->chaos, nd->chaos_mem, keel_chaos_storage_size(&cc), &cc);
+		if (rc != 0)
+			return rc;
+	}
+	keel_config_default(&cfg);
+	cfg.rank = rank;
+	cfg.world_size = W.members;
+	cfg.job_id = 1000 + W.gen; /* datagrams of an older generation are fenced off */
+	cfg.window = W.window;
+	cfg.mtu = W.mtu;
+	cfg.heartbeat_ns = s->heartbeat_ns;
+	cfg.miss_limit = s->miss_limit;
+	cfg.op_timeout_ns = s->op_timeout_ns;
+	cfg.join_timeout_ns = s->join_timeout_ns;
+	cfg.algo = s->algo;
+	if (W.scale > 1) /* a scaled datagram is slow to serialise: learn the RTT first */
+		cfg.rto_initial_ns = cfg.rto_max_ns;
+	if (s->recovery == SIM_RECOVER_TIMEOUT) {
+		/* No failure detector: only the collective's own timeout notices a death. */
+		cfg.heartbeat_ns = 1000000000ull;
+		cfg.miss_limit = 1000000;
+	}
+	cfg.transport = nd->chaos != NULL ? nd->chaos : nd->tp;
+	cfg.on_peer = on_peer;
+	cfg.on_peer_ctx = nd;
+	size_t need = keel_storage_size(&cfg);
+	if (need == 0) {
+		snprintf(err, err_len, "keel config rejected (window %u, mtu %u, world %u)",
+			 cfg.window, cfg.mtu, cfg.world_size);
+		return -EINVAL;
+	}
+	if (need > nd->arena_len) {
+		free(nd->arena);
+		nd->arena = malloc(need);
+		nd->arena_len = nd->arena != NULL ? need : 0;
+	}
+	rc = keel_init(&nd->kn, nd->arena, nd->arena_len, &cfg, sim_now_ns());
+	if (rc != 0) {
+		snprintf(err, err_len, "keel_init: %s", keel_strerror(rc));
+		return rc;
+	}
+	return 0;
+}
+
+/* A survivor reports the failure it noticed and waits, still polling its node (it is alive,
+ * and must not look dead to peers still in the collective), until every live node has
+ * arrived; the last one installs the next generation on the live hosts. */
+static void recovery_try_release(void);
+
+static void recovery_arrive(struct node *nd)
+{
+	double now = simgrid_get_clock();
+	struct failure_rec *f = W.fail_count > 0 ? &W.fail[W.fail_count - 1] : NULL;
+
+	(void)nd;
+	if (!W.pending) {
+		W.pending = true;
+		W.arrived = 0;
+		if (f != NULL)
+			f->first_arrive_s = now;
+	}
+	W.arrived++;
+	recovery_try_release();
+}
+
+static void recovery_try_release(void)
+{
+	double now = simgrid_get_clock();
+	struct failure_rec *f = W.fail_count > 0 ? &W.fail[W.fail_count - 1] : NULL;
+	uint32_t live = 0;
+
+	for (uint32_t e = 0; e < W.n; e++)
+		live += W.nodes[e].alive;
+	if (!W.pending || W.arrived < live)
+		return;
+	/* Every survivor is here: the new view is the live hosts, in endpoint order. */
+	W.pending = false;
+	W.members = 0;
+	for (uint32_t e = 0; e < W.n; e++)
+		if (W.nodes[e].alive)
+			W.map[W.members++] = e;
+	W.gen++;
+	W.view_sig = 0;
+	if (f != NULL)
+		f->release_s = now;
+	if (W.s->recovery != SIM_RECOVER_KEEL) {
+		W.restart_until_s = now + W.s->restart_s;
+		if (f != NULL)
+			f->steps_lost = W.steps - W.ckpt_steps;
+		W.steps = W.ckpt_steps; /* roll back to the last checkpoint */
+	}
+	for (uint32_t e = 0; e < W.n; e++)
+		if (W.nodes[e].alive)
+			sim_net_wake(W.net, e);
+}
+
+/* Poll the node and wait until: `op` completes (its result in *op_rc), the worker finishes
+ * (compute), `until_ns`, the horizon, or a new generation. Returns 0, RECOVER, or the
+ * node's fatal error. */
+static int poll_until(struct node *nd, struct keel_op *op, int *op_rc, bool compute,
+		      uint64_t until_ns)
+{
+	uint64_t horizon = ns_of(W.horizon_s);
+	uint32_t spins = 0;
+
+	for (;;) {
+		uint64_t now = sim_now_ns(), dl;
+		if (nd->gen != W.gen)
+			return RECOVER;
+		int rc = keel_poll(nd->kn, now, &dl);
+		if (rc != 0)
+			return rc;
+		if (op != NULL) {
+			rc = keel_op_test(nd->kn, op);
+			if (rc != -EINPROGRESS) {
+				*op_rc = rc;
+				return 0;
+			}
+		}
+		if (compute && !nd->work_busy)
+			return 0;
+		if (now >= until_ns || now >= horizon)
+			return 0;
+		if (dl > until_ns)
+			dl = until_ns;
+		if (dl > horizon)
+			dl = horizon;
+		if (dl <= now && ++spins > SPIN_LIMIT) {
+			fprintf(stderr, "keel-sim: node %u polls without time advancing\n", nd->e);
+			abort();
+		}
+		if (dl > now)
+			spins = 0;
+		sim_net_wait(W.net, nd->e, dl);
+	}
+}
+
+static bool horizon_reached(void)
+{
+	return simgrid_get_clock() >= W.horizon_s - 1e-12;
+}
+
+/* ---- compute worker: long executions must not stop the node from polling ---- */
+
+static void worker_main(int argc, char **argv)
+{
+	struct node *nd = sg_actor_self_get_data();
+	(void)argc;
+	(void)argv;
+	for (;;) {
+		sg_sem_acquire(nd->work_sem);
+		sg_actor_execute(nd->work_flops);
+		nd->work_busy = false;
+		sim_net_wake(W.net, nd->e);
+	}
+	/* never reached: the worker is a daemon, killed at the end */
+}
+
+static void spawn(const char *prefix, uint32_t e, xbt_main_func_t fn, void *data, bool daemon)
+{
+	char name[32];
+	snprintf(name, sizeof(name), "%s-%u", prefix, e);
+	sg_actor_t a = sg_actor_init(name, W.hosts[e]);
+	sg_actor_set_data(a, data);
+	sg_actor_set_stacksize(a, NODE_STACK_BYTES);
+	sg_actor_start(a, fn, 0, NULL);
+	if (daemon)
+		sg_actor_daemonize(a);
+}
+
+/* ---- one AllReduce, checked like tests/integ/allreduce_check.c ---- */
+
+static int allreduce_once(struct node *nd, size_t count, int *op_rc)
+{
+	struct keel_op *op = NULL;
+	int rc;
+
+	if (W.s->check)
+		keel_check_fill(nd->in, 0, count, nd->rank, KEEL_F32, KEEL_SUM);
+	rc = keel_allreduce_start(nd->kn, nd->in, nd->out, count, KEEL_F32, KEEL_SUM, &op);
+	if (rc != 0) {
+		*op_rc = rc;
+		return 0;
+	}
+	*op_rc = -EINPROGRESS;
+	rc = poll_until(nd, op, op_rc, false, UINT64_MAX);
+	if (rc != 0 || *op_rc == -EINPROGRESS)
+		return rc; /* a new generation (the op dies with its node), or the horizon */
+	nd->ar_ops++;
+	if (*op_rc != 0) {
+		nd->ar_failed++;
+		return 0;
+	}
+	if (W.s->check) {
+		keel_check_reference(nd->ref, 0, count, nd->world, KEEL_F32, KEEL_SUM);
+		if (keel_check_wrong(nd->out, nd->ref, 0, count, KEEL_F32) != 0)
+			nd->ar_wrong++;
+	}
+	return 0;
+}
+
+static void buffers_ensure(struct node *nd, size_t count)
+{
+	if (count <= nd->buf_count)
+		return;
+	free(nd->in);
+	free(nd->out);
+	free(nd->ref);
+	nd->in = calloc(count, 4);
+	nd->out = calloc(count, 4);
+	nd->ref = calloc(count, 4);
+	if (nd->in == NULL || nd->out == NULL || nd->ref == NULL)
+		abort();
+	nd->buf_count = count;
+}
+
+/* ---- detection samples ---- */
+
+static void detect_add(double v)
+{
+	if (W.detect_count == W.detect_cap) {
+		W.detect_cap = W.detect_cap ? 2 * W.detect_cap : 1024;
+		W.detect = realloc(W.detect, W.detect_cap * sizeof(double));
+		if (W.detect == NULL)
+			abort();
+	}
+	W.detect[W.detect_count++] = v;
+}
+
+/* At the end of a generation (or of the run): how long each survivor took to suspect each
+ * host that failed during it. With all-to-all monitoring every survivor watches every peer;
+ * beyond KEEL_FD_ALL_TO_ALL_MAX only ring neighbours do, so only they are expected to. */
+static void detect_collect(struct node *nd)
+{
+	double now = simgrid_get_clock();
+	double bound = (double)W.s->miss_limit * (double)W.s->heartbeat_ns * 1e-9 + W.max_lat_s;
+
+	for (uint32_t i = 0; i < W.fail_count; i++) {
+		const struct failure_rec *f = &W.fail[i];
+		if (f->gen != nd->gen || f->host == nd->e || W.s->recovery == SIM_RECOVER_TIMEOUT)
+			continue;
+		double at = nd->suspect_s[f->host];
+		if (at >= 0) {
+			detect_add(at - f->at_s);
+			if (at - f->at_s > bound + 1e-6)
+				W.r->detect_late++;
+		} else if (nd->world <= KEEL_FD_ALL_TO_ALL_MAX && now >= f->at_s + bound + 1e-6) {
+			W.r->undetected++;
+		}
+	}
+}
+
+/* ---- the node actor ---- */
+
+static size_t grad_count(void)
+{
+	double c = W.s->model_params / (double)W.scale;
+	return c < 1 ? 1 : (size_t)c;
+}
+
+/* HOOK(partition): an even split of the global batch until include/keel/partition.h lands;
+ * then ask the planner for this rank's share from each GPU's speed (sg_host_get_speed). */
+static double samples_of(const struct node *nd)
+{
+	uint32_t base = W.s->batch / nd->world, extra = W.s->batch % nd->world;
+	return (double)base + (nd->rank < extra ? 1.0 : 0.0);
+}
+
+static int regen(struct node *nd)
+{
+	char err[256] = "";
+	detect_collect(nd);
+	node_teardown(nd);
+	if (W.restart_until_s > simgrid_get_clock())
+		sg_actor_sleep_until(W.restart_until_s); /* the job relaunches: no node meanwhile */
+	int rc = node_setup(nd, err, sizeof(err));
+	if (rc != 0)
+		fprintf(stderr, "keel-sim: node %u: %s\n", nd->e, err);
+	if (rc == 0)
+		view_compare(nd);
+	return rc;
+}
+
+static void train_step_record(const struct node *nd, double start_s)
+{
+	if (nd->rank != 0)
+		return;
+	W.steps++;
+	W.last_step_end_s = simgrid_get_clock();
+	if (!W.pending) {
+		W.step_time_sum += W.last_step_end_s - start_s;
+		W.step_time_count++;
+	}
+}
+
+static void node_train(struct node *nd)
+{
+	const struct sim_scenario *s = W.s;
+	size_t count = grad_count();
+	uint64_t local_steps = 0;
+
+	buffers_ensure(nd, count);
+	while (!horizon_reached()) {
+		int rc = 0, op_rc = 0;
+		if (nd->work_busy) /* compute left from before a recovery */
+			rc = poll_until(nd, NULL, NULL, true, UINT64_MAX);
+		double start = simgrid_get_clock();
+		if (rc == 0) {
+			nd->work_flops = samples_of(nd) * s->flops_per_sample / s->mfu * nd->slow;
+			nd->work_busy = true;
+			sg_sem_release(nd->work_sem);
+			rc = poll_until(nd, NULL, NULL, true, UINT64_MAX);
+		}
+		if (rc == 0 && !horizon_reached())
+			rc = allreduce_once(nd, count, &op_rc);
+		if (rc == 0 && op_rc != 0 && op_rc != -EINPROGRESS) {
+			recovery_arrive(nd);
+			rc = poll_until(nd, NULL, NULL, false, UINT64_MAX);
+		}
+		if (rc == RECOVER) {
+			if (regen(nd) != 0)
+				return;
+			continue;
+		}
+		if (rc != 0 || horizon_reached())
+			return;
+		train_step_record(nd, start);
+		local_steps++;
+		if (s->ckpt_every != 0 && local_steps % s->ckpt_every == 0) {
+			/* Sharded model state: bf16 weights, fp32 master weights and two Adam
+			 * moments, 16 bytes per parameter (ZeRO's accounting), split evenly. */
+			double write_s = s->model_params * 16.0 / nd->world / s->ckpt_Bps;
+			rc = poll_until(nd, NULL, NULL, false, sim_now_ns() + ns_of(write_s));
+			if (rc == RECOVER) {
+				if (regen(nd) != 0)
+					return;
+				continue;
+			}
+			if (nd->rank == 0 && !horizon_reached())
+				W.ckpt_steps = W.steps;
+		}
+	}
+}
+
+/* Fidelity runs: every rank starts repetition k at the same simulated time. */
+static double *ar_end_s;
+
+static double ar_spacing_s(void)
+{
+	double model = W.r->allreduce_model_s;
+	return model * 20 + 2e-3;
+}
+
+static void node_allreduce(struct node *nd)
+{
+	size_t count = W.s->allreduce_bytes / 4;
+	buffers_ensure(nd, count ? count : 1);
+	for (uint32_t k = 0; k < W.s->repeat; k++) {
+		double start = 1e-3 + k * ar_spacing_s();
+		int op_rc = 0;
+		if (poll_until(nd, NULL, NULL, false, ns_of(start)) != 0)
+			return;
+		if (allreduce_once(nd, count, &op_rc) != 0 || op_rc != 0)
+			return;
+		double end = simgrid_get_clock() - start;
+		if (end > ar_end_s[k])
+			ar_end_s[k] = end;
+	}
+}
+
+static void node_main(int argc, char **argv)
+{
+	struct node *nd = sg_actor_self_get_data();
+	char err[256] = "";
+	(void)argc;
+	(void)argv;
+	if (node_setup(nd, err, sizeof(err)) != 0) {
+		fprintf(stderr, "keel-sim: node %u: %s\n", nd->e, err);
+		nd->done = true;
+		return;
+	}
+	view_compare(nd);
+	if (strcmp(W.s->mode, "train") == 0)
+		node_train(nd);
+	else if (strcmp(W.s->mode, "allreduce") == 0)
+		node_allreduce(nd);
+	else
+		(void)poll_until(nd, NULL, NULL, false, UINT64_MAX);
+	if (nd->gen == W.gen)
+		view_compare(nd);
+	detect_collect(nd);
+	if (getenv("KEEL_SIM_DEBUG") != NULL && nd->kn != NULL) {
+		struct keel_counters k;
+		keel_counters_get(nd->kn, &k);
+		fprintf(stderr,
+			"node %u: tx %llu rx %llu data %llu retransmits %llu acks %llu hb %llu "
+			"blocked %llu drops win %llu dup %llu\n",
+			nd->e, (unsigned long long)k.tx_datagrams,
+			(unsigned long long)k.rx_datagrams, (unsigned long long)k.data_sent,
+			(unsigned long long)k.retransmits, (unsigned long long)k.acks_sent,
+			(unsigned long long)k.heartbeats_sent, (unsigned long long)k.tx_blocked,
+			(unsigned long long)k.drop_window, (unsigned long long)k.drop_duplicate);
+	}
+	nd->done = true;
+}
+
+/* ---- faults ---- */
+
+static uint64_t rng_next(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static int fault_cmp(const void *a, const void *b)
+{
+	const struct sim_fault *x = a, *y = b;
+	if (x->at_s != y->at_s)
+		return x->at_s < y->at_s ? -1 : 1;
+	return x->a < y->a ? -1 : x->a > y->a;
+}
+
+static void links_scale(const char *name, bool off)
+{
+	static double saved[SIM_FAULTS_MAX * 2];
+	static char saved_name[SIM_FAULTS_MAX * 2][80];
+	static uint32_t saved_count;
+	sg_link_t *links = sg_link_list();
+	size_t n = sg_link_count(), len = strlen(name);
+
+	for (size_t i = 0; i < n; i++) {
+		const char *ln = sg_link_get_name(links[i]);
+		if (strncmp(ln, name, len) != 0 || (ln[len] != '\0' && ln[len] != '_'))
+			continue;
+		if (off && saved_count < SIM_FAULTS_MAX * 2) {
+			snprintf(saved_name[saved_count], sizeof(saved_name[0]), "%s", ln);
+			saved[saved_count++] = sg_link_get_bandwidth(links[i]);
+			sg_link_set_bandwidth(links[i], 1.0); /* nothing gets through in time */
+		} else if (!off) {
+			for (uint32_t k = 0; k < saved_count; k++)
+				if (strcmp(saved_name[k], ln) == 0)
+					sg_link_set_bandwidth(links[i], saved[k]);
+		}
+	}
+	free(links);
+}
+
+static void host_off(uint32_t h)
+{
+	struct node *nd = &W.nodes[h];
+	if (!nd->alive)
+		return;
+	if (W.fail_count < SIM_FAILURES_MAX) {
+		struct failure_rec *f = &W.fail[W.fail_count++];
+		memset(f, 0, sizeof(*f));
+		f->at_s = simgrid_get_clock();
+		f->host = h;
+		f->gen = W.gen;
+		f->step_start_s = W.last_step_end_s;
+	}
+	nd->alive = false;
+	sim_net_set_alive(W.net, h, false);
+	sg_host_turn_off(W.hosts[h]);
+	recovery_try_release(); /* the others may all be waiting for this one */
+}
+
+static void fault_apply(const struct sim_fault *f)
+{
+	switch (f->kind) {
+	case SIM_FAULT_HOST_OFF:
+		host_off(f->a);
+		break;
+	case SIM_FAULT_HOST_ON:
+		/* The host is back; its process rejoins once the core has incarnations. */
+		sg_host_turn_on(W.hosts[f->a]);
+		break;
+	case SIM_FAULT_LINK_OFF:
+	case SIM_FAULT_LINK_ON:
+		links_scale(f->link, f->kind == SIM_FAULT_LINK_OFF);
+		break;
+	case SIM_FAULT_SLOW:
+		W.nodes[f->a].slow = f->factor;
+		break;
+	case SIM_FAULT_CUT: {
+		struct node *x = &W.nodes[f->a], *y = &W.nodes[f->b];
+		if (x->chaos != NULL && y->chaos != NULL && x->gen == W.gen && y->gen == W.gen) {
+			if (keel_chaos_cut(x->chaos, y->rank, true) != 0 ||
+			    keel_chaos_cut(y->chaos, x->rank, true) != 0)
+				fprintf(stderr, "keel-sim: cut %u:%u refused\n", f->a, f->b);
+		}
+		break;
+	}
+	}
+}
+
+static void controller_main(int argc, char **argv)
+{
+	const struct sim_scenario *s = W.s;
+	struct sim_fault *faults = W.faults;
+	uint32_t next = 0, count = W.fault_n;
+	double tick = W.horizon_s / 10;
+	(void)argc;
+	(void)argv;
+	for (uint32_t k = 1; k <= 10; k++) {
+		double t = k * tick;
+		while (next < count && faults[next].at_s <= t) {
+			sg_actor_sleep_until(faults[next].at_s);
+			fault_apply(&faults[next++]);
+		}
+		sg_actor_sleep_until(t);
+		if (s->progress)
+			fprintf(stderr, "keel-sim: %.1f / %.1f simulated s, %llu steps\n", t,
+				W.horizon_s, (unsigned long long)W.steps);
+	}
+}
+
+/* ---- the run ---- */
+
+static int faults_build(const struct sim_scenario *s, char *err, size_t err_len)
+{
+	uint64_t rng = s->seed * 0x2545f4914f6cdd1dull + 17;
+	W.faults = calloc(SIM_FAULTS_MAX + W.n, sizeof(*W.faults));
+	if (W.faults == NULL)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->fault_count; i++) {
+		const struct sim_fault *f = &s->faults[i];
+		if (f->a >= W.n || (f->kind == SIM_FAULT_CUT && f->b >= W.n)) {
+			snprintf(err, err_len, "fault at %.3f s names host %u; hosts are 0..%u",
+				 f->at_s, f->kind == SIM_FAULT_CUT ? f->b : f->a, W.n - 1);
+			return -EINVAL;
+		}
+		if (f->kind == SIM_FAULT_CUT && s->chaos[0] == '\0') {
+			snprintf(err, err_len,
+				 "cut=%u:%u needs the chaos transport (--chaos seed=1)", f->a,
+				 f->b);
+			return -EINVAL;
+		}
+		W.faults[W.fault_n++] = *f;
+	}
+	/* Random failures: exponential lifetimes with mean mtbf_s per host, one each (a failed
+	 * host stays down: rejoin waits for the core's incarnations). */
+	for (uint32_t e = 0; s->mtbf_s > 0 && e < W.n; e++) {
+		double u = ((double)(rng_next(&rng) >> 11) + 0.5) / 9007199254740992.0;
+		double t = -log(u) * s->mtbf_s;
+		if (t < W.horizon_s)
+			W.faults[W.fault_n++] =
+			    (struct sim_fault){.kind = SIM_FAULT_HOST_OFF, .at_s = t, .a = e};
+	}
+	qsort(W.faults, W.fault_n, sizeof(*W.faults), fault_cmp);
+	return 0;
+}
+
+static int platform_load(const struct sim_scenario *s, char *err, size_t err_len)
+{
+	char path[] = "/tmp/keel-sim-XXXXXX";
+	uint32_t hosts_min = s->ranks ? s->ranks : 1;
+	int rc;
+
+	if (s->cluster_spec[0] != '\0') {
+		struct sim_cluster c;
+		rc = sim_cluster_parse(s->cluster_spec, &c, err, err_len);
+		if (rc != 0)
+			return rc;
+		int fd = mkstemp(path);
+		FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+		if (f == NULL) {
+			snprintf(err, err_len, "cannot write a platform file in /tmp");
+			return -EIO;
+		}
+		rc = sim_cluster_write_xml(&c, f);
+		fclose(f);
+		if (rc == 0)
+			simgrid_load_platform(path);
+		unlink(path);
+		W.n = s->ranks ? s->ranks : c.gpu_count;
+		if (W.n > c.gpu_count) {
+			snprintf(err, err_len, "%u ranks asked, the cluster has %u GPUs", W.n,
+				 c.gpu_count);
+			return -EINVAL;
+		}
+		W.hosts = calloc(W.n, sizeof(*W.hosts));
+		for (uint32_t i = 0; i < W.n; i++) {
+			char name[32];
+			snprintf(name, sizeof(name), "gpu-%04u", i);
+			W.hosts[i] = sg_host_by_name(name);
+		}
+		return rc;
+	}
+	rc = sim_platform_check(s->platform_file, hosts_min, err, err_len);
+	if (rc != 0)
+		return rc;
+	simgrid_load_platform(s->platform_file);
+	size_t count = sg_host_count();
+	sg_host_t *list = sg_host_list();
+	W.n = s->ranks ? s->ranks : (uint32_t)count;
+	if (count < W.n || W.n == 0 || W.n > SIM_HOSTS_MAX) {
+		snprintf(err, err_len, "platform file '%s' has %zu hosts, %u ranks asked",
+			 s->platform_file, count, W.n);
+		free(list);
+		return -EINVAL;
+	}
+	W.hosts = calloc(W.n, sizeof(*W.hosts));
+	memcpy(W.hosts, list, W.n * sizeof(*W.hosts));
+	free(list);
+	return 0;
+}
+
+/* The ring's per-step latency and bandwidth: the slowest neighbour route. */
+static void ring_model(void)
+{
+	double alpha = 0, beta = 0;
+	for (uint32_t i = 0; i < W.n; i++) {
+		sg_host_t a = W.hosts[i], b = W.hosts[(i + 1) % W.n];
+		if (W.n == 1)
+			break;
+		double lat = sg_host_get_route_latency(a, b),
+		       bw = sg_host_get_route_bandwidth(a, b);
+		alpha = lat > alpha ? lat : alpha;
+		beta = beta == 0 || bw < beta ? bw : beta;
+		W.max_lat_s = lat > W.max_lat_s ? lat : W.max_lat_s;
+	}
+	/* Detection bound: the slowest route between any two ranks (first and last are the
+	 * furthest apart in generated platforms). */
+	if (W.n > 1) {
+		double l = sg_host_get_route_latency(W.hosts[0], W.hosts[W.n - 1]);
+		W.max_lat_s = l > W.max_lat_s ? l : W.max_lat_s;
+	}
+	double S = (double)W.s->allreduce_bytes, n = W.n;
+	W.r->alpha_s = alpha;
+	W.r->beta_Bps = beta;
+	W.r->allreduce_model_s = beta > 0 ? 2 * (n - 1) * (alpha + S / (n * beta)) : 0;
+}
+
+static void compute_span(void)
+{
+	double lo = 0, hi = 0;
+	for (uint32_t e = 0; e < W.n; e++) {
+		double share = (double)(W.s->batch / W.n) + (e < W.s->batch % W.n);
+		double t = share * W.s->flops_per_sample / W.s->mfu / sg_host_get_speed(W.hosts[e]);
+		lo = e == 0 || t < lo ? t : lo;
+		hi = t > hi ? t : hi;
+	}
+	W.r->compute_s_min = lo;
+	W.r->compute_s_max = hi;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void results(const struct sim_scenario *s, struct sim_result *r)
+{
+	r->ranks = W.n;
+	r->sim_s = simgrid_get_clock();
+	r->steps = W.steps;
+	r->samples_per_s = W.steps * (double)s->batch / W.horizon_s;
+	r->step_s = W.step_time_count ? W.step_time_sum / W.step_time_count : 0;
+	r->goodput = r->step_s * (double)W.steps / W.horizon_s;
+	r->failure_count = W.fail_count;
+	r->detect_bound_s = (double)s->miss_limit * (double)s->heartbeat_ns * 1e-9 + W.max_lat_s;
+	for (uint32_t i = 0; i < W.fail_count; i++) {
+		const struct failure_rec *f = &W.fail[i];
+		struct sim_failure_cost *c = &r->failures[i];
+		c->at_s = f->at_s;
+		c->host = f->host;
+		if (f->release_s > 0) {
+			c->detect_s = f->first_arrive_s - f->at_s;
+			c->view_s = f->release_s - f->first_arrive_s;
+		}
+		c->repartition_s = 0; /* even split today: nothing to recompute */
+		c->restart_s =
+		    s->recovery != SIM_RECOVER_KEEL && f->release_s > 0 ? s->restart_s : 0;
+		c->rollback_s = (double)f->steps_lost * r->step_s;
+		c->redo_s = f->step_start_s > 0 && f->at_s > f->step_start_s
+				? f->at_s - f->step_start_s
+				: 0;
+	}
+	r->detect_count = W.detect_count;
+	if (W.detect_count > 0) {
+		qsort(W.detect, W.detect_count, sizeof(double), cmp_double);
+		r->detect_p50_s = W.detect[(W.detect_count - 1) / 2];
+		r->detect_p99_s = W.detect[(size_t)((W.detect_count - 1) * 0.99)];
+		r->detect_max_s = W.detect[W.detect_count - 1];
+	}
+	r->view_epochs = W.gen + 1;
+	for (uint32_t e = 0; e < W.n; e++) {
+		struct node *nd = &W.nodes[e];
+		r->false_suspicions += nd->false_suspicions;
+		r->allreduce_ops += nd->ar_ops;
+		r->allreduce_wrong += nd->ar_wrong;
+		r->allreduce_failed += nd->ar_failed;
+		if (nd->alive && !nd->done)
+			r->deadlock = true;
+	}
+	if (strcmp(s->mode, "allreduce") == 0 && s->repeat > 0) {
+		uint32_t first = s->repeat > 1 ? 1 : 0; /* the first one learns the RTT */
+		double sum = 0;
+		for (uint32_t k = first; k < s->repeat; k++)
+			sum += ar_end_s[k];
+		r->allreduce_s = sum / (s->repeat - first);
+	}
+	sim_net_totals(W.net, &r->messages, &r->bytes, &r->rx_queue_drops);
+}
+
+int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char **argv, char *err,
+	    size_t err_len)
+{
+	struct timespec t0, t1;
+	int rc;
+
+	memset(&W, 0, sizeof(W));
+	W.s = s;
+	W.r = r;
+	W.horizon_s = s->horizon_s;
+	r->views_agree = true;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	simgrid_init(argc, argv);
+	rc = platform_load(s, err, err_len);
+	if (rc != 0)
+		return rc;
+	for (uint32_t i = 0; i < W.n; i++)
+		if (W.hosts[i] == NULL) {
+			snprintf(err, err_len, "host %u missing from the platform", i);
+			return -EINVAL;
+		}
+	rc = faults_build(s, err, err_len);
+	if (rc != 0)
+		return rc;
+	simgrid_run_until(0); /* seals the platform: routes exist only from then on */
+	ring_model();
+	compute_span();
+	W.scale = s->grad_scale;
+	if (strcmp(s->mode, "train") != 0)
+		W.scale = 1;
+	else if (W.scale == 0) { /* about two datagrams per rank and ring step */
+		double per = s->model_params * 4 / W.n / (double)(s->mtu - 64) / 2;
+		W.scale = per > 1 ? (uint32_t)per : 1;
+	}
+	r->grad_scale = W.scale;
+	/* Window: 256 covers 50 GB/s x (RTT + ack delay); memory is world x window x mtu x 2
+	 * per node, so large worlds get less, and heartbeat-only runs the least. */
+	W.mtu = s->mtu;
+	W.window = s->window;
+	if (W.window == 0)
+		W.window = W.n <= 64 ? 256 : W.n <= 256 ? 16 : 4;
+	if (W.scale > 1 && s->window == 0)
+		W.window = 4; /* scaled datagrams: a few in flight already fill the pipe */
+	if (strcmp(s->mode, "heartbeat") == 0 && s->window == 0) {
+		W.window = 2;
+		W.mtu = KEEL_MTU_MIN;
+	}
+	struct sim_net_config nc = {
+	    .endpoints = W.n,
+	    .queue_max = 65536,
+	    .scale = W.scale,
+	    .scale_min_len = 1024,
+	};
+	W.net = sim_net_create(&nc, (void *const *)W.hosts);
+	W.nodes = calloc(W.n, sizeof(*W.nodes));
+	W.map = calloc(W.n, sizeof(*W.map));
+	ar_end_s = calloc(s->repeat + 1, sizeof(double));
+	if (W.net == NULL || W.nodes == NULL || W.map == NULL || ar_end_s == NULL)
+		return -ENOMEM;
+	W.members = W.n;
+	for (uint32_t e = 0; e < W.n; e++)
+		W.map[e] = e;
+	if (s->chaos[0] != '\0') {
+		struct keel_chaos_config cc;
+		keel_chaos_config_default(&cc);
+		if (keel_chaos_parse(s->chaos, &cc) != 0) {
+			snprintf(err, err_len,
+				 "chaos '%s': not loss=,dup=,reorder=,delay_us=,seed=", s->chaos);
+			return -EINVAL;
+		}
+	}
+	for (uint32_t e = 0; e < W.n; e++) {
+		struct node *nd = &W.nodes[e];
+		nd->e = e;
+		nd->alive = true;
+		nd->slow = 1.0;
+		nd->suspect_s = calloc(W.n, sizeof(double));
+		nd->tp_mem = malloc(sim_transport_storage_size(W.net, W.n));
+		nd->work_sem = sg_sem_init(0);
+		if (nd->suspect_s == NULL || nd->tp_mem == NULL)
+			return -ENOMEM;
+		sim_net_start_receiver(W.net, e);
+		spawn("node", e, node_main, nd, false);
+		if (strcmp(s->mode, "train") == 0)
+			spawn("gpu", e, worker_main, nd, true);
+	}
+	/* The controller lives on a host no fault turns off. */
+	uint32_t ctl_host = 0;
+	for (bool hit = true; hit && ctl_host < W.n;) {
+		hit = false;
+		for (uint32_t i = 0; i < W.fault_n; i++)
+			hit |= W.faults[i].kind == SIM_FAULT_HOST_OFF && W.faults[i].a == ctl_host;
+		ctl_host += hit;
+	}
+	if (ctl_host == W.n) {
+		snprintf(err, err_len, "every host is turned off: nothing would be left to run");
+		return -EINVAL;
+	}
+	sg_actor_t ctl = sg_actor_init("controller", W.hosts[ctl_host]);
+	sg_actor_start(ctl, controller_main, 0, NULL);
+	sg_actor_daemonize(ctl);
+	simgrid_run();
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	results(s, r);
+	r->wall_s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	r->rss_kb = ru.ru_maxrss;
+	return 0;
+}

@@ -1,0 +1,258 @@
+/* Scenario knobs: one "key=value" setter shared by command-line flags, scenario files and
+ * --sweep values, so every knob can be swept. Tool-side; never touches a keel node. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim_int.h"
+
+void sim_scenario_default(struct sim_scenario *s)
+{
+	memset(s, 0, sizeof(*s));
+	snprintf(s->mode, sizeof(s->mode), "train");
+	s->heartbeat_ns = 1000000;
+	s->miss_limit = KEEL_MISS_LIMIT_DEFAULT;
+	s->window = 0; /* 0: by world size and mode (run.c) */
+	s->mtu = KEEL_MTU_DEFAULT;
+	s->op_timeout_ns = KEEL_OP_TIMEOUT_NS_DEFAULT;
+	s->join_timeout_ns = 100000000; /* simulated nodes start together: 100 ms */
+	s->algo = KEEL_ALGO_AUTO;
+	s->horizon_s = 10;
+	s->model_params = 1.3e9;		/* a GPT-style 1.3 B model */
+	s->flops_per_sample = 6 * 1.3e9 * 2048; /* 6 N flops per token, 2048 tokens */
+	s->batch = 512;
+	s->mfu = 0.4;
+	s->grad_scale = 0; /* 0: chosen so a ring step moves about two datagrams */
+	s->ckpt_every = 100;
+	s->ckpt_Bps = 2e9; /* local NVMe, per GPU */
+	s->restart_s = 60;
+	s->recovery = SIM_RECOVER_KEEL;
+	s->allreduce_bytes = 1 << 20;
+	s->repeat = 5;
+	s->seed = 1;
+}
+
+static int parse_double(const char *v, double *out)
+{
+	char *end;
+	double d = strtod(v, &end);
+	if (end == v)
+		return -EINVAL;
+	/* unit suffixes for times and sizes */
+	if (strcmp(end, "ns") == 0)
+		d *= 1e-9;
+	else if (strcmp(end, "us") == 0)
+		d *= 1e-6;
+	else if (strcmp(end, "ms") == 0)
+		d *= 1e-3;
+	else if (strcmp(end, "s") == 0 || strcmp(end, "") == 0)
+		;
+	else if (strcmp(end, "min") == 0)
+		d *= 60;
+	else if (strcmp(end, "h") == 0)
+		d *= 3600;
+	else if (strcmp(end, "K") == 0 || strcmp(end, "KiB") == 0)
+		d *= 1024;
+	else if (strcmp(end, "M") == 0 || strcmp(end, "MiB") == 0)
+		d *= 1048576;
+	else if (strcmp(end, "G") == 0 || strcmp(end, "GiB") == 0)
+		d *= 1073741824;
+	else if (strcmp(end, "B") == 0 && d >= 0)
+		d *= 1e9; /* parameters: 1.3B */
+	else
+		return -EINVAL;
+	*out = d;
+	return d >= 0 ? 0 : -EINVAL;
+}
+
+/* "T:HOST" or "T:HOST:X" */
+static int parse_fault(struct sim_scenario *s, enum sim_fault_kind kind, const char *v)
+{
+	struct sim_fault f = {.kind = kind, .factor = 1};
+	char buf[128], *p, *q;
+
+	if (s->fault_count == SIM_FAULTS_MAX || strlen(v) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, v);
+	p = strchr(buf, ':');
+	if (p == NULL)
+		return -EINVAL;
+	*p++ = '\0';
+	if (parse_double(buf, &f.at_s) != 0)
+		return -EINVAL;
+	q = strchr(p, ':');
+	if (q != NULL)
+		*q++ = '\0';
+	if (kind == SIM_FAULT_LINK_OFF || kind == SIM_FAULT_LINK_ON) {
+		if (p[0] == '\0' || strlen(p) >= sizeof(f.link))
+			return -EINVAL;
+		strcpy(f.link, p);
+	} else {
+		char *end;
+		f.a = (uint32_t)strtoul(p, &end, 10);
+		if (end == p || *end != '\0')
+			return -EINVAL;
+	}
+	if (kind == SIM_FAULT_SLOW &&
+	    (q == NULL || parse_double(q, &f.factor) != 0 || f.factor < 1))
+		return -EINVAL;
+	if (kind == SIM_FAULT_CUT) {
+		char *end;
+		if (q == NULL)
+			return -EINVAL;
+		f.b = (uint32_t)strtoul(q, &end, 10);
+		if (end == q || *end != '\0')
+			return -EINVAL;
+	}
+	s->faults[s->fault_count++] = f;
+	return 0;
+}
+
+int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value, char *err,
+		     size_t err_len)
+{
+	double d = 0;
+	int rc = 0;
+	bool num = parse_double(value, &d) == 0;
+
+	if (strcmp(key, "cluster") == 0) {
+		struct sim_cluster c;
+		rc = sim_cluster_parse(value, &c, err, err_len);
+		if (rc != 0)
+			return rc;
+		snprintf(s->cluster_spec, sizeof(s->cluster_spec), "%s", value);
+		s->platform_file[0] = '\0';
+		return 0;
+	}
+	if (strcmp(key, "platform") == 0) {
+		snprintf(s->platform_file, sizeof(s->platform_file), "%s", value);
+		s->cluster_spec[0] = '\0';
+		return 0;
+	}
+	if (strcmp(key, "mode") == 0) {
+		if (strcmp(value, "train") != 0 && strcmp(value, "heartbeat") != 0 &&
+		    strcmp(value, "allreduce") != 0)
+			rc = -EINVAL;
+		else
+			snprintf(s->mode, sizeof(s->mode), "%s", value);
+	} else if (strcmp(key, "recovery") == 0) {
+		if (strcmp(value, "keel") == 0)
+			s->recovery = SIM_RECOVER_KEEL;
+		else if (strcmp(value, "restart") == 0)
+			s->recovery = SIM_RECOVER_RESTART;
+		else if (strncmp(value, "timeout", 7) == 0) {
+			s->recovery = SIM_RECOVER_TIMEOUT;
+			s->op_timeout_ns = 600000000000ull; /* PyTorch's NCCL default: 10 min */
+			if (value[7] == '=' && parse_double(value + 8, &d) == 0 && d > 0)
+				s->op_timeout_ns = (uint64_t)(d * 1e9);
+			else if (value[7] != '\0')
+				rc = -EINVAL;
+		} else
+			rc = -EINVAL;
+	} else if (strcmp(key, "chaos") == 0) {
+		snprintf(s->chaos, sizeof(s->chaos), "%s", value);
+	} else if (strcmp(key, "fail") == 0) {
+		rc = parse_fault(s, SIM_FAULT_HOST_OFF, value);
+	} else if (strcmp(key, "recover") == 0) {
+		rc = parse_fault(s, SIM_FAULT_HOST_ON, value);
+	} else if (strcmp(key, "link-off") == 0) {
+		rc = parse_fault(s, SIM_FAULT_LINK_OFF, value);
+	} else if (strcmp(key, "link-on") == 0) {
+		rc = parse_fault(s, SIM_FAULT_LINK_ON, value);
+	} else if (strcmp(key, "slow") == 0) {
+		rc = parse_fault(s, SIM_FAULT_SLOW, value);
+	} else if (strcmp(key, "cut") == 0) {
+		rc = parse_fault(s, SIM_FAULT_CUT, value);
+	} else if (strcmp(key, "algo") == 0) {
+		s->algo = strcmp(value, "ring") == 0 ? KEEL_ALGO_RING
+			  : strcmp(value, "rd") == 0 ? KEEL_ALGO_RD
+						     : KEEL_ALGO_AUTO;
+		rc = strcmp(value, "ring") && strcmp(value, "rd") && strcmp(value, "auto") ? -EINVAL
+											   : 0;
+	} else if (strcmp(key, "check") == 0) {
+		s->check = strcmp(value, "0") != 0 && strcmp(value, "no") != 0;
+	} else if (!num) {
+		rc = -EINVAL;
+	} else if (strcmp(key, "heartbeat") == 0 && d > 0) {
+		s->heartbeat_ns = (uint64_t)(d * 1e9 + 0.5);
+	} else if (strcmp(key, "miss-limit") == 0 && d >= 1) {
+		s->miss_limit = (uint32_t)d;
+	} else if (strcmp(key, "window") == 0) {
+		s->window = (uint32_t)d;
+	} else if (strcmp(key, "mtu") == 0 && d >= KEEL_MTU_MIN && d <= KEEL_MTU_MAX) {
+		s->mtu = (uint32_t)d;
+	} else if (strcmp(key, "op-timeout") == 0 && d > 0) {
+		s->op_timeout_ns = (uint64_t)(d * 1e9);
+	} else if (strcmp(key, "ranks") == 0 && d <= SIM_HOSTS_MAX) {
+		s->ranks = (uint32_t)d;
+	} else if (strcmp(key, "horizon") == 0 && d > 0) {
+		s->horizon_s = d;
+	} else if (strcmp(key, "model") == 0 && d >= 1) {
+		s->model_params = d;
+	} else if (strcmp(key, "flops-per-sample") == 0 && d > 0) {
+		s->flops_per_sample = d;
+	} else if (strcmp(key, "batch") == 0 && d >= 1) {
+		s->batch = (uint32_t)d;
+	} else if (strcmp(key, "mfu") == 0 && d > 0 && d <= 1) {
+		s->mfu = d;
+	} else if (strcmp(key, "grad-scale") == 0) {
+		s->grad_scale = (uint32_t)d;
+	} else if (strcmp(key, "ckpt-every") == 0) {
+		s->ckpt_every = (uint32_t)d;
+	} else if (strcmp(key, "ckpt-bw") == 0 && d > 0) {
+		s->ckpt_Bps = d;
+	} else if (strcmp(key, "restart") == 0) {
+		s->restart_s = d;
+	} else if (strcmp(key, "bytes") == 0) {
+		s->allreduce_bytes = (uint64_t)d;
+	} else if (strcmp(key, "repeat") == 0 && d >= 1) {
+		s->repeat = (uint32_t)d;
+	} else if (strcmp(key, "mtbf") == 0) {
+		s->mtbf_s = d;
+	} else if (strcmp(key, "seed") == 0) {
+		s->seed = (uint64_t)d;
+	} else {
+		rc = -EINVAL;
+	}
+	if (rc != 0)
+		snprintf(err, err_len, "bad value '%s' for '%s' (see keel-sim --help)", value, key);
+	return rc;
+}
+
+/* One "key = value" or "key value" per line; '#' starts a comment. */
+int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_t err_len)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+	unsigned no = 0;
+
+	if (f == NULL) {
+		snprintf(err, err_len, "scenario '%s': %s", path, strerror(errno));
+		return -EINVAL;
+	}
+	while (fgets(line, sizeof(line), f) != NULL) {
+		char *hash = strchr(line, '#'), *key, *val, *save = NULL;
+		no++;
+		if (hash != NULL)
+			*hash = '\0';
+		key = strtok_r(line, " \t=\r\n", &save);
+		if (key == NULL)
+			continue;
+		val = strtok_r(NULL, " \t=\r\n", &save);
+		if (val == NULL) {
+			snprintf(err, err_len, "scenario '%s' line %u: '%s' has no value", path, no,
+				 key);
+			fclose(f);
+			return -EINVAL;
+		}
+		char sub[256];
+		if (sim_scenario_set(s, key, val, sub, sizeof(sub)) != 0) {
+			snprintf(err, err_len, "scenario '%s' line %u: %s", path, no, sub);
+			fclose(f);
+			return -EINVAL;
+		}
+	}
+	fclose(f);
+	return 0;
+}

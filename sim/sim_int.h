@@ -1,0 +1,220 @@
+/* keel-sim internals: the cluster model, the SimGrid transport and the scenario runner.
+ * Tool-side glue: it may allocate; the keel nodes it drives run from memory it gives them.
+ * Only the .c files in sim/ include SimGrid headers; this header names SimGrid types opaquely. */
+#ifndef KEEL_SIM_INT_H
+#define KEEL_SIM_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "keel/keel.h"
+
+/* ---- cluster model (platform.c) ---- */
+
+#define SIM_GROUPS_MAX 16u
+#define SIM_HOSTS_MAX  4096u
+
+struct sim_gpu_type {
+	const char *name;
+	double flops;	     /* dense BF16 peak, flop/s */
+	double nvlink_Bps;   /* NVLink per GPU, per direction, bytes/s */
+	double nvlink_lat_s; /* one NVLink hop */
+	const char *source;  /* where the figures come from */
+};
+
+struct sim_fabric {
+	const char *name;
+	double nic_Bps;	   /* per GPU NIC, per direction, bytes/s */
+	double lat_s;	   /* one-way host-to-host latency across the fabric */
+	const char *label; /* "NDR InfiniBand 400 Gb/s" */
+	const char *source;
+};
+
+struct sim_group {
+	const struct sim_gpu_type *gpu;
+	const struct sim_fabric *fabric;
+	uint32_t gpu_count;
+	uint32_t per_node;
+};
+
+struct sim_cluster {
+	struct sim_group groups[SIM_GROUPS_MAX];
+	uint32_t group_count;
+	uint32_t gpu_count;
+};
+
+const struct sim_gpu_type *sim_gpu_find(const char *name);
+const struct sim_fabric *sim_fabric_find(const char *name);
+void sim_models_print(FILE *f);
+/* Parse "48xH100:ib,16xA100:eth/4". Returns 0, or -EINVAL with a message naming the
+ * faulty item in err. */
+int sim_cluster_parse(const char *spec, struct sim_cluster *c, char *err, size_t err_len);
+/* Write the SimGrid platform XML of `c` to `f`. Hosts are gpu-NNNN, in group order. */
+int sim_cluster_write_xml(const struct sim_cluster *c, FILE *f);
+/* Check a user platform file before SimGrid reads it (SimGrid aborts on bad XML): it must
+ * exist and name at least `hosts_min` <host> elements. -EINVAL with a message. */
+int sim_platform_check(const char *path, uint32_t hosts_min, char *err, size_t err_len);
+
+/* ---- the scenario (scenario.c parses it, run.c plays it) ---- */
+
+enum sim_recovery {
+	SIM_RECOVER_KEEL = 0, /* survivors continue on a new view (in-memory state) */
+	SIM_RECOVER_RESTART,  /* keel detects; the job restarts from its last checkpoint */
+	SIM_RECOVER_TIMEOUT,  /* no detector: the collective times out, then restart */
+};
+
+enum sim_fault_kind {
+	SIM_FAULT_HOST_OFF = 0,
+	SIM_FAULT_HOST_ON,
+	SIM_FAULT_LINK_OFF,
+	SIM_FAULT_LINK_ON,
+	SIM_FAULT_SLOW, /* straggler: a host computes `factor` times slower from then on */
+	SIM_FAULT_CUT,	/* chaos partition between two ranks */
+};
+
+#define SIM_FAULTS_MAX 256u
+
+struct sim_fault {
+	enum sim_fault_kind kind;
+	double at_s;
+	uint32_t a, b; /* host (or rank) indexes; b for CUT */
+	double factor;
+	char link[64]; /* LINK_OFF/ON: a link name */
+};
+
+struct sim_scenario {
+	/* platform */
+	char cluster_spec[256];
+	char platform_file[256];
+	uint32_t ranks; /* 0: every host */
+	/* keel knobs */
+	uint64_t heartbeat_ns;
+	uint32_t miss_limit;
+	uint32_t window;
+	uint32_t mtu;
+	uint64_t op_timeout_ns;
+	uint64_t join_timeout_ns;
+	enum keel_algo algo;
+	/* workload */
+	char mode[16]; /* "train", "heartbeat", "allreduce" */
+	double horizon_s;
+	double model_params;	 /* parameters; gradient = 4 bytes each (f32) */
+	double flops_per_sample; /* forward + backward */
+	uint32_t batch;		 /* global batch, samples per step */
+	double mfu;		 /* model FLOPs utilisation applied to peak speed */
+	uint32_t grad_scale;	 /* each data datagram stands for this many */
+	uint32_t ckpt_every;	 /* steps; 0: never */
+	double ckpt_Bps;	 /* checkpoint write bandwidth per GPU */
+	double restart_s;	 /* relaunch + rendezvous + load, restart modes */
+	enum sim_recovery recovery;
+	uint64_t allreduce_bytes; /* mode allreduce */
+	uint32_t repeat;	  /* mode allreduce: timed repetitions */
+	bool check;		  /* compare every AllReduce result with the reference */
+	/* faults */
+	struct sim_fault faults[SIM_FAULTS_MAX];
+	uint32_t fault_count;
+	double mtbf_s; /* per host, random failures; 0: none */
+	char chaos[128];
+	uint64_t seed;
+	/* output */
+	bool progress;
+};
+
+void sim_scenario_default(struct sim_scenario *s);
+/* Apply "key=value" (flags without the leading dashes, scenario-file lines and --sweep values
+ * all come here). Returns 0 or -EINVAL with a message. */
+int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value, char *err,
+		     size_t err_len);
+int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_t err_len);
+
+/* ---- results (run.c fills, report.c prints) ---- */
+
+#define SIM_FAILURES_MAX 64u
+
+struct sim_failure_cost {
+	double at_s;
+	uint32_t host;
+	double detect_s; /* failure to the last survivor's suspicion (or timeout) */
+	double view_s;	 /* last detection to the new view on every survivor */
+	double repartition_s;
+	double restart_s;  /* relaunch, restart modes */
+	double rollback_s; /* steps recomputed after a restart from a checkpoint */
+	double redo_s;	   /* work of the step in flight, lost */
+};
+
+struct sim_result {
+	char label[64];
+	uint32_t ranks;
+	double sim_s;
+	uint64_t steps;
+	double samples_per_s;
+	double step_s;	/* mean step time without failures */
+	double goodput; /* useful training time / simulated time */
+	uint32_t failure_count;
+	struct sim_failure_cost failures[SIM_FAILURES_MAX];
+	uint32_t detect_count;
+	double detect_p50_s, detect_p99_s, detect_max_s;
+	double detect_bound_s; /* miss_limit x heartbeat + largest one-way latency */
+	uint64_t detect_late;  /* detections slower than the bound */
+	uint64_t false_suspicions;
+	uint64_t undetected; /* watcher that never suspected a failed peer */
+	bool views_agree;
+	uint32_t view_epochs;
+	uint64_t allreduce_ops, allreduce_wrong, allreduce_failed;
+	double allreduce_s;	  /* mode allreduce: mean time of one */
+	double allreduce_model_s; /* 2(n-1)(alpha + S/(n beta)) */
+	double alpha_s, beta_Bps;
+	double compute_s_min, compute_s_max; /* one step's compute, fastest and slowest GPU */
+	uint64_t messages, bytes;
+	uint64_t rx_queue_drops;
+	uint32_t grad_scale;
+	double wall_s;
+	long rss_kb;
+	bool deadlock;
+};
+
+/* Play one scenario; argc/argv carry SimGrid's own --cfg= options. Returns 0, or -EINVAL
+ * with a message (bad platform, too few hosts). */
+int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char **argv, char *err,
+	    size_t err_len);
+
+void sim_report_header(FILE *f, const char *format, const char *sweep_key);
+void sim_report_row(FILE *f, const char *format, const char *sweep_key, const char *sweep_val,
+		    const struct sim_result *r, bool first, bool last);
+
+/* ---- the transport over SimGrid mailboxes (transport_sim.c) ---- */
+
+struct sim_net;	  /* every endpoint's mailbox and inbox */
+struct sim_inbox; /* what one endpoint's receiver actor has queued */
+
+struct sim_net_config {
+	uint32_t endpoints;
+	uint32_t queue_max;	/* datagrams an inbox holds; more are dropped (a full socket) */
+	uint32_t scale;		/* data datagrams are charged len * scale bytes */
+	uint32_t scale_min_len; /* datagrams up to this long (control) are charged len */
+};
+
+struct sim_net *sim_net_create(const struct sim_net_config *cfg, void *const *hosts);
+void sim_net_destroy(struct sim_net *net);
+/* Start endpoint e's receiver (a daemon actor on its host). */
+void sim_net_start_receiver(struct sim_net *net, uint32_t e);
+/* Is an endpoint reachable (its host on, its receiver running)? Sends to others are lost. */
+void sim_net_set_alive(struct sim_net *net, uint32_t e, bool alive);
+/* Block the calling actor until endpoint e has input, `wake` is called, or `deadline_ns`. */
+void sim_net_wait(struct sim_net *net, uint32_t e, uint64_t deadline_ns);
+void sim_net_wake(struct sim_net *net, uint32_t e);
+bool sim_net_has_input(const struct sim_net *net, uint32_t e);
+void sim_net_totals(const struct sim_net *net, uint64_t *messages, uint64_t *bytes,
+		    uint64_t *drops);
+uint64_t sim_now_ns(void);
+
+/* A keel transport for endpoint `self`: keel ranks 0..world-1 map to endpoints by `map`
+ * (copied). mem: sim_transport_storage_size(world) bytes. */
+size_t sim_transport_storage_size(const struct sim_net *net, uint32_t world);
+int sim_transport_init(struct keel_transport **out, void *mem, size_t mem_len, struct sim_net *net,
+		       uint32_t self_endpoint, uint32_t rank, uint32_t world, const uint32_t *map,
+		       uint32_t mtu);
+
+#endif

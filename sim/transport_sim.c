@@ -1,0 +1,339 @@
+/* The keel transport over SimGrid: each datagram is one detached mailbox message charged its
+ * real length (data datagrams times the configured scale) on the modelled network. A daemon
+ * receiver actor per endpoint takes messages off the mailbox and queues them, so the node's
+ * own actor never waits on a comm with a timeout (that cancels transfers in flight). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <simgrid/actor.h>
+#include <simgrid/comm.h>
+#include <simgrid/engine.h>
+#include <simgrid/host.h>
+#include <simgrid/mailbox.h>
+#include <simgrid/semaphore.h>
+
+#include "sim_int.h"
+
+struct sim_msg {
+	struct sim_msg *next;
+	uint32_t src;
+	uint32_t len;
+	uint8_t data[];
+};
+
+struct sim_inbox {
+	struct sim_msg *head, *tail;
+	uint32_t count;
+	bool waiting; /* the node actor sleeps on sem */
+	bool woken;   /* wake() was called since the node last waited */
+	bool alive;
+	sg_sem_t sem;
+	sg_mailbox_t mb;
+	sg_host_t host;
+};
+
+struct sim_net {
+	struct sim_net_config cfg;
+	struct sim_inbox *in; /* [endpoints] */
+	uint64_t messages, bytes, drops;
+};
+
+struct sim_tp {
+	struct keel_transport t;
+	struct sim_net *net;
+	uint32_t self;
+	uint32_t *map; /* rank -> endpoint */
+	uint32_t *rev; /* endpoint -> rank + 1, 0 when not in this world */
+};
+
+struct receiver_arg {
+	struct sim_net *net;
+	uint32_t e;
+};
+
+static const struct keel_transport_ops sim_ops;
+
+uint64_t sim_now_ns(void)
+{
+	return (uint64_t)llround(simgrid_get_clock() * 1e9);
+}
+
+struct sim_net *sim_net_create(const struct sim_net_config *cfg, void *const *hosts)
+{
+	struct sim_net *net = calloc(1, sizeof(*net));
+	char name[32];
+
+	if (net == NULL)
+		return NULL;
+	net->cfg = *cfg;
+	net->in = calloc(cfg->endpoints, sizeof(*net->in));
+	if (net->in == NULL) {
+		free(net);
+		return NULL;
+	}
+	for (uint32_t e = 0; e < cfg->endpoints; e++) {
+		snprintf(name, sizeof(name), "keel-%u", e);
+		net->in[e].mb = sg_mailbox_by_name(name);
+		net->in[e].sem = sg_sem_init(0);
+		net->in[e].host = hosts[e];
+	}
+	return net;
+}
+
+static void inbox_clear(struct sim_inbox *ib)
+{
+	while (ib->head != NULL) {
+		struct sim_msg *m = ib->head;
+		ib->head = m->next;
+		free(m);
+	}
+	ib->tail = NULL;
+	ib->count = 0;
+}
+
+void sim_net_destroy(struct sim_net *net)
+{
+	if (net == NULL)
+		return;
+	for (uint32_t e = 0; e < net->cfg.endpoints; e++) {
+		inbox_clear(&net->in[e]);
+		sg_sem_destroy(net->in[e].sem);
+	}
+	free(net->in);
+	free(net);
+}
+
+static void wake(struct sim_inbox *ib)
+{
+	ib->woken = true;
+	if (ib->waiting) {
+		ib->waiting = false;
+		sg_sem_release(ib->sem);
+	}
+}
+
+static void receiver_main(int argc, char **argv)
+{
+	struct receiver_arg *a = sg_actor_self_get_data();
+	struct sim_inbox *ib = &a->net->in[a->e];
+
+	char name[32];
+	(void)argc;
+	(void)argv;
+	/* A permanent receiver: transfers start when sent, not when a get is posted (otherwise
+	 * every datagram would wait for the previous one, one latency each). */
+	snprintf(name, sizeof(name), "keel-%u", a->e);
+	sg_mailbox_set_receiver(name);
+	for (;;) {
+		void *data = NULL;
+		sg_comm_t c = sg_mailbox_get_async(ib->mb, &data);
+
+		if (sg_comm_wait(c) != SG_OK || data == NULL)
+			continue;
+		struct sim_msg *m = data;
+		if (!ib->alive || ib->count >= a->net->cfg.queue_max) {
+			a->net->drops++;
+			free(m);
+			continue;
+		}
+		m->next = NULL;
+		if (ib->tail != NULL)
+			ib->tail->next = m;
+		else
+			ib->head = m;
+		ib->tail = m;
+		ib->count++;
+		wake(ib);
+	}
+	/* never reached: a daemon, killed at the end */
+}
+
+void sim_net_start_receiver(struct sim_net *net, uint32_t e)
+{
+	struct receiver_arg *a = malloc(sizeof(*a));
+	char name[32];
+
+	if (a == NULL)
+		abort();
+	a->net = net;
+	a->e = e;
+	snprintf(name, sizeof(name), "rx-%u", e);
+	sg_actor_t act = sg_actor_init(name, net->in[e].host);
+	sg_actor_set_data(act, a);
+	sg_actor_set_stacksize(act, 64 * 1024);
+	sg_actor_start(act, receiver_main, 0, NULL);
+	sg_actor_daemonize(act); /* `a` lives as long as the simulation: receivers are killed */
+	net->in[e].alive = true;
+}
+
+void sim_net_set_alive(struct sim_net *net, uint32_t e, bool alive)
+{
+	net->in[e].alive = alive;
+	if (!alive)
+		inbox_clear(&net->in[e]);
+}
+
+bool sim_net_has_input(const struct sim_net *net, uint32_t e)
+{
+	return net->in[e].count > 0 || net->in[e].woken;
+}
+
+void sim_net_wake(struct sim_net *net, uint32_t e)
+{
+	wake(&net->in[e]);
+}
+
+/* Time never freezes: a deadline in the past returns at once, and the caller polls. */
+void sim_net_wait(struct sim_net *net, uint32_t e, uint64_t deadline_ns)
+{
+	struct sim_inbox *ib = &net->in[e];
+	uint64_t now = sim_now_ns();
+
+	if (ib->count > 0 || ib->woken) {
+		ib->woken = false;
+		return;
+	}
+	if (deadline_ns <= now)
+		return;
+	ib->waiting = true;
+	if (deadline_ns == UINT64_MAX)
+		sg_sem_acquire(ib->sem);
+	else /* +1 ns: the clock is a double; never wake a hair before the deadline */
+		(void)sg_sem_acquire_timeout(ib->sem, (double)(deadline_ns - now + 1) * 1e-9);
+	ib->waiting = false;
+	ib->woken = false;
+}
+
+void sim_net_totals(const struct sim_net *net, uint64_t *messages, uint64_t *bytes, uint64_t *drops)
+{
+	*messages = net->messages;
+	*bytes = net->bytes;
+	*drops = net->drops;
+}
+
+size_t sim_transport_storage_size(const struct sim_net *net, uint32_t world)
+{
+	return sizeof(struct sim_tp) + world * sizeof(uint32_t) +
+	       net->cfg.endpoints * sizeof(uint32_t);
+}
+
+int sim_transport_init(struct keel_transport **out, void *mem, size_t mem_len, struct sim_net *net,
+		       uint32_t self_endpoint, uint32_t rank, uint32_t world, const uint32_t *map,
+		       uint32_t mtu)
+{
+	struct sim_tp *s = mem;
+
+	*out = NULL;
+	if (net == NULL || world == 0 || rank >= world || self_endpoint >= net->cfg.endpoints ||
+	    map[rank] != self_endpoint)
+		return -EINVAL;
+	if (mem == NULL || mem_len < sim_transport_storage_size(net, world))
+		return -ENOSPC;
+	memset(mem, 0, sim_transport_storage_size(net, world));
+	s->net = net;
+	s->self = self_endpoint;
+	s->map = (uint32_t *)(s + 1);
+	s->rev = s->map + world;
+	for (uint32_t r = 0; r < world; r++) {
+		if (map[r] >= net->cfg.endpoints)
+			return -EINVAL;
+		s->map[r] = map[r];
+		s->rev[map[r]] = r + 1;
+	}
+	s->t = (struct keel_transport){
+	    .ops = &sim_ops,
+	    .state = s,
+	    .caps = 0, /* hosts die and links fail: the core's reliable layer stays on */
+	    .mtu = mtu,
+	    .rank = rank,
+	    .world_size = world,
+	};
+	*out = &s->t;
+	return 0;
+}
+
+static int sim_send_burst(struct keel_transport *t, uint64_t now_ns, const struct keel_datagram *d,
+			  uint32_t count)
+{
+	struct sim_tp *s = t->state;
+	struct sim_net *net = s->net;
+
+	(void)now_ns;
+	for (uint32_t i = 0; i < count; i++) {
+		if (d[i].peer >= t->world_size || d[i].len > t->mtu)
+			return i > 0 ? (int)i : -EINVAL;
+		uint32_t dst = s->map[d[i].peer];
+		if (!net->in[dst].alive || !sg_host_is_on(net->in[dst].host)) {
+			net->drops++; /* a dead host loses what is sent to it */
+			continue;
+		}
+		struct sim_msg *m = malloc(sizeof(*m) + d[i].len);
+		if (m == NULL)
+			return i > 0 ? (int)i : KEEL_ETRANSPORT;
+		m->next = NULL;
+		m->src = s->self;
+		m->len = d[i].len;
+		memcpy(m->data, d[i].buf, d[i].len);
+		long charged = d[i].len;
+		if (d[i].len > net->cfg.scale_min_len)
+			charged *= (long)net->cfg.scale;
+		net->messages++;
+		net->bytes += (uint64_t)charged;
+		sg_comm_detach(sg_mailbox_put_init(net->in[dst].mb, m, charged), free);
+	}
+	return (int)count;
+}
+
+static int sim_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel_datagram *d,
+			  uint32_t count_max)
+{
+	struct sim_tp *s = t->state;
+	struct sim_inbox *ib = &s->net->in[s->self];
+	uint32_t n = 0;
+
+	(void)now_ns;
+	/* Bounded by the queue length, which only the receiver actor grows (not while we run). */
+	while (n < count_max && ib->head != NULL) {
+		struct sim_msg *m = ib->head;
+		ib->head = m->next;
+		if (ib->head == NULL)
+			ib->tail = NULL;
+		ib->count--;
+		uint32_t rank1 = s->rev[m->src];
+		if (rank1 == 0 || m->len > d[n].cap) {
+			s->net->drops++; /* another world's sender, or a datagram too long */
+			free(m);
+			continue;
+		}
+		memcpy(d[n].buf, m->data, m->len);
+		d[n].len = m->len;
+		d[n].peer = rank1 - 1;
+		free(m);
+		n++;
+	}
+	return (int)n;
+}
+
+static uint64_t sim_next_deadline_ns(struct keel_transport *t)
+{
+	(void)t;
+	return UINT64_MAX;
+}
+
+static int sim_wait_fd(struct keel_transport *t)
+{
+	(void)t;
+	return -1;
+}
+
+static const struct keel_transport_ops sim_ops = {
+    .name = "sim",
+    .send_burst = sim_send_burst,
+    .recv_burst = sim_recv_burst,
+    .next_deadline_ns = sim_next_deadline_ns,
+    .wait_fd = sim_wait_fd,
+    .fini = NULL,
+};

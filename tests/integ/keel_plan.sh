@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# keel-plan end to end: the example cluster and workloads plan, the capacity-aware step beats the
+# even split, the HEFT paper example gives its published makespan (80), a SimGrid platform is
+# accepted, and malformed files are refused naming file:line and the field.
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+PLAN=$BUILD/bin/keel-plan
+EX=tools/examples
+[ -x "$PLAN" ] || { echo "keel_plan: $PLAN not built (make BUILD=$BUILD all)"; exit 77; }
+tmp=$(mktemp -d /tmp/keel-plan.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "keel_plan: $*"; fail=1; }
+
+out=$("$PLAN" --cluster $EX/mixed24.cluster --workload $EX/step.workload) || bad "step plan failed"
+line=$(echo "$out" | grep "^predicted step time")
+echo "$line"
+ratio=$(echo "$line" | sed -n 's/.*even split [^(]*(\([0-9.]*\)x).*/\1/p')
+awk -v r="$ratio" 'BEGIN { exit !(r > 2) }' || bad "capacity-aware not 2x better than even: $line"
+[ "$(echo "$out" | grep -c '^[ahv]100-')" -eq 24 ] || bad "expected 24 worker rows"
+
+out=$("$PLAN" --cluster $EX/heft.cluster --dag $EX/heft.dag) || bad "HEFT example failed"
+echo "$out" | grep -q "^makespan: HEFT 80.000 s" || bad "HEFT example makespan is not 80: $out"
+echo "$out" | tail -1
+
+"$PLAN" --cluster $EX/mixed24.cluster --workload $EX/items.workload >/dev/null || bad "items failed"
+for m in rendezvous hash range; do
+	"$PLAN" --cluster $EX/mixed24.cluster --workload $EX/items.workload --mode $m >/dev/null ||
+		bad "items --mode $m failed"
+done
+"$PLAN" --cluster $EX/mixed24.cluster --dag $EX/dag.workload >/dev/null || bad "dag failed"
+out=$("$PLAN" --cluster-xml $EX/mixed.platform.xml --workload $EX/step.workload) ||
+	bad "SimGrid platform failed"
+echo "$out" | grep -q "10 workers in 3 groups" || bad "SimGrid platform: wrong cluster: $out"
+
+# Malformed inputs: exit 2 and a message naming file:line and the field.
+printf 'group a count=2 gpu=H100\n# comment\ngroup b count=x gpu=A100-80\n' >"$tmp/bad.cluster"
+err=$("$PLAN" --cluster "$tmp/bad.cluster" --workload $EX/step.workload 2>&1)
+[ $? -eq 2 ] || bad "bad cluster: exit code not 2"
+echo "$err" | grep -q "bad.cluster:3: field 'count': expected a positive integer, got 'x'" ||
+	bad "bad cluster message: $err"
+echo "$err"
+printf 'shares blocks=4 split=32 block_work=1T\n' >"$tmp/bad.workload"
+err=$("$PLAN" --cluster $EX/mixed24.cluster --workload "$tmp/bad.workload" 2>&1)
+echo "$err" | grep -q "bad.workload:1: field 'split'" || bad "bad workload message: $err"
+printf '<platform>\n<host id="x" speed="quick"/>\n</platform>\n' >"$tmp/bad.xml"
+err=$("$PLAN" --cluster-xml "$tmp/bad.xml" --workload $EX/step.workload 2>&1)
+echo "$err" | grep -q "bad.xml:2: field 'speed'" || bad "bad platform message: $err"
+
+# An item no worker can hold is named.
+printf 'item small work=1T mem=1G\nitem huge work=1T mem=500G\n' >"$tmp/huge.workload"
+err=$("$PLAN" --cluster $EX/mixed24.cluster --workload "$tmp/huge.workload" 2>&1)
+[ $? -eq 1 ] || bad "oversized item: exit code not 1"
+echo "$err" | grep -q "item 'huge'" || bad "oversized item not named: $err"
+
+[ $fail -eq 0 ] && echo "keel_plan: ok"
+exit $fail
