@@ -172,9 +172,13 @@ static void op_local_done(struct keel_node *n, struct keel_op *op)
  * in a round): then the result waits for the new view, which says whether it stands. */
 static bool everyone_done(const struct keel_node *n, const struct keel_op *op)
 {
+	uint32_t need = wire_id(n, op) + 1;
+	/* A member that left had reported it: then every member had it. */
+	for (uint32_t r = 0; r < n->world; r++)
+		if (n->peers[r].left && !seq_before(n->peers[r].left_reported, need))
+			return true;
 	if (n->acc_promised != 0)
 		return false;
-	uint32_t need = wire_id(n, op) + 1;
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self && view_has(&n->view, r) && seq_before(n->peers[r].ops_done, need))
 			return false;

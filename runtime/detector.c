@@ -73,13 +73,18 @@ void fd_heard(struct keel_node *n, uint32_t peer)
 }
 
 /* A clean exit: no suspicion, no false-suspicion count; a late datagram from it changes
- * nothing (fd_heard revives only suspected peers). */
-void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t ops_completed)
+ * nothing (fd_heard revives only suspected peers). In our epoch its count of reported
+ * collectives tells which results are complete everywhere, and it stops counting towards
+ * majorities: it will never vote again. */
+void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t epoch, uint32_t reported)
 {
 	struct peer *p = &n->peers[peer];
 	if (p->state == KEEL_PEER_DEAD)
 		return;
-	p->left_after_ops = ops_completed;
+	if (epoch == n->epoch && view_has(&n->view, peer)) {
+		p->left = true;
+		p->left_reported = reported;
+	}
 	set_state(n, peer, KEEL_PEER_DEAD);
 }
 

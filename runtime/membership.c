@@ -236,6 +236,7 @@ static void reset_peer_for_view(struct keel_node *n, uint32_t r, bool member_now
 	struct peer *p = &n->peers[r];
 	rel_peer_reset(n, r);
 	p->ops_done = 0;
+	p->left = false;
 	p->suspect_report = false;
 	p->pr_promised = p->pr_accepted = false;
 	if (!member_now) {
@@ -368,6 +369,17 @@ static void build_value(struct keel_node *n)
 	v->flags = joined << VIEW_JOINED_SHIFT;
 }
 
+/* Members that still vote: a member that left cleanly never will, and leaving out a member
+ * that is really gone keeps every majority intersecting every other. */
+static uint32_t voters(const struct keel_node *n)
+{
+	uint32_t left = 0;
+	for (uint32_t r = 0; r < n->world; r++)
+		if (n->peers[r].left && is_member(n, r))
+			left++;
+	return n->view.count - left;
+}
+
 static uint32_t count_flag(const struct keel_node *n, bool accepted)
 {
 	uint32_t c = 0;
@@ -414,7 +426,7 @@ static void decide(struct keel_node *n)
 static void prepare_check(struct keel_node *n)
 {
 	uint32_t promised = count_flag(n, false);
-	if (promised * 2 <= n->view.count)
+	if (promised * 2 <= voters(n))
 		return;
 	bool waiting = false;
 	for (uint32_t r = 0; r < n->world; r++)
@@ -427,7 +439,7 @@ static void prepare_check(struct keel_node *n)
 
 static void accept_check(struct keel_node *n)
 {
-	if (count_flag(n, true) * 2 > n->view.count)
+	if (count_flag(n, true) * 2 > voters(n))
 		decide(n);
 }
 
@@ -482,7 +494,7 @@ static void check_quorum(struct keel_node *n)
 	for (uint32_t r = 0; r < n->world; r++)
 		if (is_member(n, r) && (r == n->self || n->peers[r].state == KEEL_PEER_ALIVE))
 			alive++;
-	bool lost = alive * 2 <= n->view.count;
+	bool lost = alive * 2 <= voters(n);
 	if (lost && !n->noquorum)
 		n->ctr.noquorum_entries++;
 	n->noquorum = lost;

@@ -345,7 +345,7 @@ static void handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 		rel_on_data(n, h.src, &h, payload);
 		break;
 	case WIRE_LEAVE:
-		fd_on_leave(n, h.src, h.op_id);
+		fd_on_leave(n, h.src, h.epoch, h.op_id);
 		break;
 	}
 }
@@ -498,7 +498,7 @@ int keel_leave(struct keel_node *node, uint64_t now_ns)
 	for (uint32_t i = 0; i < n->world; i++) {
 		if (i == n->self || n->peers[i].state == KEEL_PEER_DEAD)
 			continue;
-		node_send_ctrl(n, i, WIRE_LEAVE, n->op_run_id, NULL, 0);
+		node_send_ctrl(n, i, WIRE_LEAVE, n->op_run_id - n->op_base, NULL, 0);
 	}
 	node_txq_flush(n);
 	return n->fatal;

@@ -39,7 +39,8 @@ struct peer {
 	enum keel_peer_state state;
 	bool watched; /* we expect to hear from it (all-to-all, or one of our k predecessors) */
 	bool beat_to; /* we heartbeat it */
-	uint32_t left_after_ops; /* it left (KEEL_PEER_DEAD) having completed this many ops */
+	bool left;    /* it left cleanly in our epoch (keel_leave) */
+	uint32_t left_reported; /* ...having reported this many of the epoch's collectives */
 	uint64_t last_heard_ns;
 	uint64_t deaf_at_heard_ns; /* node->deaf_ns when last_heard_ns was set */
 	uint64_t hb_echo_ns;	   /* send_ns of the last heartbeat from it */
@@ -236,7 +237,7 @@ void fd_init(struct keel_node *n, uint64_t now_ns);
 void fd_heard(struct keel_node *n, uint32_t peer);
 void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_header *h,
 		     const uint8_t *payload);
-void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t ops_completed);
+void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t epoch, uint32_t reported);
 void fd_suspect(struct keel_node *n, uint32_t peer); /* suspect it now (it restarted) */
 void fd_on_view(struct keel_node *n);		     /* watch exactly the new view's members */
 void fd_poll_start(struct keel_node *n);

@@ -131,6 +131,9 @@ static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t 
 	if (st != KEEL_PEER_SUSPECTED || peer >= nd->world)
 		return;
 	uint32_t e = W.map[peer];
+	if (getenv("KEEL_SIM_DEBUG") != NULL && W.nodes[e].alive)
+		fprintf(stderr, "%.6f: node %u suspects %u (gen %u)\n", (double)now_ns * 1e-9,
+			nd->e, e, nd->gen);
 	if (nd->suspect_s[e] < 0)
 		nd->suspect_s[e] = (double)now_ns * 1e-9;
 	if (W.nodes[e].alive)

@@ -115,11 +115,17 @@ static void wake(struct sim_inbox *ib)
 	}
 }
 
+/* Gets kept posted at once. One get would match the oldest message in the mailbox, and a
+ * large datagram still in transfer would hold back every small one behind it (heartbeats,
+ * acks): head-of-line blocking the real NIC does not have. */
+#define RX_GETS 64
+
 static void receiver_main(int argc, char **argv)
 {
 	struct receiver_arg *a = sg_actor_self_get_data();
 	struct sim_inbox *ib = &a->net->in[a->e];
-
+	sg_comm_t comms[RX_GETS];
+	void *data[RX_GETS];
 	char name[32];
 	(void)argc;
 	(void)argv;
@@ -127,13 +133,17 @@ static void receiver_main(int argc, char **argv)
 	 * every datagram would wait for the previous one, one latency each). */
 	snprintf(name, sizeof(name), "keel-%u", a->e);
 	sg_mailbox_set_receiver(name);
+	for (int i = 0; i < RX_GETS; i++)
+		comms[i] = sg_mailbox_get_async(ib->mb, &data[i]);
 	for (;;) {
-		void *data = NULL;
-		sg_comm_t c = sg_mailbox_get_async(ib->mb, &data);
-
-		if (sg_comm_wait(c) != SG_OK || data == NULL)
+		ssize_t i = sg_comm_wait_any(comms, RX_GETS);
+		if (i < 0)
 			continue;
-		struct sim_msg *m = data;
+		struct sim_msg *m = data[i];
+		data[i] = NULL;
+		comms[i] = sg_mailbox_get_async(ib->mb, &data[i]);
+		if (m == NULL)
+			continue; /* a failed transfer (link or host down) */
 		if (!ib->alive || ib->count >= a->net->cfg.queue_max) {
 			a->net->drops++;
 			free(m);
@@ -148,7 +158,6 @@ static void receiver_main(int argc, char **argv)
 		ib->count++;
 		wake(ib);
 	}
-	/* never reached: a daemon, killed at the end */
 }
 
 void sim_net_start_receiver(struct sim_net *net, uint32_t e)
