@@ -142,7 +142,7 @@ void fd_beat(struct keel_node *n)
 		return;
 	for (uint32_t i = 0; i < n->world; i++) {
 		struct peer *p = &n->peers[i];
-		if (!p->beat_to || p->state == KEEL_PEER_DEAD)
+		if (!p->beat_to)
 			continue;
 		struct wire_heartbeat hb = {
 		    .send_ns = n->now_ns,

@@ -35,14 +35,26 @@ enum rank_state {
 	RANK_DONE,
 };
 
-/* One row per rank: what later options (--kill RANK@S, --restart) act on. */
+/* One row per rank: what --kill RANK@S and --restart act on. */
 struct rank_slot {
 	pid_t pid; /* also its process group: each rank leads its own */
 	enum rank_state state;
 	int wstatus; /* from waitpid, valid when RANK_DONE */
 	uint32_t restarts;
 	uint64_t started_ns, ended_ns;
+	bool killed_by_us;	/* its last life ended by --kill: not a failure */
+	uint64_t restart_at_ns; /* --restart: when to start it again; UINT64_MAX when not */
 };
+
+/* --kill RANK@SECONDS: SIGKILL that rank this long after keel-run started. */
+#define KILLS_MAX 64u
+struct kill_entry {
+	uint32_t rank;
+	uint64_t at_ns;
+	bool done;
+};
+/* A killed rank restarts this long after its death was noticed. */
+#define RESTART_DELAY_NS 100000000ull
 
 struct opts {
 	uint32_t nproc;
@@ -50,6 +62,9 @@ struct opts {
 	uint64_t timeout_ns;  /* 0: none */
 	uint64_t grace_ns;    /* SIGTERM to SIGKILL */
 	bool keep_going;
+	bool restart; /* start a rank again when a signal killed it */
+	struct kill_entry kills[KILLS_MAX];
+	uint32_t kill_count;
 	char **argv; /* the program and its arguments */
 };
 
@@ -65,7 +80,9 @@ struct job {
 	uint64_t kill_ns;     /* SIGKILL whatever still runs; UINT64_MAX when not stopping */
 	uint32_t job_id;
 	uint16_t master_port;
-	int sfd; /* signalfd: SIGCHLD, SIGINT, SIGTERM, SIGHUP */
+	uint64_t start_ns;
+	char peers[KEEL_WORLD_MAX * 22]; /* KEEL_PEERS when ranks may restart, else "" */
+	int sfd;			 /* signalfd: SIGCHLD, SIGINT, SIGTERM, SIGHUP */
 };
 
 static struct job job;
@@ -83,6 +100,10 @@ static void usage(FILE *f)
 	    "  --timeout SECONDS    stop every rank after this long; exit 124\n"
 	    "  --grace SECONDS      wait between SIGTERM and SIGKILL when stopping (default 5)\n"
 	    "  --keep-going         a failing rank does not stop the others\n"
+	    "  --kill RANK@SECONDS  SIGKILL that rank this long after the start (repeatable;\n"
+	    "                       not counted as a failure)\n"
+	    "  --restart            start a rank again when a signal killed it, as a new\n"
+	    "                       incarnation (KEEL_INCARNATION, KEEL_REJOIN=1)\n"
 	    "  -h, --help           this text\n"
 	    "\n"
 	    "SIGINT, SIGTERM and SIGHUP are passed to every rank. Each rank runs in its own\n"
@@ -146,6 +167,22 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name)
 	return argv[*i];
 }
 
+static void parse_kill(struct opts *o, const char *v)
+{
+	const char *at = strchr(v, '@');
+	char rank[16];
+
+	if (at == NULL || at == v || (size_t)(at - v) >= sizeof(rank))
+		usage_error("--kill '%s': expected RANK@SECONDS", v);
+	if (o->kill_count == KILLS_MAX)
+		usage_error("--kill: at most %u", KILLS_MAX);
+	memcpy(rank, v, (size_t)(at - v));
+	rank[at - v] = '\0';
+	struct kill_entry *k = &o->kills[o->kill_count++];
+	k->rank = parse_count("--kill", rank, 0, KEEL_WORLD_MAX - 1);
+	k->at_ns = parse_seconds("--kill", at + 1);
+}
+
 static void parse_args(int argc, char **argv, struct opts *o)
 {
 	const char *v;
@@ -177,6 +214,10 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			o->grace_ns = parse_seconds("--grace", v);
 		else if (strcmp(a, "--keep-going") == 0)
 			o->keep_going = true;
+		else if (strcmp(a, "--restart") == 0)
+			o->restart = true;
+		else if ((v = opt_value(argc, argv, &i, "--kill")) != NULL)
+			parse_kill(o, v);
 		else
 			usage_error("unknown option '%s'", a);
 	}
@@ -184,16 +225,21 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		usage_error("-n N is required");
 	if (i >= argc)
 		usage_error("no program to run");
+	for (uint32_t k = 0; k < o->kill_count; k++)
+		if (o->kills[k].rank >= o->nproc)
+			usage_error("--kill %u@...: there are only %u ranks", o->kills[k].rank,
+				    o->nproc);
 	o->argv = argv + i;
 }
 
-/* A free TCP port on 127.0.0.1: bind port 0 and read what the kernel chose. Rank 0 binds it
- * again with SO_REUSEADDR a moment later; the gap is the same race torchrun accepts. */
-static int free_port(uint16_t *port)
+/* A free TCP (or UDP) port on 127.0.0.1: bind port 0 and read what the kernel chose. Rank 0
+ * binds it again with SO_REUSEADDR a moment later; the gap is the same race torchrun
+ * accepts. */
+static int free_port_type(uint16_t *port, int type)
 {
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
 	int rc = 0;
 
 	if (fd < 0)
@@ -203,6 +249,40 @@ static int free_port(uint16_t *port)
 		rc = -errno;
 	close(fd);
 	*port = ntohs(a.sin_port);
+	return rc;
+}
+
+static int free_port(uint16_t *port)
+{
+	return free_port_type(port, SOCK_STREAM);
+}
+
+/* Ranks that may restart cannot meet at rank 0's rendezvous again (it is over by then):
+ * give every rank a fixed UDP port in KEEL_PEERS instead. Ports are picked one after the
+ * other while the earlier ones are still held, so they differ. */
+static int pick_peer_ports(void)
+{
+	int fds[KEEL_WORLD_MAX];
+	size_t off = 0;
+	int rc = 0;
+	uint32_t opened = 0;
+
+	for (uint32_t r = 0; r < job.o.nproc && rc == 0; r++) {
+		struct sockaddr_in a = {.sin_family = AF_INET,
+					.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		socklen_t len = sizeof(a);
+		fds[r] = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		if (fds[r] < 0)
+			return -errno;
+		opened++;
+		if (bind(fds[r], (struct sockaddr *)&a, sizeof(a)) != 0 ||
+		    getsockname(fds[r], (struct sockaddr *)&a, &len) != 0)
+			rc = -errno;
+		off += (size_t)snprintf(job.peers + off, sizeof(job.peers) - off, "%s127.0.0.1:%u",
+					r ? "," : "", ntohs(a.sin_port));
+	}
+	for (uint32_t r = 0; r < opened; r++)
+		close(fds[r]);
 	return rc;
 }
 
@@ -240,6 +320,11 @@ static _Noreturn void child_exec(uint32_t rank, pid_t parent, const sigset_t *ol
 	set_env_u32("LOCAL_WORLD_SIZE", job.o.nproc);
 	set_env_u32("MASTER_PORT", job.master_port);
 	set_env_u32("KEEL_JOB_ID", job.job_id);
+	set_env_u32("KEEL_INCARNATION", job.ranks[rank].restarts + 1);
+	if (job.ranks[rank].restarts > 0 && setenv("KEEL_REJOIN", "1", 1) != 0)
+		_exit(127);
+	if (job.peers[0] != '\0' && setenv("KEEL_PEERS", job.peers, 1) != 0)
+		_exit(127);
 	if (setenv("MASTER_ADDR", "127.0.0.1", 1) != 0)
 		_exit(127);
 	sigprocmask(SIG_SETMASK, old_mask, NULL);
@@ -285,6 +370,8 @@ static int start_rank(uint32_t rank, const sigset_t *old_mask)
 	s->pid = pid;
 	s->state = RANK_RUNNING;
 	s->started_ns = keel_posix_now_ns();
+	s->killed_by_us = false;
+	s->restart_at_ns = UINT64_MAX;
 	job.running++;
 	return 0;
 }
@@ -311,6 +398,14 @@ static void rank_ended(uint32_t rank, int wstatus)
 	job.running--;
 	if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
 		return;
+	if (WIFSIGNALED(wstatus) && job.o.restart && !job.stopping) {
+		describe(rank, wstatus, what, sizeof(what));
+		fprintf(stderr, "keel-run: %s; restarting it (--restart)\n", what);
+		s->restart_at_ns = s->ended_ns + RESTART_DELAY_NS;
+		return;
+	}
+	if (s->killed_by_us)
+		return; /* --kill without --restart: meant to stay dead */
 	if (job.first_fail < 0)
 		job.first_fail = (int)rank;
 	if (job.o.keep_going || job.stopping)
@@ -353,6 +448,56 @@ static void on_signals(void)
 	reap();
 }
 
+static uint32_t pending_restarts(void)
+{
+	uint32_t n = 0;
+	for (uint32_t r = 0; r < job.o.nproc && !job.stopping; r++)
+		n += job.ranks[r].restart_at_ns != UINT64_MAX && job.ranks[r].state == RANK_DONE;
+	return n;
+}
+
+/* --kill and --restart, when their time comes. */
+static void run_kills_and_restarts(uint64_t now_ns, const sigset_t *old_mask)
+{
+	for (uint32_t k = 0; k < job.o.kill_count; k++) {
+		struct kill_entry *e = &job.o.kills[k];
+		struct rank_slot *s = &job.ranks[e->rank];
+		if (e->done || now_ns < job.start_ns + e->at_ns)
+			continue;
+		e->done = true;
+		if (s->state != RANK_RUNNING || job.stopping)
+			continue;
+		fprintf(stderr, "keel-run: killing rank %u (--kill %u@%.3g)\n", e->rank, e->rank,
+			(double)e->at_ns / 1e9);
+		s->killed_by_us = true;
+		kill(-s->pid, SIGKILL);
+	}
+	for (uint32_t r = 0; r < job.o.nproc; r++) {
+		struct rank_slot *s = &job.ranks[r];
+		if (s->state != RANK_DONE || s->restart_at_ns > now_ns || job.stopping)
+			continue;
+		s->restarts++;
+		int rc = start_rank(r, old_mask);
+		if (rc != 0) {
+			fprintf(stderr, "keel-run: cannot restart rank %u: %s\n", r, strerror(-rc));
+			s->restart_at_ns = UINT64_MAX;
+			job.start_failed = true;
+		}
+	}
+}
+
+static uint64_t next_kill_or_restart_ns(void)
+{
+	uint64_t next = UINT64_MAX;
+	for (uint32_t k = 0; k < job.o.kill_count; k++)
+		if (!job.o.kills[k].done && job.start_ns + job.o.kills[k].at_ns < next)
+			next = job.start_ns + job.o.kills[k].at_ns;
+	for (uint32_t r = 0; r < job.o.nproc; r++)
+		if (job.ranks[r].state == RANK_DONE && job.ranks[r].restart_at_ns < next)
+			next = job.ranks[r].restart_at_ns;
+	return next;
+}
+
 static void check_timers(void)
 {
 	uint64_t now_ns = keel_posix_now_ns();
@@ -373,6 +518,8 @@ static int poll_ms(void)
 {
 	uint64_t next_ns = job.deadline_ns < job.kill_ns ? job.deadline_ns : job.kill_ns;
 	uint64_t now_ns = keel_posix_now_ns(), ms;
+	if (next_kill_or_restart_ns() < next_ns)
+		next_ns = next_kill_or_restart_ns();
 
 	if (next_ns == UINT64_MAX)
 		return -1;
@@ -427,6 +574,12 @@ static int setup(sigset_t *old_mask)
 			return rc;
 	}
 	job.job_id = random_job_id();
+	job.start_ns = keel_posix_now_ns();
+	if (job.o.restart || job.o.kill_count > 0) {
+		rc = pick_peer_ports();
+		if (rc != 0)
+			return rc;
+	}
 	job.first_fail = -1;
 	job.kill_ns = UINT64_MAX;
 	job.deadline_ns = UINT64_MAX;
@@ -458,13 +611,14 @@ int main(int argc, char **argv)
 	}
 	/* Bounded by the ranks: each turn either reaps one, handles a signal or a timer, and
 	 * the kill timer ends every rank after the grace period once stopping. */
-	while (job.running > 0) {
+	while (job.running > 0 || pending_restarts() > 0) {
 		struct pollfd p = {.fd = job.sfd, .events = POLLIN};
 		int n = poll(&p, 1, poll_ms());
 
 		if (n > 0)
 			on_signals();
 		check_timers();
+		run_kills_and_restarts(keel_posix_now_ns(), &old_mask);
 	}
 	return exit_code();
 }

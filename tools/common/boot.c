@@ -66,6 +66,16 @@ static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t 
 	v = cfg->op_timeout_ns / 1000000;
 	rc |= env_u64("KEEL_OP_TIMEOUT_MS", 1, 86400000ull, &v, err, err_len);
 	cfg->op_timeout_ns = v * 1000000;
+	/* a restarted process: keel-run --restart (or the user's launcher) says which life */
+	v = cfg->incarnation;
+	rc |= env_u64("KEEL_INCARNATION", 1, UINT32_MAX, &v, err, err_len);
+	cfg->incarnation = (uint32_t)v;
+	v = 0;
+	rc |= env_u64("KEEL_REJOIN", 0, 1, &v, err, err_len);
+	cfg->rejoin = v == 1;
+	v = cfg->view_timeout_ns / 1000;
+	rc |= env_u64("KEEL_VIEW_TIMEOUT_US", 1, 3600000000ull, &v, err, err_len);
+	cfg->view_timeout_ns = v * 1000;
 	if (rc != 0)
 		return -EINVAL;
 	const char *algo = getenv("KEEL_ALGO");

@@ -1,6 +1,7 @@
 /* Exact-valued AllReduce inputs and their reference results (see refcheck.h). */
 #include <string.h>
 
+#include "keel/limits.h"
 #include "reduce_int.h"
 #include "refcheck.h"
 
@@ -93,18 +94,27 @@ static void store_avg(void *buf, size_t i, enum keel_dtype dt, double sum, uint3
 	}
 }
 
-void keel_check_reference(void *buf, size_t begin, size_t end, uint32_t world, enum keel_dtype dt,
-			  enum keel_redop op)
+void keel_check_reference_members(void *buf, size_t begin, size_t end, const uint32_t *members,
+				  uint32_t count, enum keel_dtype dt, enum keel_redop op)
 {
 	for (size_t i = begin; i < end; i++) {
-		double acc = keel_check_value(0, i, dt, op);
-		for (uint32_t r = 1; r < world; r++)
-			acc = combine(acc, keel_check_value(r, i, dt, op), op);
+		double acc = keel_check_value(members[0], i, dt, op);
+		for (uint32_t k = 1; k < count; k++)
+			acc = combine(acc, keel_check_value(members[k], i, dt, op), op);
 		if (op == KEEL_AVG)
-			store_avg(buf, i, dt, acc, world);
+			store_avg(buf, i, dt, acc, count);
 		else
 			keel_check_store(buf, i, dt, acc);
 	}
+}
+
+void keel_check_reference(void *buf, size_t begin, size_t end, uint32_t world, enum keel_dtype dt,
+			  enum keel_redop op)
+{
+	uint32_t ranks[KEEL_WORLD_MAX];
+	for (uint32_t r = 0; r < world; r++)
+		ranks[r] = r;
+	keel_check_reference_members(buf, begin, end, ranks, world, dt, op);
 }
 
 size_t keel_check_wrong(const void *got, const void *ref, size_t begin, size_t end,

@@ -21,6 +21,9 @@ void keel_check_fill(void *buf, size_t begin, size_t end, uint32_t rank, enum ke
  * it (avg: the sum divided in the dtype's accumulation precision, integers truncating). */
 void keel_check_reference(void *buf, size_t begin, size_t end, uint32_t world, enum keel_dtype dt,
 			  enum keel_redop op);
+/* The same over an arbitrary member set (a view): ranks members[0..count). */
+void keel_check_reference_members(void *buf, size_t begin, size_t end, const uint32_t *members,
+				  uint32_t count, enum keel_dtype dt, enum keel_redop op);
 /* Elements in [begin, end) whose bytes differ between `got` and `ref`. */
 size_t keel_check_wrong(const void *got, const void *ref, size_t begin, size_t end,
 			enum keel_dtype dt);
