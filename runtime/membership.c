@@ -380,14 +380,33 @@ static uint32_t voters(const struct keel_node *n)
 	return n->view.count - left;
 }
 
-static uint32_t count_flag(const struct keel_node *n, bool accepted)
+/* A member whose rank came back as a newer incarnation: that process is gone for good, and
+ * with it whatever it promised or accepted. */
+static bool proven_dead(const struct keel_node *n, uint32_t r)
 {
-	uint32_t c = 0;
-	for (uint32_t r = 0; r < n->world; r++)
-		if (is_member(n, r) &&
-		    (accepted ? n->peers[r].pr_accepted : n->peers[r].pr_promised))
-			c++;
-	return c;
+	return r != n->self && is_member(n, r) && n->view.inc[r] != 0 &&
+	       n->peers[r].inc > n->view.inc[r];
+}
+
+/* Enough answers to decide: a majority of the voters; or, when restarted members hold fewer
+ * than a majority of the votes, every other voter — every majority then contains one of them,
+ * so whatever any majority ever accepted is among the answers (and the value adopted), yet
+ * the cluster is not stuck because lost votes can never come back. */
+static bool enough(const struct keel_node *n, bool accepted)
+{
+	uint32_t votes = voters(n), got = 0, dead = 0, missing = 0;
+	for (uint32_t r = 0; r < n->world; r++) {
+		const struct peer *p = &n->peers[r];
+		if (!is_member(n, r) || p->left)
+			continue;
+		bool yes = accepted ? p->pr_accepted : p->pr_promised;
+		got += yes;
+		dead += !yes && proven_dead(n, r);
+		missing += !yes && !proven_dead(n, r);
+	}
+	if (got * 2 > votes)
+		return true;
+	return got > 0 && missing == 0 && dead < votes / 2 + 1;
 }
 
 static void start_accept(struct keel_node *n)
@@ -425,8 +444,7 @@ static void decide(struct keel_node *n)
 
 static void prepare_check(struct keel_node *n)
 {
-	uint32_t promised = count_flag(n, false);
-	if (promised * 2 <= voters(n))
+	if (!enough(n, false))
 		return;
 	bool waiting = false;
 	for (uint32_t r = 0; r < n->world; r++)
@@ -439,7 +457,7 @@ static void prepare_check(struct keel_node *n)
 
 static void accept_check(struct keel_node *n)
 {
-	if (count_flag(n, true) * 2 > voters(n))
+	if (enough(n, true))
 		decide(n);
 }
 
@@ -490,11 +508,15 @@ static bool change_needed(const struct keel_node *n)
 
 static void check_quorum(struct keel_node *n)
 {
-	uint32_t alive = 0;
-	for (uint32_t r = 0; r < n->world; r++)
+	uint32_t alive = 0, dead = 0, votes = voters(n);
+	for (uint32_t r = 0; r < n->world; r++) {
 		if (is_member(n, r) && (r == n->self || n->peers[r].state == KEEL_PEER_ALIVE))
 			alive++;
-	bool lost = alive * 2 <= voters(n);
+		dead += proven_dead(n, r);
+	}
+	/* Lost: no majority alive, unless the rest are restarted members few enough to decide
+	 * without them (see enough()). */
+	bool lost = alive * 2 <= votes && !(alive + dead == votes && dead < votes / 2 + 1);
 	if (lost && !n->noquorum)
 		n->ctr.noquorum_entries++;
 	n->noquorum = lost;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,25 +22,31 @@ struct bench_opts {
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: keel-bench allreduce [options]   AllReduce table (nccl-tests format)\n"
-		"       keel-bench heartbeat [options]   heartbeat round-trip p50/p99/max\n"
-		"allreduce options:\n"
-		"  -b, --minbytes SIZE   smallest message (default 8); K, M, G suffixes\n"
-		"  -e, --maxbytes SIZE   largest message (default 64M)\n"
-		"  -f, --stepfactor N    multiply the size by N each row (default 2)\n"
-		"  -i, --stepbytes SIZE  add SIZE each row instead of multiplying\n"
-		"  -d, --dtype T         f32 f64 f16 bf16 i32 i64 u8 (default f32)\n"
-		"  -o, --op OP           sum prod min max avg (default sum)\n"
-		"  -n, --iters N         timed iterations per size (default 20)\n"
-		"  -w, --warmup N        untimed iterations first (default 5)\n"
-		"  -c, --check           verify every element against a reference\n"
-		"common options:\n"
-		"  --transport T         udp (default) or dpdk (KEEL_DPDK_ARGS etc., see README)\n"
-		"heartbeat options:\n"
-		"  -t, --seconds S       how long to measure (default 2)\n"
-		"environment: KEEL_HEARTBEAT_US, KEEL_ALGO=auto|ring|rd, KEEL_MTU, KEEL_WINDOW,\n"
-		"  KEEL_CHAOS=loss=0.01,..., KEEL_WAIT=busy|adaptive|block (see README)\n");
+	fprintf(
+	    f,
+	    "usage: keel-bench allreduce [options]   AllReduce table (nccl-tests format)\n"
+	    "       keel-bench heartbeat [options]   heartbeat round-trip p50/p99/max\n"
+	    "       keel-bench rdma-lat [options]    verbs transport latency, 2 ranks, like\n"
+	    "                                        ib_write_lat/ib_send_lat (half round trip)\n"
+	    "allreduce options:\n"
+	    "  -b, --minbytes SIZE   smallest message (default 8); K, M, G suffixes\n"
+	    "  -e, --maxbytes SIZE   largest message (default 64M)\n"
+	    "  -f, --stepfactor N    multiply the size by N each row (default 2)\n"
+	    "  -i, --stepbytes SIZE  add SIZE each row instead of multiplying\n"
+	    "  -d, --dtype T         f32 f64 f16 bf16 i32 i64 u8 (default f32)\n"
+	    "  -o, --op OP           sum prod min max avg (default sum)\n"
+	    "  -n, --iters N         timed iterations per size (default 20)\n"
+	    "  -w, --warmup N        untimed iterations first (default 5)\n"
+	    "  -c, --check           verify every element against a reference\n"
+	    "common options:\n"
+	    "  --transport T         udp (default), dpdk or verbs (KEEL_DPDK_*, KEEL_VERBS_*: "
+	    "README)\n"
+	    "rdma-lat options: -b/-e/-f sizes (default 2..4096 bytes), -n iterations (default "
+	    "1000)\n"
+	    "heartbeat options:\n"
+	    "  -t, --seconds S       how long to measure (default 2)\n"
+	    "environment: KEEL_HEARTBEAT_US, KEEL_ALGO=auto|ring|rd, KEEL_MTU, KEEL_WINDOW,\n"
+	    "  KEEL_CHAOS=loss=0.01,..., KEEL_WAIT=busy|adaptive|block (see README)\n");
 }
 
 static int parse_size(const char *s, uint64_t *out)
@@ -416,6 +423,104 @@ static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
 	return 0;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+#define LAT_MAGIC 0x54414c4c45454bull /* "KEELLAT": not a keel wire header */
+
+/* Wait for one latency datagram of `seq` on the raw transport (keel datagrams that arrive in
+ * between are dropped: the node is not polled during the measurement). */
+static int lat_recv(struct keel_transport *tp, uint8_t *buf, uint32_t cap, uint64_t seq, bool yield)
+{
+	uint64_t end = keel_posix_now_ns() + 5000000000ull;
+	for (;;) {
+		struct keel_datagram d = {.buf = buf, .cap = cap};
+		int got = tp->ops->recv_burst(tp, 0, &d, 1);
+		if (got < 0)
+			return got;
+		uint64_t m, s;
+		if (got == 1 && d.len >= 16) {
+			memcpy(&m, buf, 8);
+			memcpy(&s, buf + 8, 8);
+			if (m == LAT_MAGIC && s == seq)
+				return 0;
+		}
+		if (got == 0 && keel_posix_now_ns() > end)
+			return -ETIMEDOUT;
+		if (got == 0 && yield)
+			sched_yield(); /* ranks sharing a core: let the peer run */
+	}
+}
+
+static int lat_send(struct keel_transport *tp, uint8_t *buf, uint32_t len, uint32_t peer,
+		    uint64_t seq, bool yield)
+{
+	uint64_t m = LAT_MAGIC;
+	memcpy(buf, &m, 8);
+	memcpy(buf + 8, &seq, 8);
+	struct keel_datagram d = {.buf = buf, .len = len, .cap = len, .peer = peer};
+	for (int tries = 0; tries < 1000000; tries++) {
+		int rc = tp->ops->send_burst(tp, 0, &d, 1);
+		if (rc != 0)
+			return rc < 0 ? rc : 0;
+		struct keel_datagram r = {.buf = buf + len, .cap = 16};
+		rc = tp->ops->recv_burst(tp, 0, &r, 0); /* completions free send slots */
+		if (yield)
+			sched_yield();
+	}
+	return -EAGAIN;
+}
+
+/* Ping-pong between ranks 0 and 1 on the transport itself, as perftest does on raw verbs:
+ * half of each round trip, median and p99, per size. */
+static int bench_rdma_lat(struct keel_boot *b, const struct bench_opts *o)
+{
+	struct keel_transport *tp = b->tp;
+	uint32_t self = b->launch.rank;
+	if (b->launch.world_size != 2) {
+		fprintf(stderr, "keel-bench rdma-lat: needs exactly 2 ranks\n");
+		return 1;
+	}
+	uint32_t peer = 1 - self, iters = o->iters;
+	bool yield = (long)b->launch.local_world_size > keel_posix_cpu_count();
+	uint8_t *buf = calloc(1, 2 * (size_t)tp->mtu + 64);
+	uint64_t *t = calloc(iters, sizeof(*t));
+	if (buf == NULL || t == NULL)
+		die(b, "memory", -ENOMEM);
+	if (self == 0)
+		printf("# keel-bench rdma-lat: transport %s, %u iterations, half round trip\n"
+		       "# %10s %12s %12s %12s\n",
+		       tp->ops->name, iters, "bytes", "t_p50(us)", "t_p99(us)", "t_min(us)");
+	uint64_t seq = 1;
+	for (uint64_t size = o->min_bytes; size <= o->max_bytes && size <= tp->mtu;
+	     size = o->step_bytes ? size + o->step_bytes : size * o->factor) {
+		uint32_t len = size < 16 ? 16 : (uint32_t)size; /* magic and sequence */
+		for (uint32_t i = 0; i < iters + 10; i++, seq++) {
+			uint64_t t0 = keel_posix_now_ns();
+			int rc = self == 0 ? lat_send(tp, buf, len, peer, seq, yield) : 0;
+			if (rc == 0)
+				rc = lat_recv(tp, buf, tp->mtu, seq, yield);
+			if (rc == 0 && self == 1)
+				rc = lat_send(tp, buf, len, peer, seq, yield);
+			if (rc != 0)
+				die(b, "rdma-lat ping-pong", rc);
+			if (i >= 10) /* warm-up rounds first */
+				t[i - 10] = keel_posix_now_ns() - t0;
+		}
+		qsort(t, iters, sizeof(*t), cmp_u64);
+		if (self == 0)
+			printf("  %10llu %12.2f %12.2f %12.2f\n", (unsigned long long)size,
+			       (double)t[iters / 2] / 2e3, (double)t[(size_t)(iters * 0.99)] / 2e3,
+			       (double)t[0] / 2e3);
+	}
+	free(buf);
+	free(t);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
@@ -424,7 +529,8 @@ int main(int argc, char **argv)
 	}
 	const char *cmd = argv[1];
 	bool is_ar = strcmp(cmd, "allreduce") == 0, is_hb = strcmp(cmd, "heartbeat") == 0;
-	if (!is_ar && !is_hb) {
+	bool is_lat = strcmp(cmd, "rdma-lat") == 0;
+	if (!is_ar && !is_hb && !is_lat) {
 		fprintf(stderr, "keel-bench: unknown command '%s'\n", cmd);
 		usage(stderr);
 		return 2;
@@ -432,6 +538,20 @@ int main(int argc, char **argv)
 	struct bench_opts o;
 	if (parse_opts(argc - 1, argv + 1, &o) != 0)
 		return 2;
+	if (is_lat) {
+		setenv("KEEL_TRANSPORT", "verbs", 0); /* it measures the verbs path by default */
+		bool b_set = false, e_set = false, n_set = false;
+		for (int i = 2; i < argc; i++) {
+			b_set |=
+			    strcmp(argv[i], "-b") == 0 || strncmp(argv[i], "--minbytes", 10) == 0;
+			e_set |=
+			    strcmp(argv[i], "-e") == 0 || strncmp(argv[i], "--maxbytes", 10) == 0;
+			n_set |= strcmp(argv[i], "-n") == 0 || strncmp(argv[i], "--iters", 7) == 0;
+		}
+		o.min_bytes = b_set ? o.min_bytes : 2;
+		o.max_bytes = e_set ? o.max_bytes : 4096;
+		o.iters = n_set ? o.iters : 1000;
+	}
 	struct keel_boot b;
 	char err[512] = "";
 	int rc = keel_boot_start(&b, NULL, NULL, err, sizeof(err));
@@ -439,7 +559,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "keel-bench: %s\n", err[0] ? err : keel_strerror(rc));
 		return 1;
 	}
-	int status = is_ar ? bench_allreduce(&b, &o) : bench_heartbeat(&b, &o);
+	int status = is_ar   ? bench_allreduce(&b, &o)
+		     : is_hb ? bench_heartbeat(&b, &o)
+			     : bench_rdma_lat(&b, &o);
 	keel_boot_stop(&b, 500000000ull);
 	return status;
 }

@@ -9,6 +9,7 @@
 
 #include "boot.h"
 #include "boot_dpdk.h"
+#include "boot_verbs.h"
 #include "keel/transport_chaos.h"
 #include "keel/transport_udp.h"
 #include "rendezvous.h"
@@ -173,15 +174,31 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 	return rc;
 }
 
-/* KEEL_TRANSPORT=udp (default) or dpdk (keel-bench --transport sets it). */
-static int transport_choice(bool *dpdk, char *err, size_t err_len)
+/* KEEL_TRANSPORT=udp (default), dpdk or verbs (keel-bench --transport sets it). */
+static int transport_choice(bool *dpdk, bool *verbs, char *err, size_t err_len)
 {
 	const char *t = getenv("KEEL_TRANSPORT");
 	*dpdk = t != NULL && strcmp(t, "dpdk") == 0;
-	if (t == NULL || *t == '\0' || strcmp(t, "udp") == 0 || *dpdk)
+	*verbs = t != NULL && strcmp(t, "verbs") == 0;
+	if (t == NULL || *t == '\0' || strcmp(t, "udp") == 0 || *dpdk || *verbs)
 		return 0;
-	snprintf(err, err_len, "KEEL_TRANSPORT=%s: expected udp or dpdk", t);
+	snprintf(err, err_len, "KEEL_TRANSPORT=%s: expected udp, dpdk or verbs", t);
 	return -EINVAL;
+}
+
+/* The verbs device (tools/common/boot_verbs.c does QPs and the QPN exchange). Its slots carry
+ * the node's datagrams: KEEL_MTU if set, else 64 KiB slots. */
+static int start_verbs(struct keel_boot *b, char *err, size_t err_len)
+{
+	uint64_t timeout_ms = 30000;
+	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
+	const char *mtu = getenv("KEEL_MTU");
+	if (rc == 0)
+		rc = keel_boot_verbs_start(&b->launch, mtu != NULL && *mtu ? b->cfg.mtu : 0,
+					   timeout_ms * 1000000ull, &b->tp, err, err_len);
+	if (rc == 0)
+		b->cfg.mtu = b->tp->mtu;
+	return rc;
 }
 
 /* The DPDK port (tools/common/boot_dpdk.c does EAL, addresses and rendezvous). The node's
@@ -292,14 +309,16 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	rc = env_config(&b->cfg, &mtu, err, err_len);
 	if (rc == 0 && tweak != NULL)
 		tweak(&b->cfg, ctx);
-	bool dpdk = false;
+	bool dpdk = false, verbs = false;
 	if (rc == 0)
-		rc = transport_choice(&dpdk, err, err_len);
+		rc = transport_choice(&dpdk, &verbs, err, err_len);
 	if (rc == 0 && dpdk)
 		rc = start_dpdk(b, err, err_len);
-	if (rc == 0 && !dpdk)
+	if (rc == 0 && verbs)
+		rc = start_verbs(b, err, err_len);
+	if (rc == 0 && !dpdk && !verbs)
 		rc = start_udp(b, host, port, err, err_len);
-	if (rc == 0 && !dpdk)
+	if (rc == 0 && !dpdk && !verbs)
 		rc = rendezvous(b, err, err_len);
 	if (rc == 0)
 		rc = start_chaos(b, err, err_len);
@@ -350,7 +369,8 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 		b->chaos->ops->fini(b->chaos);
 	if (b->udp != NULL && b->udp->ops->fini != NULL)
 		b->udp->ops->fini(b->udp);
-	keel_boot_dpdk_stop(); /* no-op unless KEEL_TRANSPORT=dpdk started it */
+	keel_boot_dpdk_stop();	/* no-op unless KEEL_TRANSPORT=dpdk started it */
+	keel_boot_verbs_stop(); /* no-op unless KEEL_TRANSPORT=verbs started it */
 	free(b->mem_node);
 	free(b->mem_chaos);
 	free(b->mem_udp);

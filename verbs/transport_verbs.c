@@ -1,0 +1,1013 @@
+/* The ibverbs RC transport (see include/keel/transport_verbs.h for the protocol). All state and
+ * every slot live in the caller's memory, registered once; nothing is allocated after init and
+ * nothing a peer sends (immediates, lengths, credits) is trusted before it is checked. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "assert_int.h"
+#include "keel/limits.h"
+#include "keel/transport_verbs.h"
+#include "verbs_int.h"
+
+#define PAGE_BYTES	   4096u
+#define CACHE_LINE_BYTES   64u
+#define WC_BURST	   32u /* completions per ibv_poll_cq */
+#define POLLS_PER_RECV	   4u  /* bounded work per recv_burst */
+#define CHAIN_MAX	   64u /* work requests in one ibv_post_send chain */
+#define ASYNC_CHECK_EVERY  64u /* recv_burst calls between two reads of the async fd */
+#define MAILBOX_BYTES	   64u /* credit word written by the peer, own cache line */
+#define CREDIT_SRC_BYTES   64u
+#define IMM_SLOT_SHIFT	   20u
+#define IMM_GEN_MASK	   0xfffffu
+#define WRID_KIND_SHIFT	   62u
+#define WRID_PEER_SHIFT	   32u
+#define PSN_MASK	   0xffffffu
+#define SLOT_BYTES_DEFAULT 65536u
+
+_Static_assert(KEEL_VERBS_SLOTS_MAX <= (1u << (32 - IMM_SLOT_SHIFT)), "slot fits the immediate");
+_Static_assert(KEEL_WORLD_MAX < (1u << 30), "peer fits the work request id");
+
+enum wrid_kind { WR_DATA = 0, WR_RECV = 1, WR_CREDIT = 2 };
+enum peer_state { PEER_IDLE = 0, PEER_CONNECTED, PEER_FAILED };
+
+struct vpeer {
+	struct ibv_qp *qp;
+	uint32_t state;
+	uint32_t rkey;
+	uint64_t raddr_slots;	/* the peer's slots for our messages */
+	uint64_t raddr_mailbox; /* the peer's mailbox for our credits */
+	uint32_t tx_seq;	/* messages posted to the peer */
+	uint32_t tx_credit;	/* of which the peer consumed (its last mailbox value) */
+	uint32_t tx_done;	/* of which the send WR completed: send slots free */
+	uint32_t sq_posted, sq_done;
+	uint32_t rx_seq;      /* messages received and validated */
+	uint32_t rx_consumed; /* of which delivered to the caller */
+	uint32_t rx_credited; /* consumed count last written to the peer's mailbox */
+	uint8_t *rx_slots, *tx_slots;
+	volatile uint64_t *mailbox;
+	uint64_t *credit_src;
+	uint32_t *sq_mark; /* [sq_depth]: tx_seq after each send WR */
+	uint32_t *rx_len;  /* [slot_count] */
+};
+
+struct verbs {
+	struct keel_transport t;
+	struct keel_verbs_config cfg;
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_mr *mr, *dmabuf_mr;
+	struct ibv_comp_channel *channel;
+	struct ibv_cq *cq;
+	struct vpeer *peers;
+	uint8_t *region;
+	size_t region_len, stride;
+	uint32_t sq_depth, sig_interval, credit_batch, inline_max;
+	int gid_index;
+	uint8_t port, link_layer, active_mtu;
+	uint16_t lid;
+	union ibv_gid gid;
+	bool down, armed;
+	uint32_t rr, calls;
+	char dev_name[KEEL_VERBS_DEV_NAME_LEN];
+	struct ibv_wc wc[WC_BURST];
+	struct ibv_send_wr swr[CHAIN_MAX];
+	struct ibv_sge ssge[CHAIN_MAX];
+	struct ibv_recv_wr *rwr; /* [slot_count] */
+	struct ibv_sge *rsge;	 /* [slot_count] */
+	struct keel_verbs_stats st;
+};
+
+struct layout {
+	size_t peers, sq_mark, rx_len, rwr, rsge, region, stride, total;
+	uint32_t sq_depth;
+};
+
+static const struct keel_transport_ops verbs_ops;
+
+static size_t align_to(size_t n, size_t a)
+{
+	return (n + a - 1) & ~(a - 1);
+}
+
+static bool is_pow2(uint32_t x)
+{
+	return x != 0 && (x & (x - 1)) == 0;
+}
+
+/* rdma-core returns +errno, -1 with errno, or NULL with errno: all become -errno here. */
+static int neg_errno(int rc)
+{
+	if (rc > 0)
+		return -rc;
+	return errno > 0 ? -errno : -EIO;
+}
+
+static int null_errno(void)
+{
+	return errno > 0 ? -errno : -ENOMEM;
+}
+
+void keel_verbs_config_default(struct keel_verbs_config *cfg)
+{
+	KEEL_ASSERT(cfg != NULL);
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->world_size = 1;
+	cfg->gid_index = -1;
+	cfg->slot_bytes = SLOT_BYTES_DEFAULT;
+	cfg->slot_count = 32;
+	cfg->send_max_bytes = 1024;
+	cfg->inline_bytes = 128;
+	cfg->timeout = 14;
+	cfg->retry_cnt = 7;
+	cfg->rnr_retry = 7;
+	cfg->poll_mode = KEEL_VERBS_POLL_BUSY;
+}
+
+uint64_t keel_verbs_nic_detect_ns(const struct keel_verbs_config *cfg)
+{
+	KEEL_ASSERT(cfg != NULL && cfg->timeout < 32);
+	return (uint64_t)(cfg->retry_cnt + 1u) * 4096ull * (1ull << cfg->timeout) / 1000ull;
+}
+
+static bool config_ok(const struct keel_verbs_config *c)
+{
+	return c != NULL && c->world_size >= 1 && c->world_size <= KEEL_WORLD_MAX &&
+	       c->rank < c->world_size && c->slot_bytes >= KEEL_MTU_MIN &&
+	       c->slot_bytes <= (1u << 30) && c->slot_bytes % 8 == 0 && is_pow2(c->slot_count) &&
+	       c->slot_count >= 2 && c->slot_count <= KEEL_VERBS_SLOTS_MAX &&
+	       c->send_max_bytes <= c->slot_bytes && c->timeout >= 1 && c->timeout <= 31 &&
+	       c->retry_cnt <= 7 && c->rnr_retry <= 7 &&
+	       (c->poll_mode == KEEL_VERBS_POLL_BUSY || c->poll_mode == KEEL_VERBS_POLL_EVENT);
+}
+
+static void layout_of(const struct keel_verbs_config *c, struct layout *l)
+{
+	size_t w = c->world_size, s = c->slot_count;
+	l->sq_depth = 2 * c->slot_count;
+	size_t off = align_to(sizeof(struct verbs), CACHE_LINE_BYTES);
+	l->peers = off;
+	off = align_to(off + w * sizeof(struct vpeer), CACHE_LINE_BYTES);
+	l->sq_mark = off;
+	off = align_to(off + w * l->sq_depth * sizeof(uint32_t), CACHE_LINE_BYTES);
+	l->rx_len = off;
+	off = align_to(off + w * s * sizeof(uint32_t), CACHE_LINE_BYTES);
+	l->rwr = off;
+	off = align_to(off + s * sizeof(struct ibv_recv_wr), CACHE_LINE_BYTES);
+	l->rsge = off;
+	off = align_to(off + s * sizeof(struct ibv_sge), PAGE_BYTES);
+	/* per sender: receive slots, send slots, mailbox, credit source */
+	l->stride = align_to(2 * s * c->slot_bytes + MAILBOX_BYTES + CREDIT_SRC_BYTES, PAGE_BYTES);
+	l->region = off;
+	/* the caller's memory may start anywhere in a page */
+	l->total = off + w * l->stride + PAGE_BYTES;
+}
+
+size_t keel_verbs_storage_size(const struct keel_verbs_config *cfg)
+{
+	if (!config_ok(cfg))
+		return 0;
+	struct layout l;
+	layout_of(cfg, &l);
+	return l.total;
+}
+
+/* Carve `mem` (its start aligned to a page so the region is page aligned too). */
+static struct verbs *carve(void *mem, size_t mem_len, const struct keel_verbs_config *cfg)
+{
+	struct layout l;
+	layout_of(cfg, &l);
+	uint8_t *base = (uint8_t *)align_to((uintptr_t)mem, PAGE_BYTES);
+	if (mem_len < l.total || (size_t)(base - (uint8_t *)mem) + l.total - PAGE_BYTES > mem_len)
+		return NULL;
+	memset(base, 0, l.total - PAGE_BYTES);
+	struct verbs *v = (struct verbs *)base;
+	v->cfg = *cfg;
+	v->cfg.device = NULL; /* the caller's string need not outlive init */
+	v->peers = (struct vpeer *)(base + l.peers);
+	v->rwr = (struct ibv_recv_wr *)(base + l.rwr);
+	v->rsge = (struct ibv_sge *)(base + l.rsge);
+	v->region = base + l.region;
+	v->stride = l.stride;
+	v->region_len = cfg->world_size * l.stride;
+	v->sq_depth = l.sq_depth;
+	v->sig_interval = cfg->slot_count / 2;
+	v->credit_batch = cfg->slot_count / 4 != 0 ? cfg->slot_count / 4 : 1;
+	size_t slots_len = (size_t)cfg->slot_count * cfg->slot_bytes;
+	for (uint32_t p = 0; p < cfg->world_size; p++) {
+		struct vpeer *q = &v->peers[p];
+		uint8_t *area = v->region + p * l.stride;
+		q->rx_slots = area;
+		q->tx_slots = area + slots_len;
+		q->mailbox = (volatile uint64_t *)(area + 2 * slots_len);
+		q->credit_src = (uint64_t *)(area + 2 * slots_len + MAILBOX_BYTES);
+		q->sq_mark = (uint32_t *)(base + l.sq_mark) + (size_t)p * l.sq_depth;
+		q->rx_len = (uint32_t *)(base + l.rx_len) + (size_t)p * cfg->slot_count;
+	}
+	return v;
+}
+
+static int open_device(struct verbs *v, const char *name)
+{
+	int n = 0;
+	struct ibv_device **list = keel_ibv_get_device_list(&n);
+	if (list == NULL)
+		return null_errno() == -ENOSYS ? -ENODEV : null_errno();
+	int rc = -ENODEV;
+	for (int i = 0; i < n && v->ctx == NULL; i++) {
+		const char *dn = keel_ibv_get_device_name(list[i]);
+		if (name != NULL && *name != '\0' && (dn == NULL || strcmp(dn, name) != 0))
+			continue;
+		v->ctx = keel_ibv_open_device(list[i]);
+		if (v->ctx == NULL) {
+			rc = null_errno();
+			continue;
+		}
+		struct ibv_device_attr da;
+		struct ibv_port_attr pa;
+		bool found = false;
+		if (keel_ibv_query_device(v->ctx, &da) == 0) {
+			for (uint8_t p = 1; p <= da.phys_port_cnt && !found; p++) {
+				if (v->cfg.port != 0 && p != v->cfg.port)
+					continue;
+				found = keel_ibv_query_port(v->ctx, p, &pa) == 0 &&
+					pa.state == IBV_PORT_ACTIVE;
+				if (found) {
+					v->port = p;
+					v->lid = pa.lid;
+					v->link_layer = pa.link_layer;
+					v->active_mtu = (uint8_t)pa.active_mtu;
+				}
+			}
+		}
+		if (!found) {
+			keel_ibv_close_device(v->ctx);
+			v->ctx = NULL;
+			continue;
+		}
+		snprintf(v->dev_name, sizeof(v->dev_name), "%s", dn != NULL ? dn : "?");
+		rc = 0;
+	}
+	keel_ibv_free_device_list(list);
+	return rc;
+}
+
+static bool gid_is_v4_mapped(const union ibv_gid *g)
+{
+	static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+	return memcmp(g->raw, prefix, sizeof(prefix)) == 0;
+}
+
+static bool gid_is_zero(const union ibv_gid *g)
+{
+	static const uint8_t zero[16];
+	return memcmp(g->raw, zero, sizeof(zero)) == 0;
+}
+
+/* RoCE: a RoCEv2 IPv4-mapped GID first (routable, and the one that works on rxe over lo),
+ * then any RoCEv2 GID, then any GID. InfiniBand: index 0 (LID routing needs no GRH). */
+static int choose_gid(struct verbs *v, int wanted)
+{
+	union ibv_gid g;
+	uint32_t type;
+	if (wanted >= 0) {
+		int rc = keel_ibv_query_gid(v->ctx, v->port, wanted, &g, &type);
+		if (rc != 0 || gid_is_zero(&g))
+			return -ENOENT;
+		v->gid = g;
+		v->gid_index = wanted;
+		return 0;
+	}
+	for (int pass = 0; pass < 3; pass++) {
+		for (int i = 0; i < 256; i++) {
+			int rc = keel_ibv_query_gid(v->ctx, v->port, i, &g, &type);
+			if (rc == -EINVAL || rc == -ENOENT)
+				break; /* past the table */
+			if (rc != 0 || gid_is_zero(&g))
+				continue;
+			bool v2 = type == IBV_GID_TYPE_ROCE_V2;
+			if ((pass == 0 && v2 && gid_is_v4_mapped(&g)) || (pass == 1 && v2) ||
+			    pass == 2) {
+				v->gid = g;
+				v->gid_index = i;
+				return 0;
+			}
+		}
+	}
+	if (v->link_layer != IBV_LINK_LAYER_ETHERNET) {
+		v->gid_index = 0;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+static int create_qp(struct verbs *v, struct vpeer *q)
+{
+	struct ibv_qp_init_attr a;
+	uint32_t inl = v->cfg.inline_bytes;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		memset(&a, 0, sizeof(a));
+		a.send_cq = v->cq;
+		a.recv_cq = v->cq;
+		a.qp_type = IBV_QPT_RC;
+		a.sq_sig_all = 0;
+		a.cap.max_send_wr = v->sq_depth;
+		a.cap.max_recv_wr = v->cfg.slot_count;
+		a.cap.max_send_sge = 1;
+		a.cap.max_recv_sge = 1;
+		a.cap.max_inline_data = inl;
+		q->qp = keel_ibv_create_qp(v->pd, &a);
+		if (q->qp != NULL)
+			break;
+		if (inl == 0)
+			return null_errno();
+		inl = 0; /* a device without inline sends: copy into send slots instead */
+	}
+	if (q->qp == NULL)
+		return null_errno();
+	v->inline_max = a.cap.max_inline_data < inl ? a.cap.max_inline_data : inl;
+	struct ibv_qp_attr m;
+	memset(&m, 0, sizeof(m));
+	m.qp_state = IBV_QPS_INIT;
+	m.pkey_index = 0;
+	m.port_num = v->port;
+	m.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	int rc = keel_ibv_modify_qp(
+	    q->qp, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	return rc == 0 ? 0 : neg_errno(rc);
+}
+
+static int set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return errno > 0 ? -errno : -EIO;
+	return 0;
+}
+
+static void release(struct verbs *v)
+{
+	for (uint32_t p = 0; v->peers != NULL && p < v->cfg.world_size; p++) {
+		if (v->peers[p].qp != NULL)
+			(void)keel_ibv_destroy_qp(v->peers[p].qp);
+		v->peers[p].qp = NULL;
+	}
+	if (v->cq != NULL)
+		(void)keel_ibv_destroy_cq(v->cq);
+	if (v->channel != NULL)
+		(void)keel_ibv_destroy_comp_channel(v->channel);
+	if (v->dmabuf_mr != NULL)
+		(void)keel_ibv_dereg_mr(v->dmabuf_mr);
+	if (v->mr != NULL)
+		(void)keel_ibv_dereg_mr(v->mr);
+	if (v->pd != NULL)
+		(void)keel_ibv_dealloc_pd(v->pd);
+	if (v->ctx != NULL)
+		(void)keel_ibv_close_device(v->ctx);
+	v->cq = NULL;
+	v->channel = NULL;
+	v->mr = v->dmabuf_mr = NULL;
+	v->pd = NULL;
+	v->ctx = NULL;
+}
+
+static int make_resources(struct verbs *v)
+{
+	const struct keel_verbs_config *c = &v->cfg;
+	v->pd = keel_ibv_alloc_pd(v->ctx);
+	if (v->pd == NULL)
+		return null_errno();
+	v->mr = keel_ibv_reg_mr(v->pd, v->region, v->region_len,
+				IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (v->mr == NULL)
+		return null_errno();
+	if (c->poll_mode == KEEL_VERBS_POLL_EVENT) {
+		v->channel = keel_ibv_create_comp_channel(v->ctx);
+		if (v->channel == NULL)
+			return null_errno();
+		int rc = set_nonblock(v->channel->fd);
+		if (rc != 0)
+			return rc;
+	}
+	uint64_t cqe = c->cq_entries != 0
+			   ? c->cq_entries
+			   : (uint64_t)(c->world_size - 1) * (v->sq_depth + c->slot_count) + 16;
+	struct ibv_device_attr da;
+	if (keel_ibv_query_device(v->ctx, &da) == 0 && da.max_cqe > 0 && cqe > (uint64_t)da.max_cqe)
+		cqe = (uint64_t)da.max_cqe;
+	v->cq = keel_ibv_create_cq(v->ctx, (int)cqe, v->channel);
+	if (v->cq == NULL)
+		return null_errno();
+	if (v->ctx->async_fd >= 0) {
+		int rc = set_nonblock(v->ctx->async_fd);
+		if (rc != 0)
+			return rc;
+	}
+	for (uint32_t p = 0; p < c->world_size; p++) {
+		if (p == c->rank)
+			continue;
+		int rc = create_qp(v, &v->peers[p]);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+int keel_verbs_init(struct keel_transport **out, void *mem, size_t mem_len,
+		    const struct keel_verbs_config *cfg)
+{
+	KEEL_ASSERT(out != NULL);
+	*out = NULL;
+	if (!config_ok(cfg) || mem == NULL)
+		return -EINVAL;
+	struct verbs *v = carve(mem, mem_len, cfg);
+	if (v == NULL)
+		return -ENOSPC;
+	uint32_t mtu = cfg->slot_bytes < KEEL_MTU_MAX ? cfg->slot_bytes : KEEL_MTU_MAX;
+	v->t = (struct keel_transport){.ops = &verbs_ops,
+				       .state = v,
+				       .caps = KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED |
+					       KEEL_CAP_RDMA_WRITE,
+				       .mtu = mtu,
+				       .rank = cfg->rank,
+				       .world_size = cfg->world_size};
+	int rc = open_device(v, cfg->device);
+	if (rc != 0)
+		goto fail;
+	rc = choose_gid(v, cfg->gid_index);
+	if (rc != 0)
+		goto fail;
+	rc = make_resources(v);
+	if (rc != 0)
+		goto fail;
+	v->st.inline_max = v->inline_max;
+	v->st.signal_interval = v->sig_interval;
+	*out = &v->t;
+	return 0;
+fail:
+	release(v);
+	return rc;
+}
+
+static struct verbs *of(struct keel_transport *t)
+{
+	KEEL_ASSERT(t != NULL && t->ops == &verbs_ops);
+	return t->state;
+}
+
+void keel_verbs_local_addr(struct keel_transport *t, struct keel_verbs_addr *out)
+{
+	struct verbs *v = of(t);
+	memset(out, 0, sizeof(*out));
+	memcpy(out->gid, v->gid.raw, 16);
+	out->lid = v->lid;
+	out->mtu = v->active_mtu;
+	out->rkey = v->mr != NULL ? v->mr->rkey : 0;
+	out->base = (uint64_t)(uintptr_t)v->region;
+	out->stride = (uint32_t)v->stride;
+	out->slot_bytes = v->cfg.slot_bytes;
+	out->slot_count = v->cfg.slot_count;
+}
+
+uint32_t keel_verbs_local_qpn(struct keel_transport *t, uint32_t peer)
+{
+	struct verbs *v = of(t);
+	if (peer >= v->cfg.world_size || v->peers[peer].qp == NULL)
+		return 0;
+	return v->peers[peer].qp->qp_num;
+}
+
+const char *keel_verbs_device_name(struct keel_transport *t)
+{
+	return of(t)->dev_name;
+}
+
+int keel_verbs_gid_index(struct keel_transport *t)
+{
+	return of(t)->gid_index;
+}
+
+bool keel_verbs_peer_failed(struct keel_transport *t, uint32_t peer)
+{
+	struct verbs *v = of(t);
+	return peer < v->cfg.world_size && v->peers[peer].state == PEER_FAILED;
+}
+
+void keel_verbs_stats_get(struct keel_transport *t, struct keel_verbs_stats *out)
+{
+	*out = of(t)->st;
+}
+
+/* Both ends derive the starting PSN of each direction from the ranks: nothing to exchange. */
+static uint32_t psn_of(uint32_t from, uint32_t to)
+{
+	uint32_t x = from * 0x9e3779b1u ^ (to + 0x7f4a7c15u) * 0x85ebca6bu;
+	x ^= x >> 15;
+	return x & PSN_MASK;
+}
+
+static uint64_t wrid(enum wrid_kind k, uint32_t peer, uint32_t low)
+{
+	return (uint64_t)k << WRID_KIND_SHIFT | (uint64_t)peer << WRID_PEER_SHIFT | low;
+}
+
+static void recv_wr_for(struct verbs *v, uint32_t peer, uint32_t slot, struct ibv_recv_wr *wr,
+			struct ibv_sge *sge)
+{
+	struct vpeer *q = &v->peers[peer];
+	sge->addr = (uint64_t)(uintptr_t)(q->rx_slots + (size_t)slot * v->cfg.slot_bytes);
+	sge->length = v->cfg.slot_bytes;
+	sge->lkey = v->mr->lkey;
+	memset(wr, 0, sizeof(*wr));
+	wr->wr_id = wrid(WR_RECV, peer, slot);
+	wr->sg_list = sge;
+	wr->num_sge = 1;
+}
+
+static int modify_rtr_rts(struct verbs *v, uint32_t peer, const struct keel_verbs_addr *r,
+			  uint32_t rqpn)
+{
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = (enum ibv_mtu)(r->mtu < v->active_mtu ? r->mtu : v->active_mtu);
+	a.dest_qp_num = rqpn;
+	a.rq_psn = psn_of(peer, v->cfg.rank);
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.dlid = r->lid;
+	a.ah_attr.port_num = v->port;
+	if (v->link_layer == IBV_LINK_LAYER_ETHERNET || !gid_is_zero(&v->gid)) {
+		a.ah_attr.is_global = 1;
+		memcpy(a.ah_attr.grh.dgid.raw, r->gid, 16);
+		a.ah_attr.grh.sgid_index = (uint8_t)v->gid_index;
+		a.ah_attr.grh.hop_limit = 64;
+	}
+	struct ibv_qp *qp = v->peers[peer].qp;
+	int rc = keel_ibv_modify_qp(qp, &a,
+				    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+					IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+					IBV_QP_MIN_RNR_TIMER);
+	if (rc != 0)
+		return neg_errno(rc);
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = v->cfg.timeout;
+	a.retry_cnt = v->cfg.retry_cnt;
+	a.rnr_retry = v->cfg.rnr_retry;
+	a.sq_psn = psn_of(v->cfg.rank, peer);
+	a.max_rd_atomic = 1;
+	rc = keel_ibv_modify_qp(qp, &a,
+				IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	return rc == 0 ? 0 : neg_errno(rc);
+}
+
+int keel_verbs_connect(struct keel_transport *t, uint32_t peer, const struct keel_verbs_addr *r,
+		       uint32_t remote_qpn)
+{
+	struct verbs *v = of(t);
+	KEEL_ASSERT(r != NULL);
+	if (peer >= v->cfg.world_size || peer == v->cfg.rank || remote_qpn == 0 ||
+	    r->slot_bytes != v->cfg.slot_bytes || r->slot_count != v->cfg.slot_count ||
+	    r->stride < 2ull * r->slot_count * r->slot_bytes + MAILBOX_BYTES ||
+	    v->peers[peer].state != PEER_IDLE)
+		return -EINVAL;
+	struct vpeer *q = &v->peers[peer];
+	int rc = modify_rtr_rts(v, peer, r, remote_qpn);
+	if (rc != 0)
+		return rc;
+	uint32_t s = v->cfg.slot_count;
+	for (uint32_t i = 0; i < s; i++) {
+		recv_wr_for(v, peer, i, &v->rwr[i], &v->rsge[i]);
+		v->rwr[i].next = i + 1 < s ? &v->rwr[i + 1] : NULL;
+	}
+	struct ibv_recv_wr *bad = NULL;
+	rc = keel_ibv_post_recv(q->qp, v->rwr, &bad);
+	if (rc != 0)
+		return neg_errno(rc);
+	/* our area at the peer is indexed by our rank */
+	uint64_t area = r->base + (uint64_t)v->cfg.rank * r->stride;
+	q->rkey = r->rkey;
+	q->raddr_slots = area;
+	q->raddr_mailbox = area + 2ull * s * r->slot_bytes;
+	q->state = PEER_CONNECTED;
+	return 0;
+}
+
+static void peer_fail(struct verbs *v, uint32_t peer)
+{
+	if (peer >= v->cfg.world_size || v->peers[peer].state == PEER_FAILED)
+		return;
+	v->peers[peer].state = PEER_FAILED;
+	v->st.peers_failed++;
+}
+
+/* ---- send side ---- */
+
+/* Read the peer's consumed count from our mailbox: untrusted, so it may only move forward and
+ * never past what we sent. */
+static void refresh_credit(struct verbs *v, struct vpeer *q)
+{
+	uint32_t seen = (uint32_t)__atomic_load_n(q->mailbox, __ATOMIC_ACQUIRE);
+	uint32_t ahead = seen - q->tx_credit;
+	if (ahead == 0)
+		return;
+	if (ahead > q->tx_seq - q->tx_credit) {
+		v->st.rx_bad_credit++;
+		return;
+	}
+	q->tx_credit = seen;
+}
+
+static bool next_signaled(struct verbs *v, struct vpeer *q)
+{
+	return q->sq_posted % v->sig_interval == v->sig_interval - 1;
+}
+
+/* Post a chain of `n` WRs for one peer. Returns how many were posted (all on success); on a
+ * bad_wr the WRs from it on are rolled back from the peer's counters. */
+static uint32_t post_chain(struct verbs *v, uint32_t peer, uint32_t n, uint32_t tx_seq0,
+			   uint32_t sq0)
+{
+	struct vpeer *q = &v->peers[peer];
+	if (n == 0)
+		return 0;
+	v->swr[n - 1].next = NULL;
+	struct ibv_send_wr *bad = NULL;
+	v->st.tx_posts++;
+	int rc = keel_ibv_post_send(q->qp, v->swr, &bad);
+	if (rc == 0)
+		return n;
+	v->st.tx_bad_wr++;
+	uint32_t ok = n;
+	for (uint32_t i = 0; i < n; i++)
+		if (&v->swr[i] == bad)
+			ok = i;
+	if (bad == NULL || ok == n)
+		ok = 0; /* the provider did not say: assume nothing went */
+	q->tx_seq = tx_seq0 + ok;
+	q->sq_posted = sq0 + ok;
+	/* A QP that refuses work for any reason other than a full queue is broken. */
+	int e = neg_errno(rc);
+	if (e != -ENOMEM && e != -EAGAIN)
+		peer_fail(v, peer);
+	return ok;
+}
+
+/* Build the WR for datagram d into v->swr[i]. Returns false when the peer has no room. */
+static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_datagram *d, uint32_t i)
+{
+	struct vpeer *q = &v->peers[peer];
+	uint32_t s = v->cfg.slot_count;
+	if (q->tx_seq - q->tx_credit >= s)
+		refresh_credit(v, q);
+	if (q->tx_seq - q->tx_credit >= s) {
+		v->st.tx_no_credit++;
+		return false;
+	}
+	bool small = d->len <= v->cfg.send_max_bytes;
+	bool inl = small && d->len <= v->inline_max;
+	if (q->sq_posted - q->sq_done >= v->sq_depth || (!inl && q->tx_seq - q->tx_done >= s)) {
+		v->st.tx_no_room++;
+		return false;
+	}
+	uint32_t slot = q->tx_seq % s, gen = (q->tx_seq / s) & IMM_GEN_MASK;
+	struct ibv_send_wr *wr = &v->swr[i];
+	struct ibv_sge *sge = &v->ssge[i];
+	memset(wr, 0, sizeof(*wr));
+	if (inl) {
+		sge->addr = (uint64_t)(uintptr_t)d->buf; /* copied by the provider at post */
+	} else {
+		uint8_t *dst = q->tx_slots + (size_t)slot * v->cfg.slot_bytes;
+		memcpy(dst, d->buf, d->len);
+		sge->addr = (uint64_t)(uintptr_t)dst;
+	}
+	sge->length = d->len;
+	sge->lkey = v->mr->lkey;
+	wr->sg_list = sge;
+	wr->num_sge = 1;
+	wr->imm_data = htonl(slot << IMM_SLOT_SHIFT | gen);
+	wr->send_flags = inl ? IBV_SEND_INLINE : 0;
+	if (next_signaled(v, q))
+		wr->send_flags |= IBV_SEND_SIGNALED;
+	wr->wr_id = wrid(WR_DATA, peer, q->sq_posted);
+	if (small) {
+		wr->opcode = IBV_WR_SEND_WITH_IMM;
+		v->st.tx_send++;
+		v->st.tx_send_inline += inl;
+	} else {
+		wr->opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr->wr.rdma.remote_addr = q->raddr_slots + (uint64_t)slot * v->cfg.slot_bytes;
+		wr->wr.rdma.rkey = q->rkey;
+		v->st.tx_write_imm++;
+	}
+	if (i > 0)
+		v->swr[i - 1].next = wr;
+	q->tx_seq++;
+	q->sq_mark[q->sq_posted % v->sq_depth] = q->tx_seq;
+	q->sq_posted++;
+	return true;
+}
+
+static int verbs_send_burst(struct keel_transport *t, uint64_t now_ns,
+			    const struct keel_datagram *d, uint32_t count)
+{
+	struct verbs *v = of(t);
+	(void)now_ns;
+	if (v->down || v->ctx == NULL)
+		return KEEL_ETRANSPORT;
+	uint32_t i = 0;
+	while (i < count) {
+		uint32_t peer = d[i].peer;
+		if (peer >= v->cfg.world_size || peer == v->cfg.rank || d[i].len > t->mtu ||
+		    d[i].len == 0 || v->peers[peer].state == PEER_IDLE)
+			return i == 0 ? -EINVAL : (int)i;
+		struct vpeer *q = &v->peers[peer];
+		if (q->state == PEER_FAILED) {
+			v->st.tx_dropped_failed++; /* accepted: the peer falls silent */
+			i++;
+			continue;
+		}
+		uint32_t tx0 = q->tx_seq, sq0 = q->sq_posted, n = 0;
+		while (i + n < count && n < CHAIN_MAX && d[i + n].peer == peer &&
+		       d[i + n].len <= t->mtu && d[i + n].len != 0 &&
+		       build_data_wr(v, peer, &d[i + n], n))
+			n++;
+		uint32_t ok = post_chain(v, peer, n, tx0, sq0);
+		i += ok;
+		if (ok < n || n == 0)
+			break; /* bad_wr, or this peer is out of room: the rest waits */
+	}
+	return (int)i;
+}
+
+/* Return credits: write our consumed count into the peer's mailbox (no receive consumed). */
+static void send_credit(struct verbs *v, uint32_t peer)
+{
+	struct vpeer *q = &v->peers[peer];
+	if (q->state != PEER_CONNECTED || q->rx_consumed == q->rx_credited ||
+	    q->sq_posted - q->sq_done >= v->sq_depth)
+		return;
+	*q->credit_src = q->rx_consumed;
+	struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)q->credit_src,
+			      .length = sizeof(uint64_t),
+			      .lkey = v->mr->lkey};
+	struct ibv_send_wr wr, *bad = NULL;
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wrid(WR_CREDIT, peer, q->sq_posted);
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = v->inline_max >= sizeof(uint64_t) ? IBV_SEND_INLINE : 0;
+	if (next_signaled(v, q))
+		wr.send_flags |= IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = q->raddr_mailbox;
+	wr.wr.rdma.rkey = q->rkey;
+	int rc = keel_ibv_post_send(q->qp, &wr, &bad);
+	if (rc != 0) {
+		v->st.tx_bad_wr++;
+		int e = neg_errno(rc);
+		if (e != -ENOMEM && e != -EAGAIN)
+			peer_fail(v, peer);
+		return; /* retried on a later recv_burst */
+	}
+	q->sq_mark[q->sq_posted % v->sq_depth] = q->tx_seq;
+	q->sq_posted++;
+	q->rx_credited = q->rx_consumed;
+	v->st.tx_credit_writes++;
+}
+
+/* ---- receive side ---- */
+
+/* A receive completion: the immediate must name exactly the slot and lap we expect next. */
+static void on_recv(struct verbs *v, const struct ibv_wc *wc, uint32_t peer)
+{
+	struct vpeer *q = &v->peers[peer];
+	if (q->state != PEER_CONNECTED)
+		return;
+	uint32_t s = v->cfg.slot_count;
+	uint32_t want_slot = q->rx_seq % s, want_gen = (q->rx_seq / s) & IMM_GEN_MASK;
+	uint32_t imm = ntohl(wc->imm_data);
+	bool with_imm = (wc->wc_flags & IBV_WC_WITH_IMM) != 0;
+	bool is_send = wc->opcode == IBV_WC_RECV;
+	if (!with_imm || imm >> IMM_SLOT_SHIFT != want_slot || (imm & IMM_GEN_MASK) != want_gen ||
+	    (uint32_t)wc->wr_id != want_slot ||
+	    (!is_send && wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM)) {
+		v->st.rx_bad_imm++;
+		peer_fail(v, peer); /* a peer that lies about slots cannot be read safely */
+		return;
+	}
+	if (wc->byte_len == 0 || wc->byte_len > v->cfg.slot_bytes) {
+		v->st.rx_bad_len++;
+		peer_fail(v, peer);
+		return;
+	}
+	q->rx_len[want_slot] = wc->byte_len;
+	q->rx_seq++;
+	if (is_send)
+		v->st.rx_send++;
+	else
+		v->st.rx_write_imm++;
+}
+
+static void on_wc(struct verbs *v, const struct ibv_wc *wc)
+{
+	uint32_t kind = (uint32_t)(wc->wr_id >> WRID_KIND_SHIFT);
+	uint32_t peer = (uint32_t)(wc->wr_id >> WRID_PEER_SHIFT) & ((1u << 30) - 1);
+	if (peer >= v->cfg.world_size || peer == v->cfg.rank)
+		return; /* not ours: cannot happen unless the provider is broken */
+	if (wc->status != IBV_WC_SUCCESS) {
+		v->st.wc_errors++;
+		v->st.wc_retry_exc += wc->status == IBV_WC_RETRY_EXC_ERR;
+		peer_fail(v, peer);
+		return;
+	}
+	if (kind == WR_RECV) {
+		on_recv(v, wc, peer);
+		return;
+	}
+	struct vpeer *q = &v->peers[peer];
+	uint32_t seq = (uint32_t)wc->wr_id;
+	if (seq - q->sq_done < q->sq_posted - q->sq_done) {
+		q->sq_done = seq + 1;
+		q->tx_done = q->sq_mark[seq % v->sq_depth];
+	}
+}
+
+static void check_async(struct verbs *v)
+{
+	struct ibv_async_event ev;
+	for (uint32_t i = 0; i < 16 && keel_ibv_get_async_event(v->ctx, &ev) == 0; i++) {
+		v->st.async_events++;
+		switch (ev.event_type) {
+		case IBV_EVENT_QP_FATAL:
+		case IBV_EVENT_QP_REQ_ERR:
+		case IBV_EVENT_QP_ACCESS_ERR:
+			for (uint32_t p = 0; p < v->cfg.world_size; p++)
+				if (v->peers[p].qp != NULL && v->peers[p].qp == ev.element.qp)
+					peer_fail(v, p);
+			break;
+		case IBV_EVENT_PORT_ERR:
+			if ((uint8_t)ev.element.port_num == v->port)
+				v->down = true;
+			break;
+		case IBV_EVENT_DEVICE_FATAL:
+		case IBV_EVENT_CQ_ERR:
+			v->down = true;
+			break;
+		default:
+			break;
+		}
+		keel_ibv_ack_async_event(&ev);
+	}
+}
+
+static uint32_t poll_completions(struct verbs *v)
+{
+	uint32_t total = 0;
+	for (uint32_t round = 0; round < POLLS_PER_RECV; round++) {
+		int n = keel_ibv_poll_cq(v->cq, (int)WC_BURST, v->wc);
+		v->st.rx_polls++;
+		if (n < 0) {
+			v->down = true; /* the CQ itself failed */
+			break;
+		}
+		for (int i = 0; i < n; i++)
+			on_wc(v, &v->wc[i]);
+		total += (uint32_t)n;
+		if ((uint32_t)n < WC_BURST)
+			break;
+	}
+	v->st.rx_wc += total;
+	return total;
+}
+
+/* Copy ready slots of one peer out, repost their receives in one chain, return credits. */
+static uint32_t deliver_peer(struct verbs *v, uint32_t peer, struct keel_datagram *d, uint32_t room)
+{
+	struct vpeer *q = &v->peers[peer];
+	uint32_t s = v->cfg.slot_count, n = 0, out = 0;
+	while (q->state == PEER_CONNECTED && q->rx_consumed != q->rx_seq && out < room && n < s) {
+		uint32_t slot = q->rx_consumed % s, len = q->rx_len[slot];
+		if (len <= d[out].cap) {
+			memcpy(d[out].buf, q->rx_slots + (size_t)slot * v->cfg.slot_bytes, len);
+			d[out].len = len;
+			d[out].peer = peer;
+			out++;
+		} else {
+			v->st.rx_bad_len++; /* longer than the caller's buffer: dropped, counted */
+		}
+		recv_wr_for(v, peer, slot, &v->rwr[n], &v->rsge[n]);
+		if (n > 0)
+			v->rwr[n - 1].next = &v->rwr[n];
+		n++;
+		q->rx_consumed++;
+	}
+	if (n > 0) {
+		struct ibv_recv_wr *bad = NULL;
+		if (keel_ibv_post_recv(q->qp, v->rwr, &bad) != 0)
+			peer_fail(v, peer);
+	}
+	if (q->rx_consumed - q->rx_credited >= v->credit_batch ||
+	    (q->rx_consumed != q->rx_credited && q->rx_consumed == q->rx_seq))
+		send_credit(v, peer);
+	v->st.rx_delivered += out;
+	return out;
+}
+
+static void drain_channel(struct verbs *v)
+{
+	struct ibv_cq *cq;
+	void *cq_ctx;
+	unsigned got = 0;
+	while (got < 64 && keel_ibv_get_cq_event(v->channel, &cq, &cq_ctx) == 0)
+		got++;
+	if (got > 0) {
+		keel_ibv_ack_cq_events(v->cq, got);
+		v->armed = false;
+	}
+}
+
+static int verbs_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel_datagram *d,
+			    uint32_t count_max)
+{
+	struct verbs *v = of(t);
+	(void)now_ns;
+	if (v->ctx == NULL)
+		return KEEL_ETRANSPORT;
+	if (v->calls++ % ASYNC_CHECK_EVERY == 0)
+		check_async(v);
+	if (v->down)
+		return KEEL_ETRANSPORT;
+	if (v->channel != NULL)
+		drain_channel(v);
+	uint32_t polled = poll_completions(v), out = 0, w = v->cfg.world_size;
+	for (uint32_t k = 0; k < w && out < count_max; k++) {
+		uint32_t p = (v->rr + k) % w;
+		if (p != v->cfg.rank)
+			out += deliver_peer(v, p, d + out, count_max - out);
+	}
+	v->rr = (v->rr + 1) % w;
+	if (v->channel != NULL && polled == 0 && out == 0 && !v->armed) {
+		/* arm, then look once more: a completion that raced the arming is not lost */
+		if (keel_ibv_req_notify_cq(v->cq, 0) == 0)
+			v->armed = true;
+		(void)poll_completions(v);
+	}
+	return v->down ? KEEL_ETRANSPORT : (int)out;
+}
+
+static int verbs_wait_fd(struct keel_transport *t)
+{
+	struct verbs *v = of(t);
+	return v->channel != NULL ? v->channel->fd : -1;
+}
+
+static void verbs_fini(struct keel_transport *t)
+{
+	if (t == NULL || t->state == NULL)
+		return;
+	release(of(t));
+}
+
+int keel_verbs_reg_dmabuf(struct keel_transport *t, int fd, uint64_t offset, size_t len,
+			  uint64_t iova, uint32_t *lkey, uint32_t *rkey)
+{
+	struct verbs *v = of(t);
+	if (fd < 0 || len == 0 || lkey == NULL || rkey == NULL || v->pd == NULL)
+		return -EINVAL;
+	if (v->dmabuf_mr != NULL)
+		return -EBUSY;
+	errno = 0;
+	v->dmabuf_mr = keel_ibv_reg_dmabuf_mr(v->pd, offset, len, iova, fd,
+					      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (v->dmabuf_mr == NULL) {
+		int e = null_errno();
+		return e == -ENOSYS ? -EOPNOTSUPP : e;
+	}
+	*lkey = v->dmabuf_mr->lkey;
+	*rkey = v->dmabuf_mr->rkey;
+	return 0;
+}
+
+void keel_verbs_dereg_dmabuf(struct keel_transport *t)
+{
+	struct verbs *v = of(t);
+	if (v->dmabuf_mr != NULL)
+		(void)keel_ibv_dereg_mr(v->dmabuf_mr);
+	v->dmabuf_mr = NULL;
+}
+
+static const struct keel_transport_ops verbs_ops = {
+    .name = "verbs",
+    .send_burst = verbs_send_burst,
+    .recv_burst = verbs_recv_burst,
+    .next_deadline_ns = NULL,
+    .wait_fd = verbs_wait_fd,
+    .fini = verbs_fini,
+};
