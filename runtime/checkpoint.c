@@ -121,8 +121,8 @@ size_t keel_ckpt_storage_size(const struct keel_ckpt_config *cfg)
 /* File names: ckpt-<step, 20 digits>.keel, and the same + .tmp while being written. */
 static void file_name(char *out, size_t len, uint64_t step, bool tmp)
 {
-	int n = snprintf(out, len, NAME_PREFIX "%020llu" NAME_SUFFIX "%s",
-			 (unsigned long long)step, tmp ? TMP_SUFFIX : "");
+	int n = snprintf(out, len, NAME_PREFIX "%020llu" NAME_SUFFIX "%s", (unsigned long long)step,
+			 tmp ? TMP_SUFFIX : "");
 	KEEL_ASSERT(n > 0 && (size_t)n < len);
 }
 
@@ -425,4 +425,248 @@ int keel_ckpt_write(struct keel_ckpt *ck, uint64_t step, uint32_t epoch, uint64_
 		rc = scan_dir(ck, prune_old, &t);
 	}
 	return rc;
+}
+
+const char *keel_ckpt_reason_str(enum keel_ckpt_reason r)
+{
+	switch (r) {
+	case KEEL_CKPT_OK:
+		return "ok";
+	case KEEL_CKPT_IO:
+		return "cannot be read";
+	case KEEL_CKPT_TRUNCATED:
+		return "truncated (shorter than its header says)";
+	case KEEL_CKPT_BAD_MAGIC:
+		return "not a keel checkpoint (bad magic)";
+	case KEEL_CKPT_BAD_VERSION:
+		return "written by another format version";
+	case KEEL_CKPT_HEADER_CRC:
+		return "header fails its CRC32C";
+	case KEEL_CKPT_SECTION_CRC:
+		return "a section fails its CRC32C";
+	case KEEL_CKPT_CONFIG_HASH:
+		return "written by a different config (config hash differs)";
+	case KEEL_CKPT_LAYOUT:
+		return "sections differ from the registered ones";
+	case KEEL_CKPT_NOT_WANTED:
+		return "newer than the step asked for";
+	}
+	return "unknown reason";
+}
+
+/* Read and check the header of an open file; fills h, returns a reason. */
+static enum keel_ckpt_reason check_header(struct keel_ckpt *ck, int fd, struct header *h,
+					  struct keel_ckpt_rejected *why)
+{
+	uint8_t *p = ck->cfg.scratch;
+	ssize_t n = read_full(fd, p, KEEL_CKPT_HEADER_BYTES, 0);
+	if (n < 0)
+		return KEEL_CKPT_IO;
+	if (n < (ssize_t)KEEL_CKPT_HEADER_BYTES)
+		return KEEL_CKPT_TRUNCATED;
+	if (memcmp(p, MAGIC, 8) != 0)
+		return KEEL_CKPT_BAD_MAGIC;
+	if (get32(p + 8) != KEEL_CKPT_VERSION)
+		return KEEL_CKPT_BAD_VERSION;
+	uint32_t crc = get32(p + 12);
+	put32(p + 12, 0);
+	if (crc32c(0, p, KEEL_CKPT_HEADER_BYTES) != crc)
+		return KEEL_CKPT_HEADER_CRC;
+	h->step = get64(p + 16);
+	h->epoch = get32(p + 24);
+	h->section_count = get32(p + 28);
+	h->config_hash = get64(p + 32);
+	h->total_bytes = get64(p + 40);
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return KEEL_CKPT_IO;
+	if ((uint64_t)st.st_size < h->total_bytes)
+		return KEEL_CKPT_TRUNCATED;
+	if (h->config_hash != ck->cfg.config_hash) {
+		why->config_hash = h->config_hash;
+		return KEEL_CKPT_CONFIG_HASH;
+	}
+	if (h->section_count != ck->section_count)
+		return KEEL_CKPT_LAYOUT;
+	uint64_t off = KEEL_CKPT_HEADER_BYTES;
+	for (uint32_t i = 0; i < h->section_count; i++) {
+		const uint8_t *e = p + SECTIONS_AT + i * SECTION_BYTES;
+		h->offset[i] = get64(e + 16);
+		h->bytes[i] = get64(e + 24);
+		h->crc[i] = get32(e + 32);
+		if (memcmp(e, ck->sec[i].name, KEEL_CKPT_NAME_MAX) != 0 ||
+		    h->bytes[i] != ck->sec[i].bytes || h->offset[i] != off) {
+			why->section = i;
+			return KEEL_CKPT_LAYOUT;
+		}
+		off += align_up(h->bytes[i]);
+	}
+	return off == h->total_bytes ? KEEL_CKPT_OK : KEEL_CKPT_LAYOUT;
+}
+
+/* Read one section into its buffer and check its CRC. */
+static enum keel_ckpt_reason read_section(struct keel_ckpt *ck, int fd, const struct section *s,
+					  uint64_t off, uint32_t crc_want)
+{
+	uint32_t crc = 0;
+	uint8_t *dst = s->buf;
+	if (!ck->cfg.direct) {
+		ssize_t n = read_full(fd, dst, s->bytes, off);
+		if (n < 0)
+			return KEEL_CKPT_IO;
+		if ((size_t)n < s->bytes)
+			return KEEL_CKPT_TRUNCATED;
+		crc = crc32c(0, dst, s->bytes);
+	} else {
+		for (size_t done = 0; done < s->bytes;) {
+			size_t want = s->bytes - done;
+			if (want > ck->cfg.scratch_len)
+				want = ck->cfg.scratch_len;
+			size_t padded = (size_t)align_up(want);
+			ssize_t n = read_full(fd, ck->cfg.scratch, padded, off + done);
+			if (n < 0)
+				return KEEL_CKPT_IO;
+			if ((size_t)n < want)
+				return KEEL_CKPT_TRUNCATED;
+			memcpy(dst + done, ck->cfg.scratch, want);
+			crc = crc32c(crc, dst + done, want);
+			done += want;
+		}
+	}
+	return crc == crc_want ? KEEL_CKPT_OK : KEEL_CKPT_SECTION_CRC;
+}
+
+/* Open, check and (when `load`) read one checkpoint file. */
+static enum keel_ckpt_reason try_file(struct keel_ckpt *ck, uint64_t step, bool load,
+				      struct header *h, struct keel_ckpt_rejected *why)
+{
+	char name[64];
+	file_name(name, sizeof(name), step, false);
+	int fd = openat(ck->dirfd, name, O_RDONLY | O_CLOEXEC | (ck->cfg.direct ? O_DIRECT : 0));
+	if (fd < 0)
+		return KEEL_CKPT_IO;
+	enum keel_ckpt_reason r = check_header(ck, fd, h, why);
+	for (uint32_t i = 0; load && r == KEEL_CKPT_OK && i < h->section_count; i++) {
+		r = read_section(ck, fd, &ck->sec[i], h->offset[i], h->crc[i]);
+		why->section = i;
+	}
+	close(fd);
+	return r;
+}
+
+static void note_rejected(struct keel_ckpt_report *rep, const struct keel_ckpt_rejected *why)
+{
+	if (rep->rejected_count < KEEL_CKPT_REJECTED_MAX)
+		rep->rejected[rep->rejected_count] = *why;
+	rep->rejected_count++;
+}
+
+int keel_ckpt_restore(struct keel_ckpt *ck, uint64_t step_max, struct keel_ckpt_report *rep)
+{
+	KEEL_ASSERT(ck != NULL && ck->dirfd >= 0);
+	struct keel_ckpt_report local;
+	if (rep == NULL)
+		rep = &local;
+	memset(rep, 0, sizeof(*rep));
+	struct topk t;
+	int rc = scan_newest(ck, CANDIDATES_MAX, &t);
+	if (rc != 0)
+		return rc;
+	rep->candidates = t.count;
+	for (uint32_t i = 0; i < t.count; i++) {
+		struct keel_ckpt_rejected why = {.step = ck->cand[i]};
+		struct header h;
+		why.reason = ck->cand[i] > step_max ? KEEL_CKPT_NOT_WANTED
+						    : try_file(ck, ck->cand[i], true, &h, &why);
+		if (why.reason != KEEL_CKPT_OK) {
+			note_rejected(rep, &why);
+			continue;
+		}
+		rep->step = h.step;
+		rep->epoch = h.epoch;
+		for (uint32_t s = 0; s < h.section_count; s++)
+			rep->bytes += h.bytes[s];
+		return 0;
+	}
+	return -ENOENT;
+}
+
+int keel_ckpt_list(struct keel_ckpt *ck, uint64_t *steps, uint32_t cap)
+{
+	KEEL_ASSERT(ck != NULL && (steps != NULL || cap == 0));
+	struct topk t;
+	int rc = scan_newest(ck, CANDIDATES_MAX, &t);
+	if (rc != 0)
+		return rc;
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < t.count && n < cap; i++) {
+		struct keel_ckpt_rejected why = {.step = ck->cand[i]};
+		struct header h;
+		if (try_file(ck, ck->cand[i], false, &h, &why) == KEEL_CKPT_OK)
+			steps[n++] = ck->cand[i];
+	}
+	return (int)n;
+}
+
+#define VOTE_STEP_MAX (1ull << 24) /* steps + 1 must be exact in f32 */
+
+size_t keel_ckpt_vote_count(uint32_t world_size, uint32_t keep)
+{
+	return (size_t)world_size * keep;
+}
+
+int keel_ckpt_vote_fill(struct keel_ckpt *ck, uint32_t rank, uint32_t world_size, float *vote,
+			size_t count)
+{
+	KEEL_ASSERT(ck != NULL && vote != NULL);
+	uint32_t keep = ck->cfg.keep;
+	if (rank >= world_size || count < keel_ckpt_vote_count(world_size, keep))
+		return -EINVAL;
+	memset(vote, 0, count * sizeof(float));
+	uint64_t steps[KEEL_CKPT_KEEP_MAX];
+	int n = keel_ckpt_list(ck, steps, keep);
+	if (n < 0)
+		return n;
+	for (int i = 0; i < n; i++) {
+		if (steps[i] + 1 >= VOTE_STEP_MAX)
+			return -EINVAL;
+		vote[(size_t)rank * keep + (size_t)i] = (float)(steps[i] + 1);
+	}
+	return 0;
+}
+
+static bool vote_has(const float *row, uint32_t keep, float want)
+{
+	for (uint32_t i = 0; i < keep; i++)
+		if (row[i] == want)
+			return true;
+	return false;
+}
+
+int keel_ckpt_vote_decide(const float *sum, size_t count, uint32_t world_size, uint32_t keep,
+			  const uint32_t *voters, uint32_t voter_count, uint64_t *step)
+{
+	if (sum == NULL || voters == NULL || step == NULL || voter_count == 0 || keep == 0 ||
+	    count < keel_ckpt_vote_count(world_size, keep))
+		return -EINVAL;
+	for (uint32_t v = 0; v < voter_count; v++)
+		if (voters[v] >= world_size)
+			return -EINVAL;
+	/* Candidates: the first voter's steps, newest first; keep the newest all others have. */
+	const float *first = sum + (size_t)voters[0] * keep;
+	float best = 0;
+	for (uint32_t i = 0; i < keep; i++) {
+		float c = first[i];
+		if (c < 1 || c <= best)
+			continue;
+		bool all = true;
+		for (uint32_t v = 1; v < voter_count && all; v++)
+			all = vote_has(sum + (size_t)voters[v] * keep, keep, c);
+		if (all)
+			best = c;
+	}
+	if (best < 1)
+		return -ENOENT;
+	*step = (uint64_t)best - 1;
+	return 0;
 }

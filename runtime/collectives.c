@@ -415,8 +415,9 @@ int keel_broadcast_start(struct keel_node *node, uint32_t root, void *buf, size_
  * membership rounds); one more round covers a failure found by the detector instead. */
 uint64_t keel_op_bound_ns(const struct keel_config *cfg)
 {
-	uint64_t round = cfg->op_timeout_ns + 4 * cfg->view_timeout_ns +
-			 (uint64_t)cfg->miss_limit * cfg->heartbeat_ns;
+	uint64_t detect = (uint64_t)cfg->miss_limit * cfg->heartbeat_ns;
+	uint64_t view = cfg->view_timeout_ns != 0 ? cfg->view_timeout_ns : detect;
+	uint64_t round = cfg->op_timeout_ns + 4 * view + detect;
 	return (uint64_t)(cfg->soft_retries + 2) * round;
 }
 

@@ -172,6 +172,8 @@ static uint64_t suspect_at(const struct keel_node *n, const struct peer *p)
 {
 	uint64_t deaf = n->deaf_ns - p->deaf_at_heard_ns;
 	uint64_t at = p->last_heard_ns + deaf + (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns;
+	if (n->cfg.rejoin)
+		return at; /* a restarted node joins an established view: no start-up noise */
 	uint64_t grace_end = n->init_ns + n->cfg.join_timeout_ns;
 	return at > grace_end ? at : grace_end;
 }

@@ -82,7 +82,7 @@ static bool config_valid(const struct keel_config *cfg)
 		return false;
 	if ((unsigned)cfg->algo > (unsigned)KEEL_ALGO_RD)
 		return false;
-	if (cfg->incarnation == 0 || cfg->view_timeout_ns == 0)
+	if (cfg->incarnation == 0)
 		return false;
 	/* a view travels in one control datagram */
 	return mb_ctrl_size(cfg->world_size) <= mtu;
@@ -181,6 +181,8 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	memset(base, 0, l.total - 64);
 	struct keel_node *n = (struct keel_node *)(base + l.node);
 	n->cfg = *cfg;
+	if (n->cfg.view_timeout_ns == 0) /* auto: as long as the detector gives a silent peer */
+		n->cfg.view_timeout_ns = (uint64_t)cfg->miss_limit * cfg->heartbeat_ns;
 	n->tp = cfg->transport;
 	n->self = cfg->rank;
 	n->world = cfg->world_size;

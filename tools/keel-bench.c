@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_failover.h"
 #include "boot.h"
 #include "refcheck.h"
 
@@ -26,6 +27,7 @@ static void usage(FILE *f)
 	    f,
 	    "usage: keel-bench allreduce [options]   AllReduce table (nccl-tests format)\n"
 	    "       keel-bench heartbeat [options]   heartbeat round-trip p50/p99/max\n"
+	    "       keel-bench failover [options]    kill ranks, time detection and new views\n"
 	    "       keel-bench rdma-lat [options]    verbs transport latency, 2 ranks, like\n"
 	    "                                        ib_write_lat/ib_send_lat (half round trip)\n"
 	    "allreduce options:\n"
@@ -527,6 +529,8 @@ int main(int argc, char **argv)
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
+	if (strcmp(argv[1], "failover") == 0)
+		return keel_bench_failover(argc - 1, argv + 1);
 	const char *cmd = argv[1];
 	bool is_ar = strcmp(cmd, "allreduce") == 0, is_hb = strcmp(cmd, "heartbeat") == 0;
 	bool is_lat = strcmp(cmd, "rdma-lat") == 0;

@@ -51,8 +51,9 @@
  * default stays below the 4-rank crossover for larger worlds. */
 #define KEEL_RD_MAX_BYTES_DEFAULT 65536u
 #define KEEL_SOFT_RETRIES_DEFAULT 3u
-/* A membership round (prepare or accept) not answered by a majority is retried after this. */
-#define KEEL_VIEW_TIMEOUT_NS_DEFAULT 20000000ull
+/* A membership round waits this long for members that are slow to answer (0: miss_limit
+ * heartbeat intervals, what the detector gives a silent peer anyway). */
+#define KEEL_VIEW_TIMEOUT_NS_DEFAULT 0ull
 /* Views travel in one datagram: members x 6 bytes plus this must fit the MTU. */
 #define KEEL_VIEW_MSG_OVERHEAD 64u
 

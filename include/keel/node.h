@@ -72,7 +72,8 @@ struct keel_config {
 	 * admitted by the next view change. */
 	uint32_t incarnation; /* > 0 */
 	bool rejoin;
-	uint64_t view_timeout_ns;    /* a view-change round that stalls is retried after this */
+	uint64_t view_timeout_ns;    /* a view-change round waits this long for slow members,
+				      * and is retried after twice this (0: miss_limit intervals) */
 	uint64_t restart_copy_bytes; /* in-place collectives up to this size keep a copy of their
 				      * input so a view change can restart them; larger ones
 				      * fail with KEEL_EVIEWCHANGED instead (0: none) */
