@@ -417,6 +417,13 @@ static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
 		}
 		printf("# worst rank: p99 %.0f us, max %.1f us (percentiles to 1 us)\n", worst99,
 		       worstmax);
+		struct keel_view v;
+		uint32_t members[KEEL_WORLD_MAX];
+		int nm = keel_view_get(b->node, &v, members, KEEL_WORLD_MAX);
+		printf("# view: epoch %u, %d members:", v.epoch, nm);
+		for (int m = 0; m < nm; m++)
+			printf(" %u", members[m]);
+		printf(" (view changes %llu)\n", (unsigned long long)k.view_changes);
 	}
 	free(hist);
 	free(seen);

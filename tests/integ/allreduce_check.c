@@ -27,7 +27,15 @@ static int run(struct keel_boot *b, size_t count, enum keel_dtype dt, enum keel_
 		if (keel_boot_poll(b) != 0)
 			return 1;
 	}
-	int rc = keel_allreduce(b->node, in, in_place ? in : out, count, dt, op);
+	struct keel_op *h;
+	struct keel_op_info info;
+	uint32_t members[KEEL_WORLD_MAX];
+	int rc = keel_allreduce_start(b->node, in, in_place ? in : out, count, dt, op, &h);
+	if (rc == 0)
+		rc = keel_boot_wait(b, h, &info, members, KEEL_WORLD_MAX);
+	if (rc == 0 && info.member_count != world)
+		fprintf(stderr, "rank %u: a view change during the check: %u members, epoch %u\n",
+			b->launch.rank, info.member_count, info.epoch);
 	if (rc != 0) {
 		struct keel_counters k;
 		keel_counters_get(b->node, &k);
@@ -43,7 +51,7 @@ static int run(struct keel_boot *b, size_t count, enum keel_dtype dt, enum keel_
 	size_t wrong = 0;
 	for (size_t i = 0; i < count; i += PIECE) {
 		size_t end = i + PIECE < count ? i + PIECE : count;
-		keel_check_reference(ref, i, end, world, dt, op);
+		keel_check_reference_members(ref, i, end, members, info.member_count, dt, op);
 		wrong += keel_check_wrong(in_place ? in : out, ref, i, end, dt);
 		if (keel_boot_poll(b) != 0)
 			return 1;

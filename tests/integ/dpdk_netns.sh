@@ -130,27 +130,28 @@ else
 	fail=1
 fi
 
-# 3. Failure detection: rank 2 of 3 is killed; the survivors must suspect it and stop with
-# KEEL_EPEERDEAD instead of hanging.
+# 3. Failure detection: rank 2 of 3 is killed; the survivors must suspect it, install a view
+# without it and finish (rank 0 prints the view it ended in).
 launch hb 3 30 "$BENCH" heartbeat --transport dpdk --seconds 4
 sleep 3
 kill -9 "$(pgrep -P "$(cat "$LOG/hb.2.pid")" | head -1)" 2>/dev/null ||
 	kill -9 "$(cat "$LOG/hb.2.pid")"
 for i in 0 1; do
-	wait "$(cat "$LOG/hb.$i.pid")"
-	if grep -q "peer 2 suspected" "$LOG/hb.$i" &&
-		grep -q "suspected dead" "$LOG/hb.$i"; then
-		echo "heartbeat: rank $i suspected the killed rank 2"
-	else
-		echo "dpdk_netns: rank $i did not report rank 2 dead:"
-		tail -5 "$LOG/hb.$i"
-		fail=1
-	fi
+	wait "$(cat "$LOG/hb.$i.pid")" || { echo "dpdk_netns: survivor $i failed"; fail=1; }
 done
+if grep -q "# view: epoch [2-9][0-9]*, 2 members: 0 1" "$LOG/hb.0"; then
+	echo "heartbeat: the survivors excluded the killed rank 2: $(grep '# view' "$LOG/hb.0")"
+else
+	echo "dpdk_netns: no view without rank 2:"
+	tail -5 "$LOG/hb.0"
+	fail=1
+fi
 wait "$(cat "$LOG/hb.2.pid")" 2>/dev/null
 
 # 4. The chaos decorator at 1 % loss over DPDK: still correct, and the loss alarm fires.
-KEEL_CHAOS="loss=0.01,seed=$SEED" launch chaos 3 150 "$CHECK" auto
+# At 1 % loss a sleeping DPDK rank can miss three heartbeats in a row; a false suspicion would
+# change the view under the fixed sequence of shapes this check runs. Give it more room.
+KEEL_MISS_LIMIT=10 KEEL_CHAOS="loss=0.01,seed=$SEED" launch chaos 3 150 "$CHECK" auto
 if wait_all chaos 3; then
 	grep -h "allreduce_check" "$LOG/chaos.0" | head -1
 	warn=$(cat "$LOG"/chaos.? | sed -n 's/.*loss_warnings \([0-9]*\).*/\1/p' |

@@ -55,15 +55,7 @@ static int one_call(struct keel_boot *b, float *in, float *out, float *ref, stru
 		return rc;
 	uint64_t t0 = keel_posix_now_ns();
 	struct keel_op_info info;
-	for (;;) {
-		uint64_t next;
-		int prc = keel_poll(b->node, keel_posix_now_ns(), &next);
-		rc = keel_op_test_info(b->node, op, &info, members, KEEL_WORLD_MAX);
-		if (rc != -EINPROGRESS)
-			break;
-		if (prc == 0 || prc == KEEL_ENOQUORUM)
-			b->cfg.waiter.wait(b->cfg.waiter.ctx, next);
-	}
+	rc = keel_boot_wait(b, op, &info, members, KEEL_WORLD_MAX);
 	uint64_t took = keel_posix_now_ns() - t0;
 	st->calls++;
 	st->worst_ns = took > st->worst_ns ? took : st->worst_ns;

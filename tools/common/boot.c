@@ -342,6 +342,20 @@ int keel_boot_run_until(struct keel_boot *b, uint64_t deadline_ns)
 	}
 }
 
+int keel_boot_wait(struct keel_boot *b, struct keel_op *op, struct keel_op_info *info,
+		   uint32_t *members, uint32_t members_cap)
+{
+	for (;;) { /* every collective ends within keel_op_bound_ns */
+		uint64_t next;
+		int prc = keel_poll(b->node, keel_posix_now_ns(), &next);
+		int rc = keel_op_test_info(b->node, op, info, members, members_cap);
+		if (rc != -EINPROGRESS)
+			return rc;
+		if (prc == 0 || prc == KEEL_ENOQUORUM)
+			b->cfg.waiter.wait(b->cfg.waiter.ctx, next);
+	}
+}
+
 int keel_boot_poll(struct keel_boot *b)
 {
 	uint64_t next;

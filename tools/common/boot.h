@@ -37,6 +37,10 @@ KEEL_MUST_USE int keel_boot_start(struct keel_boot *b,
  * Returns keel_poll's error, if any. */
 KEEL_MUST_USE int keel_boot_run_until(struct keel_boot *b, uint64_t deadline_ns);
 
+/* Poll and wait until `op` ends; then like keel_op_test_info (info/members may be NULL). */
+KEEL_MUST_USE int keel_boot_wait(struct keel_boot *b, struct keel_op *op, struct keel_op_info *info,
+				 uint32_t *members, uint32_t members_cap);
+
 /* One keel_poll now, without waiting: for loops that compute for a while between collectives
  * (a rank must poll at least every heartbeat interval, or its peers will suspect it). */
 KEEL_MUST_USE int keel_boot_poll(struct keel_boot *b);
