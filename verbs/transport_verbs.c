@@ -28,6 +28,9 @@
 #define WRID_PEER_SHIFT	   32u
 #define PSN_MASK	   0xffffffu
 #define SLOT_BYTES_DEFAULT 65536u
+/* Credits arrive by RDMA WRITE, which raises no completion at the writer: while a sender
+ * waits for them, it asks to be polled again this soon instead of sleeping to its deadline. */
+#define CREDIT_POLL_NS 50000ull
 
 _Static_assert(KEEL_VERBS_SLOTS_MAX <= (1u << (32 - IMM_SLOT_SHIFT)), "slot fits the immediate");
 _Static_assert(KEEL_WORLD_MAX < (1u << 30), "peer fits the work request id");
@@ -72,6 +75,8 @@ struct verbs {
 	uint16_t lid;
 	union ibv_gid gid;
 	bool down, armed;
+	bool credit_wait;     /* a burst ended for want of credits: poll the mailboxes soon */
+	uint64_t last_now_ns; /* time of the last send/recv call */
 	uint32_t rr, calls;
 	char dev_name[KEEL_VERBS_DEV_NAME_LEN];
 	struct ibv_wc wc[WC_BURST];
@@ -131,7 +136,7 @@ void keel_verbs_config_default(struct keel_verbs_config *cfg)
 uint64_t keel_verbs_nic_detect_ns(const struct keel_verbs_config *cfg)
 {
 	KEEL_ASSERT(cfg != NULL && cfg->timeout < 32);
-	return (uint64_t)(cfg->retry_cnt + 1u) * 4096ull * (1ull << cfg->timeout) / 1000ull;
+	return (uint64_t)(cfg->retry_cnt + 1u) * 4096ull * (1ull << cfg->timeout);
 }
 
 static bool config_ok(const struct keel_verbs_config *c)
@@ -607,6 +612,8 @@ static void peer_fail(struct verbs *v, uint32_t peer)
 	v->st.peers_failed++;
 }
 
+static uint32_t poll_completions(struct verbs *v);
+
 /* ---- send side ---- */
 
 /* Read the peer's consumed count from our mailbox: untrusted, so it may only move forward and
@@ -668,6 +675,7 @@ static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_data
 		refresh_credit(v, q);
 	if (q->tx_seq - q->tx_credit >= s) {
 		v->st.tx_no_credit++;
+		v->credit_wait = true;
 		return false;
 	}
 	bool small = d->len <= v->cfg.send_max_bytes;
@@ -718,10 +726,12 @@ static int verbs_send_burst(struct keel_transport *t, uint64_t now_ns,
 			    const struct keel_datagram *d, uint32_t count)
 {
 	struct verbs *v = of(t);
-	(void)now_ns;
+	v->last_now_ns = now_ns;
+	v->credit_wait = false;
 	if (v->down || v->ctx == NULL)
 		return KEEL_ETRANSPORT;
 	uint32_t i = 0;
+	bool reaped = false;
 	while (i < count) {
 		uint32_t peer = d[i].peer;
 		if (peer >= v->cfg.world_size || peer == v->cfg.rank || d[i].len > t->mtu ||
@@ -738,6 +748,12 @@ static int verbs_send_burst(struct keel_transport *t, uint64_t now_ns,
 		       d[i + n].len <= t->mtu && d[i + n].len != 0 &&
 		       build_data_wr(v, peer, &d[i + n], n))
 			n++;
+		if (n == 0 && !reaped) {
+			/* out of send slots or queue room: completions may be waiting */
+			reaped = true;
+			(void)poll_completions(v);
+			continue;
+		}
 		uint32_t ok = post_chain(v, peer, n, tx0, sq0);
 		i += ok;
 		if (ok < n || n == 0)
@@ -937,7 +953,7 @@ static int verbs_recv_burst(struct keel_transport *t, uint64_t now_ns, struct ke
 			    uint32_t count_max)
 {
 	struct verbs *v = of(t);
-	(void)now_ns;
+	v->last_now_ns = now_ns;
 	if (v->ctx == NULL)
 		return KEEL_ETRANSPORT;
 	if (v->calls++ % ASYNC_CHECK_EVERY == 0)
@@ -960,6 +976,12 @@ static int verbs_recv_burst(struct keel_transport *t, uint64_t now_ns, struct ke
 		(void)poll_completions(v);
 	}
 	return v->down ? KEEL_ETRANSPORT : (int)out;
+}
+
+static uint64_t verbs_next_deadline_ns(struct keel_transport *t)
+{
+	struct verbs *v = of(t);
+	return v->credit_wait ? v->last_now_ns + CREDIT_POLL_NS : UINT64_MAX;
 }
 
 static int verbs_wait_fd(struct keel_transport *t)
@@ -1007,7 +1029,7 @@ static const struct keel_transport_ops verbs_ops = {
     .name = "verbs",
     .send_burst = verbs_send_burst,
     .recv_burst = verbs_recv_burst,
-    .next_deadline_ns = NULL,
+    .next_deadline_ns = verbs_next_deadline_ns,
     .wait_fd = verbs_wait_fd,
     .fini = verbs_fini,
 };

@@ -2,6 +2,7 @@
 #ifndef KEEL_KEEL_H
 #define KEEL_KEEL_H
 
+#include "keel/checkpoint.h"
 #include "keel/collectives.h"
 #include "keel/errors.h"
 #include "keel/limits.h"

@@ -13,7 +13,7 @@ fail=0
 pass=0
 # One vCPU: ranks wait on the completion channel, never spin against each other (RXE-VM.md).
 export KEEL_TRANSPORT=verbs KEEL_VERBS_POLL=event KEEL_WAIT=block KEEL_VERBS_STATS=1
-export KEEL_HEARTBEAT_US=50000 KEEL_OP_TIMEOUT_MS=30000 KEEL_VERBS_SLOTS=16
+export KEEL_HEARTBEAT_US=200000 KEEL_OP_TIMEOUT_MS=30000 KEEL_VERBS_SLOTS=16
 PORT=29500
 result() { # name rc
 	if [ "$2" = 0 ]; then echo "KEEL_VM PASS $1"; pass=$((pass + 1))

@@ -242,3 +242,11 @@ void keel_posix_timer_slack_min(void)
 {
 	(void)prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 }
+
+int keel_posix_realtime(int priority)
+{
+	struct sched_param sp = {.sched_priority = priority};
+	if (priority < 1 || priority > 99)
+		return -EINVAL;
+	return sched_setscheduler(0, SCHED_RR, &sp) == 0 ? 0 : -errno;
+}

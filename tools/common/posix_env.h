@@ -71,6 +71,13 @@ const char *keel_posix_wait_mode_name(enum keel_wait_mode mode);
  * ppoll timeouts by its default 50 us. Best effort: failure changes nothing else. */
 void keel_posix_timer_slack_min(void);
 
+/* Put this process in the SCHED_RR real-time class at `priority` (1..99): when a rank shares
+ * its cores with other busy work, a heartbeat due now is sent now, not after the other work's
+ * time slice. Ranks sleep between events, so this costs the other work little; a rank that
+ * computes for long at this class can delay others on its core. Returns 0 or -errno (-EPERM
+ * without CAP_SYS_NICE). */
+KEEL_MUST_USE int keel_posix_realtime(int priority);
+
 /* CPUs this process may run on (its affinity mask, else the online count); at least 1. */
 long keel_posix_cpu_count(void);
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# keel-sim checks (issue 4): same seed -> same bytes; detection within miss_limit x heartbeat +
+# latency with every survivor agreeing on the view; AllReduce results exact inside the
+# simulation; heterogeneity in the model's proportions; fidelity against SMPI's ring
+# MPI_Allreduce and the analytical ring cost; clear errors for bad input. About a minute.
+set -u
+cd "$(dirname "$0")/../.."
+SIM=${BUILD:-build}/bin/keel-sim
+[ -x "$SIM" ] || { echo "sim: $SIM not built (SimGrid missing: install libsimgrid-dev), skipped"; exit 77; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+no() { echo "sim: FAIL: $*"; fail=1; }
+col() { # csv file, column name -> value of the first data row
+	awk -F, -v c="$2" 'NR==1{for(i=1;i<=NF;i++)if($i==c)k=i} NR==2{print $k}' "$1"
+}
+SEED=${SEED:-7}
+echo "SEED=$SEED"
+
+# 1. Determinism: a mixed cluster, a host failure and recovery, twice.
+args=(--cluster 8xH100:ib/4,4xA100:eth/4 --horizon 1.5 --fail 0.7:5 --model 20M --batch 96
+	--flops-per-sample 2e11 --heartbeat 1ms --check 1 --seed "$SEED" --format csv)
+"$SIM" "${args[@]}" >"$tmp/a.csv" 2>/dev/null || no "determinism run 1 exited $?"
+"$SIM" "${args[@]}" >"$tmp/b.csv" 2>/dev/null || no "determinism run 2 exited $?"
+cmp -s "$tmp/a.csv" "$tmp/b.csv" && echo "sim: same seed, same output ($(wc -c <"$tmp/a.csv") bytes)" ||
+	no "two runs with seed $SEED differ"
+[ "$(col "$tmp/a.csv" allreduce_wrong)" = 0 ] && [ "$(col "$tmp/a.csv" allreduce_ops)" -gt 0 ] &&
+	echo "sim: $(col "$tmp/a.csv" allreduce_ops) AllReduce results exact in the simulation" ||
+	no "AllReduce results wrong: $(col "$tmp/a.csv" allreduce_wrong)"
+[ "$(col "$tmp/a.csv" views_agree)" = yes ] || no "survivors installed different views"
+[ "$(col "$tmp/a.csv" view_epochs)" -ge 2 ] || no "no new view after the failure"
+
+# 2. Detection: 16 ranks (all-to-all monitoring), one host off at T = 0.5 s.
+for hb in 1ms 250us; do
+	"$SIM" --mode heartbeat --cluster 16xH100:ib/8 --horizon 0.6 --heartbeat $hb --fail 0.5:3 \
+		--seed "$SEED" --format csv >"$tmp/d.csv" 2>/dev/null || no "detection run exited"
+	n=$(col "$tmp/d.csv" detect_n); late=$(col "$tmp/d.csv" detect_late)
+	und=$(col "$tmp/d.csv" undetected); fs=$(col "$tmp/d.csv" false_suspicions)
+	echo "sim: heartbeat $hb: $n survivors detected, max $(col "$tmp/d.csv" detect_max_s) s," \
+		"bound $(col "$tmp/d.csv" detect_bound_s) s; late $late, missed $und, false $fs"
+	[ "$n" = 15 ] && [ "$late" = 0 ] && [ "$und" = 0 ] && [ "$fs" = 0 ] ||
+		no "detection at heartbeat $hb"
+	[ "$(col "$tmp/d.csv" views_agree)" = yes ] || no "views differ"
+done
+
+# 3. Heterogeneity. Compute: H100 vs A100 step time (tiny gradient) ~ 989/312.
+step() { "$SIM" --cluster "$1" --horizon 0.5 --model 1000 --batch 8 --flops-per-sample 1e13 \
+	--ckpt-every 0 --format csv 2>/dev/null | awk -F, 'NR==2{print $6}'; }
+h=$(step 8xH100:ib/1); a=$(step 8xA100:ib/1)
+awk -v h="$h" -v a="$a" 'BEGIN{r=a/h; e=989/312; printf "sim: step A100/H100 %.3f, model %.3f\n", r, e;
+	exit !(r > e*0.9 && r < e*1.1)}' || no "compute ratio"
+# Network: the same AllReduce over 100 GbE vs NDR InfiniBand, against the ring model's ratio.
+ar() { "$SIM" --mode allreduce --cluster "4xH100:$1/1" --bytes 16M --repeat 3 --algo ring \
+	--window 1024 2>/dev/null | sed -n 's/.*keel \([0-9.]*\) s, ring model \([0-9.]*\) s.*/\1 \2/p'; }
+read -r ti mi <<<"$(ar ib)"; read -r te me <<<"$(ar eth)"
+awk -v ti="$ti" -v te="$te" -v mi="$mi" -v me="$me" 'BEGIN{r=te/ti; m=me/mi;
+	printf "sim: AllReduce 16 MiB eth/ib %.3f, model %.3f\n", r, m; exit !(r > m*0.9 && r < m*1.1)}' ||
+	no "network ratio"
+
+# 4. Fidelity: keel's ring vs SMPI's ring (lr) vs 2(n-1)(alpha + S/(n beta)), same platform.
+if command -v smpicc >/dev/null && command -v smpirun >/dev/null; then
+	smpicc -O2 -o "$tmp/mpi_allreduce" sim/mpi_allreduce.c 2>/dev/null || no "smpicc failed"
+	for n in 4 8; do
+		"$SIM" --cluster "${n}xH100:ib/1" --write-platform "$tmp/p$n.xml"
+		for ((i = 0; i < n; i++)); do printf 'gpu-%04d\n' $i; done >"$tmp/h$n.txt"
+		for b in 4194304 16777216; do
+			read -r k m <<<"$("$SIM" --mode allreduce --platform "$tmp/p$n.xml" --bytes $b \
+				--repeat 3 --algo ring --window 1024 2>/dev/null |
+				sed -n 's/.*keel \([0-9.]*\) s, ring model \([0-9.]*\) s.*/\1 \2/p')"
+			s=$(cd "$tmp" && smpirun -np $n -platform "p$n.xml" -hostfile "h$n.txt" \
+				--cfg=smpi/allreduce:lr --cfg=network/model:CM02 --cfg=network/crosstraffic:0 \
+				--cfg=smpi/simulate-computation:0 --log=root.thres:critical \
+				./mpi_allreduce $b 3 2>/dev/null | tail -1)
+			awk -v n=$n -v b=$b -v k="$k" -v s="$s" -v m="$m" 'BEGIN{
+				printf "sim: fidelity %d ranks %8d B: keel %.6f s, SMPI lr %.6f s (%+.1f %%), ring model %.6f s (%+.1f %%)\n",
+				n, b, k, s, (k/s-1)*100, m, (k/m-1)*100; exit !(k > 0 && s > 0 && k/s > 0.9 && k/s < 1.1)}' ||
+				no "fidelity $n ranks $b bytes"
+		done
+	done
+else
+	echo "sim: smpicc/smpirun not found: SMPI fidelity part skipped"
+fi
+
+# 5. Bad input names what is wrong.
+err=$("$SIM" --cluster 8xX100:ib 2>&1); [ $? = 2 ] && grep -q "unknown GPU type 'X100'" <<<"$err" &&
+	echo "sim: error: $err" || no "bad GPU type: $err"
+err=$("$SIM" --cluster 8xH100:fddi 2>&1); grep -q "unknown fabric 'fddi'" <<<"$err" || no "bad fabric: $err"
+err=$("$SIM" --cluster H100 2>&1); grep -q "expected COUNTxGPU" <<<"$err" || no "bad item: $err"
+echo '<platform version="4.1"></platform>' >"$tmp/empty.xml"
+err=$("$SIM" --platform "$tmp/empty.xml" 2>&1); grep -q "0 <host> elements" <<<"$err" &&
+	echo "sim: error: $err" || no "empty platform: $err"
+err=$("$SIM" --platform "$tmp/none.xml" 2>&1); grep -q "No such file" <<<"$err" || no "missing platform: $err"
+
+[ $fail = 0 ] && echo "sim: all checks passed" || exit 1

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# keel-train on 4 ranks, rank 2 SIGKILLed and restarted: every rank must finish, the restarted
+# one by live recovery, and the final accuracy must be within 1 point of the no-failure run.
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"
+[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
+	{ echo "train_kill: digits data set missing (python3-sklearn): skipped"; exit 77; }
+tmp=$(mktemp -d /tmp/keel-train-kill.XXXXXX); trap 'rm -rf "$tmp"' EXIT
+KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --restart --kill 2@1.5 -- \
+	"$TRAIN" --epochs 40 --batch 8 --lr 0.1 --ckpt-dir "$tmp/ckpt" --quiet >"$tmp/log" 2>&1
+rc=$?
+grep -v '^epoch' "$tmp/log"
+[ $rc -eq 0 ] || { echo "train_kill: keel-run failed (rc $rc)"; exit 1; }
+grep -q 'within 1 point' "$tmp/log" || { echo "train_kill: accuracy not within 1 point"; exit 1; }
+grep -q 'rank 2 (restarted' "$tmp/log" || { echo "train_kill: rank 2 did not come back"; exit 1; }
+echo "train_kill: ok"

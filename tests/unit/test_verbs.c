@@ -1,0 +1,276 @@
+/* The verbs backend against a fake device (tests/unit/verbs_fake.c): two transports in one
+ * process joined by the fake fabric. Covers the data path (inline SEND, SEND, WRITE_WITH_IMM),
+ * credits, forged and stale immediates, a bad_wr in the middle of a chain, a retry-exceeded
+ * completion, ENOMEM at QP creation and async events. The real device is exercised in the VM
+ * (tests/vm/). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+
+#include <cmocka.h>
+
+#include "keel/transport_verbs.h"
+#include "verbs_fake.h"
+
+#define SLOTS 4u
+#define SLOT  4096u
+
+struct pair {
+	struct keel_transport *t[2];
+	void *mem[2];
+};
+
+static void cfg_of(struct keel_verbs_config *c, uint32_t rank)
+{
+	keel_verbs_config_default(c);
+	c->rank = rank;
+	c->world_size = 2;
+	c->slot_bytes = SLOT;
+	c->slot_count = SLOTS;
+	c->send_max_bytes = 1024;
+	c->inline_bytes = 64;
+}
+
+static void pair_up(struct pair *p)
+{
+	verbs_fake_reset();
+	for (uint32_t r = 0; r < 2; r++) {
+		struct keel_verbs_config c;
+		cfg_of(&c, r);
+		size_t sz = keel_verbs_storage_size(&c);
+		assert_true(sz > 0);
+		p->mem[r] = calloc(1, sz);
+		assert_int_equal(keel_verbs_init(&p->t[r], p->mem[r], sz, &c), 0);
+		assert_int_equal(keel_verbs_gid_index(p->t[r]), 1); /* RoCEv2, IPv4-mapped */
+	}
+	for (uint32_t r = 0; r < 2; r++) {
+		struct keel_verbs_addr a;
+		keel_verbs_local_addr(p->t[1 - r], &a);
+		assert_int_equal(
+		    keel_verbs_connect(p->t[r], 1 - r, &a, keel_verbs_local_qpn(p->t[1 - r], r)),
+		    0);
+	}
+}
+
+static void pair_down(struct pair *p)
+{
+	for (uint32_t r = 0; r < 2; r++) {
+		p->t[r]->ops->fini(p->t[r]);
+		p->t[r]->ops->fini(p->t[r]); /* twice is safe */
+		free(p->mem[r]);
+	}
+}
+
+static int send_one(struct keel_transport *t, uint32_t peer, uint8_t *buf, uint32_t len)
+{
+	struct keel_datagram d = {.buf = buf, .len = len, .cap = len, .peer = peer};
+	return t->ops->send_burst(t, 0, &d, 1);
+}
+
+static int recv_some(struct keel_transport *t, uint8_t (*bufs)[SLOT], struct keel_datagram *d,
+		     uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		d[i] = (struct keel_datagram){.buf = bufs[i], .cap = SLOT};
+	return t->ops->recv_burst(t, 0, d, n);
+}
+
+static void test_verbs_config(void **state)
+{
+	(void)state;
+	struct keel_verbs_config c;
+	cfg_of(&c, 0);
+	c.slot_count = 3; /* not a power of two */
+	assert_int_equal(keel_verbs_storage_size(&c), 0);
+	cfg_of(&c, 2); /* rank >= world */
+	assert_int_equal(keel_verbs_storage_size(&c), 0);
+	struct keel_transport *t = (void *)1;
+	uint8_t mem[64];
+	assert_int_equal(keel_verbs_init(&t, mem, sizeof(mem), &c), -EINVAL);
+	assert_null(t);
+	cfg_of(&c, 0);
+	assert_int_equal(keel_verbs_init(&t, mem, sizeof(mem), &c), -ENOSPC);
+	c.timeout = 14;
+	c.retry_cnt = 7;
+	/* 8 tries x 4.096 us x 2^14 = 537 ms */
+	assert_int_equal(keel_verbs_nic_detect_ns(&c) / 1000000, 536);
+}
+
+/* Every path of the data plane, in order, with credits running out and coming back. */
+static void test_verbs_data_path_and_credits(void **state)
+{
+	(void)state;
+	struct pair p;
+	pair_up(&p);
+	assert_true((p.t[0]->caps & KEEL_CAP_RELIABLE) && (p.t[0]->caps & KEEL_CAP_ORDERED));
+	static uint8_t out[SLOT], in[8][SLOT];
+	struct keel_datagram d[8];
+	uint32_t sizes[] = {16, 900, 3000, SLOT}; /* inline SEND, SEND, WRITE_IMM, full slot */
+	for (uint32_t round = 0; round < 5; round++) {
+		for (uint32_t i = 0; i < 4; i++) {
+			memset(out, (int)(round * 4 + i), sizes[i]);
+			assert_int_equal(send_one(p.t[0], 1, out, sizes[i]), 1);
+		}
+		/* four messages sit in the peer's four slots: no credit left */
+		assert_int_equal(send_one(p.t[0], 1, out, 16), 0);
+		int got = recv_some(p.t[1], in, d, 8);
+		assert_int_equal(got, 4);
+		for (uint32_t i = 0; i < 4; i++) {
+			assert_int_equal(d[i].len, sizes[i]);
+			assert_int_equal(d[i].peer, 0);
+			assert_int_equal(in[i][sizes[i] - 1], (uint8_t)(round * 4 + i));
+		}
+	}
+	struct keel_verbs_stats s;
+	keel_verbs_stats_get(p.t[0], &s);
+	assert_true(s.tx_send_inline >= 5 && s.tx_write_imm >= 10 && s.tx_no_credit >= 5);
+	keel_verbs_stats_get(p.t[1], &s);
+	assert_int_equal(s.rx_delivered, 20);
+	assert_true(s.tx_credit_writes >= 5);
+	/* bad arguments */
+	assert_int_equal(send_one(p.t[0], 0, out, 16), -EINVAL);       /* itself */
+	assert_int_equal(send_one(p.t[0], 7, out, 16), -EINVAL);       /* no such rank */
+	assert_int_equal(send_one(p.t[0], 1, out, SLOT + 8), -EINVAL); /* beyond mtu */
+	pair_down(&p);
+}
+
+/* A forged immediate (wrong slot) and a stale one (right slot, old lap) are not trusted. */
+static void forge(struct pair *p, uint32_t imm)
+{
+	static uint8_t junk[64];
+	struct ibv_sge sge = {.addr = (uintptr_t)junk, .length = 64};
+	struct ibv_send_wr wr = {.sg_list = &sge,
+				 .num_sge = 1,
+				 .opcode = IBV_WR_SEND_WITH_IMM,
+				 .imm_data = htonl(imm)},
+			   *bad = NULL;
+	struct ibv_qp *qp = verbs_fake_qp(keel_verbs_local_qpn(p->t[0], 1));
+	assert_non_null(qp);
+	assert_int_equal(keel_ibv_post_send(qp, &wr, &bad), 0);
+}
+
+static void test_verbs_forged_immediates_rejected(void **state)
+{
+	(void)state;
+	uint32_t imms[] = {3u << 20 | 0,     /* slot 3 when slot 0 is next */
+			   0u << 20 | 7,     /* slot 0 but lap 7 (stale or forged) */
+			   4095u << 20 | 0}; /* beyond the slot count */
+	for (uint32_t k = 0; k < 3; k++) {
+		struct pair p;
+		pair_up(&p);
+		forge(&p, imms[k]);
+		static uint8_t in[8][SLOT], out[64];
+		struct keel_datagram d[8];
+		assert_int_equal(recv_some(p.t[1], in, d, 8), 0);
+		struct keel_verbs_stats s;
+		keel_verbs_stats_get(p.t[1], &s);
+		assert_int_equal(s.rx_bad_imm, 1);
+		assert_true(keel_verbs_peer_failed(p.t[1], 0));
+		/* nothing from that peer is delivered any more */
+		assert_int_equal(send_one(p.t[0], 1, out, 32), 1);
+		assert_int_equal(recv_some(p.t[1], in, d, 8), 0);
+		pair_down(&p);
+	}
+}
+
+/* A chain of four to one peer whose third WR is the bad_wr: two accepted, the rest offered
+ * again later arrives in order. */
+static void test_verbs_bad_wr_mid_chain(void **state)
+{
+	(void)state;
+	struct pair p;
+	pair_up(&p);
+	static uint8_t out[4][64], in[8][SLOT];
+	struct keel_datagram d[4], r[8];
+	for (uint32_t i = 0; i < 4; i++) {
+		memset(out[i], (int)i + 1, 64);
+		d[i] = (struct keel_datagram){.buf = out[i], .len = 64, .cap = 64, .peer = 1};
+	}
+	fake.posted = 0;
+	fake.fail_post_send_at = 2;
+	assert_int_equal(p.t[0]->ops->send_burst(p.t[0], 0, d, 4), 2);
+	fake.fail_post_send_at = -1;
+	assert_int_equal(p.t[0]->ops->send_burst(p.t[0], 0, d + 2, 2), 2);
+	assert_int_equal(recv_some(p.t[1], in, r, 8), 4);
+	for (uint32_t i = 0; i < 4; i++)
+		assert_int_equal(in[i][0], i + 1);
+	struct keel_verbs_stats s;
+	keel_verbs_stats_get(p.t[0], &s);
+	assert_int_equal(s.tx_bad_wr, 1);
+	assert_false(keel_verbs_peer_failed(p.t[0], 1)); /* a full queue is not a failure */
+	pair_down(&p);
+}
+
+/* The peer stops answering: IBV_WC_RETRY_EXC_ERR marks it failed; sends to it are accepted
+ * and dropped (it falls silent for the detector), never an error for the whole transport. */
+static void test_verbs_retry_exceeded(void **state)
+{
+	(void)state;
+	struct pair p;
+	pair_up(&p);
+	static uint8_t out[64], in[8][SLOT];
+	struct keel_datagram r[8];
+	fake.dead_qpn = keel_verbs_local_qpn(p.t[1], 0);
+	assert_int_equal(send_one(p.t[0], 1, out, 64), 1);
+	assert_int_equal(recv_some(p.t[0], in, r, 8), 0);
+	assert_true(keel_verbs_peer_failed(p.t[0], 1));
+	struct keel_verbs_stats s;
+	keel_verbs_stats_get(p.t[0], &s);
+	assert_int_equal(s.wc_retry_exc, 1);
+	assert_int_equal(send_one(p.t[0], 1, out, 64), 1);
+	keel_verbs_stats_get(p.t[0], &s);
+	assert_int_equal(s.tx_dropped_failed, 1);
+	pair_down(&p);
+}
+
+static void test_verbs_create_qp_enomem(void **state)
+{
+	(void)state;
+	verbs_fake_reset();
+	fake.fail_create_qp = true;
+	struct keel_verbs_config c;
+	cfg_of(&c, 0);
+	size_t sz = keel_verbs_storage_size(&c);
+	void *mem = calloc(1, sz);
+	struct keel_transport *t = (void *)1;
+	assert_int_equal(keel_verbs_init(&t, mem, sz, &c), -ENOMEM);
+	assert_null(t);
+	free(mem);
+}
+
+/* A fatal device event takes the transport down: KEEL_ETRANSPORT, not a hang. */
+static void test_verbs_device_fatal(void **state)
+{
+	(void)state;
+	struct pair p;
+	pair_up(&p);
+	static uint8_t in[8][SLOT];
+	struct keel_datagram r[8];
+	fake.async.event_type = IBV_EVENT_DEVICE_FATAL;
+	fake.async_pending = 1;
+	int rc = 0;
+	for (int i = 0; i < 128 && rc == 0; i++)
+		rc = recv_some(p.t[0], in, r, 8);
+	assert_int_equal(rc, KEEL_ETRANSPORT);
+	pair_down(&p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_verbs_config),
+	    cmocka_unit_test(test_verbs_data_path_and_credits),
+	    cmocka_unit_test(test_verbs_forged_immediates_rejected),
+	    cmocka_unit_test(test_verbs_bad_wr_mid_chain),
+	    cmocka_unit_test(test_verbs_retry_exceeded),
+	    cmocka_unit_test(test_verbs_create_qp_enomem),
+	    cmocka_unit_test(test_verbs_device_fatal),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

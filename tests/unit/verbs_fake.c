@@ -1,0 +1,319 @@
+/* A fake ibverbs device for tests/unit/test_verbs.c: every keel_ibv_* call of the backend lands
+ * here (the test links transport_verbs.o without ibv_shim.o). QPs of all transports in the
+ * process form one loopback "fabric": SEND, RDMA WRITE (with immediate) are executed at post
+ * time, completions queued on the CQs. Hooks make calls fail the way a real NIC can. Test code
+ * may allocate. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "verbs_fake.h"
+
+#define RING 4096u
+
+struct fcq {
+	struct ibv_cq cq;
+	struct ibv_wc wc[RING];
+	uint32_t head, tail;
+};
+struct frecv {
+	uint64_t wr_id, addr;
+	uint32_t len;
+};
+struct fqp {
+	struct ibv_qp qp;
+	struct frecv rq[RING];
+	uint32_t head, tail;
+	uint32_t dest;
+};
+
+struct verbs_fake fake;
+static struct fqp *qps[256];
+static uint32_t qp_count, next_key = 100;
+static struct ibv_device dev0;
+
+void verbs_fake_reset(void)
+{
+	memset(&fake, 0, sizeof(fake));
+	fake.fail_post_send_at = -1;
+	qp_count = 0;
+}
+
+static void push(struct fcq *c, const struct ibv_wc *wc)
+{
+	if (c->tail - c->head < RING)
+		c->wc[c->tail++ % RING] = *wc;
+}
+
+void verbs_fake_push_wc(struct ibv_cq *cq, const struct ibv_wc *wc)
+{
+	push((struct fcq *)cq, wc);
+}
+
+struct ibv_device **keel_ibv_get_device_list(int *num)
+{
+	static struct ibv_device *list[2];
+	list[0] = &dev0;
+	*num = 1;
+	return list;
+}
+void keel_ibv_free_device_list(struct ibv_device **list)
+{
+	(void)list;
+}
+const char *keel_ibv_get_device_name(struct ibv_device *d)
+{
+	(void)d;
+	return "fake0";
+}
+struct ibv_context *keel_ibv_open_device(struct ibv_device *d)
+{
+	struct ibv_context *c = calloc(1, sizeof(*c));
+	c->device = d;
+	c->async_fd = -1;
+	return c;
+}
+int keel_ibv_close_device(struct ibv_context *c)
+{
+	free(c);
+	return 0;
+}
+int keel_ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
+{
+	(void)c;
+	memset(a, 0, sizeof(*a));
+	a->phys_port_cnt = 1;
+	a->max_cqe = 65536;
+	return 0;
+}
+int keel_ibv_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a)
+{
+	(void)c;
+	(void)port;
+	memset(a, 0, sizeof(*a));
+	a->state = IBV_PORT_ACTIVE;
+	a->link_layer = IBV_LINK_LAYER_ETHERNET;
+	a->active_mtu = IBV_MTU_1024;
+	return 0;
+}
+int keel_ibv_query_gid(struct ibv_context *c, uint8_t port, int index, union ibv_gid *g,
+		       uint32_t *type)
+{
+	(void)c;
+	(void)port;
+	memset(g, 0, sizeof(*g));
+	if (index == 0) { /* link-local, RoCEv1: not the one to choose */
+		g->raw[0] = 0xfe;
+		g->raw[1] = 0x80;
+		*type = IBV_GID_TYPE_ROCE_V1;
+		return 0;
+	}
+	if (index == 1) {
+		g->raw[10] = g->raw[11] = 0xff;
+		g->raw[12] = 127;
+		g->raw[15] = 1;
+		*type = IBV_GID_TYPE_ROCE_V2;
+		return 0;
+	}
+	return -EINVAL;
+}
+struct ibv_pd *keel_ibv_alloc_pd(struct ibv_context *c)
+{
+	struct ibv_pd *pd = calloc(1, sizeof(*pd));
+	pd->context = c;
+	return pd;
+}
+int keel_ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	free(pd);
+	return 0;
+}
+struct ibv_mr *keel_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	(void)access;
+	struct ibv_mr *mr = calloc(1, sizeof(*mr));
+	mr->pd = pd;
+	mr->addr = addr;
+	mr->length = len;
+	mr->lkey = mr->rkey = next_key++;
+	return mr;
+}
+struct ibv_mr *keel_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t len, uint64_t iova,
+				      int fd, int access)
+{
+	(void)off;
+	(void)iova;
+	(void)fd;
+	return keel_ibv_reg_mr(pd, NULL, len, access);
+}
+int keel_ibv_dereg_mr(struct ibv_mr *mr)
+{
+	free(mr);
+	return 0;
+}
+struct ibv_comp_channel *keel_ibv_create_comp_channel(struct ibv_context *c)
+{
+	(void)c;
+	errno = ENOSYS;
+	return NULL;
+}
+int keel_ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
+{
+	(void)ch;
+	return 0;
+}
+struct ibv_cq *keel_ibv_create_cq(struct ibv_context *c, int cqe, struct ibv_comp_channel *ch)
+{
+	(void)ch;
+	struct fcq *f = calloc(1, sizeof(*f));
+	f->cq.context = c;
+	f->cq.cqe = cqe;
+	return &f->cq;
+}
+int keel_ibv_destroy_cq(struct ibv_cq *cq)
+{
+	free(cq);
+	return 0;
+}
+struct ibv_qp *keel_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
+{
+	if (fake.fail_create_qp || qp_count >= 256) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct fqp *q = calloc(1, sizeof(*q));
+	q->qp.pd = pd;
+	q->qp.send_cq = a->send_cq;
+	q->qp.recv_cq = a->recv_cq;
+	q->qp.qp_num = 0x100 + qp_count;
+	qps[qp_count++] = q;
+	return &q->qp;
+}
+int keel_ibv_destroy_qp(struct ibv_qp *qp)
+{
+	for (uint32_t i = 0; i < qp_count; i++)
+		if (qps[i] == (struct fqp *)qp)
+			qps[i] = NULL;
+	free(qp);
+	return 0;
+}
+int keel_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
+{
+	if (mask & IBV_QP_DEST_QPN)
+		((struct fqp *)qp)->dest = a->dest_qp_num;
+	return 0;
+}
+
+static struct fqp *find(uint32_t qpn)
+{
+	for (uint32_t i = 0; i < qp_count; i++)
+		if (qps[i] != NULL && qps[i]->qp.qp_num == qpn && qpn != fake.dead_qpn)
+			return qps[i];
+	return NULL;
+}
+
+/* Execute one WR against the destination QP; false when the destination is gone. */
+static bool execute(struct fqp *d, const struct ibv_send_wr *wr)
+{
+	const struct ibv_sge *s = wr->sg_list;
+	struct ibv_wc wc = {.status = IBV_WC_SUCCESS,
+			    .wc_flags = IBV_WC_WITH_IMM,
+			    .imm_data = wr->imm_data,
+			    .byte_len = s->length};
+	if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		memcpy((void *)(uintptr_t)wr->wr.rdma.remote_addr, (void *)(uintptr_t)s->addr,
+		       s->length);
+	if (wr->opcode == IBV_WR_RDMA_WRITE)
+		return true;
+	if (d->head == d->tail)
+		return false; /* receiver not ready: a real NIC would RNR-retry */
+	struct frecv *r = &d->rq[d->head++ % RING];
+	if (wr->opcode == IBV_WR_SEND_WITH_IMM) {
+		memcpy((void *)(uintptr_t)r->addr, (void *)(uintptr_t)s->addr, s->length);
+		wc.opcode = IBV_WC_RECV;
+	} else {
+		wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+	}
+	wc.wr_id = r->wr_id;
+	push((struct fcq *)d->qp.recv_cq, &wc);
+	return true;
+}
+
+struct ibv_qp *verbs_fake_qp(uint32_t qpn)
+{
+	struct fqp *q = find(qpn);
+	return q != NULL ? &q->qp : NULL;
+}
+
+int keel_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct fqp *q = (struct fqp *)qp;
+	for (int i = 0; wr != NULL; wr = wr->next, i++) {
+		fake.posted++;
+		if (fake.fail_post_send_at >= 0 &&
+		    fake.posted - 1 == (uint32_t)fake.fail_post_send_at) {
+			*bad = wr;
+			return ENOMEM;
+		}
+		struct fqp *d = find(q->dest);
+		bool ok = d != NULL && execute(d, wr);
+		if (!ok || (wr->send_flags & IBV_SEND_SIGNALED)) {
+			struct ibv_wc wc = {.wr_id = wr->wr_id,
+					    .status = ok ? IBV_WC_SUCCESS : IBV_WC_RETRY_EXC_ERR,
+					    .opcode = IBV_WC_SEND};
+			push((struct fcq *)q->qp.send_cq, &wc);
+		}
+	}
+	return 0;
+}
+int keel_ibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct fqp *q = (struct fqp *)qp;
+	(void)bad;
+	for (; wr != NULL; wr = wr->next)
+		q->rq[q->tail++ % RING] =
+		    (struct frecv){wr->wr_id, wr->sg_list->addr, wr->sg_list->length};
+	return 0;
+}
+int keel_ibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
+{
+	struct fcq *c = (struct fcq *)cq;
+	int got = 0;
+	while (got < n && c->head != c->tail)
+		wc[got++] = c->wc[c->head++ % RING];
+	return got;
+}
+int keel_ibv_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	(void)cq;
+	(void)solicited_only;
+	return 0;
+}
+int keel_ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **ctx)
+{
+	(void)ch;
+	(void)cq;
+	(void)ctx;
+	errno = EAGAIN;
+	return -1;
+}
+void keel_ibv_ack_cq_events(struct ibv_cq *cq, unsigned n)
+{
+	(void)cq;
+	(void)n;
+}
+int keel_ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *ev)
+{
+	(void)c;
+	if (fake.async_pending == 0) {
+		errno = EAGAIN;
+		return -1;
+	}
+	fake.async_pending = 0;
+	*ev = fake.async;
+	return 0;
+}
+void keel_ibv_ack_async_event(struct ibv_async_event *ev)
+{
+	(void)ev;
+}

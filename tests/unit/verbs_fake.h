@@ -1,0 +1,23 @@
+/* The fake device behind tests/unit/test_verbs.c (see verbs_fake.c). */
+#ifndef KEEL_VERBS_FAKE_H
+#define KEEL_VERBS_FAKE_H
+
+#include <stdbool.h>
+
+#include "verbs_int.h"
+
+struct verbs_fake {
+	bool fail_create_qp;   /* ibv_create_qp returns NULL with ENOMEM */
+	int fail_post_send_at; /* the n-th WR posted from now is the bad_wr (ENOMEM); -1 none */
+	uint32_t posted;       /* WRs posted since reset */
+	uint32_t dead_qpn;     /* a QP that no longer answers: RETRY_EXC completions */
+	int async_pending;     /* deliver `async` on the next ibv_get_async_event */
+	struct ibv_async_event async;
+};
+extern struct verbs_fake fake;
+
+void verbs_fake_reset(void);
+struct ibv_qp *verbs_fake_qp(uint32_t qpn);
+void verbs_fake_push_wc(struct ibv_cq *cq, const struct ibv_wc *wc);
+
+#endif

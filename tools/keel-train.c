@@ -1,0 +1,857 @@
+/* keel-train: data-parallel training of a 64-32-10 MLP on the 8x8 digits over keel. Shards of
+ * the data go to ranks by the partitioner; gradients are summed with one AllReduce per step;
+ * a view change re-partitions over the survivors; a restarted rank gets the model from a live
+ * member; a hard fault rolls every member back to the newest checkpoint they all have.
+ *
+ * Every collective this program runs has the same shape (one f64 SUM AllReduce of VEC_LEN):
+ * a gradient step, a state transfer (only the donor contributes, so the sum is its state) and
+ * a rollback vote differ only in what the ranks put in. A rank admitted while the survivors
+ * have a collective pending (view.ops_resume) therefore always lines up: it calls the same
+ * AllReduce with zeros and its "I need the state" flag, whatever the survivors were doing. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "boot.h"
+#include "keel/checkpoint.h"
+#include "keel/partition.h"
+#include "train_model.h"
+
+#define RANKS_MAX  64u /* keel-train's own cap: per-rank flag slots in every vector */
+#define SHARDS	   64u /* data shards the partitioner places (sample i is in shard i % SHARDS) */
+#define EVENTS_MAX 16u
+#define KEEP	   4u
+
+/* The vector every collective reduces: payload, then scalars, then per-rank flags. */
+enum {
+	S_LOSS = TRAIN_PARAMS, /* GRAD: summed loss */
+	S_CORRECT,	       /* GRAD: batch samples predicted right */
+	S_SAMPLES,	       /* GRAD: samples contributed (must sum to the batch) */
+	S_MARKER,	       /* STATE: 1 from the donor (0: the donor was lost, try again) */
+	S_STEP,		       /* STATE: the donor's step */
+	S_ROLLBACK,	       /* a member had a hard fault: roll back next */
+	S_KIND,		       /* each synced member adds its kind: checks everyone agreed */
+	S_SYNCED,	       /* synced members */
+	S_NEED,		       /* + rank: this rank needs the state (just restarted) */
+	S_VOTED = S_NEED + RANKS_MAX, /* + rank: this rank voted (VOTE) */
+	VEC_LEN = S_VOTED + RANKS_MAX,
+};
+_Static_assert(RANKS_MAX *KEEP <= TRAIN_PARAMS, "a rollback vote fits the payload");
+
+enum kind { K_GRAD = 1, K_STATE = 2, K_VOTE = 3 };
+
+struct opts {
+	uint32_t epochs, batch;
+	float lr;
+	uint64_t seed;
+	const char *data, *ckpt_dir, *dump;
+	uint64_t ckpt_every;
+	uint64_t fault_step; /* UINT64_MAX: none */
+	uint32_t fault_rank;
+	bool reference, quiet;
+	uint64_t bench_mib; /* --bench-state: measure checkpoint and live-recovery paths */
+};
+
+struct event { /* a failure seen by this rank */
+	uint32_t rank;
+	uint64_t suspected_ns, last_heard_ns, view_ns, resumed_ns;
+	uint32_t steps_lost;
+};
+
+struct trainer {
+	struct keel_boot b;
+	struct opts o;
+	uint32_t rank, world;
+	struct train_data *d;
+	float w[TRAIN_PARAMS];
+	double in[VEC_LEN], out[VEC_LEN];
+	uint64_t step, total_steps, spe; /* spe: steps per epoch */
+	uint32_t *order;
+	uint64_t order_epoch;
+	struct keel_plan *plan;
+	uint32_t plan_epoch, members[RANKS_MAX], member_count;
+	bool synced, rollback_pending;
+	enum kind next;
+	struct keel_ckpt *ck;
+	/* figures */
+	uint64_t t_start_ns, t_admitted_ns, t_synced_ns, steps_lost, rollbacks, samples_done;
+	uint64_t epoch_t0_ns, epoch_samples;
+	double epoch_loss;
+	uint64_t rollback_to;
+	struct event ev[EVENTS_MAX];
+	uint32_t ev_count;
+	bool ev_open;	/* the latest event still waits for its next completed step */
+	bool recording; /* failures are counted while training, not while ranks leave at the end */
+	uint64_t heard_ns[RANKS_MAX]; /* when each peer was last heard, sampled after each poll */
+	/* rejoins seen by the members: who, when their flag was first seen, when the state went */
+	uint32_t rejoin_rank, rejoin_count;
+	uint64_t rejoin_seen_ns, rejoin_done_ns, rejoin_step, synced_step;
+};
+
+static struct train_data g_data;
+
+static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t now_ns)
+{
+	struct trainer *t = ctx;
+	if (st != KEEL_PEER_SUSPECTED) /* DEAD without suspicion: a clean leave */
+		return;
+	for (uint32_t i = 0; i < t->ev_count; i++)
+		if (t->ev[i].rank == peer && t->ev[i].resumed_ns == 0)
+			return; /* the same failure, reported again (suspected, then dead) */
+	if (t->ev_count == EVENTS_MAX || !t->synced || !t->recording)
+		return;
+	struct event *e = &t->ev[t->ev_count++];
+	memset(e, 0, sizeof(*e));
+	e->rank = peer;
+	e->suspected_ns = now_ns;
+	e->last_heard_ns = peer < RANKS_MAX ? t->heard_ns[peer] : 0;
+	t->ev_open = true;
+}
+
+static void on_view(void *ctx, const struct keel_view *v, const uint32_t *m, uint64_t now_ns)
+{
+	struct trainer *t = ctx;
+	(void)m;
+	if (v->self_joined && t->t_admitted_ns == 0)
+		t->t_admitted_ns = now_ns;
+	for (uint32_t i = 0; i < t->ev_count; i++)
+		if (t->ev[i].view_ns == 0)
+			t->ev[i].view_ns = now_ns;
+}
+
+static void tweak(struct keel_config *cfg, void *ctx)
+{
+	cfg->on_peer = on_peer;
+	cfg->on_view = on_view;
+	cfg->on_peer_ctx = cfg->on_view_ctx = ctx;
+}
+
+/* FNV-1a over what makes two runs' checkpoints interchangeable. */
+static uint64_t config_hash(const struct opts *o)
+{
+	uint64_t h = 1469598103934665603ull;
+	uint64_t parts[5] = {TRAIN_PARAMS, o->batch, o->seed, 0, SHARDS};
+	memcpy(&parts[3], &o->lr, sizeof(o->lr));
+	const uint8_t *p = (const uint8_t *)parts;
+	for (size_t i = 0; i < sizeof(parts); i++)
+		h = (h ^ p[i]) * 1099511628211ull;
+	return h;
+}
+
+/* Shards to the members of the view: weighted rendezvous, equal rates (minimal movement). */
+static int replan(struct trainer *t, const uint32_t *members, uint32_t count)
+{
+	struct keel_worker wk[RANKS_MAX];
+	for (uint32_t i = 0; i < count; i++) {
+		memset(&wk[i], 0, sizeof(wk[i]));
+		wk[i].id = members[i];
+		wk[i].rate = 1.0;
+		t->members[i] = members[i];
+	}
+	t->member_count = count;
+	struct keel_plan_result res;
+	int rc = keel_plan_set_workers(t->plan, wk, count);
+	if (rc == 0)
+		rc = keel_plan_items_rendezvous(t->plan, &res);
+	return rc;
+}
+
+static uint32_t shard_rank(const struct trainer *t, uint32_t shard)
+{
+	uint32_t w = keel_plan_owner(t->plan, shard);
+	return w < t->member_count ? t->members[w] : UINT32_MAX;
+}
+
+static const uint32_t *batch_of(struct trainer *t, uint64_t step)
+{
+	uint64_t epoch = step / t->spe;
+	if (epoch != t->order_epoch) {
+		train_epoch_order(t->order, t->d->train_count, t->o.seed, epoch);
+		t->order_epoch = epoch;
+	}
+	return t->order + (step % t->spe) * t->o.batch;
+}
+
+/* This rank's part of the gradient of `step`: the batch samples whose shard it holds. */
+static void fill_grad(struct trainer *t)
+{
+	const uint32_t *b = batch_of(t, t->step);
+	for (uint32_t i = 0; i < t->o.batch; i++) {
+		uint32_t ti = b[i];
+		if (shard_rank(t, ti % SHARDS) != t->rank)
+			continue;
+		uint32_t s = t->d->train[ti];
+		bool ok;
+		t->in[S_LOSS] += train_model_grad(t->w, t->d->x[s], t->d->y[s], t->in, &ok);
+		t->in[S_CORRECT] += ok;
+		t->in[S_SAMPLES] += 1;
+	}
+}
+
+static uint32_t donor_of(const struct trainer *t)
+{
+	for (uint32_t i = 0; i < t->member_count; i++)
+		if (t->out[S_NEED + t->members[i]] < 0.5)
+			return t->members[i];
+	return UINT32_MAX;
+}
+
+static void fill_input(struct trainer *t)
+{
+	memset(t->in, 0, sizeof(t->in));
+	if (!t->synced) {
+		t->in[S_NEED + t->rank] = 1;
+	} else if (t->next == K_GRAD) {
+		fill_grad(t);
+	} else if (t->next == K_STATE) {
+		if (donor_of(t) == t->rank) {
+			for (uint32_t i = 0; i < TRAIN_PARAMS; i++)
+				t->in[i] = t->w[i];
+			t->in[S_MARKER] = 1;
+			t->in[S_STEP] = (double)t->step;
+		}
+	} else if (t->ck != NULL) {
+		float vote[RANKS_MAX * KEEP];
+		int rc = keel_ckpt_vote_fill(t->ck, t->rank, RANKS_MAX, vote, RANKS_MAX * KEEP);
+		for (uint32_t i = 0; rc == 0 && i < RANKS_MAX * KEEP; i++)
+			t->in[i] = vote[i];
+		t->in[S_VOTED + t->rank] = 1;
+	} else {
+		t->in[S_VOTED + t->rank] = 1; /* no checkpoints: votes for none */
+	}
+	if (t->synced) {
+		t->in[S_KIND] = t->next;
+		t->in[S_SYNCED] = 1;
+	}
+	t->in[S_ROLLBACK] = t->rollback_pending;
+}
+
+/* Wait (bounded) until this node is a member of a view. */
+static int wait_member(struct trainer *t, uint64_t limit_ns)
+{
+	uint64_t end = keel_posix_now_ns() + limit_ns;
+	while (keel_posix_now_ns() < end) {
+		struct keel_view v;
+		if (keel_view_get(t->b.node, &v, NULL, 0) == 0 && v.self_member)
+			return 0;
+		uint64_t next;
+		int rc = keel_poll(t->b.node, keel_posix_now_ns(), &next);
+		if (rc != 0 && rc != KEEL_ENOQUORUM)
+			return rc;
+		t->b.cfg.waiter.wait(t->b.cfg.waiter.ctx, next < end ? next : end);
+	}
+	return -ETIMEDOUT;
+}
+
+/* Sampled after every poll (the peer callback may not call into the node): a failure's
+ * "last heard" is then at most one poll older than the truth. */
+static void sample_heard(struct trainer *t)
+{
+	for (uint32_t r = 0; r < t->world; r++) {
+		struct keel_peer_info pi;
+		if (r != t->rank && keel_peer_get(t->b.node, r, &pi) == 0 &&
+		    pi.state == KEEL_PEER_ALIVE && pi.last_heard_ns > t->heard_ns[r])
+			t->heard_ns[r] = pi.last_heard_ns;
+	}
+}
+
+/* One collective: start, poll until done. */
+static int run_op(struct trainer *t, struct keel_op_info *info, uint32_t *members)
+{
+	struct keel_op *op;
+	int rc = keel_allreduce_start(t->b.node, t->in, t->out, VEC_LEN, KEEL_F64, KEEL_SUM, &op);
+	if (rc != 0)
+		return rc;
+	for (;;) {
+		uint64_t next;
+		int prc = keel_poll(t->b.node, keel_posix_now_ns(), &next);
+		rc = keel_op_test_info(t->b.node, op, info, members, RANKS_MAX);
+		if (rc != -EINPROGRESS)
+			break;
+		if (prc != 0 && prc != KEEL_ENOQUORUM)
+			return prc;
+		sample_heard(t);
+		t->b.cfg.waiter.wait(t->b.cfg.waiter.ctx, next);
+	}
+	return rc;
+}
+
+static bool is_leader(const struct trainer *t)
+{
+	return t->member_count > 0 && t->members[0] == t->rank;
+}
+
+static void after_step(struct trainer *t, uint64_t now)
+{
+	t->epoch_loss += t->out[S_LOSS];
+	t->epoch_samples += t->o.batch;
+	t->samples_done += t->o.batch;
+	if (t->ev_open) {
+		for (uint32_t i = 0; i < t->ev_count; i++)
+			if (t->ev[i].resumed_ns == 0)
+				t->ev[i].resumed_ns = now;
+		t->ev_open = false;
+	}
+	if (t->step % t->spe == 0) {
+		double dt = (double)(now - t->epoch_t0_ns) / 1e9;
+		if (is_leader(t) && !t->o.quiet) {
+			double acc = train_model_accuracy(t->w, t->d, t->d->test, t->d->test_count);
+			printf("epoch %3" PRIu64
+			       "/%u  loss %.4f  test acc %5.2f %%  view %u (%u ranks)"
+			       "  %.0f samples/s\n",
+			       t->step / t->spe, t->o.epochs,
+			       t->epoch_loss / (double)t->epoch_samples, 100 * acc, t->plan_epoch,
+			       t->member_count, dt > 0 ? (double)t->epoch_samples / dt : 0.0);
+			fflush(stdout);
+		}
+		t->epoch_t0_ns = now;
+		t->epoch_samples = 0;
+		t->epoch_loss = 0;
+	}
+	if (t->ck != NULL && t->step % t->o.ckpt_every == 0) {
+		int rc = keel_ckpt_write(t->ck, t->step, t->plan_epoch, now);
+		if (rc != 0)
+			fprintf(stderr, "rank %u: checkpoint at step %" PRIu64 ": %s\n", t->rank,
+				t->step, keel_strerror(rc));
+	}
+}
+
+/* Everyone voted: restore the newest step all voters have, or start over. */
+static void do_rollback(struct trainer *t)
+{
+	uint32_t voters[RANKS_MAX], n = 0;
+	for (uint32_t i = 0; i < t->member_count; i++)
+		if (t->out[S_VOTED + t->members[i]] > 0.5)
+			voters[n++] = t->members[i];
+	float vote[RANKS_MAX * KEEP];
+	for (uint32_t i = 0; i < RANKS_MAX * KEEP; i++)
+		vote[i] = (float)t->out[i];
+	uint64_t step = 0;
+	int rc = n == 0 ? -ENOENT
+			: keel_ckpt_vote_decide(vote, RANKS_MAX * KEEP, RANKS_MAX, KEEP, voters, n,
+						&step);
+	t->rollbacks++;
+	t->rollback_pending = false;
+	if (!t->synced)
+		return; /* gets the state from a donor afterwards */
+	uint64_t from = t->step;
+	if (rc == 0 && t->ck != NULL) {
+		struct keel_ckpt_report rep;
+		rc = keel_ckpt_restore(t->ck, step, &rep);
+		if (rc == 0 && rep.step != step)
+			rc = -ENOENT;
+	}
+	if (rc != 0 && n > 0 && step != 0) {
+		/* This rank lacks the agreed file after all: take the state from a donor. */
+		t->synced = false;
+	} else if (rc != 0) {
+		train_model_init(t->w, t->o.seed);
+		step = 0;
+	}
+	t->step = step;
+	t->rollback_to = step;
+	t->steps_lost += from > step ? from - step : 0;
+	t->order_epoch = UINT64_MAX;
+	printf("rank %u: hard fault: rolled back from step %" PRIu64 " to step %" PRIu64
+	       " (%s, %u voters)\n",
+	       t->rank, from, step, rc == 0 ? "checkpoint every voter has" : "no common checkpoint",
+	       n);
+	fflush(stdout);
+}
+
+/* Interpret the result of a collective; decide the next one (the same way on every rank). */
+static void on_result(struct trainer *t, const struct keel_op_info *info, const uint32_t *members)
+{
+	uint64_t now = keel_posix_now_ns();
+	bool changed = info->epoch != t->plan_epoch;
+	if (changed) {
+		int rc = replan(t, members, info->member_count);
+		if (rc != 0)
+			fprintf(stderr, "rank %u: plan: %s\n", t->rank, keel_strerror(rc));
+		t->plan_epoch = info->epoch;
+	}
+	double synced = t->out[S_SYNCED];
+	enum kind kind = synced > 0.5 ? (enum kind)lround(t->out[S_KIND] / synced) : K_GRAD;
+	bool agreed = synced < 0.5 || fabs(t->out[S_KIND] - (double)kind * synced) < 0.5;
+	bool marker = fabs(t->out[S_MARKER] - 1) < 0.5;
+	bool rollback = t->out[S_ROLLBACK] > 0.5;
+	if (!agreed) /* ranks ran different kinds: never expected; redo from a rollback */
+		rollback = true;
+	if (!t->synced && kind == K_STATE && marker && agreed) {
+		for (uint32_t i = 0; i < TRAIN_PARAMS; i++)
+			t->w[i] = (float)t->out[i];
+		t->step = (uint64_t)t->out[S_STEP];
+		t->order_epoch = UINT64_MAX;
+		t->synced = true;
+		t->t_synced_ns = now;
+		t->synced_step = t->step;
+		t->epoch_t0_ns = now;
+	} else if (t->synced && kind == K_GRAD && agreed) {
+		bool whole = fabs(t->out[S_SAMPLES] - t->o.batch) < 0.5;
+		if (!changed && !rollback && whole) {
+			train_model_sgd(t->w, t->out, t->o.lr, t->o.batch);
+			t->step++;
+			after_step(t, now);
+		} else {
+			t->steps_lost++;
+			if (t->ev_count > 0)
+				t->ev[t->ev_count - 1].steps_lost++;
+		}
+	}
+	if (kind == K_VOTE && agreed)
+		do_rollback(t);
+	bool need = false;
+	for (uint32_t i = 0; i < t->member_count; i++) {
+		uint32_t r = t->members[i];
+		if (t->out[S_NEED + r] < 0.5)
+			continue;
+		need = true;
+		if (t->rejoin_seen_ns == 0 || t->rejoin_done_ns != 0) {
+			t->rejoin_rank = r;
+			t->rejoin_seen_ns = now;
+			t->rejoin_done_ns = 0;
+		}
+		if (kind == K_STATE && marker) {
+			t->rejoin_done_ns = now;
+			t->rejoin_step = t->step;
+			t->rejoin_count++;
+		}
+	}
+	if (rollback && kind != K_VOTE)
+		t->next = K_VOTE;
+	else if (need && !(kind == K_STATE && marker))
+		t->next = K_STATE;
+	else
+		t->next = K_GRAD;
+}
+
+static void hard_fault(struct trainer *t, int rc, const char *why)
+{
+	printf("rank %u: hard fault at step %" PRIu64 " (%s): asking every member to roll back\n",
+	       t->rank, t->step, why != NULL ? why : keel_strerror(rc));
+	fflush(stdout);
+	t->rollback_pending = true;
+}
+
+static int train_loop(struct trainer *t)
+{
+	struct keel_op_info info;
+	uint32_t members[RANKS_MAX];
+	while (!t->synced || t->step < t->total_steps) {
+		fill_input(t);
+		bool fault_now = t->synced && t->next == K_GRAD && t->step == t->o.fault_step &&
+				 t->rank == t->o.fault_rank;
+		int rc = run_op(t, &info, members);
+		if (rc == 0 && fault_now) {
+			t->o.fault_step = UINT64_MAX; /* once */
+			hard_fault(t, 0, "forced by --fault-at");
+			t->steps_lost++;
+			continue; /* as if the result never came: the others went on */
+		}
+		if (rc == 0) {
+			on_result(t, &info, members);
+			continue;
+		}
+		if (rc == KEEL_ENOQUORUM) {
+			hard_fault(t, rc, NULL);
+			if (wait_member(t, 60ull * 1000000000ull) != 0)
+				return rc;
+			continue;
+		}
+		if (rc == KEEL_EVIEWCHANGED)
+			continue;
+		if (rc == KEEL_ETRANSPORT || rc == -EINVAL || rc == -EBUSY)
+			return rc;
+		hard_fault(t, rc, NULL);
+	}
+	return 0;
+}
+
+/* The same training in this one process, without keel: what "no failure" gives. */
+static void reference_weights(struct trainer *t, float *w)
+{
+	static double grad[TRAIN_PARAMS];
+	train_model_init(w, t->o.seed);
+	for (uint64_t s = 0; s < t->total_steps; s++) {
+		const uint32_t *b = batch_of(t, s);
+		memset(grad, 0, sizeof(grad));
+		for (uint32_t i = 0; i < t->o.batch; i++) {
+			uint32_t x = t->d->train[b[i]];
+			bool ok;
+			(void)train_model_grad(w, t->d->x[x], t->d->y[x], grad, &ok);
+		}
+		train_model_sgd(w, grad, t->o.lr, t->o.batch);
+	}
+}
+
+static double ms(uint64_t a, uint64_t b)
+{
+	return b > a ? (double)(b - a) / 1e6 : 0.0;
+}
+
+static void summary(struct trainer *t)
+{
+	double acc = train_model_accuracy(t->w, t->d, t->d->test, t->d->test_count);
+	if (t->t_admitted_ns != 0)
+		printf(
+		    "rank %u (restarted, life %u): admitted %.0f ms after start; model (%zu bytes)"
+		    " from a live member by live recovery %.1f ms after admission, at step %" PRIu64
+		    "\n",
+		    t->rank, t->b.cfg.incarnation, ms(t->t_start_ns, t->t_admitted_ns),
+		    sizeof(t->w), ms(t->t_admitted_ns, t->t_synced_ns), t->synced_step);
+	if (!is_leader(t))
+		return;
+	printf("\n== keel-train summary (rank %u, %u ranks at the end, view %u)\n", t->rank,
+	       t->member_count, t->plan_epoch);
+	printf("final test accuracy:           %.2f %%\n", 100 * acc);
+	if (t->o.reference) {
+		static float ref[TRAIN_PARAMS];
+		reference_weights(t, ref);
+		double racc = train_model_accuracy(ref, t->d, t->d->test, t->d->test_count);
+		double diff = 0;
+		for (uint32_t i = 0; i < TRAIN_PARAMS; i++)
+			diff = fmax(diff, fabs((double)ref[i] - t->w[i]));
+		printf(
+		    "same training without failure: %.2f %% (same seed, one process; largest weight"
+		    " difference %.2g)\n",
+		    100 * racc, diff);
+		printf("difference:                    %+.2f points (%s 1 point)\n",
+		       100 * (acc - racc), fabs(acc - racc) <= 0.01 ? "within" : "NOT within");
+	}
+	for (uint32_t i = 0; i < t->ev_count; i++) {
+		const struct event *e = &t->ev[i];
+		printf("failure %u: rank %u silent %.1f ms before it was suspected (detection); "
+		       "new view %.1f ms later; next step done %.1f ms after detection; "
+		       "steps redone %u\n",
+		       i + 1, e->rank, ms(e->last_heard_ns, e->suspected_ns),
+		       ms(e->suspected_ns, e->view_ns), ms(e->suspected_ns, e->resumed_ns),
+		       e->steps_lost);
+	}
+	if (t->rejoin_count > 0)
+		printf(
+		    "rejoin: rank %u asked for the model and got it from a live member over keel "
+		    "(AllReduce with one contributor, CRC32C-checked datagrams) in %.1f ms, at "
+		    "step %" PRIu64 "\n",
+		    t->rejoin_rank, ms(t->rejoin_seen_ns, t->rejoin_done_ns), t->rejoin_step);
+	printf("steps lost (redone) in all:    %" PRIu64 "; rollbacks %" PRIu64 "\n", t->steps_lost,
+	       t->rollbacks);
+	struct keel_counters k;
+	keel_counters_get(t->b.node, &k);
+	printf("keel: view changes %" PRIu64 ", suspicions %" PRIu64 " (false %" PRIu64
+	       "), collectives restarted %" PRIu64 "\n",
+	       k.view_changes, k.suspicions, k.false_suspicions, k.ops_restarted);
+}
+
+static int dump_weights(const struct trainer *t)
+{
+	FILE *f = fopen(t->o.dump, "wb");
+	if (f == NULL)
+		return -errno;
+	size_t n = fwrite(t->w, sizeof(float), TRAIN_PARAMS, f);
+	return fclose(f) == 0 && n == TRAIN_PARAMS ? 0 : -EIO;
+}
+
+/* --bench-state MiB: checkpoint write/restore (page cache, O_DIRECT) on rank 0, then live
+ * recovery of the same state from rank 0 to every rank with keel_broadcast. */
+#define BENCH_SCRATCH (8u << 20)
+static int bench_ckpt(struct trainer *t, uint8_t *state, size_t bytes, bool direct)
+{
+	static uint8_t mem[4096] __attribute__((aligned(64)));
+	struct keel_ckpt_config c;
+	keel_ckpt_config_default(&c);
+	c.dir = t->o.ckpt_dir;
+	c.keep = 1;
+	c.direct = direct;
+	c.interval_ns = 0;
+	c.scratch = aligned_alloc(KEEL_CKPT_ALIGN, BENCH_SCRATCH);
+	c.scratch_len = BENCH_SCRATCH;
+	struct keel_ckpt *ck;
+	int rc = keel_ckpt_init(&ck, mem, sizeof(mem), &c);
+	if (rc == 0)
+		rc = keel_ckpt_register(ck, "state", state, bytes);
+	uint64_t t0 = keel_posix_now_ns();
+	if (rc == 0)
+		rc = keel_ckpt_write(ck, direct ? 2 : 1, 0, t0);
+	uint64_t t1 = keel_posix_now_ns();
+	char name[96];
+	snprintf(name, sizeof(name), "%s/ckpt-%020d.keel", c.dir, direct ? 2 : 1);
+	FILE *f = fopen(name, "rb"); /* drop the file's cached pages: restore reads the disk */
+	if (f != NULL) {
+		(void)posix_fadvise(fileno(f), 0, 0, POSIX_FADV_DONTNEED);
+		fclose(f);
+	}
+	memset(state, 0, bytes);
+	uint64_t t2 = keel_posix_now_ns();
+	struct keel_ckpt_report rep;
+	if (rc == 0)
+		rc = keel_ckpt_restore(ck, UINT64_MAX, &rep);
+	uint64_t t3 = keel_posix_now_ns();
+	if (rc == 0)
+		printf("checkpoint %s: %zu MiB write %.0f MB/s (%.0f ms, with fsync), restore %.0f "
+		       "MB/s (%.0f ms, cold cache, CRC32C checked)\n",
+		       direct ? "O_DIRECT  " : "page cache", bytes >> 20,
+		       (double)bytes / ((double)(t1 - t0) / 1e3), ms(t0, t1),
+		       (double)bytes / ((double)(t3 - t2) / 1e3), ms(t2, t3));
+	else
+		printf("checkpoint %s: %s\n", direct ? "O_DIRECT" : "page cache",
+		       keel_strerror(rc));
+	if (ck != NULL && rc != -EINVAL)
+		keel_ckpt_fini(ck);
+	free(c.scratch);
+	return rc;
+}
+
+static int bench_state(struct trainer *t)
+{
+	size_t bytes = (size_t)t->o.bench_mib << 20;
+	uint8_t *state = aligned_alloc(4096, bytes);
+	if (state == NULL)
+		return -ENOMEM;
+	uint64_t s = 42;
+	for (size_t i = 0; i < bytes / 8; i++) {
+		uint64_t v = train_rng_next(&s);
+		memcpy(state + i * 8, &v, 8);
+	}
+	int rc = 0;
+	if (t->rank == 0 && t->o.ckpt_dir != NULL) {
+		rc = bench_ckpt(t, state, bytes, false);
+		int rc2 = bench_ckpt(t, state, bytes, true);
+		(void)rc2;
+		s = 42; /* restore the pattern the broadcast is checked against */
+		for (size_t i = 0; i < bytes / 8; i++) {
+			uint64_t v = train_rng_next(&s);
+			memcpy(state + i * 8, &v, 8);
+		}
+	}
+	if (t->world > 1) {
+		if (t->rank != 0)
+			memset(state, 0, bytes);
+		uint64_t t0 = keel_posix_now_ns();
+		rc = keel_broadcast(t->b.node, 0, state, bytes);
+		uint64_t t1 = keel_posix_now_ns();
+		s = 42;
+		size_t wrong = 0;
+		for (size_t i = 0; i < bytes / 8; i++) {
+			uint64_t v = train_rng_next(&s), got;
+			memcpy(&got, state + i * 8, 8);
+			wrong += got != v;
+		}
+		printf("rank %u: live recovery (keel_broadcast from rank 0, %u ranks): %zu MiB in "
+		       "%.0f ms = %.0f MB/s, %s, %zu words wrong\n",
+		       t->rank, t->world, bytes >> 20, ms(t0, t1),
+		       (double)bytes / ((double)(t1 - t0) / 1e3), keel_strerror(rc), wrong);
+		if (wrong != 0 && rc == 0)
+			rc = -EIO;
+	}
+	free(state);
+	return rc;
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: keel-train [--epochs N] [--batch B] [--lr X] [--seed S] [--data PATH]\n"
+		"                  [--ckpt-dir DIR] [--ckpt-every STEPS] [--fault-at RANK@STEP]\n"
+		"                  [--no-reference] [--dump-weights FILE] [--quiet]\n"
+		"                  [--bench-state MIB]\n"
+		"Run under keel-run (or any launcher keel understands); see README.\n");
+}
+
+static int parse_opts(struct opts *o, int argc, char **argv)
+{
+	*o = (struct opts){.epochs = 30,
+			   .batch = 16,
+			   .lr = 0.2f,
+			   .seed = 1,
+			   .ckpt_every = 100,
+			   .data = TRAIN_DIGITS_PATH,
+			   .fault_step = UINT64_MAX,
+			   .reference = true};
+	static const struct option longs[] = {
+	    {"epochs", 1, NULL, 'E'},	    {"batch", 1, NULL, 'B'},
+	    {"lr", 1, NULL, 'l'},	    {"seed", 1, NULL, 's'},
+	    {"data", 1, NULL, 'd'},	    {"ckpt-dir", 1, NULL, 'c'},
+	    {"ckpt-every", 1, NULL, 'k'},   {"fault-at", 1, NULL, 'f'},
+	    {"dump-weights", 1, NULL, 'w'}, {"no-reference", 0, NULL, 'R'},
+	    {"quiet", 0, NULL, 'q'},	    {"bench-state", 1, NULL, 'b'},
+	    {"help", 0, NULL, 'h'},	    {NULL, 0, NULL, 0}};
+	int c;
+	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+		switch (c) {
+		case 'E':
+			o->epochs = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 'B':
+			o->batch = (uint32_t)strtoul(optarg, NULL, 10);
+			break;
+		case 'l':
+			o->lr = strtof(optarg, NULL);
+			break;
+		case 's':
+			o->seed = strtoull(optarg, NULL, 0);
+			break;
+		case 'd':
+			o->data = optarg;
+			break;
+		case 'c':
+			o->ckpt_dir = optarg;
+			break;
+		case 'k':
+			o->ckpt_every = strtoull(optarg, NULL, 10);
+			break;
+		case 'w':
+			o->dump = optarg;
+			break;
+		case 'R':
+			o->reference = false;
+			break;
+		case 'q':
+			o->quiet = true;
+			break;
+		case 'b':
+			o->bench_mib = strtoull(optarg, NULL, 10);
+			break;
+		case 'f':
+			if (sscanf(optarg, "%u@%" SCNu64, &o->fault_rank, &o->fault_step) != 2)
+				return -EINVAL;
+			break;
+		default:
+			return -EINVAL;
+		}
+	}
+	if (o->epochs == 0 || o->batch == 0 || o->batch > TRAIN_SAMPLES_MAX || o->ckpt_every == 0 ||
+	    !(o->lr > 0))
+		return -EINVAL;
+	return 0;
+}
+
+/* Per-rank checkpoint directory DIR/rank<r>, created if missing. */
+static int open_ckpt(struct trainer *t, char *dir, size_t dir_len)
+{
+	static uint8_t mem[8192] __attribute__((aligned(64)));
+	static uint8_t scratch[256 << 10] __attribute__((aligned(KEEL_CKPT_ALIGN)));
+	(void)mkdir(t->o.ckpt_dir, 0755);
+	snprintf(dir, dir_len, "%s/rank%u", t->o.ckpt_dir, t->rank);
+	(void)mkdir(dir, 0755);
+	struct keel_ckpt_config c;
+	keel_ckpt_config_default(&c);
+	c.dir = dir;
+	c.config_hash = config_hash(&t->o);
+	c.keep = KEEP;
+	c.interval_ns = 0;
+	c.interval_steps = t->o.ckpt_every;
+	c.scratch = scratch;
+	c.scratch_len = sizeof(scratch);
+	int rc = keel_ckpt_init(&t->ck, mem, sizeof(mem), &c);
+	if (rc == 0)
+		rc = keel_ckpt_register(t->ck, "weights", t->w, sizeof(t->w));
+	return rc;
+}
+
+static int start(struct trainer *t, char *err, size_t err_len)
+{
+	static uint8_t plan_mem[1 << 16] __attribute__((aligned(64)));
+	static uint32_t order[TRAIN_SAMPLES_MAX];
+	int rc = train_data_load(&g_data, t->o.data, err, err_len);
+	if (rc != 0)
+		return rc;
+	t->d = &g_data;
+	t->order = order;
+	t->order_epoch = UINT64_MAX;
+	t->spe = g_data.train_count / t->o.batch;
+	if (t->spe == 0)
+		return -EINVAL;
+	t->total_steps = t->spe * t->o.epochs;
+	struct keel_plan_config pc = {.workers_max = RANKS_MAX, .items_max = SHARDS};
+	rc = keel_plan_init(&t->plan, plan_mem, sizeof(plan_mem), &pc);
+	struct keel_item items[SHARDS];
+	for (uint32_t i = 0; rc == 0 && i < SHARDS; i++)
+		items[i] = (struct keel_item){.work = 1.0, .key = i};
+	if (rc == 0)
+		rc = keel_plan_set_items(t->plan, items, SHARDS);
+	if (rc != 0) {
+		snprintf(err, err_len, "partition planner: %s", keel_strerror(rc));
+		return rc;
+	}
+	train_model_init(t->w, t->o.seed);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct trainer tr;
+	struct trainer *t = &tr;
+	char err[512] = "";
+	if (parse_opts(&t->o, argc, argv) != 0) {
+		usage();
+		return 2;
+	}
+	t->t_start_ns = keel_posix_now_ns();
+	int rc = keel_boot_start(&t->b, tweak, t, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "keel-train: %s\n", err);
+		return 1;
+	}
+	t->rank = t->b.launch.rank;
+	t->world = t->b.cfg.world_size;
+	if (t->world > RANKS_MAX) {
+		fprintf(stderr, "keel-train: at most %u ranks\n", RANKS_MAX);
+		return 1;
+	}
+	if (t->o.bench_mib != 0) {
+		rc = bench_state(t);
+		keel_boot_stop(&t->b, 2000000000ull);
+		return rc == 0 ? 0 : 1;
+	}
+	rc = start(t, err, sizeof(err));
+	char dir[KEEL_CKPT_DIR_MAX];
+	if (rc == 0 && t->o.ckpt_dir != NULL && (rc = open_ckpt(t, dir, sizeof(dir))) != 0)
+		snprintf(err, sizeof(err), "checkpoints in %s/rank%u: %s", t->o.ckpt_dir, t->rank,
+			 keel_strerror(rc));
+	if (rc != 0) {
+		fprintf(stderr, "keel-train: rank %u: %s\n", t->rank, err);
+		keel_boot_stop(&t->b, 0);
+		return 1;
+	}
+	t->synced = !t->b.cfg.rejoin;
+	t->next = K_GRAD;
+	if (t->b.cfg.rejoin && wait_member(t, 60ull * 1000000000ull) != 0) {
+		fprintf(stderr, "keel-train: rank %u: never admitted back\n", t->rank);
+		keel_boot_stop(&t->b, 0);
+		return 1;
+	}
+	struct keel_view v;
+	uint32_t members[KEEL_WORLD_MAX];
+	int n = keel_view_get(t->b.node, &v, members, KEEL_WORLD_MAX);
+	if (n > 0 && replan(t, members, (uint32_t)n) == 0)
+		t->plan_epoch = v.epoch;
+	if (t->rank == 0 && !t->o.quiet)
+		printf("keel-train: %u ranks, %u train / %u test digits, batch %u, %" PRIu64
+		       " steps per epoch, %u epochs, %u shards placed by the partitioner\n",
+		       t->world, g_data.train_count, g_data.test_count, t->o.batch, t->spe,
+		       t->o.epochs, SHARDS);
+	if (t->ck != NULL && t->synced && keel_ckpt_write(t->ck, 0, v.epoch, t->t_start_ns) != 0)
+		fprintf(stderr, "keel-train: rank %u: first checkpoint failed\n", t->rank);
+	t->epoch_t0_ns = keel_posix_now_ns();
+	fflush(stdout);
+	t->recording = true;
+	rc = train_loop(t);
+	t->recording = false;
+	if (rc != 0)
+		fprintf(stderr, "keel-train: rank %u: %s\n", t->rank, keel_strerror(rc));
+	else
+		summary(t);
+	if (rc == 0 && t->o.dump != NULL && is_leader(t) && dump_weights(t) != 0)
+		fprintf(stderr, "keel-train: cannot write %s\n", t->o.dump);
+	fflush(stdout);
+	keel_boot_stop(&t->b, 2000000000ull);
+	if (t->ck != NULL)
+		keel_ckpt_fini(t->ck);
+	return rc == 0 ? 0 : 1;
+}
