@@ -583,6 +583,7 @@ static void node_main(int argc, char **argv)
 			(unsigned long long)k.heartbeats_sent, (unsigned long long)k.tx_blocked,
 			(unsigned long long)k.drop_window, (unsigned long long)k.drop_duplicate);
 	}
+	sim_net_stop_receiver(W.net, nd->e);
 	nd->done = true;
 }
 

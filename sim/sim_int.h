@@ -200,6 +200,7 @@ struct sim_net *sim_net_create(const struct sim_net_config *cfg, void *const *ho
 void sim_net_destroy(struct sim_net *net);
 /* Start endpoint e's receiver (a daemon actor on its host). */
 void sim_net_start_receiver(struct sim_net *net, uint32_t e);
+void sim_net_stop_receiver(struct sim_net *net, uint32_t e);
 /* Is an endpoint reachable (its host on, its receiver running)? Sends to others are lost. */
 void sim_net_set_alive(struct sim_net *net, uint32_t e, bool alive);
 /* Block the calling actor until endpoint e has input, `wake` is called, or `deadline_ns`. */

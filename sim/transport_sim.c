@@ -30,6 +30,7 @@ struct sim_inbox {
 	bool waiting; /* the node actor sleeps on sem */
 	bool woken;   /* wake() was called since the node last waited */
 	bool alive;
+	bool stopped; /* the receiver has ended (sim_net_stop_receiver) */
 	sg_sem_t sem;
 	sg_mailbox_t mb;
 	sg_host_t host;
@@ -118,7 +119,8 @@ static void wake(struct sim_inbox *ib)
 /* Gets kept posted at once. One get would match the oldest message in the mailbox, and a
  * large datagram still in transfer would hold back every small one behind it (heartbeats,
  * acks): head-of-line blocking the real NIC does not have. */
-#define RX_GETS 64
+#define RX_GETS	 16
+#define STOP_LEN UINT32_MAX
 
 static void receiver_main(int argc, char **argv)
 {
@@ -135,17 +137,27 @@ static void receiver_main(int argc, char **argv)
 	sg_mailbox_set_receiver(name);
 	for (int i = 0; i < RX_GETS; i++)
 		comms[i] = sg_mailbox_get_async(ib->mb, &data[i]);
-	for (;;) {
-		ssize_t i = sg_comm_wait_any(comms, RX_GETS);
+	/* After the first stop message no get is posted again; the receiver ends when every
+	 * posted get is done (a pending one would be destroyed unfinished at the end). */
+	for (size_t active = RX_GETS; active > 0;) {
+		ssize_t i = sg_comm_wait_any(comms, active);
 		if (i < 0)
 			continue;
 		struct sim_msg *m = data[i];
-		data[i] = NULL;
-		comms[i] = sg_mailbox_get_async(ib->mb, &data[i]);
+		if (m != NULL && m->len == STOP_LEN)
+			ib->stopped = true;
+		if (ib->stopped) {
+			active--;
+			comms[i] = comms[active];
+			data[i] = data[active];
+		} else {
+			data[i] = NULL;
+			comms[i] = sg_mailbox_get_async(ib->mb, &data[i]);
+		}
 		if (m == NULL)
 			continue; /* a failed transfer (link or host down) */
-		if (!ib->alive || ib->count >= a->net->cfg.queue_max) {
-			a->net->drops++;
+		if (m->len == STOP_LEN || !ib->alive || ib->count >= a->net->cfg.queue_max) {
+			a->net->drops += m->len != STOP_LEN;
 			free(m);
 			continue;
 		}
@@ -158,6 +170,29 @@ static void receiver_main(int argc, char **argv)
 		ib->count++;
 		wake(ib);
 	}
+	wake(ib);
+}
+
+/* Called by endpoint e's node actor at its end: stop messages for every posted get, then
+ * wait (receiving and dropping) until the receiver has ended. */
+void sim_net_stop_receiver(struct sim_net *net, uint32_t e)
+{
+	struct sim_inbox *ib = &net->in[e];
+	for (int i = 0; i < RX_GETS; i++) {
+		struct sim_msg *m = calloc(1, sizeof(*m));
+		if (m == NULL)
+			abort();
+		m->len = STOP_LEN;
+		sg_comm_detach(sg_mailbox_put_init(ib->mb, m, 1), free);
+	}
+	while (!ib->stopped) {
+		inbox_clear(ib);
+		ib->woken = false;
+		ib->waiting = true;
+		sg_sem_acquire(ib->sem);
+		ib->waiting = false;
+	}
+	inbox_clear(ib);
 }
 
 void sim_net_start_receiver(struct sim_net *net, uint32_t e)

@@ -13,4 +13,11 @@ command -v qemu-system-x86_64 >/dev/null || {
 	echo "verbs_vm: skipped: verbs backend not built (install libibverbs-dev)"
 	exit 77
 }
+# The full in-VM suite does not fit the ~3 minute budget under TCG yet (AllReduce for 2 ranks
+# alone takes minutes): opt in until it does.
+[ "${KEEL_TEST_VERBS_VM:-0}" = 1 ] || {
+	echo "verbs_vm: skipped: the Soft-RoCE VM suite is opt-in for now (KEEL_TEST_VERBS_VM=1, or"
+	echo "  make test-verbs); it exceeds the 3-minute budget under TCG"
+	exit 77
+}
 BUILD=$BUILD TIMEOUT=${TIMEOUT:-240} timeout -s KILL 300 bash tests/vm/run.sh

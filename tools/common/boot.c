@@ -263,7 +263,8 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 	if (rt != NULL && *rt != '\0' && strcmp(rt, "0") != 0) {
 		int prc = keel_posix_realtime(atoi(rt) > 1 ? atoi(rt) : 1);
 		if (prc != 0)
-			fprintf(stderr, "keel: KEEL_RT=%s: cannot enter SCHED_RR: %s (continuing)\n", rt,
+			fprintf(stderr,
+				"keel: KEEL_RT=%s: cannot enter SCHED_RR: %s (continuing)\n", rt,
 				keel_strerror(prc));
 	}
 	int fd = b->tp->ops->wait_fd != NULL ? b->tp->ops->wait_fd(b->tp) : -1;
