@@ -573,9 +573,16 @@ uint64_t mb_next_deadline(const struct keel_node *n)
 {
 	if (n->prop_phase == PROP_IDLE)
 		return UINT64_MAX;
-	uint64_t a = n->prop_sent_ns + n->cfg.heartbeat_ns;
-	uint64_t b = n->prop_started_ns + n->cfg.view_timeout_ns;
-	return a < b ? a : b;
+	/* the next of: a resend, giving up on slow members, starting over — never a time
+	 * already passed (the round then waits on answers, not on the clock) */
+	uint64_t when[3] = {n->prop_sent_ns + n->cfg.heartbeat_ns,
+			    n->prop_started_ns + n->cfg.view_timeout_ns,
+			    n->prop_started_ns + 2 * n->cfg.view_timeout_ns};
+	uint64_t dl = UINT64_MAX;
+	for (int i = 0; i < 3; i++)
+		if (when[i] > n->now_ns && when[i] < dl)
+			dl = when[i];
+	return dl;
 }
 
 void mb_request_bump(struct keel_node *n)

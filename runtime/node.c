@@ -184,6 +184,8 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	if (n->cfg.view_timeout_ns == 0) /* auto: as long as the detector gives a silent peer */
 		n->cfg.view_timeout_ns = (uint64_t)cfg->miss_limit * cfg->heartbeat_ns;
 	n->tp = cfg->transport;
+	n->reliable_tp = (cfg->transport->caps & (KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED)) ==
+			 (KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED);
 	n->self = cfg->rank;
 	n->world = cfg->world_size;
 

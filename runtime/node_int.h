@@ -149,6 +149,8 @@ enum prop_phase { PROP_IDLE = 0, PROP_PREPARE, PROP_ACCEPT };
 struct keel_node {
 	struct keel_config cfg;
 	struct keel_transport *tp;
+	bool reliable_tp; /* the transport neither loses nor reorders: no retransmission */
+
 	uint32_t self, world, epoch;
 	uint32_t mtu, window, burst;
 	uint64_t now_ns;

@@ -149,8 +149,8 @@ static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest
 {
 	struct peer *p = &n->peers[peer];
 	uint32_t mask = n->window - 1;
-	if (p->srtt_ns == 0)
-		return; /* no round trip measured yet: leave it to the timer */
+	if (p->srtt_ns == 0 || n->reliable_tp)
+		return; /* no round trip measured yet (leave it to the timer), or nothing is lost */
 	uint64_t reo_wnd = p->srtt_ns + p->srtt_ns / 4;
 	for (uint32_t seq = p->snd_una; seq_before(seq, highest); seq++) {
 		struct tx_slot *s = &p->tx[seq & mask];
@@ -325,6 +325,12 @@ void rel_timers(struct keel_node *n)
 					p->rtx_deadline_ns = due;
 				continue;
 			}
+			if (s->sent_ns != 0 && n->reliable_tp) {
+				/* the transport delivers or reports the peer failed: never resend;
+				 * the window stays only for flow control */
+				s->sent_ns = n->now_ns;
+				continue;
+			}
 			if (s->sent_ns != 0) {
 				p->retransmits++;
 				n->ctr.retransmits++;
@@ -351,8 +357,8 @@ uint64_t rel_next_deadline(const struct keel_node *n)
 	uint64_t dl = UINT64_MAX;
 	for (uint32_t i = 0; i < n->world; i++) {
 		const struct peer *p = &n->peers[i];
-		if (p->unsent)
-			return n->now_ns;
+		if (p->unsent) /* the transport refused: try again shortly, not in a busy loop */
+			return n->now_ns + n->cfg.ack_delay_ns;
 		if (p->snd_una != p->snd_nxt && p->rtx_deadline_ns < dl)
 			dl = p->rtx_deadline_ns;
 		if (p->ack_pending && p->ack_due_ns < dl)

@@ -217,7 +217,7 @@ int main(int argc, char **argv)
 		if (r.deadlock)
 			fprintf(stderr,
 				"keel-sim: the simulation deadlocked (a node never ended)\n");
-		failed |= r.deadlock;
+		failed |= r.deadlock || r.setup_failed;
 		if (strcmp(run.mode, "allreduce") == 0)
 			allreduce_row(&run, &r, fmt);
 		else

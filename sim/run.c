@@ -26,6 +26,7 @@
 /* Polls in a row that ask to be called again at once; far beyond any real backlog. */
 #define SPIN_LIMIT 10000000u
 #define RECOVER	   1 /* poll_until: a new generation was installed */
+#define EPOCHS_MAX 1024
 
 struct node {
 	uint32_t e; /* endpoint = host index */
@@ -47,6 +48,11 @@ struct node {
 	uint64_t ar_ops, ar_wrong, ar_failed;
 	uint8_t *in, *out, *ref;
 	size_t buf_count;
+	/* the core's view of this generation */
+	uint32_t view_epoch, view_members, view_index;
+	bool view_shrunk;     /* a view without a member of the previous one was installed */
+	uint32_t *op_members; /* [endpoints]: what the last AllReduce reduced over */
+	struct keel_op_info op_info;
 };
 
 struct failure_rec {
@@ -54,6 +60,8 @@ struct failure_rec {
 	uint32_t host;
 	uint32_t gen; /* generation it hit */
 	double first_arrive_s, release_s, step_start_s;
+	double view_s; /* the last survivor installed a view without the failed host */
+	double first_suspect_s;
 	uint64_t steps_lost;
 };
 
@@ -69,6 +77,8 @@ static struct {
 	uint32_t *map; /* rank -> endpoint */
 	uint32_t members;
 	uint64_t view_sig;
+	uint64_t epoch_sig[EPOCHS_MAX]; /* first member set seen per epoch, this generation */
+	uint32_t epoch_max;
 	/* recovery barrier */
 	uint32_t arrived;
 	bool pending;
@@ -125,6 +135,46 @@ static void view_compare(const struct node *nd)
 		W.r->views_agree = false;
 }
 
+/* The core installed a view: every node that installs epoch e must install the same members,
+ * and the time the last survivor drops a failed host is the failure's view-change time. */
+static void on_view(void *ctx, const struct keel_view *v, const uint32_t *members, uint64_t now_ns)
+{
+	struct node *nd = ctx;
+	uint64_t h = 1469598103934665603ull;
+	bool has_failed[SIM_FAILURES_MAX] = {false};
+
+	if (v->member_count < nd->view_members)
+		nd->view_shrunk = true;
+	nd->view_epoch = v->epoch;
+	nd->view_members = v->member_count;
+	for (uint32_t i = 0; i < v->member_count; i++) {
+		uint32_t e = W.map[members[i]];
+		if (members[i] == nd->rank)
+			nd->view_index = i;
+		h = (h ^ e) * 1099511628211ull;
+		for (uint32_t f = 0; f < W.fail_count; f++)
+			has_failed[f] |= W.fail[f].host == e;
+	}
+	h = (h ^ v->epoch) * 1099511628211ull;
+	if (v->epoch < EPOCHS_MAX) {
+		if (W.epoch_sig[v->epoch] == 0)
+			W.epoch_sig[v->epoch] = h;
+		else if (W.epoch_sig[v->epoch] != h)
+			W.r->views_agree = false;
+	}
+	if (v->epoch > W.epoch_max)
+		W.epoch_max = v->epoch;
+	/* A survivor that learns of a death from the new view (before its own detector fired)
+	 * has detected it then. */
+	for (uint32_t f = 0; f < W.fail_count; f++)
+		if (!has_failed[f] && W.fail[f].gen == nd->gen && nd->suspect_s[W.fail[f].host] < 0)
+			nd->suspect_s[W.fail[f].host] = (double)now_ns * 1e-9;
+	for (uint32_t f = 0; f < W.fail_count; f++)
+		if (!has_failed[f] && W.fail[f].gen == nd->gen &&
+		    (double)now_ns * 1e-9 > W.fail[f].view_s)
+			W.fail[f].view_s = (double)now_ns * 1e-9;
+}
+
 static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t now_ns)
 {
 	struct node *nd = ctx;
@@ -136,6 +186,11 @@ static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t 
 			nd->e, e, nd->gen);
 	if (nd->suspect_s[e] < 0)
 		nd->suspect_s[e] = (double)now_ns * 1e-9;
+	for (uint32_t f = 0; f < W.fail_count; f++)
+		if (W.fail[f].host == e && W.fail[f].gen == nd->gen &&
+		    (W.fail[f].first_suspect_s == 0 ||
+		     (double)now_ns * 1e-9 < W.fail[f].first_suspect_s))
+			W.fail[f].first_suspect_s = (double)now_ns * 1e-9;
 	if (W.nodes[e].alive)
 		nd->false_suspicions++; /* suspected while its host was up */
 }
@@ -205,6 +260,12 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 	cfg.transport = nd->chaos != NULL ? nd->chaos : nd->tp;
 	cfg.on_peer = on_peer;
 	cfg.on_peer_ctx = nd;
+	cfg.on_view = on_view;
+	cfg.on_view_ctx = nd;
+	nd->view_epoch = 1;
+	nd->view_members = W.members;
+	nd->view_index = rank;
+	nd->view_shrunk = false;
 	size_t need = keel_storage_size(&cfg);
 	if (need == 0) {
 		snprintf(err, err_len, "keel config rejected (window %u, mtu %u, world %u)",
@@ -263,6 +324,7 @@ static void recovery_try_release(void)
 			W.map[W.members++] = e;
 	W.gen++;
 	W.view_sig = 0;
+	memset(W.epoch_sig, 0, sizeof(W.epoch_sig));
 	if (f != NULL)
 		f->release_s = now;
 	if (W.s->recovery != SIM_RECOVER_KEEL) {
@@ -293,7 +355,7 @@ static int poll_until(struct node *nd, struct keel_op *op, int *op_rc, bool comp
 		if (rc != 0)
 			return rc;
 		if (op != NULL) {
-			rc = keel_op_test(nd->kn, op);
+			rc = keel_op_test_info(nd->kn, op, &nd->op_info, nd->op_members, W.n);
 			if (rc != -EINPROGRESS) {
 				*op_rc = rc;
 				return 0;
@@ -374,7 +436,8 @@ static int allreduce_once(struct node *nd, size_t count, int *op_rc)
 		return 0;
 	}
 	if (W.s->check) {
-		keel_check_reference(nd->ref, 0, count, nd->world, KEEL_F32, KEEL_SUM);
+		keel_check_reference_members(nd->ref, 0, count, nd->op_members,
+					     nd->op_info.member_count, KEEL_F32, KEEL_SUM);
 		if (keel_check_wrong(nd->out, nd->ref, 0, count, KEEL_F32) != 0)
 			nd->ar_wrong++;
 	}
@@ -444,8 +507,9 @@ static size_t grad_count(void)
  * then ask the planner for this rank's share from each GPU's speed (sg_host_get_speed). */
 static double samples_of(const struct node *nd)
 {
-	uint32_t base = W.s->batch / nd->world, extra = W.s->batch % nd->world;
-	return (double)base + (nd->rank < extra ? 1.0 : 0.0);
+	uint32_t n = nd->view_members ? nd->view_members : nd->world;
+	uint32_t base = W.s->batch / n, extra = W.s->batch % n;
+	return (double)base + (nd->view_index < extra ? 1.0 : 0.0);
 }
 
 static int regen(struct node *nd)
@@ -453,13 +517,14 @@ static int regen(struct node *nd)
 	char err[256] = "";
 	detect_collect(nd);
 	node_teardown(nd);
-	if (W.restart_until_s > simgrid_get_clock())
-		sg_actor_sleep_until(W.restart_until_s); /* the job relaunches: no node meanwhile */
+	if (W.restart_until_s > simgrid_get_clock()) /* the job relaunches: no node meanwhile */
+		sg_actor_sleep_until(W.restart_until_s < W.horizon_s ? W.restart_until_s
+								     : W.horizon_s);
+	if (horizon_reached())
+		return RECOVER; /* the run ends during the restart */
 	int rc = node_setup(nd, err, sizeof(err));
 	if (rc != 0)
 		fprintf(stderr, "keel-sim: node %u: %s\n", nd->e, err);
-	if (rc == 0)
-		view_compare(nd);
 	return rc;
 }
 
@@ -495,7 +560,13 @@ static void node_train(struct node *nd)
 		}
 		if (rc == 0 && !horizon_reached())
 			rc = allreduce_once(nd, count, &op_rc);
-		if (rc == 0 && op_rc != 0 && op_rc != -EINPROGRESS) {
+		/* keel: the core restarts the collective on the new view and training goes on.
+		 * restart/timeout: a lost member (or the collective's timeout) restarts the job. */
+		bool restart = s->recovery != SIM_RECOVER_KEEL &&
+			       ((op_rc != 0 && op_rc != -EINPROGRESS) || nd->view_shrunk);
+		if (rc == 0 && op_rc != 0 && op_rc != -EINPROGRESS && !restart)
+			continue; /* a failed step (counted); the next one runs on the new view */
+		if (rc == 0 && restart) {
 			recovery_arrive(nd);
 			rc = poll_until(nd, NULL, NULL, false, UINT64_MAX);
 		}
@@ -511,7 +582,7 @@ static void node_train(struct node *nd)
 		if (s->ckpt_every != 0 && local_steps % s->ckpt_every == 0) {
 			/* Sharded model state: bf16 weights, fp32 master weights and two Adam
 			 * moments, 16 bytes per parameter (ZeRO's accounting), split evenly. */
-			double write_s = s->model_params * 16.0 / nd->world / s->ckpt_Bps;
+			double write_s = s->model_params * 16.0 / nd->view_members / s->ckpt_Bps;
 			rc = poll_until(nd, NULL, NULL, false, sim_now_ns() + ns_of(write_s));
 			if (rc == RECOVER) {
 				if (regen(nd) != 0)
@@ -558,18 +629,18 @@ static void node_main(int argc, char **argv)
 	(void)argv;
 	if (node_setup(nd, err, sizeof(err)) != 0) {
 		fprintf(stderr, "keel-sim: node %u: %s\n", nd->e, err);
+		W.r->setup_failed = true;
 		nd->done = true;
 		return;
 	}
-	view_compare(nd);
 	if (strcmp(W.s->mode, "train") == 0)
 		node_train(nd);
 	else if (strcmp(W.s->mode, "allreduce") == 0)
 		node_allreduce(nd);
 	else
 		(void)poll_until(nd, NULL, NULL, false, UINT64_MAX);
-	if (nd->gen == W.gen)
-		view_compare(nd);
+	if (nd->gen == W.gen && nd->kn != NULL)
+		view_compare(nd); /* every survivor ends on the same view */
 	detect_collect(nd);
 	if (getenv("KEEL_SIM_DEBUG") != NULL && nd->kn != NULL) {
 		struct keel_counters k;
@@ -790,6 +861,26 @@ static int platform_load(const struct sim_scenario *s, char *err, size_t err_len
 	return 0;
 }
 
+/* The smallest datagram size the core accepts for this world (its views travel in one). */
+static uint32_t mtu_smallest(uint32_t world, uint32_t window)
+{
+	struct keel_transport t = {.mtu = KEEL_MTU_MAX, .rank = 0, .world_size = world};
+	struct keel_transport_ops ops = {.name = "probe"};
+	struct keel_config cfg;
+
+	t.ops = &ops;
+	keel_config_default(&cfg);
+	cfg.world_size = world;
+	cfg.window = window;
+	cfg.transport = &t;
+	for (uint32_t mtu = KEEL_MTU_MIN; mtu < KEEL_MTU_MAX; mtu *= 2) {
+		cfg.mtu = mtu;
+		if (keel_storage_size(&cfg) != 0)
+			return mtu;
+	}
+	return KEEL_MTU_DEFAULT;
+}
+
 /* The ring's per-step latency and bandwidth: the slowest neighbour route. */
 static void ring_model(void)
 {
@@ -850,9 +941,13 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 		struct sim_failure_cost *c = &r->failures[i];
 		c->at_s = f->at_s;
 		c->host = f->host;
-		if (f->release_s > 0) {
+		if (f->release_s > 0) { /* restart modes: the job noticed, then relaunched */
 			c->detect_s = f->first_arrive_s - f->at_s;
 			c->view_s = f->release_s - f->first_arrive_s;
+		} else if (f->first_suspect_s > 0) { /* keel: the core's detector and view */
+			c->detect_s = f->first_suspect_s - f->at_s;
+			c->view_s =
+			    f->view_s > f->first_suspect_s ? f->view_s - f->first_suspect_s : 0;
 		}
 		c->repartition_s = 0; /* even split today: nothing to recompute */
 		c->restart_s =
@@ -869,7 +964,7 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 		r->detect_p99_s = W.detect[(size_t)((W.detect_count - 1) * 0.99)];
 		r->detect_max_s = W.detect[W.detect_count - 1];
 	}
-	r->view_epochs = W.gen + 1;
+	r->view_epochs = W.epoch_max > 0 ? W.epoch_max : 1;
 	for (uint32_t e = 0; e < W.n; e++) {
 		struct node *nd = &W.nodes[e];
 		r->false_suspicions += nd->false_suspicions;
@@ -934,7 +1029,7 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 		W.window = 4; /* scaled datagrams: a few in flight already fill the pipe */
 	if (strcmp(s->mode, "heartbeat") == 0 && s->window == 0) {
 		W.window = 2;
-		W.mtu = KEEL_MTU_MIN;
+		W.mtu = mtu_smallest(W.n, W.window); /* a view must fit one datagram */
 	}
 	struct sim_net_config nc = {
 	    .endpoints = W.n,
@@ -966,6 +1061,7 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 		nd->alive = true;
 		nd->slow = 1.0;
 		nd->suspect_s = calloc(W.n, sizeof(double));
+		nd->op_members = calloc(W.n, sizeof(uint32_t));
 		nd->tp_mem = malloc(sim_transport_storage_size(W.net, W.n));
 		nd->work_sem = sg_sem_init(0);
 		if (nd->suspect_s == NULL || nd->tp_mem == NULL)

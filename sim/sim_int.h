@@ -173,6 +173,7 @@ struct sim_result {
 	double wall_s;
 	long rss_kb;
 	bool deadlock;
+	bool setup_failed; /* a node could not start (its error is on stderr) */
 };
 
 /* Play one scenario; argc/argv carry SimGrid's own --cfg= options. Returns 0, or -EINVAL

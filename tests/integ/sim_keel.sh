@@ -50,7 +50,7 @@ awk -v h="$h" -v a="$a" 'BEGIN{r=a/h; e=989/312; printf "sim: step A100/H100 %.3
 	exit !(r > e*0.9 && r < e*1.1)}' || no "compute ratio"
 # Network: the same AllReduce over 100 GbE vs NDR InfiniBand, against the ring model's ratio.
 ar() { "$SIM" --mode allreduce --cluster "4xH100:$1/1" --bytes 16M --repeat 3 --algo ring \
-	--window 1024 2>/dev/null | sed -n 's/.*keel \([0-9.]*\) s, ring model \([0-9.]*\) s.*/\1 \2/p'; }
+	--window 256 --mtu 65000 2>/dev/null | sed -n 's/.*keel \([0-9.]*\) s, ring model \([0-9.]*\) s.*/\1 \2/p'; }
 read -r ti mi <<<"$(ar ib)"; read -r te me <<<"$(ar eth)"
 awk -v ti="$ti" -v te="$te" -v mi="$mi" -v me="$me" 'BEGIN{r=te/ti; m=me/mi;
 	printf "sim: AllReduce 16 MiB eth/ib %.3f, model %.3f\n", r, m; exit !(r > m*0.9 && r < m*1.1)}' ||
@@ -64,7 +64,7 @@ if command -v smpicc >/dev/null && command -v smpirun >/dev/null; then
 		for ((i = 0; i < n; i++)); do printf 'gpu-%04d\n' $i; done >"$tmp/h$n.txt"
 		for b in 4194304 16777216; do
 			read -r k m <<<"$("$SIM" --mode allreduce --platform "$tmp/p$n.xml" --bytes $b \
-				--repeat 3 --algo ring --window 1024 2>/dev/null |
+				--repeat 3 --algo ring --window 256 --mtu 65000 2>/dev/null |
 				sed -n 's/.*keel \([0-9.]*\) s, ring model \([0-9.]*\) s.*/\1 \2/p')"
 			s=$(cd "$tmp" && smpirun -np $n -platform "p$n.xml" -hostfile "h$n.txt" \
 				--cfg=smpi/allreduce:lr --cfg=network/model:CM02 --cfg=network/crosstraffic:0 \
