@@ -136,7 +136,15 @@ static void waiter_wait(void *ctx, uint64_t deadline_ns)
 
 	KEEL_ASSERT(w != NULL);
 	w->waits++;
-	if (w->mode == KEEL_WAIT_BLOCK || (w->mode == KEEL_WAIT_ADAPTIVE && w->spin_ns == 0)) {
+	/* No descriptor (a busy-polled DPDK port): the waiter cannot see input, only the caller's
+	 * next poll can. Busy mode returns at once so the caller polls again; the other modes
+	 * sleep to the deadline, which such a transport keeps short (its sleep interval). */
+	if (w->fd < 0 && w->mode == KEEL_WAIT_BUSY) {
+		w->spins++;
+		return;
+	}
+	if (w->fd < 0 || w->mode == KEEL_WAIT_BLOCK ||
+	    (w->mode == KEEL_WAIT_ADAPTIVE && w->spin_ns == 0)) {
 		block_until(w, deadline_ns);
 		return;
 	}
