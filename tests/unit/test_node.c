@@ -192,6 +192,59 @@ static void test_node_counts_every_drop_reason(void **state)
 	cluster_fini(&c);
 }
 
+/* Membership messages are network input too: random payloads behind valid headers (any kind,
+ * any length) are dropped and counted, never trusted, never a crash. Seeded: SEED=n. */
+static void test_node_random_view_messages_are_rejected(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, NULL), 0);
+	struct sockaddr_storage a0;
+	socklen_t l0 = sizeof(a0);
+	assert_int_equal(keel_udp_local_addr(c.udp[0], &a0, &l0), 0);
+	int fd = c.udp[1]->ops->wait_fd(c.udp[1]);
+	uint64_t x = g_seed * 0x9E3779B97F4A7C15ull + 3;
+	uint8_t buf[WIRE_HEADER_SIZE + 512];
+	for (int i = 0; i < 3000; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		uint32_t len = WIRE_VIEW_MIN + (uint32_t)(x % 300);
+		struct wire_header h = {.magic = WIRE_MAGIC,
+					.version = WIRE_VERSION,
+					.type = WIRE_VIEW,
+					.job_id = 42,
+					.epoch = (uint32_t)(x >> 40) % 4,
+					.src = 1,
+					.dst = 0,
+					.payload_len = len};
+		uint64_t y = x;
+		for (uint32_t b = 0; b < len; b++) {
+			y ^= y << 13, y ^= y >> 7, y ^= y << 17;
+			buf[WIRE_HEADER_SIZE + b] = (uint8_t)y;
+		}
+		buf[WIRE_HEADER_SIZE] = (uint8_t)(1 + (x >> 8) % 9); /* kinds 1..8 and one bad */
+		if ((x >> 20) & 1)
+			memset(buf + WIRE_HEADER_SIZE + 1, 0, 3);
+		wire_encode(buf, &h);
+		assert_int_equal(
+		    sendto(fd, buf, WIRE_HEADER_SIZE + len, 0, (struct sockaddr *)&a0, l0),
+		    (ssize_t)(WIRE_HEADER_SIZE + len));
+		if (i % 16 == 0) {
+			uint64_t dl;
+			int rc = keel_poll(c.node[0], c.now_ns, &dl);
+			assert_true(rc == 0 || rc == KEEL_ENOQUORUM);
+		}
+	}
+	for (int i = 0; i < 50; i++)
+		cluster_round(&c);
+	struct keel_counters k;
+	keel_counters_get(c.node[0], &k);
+	assert_true(k.drop_view > 100);
+	struct keel_view v;
+	assert_true(keel_view_get(c.node[0], &v, NULL, 0) == 0);
+	assert_true(v.epoch >= 1);
+	cluster_fini(&c);
+}
+
 static void test_node_idle_after_traffic_is_acknowledged(void **state)
 {
 	(void)state;
@@ -222,6 +275,7 @@ int main(void)
 	    cmocka_unit_test(test_node_init_rejects_bad_config),
 	    cmocka_unit_test(test_node_view_lists_members),
 	    cmocka_unit_test(test_node_counts_every_drop_reason),
+	    cmocka_unit_test(test_node_random_view_messages_are_rejected),
 	    cmocka_unit_test(test_node_idle_after_traffic_is_acknowledged),
 	};
 	return cmocka_run_group_tests_name("node", tests, NULL, NULL);
