@@ -47,9 +47,16 @@ void fd_on_view(struct keel_node *n)
 		bool member = view_has(&n->view, i);
 		uint32_t pos = member ? n->pos_of[i] : 0;
 		p->beat_to = all || (member && in_ring_range(me, pos, count, k, true));
+		bool was_watched = p->watched;
 		p->watched =
 		    n->member && member &&
 		    (n->world <= KEEL_FD_ALL_TO_ALL_MAX || in_ring_range(me, pos, count, k, false));
+		if (p->watched && !was_watched) {
+			/* a new ring neighbour only starts beating to us now: its silence so far
+			 * was by design, not a sign of failure */
+			p->last_heard_ns = n->now_ns;
+			p->deaf_at_heard_ns = n->deaf_ns;
+		}
 	}
 }
 

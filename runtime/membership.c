@@ -25,7 +25,7 @@ enum vmsg {
 
 /* Payload: u8 kind, u8 0, u16 0, u32 target epoch, u64 ballot (WIRE_VIEW_MIN bytes), then
  *   PROMISE  u64 accepted ballot, u32 collectives with results, u32 collectives started,
- *            [value if accepted ballot]
+ *            u32 incarnation, [value if accepted ballot]
  *   ACCEPT, COMMIT  value
  *   NACK     u64 promised ballot
  *   SUSPECT  u32 rank, u32 incarnation
@@ -36,7 +36,7 @@ enum vmsg {
 #define OFF_BALLOT	  8u
 #define VALUE_HEADER	  24u
 #define VALUE_ENTRY	  6u
-#define PROMISE_EXTRA	  16u
+#define PROMISE_EXTRA	  20u
 #define VIEW_JOINED_SHIFT 16u
 
 _Static_assert(OFF_BALLOT + 8 == WIRE_VIEW_MIN, "view message header");
@@ -292,8 +292,11 @@ static void install(struct keel_node *n, const struct view *v)
 
 static void start_prepare(struct keel_node *n)
 {
-	for (uint32_t r = 0; r < n->world; r++)
-		n->peers[r].suspect_report = false; /* reports are renewed while they hold */
+	for (uint32_t r = 0; r < n->world; r++) {
+		/* reports are renewed while they hold; this round does not wait for the reported */
+		n->peers[r].pr_reported = n->peers[r].suspect_report;
+		n->peers[r].suspect_report = false;
+	}
 	n->prop_round++;
 	n->prop_ballot = ((uint64_t)n->prop_round << 16) | n->self;
 	n->prop_phase = PROP_PREPARE;
@@ -449,7 +452,7 @@ static void prepare_check(struct keel_node *n)
 	bool waiting = false;
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self && is_member(n, r) && !n->peers[r].pr_promised &&
-		    n->peers[r].state == KEEL_PEER_ALIVE)
+		    n->peers[r].state == KEEL_PEER_ALIVE && !n->peers[r].pr_reported)
 			waiting = true;
 	if (!waiting || n->now_ns - n->prop_started_ns >= n->cfg.view_timeout_ns)
 		start_accept(n);
@@ -630,6 +633,9 @@ static void on_prepare(struct keel_node *n, uint32_t peer, uint32_t target, uint
 		wire_put64(extra, n->acc_ballot);
 		wire_put32(extra + 8, coll_done_count(n));
 		wire_put32(extra + 12, coll_pending(n));
+		/* Beyond the all-to-all limit the coordinator hears heartbeats from its ring
+		 * neighbours only: the promise is where it learns every voter's incarnation. */
+		wire_put32(extra + 16, n->incarnation);
 		size_t len = PROMISE_EXTRA;
 		if (n->acc_ballot != 0)
 			len += value_encode(extra + PROMISE_EXTRA, &n->acc_value, n->world);
@@ -662,6 +668,15 @@ static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, cons
 		}
 	}
 	struct peer *p = &n->peers[peer];
+	uint32_t inc = wire_get32(x + 16);
+	if (inc == 0 || (n->view.inc[peer] != 0 && inc != n->view.inc[peer])) {
+		n->ctr.drop_view++; /* a member promises in the life the view knows, or none */
+		return;
+	}
+	if (n->view.inc[peer] == 0)
+		n->view.inc[peer] = inc;
+	if (inc > p->inc)
+		p->inc = inc;
 	p->pr_promised = true;
 	p->pr_done = wire_get32(x + 8);
 	p->pr_ops_pending = wire_get32(x + 12);

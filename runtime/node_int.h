@@ -55,6 +55,7 @@ struct peer {
 	bool suspect_report; /* a member told us (the coordinator) it suspects this peer */
 			     /* membership: the round this node runs as coordinator */
 	bool pr_promised, pr_accepted;
+	bool pr_reported;		  /* a member reported it suspected when this round began */
 	uint32_t pr_done, pr_ops_pending; /* its collectives with results, and started */
 	/* reliable send */
 	uint32_t snd_una, snd_nxt; /* oldest unacked, next to assign */

@@ -13,7 +13,7 @@
 #include "keel/transport_chaos.h"
 #include "keel/transport_udp.h"
 
-#define CLUSTER_MAX 8
+#define CLUSTER_MAX 40 /* above KEEL_FD_ALL_TO_ALL_MAX: ring monitoring is tested too */
 
 struct cluster {
 	uint32_t world;

@@ -134,6 +134,45 @@ static void test_membership_killed_rank_is_excluded_by_all(void **state)
 	cluster_fini(&c);
 }
 
+static void tweak_ring(struct keel_config *cfg)
+{
+	tweak_views(cfg);
+	cfg->window = 8; /* 36 nodes in one process: keep each node's buffers small */
+	cfg->mtu = 2048;
+}
+
+/* Beyond the all-to-all limit a member beats only its ring successors, so the coordinator
+ * never hears most members directly: the view change must still go through (it learns their
+ * incarnations from their promises), and the members that become ring neighbours in the new
+ * view must not suspect each other for the silence that was by design. */
+static void test_membership_ring_monitoring_beyond_all_to_all_limit(void **state)
+{
+	(void)state;
+	const uint32_t world = KEEL_FD_ALL_TO_ALL_MAX + 4, dead = 5;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, world, NULL, g_seed, tweak_ring), 0);
+	warm(&c);
+	uint64_t all = (1ull << world) - 1;
+	assert_true(converge(&c, all, 100));
+	c.paused[dead] = true;
+	assert_true(converge(&c, all & ~(1ull << dead), 20000));
+	for (int i = 0; i < 200; i++) /* some intervals on the new ring */
+		cluster_round(&c);
+	for (uint32_t r = 0; r < world; r++) {
+		if (r == dead)
+			continue;
+		uint64_t mask;
+		struct keel_view v = view_of(&c, r, &mask);
+		assert_int_equal(v.epoch, 2); /* one change: no false alarm on the new ring */
+		assert_int_equal(mask, all & ~(1ull << dead));
+		struct keel_counters k;
+		keel_counters_get(c.node[r], &k);
+		assert_int_equal(k.false_suspicions, 0);
+	}
+	assert_false(g_views.conflict);
+	cluster_fini(&c);
+}
+
 static int cut(struct cluster *c, uint32_t a, uint32_t b, bool on)
 {
 	int rc = keel_chaos_cut(c->chaos[a], b, on);
@@ -388,6 +427,7 @@ int main(void)
 	g_seed = cluster_seed(1);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup(test_membership_killed_rank_is_excluded_by_all, setup),
+	    cmocka_unit_test_setup(test_membership_ring_monitoring_beyond_all_to_all_limit, setup),
 	    cmocka_unit_test_setup(test_membership_split_minority_stops_then_rejoins, setup),
 	    cmocka_unit_test_setup(test_membership_coordinator_dies_mid_change, setup),
 	    cmocka_unit_test_setup(test_membership_restarted_rank_rejoins, setup),
