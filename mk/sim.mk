@@ -5,7 +5,7 @@ ifeq ($(HAVE_SIMGRID),1)
 ifeq ($(SAN),)
 SIM_SRC := sim/keel_sim_main.c sim/platform.c sim/report.c sim/run.c sim/scenario.c \
 	sim/transport_sim.c
-SIM_OBJ := $(SIM_SRC:%.c=$(BUILD)/obj/%.o)
+SIM_OBJ := $(SIM_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/sim/comm_wait.o
 SIM_CFLAGS := $(shell pkg-config --cflags simgrid) -fexceptions
 SIM_LIBS := $(shell pkg-config --libs simgrid)
 KEEL_SIM := $(BUILD)/bin/keel-sim
@@ -14,9 +14,14 @@ $(BUILD)/obj/sim/%.o: sim/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_KEEL) $(SIM_CFLAGS) -Isim -MMD -MP -c $< -o $@
 
+# C++ only to catch SimGrid's exception for a failed comm (sim/comm_wait.cc says why).
+$(BUILD)/obj/sim/comm_wait.o: sim/comm_wait.cc sim/comm_wait.h
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror $(SIM_CFLAGS) -Isim -c $< -o $@
+
 $(KEEL_SIM): $(SIM_OBJ) $(LIBTOOLS) $(LIBKEEL)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_KEEL) -o $@ $(SIM_OBJ) $(LINK_GROUP) $(SIM_LIBS) -lm
+	$(CXX) $(LDFLAGS_KEEL) -o $@ $(SIM_OBJ) $(LINK_GROUP) $(SIM_LIBS) -lm
 
 EXTRA_ALL += $(KEEL_SIM)
 EXTRA_TESTS += $(KEEL_SIM)

@@ -15,6 +15,7 @@
 #include <simgrid/mailbox.h>
 #include <simgrid/semaphore.h>
 
+#include "comm_wait.h"
 #include "sim_int.h"
 
 struct sim_msg {
@@ -127,7 +128,7 @@ static void receiver_main(int argc, char **argv)
 	struct receiver_arg *a = sg_actor_self_get_data();
 	struct sim_inbox *ib = &a->net->in[a->e];
 	sg_comm_t comms[RX_GETS];
-	void *data[RX_GETS];
+	void *data[RX_GETS] = {NULL};
 	char name[32];
 	(void)argc;
 	(void)argv;
@@ -140,10 +141,11 @@ static void receiver_main(int argc, char **argv)
 	/* After the first stop message no get is posted again; the receiver ends when every
 	 * posted get is done (a pending one would be destroyed unfinished at the end). */
 	for (size_t active = RX_GETS; active > 0;) {
-		ssize_t i = sg_comm_wait_any(comms, active);
+		int failed = 0;
+		ssize_t i = sim_comm_wait_any(comms, active, &failed);
 		if (i < 0)
 			continue;
-		struct sim_msg *m = data[i];
+		struct sim_msg *m = failed ? NULL : data[i];
 		if (m != NULL && m->len == STOP_LEN)
 			ib->stopped = true;
 		if (ib->stopped) {
