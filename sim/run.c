@@ -427,7 +427,14 @@ static int allreduce_once(struct node *nd, size_t count, int *op_rc)
 		return 0;
 	}
 	*op_rc = -EINPROGRESS;
-	rc = poll_until(nd, op, op_rc, false, UINT64_MAX);
+	/* timeout recovery models NCCL's watchdog: a collective pending op_timeout aborts the
+	 * job (keel's own op timeout would instead retry it on a new view) */
+	uint64_t watchdog = W.s->recovery == SIM_RECOVER_TIMEOUT
+				? sim_now_ns() + W.s->op_timeout_ns
+				: UINT64_MAX;
+	rc = poll_until(nd, op, op_rc, false, watchdog);
+	if (rc == 0 && *op_rc == -EINPROGRESS && !horizon_reached() && sim_now_ns() >= watchdog)
+		*op_rc = -ETIMEDOUT;
 	if (rc != 0 || *op_rc == -EINPROGRESS)
 		return rc; /* a new generation (the op dies with its node), or the horizon */
 	nd->ar_ops++;
