@@ -429,9 +429,8 @@ static int allreduce_once(struct node *nd, size_t count, int *op_rc)
 	*op_rc = -EINPROGRESS;
 	/* timeout recovery models NCCL's watchdog: a collective pending op_timeout aborts the
 	 * job (keel's own op timeout would instead retry it on a new view) */
-	uint64_t watchdog = W.s->recovery == SIM_RECOVER_TIMEOUT
-				? sim_now_ns() + W.s->op_timeout_ns
-				: UINT64_MAX;
+	uint64_t watchdog =
+	    W.s->recovery == SIM_RECOVER_TIMEOUT ? sim_now_ns() + W.s->op_timeout_ns : UINT64_MAX;
 	rc = poll_until(nd, op, op_rc, false, watchdog);
 	if (rc == 0 && *op_rc == -EINPROGRESS && !horizon_reached() && sim_now_ns() >= watchdog)
 		*op_rc = -ETIMEDOUT;

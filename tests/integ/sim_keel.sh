@@ -29,6 +29,25 @@ cmp -s "$tmp/a.csv" "$tmp/b.csv" && echo "sim: same seed, same output ($(wc -c <
 [ "$(col "$tmp/a.csv" views_agree)" = yes ] || no "survivors installed different views"
 [ "$(col "$tmp/a.csv" view_epochs)" -ge 2 ] || no "no new view after the failure"
 
+# 1b. The baseline recovery: a collective watchdog (NCCL's 10 min, here 0.2 s from the start of
+# the collective that hangs) notices the death, then the job restarts (0.1 s) from its last
+# checkpoint.
+"$SIM" "${args[@]}" --recovery timeout=0.2s --restart 0.1s >"$tmp/t.csv" 2>/dev/null ||
+	no "timeout-recovery run exited $?"
+awk -F, 'NR==1{for(i=1;i<=NF;i++)c[$i]=i} NR==2{d=$c["lost_detect_s"]; r=$c["lost_restart_s"];
+	printf "sim: timeout recovery: noticed after %.3f s, restart %.3f s, rollback %.3f s\n", d, r,
+	$c["lost_rollback_s"]; exit !(d > 0.1 && d <= 0.201 && r > 0.099 && r < 0.101)}' "$tmp/t.csv" ||
+	no "timeout recovery did not notice the death through its watchdog and restart"
+
+# 1c. Beyond 32 ranks each member watches only ring neighbours: a death still ends in exactly
+# one new view that every survivor agrees on, with no false suspicion on the new ring.
+"$SIM" --mode heartbeat --cluster 40xH100:ib --horizon 0.4 --fail 0.3:5 --seed "$SEED" \
+	--format csv >"$tmp/r.csv" 2>/dev/null || no "ring-monitoring run exited $?"
+[ "$(col "$tmp/r.csv" view_epochs)" = 2 ] && [ "$(col "$tmp/r.csv" views_agree)" = yes ] &&
+	[ "$(col "$tmp/r.csv" false_suspicions)" = 0 ] && [ "$(col "$tmp/r.csv" detect_late)" = 0 ] &&
+	echo "sim: 40 ranks (ring monitoring): one new view, agreed, no false suspicion" ||
+	no "40 ranks: view_epochs $(col "$tmp/r.csv" view_epochs), false $(col "$tmp/r.csv" false_suspicions)"
+
 # 2. Detection: 16 ranks (all-to-all monitoring), one host off at T = 0.5 s.
 for hb in 1ms 250us; do
 	"$SIM" --mode heartbeat --cluster 16xH100:ib/8 --horizon 0.6 --heartbeat $hb --fail 0.5:3 \
