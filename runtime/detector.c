@@ -8,10 +8,15 @@
 #include "keel/limits.h"
 #include "node_int.h"
 
+/* Ring monitoring at distances 1, 2, 4, ... 2^(k-1) positions along the view: k watchers per
+ * member as with k neighbours, but a block of up to 2^(k-1) consecutive ranks dying together (a
+ * whole server: its GPUs have consecutive ranks) still leaves each of them a live watcher. */
 static bool in_ring_range(uint32_t self, uint32_t peer, uint32_t world, uint32_t k, bool ahead)
 {
 	uint32_t dist = ahead ? (peer + world - self) % world : (self + world - peer) % world;
-	return dist >= 1 && dist <= k;
+	if (dist == 0 || (dist & (dist - 1)) != 0)
+		return false;
+	return k >= 32 || dist < (1u << k);
 }
 
 void fd_init(struct keel_node *n, uint64_t now_ns)
@@ -30,9 +35,10 @@ void fd_init(struct keel_node *n, uint64_t now_ns)
 
 /* Who this node beats and watches, for the installed view. Small worlds: every rank beats
  * every rank (non-members too, so they learn the epoch and can ask to join) and watches the
- * members. Beyond the all-to-all limit each member beats its k successors and watches its k
- * predecessors in the view, so every member is watched by k others and heartbeat cost is
- * O(k*N); a node outside the view beats everyone until admitted. */
+ * members. Beyond the all-to-all limit each member beats k successors and watches k
+ * predecessors in the view (at power-of-two distances, see in_ring_range), so every member is
+ * watched by up to k others and heartbeat cost is O(k*N); a node outside the view beats
+ * everyone until admitted. */
 void fd_on_view(struct keel_node *n)
 {
 	bool all = n->world <= KEEL_FD_ALL_TO_ALL_MAX || !n->member;

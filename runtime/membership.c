@@ -452,7 +452,8 @@ static void prepare_check(struct keel_node *n)
 	bool waiting = false;
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self && is_member(n, r) && !n->peers[r].pr_promised &&
-		    n->peers[r].state == KEEL_PEER_ALIVE && !n->peers[r].pr_reported)
+		    n->peers[r].state == KEEL_PEER_ALIVE && !n->peers[r].pr_reported &&
+		    !n->peers[r].suspect_report)
 			waiting = true;
 	if (!waiting || n->now_ns - n->prop_started_ns >= n->cfg.view_timeout_ns)
 		start_accept(n);

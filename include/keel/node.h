@@ -55,7 +55,8 @@ struct keel_config {
 	uint32_t ops_max;    /* collective operations started and not yet completed */
 	uint64_t heartbeat_ns;
 	uint32_t miss_limit;	  /* silent intervals before a peer is suspected */
-	uint32_t fd_fanout;	  /* ring neighbours watched when world > KEEL_FD_ALL_TO_ALL_MAX */
+	uint32_t fd_fanout;	  /* watchers per member (ring distances 1, 2, 4...) when world >
+				     KEEL_FD_ALL_TO_ALL_MAX */
 	uint64_t join_timeout_ns; /* start-up grace: nobody is suspected this soon after init */
 	uint64_t rto_initial_ns, rto_min_ns, rto_max_ns;
 	uint64_t ack_delay_ns;	/* longest wait for traffic to carry an ack, < rto_min_ns */

@@ -47,6 +47,16 @@ awk -F, 'NR==1{for(i=1;i<=NF;i++)c[$i]=i} NR==2{d=$c["lost_detect_s"]; r=$c["los
 	[ "$(col "$tmp/r.csv" false_suspicions)" = 0 ] && [ "$(col "$tmp/r.csv" detect_late)" = 0 ] &&
 	echo "sim: 40 ranks (ring monitoring): one new view, agreed, no false suspicion" ||
 	no "40 ranks: view_epochs $(col "$tmp/r.csv" view_epochs), false $(col "$tmp/r.csv" false_suspicions)"
+# A whole 8-GPU server (consecutive ranks) dies at once: the power-of-two ring distances leave
+# each of its GPUs a live watcher, so all are found within the single-failure bound.
+"$SIM" --mode heartbeat --cluster 64xH100:ib --horizon 0.35 --seed "$SEED" --format csv \
+	$(for g in 8 9 10 11 12 13 14 15; do printf -- '--fail 0.3:%s ' $g; done) >"$tmp/s.csv" \
+	2>/dev/null || no "server-failure run exited $?"
+[ "$(col "$tmp/s.csv" view_epochs)" = 2 ] && [ "$(col "$tmp/s.csv" detect_late)" = 0 ] &&
+	[ "$(col "$tmp/s.csv" undetected)" = 0 ] &&
+	echo "sim: 64 ranks, a whole server lost: all found within $(col "$tmp/s.csv" detect_max_s) s, one view" ||
+	no "server failure: late $(col "$tmp/s.csv" detect_late), view_epochs $(col "$tmp/s.csv" view_epochs)"
+
 
 # 2. Detection: 16 ranks (all-to-all monitoring), one host off at T = 0.5 s.
 for hb in 1ms 250us; do
