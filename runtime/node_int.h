@@ -37,7 +37,7 @@ struct rx_slot {
 struct peer {
 	/* failure detector */
 	enum keel_peer_state state;
-	bool watched; /* we expect to hear from it (all-to-all, or one of our k predecessors) */
+	bool watched; /* we expect to hear from it (all-to-all, or one of our k ring watchees) */
 	bool beat_to; /* we heartbeat it */
 	bool left;    /* it left cleanly in our epoch (keel_leave) */
 	uint32_t left_reported; /* ...having reported this many of the epoch's collectives */
