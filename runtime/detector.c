@@ -11,7 +11,7 @@
 /* Ring monitoring at distances 1, 2, 4, ... 2^(k-1) positions along the view: k watchers per
  * member as with k neighbours, but a block of up to 2^(k-1) consecutive ranks dying together (a
  * whole server: its GPUs have consecutive ranks) still leaves each of them a live watcher. */
-static bool in_ring_range(uint32_t self, uint32_t peer, uint32_t world, uint32_t k, bool ahead)
+static bool at_watch_distance(uint32_t self, uint32_t peer, uint32_t world, uint32_t k, bool ahead)
 {
 	uint32_t dist = ahead ? (peer + world - self) % world : (self + world - peer) % world;
 	if (dist == 0 || (dist & (dist - 1)) != 0)
@@ -36,7 +36,7 @@ void fd_init(struct keel_node *n, uint64_t now_ns)
 /* Who this node beats and watches, for the installed view. Small worlds: every rank beats
  * every rank (non-members too, so they learn the epoch and can ask to join) and watches the
  * members. Beyond the all-to-all limit each member beats k successors and watches k
- * predecessors in the view (at power-of-two distances, see in_ring_range), so every member is
+ * predecessors in the view (at power-of-two distances, see at_watch_distance), so every member is
  * watched by up to k others and heartbeat cost is O(k*N); a node outside the view beats
  * everyone until admitted. */
 void fd_on_view(struct keel_node *n)
@@ -52,11 +52,11 @@ void fd_on_view(struct keel_node *n)
 			continue;
 		bool member = view_has(&n->view, i);
 		uint32_t pos = member ? n->pos_of[i] : 0;
-		p->beat_to = all || (member && in_ring_range(me, pos, count, k, true));
+		p->beat_to = all || (member && at_watch_distance(me, pos, count, k, true));
 		bool was_watched = p->watched;
-		p->watched =
-		    n->member && member &&
-		    (n->world <= KEEL_FD_ALL_TO_ALL_MAX || in_ring_range(me, pos, count, k, false));
+		p->watched = n->member && member &&
+			     (n->world <= KEEL_FD_ALL_TO_ALL_MAX ||
+			      at_watch_distance(me, pos, count, k, false));
 		if (p->watched && !was_watched) {
 			/* a new ring neighbour only starts beating to us now: its silence so far
 			 * was by design, not a sign of failure */

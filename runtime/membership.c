@@ -655,6 +655,13 @@ static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, cons
 		n->ctr.drop_view += len < PROMISE_EXTRA;
 		return;
 	}
+	/* A member promises in the life the view knows (or in some life, if the view learnt none
+	 * yet); checked before anything of the promise is used. */
+	uint32_t inc = wire_get32(x + 16);
+	if (inc == 0 || (n->view.inc[peer] != 0 && inc != n->view.inc[peer])) {
+		n->ctr.drop_view++;
+		return;
+	}
 	uint64_t acc_ballot = wire_get64(x);
 	if (acc_ballot != 0) {
 		if (!value_decode(x + PROMISE_EXTRA, len - PROMISE_EXTRA, &n->scratch_view,
@@ -669,11 +676,6 @@ static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, cons
 		}
 	}
 	struct peer *p = &n->peers[peer];
-	uint32_t inc = wire_get32(x + 16);
-	if (inc == 0 || (n->view.inc[peer] != 0 && inc != n->view.inc[peer])) {
-		n->ctr.drop_view++; /* a member promises in the life the view knows, or none */
-		return;
-	}
 	if (n->view.inc[peer] == 0)
 		n->view.inc[peer] = inc;
 	if (inc > p->inc)
