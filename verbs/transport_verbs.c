@@ -936,6 +936,19 @@ static uint32_t deliver_peer(struct verbs *v, uint32_t peer, struct keel_datagra
 	return out;
 }
 
+/* Deliver ready slots, peers in round-robin order so no peer starves the others. */
+static uint32_t deliver_all(struct verbs *v, struct keel_datagram *d, uint32_t count_max)
+{
+	uint32_t out = 0, w = v->cfg.world_size;
+	for (uint32_t k = 0; k < w && out < count_max; k++) {
+		uint32_t p = (v->rr + k) % w;
+		if (p != v->cfg.rank)
+			out += deliver_peer(v, p, d + out, count_max - out);
+	}
+	v->rr = (v->rr + 1) % w;
+	return out;
+}
+
 static void drain_channel(struct verbs *v)
 {
 	struct ibv_cq *cq;
@@ -962,25 +975,38 @@ static int verbs_recv_burst(struct keel_transport *t, uint64_t now_ns, struct ke
 		return KEEL_ETRANSPORT;
 	if (v->channel != NULL)
 		drain_channel(v);
-	uint32_t polled = poll_completions(v), out = 0, w = v->cfg.world_size;
-	for (uint32_t k = 0; k < w && out < count_max; k++) {
-		uint32_t p = (v->rr + k) % w;
-		if (p != v->cfg.rank)
-			out += deliver_peer(v, p, d + out, count_max - out);
-	}
-	v->rr = (v->rr + 1) % w;
+	uint32_t polled = poll_completions(v);
+	uint32_t out = deliver_all(v, d, count_max);
 	if (v->channel != NULL && polled == 0 && out == 0 && !v->armed) {
-		/* arm, then look once more: a completion that raced the arming is not lost */
+		/* Arm, then look once more: a completion that raced the arming raised no event,
+		 * so what this poll finds is delivered now, not left for a sleeper to miss. */
 		if (keel_ibv_req_notify_cq(v->cq, 0) == 0)
 			v->armed = true;
-		(void)poll_completions(v);
+		if (poll_completions(v) > 0)
+			out = deliver_all(v, d, count_max);
 	}
 	return v->down ? KEEL_ETRANSPORT : (int)out;
 }
 
+/* Whether any peer has received slots not yet handed to the caller (a send-side reap or a
+ * full burst can leave some). */
+static bool rx_pending(const struct verbs *v)
+{
+	for (uint32_t p = 0; p < v->cfg.world_size; p++)
+		if (v->peers[p].state == PEER_CONNECTED &&
+		    v->peers[p].rx_consumed != v->peers[p].rx_seq)
+			return true;
+	return false;
+}
+
+/* "Now" while a sleeper would miss something: received slots waiting, or (event mode) a
+ * channel not armed since its last event, which would let the caller sleep through every later
+ * completion. recv_burst re-arms it once it finds the queue empty. */
 static uint64_t verbs_next_deadline_ns(struct keel_transport *t)
 {
 	struct verbs *v = of(t);
+	if (rx_pending(v) || (v->channel != NULL && !v->armed && !v->down))
+		return v->last_now_ns;
 	return v->credit_wait ? v->last_now_ns + CREDIT_POLL_NS : UINT64_MAX;
 }
 
