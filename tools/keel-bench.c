@@ -398,6 +398,23 @@ static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
 	int rc = keel_allreduce(b->node, table, sum, (size_t)n * 6, KEEL_F64, KEEL_SUM);
 	if (rc != 0)
 		die(b, "gathering results", rc);
+	/* Every rank's own view and suspicions, so a kill test can check each survivor. */
+	struct keel_view own;
+	uint32_t own_members[KEEL_WORLD_MAX];
+	int own_n = keel_view_get(b->node, &own, own_members, KEEL_WORLD_MAX);
+	char line[64 + 16 * KEEL_WORLD_MAX];
+	int at = snprintf(line, sizeof(line), "# rank %u: view epoch %u, %d members:", self,
+			  own.epoch, own_n);
+	for (int m = 0; m < own_n && at < (int)sizeof(line); m++)
+		at += snprintf(line + at, sizeof(line) - (size_t)at, " %u", own_members[m]);
+	at += snprintf(line + at, sizeof(line) - (size_t)at, "; suspected:");
+	for (uint32_t p = 0; p < n && at < (int)sizeof(line); p++) {
+		struct keel_peer_info pi;
+		if (p != self && keel_peer_get(b->node, p, &pi) == 0 && pi.suspicions > 0)
+			at += snprintf(line + at, sizeof(line) - (size_t)at, " %u", p);
+	}
+	printf("%s\n", line);
+	fflush(stdout);
 	if (self == 0) {
 		printf("# keel-bench heartbeat: %u ranks, interval %" PRIu64
 		       " us, miss limit %u, %.1f s, "

@@ -105,6 +105,7 @@ static int round_trip(const struct keel_launch *l, uint32_t round,
 		      size_t err_len)
 {
 	struct keel_launch lr = *l;
+	lr.peers = NULL; /* KEEL_PEERS: UDP ports, not a way to exchange QP numbers */
 	if ((uint32_t)l->master_port + round > 65535)
 		return keel_fail(err, err_len, -EINVAL, "MASTER_PORT + %u is past 65535", round);
 	lr.master_port = (uint16_t)(l->master_port + round);
@@ -224,11 +225,19 @@ int keel_boot_verbs_start(const struct keel_launch *l, uint32_t mtu, uint64_t re
 {
 	struct keel_verbs_config c;
 	*out = NULL;
-	if (l->peers != NULL && l->world_size > 1)
-		return keel_fail(
-		    err, err_len, -EINVAL,
-		    "KEEL_TRANSPORT=verbs needs the rendezvous (MASTER_ADDR and "
-		    "MASTER_PORT) to exchange QP numbers; KEEL_PEERS is not supported");
+	/* KEEL_PEERS names UDP ports, which verbs does not use (keel-run sets it with --kill
+	 * too): QP numbers always go through the rendezvous. A restarted rank would need a
+	 * fresh exchange with every survivor, which no rendezvous offers once the job runs. */
+	if (l->world_size > 1 && (l->master_addr[0] == '\0' || l->master_port == 0))
+		return keel_fail(err, err_len, -EINVAL,
+				 "KEEL_TRANSPORT=verbs needs the rendezvous (MASTER_ADDR and "
+				 "MASTER_PORT) to exchange QP numbers%s",
+				 l->peers != NULL ? "; KEEL_PEERS alone is not enough" : "");
+	const char *rejoin = getenv("KEEL_REJOIN");
+	if (rejoin != NULL && strcmp(rejoin, "1") == 0)
+		return keel_fail(err, err_len, -EOPNOTSUPP,
+				 "KEEL_TRANSPORT=verbs: a restarted rank cannot rejoin (its QPs "
+				 "need an exchange with every survivor); use udp or dpdk");
 	keel_verbs_config_default(&c);
 	c.rank = l->rank;
 	c.world_size = l->world_size;
