@@ -42,13 +42,17 @@ MODDIR=$CACHE/kernel/lib/modules/$KVER/kernel
 KERNEL=$CACHE/vmlinux.elf
 if [ ! -s "$KERNEL" ] || [ "$KERNEL" -ot "$VMLINUZ" ]; then
 	off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$VMLINUZ" | head -1 | cut -d: -f1)
-	[ -n "$off" ] && tail -c +$((off + 1)) "$VMLINUZ" | xz -dc 2>/dev/null >"$KERNEL"
+	[ -n "$off" ] && tail -c +$((off + 1)) "$VMLINUZ" | xz -dc 2>/dev/null >"$KERNEL.$$"
+	mv -f "$KERNEL.$$" "$KERNEL" 2>/dev/null # xz may complain of the bytes after the payload
 fi
 [ "$(head -c 4 "$KERNEL" 2>/dev/null | tail -c 3)" = ELF ] || KERNEL=$VMLINUZ
 
 # 2. initramfs: busybox, rdma tool, modules, our init
-R=$CACHE/initramfs
-rm -rf "$R" && mkdir -p "$R"/{bin,usr/bin,lib/modules,proc,sys,dev,tmp}
+# (in a folder of this run's own: two runs from one checkout must not share it)
+RUNDIR=$(mktemp -d "$CACHE/run.XXXXXX") || exit 1
+trap 'rm -rf "$RUNDIR"' EXIT
+R=$RUNDIR/initramfs
+mkdir -p "$R"/{bin,usr/bin,lib/modules,proc,sys,dev,tmp}
 cp /bin/busybox "$R/bin/busybox"
 cp tests/vm/init "$R/init" && chmod +x "$R/init"
 for m in crypto/crc32_generic drivers/infiniband/core/ib_core drivers/infiniband/core/ib_uverbs \
@@ -71,17 +75,18 @@ done
 printf '%s\n' "$ROOT" >"$R/vm_workdir"
 printf 'BUILD=%q\n' "$BUILD" >"$R/vm_env"
 [ -z "${KEEL_VM_STEPS:-}" ] || printf 'KEEL_VM_STEPS=%q\nexport KEEL_VM_STEPS\n' "$KEEL_VM_STEPS" >>"$R/vm_env"
-(cd "$R" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1) >"$CACHE/initramfs.cpio.gz"
+(cd "$R" && find . | busybox cpio -o -H newc 2>/dev/null | gzip -1) >"$RUNDIR/initramfs.cpio.gz"
 
 # 3. boot (TCG: the nested /dev/kvm here cannot run a stock kernel), output on the console
-LOG=$CACHE/console.log
+LOG=$RUNDIR/console.log
 timeout -s KILL "$TIMEOUT" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$SMP" -m 1G \
 	-nodefaults -no-user-config -display none -serial stdio -no-reboot -nic none \
-	-kernel "$KERNEL" -initrd "$CACHE/initramfs.cpio.gz" \
+	-kernel "$KERNEL" -initrd "$RUNDIR/initramfs.cpio.gz" \
 	-virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
 	-virtfs "local,path=$ROOT,mount_tag=work,security_model=none,multidevs=remap" \
 	-append "console=ttyS0 quiet panic=-1" </dev/null 2>&1 | tee "$LOG"
 qrc=${PIPESTATUS[0]}
 [ "$qrc" = 137 ] && echo "verbs VM: killed after ${TIMEOUT}s"
 echo "verbs VM: $(awk -v a="$START" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b - a}') s on the host, initramfs and boot included"
+cp "$LOG" "$CACHE/console.log" # the last run's console, for a look afterwards
 grep -q '^KEEL_VM_RESULT rc=0' "$LOG"
