@@ -6,15 +6,25 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "verbs_fake.h"
 
 #define RING 4096u
 
+/* A completion channel: an eventfd that turns readable when an armed CQ gets a completion. */
+struct fchan {
+	struct ibv_comp_channel ch;
+	struct ibv_cq *cq; /* the CQ whose event is pending */
+	uint32_t events;
+};
 struct fcq {
 	struct ibv_cq cq;
 	struct ibv_wc wc[RING];
 	uint32_t head, tail;
+	struct fchan *chan;
+	bool armed; /* one event on the next completion, as ibv_req_notify_cq promises */
 };
 struct frecv {
 	uint64_t wr_id, addr;
@@ -43,6 +53,13 @@ static void push(struct fcq *c, const struct ibv_wc *wc)
 {
 	if (c->tail - c->head < RING)
 		c->wc[c->tail++ % RING] = *wc;
+	if (c->armed && c->chan != NULL) {
+		uint64_t one = 1;
+		c->armed = false;
+		c->chan->cq = &c->cq;
+		c->chan->events++;
+		(void)!write(c->chan->ch.fd, &one, sizeof(one));
+	}
 }
 
 void verbs_fake_push_wc(struct ibv_cq *cq, const struct ibv_wc *wc)
@@ -153,19 +170,21 @@ int keel_ibv_dereg_mr(struct ibv_mr *mr)
 }
 struct ibv_comp_channel *keel_ibv_create_comp_channel(struct ibv_context *c)
 {
-	(void)c;
-	errno = ENOSYS;
-	return NULL;
+	struct fchan *f = calloc(1, sizeof(*f));
+	f->ch.context = c;
+	f->ch.fd = eventfd(0, EFD_NONBLOCK);
+	return &f->ch;
 }
 int keel_ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 {
-	(void)ch;
+	close(ch->fd);
+	free(ch);
 	return 0;
 }
 struct ibv_cq *keel_ibv_create_cq(struct ibv_context *c, int cqe, struct ibv_comp_channel *ch)
 {
-	(void)ch;
 	struct fcq *f = calloc(1, sizeof(*f));
+	f->chan = (struct fchan *)ch;
 	f->cq.context = c;
 	f->cq.cqe = cqe;
 	return &f->cq;
@@ -285,17 +304,29 @@ int keel_ibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 }
 int keel_ibv_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
-	(void)cq;
 	(void)solicited_only;
+	((struct fcq *)cq)->armed = true;
+	if (fake.on_notify != NULL) {
+		void (*fn)(void *) = fake.on_notify;
+		fake.on_notify = NULL; /* once */
+		fn(fake.on_notify_ctx);
+	}
 	return 0;
 }
 int keel_ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **ctx)
 {
-	(void)ch;
-	(void)cq;
-	(void)ctx;
-	errno = EAGAIN;
-	return -1;
+	struct fchan *f = (struct fchan *)ch;
+	uint64_t n;
+	if (f->events == 0) {
+		errno = EAGAIN;
+		return -1;
+	}
+	f->events--;
+	if (f->events == 0)
+		(void)!read(ch->fd, &n, sizeof(n));
+	*cq = f->cq;
+	*ctx = NULL;
+	return 0;
 }
 void keel_ibv_ack_cq_events(struct ibv_cq *cq, unsigned n)
 {

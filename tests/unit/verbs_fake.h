@@ -13,6 +13,10 @@ struct verbs_fake {
 	uint32_t dead_qpn;     /* a QP that no longer answers: RETRY_EXC completions */
 	int async_pending;     /* deliver `async` on the next ibv_get_async_event */
 	struct ibv_async_event async;
+	/* called once from the next ibv_req_notify_cq, after arming: a completion that races
+	 * the arming */
+	void (*on_notify)(void *ctx);
+	void *on_notify_ctx;
 };
 extern struct verbs_fake fake;
 
