@@ -142,7 +142,7 @@ if want perftest; then
 					>/dev/null 2>&1 &
 				srv=$!
 				out=
-				for try in 1 2 3 4 5; do
+				for try in 1 2 3 4 5 6 7 8 9 10; do # the server may be slow to listen
 					sleep 0.3
 					out=$(timeout 30 $tool $PERF_EV -d rxe0 -x 1 -s "$sz" -n $LAT_ITERS -F \
 						-p $p 127.0.0.1 2>&1) && break
