@@ -3,13 +3,13 @@
 # tests, AllReduce for 2 and 3 ranks over real RC QPs (every dtype and op at the chunk
 # boundaries, checked), failure detection with one rank killed, the chaos decorator on top, and
 # latency beside perftest. Prints the seconds each step took; exit 0 only if every check passed.
-#   KEEL_VM_STEPS="unit ar2 ar3 kill chaos lat perftest" (default: all) runs a subset.
+#   KEEL_VM_STEPS="unit ar2 ar3 kill chaos static lat perftest" (default: all) runs a subset.
 set -u
 BUILD=${BUILD:-build}
 RUN=$BUILD/bin/keel-run
 BENCH=$BUILD/bin/keel-bench
 CHECK=$BUILD/tests/integ-allreduce_check
-STEPS=" ${KEEL_VM_STEPS:-unit ar2 ar3 kill chaos lat perftest} "
+STEPS=" ${KEEL_VM_STEPS:-unit ar2 ar3 kill chaos static lat perftest} "
 LOG=$(mktemp -d /tmp/keel-vm.XXXXXX)
 fail=0
 pass=0
@@ -96,7 +96,20 @@ if want chaos; then
 	result chaos-allreduce $rc "$(since "$t")"
 fi
 
-# 5. latency: keel's transport, then perftest on the same device at the same sizes, in the same
+# 5. the static keel-bench (make static-verbs): its linked-in providers must find rxe0
+if want static && [ -x "$BUILD/static/keel-bench" ]; then
+	PORT=$((PORT + 10))
+	t=$EPOCHREALTIME
+	timeout 60 "$RUN" -n 2 --master-port "$PORT" --timeout 50 -- "$BUILD/static/keel-bench" \
+		rdma-lat -b 16 -e 16 -n 50 >"$LOG/static" 2>&1
+	rc=$?
+	grep -h "keel-verbs: rank 0" "$LOG/static"
+	grep -q "keel-verbs: rank 0 device rxe0" "$LOG/static" || bad
+	[ $rc = 0 ] || tail -8 "$LOG/static"
+	result static-keel-bench $rc "$(since "$t")"
+fi
+
+# 6. latency: keel's transport, then perftest on the same device at the same sizes, in the same
 # polling mode. With one vCPU (the default: steadier on a 2-core host) two busy pollers only
 # meet at scheduler ticks (~4 ms), so both sides wait on completion events: keel in event mode,
 # ib_send_lat -e (ib_write_lat polls memory and has no event mode). With two vCPUs
