@@ -14,8 +14,10 @@ LIBKEEL_VERBS := $(BUILD)/libkeel_verbs.a
 VERBS_STATIC_PROVIDERS ?= rxe
 
 .PHONY: test-verbs static-verbs
-test-verbs:
-	bash tests/vm/run.sh
+# What the VM runs (tests/vm/in_vm.sh); the static keel-bench too when `make static-verbs` made it.
+test-verbs: $(BUILD)/bin/keel-run $(BUILD)/bin/keel-bench $(BUILD)/tests/integ-allreduce_check \
+	$(if $(filter 1,$(HAVE_VERBS)),$(BUILD)/tests/test_verbs)
+	BUILD=$(BUILD) bash tests/vm/run.sh
 
 ifeq ($(HAVE_VERBS),1)
 VERBS_CFLAGS := $(patsubst -I%,-isystem %,$(shell pkg-config --cflags libibverbs))
