@@ -56,7 +56,7 @@ EXTRA_LIBS :=
 EXTRA_SYS_LIBS :=
 -include $(sort $(wildcard mk/*.mk))
 
-.PHONY: all tools tests test unit demo deps clean format format-check san
+.PHONY: all tools tests test unit demo deps clean format format-check san model-check
 all: $(LIBKEEL) $(LIBTOOLS) $(TOOLS) $(EXTRA_ALL)
 tools: $(TOOLS)
 tests: $(UNIT_TESTS) $(INTEG_BINS) $(EXTRA_TESTS)
@@ -102,6 +102,10 @@ test: deps
 	$(MAKE) all tests
 	$(MAKE) san
 	tests/run.sh
+
+# The membership model checker's longer bounds and its planted-bug mutants (minutes).
+model-check: all tests
+	tests/model/check.sh
 
 demo: deps
 	$(MAKE) all

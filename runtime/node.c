@@ -308,7 +308,7 @@ static void count_drop(struct keel_node *n, enum wire_verdict v)
 	(*c[v])++;
 }
 
-static void handle_datagram(struct keel_node *n, const struct keel_datagram *d)
+void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 {
 	struct wire_expect exp = {
 	    .job_id = n->cfg.job_id,
@@ -372,7 +372,7 @@ static uint32_t receive_burst(struct keel_node *n)
 	}
 	KEEL_ASSERT((uint32_t)got <= n->burst);
 	for (int i = 0; i < got; i++) {
-		handle_datagram(n, &n->rxq[i]);
+		node_handle_datagram(n, &n->rxq[i]);
 		node_budget_spend(n, n->rxq[i].len);
 	}
 	return (uint32_t)got;

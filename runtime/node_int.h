@@ -209,6 +209,8 @@ _Static_assert(CTRL_BUF_MIN >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE, "ctrl buf
 void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq);
 void node_txq_flush(struct keel_node *n);
 void node_budget_spend(struct keel_node *n, uint32_t bytes);
+/* Check and dispatch one received datagram (the poll loop; the membership model checker). */
+void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d);
 /* Queue an unreliable control datagram (heartbeat, ack, leave) to `peer`, carrying our acks;
  * `payload` (len bytes, may be NULL) follows the header. */
 void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uint32_t op_id,
