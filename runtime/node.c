@@ -90,8 +90,8 @@ static bool config_valid(const struct keel_config *cfg)
 
 /* One description of the storage layout, used both to size it and to carve it. */
 struct layout {
-	size_t node, peers, tx_slots, rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq, rx_burst,
-	    ops, op_bits, views, msg, copy, total;
+	size_t node, peers, owners, tx_slots, rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq,
+	    rx_burst, ops, op_bits, views, msg, copy, total;
 };
 
 static size_t align_up(size_t v, size_t a)
@@ -99,9 +99,17 @@ static size_t align_up(size_t v, size_t a)
 	return (v + a - 1) & ~(a - 1);
 }
 
+/* Window buffers: one set per rank (self's unused, so indexes stay ranks), or a pool. */
+static uint32_t stream_count(const struct keel_config *cfg)
+{
+	return cfg->streams == 0 || cfg->streams >= cfg->world_size - 1 ? cfg->world_size
+									: cfg->streams;
+}
+
 static void layout_compute(const struct keel_config *cfg, struct layout *l)
 {
 	size_t world = cfg->world_size, win = cfg->window, burst = cfg->burst;
+	size_t streams = stream_count(cfg);
 	size_t mtu = align_up(effective_mtu(cfg), 64);
 	size_t off = 0;
 #define PLACE(field, bytes)                                                                        \
@@ -111,10 +119,11 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	} while (0)
 	PLACE(node, sizeof(struct keel_node));
 	PLACE(peers, world * sizeof(struct peer));
-	PLACE(tx_slots, world * win * sizeof(struct tx_slot));
-	PLACE(rx_slots, world * win * sizeof(struct rx_slot));
-	PLACE(tx_buf, world * win * mtu);
-	PLACE(rx_buf, world * win * mtu);
+	PLACE(owners, streams * sizeof(uint32_t));
+	PLACE(tx_slots, streams * win * sizeof(struct tx_slot));
+	PLACE(rx_slots, streams * win * sizeof(struct rx_slot));
+	PLACE(tx_buf, streams * win * mtu);
+	PLACE(rx_buf, streams * win * mtu);
 	PLACE(txq, burst * sizeof(struct keel_datagram));
 	PLACE(txq_tag, burst * sizeof(uint32_t));
 	PLACE(ctrl, burst * mb_ctrl_size(cfg->world_size));
@@ -144,15 +153,23 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	uint32_t world = n->world, win = n->window;
 	size_t mtu_stride = align_up(n->mtu, 64);
 	n->peers = (struct peer *)(base + l->peers);
-	struct tx_slot *txs = (struct tx_slot *)(base + l->tx_slots);
-	struct rx_slot *rxs = (struct rx_slot *)(base + l->rx_slots);
-	for (uint32_t i = 0; i < world; i++) {
-		struct peer *p = &n->peers[i];
-		p->tx = txs + (size_t)i * win;
-		p->rx = rxs + (size_t)i * win;
-		p->tx_buf = base + l->tx_buf + (size_t)i * win * mtu_stride;
-		p->rx_buf = base + l->rx_buf + (size_t)i * win * mtu_stride;
-	}
+	n->streams = stream_count(&n->cfg);
+	n->stream_pool = n->streams < world;
+	n->stream_owner = (uint32_t *)(base + l->owners);
+	n->stream_tx = (struct tx_slot *)(base + l->tx_slots);
+	n->stream_rx = (struct rx_slot *)(base + l->rx_slots);
+	n->stream_tx_buf = base + l->tx_buf;
+	n->stream_rx_buf = base + l->rx_buf;
+	for (uint32_t s = 0; s < n->streams; s++)
+		n->stream_owner[s] = n->stream_pool ? UINT32_MAX : s;
+	if (!n->stream_pool)
+		for (uint32_t i = 0; i < world; i++) {
+			struct peer *p = &n->peers[i];
+			p->tx = n->stream_tx + (size_t)i * win;
+			p->rx = n->stream_rx + (size_t)i * win;
+			p->tx_buf = n->stream_tx_buf + (size_t)i * win * mtu_stride;
+			p->rx_buf = n->stream_rx_buf + (size_t)i * win * mtu_stride;
+		}
 	n->txq = (struct keel_datagram *)(base + l->txq);
 	n->txq_tag = (uint32_t *)(base + l->txq_tag);
 	n->ctrl_buf = base + l->ctrl;

@@ -72,6 +72,7 @@ struct peer {
 	/* reliable receive */
 	uint32_t rcv_nxt;     /* next seq to deliver to the collectives */
 	uint32_t rcv_ack;     /* next seq not yet stored: everything before it is acknowledged */
+	uint32_t rx_held;     /* receive slots in use */
 	bool ack_pending;     /* something arrived that the peer has not been told about */
 	uint32_t rcv_unacked; /* datagrams taken since the last ack we sent */
 	uint64_t ack_due_ns;  /* send a pure ack by then unless one rides on other traffic */
@@ -158,6 +159,13 @@ struct keel_node {
 	/* failure detector */
 	uint64_t init_ns, last_poll_ns, next_beat_ns, deaf_ns;
 	struct peer *peers;
+	/* reliable-window buffers: one per peer, or a pool lent to peers on demand (streams) */
+	uint32_t streams;
+	bool stream_pool;
+	uint32_t *stream_owner; /* peer holding each pooled stream, UINT32_MAX: free */
+	struct tx_slot *stream_tx;
+	struct rx_slot *stream_rx;
+	uint8_t *stream_tx_buf, *stream_rx_buf;
 	/* transmit queue for this poll, flushed in bursts */
 	struct keel_datagram *txq;
 	uint32_t txq_count;

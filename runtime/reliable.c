@@ -15,6 +15,66 @@ static size_t stride(const struct keel_node *n)
 	return ((size_t)n->mtu + 63u) & ~(size_t)63u;
 }
 
+/* ---- window buffers lent from the pool (config streams) ---- */
+
+static bool stream_idle(const struct keel_node *n, uint32_t peer)
+{
+	const struct peer *p = &n->peers[peer];
+	return p->snd_una == p->snd_nxt && p->rx_held == 0;
+}
+
+/* A free stream, or one whose peer has nothing in flight or held; UINT32_MAX if none. */
+static uint32_t stream_find(const struct keel_node *n)
+{
+	uint32_t idle = UINT32_MAX;
+	for (uint32_t s = 0; s < n->streams; s++) {
+		uint32_t owner = n->stream_owner[s];
+		if (owner == UINT32_MAX)
+			return s;
+		if (idle == UINT32_MAX && stream_idle(n, owner))
+			idle = s;
+	}
+	return idle;
+}
+
+static void stream_detach(struct keel_node *n, uint32_t peer)
+{
+	struct peer *p = &n->peers[peer];
+	for (uint32_t s = 0; s < n->streams; s++)
+		if (n->stream_owner[s] == peer)
+			n->stream_owner[s] = UINT32_MAX;
+	p->tx = NULL;
+	p->rx = NULL;
+	p->tx_buf = p->rx_buf = NULL;
+}
+
+/* Give `peer` window buffers if it has none; false when every stream is busy. */
+static bool stream_attach(struct keel_node *n, uint32_t peer)
+{
+	struct peer *p = &n->peers[peer];
+	if (p->tx != NULL)
+		return true;
+	uint32_t s = stream_find(n);
+	if (s == UINT32_MAX)
+		return false;
+	if (n->stream_owner[s] != UINT32_MAX)
+		stream_detach(n, n->stream_owner[s]);
+	n->stream_owner[s] = peer;
+	p->tx = n->stream_tx + (size_t)s * n->window;
+	p->rx = n->stream_rx + (size_t)s * n->window;
+	p->tx_buf = n->stream_tx_buf + (size_t)s * n->window * stride(n);
+	p->rx_buf = n->stream_rx_buf + (size_t)s * n->window * stride(n);
+	memset(p->tx, 0, (size_t)n->window * sizeof(*p->tx));
+	memset(p->rx, 0, (size_t)n->window * sizeof(*p->rx));
+	return true;
+}
+
+/* Whether receive slot `seq` holds a datagram (a peer without buffers holds none). */
+static bool rx_used(const struct peer *p, uint32_t seq, uint32_t window)
+{
+	return p->rx != NULL && p->rx[seq & (window - 1)].used;
+}
+
 void rel_peer_init(struct keel_node *n, uint32_t peer)
 {
 	n->peers[peer].rto_ns = n->cfg.rto_initial_ns;
@@ -24,18 +84,19 @@ void rel_peer_init(struct keel_node *n, uint32_t peer)
 bool rel_can_send(const struct keel_node *n, uint32_t peer)
 {
 	const struct peer *p = &n->peers[peer];
-	return p->snd_nxt - p->snd_una < n->window && seq_before(p->snd_nxt, p->snd_edge);
+	return p->snd_nxt - p->snd_una < n->window && seq_before(p->snd_nxt, p->snd_edge) &&
+	       (p->tx != NULL || stream_find(n) != UINT32_MAX);
 }
 
 void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 {
 	struct peer *p = &n->peers[peer];
-	uint32_t mask = n->window - 1, sack = 0;
+	uint32_t sack = 0;
 	for (uint32_t i = 0; i < 32u && i + 1u < n->window; i++) {
 		uint32_t seq = p->rcv_ack + 1u + i;
 		if (seq - p->rcv_nxt >= n->window)
 			break;
-		if (p->rx[seq & mask].used)
+		if (rx_used(p, seq, n->window))
 			sack |= 1u << i;
 	}
 	h->ack = p->rcv_ack;
@@ -91,7 +152,7 @@ int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const vo
 {
 	KEEL_ASSERT(peer < n->world && peer != n->self);
 	KEEL_ASSERT(WIRE_HEADER_SIZE + len <= n->mtu);
-	if (!rel_can_send(n, peer))
+	if (!rel_can_send(n, peer) || !stream_attach(n, peer))
 		return -EAGAIN;
 	struct peer *p = &n->peers[peer];
 	uint32_t seq = p->snd_nxt++;
@@ -219,6 +280,7 @@ static void rx_store(struct keel_node *n, struct peer *p, const struct wire_head
 	uint32_t idx = h->seq & (n->window - 1);
 	p->rx[idx].h = *h;
 	p->rx[idx].used = 1;
+	p->rx_held++;
 	memcpy(p->rx_buf + (size_t)idx * stride(n), payload, h->payload_len);
 	while (p->rcv_ack - p->rcv_nxt < n->window && p->rx[p->rcv_ack & (n->window - 1)].used)
 		p->rcv_ack++;
@@ -229,7 +291,7 @@ static void deliver_run(struct keel_node *n, uint32_t peer)
 {
 	struct peer *p = &n->peers[peer];
 	uint32_t mask = n->window - 1;
-	for (uint32_t i = 0; i < n->window; i++) {
+	for (uint32_t i = 0; i < n->window && p->rx != NULL; i++) {
 		struct rx_slot *s = &p->rx[p->rcv_nxt & mask];
 		if (!s->used)
 			return;
@@ -238,6 +300,7 @@ static void deliver_run(struct keel_node *n, uint32_t peer)
 			return;
 		bool was_full = p->rcv_ack - p->rcv_nxt >= n->window;
 		s->used = 0;
+		p->rx_held--;
 		p->rcv_nxt++;
 		n->ctr.data_delivered++;
 		ack_owed(n, p, was_full); /* a sender stalled on our window hears at once */
@@ -259,7 +322,7 @@ void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h
 		ack_owed(n, p, true);
 		return;
 	}
-	if (p->rx[seq & (n->window - 1)].used) {
+	if (rx_used(p, seq, n->window)) {
 		n->ctr.drop_duplicate++;
 		ack_owed(n, p, true);
 		return;
@@ -270,10 +333,13 @@ void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h
 		n->ctr.data_delivered++;
 		if (seq_before(p->rcv_ack, p->rcv_nxt))
 			p->rcv_ack = p->rcv_nxt;
-		while (p->rcv_ack - p->rcv_nxt < n->window &&
-		       p->rx[p->rcv_ack & (n->window - 1)].used)
+		while (p->rcv_ack - p->rcv_nxt < n->window && rx_used(p, p->rcv_ack, n->window))
 			p->rcv_ack++;
 		deliver_run(n, peer);
+		return;
+	}
+	if (!stream_attach(n, peer)) {
+		n->ctr.drop_no_stream++; /* not acknowledged: the sender's timer brings it back */
 		return;
 	}
 	rx_store(n, p, h, payload);
@@ -282,7 +348,7 @@ void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h
 void rel_redeliver(struct keel_node *n)
 {
 	for (uint32_t i = 0; i < n->world; i++)
-		if (i != n->self && n->peers[i].rx[n->peers[i].rcv_nxt & (n->window - 1)].used)
+		if (i != n->self && rx_used(&n->peers[i], n->peers[i].rcv_nxt, n->window))
 			deliver_run(n, i);
 }
 
@@ -370,8 +436,13 @@ uint64_t rel_next_deadline(const struct keel_node *n)
 void rel_peer_reset(struct keel_node *n, uint32_t peer)
 {
 	struct peer *p = &n->peers[peer];
-	memset(p->tx, 0, (size_t)n->window * sizeof(*p->tx));
-	memset(p->rx, 0, (size_t)n->window * sizeof(*p->rx));
+	if (n->stream_pool) {
+		stream_detach(n, peer); /* the next datagram in flight takes a fresh one */
+	} else {
+		memset(p->tx, 0, (size_t)n->window * sizeof(*p->tx));
+		memset(p->rx, 0, (size_t)n->window * sizeof(*p->rx));
+	}
+	p->rx_held = 0;
 	p->snd_una = p->snd_nxt = 1;
 	p->snd_edge = 1 + n->window;
 	p->rcv_nxt = p->rcv_ack = 1;

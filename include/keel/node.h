@@ -80,6 +80,12 @@ struct keel_config {
 				      * fail with KEEL_EVIEWCHANGED instead (0: none) */
 	keel_view_fn on_view;	     /* optional */
 	void *on_view_ctx;
+	/* Peers that hold reliable-window buffers at once (window x mtu each way). 0: every
+	 * peer has its own, fixed (world x window x mtu x 2 bytes). Fewer, for large worlds: a
+	 * peer takes a free one when it has data in flight or held, and gives it back when idle.
+	 * A collective talks to 2 peers at a time (ring) or log2(world) in turn (recursive
+	 * doubling), so ops_max x (2 + log2(world)) never waits for one. */
+	uint32_t streams;
 };
 
 /* Fill `cfg` with the defaults of include/keel/limits.h; rank, world_size and transport
@@ -158,6 +164,8 @@ struct keel_counters {
 	uint64_t drop_destination; /* not addressed to this rank */
 	uint64_t drop_duplicate;   /* reliable datagram already delivered */
 	uint64_t drop_window;	   /* beyond the receive window */
+	uint64_t drop_no_stream;   /* out of order, and no window buffers free to hold it
+				    * (config streams): the sender resends it */
 	uint64_t drop_stale;	   /* data for an operation that already finished */
 	uint64_t drop_protocol;	   /* well formed, but not what the operation expects (step,
 				    * offset, size): a peer with a different config or a bug */

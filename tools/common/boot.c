@@ -61,6 +61,9 @@ static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t 
 	v = cfg->window;
 	rc |= env_u64("KEEL_WINDOW", 1, KEEL_WINDOW_MAX, &v, err, err_len);
 	cfg->window = (uint32_t)v;
+	v = cfg->streams;
+	rc |= env_u64("KEEL_STREAMS", 0, KEEL_WORLD_MAX, &v, err, err_len);
+	cfg->streams = (uint32_t)v;
 	v = cfg->burst;
 	rc |= env_u64("KEEL_BURST", 1, KEEL_BURST_MAX, &v, err, err_len);
 	cfg->burst = (uint32_t)v;
