@@ -244,6 +244,9 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 	cfg.world_size = W.members;
 	cfg.job_id = 1000 + W.gen; /* datagrams of an older generation are fenced off */
 	cfg.window = W.window;
+	/* Large worlds lend window buffers from a pool: a node talks to a few peers at a time
+	 * (ring steps, recursive-doubling partners), not to all of them. */
+	cfg.streams = W.n > 64 ? 8 : 0;
 	cfg.mtu = W.mtu;
 	cfg.heartbeat_ns = s->heartbeat_ns;
 	cfg.miss_limit = s->miss_limit;
