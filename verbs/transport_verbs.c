@@ -31,6 +31,8 @@
 /* Credits arrive by RDMA WRITE, which raises no completion at the writer: while a sender
  * waits for them, it asks to be polled again this soon instead of sleeping to its deadline. */
 #define CREDIT_POLL_NS 50000ull
+/* A keepalive (see keepalive_scan) is never posted more often than this per peer. */
+#define KEEPALIVE_MIN_NS 1000000ull
 
 _Static_assert(KEEL_VERBS_SLOTS_MAX <= (1u << (32 - IMM_SLOT_SHIFT)), "slot fits the immediate");
 _Static_assert(KEEL_WORLD_MAX < (1u << 30), "peer fits the work request id");
@@ -48,9 +50,10 @@ struct vpeer {
 	uint32_t tx_credit;	/* of which the peer consumed (its last mailbox value) */
 	uint32_t tx_done;	/* of which the send WR completed: send slots free */
 	uint32_t sq_posted, sq_done;
-	uint32_t rx_seq;      /* messages received and validated */
-	uint32_t rx_consumed; /* of which delivered to the caller */
-	uint32_t rx_credited; /* consumed count last written to the peer's mailbox */
+	uint32_t rx_seq;       /* messages received and validated */
+	uint32_t rx_consumed;  /* of which delivered to the caller */
+	uint32_t rx_credited;  /* consumed count last written to the peer's mailbox */
+	uint64_t last_post_ns; /* time of the last WR posted to the peer */
 	uint8_t *rx_slots, *tx_slots;
 	volatile uint64_t *mailbox;
 	uint64_t *credit_src;
@@ -77,6 +80,8 @@ struct verbs {
 	bool down, armed;
 	bool credit_wait;     /* a burst ended for want of credits: poll the mailboxes soon */
 	uint64_t last_now_ns; /* time of the last send/recv call */
+	uint64_t keepalive_ns, keepalive_next_ns; /* period of keepalive_scan, its next run */
+	bool keepalive_due;			  /* a peer holds our messages: scan again */
 	uint32_t rr, calls;
 	char dev_name[KEEL_VERBS_DEV_NAME_LEN];
 	struct ibv_wc wc[WC_BURST];
@@ -128,7 +133,7 @@ void keel_verbs_config_default(struct keel_verbs_config *cfg)
 	cfg->send_max_bytes = 1024;
 	cfg->inline_bytes = 128;
 	cfg->timeout = 14;
-	cfg->retry_cnt = 7;
+	cfg->retry_cnt = 6; /* not 7: rxe reads 7 as "retry forever" */
 	cfg->rnr_retry = 7;
 	cfg->poll_mode = KEEL_VERBS_POLL_BUSY;
 }
@@ -202,6 +207,10 @@ static struct verbs *carve(void *mem, size_t mem_len, const struct keel_verbs_co
 	v->sq_depth = l.sq_depth;
 	v->sig_interval = cfg->slot_count / 2;
 	v->credit_batch = cfg->slot_count / 4 != 0 ? cfg->slot_count / 4 : 1;
+	/* one ACK timeout: a dead peer's QP always has a request in its retry window */
+	v->keepalive_ns = 4096ull << cfg->timeout;
+	if (v->keepalive_ns < KEEPALIVE_MIN_NS)
+		v->keepalive_ns = KEEPALIVE_MIN_NS;
 	size_t slots_len = (size_t)cfg->slot_count * cfg->slot_bytes;
 	for (uint32_t p = 0; p < cfg->world_size; p++) {
 		struct vpeer *q = &v->peers[p];
@@ -600,6 +609,7 @@ int keel_verbs_connect(struct keel_transport *t, uint32_t peer, const struct kee
 	q->rkey = r->rkey;
 	q->raddr_slots = area;
 	q->raddr_mailbox = area + 2ull * s * r->slot_bytes;
+	q->last_post_ns = v->last_now_ns;
 	q->state = PEER_CONNECTED;
 	return 0;
 }
@@ -609,7 +619,8 @@ static void peer_fail(struct verbs *v, uint32_t peer)
 	if (peer >= v->cfg.world_size || v->peers[peer].state == PEER_FAILED)
 		return;
 	v->peers[peer].state = PEER_FAILED;
-	v->st.peers_failed++;
+	if (v->st.peers_failed++ == 0)
+		v->st.first_fail_ns = v->last_now_ns;
 }
 
 static uint32_t poll_completions(struct verbs *v);
@@ -648,6 +659,7 @@ static uint32_t post_chain(struct verbs *v, uint32_t peer, uint32_t n, uint32_t 
 	struct ibv_send_wr *bad = NULL;
 	v->st.tx_posts++;
 	int rc = keel_ibv_post_send(q->qp, v->swr, &bad);
+	q->last_post_ns = v->last_now_ns;
 	if (rc == 0)
 		return n;
 	v->st.tx_bad_wr++;
@@ -762,11 +774,13 @@ static int verbs_send_burst(struct keel_transport *t, uint64_t now_ns,
 	return (int)i;
 }
 
-/* Return credits: write our consumed count into the peer's mailbox (no receive consumed). */
-static void send_credit(struct verbs *v, uint32_t peer)
+/* Return credits: write our consumed count into the peer's mailbox (no receive consumed).
+ * `keepalive` writes it even when unchanged: the peer reads the same value again (no-op), but
+ * the WR needs an ACK, so a dead peer's QP retries it and fails. */
+static void send_credit(struct verbs *v, uint32_t peer, bool keepalive)
 {
 	struct vpeer *q = &v->peers[peer];
-	if (q->state != PEER_CONNECTED || q->rx_consumed == q->rx_credited ||
+	if (q->state != PEER_CONNECTED || (q->rx_consumed == q->rx_credited && !keepalive) ||
 	    q->sq_posted - q->sq_done >= v->sq_depth)
 		return;
 	*q->credit_src = q->rx_consumed;
@@ -785,6 +799,7 @@ static void send_credit(struct verbs *v, uint32_t peer)
 	wr.wr.rdma.remote_addr = q->raddr_mailbox;
 	wr.wr.rdma.rkey = q->rkey;
 	int rc = keel_ibv_post_send(q->qp, &wr, &bad);
+	q->last_post_ns = v->last_now_ns;
 	if (rc != 0) {
 		v->st.tx_bad_wr++;
 		int e = neg_errno(rc);
@@ -794,8 +809,41 @@ static void send_credit(struct verbs *v, uint32_t peer)
 	}
 	q->sq_mark[q->sq_posted % v->sq_depth] = q->tx_seq;
 	q->sq_posted++;
+	if (keepalive)
+		v->st.tx_keepalive_writes++;
+	else
+		v->st.tx_credit_writes++;
 	q->rx_credited = q->rx_consumed;
-	v->st.tx_credit_writes++;
+}
+
+/* A peer that holds messages of ours unconsumed and to which we posted nothing for a while
+ * (typically: out of credits) gives the NIC nothing to retry, so its death would go unseen
+ * below the core. Such a peer gets a keepalive credit write keepalive_ns after our last post
+ * to it: on a dead peer it ends in IBV_WC_RETRY_EXC_ERR within keel_verbs_nic_detect_ns. None
+ * while posting goes on (those WRs are retried themselves) or once everything was consumed.
+ * The scan runs only when the earliest such deadline is reached. */
+static void keepalive_scan(struct verbs *v, uint64_t now_ns)
+{
+	if (now_ns < v->keepalive_next_ns)
+		return;
+	uint64_t next = UINT64_MAX;
+	for (uint32_t p = 0; p < v->cfg.world_size; p++) {
+		struct vpeer *q = &v->peers[p];
+		if (q->state != PEER_CONNECTED)
+			continue;
+		refresh_credit(v, q);
+		if (q->tx_seq == q->tx_credit)
+			continue;
+		if (now_ns - q->last_post_ns >= v->keepalive_ns)
+			send_credit(v, p, true);
+		uint64_t due = q->last_post_ns + v->keepalive_ns;
+		next = due < next ? due : next;
+	}
+	v->keepalive_due = next != UINT64_MAX;
+	/* Idle, a look a period from now finds a peer posted to since then before it is due; a
+	 * peer whose send queue was full is tried again a period later, not on every call. */
+	v->keepalive_next_ns =
+	    next > now_ns && next != UINT64_MAX ? next : now_ns + v->keepalive_ns;
 }
 
 /* ---- receive side ---- */
@@ -931,7 +979,7 @@ static uint32_t deliver_peer(struct verbs *v, uint32_t peer, struct keel_datagra
 	}
 	if (q->rx_consumed - q->rx_credited >= v->credit_batch ||
 	    (q->rx_consumed != q->rx_credited && q->rx_consumed == q->rx_seq))
-		send_credit(v, peer);
+		send_credit(v, peer, false);
 	v->st.rx_delivered += out;
 	return out;
 }
@@ -977,6 +1025,7 @@ static int verbs_recv_burst(struct keel_transport *t, uint64_t now_ns, struct ke
 		drain_channel(v);
 	uint32_t polled = poll_completions(v);
 	uint32_t out = deliver_all(v, d, count_max);
+	keepalive_scan(v, now_ns);
 	if (v->channel != NULL && polled == 0 && out == 0 && !v->armed) {
 		/* Arm, then look once more: a completion that raced the arming raised no event,
 		 * so what this poll finds is delivered now, not left for a sleeper to miss. */
@@ -1007,7 +1056,10 @@ static uint64_t verbs_next_deadline_ns(struct keel_transport *t)
 	struct verbs *v = of(t);
 	if (rx_pending(v) || (v->channel != NULL && !v->armed && !v->down))
 		return v->last_now_ns;
-	return v->credit_wait ? v->last_now_ns + CREDIT_POLL_NS : UINT64_MAX;
+	uint64_t dl = v->credit_wait ? v->last_now_ns + CREDIT_POLL_NS : UINT64_MAX;
+	if (v->keepalive_due && v->keepalive_next_ns < dl)
+		dl = v->keepalive_next_ns;
+	return dl;
 }
 
 static int verbs_wait_fd(struct keel_transport *t)

@@ -12,6 +12,12 @@
  * messages unconsumed at a peer: the reader returns credits by an RDMA WRITE of its consumed
  * count into the writer's mailbox word, so credits need no receive buffer.
  *
+ * Keepalive: a peer that died holding slot_count of our messages leaves nothing outstanding at
+ * the NIC (no credit, no post), so the NIC would never notice. Once per ACK timeout (at least
+ * 1 ms), a peer that holds messages of ours unconsumed and was posted nothing during that time
+ * gets its credit word rewritten (an idempotent RDMA WRITE, no receive consumed): a dead peer's
+ * QP then fails with IBV_WC_RETRY_EXC_ERR within keel_verbs_nic_detect_ns of it.
+ *
  * Ops (see keel/transport.h):
  * - send_burst copies each datagram into a registered send slot (or inlines it), chains the
  *   work requests per peer into one ibv_post_send, signals one in sig_interval. It returns the
@@ -67,15 +73,18 @@ struct keel_verbs_config {
 	uint32_t inline_bytes;	 /* inline size asked of the QP (the device may give less) */
 	uint32_t cq_entries;	 /* 0: sized from world and slots */
 	uint8_t timeout;	 /* local ACK timeout: 4.096 us * 2^timeout (1..31) */
-	uint8_t retry_cnt;	 /* transport retries before IBV_WC_RETRY_EXC_ERR (0..7) */
+	uint8_t retry_cnt;	 /* transport retries before IBV_WC_RETRY_EXC_ERR (0..7; rxe
+				    retries forever at 7) */
 	uint8_t rnr_retry;	 /* receiver-not-ready retries (7: forever; credits avoid RNR) */
 	enum keel_verbs_poll_mode poll_mode;
 };
 
 /* Defaults: first active device and port, automatic GID, 64 KiB slots, 32 per peer, SEND up
- * to 1024 bytes, 128 inline bytes, timeout 14 (67 ms) and retry_cnt 7, so the NIC gives up
- * on a dead peer after about 8 x 67 ms = 0.5 s at the earliest (IB's exponential backoff can
- * stretch it to seconds); keel's heartbeats (miss_limit x heartbeat) should win. Busy poll. */
+ * to 1024 bytes, 128 inline bytes, timeout 14 (67 ms) and retry_cnt 6 (not 7: Soft-RoCE treats
+ * 7 as infinite), so the NIC gives up on a dead peer after about 7 x 67 ms = 0.47 s at the
+ * earliest (IB's exponential backoff can stretch it to seconds), 0.54 s after the last post
+ * when a keepalive was needed; keel's heartbeats (miss_limit x heartbeat) should win. Busy
+ * poll. */
 void keel_verbs_config_default(struct keel_verbs_config *cfg);
 
 /* Bound on the NIC's own detection of a dead peer, in ns: (retry_cnt + 1) x 4.096 us x
@@ -128,10 +137,11 @@ bool keel_verbs_peer_failed(struct keel_transport *t, uint32_t peer);
 
 struct keel_verbs_stats {
 	uint64_t tx_send, tx_send_inline, tx_write_imm, tx_credit_writes, tx_posts;
-	uint64_t tx_dropped_failed; /* accepted for a failed peer and dropped */
-	uint64_t tx_no_credit;	    /* bursts ended: peer had no free slot */
-	uint64_t tx_no_room;	    /* bursts ended: send queue or send slots full */
-	uint64_t tx_bad_wr;	    /* ibv_post_send failures (bad_wr reported) */
+	uint64_t tx_keepalive_writes; /* credit words rewritten to a peer holding our messages */
+	uint64_t tx_dropped_failed;   /* accepted for a failed peer and dropped */
+	uint64_t tx_no_credit;	      /* bursts ended: peer had no free slot */
+	uint64_t tx_no_room;	      /* bursts ended: send queue or send slots full */
+	uint64_t tx_bad_wr;	      /* ibv_post_send failures (bad_wr reported) */
 	uint64_t rx_send, rx_write_imm, rx_delivered, rx_polls, rx_wc;
 	uint64_t rx_bad_imm;	/* forged or stale immediates, out-of-range slots */
 	uint64_t rx_bad_len;	/* receives longer than a slot or than the caller's buffer */
@@ -140,7 +150,8 @@ struct keel_verbs_stats {
 	uint64_t wc_retry_exc;	/* of which IBV_WC_RETRY_EXC_ERR */
 	uint64_t async_events;
 	uint64_t peers_failed;
-	uint32_t inline_max; /* inline bytes the QPs got */
+	uint64_t first_fail_ns; /* the caller's now_ns when a peer first failed (0: none yet) */
+	uint32_t inline_max;	/* inline bytes the QPs got */
 	uint32_t signal_interval;
 };
 void keel_verbs_stats_get(struct keel_transport *t, struct keel_verbs_stats *out);

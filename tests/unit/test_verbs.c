@@ -1,8 +1,8 @@
 /* The verbs backend against a fake device (tests/unit/verbs_fake.c): two transports in one
  * process joined by the fake fabric. Covers the data path (inline SEND, SEND, WRITE_WITH_IMM),
  * credits, forged and stale immediates, a bad_wr in the middle of a chain, a retry-exceeded
- * completion, ENOMEM at QP creation, async events and event-mode wakeups. The real device is
- * exercised in the VM (tests/vm/). */
+ * completion, keepalives to a peer that died holding every slot, ENOMEM at QP creation, async
+ * events and event-mode wakeups. The real device is exercised in the VM (tests/vm/). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -235,6 +235,87 @@ static void test_verbs_retry_exceeded(void **state)
 	pair_down(&p);
 }
 
+static int recv_at(struct keel_transport *t, uint64_t now_ns)
+{
+	static uint8_t in[8][SLOT];
+	struct keel_datagram d[8];
+	for (uint32_t i = 0; i < 8; i++)
+		d[i] = (struct keel_datagram){.buf = in[i], .cap = SLOT};
+	return t->ops->recv_burst(t, now_ns, d, 8);
+}
+
+/* An empty burst: forgets the last burst's wait for credits (its own short poll deadline). */
+static void no_send(struct keel_transport *t, uint64_t now_ns)
+{
+	struct keel_datagram d = {0};
+	assert_int_equal(t->ops->send_burst(t, now_ns, &d, 0), 0);
+}
+
+static void fill_peer(struct keel_transport *t, uint64_t now_ns)
+{
+	static uint8_t out[64];
+	struct keel_datagram d = {.buf = out, .len = 64, .cap = 64, .peer = 1};
+	for (uint32_t i = 0; i < SLOTS; i++)
+		assert_int_equal(t->ops->send_burst(t, now_ns, &d, 1), 1);
+	assert_int_equal(t->ops->send_burst(t, now_ns, &d, 1), 0); /* no credit left */
+}
+
+/* A peer that dies holding all our slots leaves nothing outstanding at the NIC: a keepalive
+ * credit write, once per ACK timeout while the peer holds our messages and gets no other post,
+ * gives the NIC something to retry; its retry-exceeded completion marks the peer failed. */
+static void test_verbs_keepalive_detects_dead_peer(void **state)
+{
+	(void)state;
+	const uint64_t ka = 4096ull << 14; /* the ACK timeout of the default config: 67 ms */
+	struct pair p;
+	pair_up(&p);
+	struct keel_transport *a = p.t[0];
+	struct keel_verbs_stats s;
+	fill_peer(a, 0);
+	/* not before a whole period without a post to the peer; the sleeper is told when */
+	fake.writes = 0;
+	assert_int_equal(recv_at(a, ka / 2), 0);
+	assert_int_equal(fake.writes, 0);
+	no_send(a, ka / 2);
+	assert_int_equal(a->ops->next_deadline_ns(a), ka); /* a period after the last post */
+	/* a live peer: the rewrite of an unchanged credit word is harmless to it */
+	assert_int_equal(recv_at(a, 2 * ka), 0);
+	assert_int_equal(fake.writes, 1);
+	assert_int_equal(recv_at(a, 2 * ka + ka / 2), 0); /* rate-limited */
+	assert_int_equal(fake.writes, 1);
+	keel_verbs_stats_get(a, &s);
+	assert_int_equal(s.tx_keepalive_writes, 1);
+	assert_false(keel_verbs_peer_failed(a, 1));
+	assert_int_equal(recv_at(p.t[1], 2 * ka), (int)SLOTS); /* credits come back */
+	keel_verbs_stats_get(p.t[1], &s);
+	assert_int_equal(s.rx_bad_credit, 0);
+	assert_false(keel_verbs_peer_failed(p.t[1], 0));
+	/* everything consumed: nothing to keep alive, and no wakeup asked for it */
+	fake.writes = 0;
+	assert_int_equal(recv_at(a, 10 * ka), 0);
+	assert_int_equal(recv_at(a, 20 * ka), 0);
+	assert_int_equal(fake.writes, 0);
+	no_send(a, 20 * ka);
+	assert_int_equal(a->ops->next_deadline_ns(a), UINT64_MAX);
+	/* full again, then the peer dies: the keepalive's RETRY_EXC fails it */
+	fill_peer(a, 30 * ka);
+	fake.dead_qpn = keel_verbs_local_qpn(p.t[1], 0);
+	assert_int_equal(recv_at(a, 30 * ka + ka / 2), 0);
+	assert_false(keel_verbs_peer_failed(a, 1));
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(recv_at(a, 31 * ka + (uint64_t)i), 0);
+	assert_true(keel_verbs_peer_failed(a, 1));
+	keel_verbs_stats_get(a, &s);
+	assert_int_equal(s.tx_keepalive_writes, 2);
+	assert_int_equal(s.wc_retry_exc, 1);
+	assert_int_equal(s.peers_failed, 1);
+	/* a failed peer gets no more keepalives */
+	fake.writes = 0;
+	assert_int_equal(recv_at(a, 40 * ka), 0);
+	assert_int_equal(fake.writes, 0);
+	pair_down(&p);
+}
+
 static void test_verbs_create_qp_enomem(void **state)
 {
 	(void)state;
@@ -335,6 +416,7 @@ int main(void)
 	    cmocka_unit_test(test_verbs_forged_immediates_rejected),
 	    cmocka_unit_test(test_verbs_bad_wr_mid_chain),
 	    cmocka_unit_test(test_verbs_retry_exceeded),
+	    cmocka_unit_test(test_verbs_keepalive_detects_dead_peer),
 	    cmocka_unit_test(test_verbs_create_qp_enomem),
 	    cmocka_unit_test(test_verbs_device_fatal),
 	};

@@ -269,6 +269,7 @@ int keel_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_sen
 	struct fqp *q = (struct fqp *)qp;
 	for (int i = 0; wr != NULL; wr = wr->next, i++) {
 		fake.posted++;
+		fake.writes += wr->opcode == IBV_WR_RDMA_WRITE;
 		if (fake.fail_post_send_at >= 0 &&
 		    fake.posted - 1 == (uint32_t)fake.fail_post_send_at) {
 			*bad = wr;

@@ -10,6 +10,7 @@ struct verbs_fake {
 	bool fail_create_qp;   /* ibv_create_qp returns NULL with ENOMEM */
 	int fail_post_send_at; /* the n-th WR posted from now is the bad_wr (ENOMEM); -1 none */
 	uint32_t posted;       /* WRs posted since reset */
+	uint32_t writes;       /* of which plain RDMA WRITEs (credits, keepalives) */
 	uint32_t dead_qpn;     /* a QP that no longer answers: RETRY_EXC completions */
 	int async_pending;     /* deliver `async` on the next ibv_get_async_event */
 	struct ibv_async_event async;

@@ -60,10 +60,14 @@ done
 # 3. rank 2 of 3 killed at 4 s (start-up under TCG takes 1-2 s), its QPs gone: from each
 # survivor's own report, it ended in a view of exactly {0, 1} at a later epoch and suspected no
 # survivor; at least one survivor suspected rank 2 (ring monitoring: only rank 2's watchers
-# hear it fall silent; the other learns of the failure from the new view).
+# hear it fall silent; the other learns of the failure from the new view). Below the core, the
+# NIC must notice too: a survivor that held messages for rank 2 (or sent it any) gets a
+# retry-exceeded completion, the keepalive credit write covering the case where it had no
+# credit left to post anything (transport_verbs.h); its time after the kill is printed.
 if want kill; then
 	PORT=$((PORT + 10))
 	t=$EPOCHREALTIME
+	t_kill=$(awk -v u="$(up)" 'BEGIN{print u + 4}') # the ranks' clock is CLOCK_MONOTONIC
 	timeout 60 "$RUN" -n 3 --master-port "$PORT" --keep-going --kill 2@4 --timeout 50 -- \
 		"$BENCH" heartbeat --seconds 7 >"$LOG/hb" 2>&1
 	rc=0
@@ -78,6 +82,16 @@ if want kill; then
 	done
 	[ "${suspected:-0}" = 1 ] || { echo "  no survivor suspected rank 2"; rc=1; }
 	grep -q "keel-run: rank 2 killed by signal 9" "$LOG/hb" || { echo "  rank 2 was not killed"; rc=1; }
+	nic=0
+	for r in 0 1; do
+		line=$(grep "keel-verbs: rank $r " "$LOG/hb")
+		[[ $line =~ retry_exc\ ([0-9]+).*peers_failed\ ([0-9]+)\ first_fail_at\ ([0-9.]+) ]] || continue
+		[ "${BASH_REMATCH[1]}" -ge 1 ] || [ "${BASH_REMATCH[2]}" -ge 1 ] || continue
+		nic=1
+		echo "  rank $r: NIC detection: retry_exc ${BASH_REMATCH[1]}, peer failed" \
+			"$(awk -v a="$t_kill" -v b="${BASH_REMATCH[3]}" 'BEGIN{printf "%.2f", b - a}') s after the kill"
+	done
+	[ $nic = 1 ] || { echo "  no survivor's QP to rank 2 failed (retry_exc/peers_failed 0)"; rc=1; }
 	grep -h "^ *[0-9] \|^# worst\|^# view\|keel-verbs: rank [01]" "$LOG/hb"
 	[ $rc = 0 ] || tail -8 "$LOG/hb"
 	result heartbeat-kill $rc "$(since "$t")"

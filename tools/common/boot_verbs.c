@@ -276,21 +276,24 @@ void keel_boot_verbs_stop(void)
 			fprintf(
 			    stderr,
 			    "keel-verbs: rank %u device %s gid %d send %llu inline %llu "
-			    "write_imm %llu credit_writes %llu posts %llu rx_send %llu "
+			    "write_imm %llu credit_writes %llu keepalive_writes %llu posts %llu "
+			    "rx_send %llu "
 			    "rx_write_imm %llu delivered %llu no_credit %llu no_room %llu "
 			    "bad_wr %llu bad_imm %llu wc_errors %llu retry_exc %llu "
-			    "async %llu peers_failed %llu inline_max %u\n",
+			    "async %llu peers_failed %llu first_fail_at %.3f inline_max %u\n",
 			    verbs_tp->rank, keel_verbs_device_name(verbs_tp),
 			    keel_verbs_gid_index(verbs_tp), (unsigned long long)s.tx_send,
 			    (unsigned long long)s.tx_send_inline,
 			    (unsigned long long)s.tx_write_imm,
-			    (unsigned long long)s.tx_credit_writes, (unsigned long long)s.tx_posts,
-			    (unsigned long long)s.rx_send, (unsigned long long)s.rx_write_imm,
-			    (unsigned long long)s.rx_delivered, (unsigned long long)s.tx_no_credit,
-			    (unsigned long long)s.tx_no_room, (unsigned long long)s.tx_bad_wr,
-			    (unsigned long long)s.rx_bad_imm, (unsigned long long)s.wc_errors,
-			    (unsigned long long)s.wc_retry_exc, (unsigned long long)s.async_events,
-			    (unsigned long long)s.peers_failed, s.inline_max);
+			    (unsigned long long)s.tx_credit_writes,
+			    (unsigned long long)s.tx_keepalive_writes,
+			    (unsigned long long)s.tx_posts, (unsigned long long)s.rx_send,
+			    (unsigned long long)s.rx_write_imm, (unsigned long long)s.rx_delivered,
+			    (unsigned long long)s.tx_no_credit, (unsigned long long)s.tx_no_room,
+			    (unsigned long long)s.tx_bad_wr, (unsigned long long)s.rx_bad_imm,
+			    (unsigned long long)s.wc_errors, (unsigned long long)s.wc_retry_exc,
+			    (unsigned long long)s.async_events, (unsigned long long)s.peers_failed,
+			    (double)s.first_fail_ns / 1e9, s.inline_max);
 		}
 		verbs_tp->ops->fini(verbs_tp);
 	}
