@@ -29,7 +29,11 @@ void fd_init(struct keel_node *n, uint64_t now_ns)
 	}
 	n->init_ns = now_ns;
 	n->last_poll_ns = now_ns;
-	n->next_beat_ns = now_ns;
+	/* Ranks beat at phases spread over the interval: a job's ranks start together (a
+	 * launcher, a rendezvous), and beating in step would send world x fan-out heartbeats in
+	 * one burst every interval — an incast on the fabric, and in a simulation one network
+	 * solve over all of them. */
+	n->next_beat_ns = now_ns + n->cfg.heartbeat_ns * n->self / n->world;
 	n->deaf_ns = 0;
 }
 

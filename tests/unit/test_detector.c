@@ -34,14 +34,15 @@ static void poll_one(struct cluster *c, uint32_t r, uint64_t now)
 	assert_true(rc == 0 || rc == KEEL_ENOQUORUM);
 }
 
-/* Node 1 beats once at t0 and then stops. Node 0 hears it at t0 and must suspect it at
- * t0 + 3 intervals, not one nanosecond earlier; the deadline keel_poll returns says when. */
+/* Node 1 beats once at t0 (its first beat: rank 1 of 2 beats half an interval after start)
+ * and then stops. Node 0 hears it at t0 and must suspect it at t0 + 3 intervals, not one
+ * nanosecond earlier; the deadline keel_poll returns says when. */
 static void test_detector_suspects_exactly_after_miss_limit(void **state)
 {
 	(void)state;
 	struct cluster c;
 	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, NULL), 0);
-	uint64_t t0 = c.now_ns + 100;
+	uint64_t t0 = c.now_ns + HB / 2 + 100;
 	poll_one(&c, 1, t0); /* node 1 sends its heartbeat */
 	uint64_t dl;
 	assert_int_equal(keel_poll(c.node[0], t0, &dl), 0); /* node 0 hears it at t0 */
