@@ -159,13 +159,9 @@ static void op_local_done(struct keel_node *n, struct keel_op *op)
 	op->done_count = n->view.count;
 	memcpy(op->done_bits, n->view.bits, n->world / 8 + 1);
 	n->ops_done_local = wire_id(n, op) + 1;
-	for (uint32_t r = 0; r < n->world; r++) {
-		struct peer *p = &n->peers[r];
-		if (r != n->self && view_has(&n->view, r)) {
-			p->ack_pending = true;
-			p->ack_due_ns = n->now_ns;
-		}
-	}
+	for (uint32_t r = 0; r < n->world; r++)
+		if (r != n->self && view_has(&n->view, r))
+			rel_ack_soon(n, r);
 }
 
 /* Every member has the result — unless a view change is being decided (this node promised

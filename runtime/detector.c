@@ -50,6 +50,7 @@ void fd_on_view(struct keel_node *n)
 	if (count > 0 && k > count - 1)
 		k = count - 1;
 	uint32_t me = n->member ? n->pos_of[n->self] : 0;
+	n->watch_count = n->beat_count = 0;
 	for (uint32_t i = 0; i < n->world; i++) {
 		struct peer *p = &n->peers[i];
 		if (i == n->self)
@@ -67,6 +68,11 @@ void fd_on_view(struct keel_node *n)
 			p->last_heard_ns = n->now_ns;
 			p->deaf_at_heard_ns = n->deaf_ns;
 		}
+		/* polls walk these lists, not the world: O(k) per poll under ring monitoring */
+		if (p->watched)
+			n->watch_list[n->watch_count++] = i;
+		if (p->beat_to)
+			n->beat_list[n->beat_count++] = i;
 	}
 }
 
@@ -157,10 +163,9 @@ void fd_beat(struct keel_node *n)
 {
 	if (n->now_ns < n->next_beat_ns)
 		return;
-	for (uint32_t i = 0; i < n->world; i++) {
+	for (uint32_t b = 0; b < n->beat_count; b++) {
+		uint32_t i = n->beat_list[b];
 		struct peer *p = &n->peers[i];
-		if (!p->beat_to)
-			continue;
 		struct wire_heartbeat hb = {
 		    .send_ns = n->now_ns,
 		    .echo_ns = p->hb_echo_ns,
@@ -197,9 +202,10 @@ static uint64_t suspect_at(const struct keel_node *n, const struct peer *p)
 
 void fd_check(struct keel_node *n)
 {
-	for (uint32_t i = 0; i < n->world; i++) {
+	for (uint32_t w = 0; w < n->watch_count; w++) {
+		uint32_t i = n->watch_list[w];
 		struct peer *p = &n->peers[i];
-		if (!p->watched || p->state != KEEL_PEER_ALIVE)
+		if (p->state != KEEL_PEER_ALIVE)
 			continue;
 		if (n->now_ns < suspect_at(n, p))
 			continue;
@@ -210,9 +216,9 @@ void fd_check(struct keel_node *n)
 uint64_t fd_next_deadline(const struct keel_node *n)
 {
 	uint64_t dl = n->next_beat_ns;
-	for (uint32_t i = 0; i < n->world; i++) {
-		const struct peer *p = &n->peers[i];
-		if (p->watched && p->state == KEEL_PEER_ALIVE && suspect_at(n, p) < dl)
+	for (uint32_t w = 0; w < n->watch_count; w++) {
+		const struct peer *p = &n->peers[n->watch_list[w]];
+		if (p->state == KEEL_PEER_ALIVE && suspect_at(n, p) < dl)
 			dl = suspect_at(n, p);
 	}
 	return dl;

@@ -90,7 +90,7 @@ static bool config_valid(const struct keel_config *cfg)
 
 /* One description of the storage layout, used both to size it and to carve it. */
 struct layout {
-	size_t node, peers, owners, tx_slots, rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq,
+	size_t node, peers, fd_lists, owners, tx_slots, rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq,
 	    rx_burst, ops, op_bits, views, msg, copy, total;
 };
 
@@ -119,6 +119,7 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	} while (0)
 	PLACE(node, sizeof(struct keel_node));
 	PLACE(peers, world * sizeof(struct peer));
+	PLACE(fd_lists, 2 * world * sizeof(uint32_t));
 	PLACE(owners, streams * sizeof(uint32_t));
 	PLACE(tx_slots, streams * win * sizeof(struct tx_slot));
 	PLACE(rx_slots, streams * win * sizeof(struct rx_slot));
@@ -153,6 +154,8 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	uint32_t world = n->world, win = n->window;
 	size_t mtu_stride = align_up(n->mtu, 64);
 	n->peers = (struct peer *)(base + l->peers);
+	n->watch_list = (uint32_t *)(base + l->fd_lists);
+	n->beat_list = n->watch_list + world;
 	n->streams = stream_count(&n->cfg);
 	n->stream_pool = n->streams < world;
 	n->stream_owner = (uint32_t *)(base + l->owners);

@@ -159,6 +159,8 @@ struct keel_node {
 	/* failure detector */
 	uint64_t init_ns, last_poll_ns, next_beat_ns, deaf_ns;
 	struct peer *peers;
+	uint32_t *watch_list, watch_count; /* ranks with peer.watched, rebuilt each view */
+	uint32_t *beat_list, beat_count;   /* ranks with peer.beat_to */
 	/* reliable-window buffers: one per peer, or a pool lent to peers on demand (streams) */
 	uint32_t streams;
 	bool stream_pool;
@@ -166,6 +168,10 @@ struct keel_node {
 	struct tx_slot *stream_tx;
 	struct rx_slot *stream_rx;
 	uint8_t *stream_tx_buf, *stream_rx_buf;
+	/* totals over all peers, so that an idle poll skips the per-peer scans (large worlds) */
+	uint64_t tx_flight;  /* reliable datagrams sent and not yet acknowledged */
+	uint64_t rx_held;    /* datagrams held in receive slots */
+	uint32_t acks_owed;  /* peers with ack_pending */
 	/* transmit queue for this poll, flushed in bursts */
 	struct keel_datagram *txq;
 	uint32_t txq_count;
@@ -238,6 +244,8 @@ void rel_redeliver(struct keel_node *n);
 void rel_timers(struct keel_node *n);
 void rel_send_acks(struct keel_node *n);
 void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq);
+/* Owe `peer` an ack at this poll's end (it carries our count of finished collectives). */
+void rel_ack_soon(struct keel_node *n, uint32_t peer);
 uint64_t rel_next_deadline(const struct keel_node *n);
 void rel_peer_init(struct keel_node *n, uint32_t peer);
 /* A new view: the streams to and from `peer` start over (old-epoch traffic is fenced). */

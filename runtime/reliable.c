@@ -88,6 +88,22 @@ bool rel_can_send(const struct keel_node *n, uint32_t peer)
 	       (p->tx != NULL || stream_find(n) != UINT32_MAX);
 }
 
+static void set_ack_pending(struct keel_node *n, struct peer *p, bool pending)
+{
+	if (p->ack_pending == pending)
+		return;
+	p->ack_pending = pending;
+	KEEL_ASSERT(pending || n->acks_owed > 0);
+	n->acks_owed = pending ? n->acks_owed + 1 : n->acks_owed - 1;
+}
+
+void rel_ack_soon(struct keel_node *n, uint32_t peer)
+{
+	struct peer *p = &n->peers[peer];
+	set_ack_pending(n, p, true);
+	p->ack_due_ns = n->now_ns;
+}
+
 void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 {
 	struct peer *p = &n->peers[peer];
@@ -102,7 +118,7 @@ void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 	h->ack = p->rcv_ack;
 	h->sack = sack;
 	h->wnd = (uint16_t)(p->rcv_nxt + n->window - p->rcv_ack);
-	p->ack_pending = false;
+	set_ack_pending(n, p, false);
 	p->rcv_unacked = 0;
 	p->ack_due_ns = UINT64_MAX;
 }
@@ -112,7 +128,7 @@ void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
  * sender about a hole, a duplicate or a reopened window goes out at this poll's end. */
 static void ack_owed(struct keel_node *n, struct peer *p, bool urgent)
 {
-	p->ack_pending = true;
+	set_ack_pending(n, p, true);
 	p->rcv_unacked++;
 	uint64_t due =
 	    urgent || p->rcv_unacked >= n->window / 4 ? n->now_ns : n->now_ns + n->cfg.ack_delay_ns;
@@ -156,6 +172,7 @@ int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const vo
 		return -EAGAIN;
 	struct peer *p = &n->peers[peer];
 	uint32_t seq = p->snd_nxt++;
+	n->tx_flight++;
 	uint8_t *buf = tx_bytes(n, p, seq);
 	h->seq = seq;
 	h->payload_len = len;
@@ -245,6 +262,7 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 		if (s->tries == 1 && !s->no_sample && s->sent_ns != 0)
 			sample = n->now_ns - s->sent_ns;
 		p->snd_una++;
+		n->tx_flight--;
 	}
 	if (sample != 0)
 		rel_rtt_sample(n, peer, sample);
@@ -281,6 +299,7 @@ static void rx_store(struct keel_node *n, struct peer *p, const struct wire_head
 	p->rx[idx].h = *h;
 	p->rx[idx].used = 1;
 	p->rx_held++;
+	n->rx_held++;
 	memcpy(p->rx_buf + (size_t)idx * stride(n), payload, h->payload_len);
 	while (p->rcv_ack - p->rcv_nxt < n->window && p->rx[p->rcv_ack & (n->window - 1)].used)
 		p->rcv_ack++;
@@ -301,6 +320,7 @@ static void deliver_run(struct keel_node *n, uint32_t peer)
 		bool was_full = p->rcv_ack - p->rcv_nxt >= n->window;
 		s->used = 0;
 		p->rx_held--;
+		n->rx_held--;
 		p->rcv_nxt++;
 		n->ctr.data_delivered++;
 		ack_owed(n, p, was_full); /* a sender stalled on our window hears at once */
@@ -347,6 +367,8 @@ void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h
 
 void rel_redeliver(struct keel_node *n)
 {
+	if (n->rx_held == 0)
+		return;
 	for (uint32_t i = 0; i < n->world; i++)
 		if (i != n->self && rx_used(&n->peers[i], n->peers[i].rcv_nxt, n->window))
 			deliver_run(n, i);
@@ -359,6 +381,8 @@ void rel_redeliver(struct keel_node *n)
 void rel_timers(struct keel_node *n)
 {
 	uint32_t mask = n->window - 1;
+	if (n->tx_flight == 0)
+		return; /* nothing out: no timer runs (rel_next_deadline looks at data in flight) */
 	for (uint32_t i = 0; i < n->world; i++) {
 		struct peer *p = &n->peers[i];
 		if (p->snd_una == p->snd_nxt) {
@@ -409,6 +433,8 @@ void rel_timers(struct keel_node *n)
 
 void rel_send_acks(struct keel_node *n)
 {
+	if (n->acks_owed == 0)
+		return;
 	for (uint32_t i = 0; i < n->world; i++) {
 		struct peer *p = &n->peers[i];
 		if (!p->ack_pending || i == n->self || n->now_ns < p->ack_due_ns)
@@ -421,6 +447,8 @@ void rel_send_acks(struct keel_node *n)
 uint64_t rel_next_deadline(const struct keel_node *n)
 {
 	uint64_t dl = UINT64_MAX;
+	if (n->tx_flight == 0 && n->acks_owed == 0)
+		return dl;
 	for (uint32_t i = 0; i < n->world; i++) {
 		const struct peer *p = &n->peers[i];
 		if (p->unsent) /* the transport refused: try again shortly, not in a busy loop */
@@ -442,11 +470,15 @@ void rel_peer_reset(struct keel_node *n, uint32_t peer)
 		memset(p->tx, 0, (size_t)n->window * sizeof(*p->tx));
 		memset(p->rx, 0, (size_t)n->window * sizeof(*p->rx));
 	}
+	KEEL_ASSERT(n->tx_flight >= p->snd_nxt - p->snd_una && n->rx_held >= p->rx_held);
+	n->tx_flight -= p->snd_nxt - p->snd_una;
+	n->rx_held -= p->rx_held;
 	p->rx_held = 0;
 	p->snd_una = p->snd_nxt = 1;
 	p->snd_edge = 1 + n->window;
 	p->rcv_nxt = p->rcv_ack = 1;
 	p->rtx_deadline_ns = p->ack_due_ns = UINT64_MAX;
-	p->unsent = p->sack_any = p->ack_pending = false;
+	p->unsent = p->sack_any = false;
+	set_ack_pending(n, p, false);
 	p->rcv_unacked = 0;
 }
