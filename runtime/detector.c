@@ -79,6 +79,7 @@ void fd_on_view(struct keel_node *n)
 static void set_state(struct keel_node *n, uint32_t peer, enum keel_peer_state st)
 {
 	n->peers[peer].state = st;
+	mb_touch(n);
 	if (n->cfg.on_peer != NULL)
 		n->cfg.on_peer(n->cfg.on_peer_ctx, peer, st, n->now_ns);
 }

@@ -200,6 +200,7 @@ void mb_init(struct keel_node *n)
 	n->epoch = v->epoch;
 	n->member = !n->cfg.rejoin;
 	n->donor = UINT32_MAX;
+	mb_touch(n);
 	rebuild_positions(n);
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self && !view_has(v, r))
@@ -273,6 +274,7 @@ static void install(struct keel_node *n, const struct view *v)
 	n->acc_promised = n->acc_ballot = 0;
 	n->prop_phase = PROP_IDLE;
 	n->soft_fault = false;
+	mb_touch(n);
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self)
 			reset_peer_for_view(n, r, view_has(v, r));
@@ -297,6 +299,7 @@ static void start_prepare(struct keel_node *n)
 		n->peers[r].pr_reported = n->peers[r].suspect_report;
 		n->peers[r].suspect_report = false;
 	}
+	mb_touch(n);
 	n->prop_round++;
 	n->prop_ballot = ((uint64_t)n->prop_round << 16) | n->self;
 	n->prop_phase = PROP_PREPARE;
@@ -553,21 +556,38 @@ static void report_to_coordinator(struct keel_node *n)
 		n->report_ns = n->now_ns;
 }
 
+static uint32_t members_down(const struct keel_node *n)
+{
+	uint32_t down = 0;
+	for (uint32_t r = 0; r < n->world; r++)
+		down += r != n->self && is_member(n, r) && n->peers[r].state != KEEL_PEER_ALIVE;
+	return down;
+}
+
 void mb_poll(struct keel_node *n)
 {
 	if (!n->member)
 		return; /* joining: heartbeats ask for admission, a commit brings it */
-	check_quorum(n);
+	if (n->mb_dirty) {
+		/* Time alone only ends a joiner's request (its heartbeats stop): it never makes a
+		 * change needed, so these stand until an input changes. */
+		n->mb_dirty = false;
+		check_quorum(n);
+		n->mb_coordinator = mb_is_coordinator(n);
+		n->mb_change = change_needed(n);
+		n->mb_down = members_down(n);
+	}
 	if (n->noquorum) {
 		n->prop_phase = PROP_IDLE;
 		return;
 	}
-	if (!mb_is_coordinator(n)) {
+	if (!n->mb_coordinator) {
 		n->prop_phase = PROP_IDLE;
-		report_to_coordinator(n);
+		if (n->mb_down != 0 || n->soft_fault)
+			report_to_coordinator(n);
 		return;
 	}
-	if (n->prop_phase == PROP_IDLE && change_needed(n))
+	if (n->prop_phase == PROP_IDLE && n->mb_change)
 		start_prepare(n);
 	if (n->prop_phase != PROP_IDLE)
 		proposer_tick(n);
@@ -592,6 +612,7 @@ uint64_t mb_next_deadline(const struct keel_node *n)
 void mb_request_bump(struct keel_node *n)
 {
 	n->soft_fault = true;
+	mb_touch(n);
 }
 
 /* ---- heartbeats ---- */
@@ -601,14 +622,19 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 {
 	struct peer *p = &n->peers[peer];
 	bool same_life = true;
+	bool joining = (hb->flags & WIRE_HB_JOINING) != 0;
+	if (hb->incarnation > p->inc || joining != p->joining || joining)
+		mb_touch(n); /* a new life, or a request to join (renewed: see is_joiner) */
 	if (hb->incarnation > p->inc)
 		p->inc = hb->incarnation;
 	p->hb_epoch = epoch;
-	p->joining = (hb->flags & WIRE_HB_JOINING) != 0;
+	p->joining = joining;
 	if (is_member(n, peer)) {
-		if (n->view.inc[peer] == 0 && !p->joining)
+		if (n->view.inc[peer] == 0 && !p->joining) {
 			n->view.inc[peer] =
 			    hb->incarnation; /* first view: learnt at first contact */
+			mb_touch(n);
+		}
 		if (n->view.inc[peer] != 0 && hb->incarnation > n->view.inc[peer]) {
 			same_life = false;
 			if (p->state == KEEL_PEER_ALIVE)
@@ -676,6 +702,8 @@ static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, cons
 		}
 	}
 	struct peer *p = &n->peers[peer];
+	if (n->view.inc[peer] == 0 || inc > p->inc)
+		mb_touch(n); /* what proven_dead() and is_joiner() read */
 	if (n->view.inc[peer] == 0)
 		n->view.inc[peer] = inc;
 	if (inc > p->inc)
@@ -784,8 +812,10 @@ void mb_on_view_msg(struct keel_node *n, uint32_t peer, const struct wire_header
 			return;
 		if (kind == VM_SOFT) {
 			n->soft_fault = true;
+			mb_touch(n);
 		} else if (xlen >= 8 && wire_get32(x) < n->world && is_member(n, wire_get32(x))) {
 			n->peers[wire_get32(x)].suspect_report = true;
+			mb_touch(n);
 		} else {
 			n->ctr.drop_view++;
 		}

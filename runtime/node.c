@@ -90,8 +90,8 @@ static bool config_valid(const struct keel_config *cfg)
 
 /* One description of the storage layout, used both to size it and to carve it. */
 struct layout {
-	size_t node, peers, fd_lists, owners, tx_slots, rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq,
-	    rx_burst, ops, op_bits, views, msg, copy, total;
+	size_t node, peers, fd_lists, owners, tx_slots, rx_slots, tx_buf, rx_buf, txq, txq_tag,
+	    ctrl, rxq, rx_burst, ops, op_bits, views, msg, copy, total;
 };
 
 static size_t align_up(size_t v, size_t a)

@@ -169,9 +169,9 @@ struct keel_node {
 	struct rx_slot *stream_rx;
 	uint8_t *stream_tx_buf, *stream_rx_buf;
 	/* totals over all peers, so that an idle poll skips the per-peer scans (large worlds) */
-	uint64_t tx_flight;  /* reliable datagrams sent and not yet acknowledged */
-	uint64_t rx_held;    /* datagrams held in receive slots */
-	uint32_t acks_owed;  /* peers with ack_pending */
+	uint64_t tx_flight; /* reliable datagrams sent and not yet acknowledged */
+	uint64_t rx_held;   /* datagrams held in receive slots */
+	uint32_t acks_owed; /* peers with ack_pending */
 	/* transmit queue for this poll, flushed in bursts */
 	struct keel_datagram *txq;
 	uint32_t txq_count;
@@ -206,8 +206,12 @@ struct keel_node {
 	struct view prop_best, prop_value;
 	struct view scratch_view; /* decoding target for values from the network */
 	uint64_t report_ns;	  /* last report (suspicion, soft fault) to the coordinator */
-	bool soft_fault;	  /* a collective stalled: bump the epoch with the same members */
-	uint8_t *msg_buf;	  /* encoding scratch, ctrl_size bytes */
+	/* What mb_poll derives from peer states, the view and reports, recomputed only when one
+	 * of them changed (mb_dirty): a poll must not cost O(world) at 1 024 ranks. */
+	bool mb_dirty, mb_coordinator, mb_change;
+	uint32_t mb_down; /* members other than self not alive */
+	bool soft_fault;  /* a collective stalled: bump the epoch with the same members */
+	uint8_t *msg_buf; /* encoding scratch, ctrl_size bytes */
 	uint32_t ctrl_size;
 	int fatal;	       /* sticky transport error */
 	uint32_t budget_bytes; /* data this poll may still move (POLL_BUDGET_BYTES per poll) */
@@ -279,7 +283,12 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 void mb_poll(struct keel_node *n);
 uint64_t mb_next_deadline(const struct keel_node *n);
 bool mb_is_coordinator(const struct keel_node *n);
-void mb_request_bump(struct keel_node *n); /* a collective stalled without a view change */
+void mb_request_bump(struct keel_node *n);
+/* A peer's state, the view or a report changed: mb_poll re-derives what it depends on. */
+static inline void mb_touch(struct keel_node *n)
+{
+	n->mb_dirty = true;
+} /* a collective stalled without a view change */
 
 /* coll_steps.c */
 uint32_t coll_step_count(const struct keel_op *op);

@@ -195,6 +195,7 @@ struct sim_net_config {
 	uint32_t queue_max;	/* datagrams an inbox holds; more are dropped (a full socket) */
 	uint32_t scale;		/* data datagrams are charged len * scale bytes */
 	uint32_t scale_min_len; /* datagrams up to this long (control) are charged len */
+	uint32_t rx_gets;	/* gets each receiver keeps posted (0: 16); see transport_sim.c */
 };
 
 struct sim_net *sim_net_create(const struct sim_net_config *cfg, void *const *hosts);
