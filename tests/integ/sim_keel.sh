@@ -28,6 +28,16 @@ cmp -s "$tmp/a.csv" "$tmp/b.csv" && echo "sim: same seed, same output ($(wc -c <
 	no "AllReduce results wrong: $(col "$tmp/a.csv" allreduce_wrong)"
 [ "$(col "$tmp/a.csv" views_agree)" = yes ] || no "survivors installed different views"
 [ "$(col "$tmp/a.csv" view_epochs)" -ge 2 ] || no "no new view after the failure"
+[ "$(col "$tmp/a.csv" false_suspicions)" = 0 ] ||
+	no "$(col "$tmp/a.csv" false_suspicions) false suspicions in a training run"
+# The README's example (24 ranks training, 1 ms heartbeats, scaled gradient datagrams): heartbeats
+# must not queue behind gradients in the simulated receiver (once 66 false suspicions did).
+"$SIM" --scenario sim/examples/mixed24.scenario --format csv >"$tmp/m.csv" 2>/dev/null ||
+	no "mixed24 example exited $?"
+[ "$(col "$tmp/m.csv" views_agree)" = yes ] && [ "$(col "$tmp/m.csv" false_suspicions)" = 0 ] &&
+	[ "$(col "$tmp/m.csv" view_epochs)" = 2 ] &&
+	echo "sim: README example (mixed24): one new view, agreed, no false suspicion" ||
+	no "mixed24: views_agree $(col "$tmp/m.csv" views_agree), false $(col "$tmp/m.csv" false_suspicions)"
 
 # 1b. The baseline recovery: a collective watchdog (NCCL's 10 min, here 0.2 s from the start of
 # the collective that hangs) notices the death, then the job restarts (0.1 s) from its last
