@@ -158,6 +158,29 @@ static int tokenize(char *line, char **tok)
 	return n;
 }
 
+/* Feed every non-empty line of `text`, split into tokens, to `line_fn` (counting lines in x for
+ * error messages) until it fails. */
+static int each_line(struct ctx *x, const char *text,
+		     int (*line_fn)(struct ctx *x, char **tok, int n, void *arg), void *arg)
+{
+	char *copy = strdup(text);
+	if (copy == NULL)
+		return -ENOMEM;
+	int rc = 0;
+	char *save = NULL, *tok[TOKENS_MAX];
+	for (char *line = copy; line != NULL && rc == 0; line = save) {
+		save = strchr(line, '\n');
+		if (save != NULL)
+			*save++ = '\0';
+		x->line++;
+		int n = tokenize(line, tok);
+		if (n > 0)
+			rc = line_fn(x, tok, n, arg);
+	}
+	free(copy);
+	return rc;
+}
+
 /* key=value: splits in place; returns the value or NULL. */
 static char *kv(char *tok, char **key)
 {
@@ -307,30 +330,19 @@ static int expand(struct ctx *x, struct plan_cluster *c)
 	return 0;
 }
 
+static int cluster_line(struct ctx *x, char **tok, int n, void *arg)
+{
+	if (strcmp(tok[0], "group") != 0)
+		return fail(x, "kind", "expected 'group', got '%s'", tok[0]);
+	return group_line(x, tok, n, arg);
+}
+
 int plan_cluster_parse(const char *name, const char *text, struct plan_cluster *c, char *err,
 		       size_t err_len)
 {
 	memset(c, 0, sizeof(*c));
 	struct ctx x = {name, 0, err, err_len};
-	char *copy = strdup(text);
-	if (copy == NULL)
-		return -ENOMEM;
-	int rc = 0;
-	char *save = NULL, *tok[TOKENS_MAX];
-	for (char *line = copy; line != NULL && rc == 0; line = save) {
-		save = strchr(line, '\n');
-		if (save != NULL)
-			*save++ = '\0';
-		x.line++;
-		int n = tokenize(line, tok);
-		if (n == 0)
-			continue;
-		if (strcmp(tok[0], "group") == 0)
-			rc = group_line(&x, tok, n, c);
-		else
-			rc = fail(&x, "kind", "expected 'group', got '%s'", tok[0]);
-	}
-	free(copy);
+	int rc = each_line(&x, text, cluster_line, c);
 	if (rc == 0 && c->group_count == 0)
 		rc = fail(&x, "group", "no groups in the cluster");
 	if (rc == 0)
@@ -680,26 +692,24 @@ static int workload_line(struct ctx *x, char **tok, int n, const struct plan_clu
 	return fail(x, "kind", "expected shares, item, policy, task or edge, got '%s'", tok[0]);
 }
 
+struct workload_arg {
+	const struct plan_cluster *c;
+	struct plan_workload *w;
+};
+
+static int workload_line_arg(struct ctx *x, char **tok, int n, void *arg)
+{
+	struct workload_arg *a = arg;
+	return workload_line(x, tok, n, a->c, a->w);
+}
+
 int plan_workload_parse(const char *name, const char *text, const struct plan_cluster *c,
 			struct plan_workload *w, char *err, size_t err_len)
 {
 	memset(w, 0, sizeof(*w));
 	struct ctx x = {name, 0, err, err_len};
-	char *copy = strdup(text);
-	if (copy == NULL)
-		return -ENOMEM;
-	int rc = 0;
-	char *save = NULL, *tok[TOKENS_MAX];
-	for (char *line = copy; line != NULL && rc == 0; line = save) {
-		save = strchr(line, '\n');
-		if (save != NULL)
-			*save++ = '\0';
-		x.line++;
-		int n = tokenize(line, tok);
-		if (n > 0)
-			rc = workload_line(&x, tok, n, c, w);
-	}
-	free(copy);
+	struct workload_arg a = {c, w};
+	int rc = each_line(&x, text, workload_line_arg, &a);
 	if (rc == 0 && !w->has_shares && w->item_count == 0 && w->task_count == 0) {
 		x.line = 0;
 		rc = fail(&x, "kind", "no shares, items or tasks in the workload");
