@@ -28,7 +28,7 @@ done
 TMP=$(mktemp -d /tmp/keel-mutants.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 git ls-files | tar -cf - -T - | tar -xf - -C "$TMP"
-cp tests/unit/test_membership_model.c runtime/*.[ch] "$TMP/runtime/" 2>/dev/null
+cp runtime/*.[ch] "$TMP/runtime/" # uncommitted work too
 cp tests/unit/test_membership_model.c "$TMP/tests/unit/"
 cp runtime/membership.c "$TMP/membership.orig.c"
 while IFS='|' read -r what with bounds why; do

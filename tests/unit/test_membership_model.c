@@ -233,9 +233,9 @@ static void on_view(void *ctx, const struct keel_view *kv, const uint32_t *membe
 
 /* ---- nodes ---- */
 
-static void node_start(uint32_t i, bool rejoin, uint64_t now)
+/* Node i's config: small windows and buffers (the explorer copies node memory each step). */
+static void node_config(struct keel_config *c, uint32_t i, bool rejoin)
 {
-	struct keel_config *c = &mc.cfg[i];
 	keel_config_default(c);
 	c->rank = i;
 	c->world_size = mc.b.nodes;
@@ -253,6 +253,12 @@ static void node_start(uint32_t i, bool rejoin, uint64_t now)
 	c->rejoin = rejoin;
 	c->on_view = on_view;
 	c->on_view_ctx = (void *)(uintptr_t)i;
+}
+
+static void node_start(uint32_t i, bool rejoin, uint64_t now)
+{
+	struct keel_config *c = &mc.cfg[i];
+	node_config(c, i, rejoin);
 	size_t sz = keel_storage_size(c);
 	assert_true(sz != 0 && sz <= mc.mem_size);
 	memset(mc.mem[i], 0, mc.mem_size);
@@ -543,31 +549,16 @@ static void run_scenario(const struct mc_bounds *b)
 	memset(&mc, 0, sizeof(mc));
 	mc.b = *b;
 	assert_true(b->nodes <= MC_NODES_MAX && b->depth <= MC_DEPTH_MAX);
-	mc.mem_size = 0;
 	for (uint32_t i = 0; i < b->nodes; i++) {
 		mc.tp[i] = (struct keel_transport){
 		    .ops = &mc_ops, .mtu = KEEL_MTU_MIN, .rank = i, .world_size = b->nodes};
 		mc.meta.inc[i] = 1;
 	}
-	/* every node's storage has the same size; one more incarnation must fit too */
-	mc.mem_size = 1;
-	mc.mem[0] = calloc(1, 1);
-	{
-		struct keel_config c;
-		keel_config_default(&c);
-		c.rank = 0;
-		c.world_size = b->nodes;
-		c.transport = &mc.tp[0];
-		c.mtu = KEEL_MTU_MIN;
-		c.window = 2;
-		c.burst = 4;
-		c.ops_max = 1;
-		c.join_timeout_ns = 1;
-		c.restart_copy_bytes = 0;
-		mc.mem_size = (keel_storage_size(&c) + 63) & ~(size_t)63;
-		assert_true(mc.mem_size > 64);
-	}
-	free(mc.mem[0]);
+	/* every node's storage has the same size, whatever its rank or incarnation */
+	struct keel_config probe;
+	node_config(&probe, 0, false);
+	mc.mem_size = (keel_storage_size(&probe) + 63) & ~(size_t)63;
+	assert_true(mc.mem_size > 64);
 	for (uint32_t i = 0; i < b->nodes; i++)
 		mc.mem[i] = aligned_alloc(64, mc.mem_size);
 	mc.net = calloc(MC_MSGS_MAX, sizeof(*mc.net));
