@@ -627,6 +627,8 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 		mb_touch(n); /* a new life, or a request to join (renewed: see is_joiner) */
 	if (hb->incarnation > p->inc)
 		p->inc = hb->incarnation;
+	if (p->gone && hb->incarnation > p->gone_inc)
+		p->gone = false; /* a new life of a rank that had left */
 	p->hb_epoch = epoch;
 	p->joining = joining;
 	if (is_member(n, peer)) {

@@ -486,6 +486,7 @@ int keel_peer_get(const struct keel_node *node, uint32_t peer, struct keel_peer_
 	info->rtt_samples = p->rtt_samples;
 	info->retransmits = p->retransmits;
 	info->suspicions = p->suspicions;
+	info->left = peer != node->self && p->gone;
 	return 0;
 }
 
@@ -520,7 +521,9 @@ int keel_leave(struct keel_node *node, uint64_t now_ns)
 	if (now_ns > n->now_ns)
 		n->now_ns = now_ns;
 	for (uint32_t i = 0; i < n->world; i++) {
-		if (i == n->self || n->peers[i].state == KEEL_PEER_DEAD)
+		/* Members, and restarted ranks asking to join: they must not wait for us. */
+		const struct peer *p = &n->peers[i];
+		if (i == n->self || (p->state == KEEL_PEER_DEAD && !p->joining))
 			continue;
 		node_send_ctrl(n, i, WIRE_LEAVE, n->op_run_id - n->op_base, NULL, 0);
 	}

@@ -41,6 +41,8 @@ struct peer {
 	bool beat_to; /* we heartbeat it */
 	bool left;    /* it left cleanly in our epoch (keel_leave) */
 	uint32_t left_reported; /* ...having reported this many of the epoch's collectives */
+	bool gone;		/* it announced a clean exit (in any epoch) in incarnation... */
+	uint32_t gone_inc;	/* ...this one: only a later life of the rank speaks again */
 	uint64_t last_heard_ns;
 	uint64_t deaf_at_heard_ns; /* node->deaf_ns when last_heard_ns was set */
 	uint64_t hb_echo_ns;	   /* send_ns of the last heartbeat from it */

@@ -232,7 +232,26 @@ static void fill_input(struct trainer *t)
 	t->in[S_ROLLBACK] = t->rollback_pending;
 }
 
-/* Wait (bounded) until this node is a member of a view. */
+/* The ranks this node could join have all finished: at least one said it left (keel_leave,
+ * sent at the end of training) and no other is alive. */
+static bool others_left(struct trainer *t)
+{
+	bool any_left = false;
+	for (uint32_t r = 0; r < t->world; r++) {
+		struct keel_peer_info pi;
+		if (r == t->rank || keel_peer_get(t->b.node, r, &pi) != 0)
+			continue;
+		if (pi.left)
+			any_left = true;
+		else if (pi.state == KEEL_PEER_ALIVE)
+			return false;
+	}
+	return any_left;
+}
+
+enum { JOB_ENDED = 1 }; /* wait_member: nobody is left to admit this node */
+
+/* Wait (bounded) until this node is a member of a view; JOB_ENDED if the others finished. */
 static int wait_member(struct trainer *t, uint64_t limit_ns)
 {
 	uint64_t end = keel_posix_now_ns() + limit_ns;
@@ -240,6 +259,8 @@ static int wait_member(struct trainer *t, uint64_t limit_ns)
 		struct keel_view v;
 		if (keel_view_get(t->b.node, &v, NULL, 0) == 0 && v.self_member)
 			return 0;
+		if (others_left(t))
+			return JOB_ENDED;
 		uint64_t next;
 		int rc = keel_poll(t->b.node, keel_posix_now_ns(), &next);
 		if (rc != 0 && rc != KEEL_ENOQUORUM)
@@ -821,10 +842,15 @@ int main(int argc, char **argv)
 	}
 	t->synced = !t->b.cfg.rejoin;
 	t->next = K_GRAD;
-	if (t->b.cfg.rejoin && wait_member(t, 60ull * 1000000000ull) != 0) {
-		fprintf(stderr, "keel-train: rank %u: never admitted back\n", t->rank);
+	if (t->b.cfg.rejoin && (rc = wait_member(t, 60ull * 1000000000ull)) != 0) {
+		if (rc == JOB_ENDED)
+			printf("rank %u (restarted, life %u): training had ended before it was "
+			       "admitted back; nothing to do\n",
+			       t->rank, t->b.cfg.incarnation);
+		else
+			fprintf(stderr, "keel-train: rank %u: never admitted back\n", t->rank);
 		keel_boot_stop(&t->b, 0);
-		return 1;
+		return rc == JOB_ENDED ? 0 : 1;
 	}
 	struct keel_view v;
 	uint32_t members[KEEL_WORLD_MAX];

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # keel-train on 4 ranks, rank 2 SIGKILLed and restarted: every rank must finish, the restarted
 # one by live recovery, and the final accuracy must be within 1 point of the no-failure run.
+# The job lasts about 3.5 s here; killed at 1.0 s, the new life (admitted ~40 ms after it
+# starts) has seconds to spare even on a faster machine. (At 40 epochs and 1.5 s it had 0.25 s,
+# and lost the race once in CI: the others finished first.)
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -8,8 +11,8 @@ RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"
 [ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
 	{ echo "train_kill: digits data set missing (python3-sklearn): skipped"; exit 77; }
 tmp=$(mktemp -d /tmp/keel-train-kill.XXXXXX); trap 'rm -rf "$tmp"' EXIT
-KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --restart --kill 2@1.5 -- \
-	"$TRAIN" --epochs 40 --batch 8 --lr 0.1 --ckpt-dir "$tmp/ckpt" --quiet >"$tmp/log" 2>&1
+KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --restart --kill 2@1.0 -- \
+	"$TRAIN" --epochs 80 --batch 8 --lr 0.1 --ckpt-dir "$tmp/ckpt" --quiet >"$tmp/log" 2>&1
 rc=$?
 grep -v '^epoch' "$tmp/log"
 [ $rc -eq 0 ] || { echo "train_kill: keel-run failed (rc $rc)"; exit 1; }

@@ -288,6 +288,52 @@ static void test_membership_restarted_rank_rejoins(void **state)
 	cluster_fini(&c);
 }
 
+/* The job ends while a restarted rank waits for admission: the members' keel_leave reaches it
+ * (not only the members), so it sees every rank it could join as left instead of waiting for
+ * a view change nobody is left to make. */
+static void test_membership_joiner_told_members_left(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, tweak_views), 0);
+	warm(&c);
+	c.paused[2] = true;
+	assert_true(converge(&c, 0x3ull, 20000));
+	struct keel_config cfg = c.cfg[2];
+	cfg.incarnation = 2;
+	cfg.rejoin = true;
+	assert_int_equal(
+	    keel_init(&c.node[2], c.mem_node[2], keel_storage_size(&cfg), &cfg, c.now_ns), 0);
+	c.paused[2] = false;
+	/* Until the members have heard the new life knocking (and not yet admitted it). */
+	struct keel_peer_info pi = {0};
+	for (int i = 0; i < 20000 && pi.incarnation != 2; i++) {
+		cluster_round(&c);
+		assert_int_equal(keel_peer_get(c.node[0], 2, &pi), 0);
+	}
+	assert_int_equal(pi.incarnation, 2);
+	assert_false(pi.member);
+	assert_int_equal(keel_peer_get(c.node[2], 0, &pi), 0);
+	assert_false(pi.left);
+	for (uint32_t r = 0; r < 2; r++) {
+		assert_true(keel_is_idle(c.node[r]));
+		assert_int_equal(keel_leave(c.node[r], c.now_ns), 0);
+		c.paused[r] = true;
+	}
+	for (int i = 0; i < 100; i++)
+		cluster_round(&c);
+	uint64_t mask;
+	struct keel_view v = view_of(&c, 2, &mask);
+	assert_false(v.self_member);
+	for (uint32_t r = 0; r < 2; r++) {
+		assert_int_equal(keel_peer_get(c.node[2], r, &pi), 0);
+		assert_true(pi.left);
+		assert_int_not_equal(pi.state, KEEL_PEER_ALIVE);
+	}
+	assert_false(g_views.conflict);
+	cluster_fini(&c);
+}
+
 /* Broadcast from the donor: how a node that joined gets the state. */
 static void test_membership_broadcast_brings_state(void **state)
 {
@@ -431,6 +477,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_membership_split_minority_stops_then_rejoins, setup),
 	    cmocka_unit_test_setup(test_membership_coordinator_dies_mid_change, setup),
 	    cmocka_unit_test_setup(test_membership_restarted_rank_rejoins, setup),
+	    cmocka_unit_test_setup(test_membership_joiner_told_members_left, setup),
 	    cmocka_unit_test_setup(test_membership_broadcast_brings_state, setup),
 	    cmocka_unit_test_setup(test_membership_majority_restart_stops, setup),
 	    cmocka_unit_test_setup(test_membership_random_schedules_keep_one_view_per_epoch, setup),
