@@ -106,7 +106,6 @@ void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t epoch, uint32_t re
 	/* Kept whatever our view: a restarted node waiting for admission learns from it that the
 	 * members it would join are gone (the job ended), instead of waiting for nobody. */
 	p->gone = true;
-	p->gone_inc = p->inc;
 	if (p->state == KEEL_PEER_DEAD)
 		return;
 	if (epoch == n->epoch && view_has(&n->view, peer)) {

@@ -625,10 +625,10 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 	bool joining = (hb->flags & WIRE_HB_JOINING) != 0;
 	if (hb->incarnation > p->inc || joining != p->joining || joining)
 		mb_touch(n); /* a new life, or a request to join (renewed: see is_joiner) */
-	if (hb->incarnation > p->inc)
+	if (hb->incarnation > p->inc) {
 		p->inc = hb->incarnation;
-	if (p->gone && hb->incarnation > p->gone_inc)
-		p->gone = false; /* a new life of a rank that had left */
+		p->gone = false; /* a new life: a leave was its old life's */
+	}
 	p->hb_epoch = epoch;
 	p->joining = joining;
 	if (is_member(n, peer)) {
@@ -708,8 +708,10 @@ static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, cons
 		mb_touch(n); /* what proven_dead() and is_joiner() read */
 	if (n->view.inc[peer] == 0)
 		n->view.inc[peer] = inc;
-	if (inc > p->inc)
+	if (inc > p->inc) {
 		p->inc = inc;
+		p->gone = false;
+	}
 	p->pr_promised = true;
 	p->pr_done = wire_get32(x + 8);
 	p->pr_ops_pending = wire_get32(x + 12);

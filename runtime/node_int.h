@@ -41,8 +41,7 @@ struct peer {
 	bool beat_to; /* we heartbeat it */
 	bool left;    /* it left cleanly in our epoch (keel_leave) */
 	uint32_t left_reported; /* ...having reported this many of the epoch's collectives */
-	bool gone;		/* it announced a clean exit (in any epoch) in incarnation... */
-	uint32_t gone_inc;	/* ...this one: only a later life of the rank speaks again */
+	bool gone;		/* it announced a clean exit (any epoch) and no later life spoke */
 	uint64_t last_heard_ns;
 	uint64_t deaf_at_heard_ns; /* node->deaf_ns when last_heard_ns was set */
 	uint64_t hb_echo_ns;	   /* send_ns of the last heartbeat from it */
@@ -285,12 +284,12 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 void mb_poll(struct keel_node *n);
 uint64_t mb_next_deadline(const struct keel_node *n);
 bool mb_is_coordinator(const struct keel_node *n);
-void mb_request_bump(struct keel_node *n);
+void mb_request_bump(struct keel_node *n); /* a collective stalled without a view change */
 /* A peer's state, the view or a report changed: mb_poll re-derives what it depends on. */
 static inline void mb_touch(struct keel_node *n)
 {
 	n->mb_dirty = true;
-} /* a collective stalled without a view change */
+}
 
 /* coll_steps.c */
 uint32_t coll_step_count(const struct keel_op *op);
