@@ -208,6 +208,10 @@ static bool advance(struct keel_node *n, struct keel_op *op)
 		return true;
 	}
 	if (op->state == OP_QUEUED) {
+		if (!n->member && n->now_ns - op->queued_ns >= keel_op_bound_ns(&n->cfg)) {
+			op_finish(n, op, -ETIMEDOUT); /* never admitted: nobody to run it with */
+			return true;
+		}
 		if (!n->member)
 			return false; /* admitted at the next view change */
 		if (!op_begin(n, op))
@@ -238,6 +242,8 @@ void coll_progress(struct keel_node *n)
 uint64_t coll_next_deadline(const struct keel_node *n)
 {
 	const struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
+	if (op->id == n->op_run_id && op->state == OP_QUEUED && !n->member)
+		return op->queued_ns + keel_op_bound_ns(&n->cfg);
 	if (op->id != n->op_run_id || (op->state != OP_RUNNING && op->state != OP_LOCAL_DONE))
 		return UINT64_MAX;
 	uint64_t stall = op->progress_ns + n->cfg.op_timeout_ns;
@@ -260,7 +266,7 @@ uint32_t coll_pending(const struct keel_node *n)
 /* A view was installed. `frontier` (meaningful when this node was a member of the previous
  * epoch, `same_line`) counts the previous epoch's collectives complete at every member:
  * those this node holds finish now; the one after restarts on the new view. */
-void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier)
+void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier, bool excluded)
 {
 	for (uint32_t guard = 0; guard < n->ops_max; guard++) {
 		struct keel_op *op = frontier_op(n);
@@ -268,6 +274,15 @@ void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier)
 		    !seq_before(wire_id(n, op), frontier))
 			break;
 		op_finish(n, op, 0); /* its result stands: computed over op->done_* */
+	}
+	/* Left out: the members restart these without us, or already finished them; the
+	 * caller's sequence of collectives no longer matches theirs. */
+	for (uint32_t guard = 0; excluded && guard < n->ops_max; guard++) {
+		struct keel_op *op = frontier_op(n);
+		if (op == NULL)
+			break;
+		op_finish(n, op, KEEL_EEXCLUDED);
+		n->excluded_unseen = false; /* the caller hears it from this op */
 	}
 	struct keel_op *op = frontier_op(n);
 	if (op != NULL && (op->state == OP_RUNNING || op->state == OP_LOCAL_DONE))
@@ -330,6 +345,14 @@ static bool overlap(const uint8_t *a, const uint8_t *b, uint64_t len)
 	return a != b && a < b + len && b < a + len;
 }
 
+/* The view left this node out and no collective has said so yet: say it once, here. */
+static bool excluded_unseen(struct keel_node *n)
+{
+	bool was = n->excluded_unseen;
+	n->excluded_unseen = false;
+	return was;
+}
+
 static struct keel_op *op_alloc(struct keel_node *n)
 {
 	struct keel_op *op = &n->ops[n->op_next_id % n->ops_max];
@@ -340,6 +363,7 @@ static struct keel_op *op_alloc(struct keel_node *n)
 	op->done_bits = bits;
 	op->id = n->op_next_id++;
 	op->state = OP_QUEUED;
+	op->queued_ns = n->now_ns;
 	return op;
 }
 
@@ -364,6 +388,8 @@ int keel_allreduce_start(struct keel_node *node, const void *send, void *recv, s
 	uint64_t step_bytes = ring ? bytes / 2 + esize : bytes;
 	if (step_bytes > UINT32_MAX)
 		return -EMSGSIZE;
+	if (excluded_unseen(node))
+		return KEEL_EEXCLUDED;
 	struct keel_op *op = op_alloc(node);
 	if (op == NULL)
 		return -EBUSY;
@@ -390,6 +416,8 @@ int keel_broadcast_start(struct keel_node *node, uint32_t root, void *buf, size_
 		return -EINVAL;
 	if (bytes > UINT32_MAX)
 		return -EMSGSIZE;
+	if (excluded_unseen(node))
+		return KEEL_EEXCLUDED;
 	struct keel_op *op = op_alloc(node);
 	if (op == NULL)
 		return -EBUSY;

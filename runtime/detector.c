@@ -163,28 +163,29 @@ void fd_poll_start(struct keel_node *n)
 	n->last_poll_ns = n->now_ns;
 }
 
+void fd_beat_one(struct keel_node *n, uint32_t peer)
+{
+	struct peer *p = &n->peers[peer];
+	struct wire_heartbeat hb = {
+	    .send_ns = n->now_ns,
+	    .echo_ns = p->hb_echo_ns,
+	    .echo_held_ns = p->hb_echo_ns != 0 ? n->now_ns - p->hb_echo_recv_ns : 0,
+	    .incarnation = n->incarnation,
+	    .flags = (n->member ? 0 : WIRE_HB_JOINING) | (n->noquorum ? WIRE_HB_NOQUORUM : 0),
+	};
+	uint8_t payload[WIRE_HEARTBEAT_SIZE];
+	wire_heartbeat_encode(payload, &hb);
+	node_send_ctrl(n, peer, WIRE_HEARTBEAT, n->ops_done_local, payload, WIRE_HEARTBEAT_SIZE);
+	p->hb_echo_ns = 0; /* echo each heartbeat once: one RTT sample per round trip */
+	n->ctr.heartbeats_sent++;
+}
+
 void fd_beat(struct keel_node *n)
 {
 	if (n->now_ns < n->next_beat_ns)
 		return;
-	for (uint32_t b = 0; b < n->beat_count; b++) {
-		uint32_t i = n->beat_list[b];
-		struct peer *p = &n->peers[i];
-		struct wire_heartbeat hb = {
-		    .send_ns = n->now_ns,
-		    .echo_ns = p->hb_echo_ns,
-		    .echo_held_ns = p->hb_echo_ns != 0 ? n->now_ns - p->hb_echo_recv_ns : 0,
-		    .incarnation = n->incarnation,
-		    .flags =
-			(n->member ? 0 : WIRE_HB_JOINING) | (n->noquorum ? WIRE_HB_NOQUORUM : 0),
-		};
-		uint8_t payload[WIRE_HEARTBEAT_SIZE];
-		wire_heartbeat_encode(payload, &hb);
-		node_send_ctrl(n, i, WIRE_HEARTBEAT, n->ops_done_local, payload,
-			       WIRE_HEARTBEAT_SIZE);
-		p->hb_echo_ns = 0; /* echo each heartbeat once: one RTT sample per round trip */
-		n->ctr.heartbeats_sent++;
-	}
+	for (uint32_t b = 0; b < n->beat_count; b++)
+		fd_beat_one(n, n->beat_list[b]);
 	n->next_beat_ns += n->cfg.heartbeat_ns;
 	if (n->next_beat_ns <= n->now_ns)
 		n->next_beat_ns = n->now_ns + n->cfg.heartbeat_ns;

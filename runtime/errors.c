@@ -26,6 +26,8 @@ const char *keel_strerror(int err)
 		KEEL_CASE(KEEL_ECORRUPT, "data failed its checksum and retries ran out");
 		KEEL_CASE(KEEL_ERENDEZVOUS, "rendezvous failed: peers could not be found");
 		KEEL_CASE(KEEL_ETRANSPORT, "the transport reported a fatal error");
+		KEEL_CASE(KEEL_EEXCLUDED, "this node was excluded from the view while silent (paused "
+					  "or cut off): rejoin and fetch state from view.donor");
 
 		/* Argument and capacity errors. */
 		ERRNO_CASE(EINVAL, "invalid argument");

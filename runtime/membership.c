@@ -263,6 +263,10 @@ static void install(struct keel_node *n, const struct view *v)
 	bool was_member = n->member;
 	uint32_t old_epoch = n->view.epoch;
 	bool self_in = view_has(v, n->self) && v->inc[n->self] == n->incarnation;
+	/* Left out after being a member: the others went on without this node (it was paused or
+	 * cut off and suspected). Its collectives are not theirs any more; it asks to be admitted
+	 * again like a restarted rank, and its application must fetch state. */
+	bool excluded = was_member && !self_in;
 	view_copy(&n->view, v, n->world);
 	n->epoch = v->epoch;
 	rebuild_positions(n);
@@ -279,7 +283,11 @@ static void install(struct keel_node *n, const struct view *v)
 		if (r != n->self)
 			reset_peer_for_view(n, r, view_has(v, r));
 	fd_on_view(n);
-	coll_on_install(n, was_member && self_in && v->epoch == old_epoch + 1, v->frontier);
+	if (excluded) {
+		n->ctr.self_exclusions++;
+		n->excluded_unseen = true;
+	}
+	coll_on_install(n, was_member && v->epoch == old_epoch + 1, v->frontier, excluded);
 	if (old_epoch != 0)
 		n->ctr.view_changes++;
 	if (n->cfg.on_view != NULL) {
@@ -336,7 +344,8 @@ static bool recently_heard(const struct keel_node *n, const struct peer *p)
 static bool is_joiner(const struct keel_node *n, uint32_t r)
 {
 	const struct peer *p = &n->peers[r];
-	if (r == n->self || !p->joining || !recently_heard(n, p))
+	/* gone: it said it leaves for good (an excluded rank whose program chose to exit) */
+	if (r == n->self || !p->joining || p->gone || !recently_heard(n, p))
 		return false;
 	if (!is_member(n, r))
 		return true;
@@ -648,6 +657,12 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 	    n->now_ns - p->catchup_ns >= n->cfg.heartbeat_ns) {
 		p->catchup_ns = n->now_ns;
 		send_value(n, peer, VM_COMMIT, n->view.epoch, 0, &n->view);
+	}
+	/* We are behind (back from a pause, say): beat to it at once, so its catch-up above
+	 * brings the view now rather than at our next interval. */
+	if (seq_before(n->epoch, epoch) && n->now_ns - p->catchup_ns >= n->cfg.heartbeat_ns) {
+		p->catchup_ns = n->now_ns;
+		fd_beat_one(n, peer);
 	}
 	return same_life;
 }

@@ -112,6 +112,7 @@ struct keel_op {
 	bool began;			 /* ran at least once (a later begin is a restart) */
 	bool has_copy;			 /* in-place input saved in the node's restart copy */
 	uint64_t start_ns;		 /* first begin: keel_op_bound_ns counts from here */
+	uint64_t queued_ns;		 /* started by the caller (a joiner's wait counts from here) */
 	uint32_t done_epoch, done_count; /* the view the result was computed over */
 	uint8_t *done_bits;		 /* its members (world bits, in the node's storage) */
 	uint32_t root_pos;
@@ -195,6 +196,10 @@ struct keel_node {
 	bool member;	   /* in the installed view */
 	bool noquorum;	   /* a majority of the view is suspected: stopped */
 	bool joined_last;  /* the installed view admitted this node */
+	/* A view left this node out after it had been a member (it was silent: paused, cut
+	 * off): its collectives failed with KEEL_EEXCLUDED; when none was pending, the next one
+	 * started fails so, once — the application must learn its state is behind. */
+	bool excluded_unseen;
 	struct view view;  /* installed */
 	uint32_t *rank_at; /* position -> rank, view.count entries */
 	uint32_t *pos_of;  /* rank -> position, UINT32_MAX for non-members */
@@ -268,6 +273,7 @@ void fd_suspect(struct keel_node *n, uint32_t peer); /* suspect it now (it resta
 void fd_on_view(struct keel_node *n);		     /* watch exactly the new view's members */
 void fd_poll_start(struct keel_node *n);
 void fd_beat(struct keel_node *n);
+void fd_beat_one(struct keel_node *n, uint32_t peer); /* a heartbeat to `peer` now */
 void fd_check(struct keel_node *n);
 uint64_t fd_next_deadline(const struct keel_node *n);
 
@@ -296,8 +302,9 @@ uint32_t coll_step_count(const struct keel_op *op);
 void coll_step(const struct keel_op *op, uint32_t t, struct step *s); /* in view positions */
 
 /* collectives.c */
-/* A view was installed: finish the collectives complete everywhere, restart the next one. */
-void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier);
+/* A view was installed: finish the collectives complete everywhere, restart the next one;
+ * when the view left this node out (`excluded`), fail the rest with KEEL_EEXCLUDED. */
+void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier, bool excluded);
 /* For a view change: collectives of this epoch whose result this node has, and started. */
 uint32_t coll_done_count(const struct keel_node *n);
 uint32_t coll_pending(const struct keel_node *n);

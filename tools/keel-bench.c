@@ -190,6 +190,16 @@ static void die(struct keel_boot *b, const char *what, int rc)
 {
 	struct keel_counters k;
 	keel_counters_get(b->node, &k);
+	if (rc == KEEL_EEXCLUDED) {
+		/* The others went on without this rank; a benchmark cannot catch up with their
+		 * sequence of calls, so it leaves cleanly and says why. */
+		fprintf(stderr,
+			"keel-bench: rank %u: %s: excluded from the job's view (silent too long: "
+			"%llu late polls of its own); leaving (exit %d)\n",
+			b->launch.rank, what, (unsigned long long)k.local_pauses, KEEL_EXIT_EXCLUDED);
+		keel_boot_stop(b, 0);
+		exit(KEEL_EXIT_EXCLUDED);
+	}
 	fprintf(stderr, "keel-bench: rank %u: %s: %s (own late polls %llu)\n", b->launch.rank, what,
 		keel_strerror(rc), (unsigned long long)k.local_pauses);
 	for (uint32_t p = 0; p < b->launch.world_size; p++) {

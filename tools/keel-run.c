@@ -25,6 +25,8 @@
 
 #define EXIT_USAGE	 2
 #define EXIT_TIMEOUT	 124
+/* A rank's own exit status when the job's view left it out (boot.h: KEEL_EXIT_EXCLUDED). */
+#define EXIT_EXCLUDED 3
 #define GRACE_NS_DEFAULT 5000000000ull
 /* Longest --timeout or --grace: about 115 days, far beyond any job, far below overflow. */
 #define SECONDS_MAX 1e7
@@ -43,15 +45,19 @@ struct rank_slot {
 	uint32_t restarts;
 	uint64_t started_ns, ended_ns;
 	bool killed_by_us;	/* its last life ended by --kill: not a failure */
+	bool stopped;		/* --pause: SIGSTOPped now */
 	uint64_t restart_at_ns; /* --restart: when to start it again; UINT64_MAX when not */
 };
 
-/* --kill RANK@SECONDS: SIGKILL that rank this long after keel-run started. */
+/* --kill RANK@SECONDS: SIGKILL that rank this long after keel-run started.
+ * --pause RANK@SECONDS:DURATION: SIGSTOP it then, SIGCONT it DURATION later (a gray failure:
+ * the process comes back with its old state). */
 #define KILLS_MAX 64u
 struct kill_entry {
 	uint32_t rank;
 	uint64_t at_ns;
-	bool done;
+	uint64_t pause_ns; /* 0: a kill */
+	bool done, resumed;
 };
 /* A killed rank restarts this long after its death was noticed. */
 #define RESTART_DELAY_NS 100000000ull
@@ -102,14 +108,19 @@ static void usage(FILE *f)
 	    "  --keep-going         a failing rank does not stop the others\n"
 	    "  --kill RANK@SECONDS  SIGKILL that rank this long after the start (repeatable;\n"
 	    "                       not counted as a failure)\n"
-	    "  --restart            start a rank again when a signal killed it, as a new\n"
-	    "                       incarnation (KEEL_INCARNATION, KEEL_REJOIN=1)\n"
+	    "  --pause RANK@SECONDS:DURATION  SIGSTOP that rank at SECONDS, SIGCONT it DURATION\n"
+	    "                       seconds later (repeatable)\n"
+	    "  --restart            start a rank again when a signal killed it, or when it\n"
+	    "                       exited %d (excluded from the view), as a new incarnation\n"
+	    "                       (KEEL_INCARNATION, KEEL_REJOIN=1)\n"
 	    "  -h, --help           this text\n"
 	    "\n"
 	    "SIGINT, SIGTERM and SIGHUP are passed to every rank. Each rank runs in its own\n"
 	    "process group, so signals reach its children too. The exit status is 0 if every\n"
-	    "rank exited 0, else that of the first rank to fail (128+N when killed by signal N).\n",
-	    KEEL_WORLD_MAX);
+	    "rank exited 0, else that of the first rank to fail (128+N when killed by signal N).\n"
+	    "A rank that exits %d was left out of the job's view (paused or cut off too long)\n"
+	    "and left cleanly: the others go on without it; that is not a failure.\n",
+	    KEEL_WORLD_MAX, EXIT_EXCLUDED, EXIT_EXCLUDED);
 }
 
 __attribute__((format(printf, 1, 2))) static _Noreturn void usage_error(const char *fmt, ...)
@@ -183,6 +194,26 @@ static void parse_kill(struct opts *o, const char *v)
 	k->at_ns = parse_seconds("--kill", at + 1);
 }
 
+static void parse_pause(struct opts *o, const char *v)
+{
+	const char *at = strchr(v, '@'), *colon = at != NULL ? strchr(at, ':') : NULL;
+	char rank[16], when[32];
+
+	if (at == NULL || colon == NULL || at == v || (size_t)(at - v) >= sizeof(rank) ||
+	    (size_t)(colon - at - 1) >= sizeof(when))
+		usage_error("--pause '%s': expected RANK@SECONDS:DURATION", v);
+	if (o->kill_count == KILLS_MAX)
+		usage_error("--kill and --pause: at most %u in all", KILLS_MAX);
+	memcpy(rank, v, (size_t)(at - v));
+	rank[at - v] = '\0';
+	memcpy(when, at + 1, (size_t)(colon - at - 1));
+	when[colon - at - 1] = '\0';
+	struct kill_entry *k = &o->kills[o->kill_count++];
+	k->rank = parse_count("--pause", rank, 0, KEEL_WORLD_MAX - 1);
+	k->at_ns = parse_seconds("--pause", when);
+	k->pause_ns = parse_seconds("--pause", colon + 1);
+}
+
 static void parse_args(int argc, char **argv, struct opts *o)
 {
 	const char *v;
@@ -218,6 +249,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			o->restart = true;
 		else if ((v = opt_value(argc, argv, &i, "--kill")) != NULL)
 			parse_kill(o, v);
+		else if ((v = opt_value(argc, argv, &i, "--pause")) != NULL)
+			parse_pause(o, v);
 		else
 			usage_error("unknown option '%s'", a);
 	}
@@ -227,7 +260,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		usage_error("no program to run");
 	for (uint32_t k = 0; k < o->kill_count; k++)
 		if (o->kills[k].rank >= o->nproc)
-			usage_error("--kill %u@...: there are only %u ranks", o->kills[k].rank,
+			usage_error("--%s %u@...: there are only %u ranks",
+				    o->kills[k].pause_ns != 0 ? "pause" : "kill", o->kills[k].rank,
 				    o->nproc);
 	o->argv = argv + i;
 }
@@ -337,9 +371,16 @@ static _Noreturn void child_exec(uint32_t rank, pid_t parent, const sigset_t *ol
 
 static void signal_ranks(int sig)
 {
-	for (uint32_t r = 0; r < job.o.nproc; r++)
-		if (job.ranks[r].state == RANK_RUNNING)
-			kill(-job.ranks[r].pid, sig);
+	for (uint32_t r = 0; r < job.o.nproc; r++) {
+		struct rank_slot *s = &job.ranks[r];
+		if (s->state != RANK_RUNNING)
+			continue;
+		kill(-s->pid, sig);
+		if (s->stopped) { /* --pause: a stopped process acts on SIGTERM only once resumed */
+			kill(-s->pid, SIGCONT);
+			s->stopped = false;
+		}
+	}
 }
 
 /* Begin stopping: `sig` now, SIGKILL after the grace period. */
@@ -371,6 +412,7 @@ static int start_rank(uint32_t rank, const sigset_t *old_mask)
 	s->state = RANK_RUNNING;
 	s->started_ns = keel_posix_now_ns();
 	s->killed_by_us = false;
+	s->stopped = false;
 	s->restart_at_ns = UINT64_MAX;
 	job.running++;
 	return 0;
@@ -398,10 +440,17 @@ static void rank_ended(uint32_t rank, int wstatus)
 	job.running--;
 	if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
 		return;
-	if (WIFSIGNALED(wstatus) && job.o.restart && !job.stopping) {
+	bool excluded = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == EXIT_EXCLUDED;
+	if ((WIFSIGNALED(wstatus) || excluded) && job.o.restart && !job.stopping) {
 		describe(rank, wstatus, what, sizeof(what));
-		fprintf(stderr, "keel-run: %s; restarting it (--restart)\n", what);
+		fprintf(stderr, "keel-run: %s%s; restarting it (--restart)\n", what,
+			excluded ? " (excluded from the view)" : "");
 		s->restart_at_ns = s->ended_ns + RESTART_DELAY_NS;
+		return;
+	}
+	if (excluded) {
+		fprintf(stderr, "keel-run: rank %u was excluded from the view and left; the others "
+				"go on without it\n", rank);
 		return;
 	}
 	if (s->killed_by_us)
@@ -462,11 +511,28 @@ static void run_kills_and_restarts(uint64_t now_ns, const sigset_t *old_mask)
 	for (uint32_t k = 0; k < job.o.kill_count; k++) {
 		struct kill_entry *e = &job.o.kills[k];
 		struct rank_slot *s = &job.ranks[e->rank];
+		if (e->done && !e->resumed && now_ns >= job.start_ns + e->at_ns + e->pause_ns) {
+			e->resumed = true;
+			if (s->state == RANK_RUNNING && s->stopped) {
+				fprintf(stderr, "keel-run: resuming rank %u\n", e->rank);
+				kill(-s->pid, SIGCONT);
+				s->stopped = false;
+			}
+		}
 		if (e->done || now_ns < job.start_ns + e->at_ns)
 			continue;
 		e->done = true;
+		e->resumed = e->pause_ns == 0;
 		if (s->state != RANK_RUNNING || job.stopping)
 			continue;
+		if (e->pause_ns != 0) {
+			fprintf(stderr, "keel-run: pausing rank %u for %.3g s (--pause %u@%.3g:%.3g)\n",
+				e->rank, (double)e->pause_ns / 1e9, e->rank, (double)e->at_ns / 1e9,
+				(double)e->pause_ns / 1e9);
+			s->stopped = true;
+			kill(-s->pid, SIGSTOP);
+			continue;
+		}
 		fprintf(stderr, "keel-run: killing rank %u (--kill %u@%.3g)\n", e->rank, e->rank,
 			(double)e->at_ns / 1e9);
 		s->killed_by_us = true;
@@ -489,9 +555,12 @@ static void run_kills_and_restarts(uint64_t now_ns, const sigset_t *old_mask)
 static uint64_t next_kill_or_restart_ns(void)
 {
 	uint64_t next = UINT64_MAX;
-	for (uint32_t k = 0; k < job.o.kill_count; k++)
-		if (!job.o.kills[k].done && job.start_ns + job.o.kills[k].at_ns < next)
-			next = job.start_ns + job.o.kills[k].at_ns;
+	for (uint32_t k = 0; k < job.o.kill_count; k++) {
+		const struct kill_entry *e = &job.o.kills[k];
+		uint64_t at = job.start_ns + e->at_ns + (e->done ? e->pause_ns : 0);
+		if ((!e->done || !e->resumed) && at < next)
+			next = at;
+	}
 	for (uint32_t r = 0; r < job.o.nproc; r++)
 		if (job.ranks[r].state == RANK_DONE && job.ranks[r].restart_at_ns < next)
 			next = job.ranks[r].restart_at_ns;

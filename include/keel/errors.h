@@ -20,6 +20,8 @@ enum keel_error {
 	KEEL_ECORRUPT = -1005,	   /* data failed its checksum and retries ran out */
 	KEEL_ERENDEZVOUS = -1006,  /* peers could not be found (rendezvous failed) */
 	KEEL_ETRANSPORT = -1007,   /* the transport reported a fatal error */
+	KEEL_EEXCLUDED = -1008,	   /* this node was excluded from the view while it was silent
+				    * (paused, stalled or cut off): its state is behind the members' */
 };
 
 /* Name and explanation of any code keel returns (0, -errno or KEEL_E*).

@@ -185,6 +185,8 @@ struct keel_counters {
 	uint64_t view_proposals;   /* view-change rounds this node started as coordinator */
 	uint64_t drop_view;	   /* membership messages malformed or for a view we cannot use */
 	uint64_t noquorum_entries; /* times this node found itself without a majority */
+	uint64_t self_exclusions;  /* views this node installed that left it out after it had been
+				    * a member (it was paused or cut off): KEEL_EEXCLUDED */
 };
 void keel_counters_get(const struct keel_node *node, struct keel_counters *out);
 
