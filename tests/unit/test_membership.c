@@ -334,6 +334,153 @@ static void test_membership_joiner_told_members_left(void **state)
 	cluster_fini(&c);
 }
 
+/* An AllReduce of 64 floats (rank r gives r + 1) over the ranks in `mask`; every result must be
+ * the sum over exactly the members its op reports. */
+static void allreduce_exact(struct cluster *c, uint64_t mask)
+{
+	static float in[CLUSTER_MAX][64], buf[CLUSTER_MAX][64];
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX];
+	float want = 0;
+	for (uint32_t r = 0; r < c->world; r++) {
+		if (!((mask >> r) & 1))
+			continue;
+		want += (float)(r + 1);
+		for (int i = 0; i < 64; i++)
+			in[r][i] = (float)(r + 1);
+		assert_int_equal(keel_allreduce_start(c->node[r], in[r], buf[r], 64, KEEL_F32,
+						      KEEL_SUM, &ops[r]),
+				 0);
+	}
+	assert_int_equal(cluster_wait_ops(c, ops, rc, 100000), 0);
+	for (uint32_t r = 0; r < c->world; r++) {
+		if (!((mask >> r) & 1))
+			continue;
+		assert_int_equal(rc[r], 0);
+		assert_true(buf[r][17] == want);
+	}
+}
+
+/* A rank stopped (SIGSTOP, a long page-fault storm) with a collective in flight, then back
+ * with its old state, epoch and incarnation — the coordinator or another rank. The others
+ * finish on the smaller view without waiting for it; its old-epoch data is fenced and counted;
+ * it learns it was left out from the first datagrams it exchanges, its collective fails with
+ * KEEL_EEXCLUDED, and the next view change admits it again, as a restarted rank would be. */
+static void paused_rank_is_excluded_then_readmitted(uint32_t world, uint32_t paused)
+{
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, world, NULL, g_seed, tweak_views), 0);
+	warm(&c);
+	uint64_t all = (1ull << world) - 1, rest = all & ~(1ull << paused);
+	static float in[CLUSTER_MAX][64], buf[CLUSTER_MAX][64];
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX];
+	for (uint32_t r = 0; r < world; r++) {
+		for (int i = 0; i < 64; i++)
+			in[r][i] = (float)(r + 1);
+		/* out of place: a view change restarts it from the untouched input */
+		assert_int_equal(keel_allreduce_start(c.node[r], in[r], buf[r], 64, KEEL_F32,
+						      KEEL_SUM, &ops[r]),
+				 0);
+	}
+	c.paused[paused] = true; /* stopped before its first datagram of that call left */
+	struct keel_counters k;
+	keel_counters_get(c.node[paused], &k);
+	uint64_t queued = k.data_sent; /* 0 when its first step only receives */
+	struct keel_op *waiting = ops[paused];
+	ops[paused] = NULL;
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
+	float want = (float)(world * (world + 1) / 2 - (paused + 1));
+	for (uint32_t r = 0; r < world; r++)
+		if (r != paused) {
+			assert_int_equal(rc[r], 0);
+			assert_true(buf[r][3] == want);
+		}
+	assert_true(converge(&c, rest, 20000));
+	struct keel_counters before[CLUSTER_MAX];
+	for (uint32_t r = 0; r < world; r++)
+		keel_counters_get(c.node[r], &before[r]);
+
+	c.paused[paused] = false; /* back, with its old epoch and incarnation */
+	int st = -EINPROGRESS;
+	for (int i = 0; i < 20 * 10 && st == -EINPROGRESS; i++) {
+		cluster_round(&c);
+		st = keel_op_test(c.node[paused], waiting);
+	}
+	assert_int_equal(st, KEEL_EEXCLUDED); /* within 20 rounds of HB/10: two intervals */
+	keel_counters_get(c.node[paused], &k);
+	assert_int_equal(k.self_exclusions, 1);
+	for (int i = 0; i < 10; i++)
+		cluster_round(&c); /* what it sent in its last poll reaches the others */
+	uint64_t fenced = 0;
+	for (uint32_t r = 0; r < world; r++) {
+		keel_counters_get(c.node[r], &k);
+		fenced += k.drop_epoch - before[r].drop_epoch;
+	}
+	/* its queued old-epoch data reached the others, and was dropped and counted there */
+	assert_true(queued == 0 || fenced > 0);
+	assert_true(converge(&c, all, 40000));
+	uint64_t mask;
+	struct keel_view v = view_of(&c, paused, &mask);
+	assert_true(v.self_joined);
+	assert_int_equal(v.joined_count, 1);
+	assert_int_not_equal(v.donor, paused);
+	allreduce_exact(&c, all);
+	assert_false(g_views.conflict);
+	cluster_fini(&c);
+}
+
+static void test_membership_paused_rank_excluded_then_readmitted(void **state)
+{
+	(void)state;
+	paused_rank_is_excluded_then_readmitted(4, 2);
+	setup(NULL);
+	paused_rank_is_excluded_then_readmitted(5, 4);
+	setup(NULL);
+	paused_rank_is_excluded_then_readmitted(3, 1);
+}
+
+static void test_membership_paused_coordinator_excluded_then_readmitted(void **state)
+{
+	(void)state;
+	paused_rank_is_excluded_then_readmitted(4, 0);
+	setup(NULL);
+	paused_rank_is_excluded_then_readmitted(3, 0);
+}
+
+/* Excluded while no collective was pending (between two steps of the host program): the
+ * next collective it starts says so, once; after readmission collectives work again. */
+static void test_membership_excluded_between_collectives_told_at_next_start(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 4, NULL, g_seed, tweak_views), 0);
+	warm(&c);
+	c.paused[3] = true;
+	assert_true(converge(&c, 0x7ull, 20000));
+	c.paused[3] = false;
+	assert_true(converge(&c, 0xfull, 40000));
+	float x = 1, y;
+	struct keel_op *op;
+	assert_int_equal(keel_allreduce_start(c.node[3], &x, &y, 1, KEEL_F32, KEEL_SUM, &op),
+			 KEEL_EEXCLUDED);
+	assert_int_equal(keel_broadcast_start(c.node[3], 0, &x, sizeof(x), &op), 0);
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX];
+	float b[4] = {7, 0, 0, 0};
+	ops[3] = op;
+	for (uint32_t r = 0; r < 3; r++)
+		assert_int_equal(keel_broadcast_start(c.node[r], 0, &b[r], sizeof(float), &ops[r]),
+				 0);
+	x = 0;
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
+	for (uint32_t r = 0; r < 4; r++)
+		assert_int_equal(rc[r], 0);
+	assert_true(x == 7.0f && b[2] == 7.0f);
+	allreduce_exact(&c, 0xf);
+	cluster_fini(&c);
+}
+
 /* Broadcast from the donor: how a node that joined gets the state. */
 static void test_membership_broadcast_brings_state(void **state)
 {
@@ -478,6 +625,11 @@ int main(void)
 	    cmocka_unit_test_setup(test_membership_coordinator_dies_mid_change, setup),
 	    cmocka_unit_test_setup(test_membership_restarted_rank_rejoins, setup),
 	    cmocka_unit_test_setup(test_membership_joiner_told_members_left, setup),
+	    cmocka_unit_test_setup(test_membership_paused_rank_excluded_then_readmitted, setup),
+	    cmocka_unit_test_setup(test_membership_paused_coordinator_excluded_then_readmitted,
+				   setup),
+	    cmocka_unit_test_setup(test_membership_excluded_between_collectives_told_at_next_start,
+				   setup),
 	    cmocka_unit_test_setup(test_membership_broadcast_brings_state, setup),
 	    cmocka_unit_test_setup(test_membership_majority_restart_stops, setup),
 	    cmocka_unit_test_setup(test_membership_random_schedules_keep_one_view_per_epoch, setup),
