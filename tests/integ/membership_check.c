@@ -1,5 +1,6 @@
-/* A rank of the membership chaos test, run under keel-run --kill ... --restart: AllReduce
- * calls back to back while ranks die and come back. Every completed call is checked against
+/* A rank of the membership chaos test, run under keel-run --kill/--pause ... --restart:
+ * AllReduce calls back to back while ranks die and come back, or stop and resume (then they
+ * are excluded, told KEEL_EEXCLUDED, and rejoin). Every completed call is checked against
  * the reduction over the view it reports; every call's time is checked against
  * keel_op_bound_ns. The last element of each call is a vote to stop (1 once this rank is past
  * KEEL_TEST_END, a wall-clock second): all members see the same sum, so they stop after the
@@ -17,7 +18,7 @@
 #define COUNT 20000u /* ring above the 64 KiB switch; the vote rides at the end */
 
 struct stats {
-	uint64_t calls, wrong, errors, over_bound, restarts, noquorum;
+	uint64_t calls, wrong, errors, over_bound, restarts, noquorum, excluded;
 	uint64_t worst_ns;
 };
 
@@ -50,12 +51,13 @@ static int one_call(struct keel_boot *b, float *in, float *out, float *ref, stru
 	uint32_t rank = b->launch.rank, members[KEEL_WORLD_MAX];
 	in[COUNT] = past_end() ? 1.0f : 0.0f;
 	struct keel_op *op;
-	int rc = keel_allreduce_start(b->node, in, out, COUNT + 1, KEEL_F32, KEEL_SUM, &op);
-	if (rc != 0)
-		return rc;
 	uint64_t t0 = keel_posix_now_ns();
 	struct keel_op_info info;
-	rc = keel_boot_wait(b, op, &info, members, KEEL_WORLD_MAX);
+	int rc = keel_allreduce_start(b->node, in, out, COUNT + 1, KEEL_F32, KEEL_SUM, &op);
+	if (rc == 0)
+		rc = keel_boot_wait(b, op, &info, members, KEEL_WORLD_MAX);
+	else if (rc != KEEL_EEXCLUDED) /* left out between calls: said by the next start */
+		return rc;
 	uint64_t took = keel_posix_now_ns() - t0;
 	st->calls++;
 	st->worst_ns = took > st->worst_ns ? took : st->worst_ns;
@@ -63,6 +65,12 @@ static int one_call(struct keel_boot *b, float *in, float *out, float *ref, stru
 		st->over_bound++;
 	if (rc == KEEL_ENOQUORUM) {
 		st->noquorum++;
+		return wait_member(b, keel_op_bound_ns(&b->cfg)) == 0 ? 0 : -ETIMEDOUT;
+	}
+	if (rc == KEEL_EEXCLUDED) {
+		/* Paused past the detector: the others went on. Every call here is the same, so
+		 * rejoining needs no state: wait to be admitted, then carry on. */
+		st->excluded++;
 		return wait_member(b, keel_op_bound_ns(&b->cfg)) == 0 ? 0 : -ETIMEDOUT;
 	}
 	if (rc != 0) {
@@ -117,10 +125,11 @@ int main(void)
 				members[m]);
 	printf("rank %u life %u: final view epoch %u members %s | calls %" PRIu64 " wrong %" PRIu64
 	       " errors %" PRIu64 " over-bound %" PRIu64 " restarted %" PRIu64 " noquorum %" PRIu64
-	       " worst %.1f ms | views %" PRIu64 " suspicions %" PRIu64 " false %" PRIu64 "\n",
+	       " excluded %" PRIu64 " worst %.1f ms | views %" PRIu64 " suspicions %" PRIu64
+	       " false %" PRIu64 "\n",
 	       rank, b.cfg.incarnation, v.epoch, list, st.calls, st.wrong, st.errors, st.over_bound,
-	       st.restarts, st.noquorum, st.worst_ns / 1e6, k.view_changes, k.suspicions,
-	       k.false_suspicions);
+	       st.restarts, st.noquorum, st.excluded, st.worst_ns / 1e6, k.view_changes,
+	       k.suspicions, k.false_suspicions);
 	fflush(stdout);
 	keel_boot_stop(&b, 500000000ull);
 	free(in);
