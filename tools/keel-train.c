@@ -81,6 +81,8 @@ struct trainer {
 	struct keel_ckpt *ck;
 	/* figures */
 	uint64_t t_start_ns, t_admitted_ns, t_synced_ns, steps_lost, rollbacks, samples_done;
+	uint32_t exclusions; /* times the others went on without this rank (it was paused) */
+	bool job_ended;	     /* training ended while this rank waited to be admitted back */
 	uint64_t epoch_t0_ns, epoch_samples;
 	double epoch_loss;
 	uint64_t rollback_to;
@@ -487,6 +489,25 @@ static int train_loop(struct trainer *t)
 		}
 		if (rc == KEEL_EVIEWCHANGED)
 			continue;
+		if (rc == KEEL_EEXCLUDED) {
+			/* Paused past the detector: the others trained on without this rank. Come
+			 * back like a restarted rank: admission, then the model from a member. */
+			t->exclusions++;
+			t->synced = false;
+			t->t_admitted_ns = 0;
+			printf("rank %u: excluded from the view at step %" PRIu64
+			       " (silent too long: paused?); rejoining\n",
+			       t->rank, t->step);
+			fflush(stdout);
+			rc = wait_member(t, 60ull * 1000000000ull);
+			if (rc == JOB_ENDED) {
+				t->job_ended = true;
+				return 0;
+			}
+			if (rc != 0)
+				return rc;
+			continue;
+		}
 		if (rc == KEEL_ETRANSPORT || rc == -EINVAL || rc == -EBUSY)
 			return rc;
 		hard_fault(t, rc, NULL);
@@ -519,7 +540,19 @@ static double ms(uint64_t a, uint64_t b)
 static void summary(struct trainer *t)
 {
 	double acc = train_model_accuracy(t->w, t->d, t->d->test, t->d->test_count);
-	if (t->t_admitted_ns != 0)
+	if (t->job_ended) {
+		printf("rank %u (excluded %u times): training had ended before it was admitted "
+		       "back; nothing to do\n",
+		       t->rank, t->exclusions);
+		return;
+	}
+	if (t->t_admitted_ns != 0 && t->exclusions > 0)
+		printf("rank %u (excluded %u times, same life): readmitted; model (%zu bytes) from a "
+		       "live member by live recovery %.1f ms after admission, at step %" PRIu64
+		       "\n",
+		       t->rank, t->exclusions, sizeof(t->w), ms(t->t_admitted_ns, t->t_synced_ns),
+		       t->synced_step);
+	else if (t->t_admitted_ns != 0)
 		printf(
 		    "rank %u (restarted, life %u): admitted %.0f ms after start; model (%zu bytes)"
 		    " from a live member by live recovery %.1f ms after admission, at step %" PRIu64

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# keel-train on 4 ranks, one SIGSTOPped for 1.5 s and resumed with its old state (a gray
+# failure: swap storm, stop-the-world pause): the others must go on without it, the paused
+# rank must learn it was excluded, rejoin and take the model from a live member, and every
+# rank must finish with the accuracy of the no-failure run (within 1 point). Rank 0 (the
+# coordinator and the rank that prints the summary) and rank 2 are each paused once.
+set -u
+set -o pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"
+[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
+	{ echo "train_pause: digits data set missing (python3-sklearn): skipped"; exit 77; }
+tmp=$(mktemp -d /tmp/keel-train-pause.XXXXXX); trap 'rm -rf "$tmp"' EXIT
+fail=0
+for r in 0 2; do
+	rm -rf "$tmp/ckpt"
+	KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --pause "$r@1.0:1.5" -- \
+		"$TRAIN" --epochs 80 --batch 8 --lr 0.1 --ckpt-dir "$tmp/ckpt" --quiet \
+		>"$tmp/log" 2>&1
+	rc=$?
+	grep -v '^epoch' "$tmp/log"
+	if [ $rc -ne 0 ]; then
+		echo "train_pause: rank $r paused: keel-run failed (rc $rc)"; fail=1
+	elif ! grep -q 'within 1 point' "$tmp/log"; then
+		echo "train_pause: rank $r paused: accuracy not within 1 point"; fail=1
+	elif ! grep -q "rank $r (excluded 1 times, same life): readmitted" "$tmp/log"; then
+		echo "train_pause: rank $r paused: it was not excluded and readmitted"; fail=1
+	else
+		echo "train_pause: rank $r paused for 1.5 s: excluded, readmitted, accuracy ok"
+	fi
+done
+exit $fail
