@@ -181,12 +181,41 @@ static bool everyone_done(const struct keel_node *n, const struct keel_op *op)
 	return true;
 }
 
-/* No progress for op_timeout_ns without a view change: a soft fault. Ask for a new epoch (the
- * same members) to restart it, soft_retries times; then give up. */
+/* Has every other member's program started this collective (its heartbeats say how many it
+ * started in this epoch), or finished it? */
+static bool members_entered(const struct keel_node *n, const struct keel_op *op)
+{
+	uint32_t id = wire_id(n, op);
+	for (uint32_t pos = 0; pos < n->view.count; pos++) {
+		const struct peer *p = &n->peers[n->rank_at[pos]];
+		if (n->rank_at[pos] != n->self && !seq_before(id, p->ops_started) &&
+		    !seq_before(id, p->ops_done))
+			return false;
+	}
+	return true;
+}
+
+/* No progress for op_timeout_ns though every member is in it, without a view change: a soft
+ * fault (lost data, a bug). Ask for a new epoch (the same members) to restart it,
+ * soft_retries times; then give up. A member that has not started it is not a fault — its
+ * program is busy — and is waited for entry_timeout_ns. */
 static bool op_stalled(struct keel_node *n, struct keel_op *op)
 {
-	if (n->now_ns - op->progress_ns < n->cfg.op_timeout_ns)
+	uint64_t idle = n->now_ns - op->progress_ns;
+	if (idle < n->cfg.op_timeout_ns)
 		return false;
+	if (!members_entered(n, op)) {
+		op->entry_wait = true;
+		if (idle < n->cfg.entry_timeout_ns)
+			return false;
+		op_finish(n, op, -ETIMEDOUT);
+		return true;
+	}
+	if (op->entry_wait) { /* the last member just came: the stall clock starts now */
+		op->entry_wait = false;
+		op->progress_ns = n->now_ns;
+		return false;
+	}
 	if (++op->stalls > n->cfg.soft_retries) {
 		op_finish(n, op, -ETIMEDOUT);
 		return true;
@@ -247,6 +276,8 @@ uint64_t coll_next_deadline(const struct keel_node *n)
 	if (op->id != n->op_run_id || (op->state != OP_RUNNING && op->state != OP_LOCAL_DONE))
 		return UINT64_MAX;
 	uint64_t stall = op->progress_ns + n->cfg.op_timeout_ns;
+	if (op->entry_wait) /* heartbeats wake us when a member enters */
+		stall = op->progress_ns + n->cfg.entry_timeout_ns;
 	uint64_t bound = op->start_ns + keel_op_bound_ns(&n->cfg);
 	return stall < bound ? stall : bound;
 }
@@ -323,6 +354,13 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 		return false;
 	struct step s;
 	op_step(n, op, op->recv_step, &s);
+	if (h->step == op->recv_step && s.recv_peer == (int32_t)peer && h->total_len != s.recv_len) {
+		/* The right peer, step and epoch, another size: its program started a different
+		 * collective here. Waiting cannot fix that; say so now. */
+		n->ctr.drop_protocol++;
+		op_finish(n, op, KEEL_EMISMATCH);
+		return true;
+	}
 	if (h->step < op->recv_step || s.recv_peer != (int32_t)peer || h->total_len != s.recv_len ||
 	    h->offset != op->recv_off || h->payload_len % op->elem_size != 0 ||
 	    (uint64_t)h->offset + h->payload_len > s.recv_len) {
@@ -435,14 +473,33 @@ int keel_broadcast_start(struct keel_node *node, uint32_t root, void *buf, size_
 	return 0;
 }
 
-/* Each soft-fault round waits op_timeout_ns, then a view change (detection plus a few
- * membership rounds); one more round covers a failure found by the detector instead. */
+/* Detection: miss_limit intervals of silence, a margin of at most one interval for the
+ * peer's delay and jitter, then the probes a quarter interval apart. A view change: a
+ * member's report to the coordinator (once an interval), a round that waits view_timeout for
+ * slow members, and one retry after it. */
+uint64_t keel_recovery_bound_ns(const struct keel_config *cfg)
+{
+	uint64_t hb = cfg->heartbeat_ns;
+	uint64_t detect = (uint64_t)(cfg->miss_limit + 1) * hb + (uint64_t)cfg->probes * (hb / 4);
+	uint64_t view = cfg->view_timeout_ns != 0 ? cfg->view_timeout_ns
+						  : (uint64_t)cfg->miss_limit * hb;
+	return detect + hb + 2 * view;
+}
+
+uint64_t keel_op_timeout_ns(const struct keel_config *cfg)
+{
+	if (cfg->op_timeout_ns != 0)
+		return cfg->op_timeout_ns;
+	return 2 * cfg->rto_max_ns + 2 * keel_recovery_bound_ns(cfg);
+}
+
+/* The wait for members to start it, then soft-fault rounds (a stall, then a view change),
+ * and one more recovery for a failure the detector finds instead. */
 uint64_t keel_op_bound_ns(const struct keel_config *cfg)
 {
-	uint64_t detect = (uint64_t)cfg->miss_limit * cfg->heartbeat_ns;
-	uint64_t view = cfg->view_timeout_ns != 0 ? cfg->view_timeout_ns : detect;
-	uint64_t round = cfg->op_timeout_ns + 4 * view + detect;
-	return (uint64_t)(cfg->soft_retries + 2) * round;
+	uint64_t recovery = keel_recovery_bound_ns(cfg);
+	uint64_t round = keel_op_timeout_ns(cfg) + recovery;
+	return cfg->entry_timeout_ns + (uint64_t)(cfg->soft_retries + 1) * round + recovery;
 }
 
 int keel_op_test_info(struct keel_node *node, struct keel_op *handle, struct keel_op_info *info,

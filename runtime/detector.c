@@ -1,7 +1,9 @@
-/* Heartbeats and the failure detector. Any datagram from a peer counts as a heartbeat; a
- * watched peer silent for miss_limit intervals is suspected. Time this node itself was not
- * listening (its own late polls: scheduler, page faults, a paused host program) is not held
- * against peers — the node first re-listens, as Lifeguard does for SWIM. */
+/* Heartbeats and the failure detector. Any datagram from a peer counts as a heartbeat. A
+ * watched peer silent for miss_limit intervals — plus a margin for its measured delay and
+ * jitter, so that miss_limit means that many beats lost — is probed directly a few times; it
+ * is suspected only if it answers none (a lossy link alone cannot exclude it, as Lifeguard's
+ * refutable suspicion for SWIM). Time this node itself was not listening (its own late polls:
+ * scheduler, page faults, a paused host program) is not held against peers. */
 #include <string.h>
 
 #include "assert_int.h"
@@ -89,6 +91,10 @@ void fd_heard(struct keel_node *n, uint32_t peer)
 	struct peer *p = &n->peers[peer];
 	p->last_heard_ns = n->now_ns;
 	p->deaf_at_heard_ns = n->deaf_ns;
+	if (p->probe_ns != 0) { /* it answered a probe (or spoke anyway): no suspicion */
+		p->probe_ns = 0;
+		n->ctr.probes_refuted++;
+	}
 	if (p->state == KEEL_PEER_SUSPECTED && view_has(&n->view, peer)) {
 		/* It spoke again in the same incarnation: the suspicion was false. */
 		n->ctr.false_suspicions++;
@@ -117,6 +123,7 @@ void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t epoch, uint32_t re
 
 void fd_suspect(struct keel_node *n, uint32_t peer)
 {
+	n->peers[peer].probe_ns = 0;
 	n->peers[peer].suspicions++;
 	n->ctr.suspicions++;
 	set_state(n, peer, KEEL_PEER_SUSPECTED);
@@ -139,10 +146,22 @@ void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heade
 		uint64_t rtt = n->now_ns - hb.echo_ns - hb.echo_held_ns;
 		p->rtt_ns_last = rtt;
 		p->rtt_samples++;
-		/* Smoothed like RFC 6298's SRTT. Not fed to the retransmission timer: a heartbeat
-		 * measures the path alone, while an ack also waits for the peer's next poll. */
-		p->hb_srtt_ns = p->hb_srtt_ns == 0 ? rtt : (7 * p->hb_srtt_ns + rtt) / 8;
+		/* Smoothed like RFC 6298's SRTT and RTTVAR. Not fed to the retransmission timer:
+		 * a heartbeat measures the path alone, while an ack also waits for the peer's next
+		 * poll. They size the silence margin (suspect_at). */
+		if (p->hb_srtt_ns == 0) {
+			p->hb_srtt_ns = rtt;
+			p->hb_rttvar_ns = rtt / 2;
+		} else {
+			uint64_t err = rtt > p->hb_srtt_ns ? rtt - p->hb_srtt_ns : p->hb_srtt_ns - rtt;
+			p->hb_rttvar_ns = (3 * p->hb_rttvar_ns + err) / 4;
+			p->hb_srtt_ns = (7 * p->hb_srtt_ns + rtt) / 8;
+		}
 	}
+	if (h->epoch == n->epoch && seq_before(p->ops_started, hb.ops_started))
+		p->ops_started = hb.ops_started;
+	if (hb.flags & WIRE_HB_PROBE)
+		fd_beat_one(n, peer, 0); /* it has not heard from us lately: answer now */
 	/* A member's new incarnation is a join request, not a sign of life of the old one. */
 	if (mb_on_heartbeat(n, peer, &hb, h->epoch))
 		fd_heard(n, peer);
@@ -163,7 +182,7 @@ void fd_poll_start(struct keel_node *n)
 	n->last_poll_ns = n->now_ns;
 }
 
-void fd_beat_one(struct keel_node *n, uint32_t peer)
+void fd_beat_one(struct keel_node *n, uint32_t peer, uint32_t flags)
 {
 	struct peer *p = &n->peers[peer];
 	struct wire_heartbeat hb = {
@@ -171,7 +190,9 @@ void fd_beat_one(struct keel_node *n, uint32_t peer)
 	    .echo_ns = p->hb_echo_ns,
 	    .echo_held_ns = p->hb_echo_ns != 0 ? n->now_ns - p->hb_echo_recv_ns : 0,
 	    .incarnation = n->incarnation,
-	    .flags = (n->member ? 0 : WIRE_HB_JOINING) | (n->noquorum ? WIRE_HB_NOQUORUM : 0),
+	    .flags = flags | (n->member ? 0 : WIRE_HB_JOINING) |
+		     (n->noquorum ? WIRE_HB_NOQUORUM : 0),
+	    .ops_started = n->op_next_id - n->op_base,
 	};
 	uint8_t payload[WIRE_HEARTBEAT_SIZE];
 	wire_heartbeat_encode(payload, &hb);
@@ -185,26 +206,65 @@ void fd_beat(struct keel_node *n)
 	if (n->now_ns < n->next_beat_ns)
 		return;
 	for (uint32_t b = 0; b < n->beat_count; b++)
-		fd_beat_one(n, n->beat_list[b]);
+		fd_beat_one(n, n->beat_list[b], 0);
 	n->next_beat_ns += n->cfg.heartbeat_ns;
 	if (n->next_beat_ns <= n->now_ns)
 		n->next_beat_ns = n->now_ns + n->cfg.heartbeat_ns;
 }
 
-/* When a watched peer's listened-to silence reaches miss_limit intervals — but never within
- * join_timeout_ns of init: ranks start a few ms apart and fault in their arenas at once, so
- * the first moments of a job are the noisiest (a peer that dies then is found at the end
- * of the grace). */
+/* Slack after miss_limit silent intervals: the last beat heard may have come early and the
+ * next one, sent on time, arrive late. A quarter interval for the sender's own timing (its
+ * poll is late by its wakeup latency), the measured one-way delay and four times its
+ * variation; at most one interval, so detection stays within miss_limit + 1 intervals. */
+static uint64_t silence_margin(const struct keel_node *n, const struct peer *p)
+{
+	uint64_t hb = n->cfg.heartbeat_ns;
+	uint64_t m = hb / 4 + p->hb_srtt_ns / 2 + 4 * p->hb_rttvar_ns;
+	return m < hb ? m : hb;
+}
+
+/* When a watched peer's listened-to silence reaches miss_limit intervals and the margin — but
+ * never within join_timeout_ns of init: ranks start a few ms apart and fault in their arenas
+ * at once, so the first moments of a job are the noisiest (a peer that dies then is found at
+ * the end of the grace). */
 static uint64_t suspect_at(const struct keel_node *n, const struct peer *p)
 {
 	uint64_t deaf = n->deaf_ns - p->deaf_at_heard_ns;
-	uint64_t at = p->last_heard_ns + deaf + (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns;
+	uint64_t at = p->last_heard_ns + deaf +
+		      (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns + silence_margin(n, p);
 	if (n->cfg.rejoin)
 		return at; /* a restarted node joins an established view: no start-up noise */
 	uint64_t grace_end = n->init_ns + n->cfg.join_timeout_ns;
 	return at > grace_end ? at : grace_end;
 }
 
+static uint64_t probe_gap(const struct keel_node *n)
+{
+	uint64_t gap = n->cfg.heartbeat_ns / 4;
+	return gap != 0 ? gap : 1;
+}
+
+/* When the next probe goes out or, after the last, when the peer is suspected; in listened
+ * time like suspect_at (a pause of this node does not use the peer's chances up). */
+static uint64_t probe_next_at(const struct keel_node *n, const struct peer *p)
+{
+	return p->probe_sent_ns + (n->deaf_ns - p->probe_deaf_ns) + probe_gap(n);
+}
+
+static void probe(struct keel_node *n, uint32_t peer)
+{
+	struct peer *p = &n->peers[peer];
+	if (p->probe_ns == 0)
+		p->probe_ns = n->now_ns;
+	p->probe_sent_ns = n->now_ns;
+	p->probe_deaf_ns = n->deaf_ns;
+	p->probes_sent++;
+	n->ctr.probes_sent++;
+	fd_beat_one(n, peer, WIRE_HB_PROBE);
+}
+
+/* Past its silence deadline a peer is probed `probes` times, a quarter interval apart; any
+ * datagram from it ends that (fd_heard). No answer to the last: suspected. */
 void fd_check(struct keel_node *n)
 {
 	for (uint32_t w = 0; w < n->watch_count; w++) {
@@ -212,9 +272,21 @@ void fd_check(struct keel_node *n)
 		struct peer *p = &n->peers[i];
 		if (p->state != KEEL_PEER_ALIVE)
 			continue;
-		if (n->now_ns < suspect_at(n, p))
-			continue;
-		fd_suspect(n, i);
+		if (p->probe_ns == 0) {
+			if (n->now_ns < suspect_at(n, p))
+				continue;
+			if (n->cfg.probes == 0) {
+				fd_suspect(n, i);
+				continue;
+			}
+			p->probes_sent = 0;
+			probe(n, i);
+		} else if (n->now_ns >= probe_next_at(n, p)) {
+			if (p->probes_sent < n->cfg.probes)
+				probe(n, i);
+			else
+				fd_suspect(n, i);
+		}
 	}
 }
 
@@ -223,8 +295,11 @@ uint64_t fd_next_deadline(const struct keel_node *n)
 	uint64_t dl = n->next_beat_ns;
 	for (uint32_t w = 0; w < n->watch_count; w++) {
 		const struct peer *p = &n->peers[n->watch_list[w]];
-		if (p->state == KEEL_PEER_ALIVE && suspect_at(n, p) < dl)
-			dl = suspect_at(n, p);
+		if (p->state != KEEL_PEER_ALIVE)
+			continue;
+		uint64_t at = p->probe_ns != 0 ? probe_next_at(n, p) : suspect_at(n, p);
+		if (at < dl)
+			dl = at;
 	}
 	return dl;
 }

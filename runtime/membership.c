@@ -236,7 +236,7 @@ static void reset_peer_for_view(struct keel_node *n, uint32_t r, bool member_now
 {
 	struct peer *p = &n->peers[r];
 	rel_peer_reset(n, r);
-	p->ops_done = 0;
+	p->ops_done = p->ops_started = 0;
 	p->left = false;
 	p->suspect_report = false;
 	p->pr_promised = p->pr_accepted = false;
@@ -662,7 +662,7 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 	 * brings the view now rather than at our next interval. */
 	if (seq_before(n->epoch, epoch) && n->now_ns - p->catchup_ns >= n->cfg.heartbeat_ns) {
 		p->catchup_ns = n->now_ns;
-		fd_beat_one(n, peer);
+		fd_beat_one(n, peer, 0);
 	}
 	return same_life;
 }

@@ -34,6 +34,8 @@ void keel_config_default(struct keel_config *cfg)
 	cfg->rto_max_ns = KEEL_RTO_MAX_NS_DEFAULT;
 	cfg->ack_delay_ns = KEEL_ACK_DELAY_NS_DEFAULT;
 	cfg->op_timeout_ns = KEEL_OP_TIMEOUT_NS_DEFAULT;
+	cfg->entry_timeout_ns = KEEL_ENTRY_TIMEOUT_NS_DEFAULT;
+	cfg->probes = KEEL_PROBES_DEFAULT;
 	cfg->soft_retries = KEEL_SOFT_RETRIES_DEFAULT;
 	cfg->algo = KEEL_ALGO_AUTO;
 	cfg->rd_max_bytes = KEEL_RD_MAX_BYTES_DEFAULT;
@@ -74,7 +76,9 @@ static bool config_valid(const struct keel_config *cfg)
 		return false;
 	if (cfg->heartbeat_ns == 0 || cfg->miss_limit == 0 || cfg->join_timeout_ns == 0)
 		return false;
-	if (cfg->rto_min_ns == 0 || cfg->rto_min_ns > cfg->rto_max_ns || cfg->op_timeout_ns == 0)
+	if (cfg->rto_min_ns == 0 || cfg->rto_min_ns > cfg->rto_max_ns || cfg->entry_timeout_ns == 0)
+		return false;
+	if (cfg->probes > KEEL_PROBES_MAX)
 		return false;
 	if (cfg->rto_initial_ns < cfg->rto_min_ns || cfg->rto_initial_ns > cfg->rto_max_ns)
 		return false;
@@ -203,6 +207,7 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	n->cfg = *cfg;
 	if (n->cfg.view_timeout_ns == 0) /* auto: as long as the detector gives a silent peer */
 		n->cfg.view_timeout_ns = (uint64_t)cfg->miss_limit * cfg->heartbeat_ns;
+	n->cfg.op_timeout_ns = keel_op_timeout_ns(cfg); /* 0: derived from the detector */
 	n->tp = cfg->transport;
 	n->reliable_tp = (cfg->transport->caps & (KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED)) ==
 			 (KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED);

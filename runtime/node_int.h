@@ -46,12 +46,16 @@ struct peer {
 	uint64_t deaf_at_heard_ns; /* node->deaf_ns when last_heard_ns was set */
 	uint64_t hb_echo_ns;	   /* send_ns of the last heartbeat from it */
 	uint64_t hb_echo_recv_ns;  /* when we received that heartbeat */
-	uint64_t rtt_ns_last, rtt_samples, hb_srtt_ns, suspicions;
+	uint64_t rtt_ns_last, rtt_samples, hb_srtt_ns, hb_rttvar_ns, suspicions;
+	/* silent past its deadline: probed before it is suspected (probe_ns 0: not probing) */
+	uint64_t probe_ns, probe_deaf_ns, probe_sent_ns;
+	uint32_t probes_sent;
 	/* membership: what its heartbeats say */
 	uint32_t inc;	     /* latest incarnation heard (0: never) */
 	uint32_t hb_epoch;   /* the epoch of its last heartbeat */
 	bool joining;	     /* its last heartbeat asked to be admitted */
 	uint32_t ops_done;   /* collectives it finished locally in our epoch */
+	uint32_t ops_started; /* collectives its program started in our epoch (heartbeats) */
 	uint64_t catchup_ns; /* last time we sent it our view because it was behind */
 	bool suspect_report; /* a member told us (the coordinator) it suspects this peer */
 			     /* membership: the round this node runs as coordinator */
@@ -111,6 +115,7 @@ struct keel_op {
 	uint32_t stalls;		 /* soft faults: op_timeout_ns without progress */
 	bool began;			 /* ran at least once (a later begin is a restart) */
 	bool has_copy;			 /* in-place input saved in the node's restart copy */
+	bool entry_wait; /* stalled while a member had not started it: not a soft fault */
 	uint64_t start_ns;		 /* first begin: keel_op_bound_ns counts from here */
 	uint64_t queued_ns;		 /* started by the caller (a joiner's wait counts from here) */
 	uint32_t done_epoch, done_count; /* the view the result was computed over */
@@ -273,7 +278,8 @@ void fd_suspect(struct keel_node *n, uint32_t peer); /* suspect it now (it resta
 void fd_on_view(struct keel_node *n);		     /* watch exactly the new view's members */
 void fd_poll_start(struct keel_node *n);
 void fd_beat(struct keel_node *n);
-void fd_beat_one(struct keel_node *n, uint32_t peer); /* a heartbeat to `peer` now */
+/* A heartbeat to `peer` now; `flags` adds WIRE_HB_PROBE (answer at once). */
+void fd_beat_one(struct keel_node *n, uint32_t peer, uint32_t flags);
 void fd_check(struct keel_node *n);
 uint64_t fd_next_deadline(const struct keel_node *n);
 

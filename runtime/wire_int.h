@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define WIRE_MAGIC	 0x4c45454bu /* "KEEL" read as a little-endian u32 */
-#define WIRE_VERSION	 1u
+#define WIRE_VERSION	 2u /* 2: heartbeats carry ops_started and may probe */
 #define WIRE_HEADER_SIZE 56u
 
 enum wire_type {
@@ -56,11 +56,13 @@ struct wire_heartbeat {
 	uint64_t echo_ns;      /* send_ns of the last heartbeat from dst, 0 if none */
 	uint64_t echo_held_ns; /* time between receiving that heartbeat and sending this one */
 	uint32_t incarnation;
-	uint32_t flags; /* WIRE_HB_* */
+	uint32_t flags;	      /* WIRE_HB_* */
+	uint32_t ops_started; /* collectives the sender's program started in its epoch */
 };
-#define WIRE_HEARTBEAT_SIZE 32u
+#define WIRE_HEARTBEAT_SIZE 36u
 #define WIRE_HB_JOINING	    0x1u /* not a member of any view yet: asking to be admitted */
 #define WIRE_HB_NOQUORUM    0x2u /* sees no majority of its view: stopped */
+#define WIRE_HB_PROBE	    0x4u /* the sender has not heard from dst lately: answer at once */
 /* Smallest VIEW payload: sub-type, target epoch, ballot. */
 #define WIRE_VIEW_MIN 16u
 

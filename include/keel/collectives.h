@@ -16,7 +16,9 @@ struct keel_op;
  * (in place) or must not overlap. Both must stay valid and `send` unchanged until the
  * operation completes. count may be 0 (completes at once) or smaller than the world.
  * Errors: -EINVAL (NULL buffer with count > 0, bad dtype/op, overlap), -EBUSY (ops_max
- * operations already pending). On success *op is a handle for keel_op_test. */
+ * operations already pending), KEEL_EEXCLUDED (a view left this node out since its last
+ * collective and none has said so yet: said once, here; see keel_op_test). On success *op is
+ * a handle for keel_op_test. */
 KEEL_MUST_USE int keel_allreduce_start(struct keel_node *node, const void *send, void *recv,
 				       size_t count, enum keel_dtype dtype, enum keel_redop op,
 				       struct keel_op **handle);
@@ -31,9 +33,14 @@ struct keel_op_info {
 /* Has `handle` finished? Never blocks; progress is made by keel_poll.
  * Returns 0 when it completed (the handle is released), -EINPROGRESS while running,
  * or the operation's error (handle released): -ETIMEDOUT (no progress after soft_retries
- * restarts, or keel_op_bound_ns passed), KEEL_ENOQUORUM (this node is on the minority side
- * of a split), KEEL_EVIEWCHANGED (the view changed under an in-place collective larger than
- * restart_copy_bytes: its input is gone, the caller must run it again), KEEL_ETRANSPORT.
+ * restarts; a member that never started it within entry_timeout_ns; or keel_op_bound_ns
+ * passed), KEEL_ENOQUORUM (this node is on the minority side of a split), KEEL_EVIEWCHANGED
+ * (the view changed under an in-place collective larger than restart_copy_bytes: its input
+ * is gone, the caller must run it again), KEEL_EEXCLUDED (the others installed a view without
+ * this node — it was paused or cut off past the detector — and went on: this node asks to be
+ * admitted again at once; once keel_view_get says self_member, fetch state from view.donor as
+ * a restarted rank does, or leave), KEEL_EMISMATCH (a member started a different collective
+ * at this place of the sequence: a bug in the caller's program), KEEL_ETRANSPORT.
  * A view change restarts a collective on the new view from the caller's untouched input;
  * the result is then the reduction over exactly the new view's members. */
 KEEL_MUST_USE int keel_op_test(struct keel_node *node, struct keel_op *handle);
@@ -45,8 +52,20 @@ KEEL_MUST_USE int keel_op_test_info(struct keel_node *node, struct keel_op *hand
 				    struct keel_op_info *info, uint32_t *members,
 				    uint32_t members_cap);
 
+/* Longest time from a member's failure (death, or a pause past the detector) to the view
+ * without it, from the config: detection ((miss_limit + 1) heartbeat intervals at most, with
+ * the margin for delay and jitter, plus probes x heartbeat/4) and a view change (heartbeat_ns
+ * + 2 x view_timeout_ns). A collective that cannot progress because a member failed restarts
+ * on that view within this bound. */
+uint64_t keel_recovery_bound_ns(const struct keel_config *cfg);
+
+/* The soft-fault stall limit in effect: cfg->op_timeout_ns, or when 0, derived from the
+ * detector: 2 x rto_max_ns + 2 x keel_recovery_bound_ns. */
+uint64_t keel_op_timeout_ns(const struct keel_config *cfg);
+
 /* Longest time any collective may take from start to its final status, computed from the
- * config: (soft_retries + 1) rounds of op_timeout_ns plus a view change each. keel_op_test
+ * config: entry_timeout_ns (members that have not started it), then (soft_retries + 1)
+ * rounds of keel_op_timeout_ns plus a recovery each, and one more recovery. keel_op_test
  * reports -ETIMEDOUT at that bound whatever happens. */
 uint64_t keel_op_bound_ns(const struct keel_config *cfg);
 

@@ -22,6 +22,8 @@ enum keel_error {
 	KEEL_ETRANSPORT = -1007,   /* the transport reported a fatal error */
 	KEEL_EEXCLUDED = -1008,	   /* this node was excluded from the view while it was silent
 				    * (paused, stalled or cut off): its state is behind the members' */
+	KEEL_EMISMATCH = -1009,	   /* members started different collectives at the same place in
+				    * their sequence (count, type or algorithm differ) */
 };
 
 /* Name and explanation of any code keel returns (0, -errno or KEEL_E*).

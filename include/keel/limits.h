@@ -25,6 +25,12 @@
  * with other work (docs/PERF.md). Dedicated cores run 1 ms on UDP, 100-500 us on DPDK/verbs. */
 #define KEEL_HEARTBEAT_NS_DEFAULT 10000000ull
 #define KEEL_MISS_LIMIT_DEFAULT	  3u
+/* A peer silent past miss_limit intervals (plus a margin for its measured delay and jitter)
+ * gets this many direct probes, a quarter interval apart, before it is suspected: it refutes
+ * by answering any one. 3 probes: at 1 % independent loss a live peer fails all of them
+ * about once in 10^5 would-be suspicions, themselves about once in 10^6 intervals. 0: none. */
+#define KEEL_PROBES_DEFAULT 3u
+#define KEEL_PROBES_MAX	    16u
 /* All-to-all heartbeats up to this world size; above it each rank watches k ring
  * neighbours so heartbeat cost stays O(k*N). */
 #define KEEL_FD_ALL_TO_ALL_MAX 32u
@@ -43,8 +49,15 @@
 /* In-order data is acknowledged within this long even when no other traffic carries the ack
  * (usually the next collective step does); must stay well below rto_min. */
 #define KEEL_ACK_DELAY_NS_DEFAULT 50000ull
-/* An operation that makes no progress for this long fails with -ETIMEDOUT. */
-#define KEEL_OP_TIMEOUT_NS_DEFAULT 10000000000ull
+/* A collective every member has entered that moves no data for this long is a soft fault
+ * (restarted on a new epoch). 0: derived from the detector, 2 x rto_max + 2 x
+ * keel_recovery_bound_ns (faults the detector sees end sooner, by a view change). */
+#define KEEL_OP_TIMEOUT_NS_DEFAULT 0ull
+/* How long a collective waits for a live member whose program has not started it yet (busy
+ * between collectives: a checkpoint write, data loading, a slow step), then fails with
+ * -ETIMEDOUT. Not a fault the detector can see; PyTorch waits 10 min, keel reports a hung
+ * program within a minute. */
+#define KEEL_ENTRY_TIMEOUT_NS_DEFAULT 60000000000ull
 /* AllReduce: recursive doubling up to this many bytes, ring above. Measured on loopback
  * (docs/PERF.md): recursive doubling is faster up to 128 KiB at 2 and 4 ranks (fewer steps,
  * each a wakeup); it moves log2(n) copies of the buffer against the ring's 2(n-1)/n, so the

@@ -60,7 +60,14 @@ struct keel_config {
 	uint64_t join_timeout_ns; /* start-up grace: nobody is suspected this soon after init */
 	uint64_t rto_initial_ns, rto_min_ns, rto_max_ns;
 	uint64_t ack_delay_ns;	/* longest wait for traffic to carry an ack, < rto_min_ns */
-	uint64_t op_timeout_ns; /* an operation with no progress for this long fails */
+	/* A collective every member has entered that moves nothing for this long is a soft fault:
+	 * restarted on a new epoch, soft_retries times, then -ETIMEDOUT (0: derived from the
+	 * detector, see KEEL_OP_TIMEOUT_NS_DEFAULT). */
+	uint64_t op_timeout_ns;
+	/* A collective waits this long for a live member that has not started it, then fails
+	 * with -ETIMEDOUT. */
+	uint64_t entry_timeout_ns;
+	uint32_t probes; /* direct probes of a silent peer before suspecting it (0..16) */
 	uint32_t soft_retries;
 	enum keel_algo algo;
 	uint32_t rd_max_bytes;
@@ -177,6 +184,8 @@ struct keel_counters {
 	uint64_t acks_sent;
 	uint64_t heartbeats_sent, heartbeats_received;
 	uint64_t suspicions, false_suspicions;
+	uint64_t probes_sent;	  /* direct probes to silent peers (not yet suspected) */
+	uint64_t probes_refuted;  /* silent peers that answered before being suspected */
 	uint64_t local_pauses; /* polls that came two or more intervals after the previous one */
 	uint64_t tx_blocked;   /* datagrams the transport refused for now */
 	uint64_t ops_completed, ops_failed;

@@ -15,6 +15,8 @@
 #include <stdint.h>
 
 #include "cluster_int.h"
+
+#define HB 1000000ull /* the cluster's heartbeat interval: 1 ms */
 #include "refcheck.h"
 
 static uint64_t g_seed;
@@ -315,11 +317,14 @@ static void test_allreduce_busy_when_ops_max_pending(void **state)
 
 static void slow_timeout(struct keel_config *cfg)
 {
-	cfg->op_timeout_ns = 50000000ull; /* 50 ms */
-	cfg->miss_limit = 1000000;	  /* the detector stays quiet: only the timeout fires */
+	cfg->op_timeout_ns = 10000000ull;    /* 10 ms */
+	cfg->entry_timeout_ns = 50000000ull; /* 50 ms */
+	cfg->miss_limit = 1000000;	     /* the detector stays quiet: only the timeouts fire */
 }
 
-static void test_allreduce_times_out_without_progress(void **state)
+/* A member that never starts the collective (alive to the detector, its program elsewhere)
+ * is not a soft fault — restarting cannot help — and is waited for entry_timeout_ns. */
+static void test_allreduce_waits_entry_timeout_for_a_member_that_never_starts(void **state)
 {
 	(void)state;
 	struct cluster c;
@@ -332,9 +337,70 @@ static void test_allreduce_times_out_without_progress(void **state)
 	assert_int_equal(keel_allreduce_start(c.node[0], buf, buf, 16, KEEL_F32, KEEL_SUM, &ops[0]),
 			 0);
 	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
-	/* each 50 ms stall is a soft fault; after soft_retries (3) more it is reported */
 	assert_int_equal(rc[0], -ETIMEDOUT);
-	assert_true(c.now_ns - t0 >= 200000000ull && c.now_ns - t0 < 210000000ull);
+	assert_true(c.now_ns - t0 >= 50000000ull && c.now_ns - t0 < 51000000ull);
+	struct keel_counters k;
+	keel_counters_get(c.node[0], &k);
+	assert_int_equal(k.view_proposals, 0); /* no soft fault asked for a new epoch */
+	cluster_fini(&c);
+}
+
+/* Every member is in the collective and nothing moves (the link is cut, the detector is
+ * quiet): each op_timeout_ns of stall is a soft fault; after soft_retries more, -ETIMEDOUT —
+ * long before entry_timeout_ns. */
+static void test_allreduce_stall_with_every_member_in_is_a_soft_fault(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, "loss=0", g_seed, slow_timeout), 0);
+	c.step_ns = HB / 2;
+	enum { N = 1 << 20 }; /* 4 MiB: several polls of 1 MiB, heartbeats in between */
+	static float in[2][N], out[2][N];
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX] = {0};
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(keel_allreduce_start(c.node[r], in[r], out[r], N, KEEL_F32,
+						      KEEL_SUM, &ops[r]),
+				 0);
+	for (int i = 0; i < 3; i++) /* both beat, saying they started it */
+		cluster_round(&c);
+	for (uint32_t r = 0; r < 2; r++) {
+		assert_int_equal(keel_op_test(c.node[r], ops[r]), -EINPROGRESS);
+		assert_int_equal(keel_chaos_cut(c.chaos[r], 1 - r, true), 0);
+	}
+	uint64_t t0 = c.now_ns;
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(rc[r], -ETIMEDOUT);
+	/* (soft_retries + 1) stalls of 10 ms, give or take a round */
+	assert_true(c.now_ns - t0 >= 39000000ull && c.now_ns - t0 < 42000000ull);
+	cluster_fini(&c);
+}
+
+static void tweak_mismatch(struct keel_config *cfg)
+{
+	cfg->algo = KEEL_ALGO_RD;
+}
+
+/* Two ranks start different collectives at the same place of their sequence (a bug in the
+ * caller's program, or one that lost track after a failure): not a wait, an error, at once. */
+static void test_allreduce_mismatched_calls_fail_at_once(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, tweak_mismatch), 0);
+	float in[2][16] = {{0}}, out[2][16];
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX] = {0};
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(keel_allreduce_start(c.node[r], in[r], out[r], r == 0 ? 16 : 8,
+						      KEEL_F32, KEEL_SUM, &ops[r]),
+				 0);
+	uint64_t t0 = c.now_ns;
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
+	assert_int_equal(rc[0], KEEL_EMISMATCH);
+	assert_int_equal(rc[1], KEEL_EMISMATCH);
+	assert_true(c.now_ns - t0 < HB); /* a round trip, not a timeout */
 	cluster_fini(&c);
 }
 
@@ -489,7 +555,9 @@ int main(void)
 	    cmocka_unit_test(test_allreduce_busy_when_ops_max_pending),
 	    cmocka_unit_test(test_allreduce_message_too_large),
 	    cmocka_unit_test(test_allreduce_transport_failure),
-	    cmocka_unit_test(test_allreduce_times_out_without_progress),
+	    cmocka_unit_test(test_allreduce_waits_entry_timeout_for_a_member_that_never_starts),
+	    cmocka_unit_test(test_allreduce_stall_with_every_member_in_is_a_soft_fault),
+	    cmocka_unit_test(test_allreduce_mismatched_calls_fail_at_once),
 	    cmocka_unit_test(test_allreduce_restarts_on_new_view),
 	    cmocka_unit_test(test_allreduce_in_place_restarts_from_its_copy),
 	    cmocka_unit_test(test_allreduce_in_place_without_copy_reports_view_change),

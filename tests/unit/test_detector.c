@@ -1,5 +1,7 @@
-/* The failure detector with an injected clock: suspicion exactly after miss_limit intervals,
- * none while any message flows, and none for the silence a node's own pause caused. */
+/* The failure detector with an injected clock: probes exactly after miss_limit intervals and
+ * the silence margin, suspicion exactly after the last unanswered probe, none while any
+ * message flows or a probe is answered, none on a lossy link, and none for the silence a
+ * node's own pause caused. */
 /* cmocka.h needs these first */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -35,8 +37,10 @@ static void poll_one(struct cluster *c, uint32_t r, uint64_t now)
 }
 
 /* Node 1 beats once at t0 (its first beat: rank 1 of 2 beats half an interval after start)
- * and then stops. Node 0 hears it at t0 and must suspect it at t0 + 3 intervals, not one
- * nanosecond earlier; the deadline keel_poll returns says when. */
+ * and then stops. Node 0 hears it at t0; with no round trip measured yet the silence margin
+ * is a quarter interval, so it probes node 1 at t0 + 3.25 intervals, again at 3.5 and 3.75,
+ * and suspects it at t0 + 4 intervals — not one nanosecond earlier; the deadlines keel_poll
+ * returns say when. */
 static void test_detector_suspects_exactly_after_miss_limit(void **state)
 {
 	(void)state;
@@ -51,19 +55,29 @@ static void test_detector_suspects_exactly_after_miss_limit(void **state)
 		poll_one(&c, 0, t);
 		assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
 	}
-	assert_int_equal(keel_poll(c.node[0], t0 + 3 * HB - 1, &dl), 0);
+	uint64_t probe_at = t0 + 3 * HB + HB / 4;
+	assert_int_equal(keel_poll(c.node[0], probe_at - 1, &dl), 0);
+	assert_int_equal(dl, probe_at); /* the caller is told to come back exactly then */
+	struct keel_counters k;
+	for (uint32_t i = 0; i < KEEL_PROBES_DEFAULT; i++) {
+		assert_int_equal(keel_poll(c.node[0], probe_at + i * (HB / 4), &dl), 0);
+		assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
+		assert_true(dl <= probe_at + (i + 1) * (HB / 4)); /* or its own next beat */
+		keel_counters_get(c.node[0], &k);
+		assert_int_equal(k.probes_sent, i + 1);
+	}
+	assert_int_equal(keel_poll(c.node[0], t0 + 4 * HB - 1, &dl), 0);
 	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
-	assert_int_equal(dl, t0 + 3 * HB); /* the caller is told to come back exactly then */
-	poll_one(&c, 0, t0 + 3 * HB);
+	poll_one(&c, 0, t0 + 4 * HB);
 	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_SUSPECTED);
 	assert_false(keel_peer_is_alive(c.node[0], 1));
-	struct keel_counters k;
 	keel_counters_get(c.node[0], &k);
 	assert_int_equal(k.suspicions, 1);
 	assert_int_equal(k.false_suspicions, 0);
+	assert_int_equal(k.probes_refuted, 0);
 	/* It speaks again in the same incarnation: alive, and counted as a false suspicion. */
-	poll_one(&c, 1, t0 + 3 * HB + 10);
-	poll_one(&c, 0, t0 + 3 * HB + 20);
+	poll_one(&c, 1, t0 + 4 * HB + 10);
+	poll_one(&c, 0, t0 + 4 * HB + 20);
 	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
 	keel_counters_get(c.node[0], &k);
 	assert_int_equal(k.false_suspicions, 1);
@@ -100,6 +114,65 @@ static void quiet_one(struct keel_config *cfg)
 	cfg->algo = KEEL_ALGO_RING;
 }
 
+/* A peer whose own beats stop reaching us (here: it beats once an hour) but which is alive
+ * answers the first probe: no suspicion, the refutation is counted, and it repeats every
+ * time its silence runs out again. */
+static void test_detector_probe_answered_is_no_suspicion(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, quiet_one), 0);
+	c.step_ns = HB / 20;
+	for (int i = 0; i < 20 * 40; i++) /* 40 intervals */
+		cluster_round(&c);
+	struct keel_counters k;
+	keel_counters_get(c.node[0], &k);
+	assert_int_equal(k.suspicions, 0);
+	assert_true(k.probes_refuted >= 8); /* about one per 3.3 intervals of silence */
+	assert_int_equal(k.probes_sent, k.probes_refuted); /* each answered at the first */
+	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
+	cluster_fini(&c);
+}
+
+static uint32_t g_probes;
+static void lossy(struct keel_config *cfg)
+{
+	cfg->probes = g_probes;
+}
+
+/* A lossy link alone must not exclude anyone: 4 nodes, 5 % loss each way, 20 000 intervals.
+ * Three beats in a row are lost about once in 8 000 intervals on each of the 12 links, so
+ * without probes the detector suspects live peers (the control run proves this test can
+ * fail); with the default probes, a suspicion needs every probe round trip lost too. */
+static uint64_t lossy_run(uint32_t probes)
+{
+	struct cluster c;
+	g_probes = probes;
+	assert_int_equal(cluster_init(&c, 4, "loss=0.05", g_seed, lossy), 0);
+	c.step_ns = HB / 4;
+	for (int i = 0; i < 4 * 20000; i++)
+		cluster_round(&c);
+	uint64_t suspicions = 0;
+	for (uint32_t r = 0; r < 4; r++) {
+		struct keel_counters k;
+		keel_counters_get(c.node[r], &k);
+		suspicions += k.suspicions;
+	}
+	cluster_fini(&c);
+	return suspicions;
+}
+
+static void test_detector_lossy_link_alone_excludes_nobody(void **state)
+{
+	(void)state;
+	uint64_t without = lossy_run(0), with = lossy_run(KEEL_PROBES_DEFAULT);
+	printf("detector: 5 %% loss, 20 000 intervals, 4 nodes: %" PRIu64
+	       " suspicions without probes, %" PRIu64 " with %u\n",
+	       without, with, KEEL_PROBES_DEFAULT);
+	assert_true(without > 0);
+	assert_int_equal(with, 0);
+}
+
 /* Any message counts: node 1 never heartbeats after start, but its AllReduce traffic keeps it
  * alive at node 0; once the traffic stops, node 0 suspects it within the limit. */
 static void test_detector_any_message_counts(void **state)
@@ -122,8 +195,16 @@ static void test_detector_any_message_counts(void **state)
 	assert_true(c.now_ns - 1000000000ull > 5 * HB);
 	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
 	/* Traffic stopped: node 1's last word is a delayed ack (<= ack_delay_ns after the last
-	 * data), then silence; suspected 3 intervals later. */
-	for (int i = 0; i < 35 && state_of(&c, 0, 1) == KEEL_PEER_ALIVE; i++)
+	 * data), then silence; probed after 3 intervals and the margin. It answers the probe
+	 * (it is alive, only quiet), so node 0 suspects nothing. */
+	for (int i = 0; i < 45; i++)
+		cluster_round(&c);
+	struct keel_counters k;
+	keel_counters_get(c.node[0], &k);
+	assert_int_equal(k.probes_refuted, 1);
+	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
+	c.paused[1] = true; /* now it really stops: suspected within 4.75 intervals */
+	for (int i = 0; i < 48 && state_of(&c, 0, 1) == KEEL_PEER_ALIVE; i++)
 		cluster_round(&c);
 	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_SUSPECTED);
 	cluster_fini(&c);
@@ -156,7 +237,8 @@ static void test_detector_own_pause_is_not_blamed_on_peers(void **state)
 	while (state_of(&c, 0, 1) == KEEL_PEER_ALIVE && c.now_ns < t_dead + 100 * HB)
 		cluster_round(&c);
 	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_SUSPECTED);
-	assert_true(c.now_ns <= t_dead + 20 * HB + 3 * HB + c.step_ns);
+	/* (miss_limit + 1) intervals at most with the margin, then 3 probes a quarter apart */
+	assert_true(c.now_ns <= t_dead + 20 * HB + 4 * HB + 3 * (HB / 4) + c.step_ns);
 	cluster_fini(&c);
 }
 
@@ -165,8 +247,9 @@ static void default_grace(struct keel_config *cfg)
 	cfg->join_timeout_ns = KEEL_JOIN_TIMEOUT_NS_DEFAULT;
 }
 
-/* Start-up grace: a peer heard once and then silent (or never heard) is not suspected within
- * join_timeout_ns of init, and is suspected exactly when the grace ends. */
+/* Start-up grace: a peer heard once and then silent (or never heard) is not probed within
+ * join_timeout_ns of init; it is probed exactly when the grace ends, and suspected when its
+ * probes go unanswered. */
 static void test_detector_startup_grace(void **state)
 {
 	(void)state;
@@ -181,6 +264,15 @@ static void test_detector_startup_grace(void **state)
 	assert_int_equal(state_of(&c, 0, 2), KEEL_PEER_ALIVE);
 	assert_int_equal(dl, t0 + join);
 	poll_one(&c, 0, t0 + join);
+	struct keel_counters k;
+	keel_counters_get(c.node[0], &k);
+	assert_int_equal(k.probes_sent, 2);
+	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
+	for (uint64_t q = 1; q < 3; q++) {
+		poll_one(&c, 0, t0 + join + q * (HB / 4));
+		assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
+	}
+	poll_one(&c, 0, t0 + join + 3 * (HB / 4));
 	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_SUSPECTED);
 	assert_int_equal(state_of(&c, 0, 2), KEEL_PEER_SUSPECTED);
 	cluster_fini(&c);
@@ -253,6 +345,8 @@ int main(void)
 	    cmocka_unit_test(test_detector_suspects_exactly_after_miss_limit),
 	    cmocka_unit_test(test_detector_no_suspicion_while_beating),
 	    cmocka_unit_test(test_detector_any_message_counts),
+	    cmocka_unit_test(test_detector_probe_answered_is_no_suspicion),
+	    cmocka_unit_test(test_detector_lossy_link_alone_excludes_nobody),
 	    cmocka_unit_test(test_detector_own_pause_is_not_blamed_on_peers),
 	    cmocka_unit_test(test_detector_startup_grace),
 	    cmocka_unit_test(test_detector_leave_is_not_a_suspicion),

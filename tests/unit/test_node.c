@@ -67,7 +67,8 @@ static void test_node_init_rejects_bad_config(void **state)
 	BAD(join_timeout_ns, 0);
 	BAD(rto_min_ns, 0);
 	BAD(rto_initial_ns, 1);
-	BAD(op_timeout_ns, 0);
+	BAD(entry_timeout_ns, 0);
+	BAD(probes, KEEL_PROBES_MAX + 1);
 	BAD(ack_delay_ns, KEEL_RTO_MIN_NS_DEFAULT);
 	BAD(algo, (enum keel_algo)7);
 	BAD(transport, NULL);
@@ -156,7 +157,7 @@ static void test_node_counts_every_drop_reason(void **state)
 	cases[4].h.epoch = 9; /* epochs fence reliable streams: an ack of another view */
 	cases[4].h.type = WIRE_ACK;
 	cases[4].h.payload_len = 0;
-	cases[5].h.version = 2;
+	cases[5].h.version = WIRE_VERSION + 1;
 	cases[6].h.type = 77;
 	cases[7].h.dst = 1;
 	cases[8].h.src = 0;

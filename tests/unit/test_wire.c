@@ -273,7 +273,7 @@ static void test_wire_layout_fixed_offsets(void **state)
 	(void)state;
 	static const uint8_t want[52] = {
 	    'K',  'E',	'E',  'L',  /* magic */
-	    1,			    /* version */
+	    2,			    /* version */
 	    3,			    /* type */
 	    0x02, 0x01,		    /* flags 0x0102 */
 	    0x14, 0x13, 0x12, 0x11, /* job 0x11121314 */
@@ -345,6 +345,7 @@ static void test_wire_heartbeat_payload_little_endian(void **state)
 	    .echo_held_ns = 0x2827262524232221ull,
 	    .incarnation = 0x34333231u,
 	    .flags = 0x44434241u,
+	    .ops_started = 0x54535251u,
 	};
 	uint8_t p[WIRE_HEARTBEAT_SIZE];
 
@@ -357,7 +358,12 @@ static void test_wire_heartbeat_payload_little_endian(void **state)
 	for (unsigned i = 0; i < 4; i++) {
 		assert_int_equal(p[24 + i], 0x31 + i);
 		assert_int_equal(p[28 + i], 0x41 + i);
+		assert_int_equal(p[32 + i], 0x51 + i);
 	}
+	struct wire_heartbeat back;
+	wire_heartbeat_decode(p, &back);
+	assert_int_equal(back.ops_started, hb.ops_started);
+	assert_int_equal(back.flags, hb.flags);
 }
 
 /* ---- size, magic, version, type ---- */
@@ -398,7 +404,7 @@ static void test_wire_bad_magic(void **state)
 static void test_wire_bad_version(void **state)
 {
 	(void)state;
-	static const uint8_t versions[] = {0, 2, 3, 0x81, 255};
+	static const uint8_t versions[] = {0, 1, 3, 0x81, 255}; /* 1: the format before 2 */
 	struct wire_header h = make_header(WIRE_ACK, 0);
 
 	for (size_t i = 0; i < sizeof(versions); i++) {
@@ -927,7 +933,7 @@ static void test_wire_strerror_every_code(void **state)
 	(void)state;
 	static const int keel_codes[] = {
 	    KEEL_EVIEWCHANGED, KEEL_ENOQUORUM,	 KEEL_EFENCED,	  KEEL_EPEERDEAD,
-	    KEEL_ECORRUPT,     KEEL_ERENDEZVOUS, KEEL_ETRANSPORT,
+	    KEEL_ECORRUPT,     KEEL_ERENDEZVOUS, KEEL_ETRANSPORT, KEEL_EEXCLUDED, KEEL_EMISMATCH,
 	};
 	static const struct {
 		int err;
@@ -984,7 +990,7 @@ static void test_wire_strerror_every_code(void **state)
 static void test_wire_strerror_unknown(void **state)
 {
 	(void)state;
-	static const int unknown[] = {1, EINVAL, -1000, -1008, -9999, INT_MIN, INT_MAX};
+	static const int unknown[] = {1, EINVAL, -1000, -1010, -9999, INT_MIN, INT_MAX};
 
 	for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++)
 		assert_string_equal(keel_strerror(unknown[i]), "unknown error");

@@ -67,9 +67,15 @@ static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t 
 	v = cfg->burst;
 	rc |= env_u64("KEEL_BURST", 1, KEEL_BURST_MAX, &v, err, err_len);
 	cfg->burst = (uint32_t)v;
-	v = cfg->op_timeout_ns / 1000000;
-	rc |= env_u64("KEEL_OP_TIMEOUT_MS", 1, 86400000ull, &v, err, err_len);
+	v = cfg->op_timeout_ns / 1000000; /* 0: derived from the detector */
+	rc |= env_u64("KEEL_OP_TIMEOUT_MS", 0, 86400000ull, &v, err, err_len);
 	cfg->op_timeout_ns = v * 1000000;
+	v = cfg->entry_timeout_ns / 1000000;
+	rc |= env_u64("KEEL_ENTRY_TIMEOUT_MS", 1, 86400000ull, &v, err, err_len);
+	cfg->entry_timeout_ns = v * 1000000;
+	v = cfg->probes;
+	rc |= env_u64("KEEL_PROBES", 0, KEEL_PROBES_MAX, &v, err, err_len);
+	cfg->probes = (uint32_t)v;
 	/* a restarted process: keel-run --restart (or the user's launcher) says which life */
 	v = cfg->incarnation;
 	rc |= env_u64("KEEL_INCARNATION", 1, UINT32_MAX, &v, err, err_len);

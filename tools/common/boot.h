@@ -28,7 +28,8 @@ struct keel_boot {
 
 /* Knobs read from the environment (each optional), applied before the tool's own settings:
  *   KEEL_HEARTBEAT_US, KEEL_MISS_LIMIT, KEEL_MTU, KEEL_WINDOW, KEEL_BURST, KEEL_ALGO
- *   (auto|ring|rd), KEEL_OP_TIMEOUT_MS, KEEL_BIND (address to bind, default 127.0.0.1),
+ *   (auto|ring|rd), KEEL_OP_TIMEOUT_MS (0: derived), KEEL_ENTRY_TIMEOUT_MS, KEEL_PROBES,
+ *   KEEL_BIND (address to bind, default 127.0.0.1),
  *   KEEL_CHAOS (a keel_chaos_parse spec), KEEL_RENDEZVOUS_TIMEOUT_MS (default 30000),
  *   KEEL_WAIT / KEEL_SPIN_US (posix_env.h).
  * `tweak`, if not NULL, adjusts the config after the environment. Without any launcher
