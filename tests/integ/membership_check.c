@@ -125,11 +125,12 @@ int main(void)
 				members[m]);
 	printf("rank %u life %u: final view epoch %u members %s | calls %" PRIu64 " wrong %" PRIu64
 	       " errors %" PRIu64 " over-bound %" PRIu64 " restarted %" PRIu64 " noquorum %" PRIu64
-	       " excluded %" PRIu64 " worst %.1f ms | views %" PRIu64 " suspicions %" PRIu64
-	       " false %" PRIu64 "\n",
+	       " excluded %" PRIu64 " worst %.1f ms (recovery bound %.1f ms) | views %" PRIu64
+	       " suspicions %" PRIu64 " false %" PRIu64 " probes refuted %" PRIu64 "\n",
 	       rank, b.cfg.incarnation, v.epoch, list, st.calls, st.wrong, st.errors, st.over_bound,
-	       st.restarts, st.noquorum, st.excluded, st.worst_ns / 1e6, k.view_changes,
-	       k.suspicions, k.false_suspicions);
+	       st.restarts, st.noquorum, st.excluded, st.worst_ns / 1e6,
+	       keel_recovery_bound_ns(&b.cfg) / 1e6, k.view_changes, k.suspicions,
+	       k.false_suspicions, k.probes_refuted);
 	fflush(stdout);
 	keel_boot_stop(&b, 500000000ull);
 	free(in);
