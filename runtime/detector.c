@@ -201,12 +201,17 @@ void fd_beat_one(struct keel_node *n, uint32_t peer, uint32_t flags)
 	n->ctr.heartbeats_sent++;
 }
 
+void fd_beat_all(struct keel_node *n)
+{
+	for (uint32_t b = 0; b < n->beat_count; b++)
+		fd_beat_one(n, n->beat_list[b], 0);
+}
+
 void fd_beat(struct keel_node *n)
 {
 	if (n->now_ns < n->next_beat_ns)
 		return;
-	for (uint32_t b = 0; b < n->beat_count; b++)
-		fd_beat_one(n, n->beat_list[b], 0);
+	fd_beat_all(n);
 	n->next_beat_ns += n->cfg.heartbeat_ns;
 	if (n->next_beat_ns <= n->now_ns)
 		n->next_beat_ns = n->now_ns + n->cfg.heartbeat_ns;

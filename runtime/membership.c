@@ -286,6 +286,7 @@ static void install(struct keel_node *n, const struct view *v)
 	if (excluded) {
 		n->ctr.self_exclusions++;
 		n->excluded_unseen = true;
+		fd_beat_all(n); /* ask to be admitted now, not at the next interval */
 	}
 	coll_on_install(n, was_member && v->epoch == old_epoch + 1, v->frontier, excluded);
 	if (old_epoch != 0)

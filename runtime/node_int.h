@@ -280,6 +280,7 @@ void fd_poll_start(struct keel_node *n);
 void fd_beat(struct keel_node *n);
 /* A heartbeat to `peer` now; `flags` adds WIRE_HB_PROBE (answer at once). */
 void fd_beat_one(struct keel_node *n, uint32_t peer, uint32_t flags);
+void fd_beat_all(struct keel_node *n); /* a heartbeat to everyone it beats, now */
 void fd_check(struct keel_node *n);
 uint64_t fd_next_deadline(const struct keel_node *n);
 

@@ -96,6 +96,7 @@ static struct {
 	uint32_t depth;
 	uint64_t states, transitions, cut_depth, cut_rounds, installs;
 	uint64_t installs_rejoined, installs_without_0; /* what the schedules reached */
+	uint64_t installs_excluded, installs_readmitted; /* a live process left out, let back in */
 	bool violated;
 	char why[256];
 } mc;
@@ -151,10 +152,15 @@ static int mc_send(struct keel_transport *t, uint64_t now_ns, const struct keel_
 		struct wire_header h;
 		enum wire_verdict v = wire_decode(d[i].buf, d[i].len, &exp, &h);
 		assert_int_equal(v, WIRE_OK);
-		/* Heartbeats matter to the protocol as a restarted process's request to join (and
-		 * the catch-up it triggers); the rest of them only refresh liveness, which the
-		 * explorer decides itself (suspicions). Acks carry nothing it reads. */
-		bool join_request = h.type == WIRE_HEARTBEAT && mc.meta.inc[t->rank] > 1;
+		/* Heartbeats matter to the protocol as a request to join — a restarted process's,
+		 * or an excluded live one's — and the catch-up it triggers; the rest of them only
+		 * refresh liveness, which the explorer decides itself (suspicions). Acks carry
+		 * nothing it reads. */
+		struct wire_heartbeat hb = {0};
+		if (h.type == WIRE_HEARTBEAT)
+			wire_heartbeat_decode(d[i].buf + WIRE_HEADER_SIZE, &hb);
+		bool join_request = h.type == WIRE_HEARTBEAT &&
+				    (mc.meta.inc[t->rank] > 1 || (hb.flags & WIRE_HB_JOINING) != 0);
 		if (h.type != WIRE_VIEW && !join_request && !mc.startup)
 			continue;
 		uint64_t hh = hash_bytes(mix(t->rank, d[i].peer), d[i].buf, d[i].len);
@@ -218,6 +224,8 @@ static void on_view(void *ctx, const struct keel_view *kv, const uint32_t *membe
 		return;
 	}
 	mc.installs_rejoined += kv->self_joined && mc.meta.inc[i] > 1;
+	mc.installs_readmitted += kv->self_joined && mc.meta.inc[i] == 1;
+	mc.installs_excluded += !kv->self_member && n->ctr.self_exclusions > 0;
 	mc.installs_without_0 += !view_has(&n->view, 0);
 	uint64_t sig = view_signature(&n->view, n->world);
 	if (mc.meta.views[kv->epoch] == 0) {
@@ -608,11 +616,13 @@ static void run_scenario(const struct mc_bounds *b)
 	    "model %s: %u nodes, crashes %u, restarts %u, false suspicions %u, ticks %u, "
 	    "rounds %u, depth %u: %" PRIu64 " states, %" PRIu64 " steps, %" PRIu64
 	    " views installed (%" PRIu64 " by a restarted process that rejoined, %" PRIu64
-	    " without rank 0), %u datagrams sent at most, %zu bytes a node; cut by depth %" PRIu64
+	    " without rank 0, %" PRIu64 " leaving out a live member, %" PRIu64
+	    " readmitting it), %u datagrams sent at most, %zu bytes a node; cut by depth %" PRIu64
 	    ", by rounds %" PRIu64 "\n",
 	    b->name, b->nodes, b->crashes, b->restarts, b->false_suspicions, b->ticks, b->rounds,
 	    b->depth, mc.states, mc.transitions, mc.installs, mc.installs_rejoined,
-	    mc.installs_without_0, mc.net_max, mc.mem_size, mc.cut_depth, mc.cut_rounds);
+	    mc.installs_without_0, mc.installs_excluded, mc.installs_readmitted, mc.net_max,
+	    mc.mem_size, mc.cut_depth, mc.cut_rounds);
 	if (mc.violated) {
 		printf("model %s: VIOLATION: %s\nschedule:\n", b->name, mc.why);
 		for (uint32_t d = 0; d < mc.depth; d++)
@@ -656,6 +666,15 @@ static const struct mc_bounds scenarios[] = {
     {.name = "3-crash-retry", .nodes = 3, .crashes = 1, .ticks = 1, .rounds = 2, .depth = 40},
     {.name = "4-crash", .nodes = 4, .crashes = 1, .rounds = 1, .depth = 40},
     {.name = "4-false", .nodes = 4, .false_suspicions = 1, .rounds = 1, .depth = 40},
+    /* a live node is suspected and excluded (it was paused), then speaks again in the same
+     * incarnation: its old in-flight messages and its new heartbeats (ticks) reach anyone at
+     * any moment, it learns it was left out and asks to be admitted, and a second round may
+     * admit it */
+    {.name = "3-pause-rejoin",
+     .nodes = 3,
+     .false_suspicions = 1,
+     .rounds = 2,
+     .depth = 40},
 };
 
 #if defined(__SANITIZE_ADDRESS__)
