@@ -25,17 +25,20 @@ kills() {
 	local e=$(((c + d) % 6))
 	local f=$(((a + 1 + RANDOM % 5) % 6)) g=$((1 + RANDOM % 5)) h=$((1 + (RANDOM % 4 + 1) % 5))
 	[ "$h" -eq "$g" ] && h=$((g % 5 + 1))
+	local d1 d2 d3 d4
+	dur; d1=$D; dur; d2=$D; dur; d3=$D; dur; d4=$D
 	echo "--kill $a@${t1}e-1 --kill $b@${t2}e-1 --kill $c@${t3}e-1 --kill $e@$((t3 + 1))e-1" \
-		"--pause $f@$((t1 * 100 + 3))e-3:$(dur) --pause 0@5.6:$(dur)" \
-		"--pause $g@6.5:$(dur) --pause $h@6.5:$(dur)"
+		"--pause $f@$((t1 * 100 + 3))e-3:$d1 --pause 0@5.6:$d2" \
+		"--pause $g@6.5:$d3 --pause $h@6.5:$d4"
 }
 
-# A pause from below the suspicion time (about 45 ms at 10 ms heartbeats) to 1.9 s.
+# D = a pause from below the suspicion time (about 45 ms at 10 ms heartbeats) to 1.9 s. Sets a
+# variable rather than printing: a $(...) subshell would not advance this shell's RANDOM.
 dur() {
 	case $((RANDOM % 3)) in
-	0) echo "0.0$((2 + RANDOM % 8))" ;;
-	1) echo "0.$((1 + RANDOM % 9))" ;;
-	*) echo "1.$((RANDOM % 10))" ;;
+	0) D="0.0$((2 + RANDOM % 8))" ;;
+	1) D="0.$((1 + RANDOM % 9))" ;;
+	*) D="1.$((RANDOM % 10))" ;;
 	esac
 }
 
