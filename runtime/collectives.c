@@ -480,10 +480,9 @@ int keel_broadcast_start(struct keel_node *node, uint32_t root, void *buf, size_
 uint64_t keel_recovery_bound_ns(const struct keel_config *cfg)
 {
 	uint64_t hb = cfg->heartbeat_ns;
-	uint64_t detect = (uint64_t)(cfg->miss_limit + 1) * hb + (uint64_t)cfg->probes * (hb / 4);
 	uint64_t view = cfg->view_timeout_ns != 0 ? cfg->view_timeout_ns
 						  : (uint64_t)cfg->miss_limit * hb;
-	return detect + hb + 2 * view;
+	return keel_detect_bound_ns(cfg) + hb + 2 * view;
 }
 
 uint64_t keel_op_timeout_ns(const struct keel_config *cfg)

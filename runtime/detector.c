@@ -21,6 +21,12 @@ static bool at_watch_distance(uint32_t self, uint32_t peer, uint32_t world, uint
 	return k >= 32 || dist < (1u << k);
 }
 
+uint64_t keel_detect_bound_ns(const struct keel_config *cfg)
+{
+	uint64_t hb = cfg->heartbeat_ns;
+	return (uint64_t)(cfg->miss_limit + 1) * hb + (uint64_t)cfg->probes * (hb / 4);
+}
+
 void fd_init(struct keel_node *n, uint64_t now_ns)
 {
 	for (uint32_t i = 0; i < n->world; i++) {

@@ -633,13 +633,20 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 	struct peer *p = &n->peers[peer];
 	bool same_life = true;
 	bool joining = (hb->flags & WIRE_HB_JOINING) != 0;
-	if (hb->incarnation > p->inc || joining != p->joining || joining)
+	bool new_life = hb->incarnation > p->inc;
+	/* A heartbeat this life sent before it installed a later view, arriving late (datagrams
+	 * reorder): what it says about joining is out of date — an excluded node's request to
+	 * be admitted must not be undone by a beat from before it knew. */
+	if (!new_life && p->inc != 0 && seq_before(epoch, p->hb_epoch))
+		joining = p->joining;
+	if (new_life || joining != p->joining || joining)
 		mb_touch(n); /* a new life, or a request to join (renewed: see is_joiner) */
-	if (hb->incarnation > p->inc) {
+	if (new_life) {
 		p->inc = hb->incarnation;
 		p->gone = false; /* a new life: a leave was its old life's */
 	}
-	p->hb_epoch = epoch;
+	if (new_life || !seq_before(epoch, p->hb_epoch))
+		p->hb_epoch = epoch;
 	p->joining = joining;
 	if (is_member(n, peer)) {
 		if (n->view.inc[peer] == 0 && !p->joining) {

@@ -28,17 +28,17 @@ void sim_report_header(FILE *f, const char *format, const char *sweep_key)
 			"lost_rollback_s,lost_redo_s,detect_n,detect_p50_s,detect_p99_s,"
 			"detect_max_s,detect_bound_s,detect_late,undetected,false_suspicions,"
 			"views_agree,view_epochs,allreduce_ops,allreduce_wrong,allreduce_failed,"
-			"allreduce_s,allreduce_model_s,messages,bytes,rx_drops\n",
+			"allreduce_s,allreduce_model_s,messages,bytes,rx_drops,live_excluded\n",
 			k);
 	else if (strcmp(format, "json") == 0)
 		fprintf(f, "[\n");
 	else
 		fprintf(f,
 			"%-10s %5s %7s %6s %9s %8s %7s %4s %9s %9s %9s %9s %9s %8s %8s %5s %5s "
-			"%10s\n",
+			"%5s %10s\n",
 			k, "ranks", "sim_s", "steps", "samples/s", "step_s", "goodput", "fail",
 			"detect_s", "view_s", "restart_s", "rollbk_s", "det_p50", "det_p99",
-			"det_max", "views", "fsusp", "messages");
+			"det_max", "views", "fsusp", "excl", "messages");
 }
 
 void sim_report_row(FILE *f, const char *format, const char *sweep_key, const char *sweep_val,
@@ -51,7 +51,7 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		fprintf(f,
 			"%s,%u,%.6f,%llu,%.3f,%.6f,%.4f,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%u,%.9f,"
 			"%.9f,%.9f,%.9f,%llu,%llu,%llu,%s,%u,%llu,%llu,%llu,%.9f,%.9f,%llu,%llu,"
-			"%llu\n",
+			"%llu,%llu\n",
 			v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
 			r->step_s, r->goodput, r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5],
 			r->detect_count, r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
@@ -62,7 +62,8 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 			(unsigned long long)r->allreduce_wrong,
 			(unsigned long long)r->allreduce_failed, r->allreduce_s,
 			r->allreduce_model_s, (unsigned long long)r->messages,
-			(unsigned long long)r->bytes, (unsigned long long)r->rx_queue_drops);
+			(unsigned long long)r->bytes, (unsigned long long)r->rx_queue_drops,
+			(unsigned long long)r->live_excluded);
 	} else if (strcmp(format, "json") == 0) {
 		(void)first;
 		fprintf(
@@ -76,7 +77,7 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    "\"false_suspicions\": %llu, \"views_agree\": %s, \"view_epochs\": %u, "
 		    "\"allreduce\": {\"ops\": %llu, \"wrong\": %llu, \"failed\": %llu, \"mean_s\": "
 		    "%.9f, \"model_s\": %.9f}, \"messages\": %llu, \"bytes\": %llu, "
-		    "\"rx_drops\": %llu}%s\n",
+		    "\"rx_drops\": %llu, \"live_excluded\": %llu}%s\n",
 		    sweep_key != NULL ? sweep_key : "run", v, r->ranks, r->sim_s,
 		    (unsigned long long)r->steps, r->samples_per_s, r->step_s, r->goodput,
 		    r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5], r->detect_count,
@@ -87,17 +88,17 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    (unsigned long long)r->allreduce_wrong, (unsigned long long)r->allreduce_failed,
 		    r->allreduce_s, r->allreduce_model_s, (unsigned long long)r->messages,
 		    (unsigned long long)r->bytes, (unsigned long long)r->rx_queue_drops,
-		    last ? "" : ",");
+		    (unsigned long long)r->live_excluded, last ? "" : ",");
 		if (last)
 			fprintf(f, "]\n");
 	} else {
 		fprintf(f,
 			"%-10s %5u %7.2f %6llu %9.1f %8.4f %7.4f %4u %9.6f %9.6f %9.1f %9.1f "
-			"%9.6f %8.6f %8.6f %5s %5llu %10llu\n",
+			"%9.6f %8.6f %8.6f %5s %5llu %5llu %10llu\n",
 			v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
 			r->step_s, r->goodput, r->failure_count, c[0], c[1], c[3], c[4],
 			r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
 			r->views_agree ? "agree" : "DIFF", (unsigned long long)r->false_suspicions,
-			(unsigned long long)r->messages);
+			(unsigned long long)r->live_excluded, (unsigned long long)r->messages);
 	}
 }

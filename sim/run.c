@@ -43,8 +43,11 @@ struct node {
 	double work_flops;
 	bool work_busy;
 	double slow;
+	sg_actor_t actor, worker; /* --pause suspends both */
+	bool paused;		  /* stopped by --pause now */
+	bool was_paused;	  /* ever: its exclusions were expected */
 	/* accumulated counters of finished generations */
-	uint64_t false_suspicions;
+	uint64_t false_suspicions, self_exclusions;
 	uint64_t ar_ops, ar_wrong, ar_failed;
 	uint8_t *in, *out, *ref;
 	size_t buf_count;
@@ -143,6 +146,9 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 	uint64_t h = 1469598103934665603ull;
 	bool has_failed[SIM_FAILURES_MAX] = {false};
 
+	if (getenv("KEEL_SIM_DEBUG") != NULL)
+		fprintf(stderr, "%.6f: node %u installs epoch %u (%u members, self %d)\n",
+			(double)now_ns * 1e-9, nd->e, v->epoch, v->member_count, v->self_member);
 	if (v->member_count < nd->view_members)
 		nd->view_shrunk = true;
 	nd->view_epoch = v->epoch;
@@ -169,8 +175,9 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 	for (uint32_t f = 0; f < W.fail_count; f++)
 		if (!has_failed[f] && W.fail[f].gen == nd->gen && nd->suspect_s[W.fail[f].host] < 0)
 			nd->suspect_s[W.fail[f].host] = (double)now_ns * 1e-9;
+	/* (not the paused process itself: it installs that view only once it is back) */
 	for (uint32_t f = 0; f < W.fail_count; f++)
-		if (!has_failed[f] && W.fail[f].gen == nd->gen &&
+		if (!has_failed[f] && W.fail[f].gen == nd->gen && W.fail[f].host != nd->e &&
 		    (double)now_ns * 1e-9 > W.fail[f].view_s)
 			W.fail[f].view_s = (double)now_ns * 1e-9;
 }
@@ -191,14 +198,24 @@ static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t 
 		    (W.fail[f].first_suspect_s == 0 ||
 		     (double)now_ns * 1e-9 < W.fail[f].first_suspect_s))
 			W.fail[f].first_suspect_s = (double)now_ns * 1e-9;
-	if (W.nodes[e].alive)
-		nd->false_suspicions++; /* suspected while its host was up */
+	if (W.nodes[e].alive && !W.nodes[e].paused)
+		nd->false_suspicions++; /* suspected while its host was up and running */
+}
+
+/* What a generation's core counted that outlives it. */
+static void counters_keep(struct node *nd)
+{
+	struct keel_counters k;
+	keel_counters_get(nd->kn, &k);
+	nd->self_exclusions += k.self_exclusions;
 }
 
 static void node_teardown(struct node *nd)
 {
-	if (nd->kn != NULL)
+	if (nd->kn != NULL) {
+		counters_keep(nd);
 		keel_fini(nd->kn);
+	}
 	nd->kn = NULL;
 	nd->tp = nd->chaos = NULL;
 }
@@ -403,7 +420,8 @@ static void worker_main(int argc, char **argv)
 	/* never reached: the worker is a daemon, killed at the end */
 }
 
-static void spawn(const char *prefix, uint32_t e, xbt_main_func_t fn, void *data, bool daemon)
+static sg_actor_t spawn(const char *prefix, uint32_t e, xbt_main_func_t fn, void *data,
+			bool daemon)
 {
 	char name[32];
 	snprintf(name, sizeof(name), "%s-%u", prefix, e);
@@ -413,6 +431,7 @@ static void spawn(const char *prefix, uint32_t e, xbt_main_func_t fn, void *data
 	sg_actor_start(a, fn, 0, NULL);
 	if (daemon)
 		sg_actor_daemonize(a);
+	return a;
 }
 
 /* ---- one AllReduce, checked like tests/integ/allreduce_check.c ---- */
@@ -484,10 +503,20 @@ static void detect_add(double v)
 /* At the end of a generation (or of the run): how long each survivor took to suspect each
  * host that failed during it. With all-to-all monitoring every survivor watches every peer;
  * beyond KEEL_FD_ALL_TO_ALL_MAX only ring neighbours do, so only they are expected to. */
+/* The core's own bound for its config, plus the slowest route a heartbeat takes. */
+static double detect_bound_s(void)
+{
+	struct keel_config cfg;
+	keel_config_default(&cfg);
+	cfg.heartbeat_ns = W.s->heartbeat_ns;
+	cfg.miss_limit = W.s->miss_limit;
+	return (double)keel_detect_bound_ns(&cfg) * 1e-9 + W.max_lat_s;
+}
+
 static void detect_collect(struct node *nd)
 {
 	double now = simgrid_get_clock();
-	double bound = (double)W.s->miss_limit * (double)W.s->heartbeat_ns * 1e-9 + W.max_lat_s;
+	double bound = detect_bound_s();
 
 	for (uint32_t i = 0; i < W.fail_count; i++) {
 		const struct failure_rec *f = &W.fail[i];
@@ -651,17 +680,22 @@ static void node_main(int argc, char **argv)
 	if (nd->gen == W.gen && nd->kn != NULL)
 		view_compare(nd); /* every survivor ends on the same view */
 	detect_collect(nd);
+	if (nd->kn != NULL)
+		counters_keep(nd);
 	if (getenv("KEEL_SIM_DEBUG") != NULL && nd->kn != NULL) {
 		struct keel_counters k;
 		keel_counters_get(nd->kn, &k);
 		fprintf(stderr,
 			"node %u: tx %llu rx %llu data %llu retransmits %llu acks %llu hb %llu "
-			"blocked %llu drops win %llu dup %llu\n",
+			"blocked %llu drops win %llu dup %llu epoch %llu | proposals %llu restarted "
+			"%llu failed %llu\n",
 			nd->e, (unsigned long long)k.tx_datagrams,
 			(unsigned long long)k.rx_datagrams, (unsigned long long)k.data_sent,
 			(unsigned long long)k.retransmits, (unsigned long long)k.acks_sent,
 			(unsigned long long)k.heartbeats_sent, (unsigned long long)k.tx_blocked,
-			(unsigned long long)k.drop_window, (unsigned long long)k.drop_duplicate);
+			(unsigned long long)k.drop_window, (unsigned long long)k.drop_duplicate,
+			(unsigned long long)k.drop_epoch, (unsigned long long)k.view_proposals,
+			(unsigned long long)k.ops_restarted, (unsigned long long)k.ops_failed);
 	}
 	sim_net_stop_receiver(W.net, nd->e);
 	nd->done = true;
@@ -710,11 +744,8 @@ static void links_scale(const char *name, bool off)
 	free(links);
 }
 
-static void host_off(uint32_t h)
+static void failure_record(uint32_t h)
 {
-	struct node *nd = &W.nodes[h];
-	if (!nd->alive)
-		return;
 	if (W.fail_count < SIM_FAILURES_MAX) {
 		struct failure_rec *f = &W.fail[W.fail_count++];
 		memset(f, 0, sizeof(*f));
@@ -723,15 +754,50 @@ static void host_off(uint32_t h)
 		f->gen = W.gen;
 		f->step_start_s = W.last_step_end_s;
 	}
+}
+
+static void host_off(uint32_t h)
+{
+	struct node *nd = &W.nodes[h];
+	if (!nd->alive)
+		return;
+	failure_record(h);
 	nd->alive = false;
 	sim_net_set_alive(W.net, h, false);
 	sg_host_turn_off(W.hosts[h]);
 	recovery_try_release(); /* the others may all be waiting for this one */
 }
 
+/* SIGSTOP and SIGCONT: the node and its compute stop where they are; datagrams for it queue
+ * at its receiver as in a socket buffer. Its failure is costed like a death's (detection,
+ * view), its readmission later restarts the collectives once more. */
+static void host_pause(uint32_t h, bool stop)
+{
+	struct node *nd = &W.nodes[h];
+	if (!nd->alive || nd->done || nd->paused == stop)
+		return;
+	nd->paused = stop;
+	if (stop) {
+		nd->was_paused = true;
+		failure_record(h);
+		sg_actor_suspend(nd->actor);
+		if (nd->worker != NULL)
+			sg_actor_suspend(nd->worker);
+		return;
+	}
+	sg_actor_resume(nd->actor);
+	if (nd->worker != NULL)
+		sg_actor_resume(nd->worker);
+	sim_net_wake(W.net, h);
+}
+
 static void fault_apply(const struct sim_fault *f)
 {
 	switch (f->kind) {
+	case SIM_FAULT_PAUSE:
+	case SIM_FAULT_RESUME:
+		host_pause(f->a, f->kind == SIM_FAULT_PAUSE);
+		break;
 	case SIM_FAULT_HOST_OFF:
 		host_off(f->a);
 		break;
@@ -784,7 +850,7 @@ static void controller_main(int argc, char **argv)
 static int faults_build(const struct sim_scenario *s, char *err, size_t err_len)
 {
 	uint64_t rng = s->seed * 0x2545f4914f6cdd1dull + 17;
-	W.faults = calloc(SIM_FAULTS_MAX + W.n, sizeof(*W.faults));
+	W.faults = calloc(2 * SIM_FAULTS_MAX + W.n, sizeof(*W.faults)); /* pauses end too */
 	if (W.faults == NULL)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < s->fault_count; i++) {
@@ -801,6 +867,9 @@ static int faults_build(const struct sim_scenario *s, char *err, size_t err_len)
 			return -EINVAL;
 		}
 		W.faults[W.fault_n++] = *f;
+		if (f->kind == SIM_FAULT_PAUSE)
+			W.faults[W.fault_n++] = (struct sim_fault){
+			    .kind = SIM_FAULT_RESUME, .at_s = f->at_s + f->factor, .a = f->a};
 	}
 	/* Random failures: exponential lifetimes with mean mtbf_s per host, one each (a failed
 	 * host stays down: rejoin waits for the core's incarnations). */
@@ -944,7 +1013,7 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 	r->step_s = W.step_time_count ? W.step_time_sum / W.step_time_count : 0;
 	r->goodput = r->step_s * (double)W.steps / W.horizon_s;
 	r->failure_count = W.fail_count;
-	r->detect_bound_s = (double)s->miss_limit * (double)s->heartbeat_ns * 1e-9 + W.max_lat_s;
+	r->detect_bound_s = detect_bound_s();
 	for (uint32_t i = 0; i < W.fail_count; i++) {
 		const struct failure_rec *f = &W.fail[i];
 		struct sim_failure_cost *c = &r->failures[i];
@@ -977,6 +1046,7 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 	for (uint32_t e = 0; e < W.n; e++) {
 		struct node *nd = &W.nodes[e];
 		r->false_suspicions += nd->false_suspicions;
+		r->live_excluded += nd->self_exclusions;
 		r->allreduce_ops += nd->ar_ops;
 		r->allreduce_wrong += nd->ar_wrong;
 		r->allreduce_failed += nd->ar_failed;
@@ -1079,9 +1149,9 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 		if (nd->suspect_s == NULL || nd->tp_mem == NULL)
 			return -ENOMEM;
 		sim_net_start_receiver(W.net, e);
-		spawn("node", e, node_main, nd, false);
+		nd->actor = spawn("node", e, node_main, nd, false);
 		if (strcmp(s->mode, "train") == 0)
-			spawn("gpu", e, worker_main, nd, true);
+			nd->worker = spawn("gpu", e, worker_main, nd, true);
 	}
 	/* The controller lives on a host no fault turns off. */
 	uint32_t ctl_host = 0;

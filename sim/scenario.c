@@ -66,7 +66,7 @@ static int parse_double(const char *v, double *out)
 	return d >= 0 ? 0 : -EINVAL;
 }
 
-/* "T:HOST" or "T:HOST:X" */
+/* "T:HOST" or "T:HOST:X" (X: SLOW's factor, PAUSE's seconds) */
 static int parse_fault(struct sim_scenario *s, enum sim_fault_kind kind, const char *v)
 {
 	struct sim_fault f = {.kind = kind, .factor = 1};
@@ -96,6 +96,9 @@ static int parse_fault(struct sim_scenario *s, enum sim_fault_kind kind, const c
 	}
 	if (kind == SIM_FAULT_SLOW &&
 	    (q == NULL || parse_double(q, &f.factor) != 0 || f.factor < 1))
+		return -EINVAL;
+	if (kind == SIM_FAULT_PAUSE &&
+	    (q == NULL || parse_double(q, &f.factor) != 0 || !(f.factor > 0)))
 		return -EINVAL;
 	if (kind == SIM_FAULT_CUT) {
 		char *end;
@@ -164,6 +167,8 @@ int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value,
 		rc = parse_fault(s, SIM_FAULT_SLOW, value);
 	} else if (strcmp(key, "cut") == 0) {
 		rc = parse_fault(s, SIM_FAULT_CUT, value);
+	} else if (strcmp(key, "pause") == 0) {
+		rc = parse_fault(s, SIM_FAULT_PAUSE, value);
 	} else if (strcmp(key, "algo") == 0) {
 		s->algo = strcmp(value, "ring") == 0 ? KEEL_ALGO_RING
 			  : strcmp(value, "rd") == 0 ? KEEL_ALGO_RD

@@ -53,9 +53,9 @@ KEEL_MUST_USE int keel_op_test_info(struct keel_node *node, struct keel_op *hand
 				    uint32_t members_cap);
 
 /* Longest time from a member's failure (death, or a pause past the detector) to the view
- * without it, from the config: detection ((miss_limit + 1) heartbeat intervals at most, with
- * the margin for delay and jitter, plus probes x heartbeat/4) and a view change (heartbeat_ns
- * + 2 x view_timeout_ns). A collective that cannot progress because a member failed restarts
+ * without it, from the config: keel_detect_bound_ns and a view change (heartbeat_ns for a
+ * member's report to the coordinator + 2 x view_timeout_ns: a round that waits for slow
+ * members, and one retry). A collective that cannot progress because a member failed restarts
  * on that view within this bound. */
 uint64_t keel_recovery_bound_ns(const struct keel_config *cfg);
 

@@ -99,6 +99,12 @@ struct keel_config {
  * are left for the caller (rank 0, world 1, no transport). */
 void keel_config_default(struct keel_config *cfg);
 
+/* Longest time from a peer's last datagram to its suspicion, from the config: miss_limit
+ * intervals, the silence margin (a quarter interval plus the measured one-way delay and four
+ * times its variation, at most one interval), then `probes` probes a quarter interval apart:
+ * (miss_limit + 1) x heartbeat_ns + probes x heartbeat_ns / 4, plus the path's latency. */
+uint64_t keel_detect_bound_ns(const struct keel_config *cfg);
+
 /* Bytes of caller memory keel_init needs for `cfg`, or 0 if cfg is invalid.
  * The figure depends on world_size, window, mtu, burst and ops_max only. */
 size_t keel_storage_size(const struct keel_config *cfg);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# keel-sim checks (issue 4): same seed -> same bytes; detection within miss_limit x heartbeat +
-# latency with every survivor agreeing on the view; AllReduce results exact inside the
+# keel-sim checks (issue 4): same seed -> same bytes; detection within keel_detect_bound_ns +
+# latency with every survivor agreeing on the view; a paused GPU excluded and readmitted; a
+# lossy link excluding nobody; AllReduce results exact inside the
 # simulation; heterogeneity in the model's proportions; fidelity against SMPI's ring
 # MPI_Allreduce and the analytical ring cost; clear errors for bad input. About a minute.
 set -u
@@ -67,6 +68,26 @@ awk -F, 'NR==1{for(i=1;i<=NF;i++)c[$i]=i} NR==2{d=$c["lost_detect_s"]; r=$c["los
 	echo "sim: 64 ranks, a whole server lost: all found within $(col "$tmp/s.csv" detect_max_s) s, one view" ||
 	no "server failure: late $(col "$tmp/s.csv" detect_late), view_epochs $(col "$tmp/s.csv" view_epochs)"
 
+# 1d. Gray failures. A GPU paused for 0.5 s (its process stops computing and sending, then goes
+# on with its state): found within the detection bound, excluded, told so when it is back, and
+# readmitted by the next view — three views in all, agreed, nothing wrong in the results.
+"$SIM" --cluster 8xH100:ib --model 20M --batch 96 --flops-per-sample 2e11 --heartbeat 1ms \
+	--horizon 1.5 --pause 0.5:3:0.5 --check 1 --seed "$SEED" --format csv >"$tmp/p.csv" \
+	2>/dev/null || no "pause run exited $?"
+[ "$(col "$tmp/p.csv" view_epochs)" = 3 ] && [ "$(col "$tmp/p.csv" views_agree)" = yes ] &&
+	[ "$(col "$tmp/p.csv" live_excluded)" = 1 ] && [ "$(col "$tmp/p.csv" detect_late)" = 0 ] &&
+	[ "$(col "$tmp/p.csv" false_suspicions)" = 0 ] &&
+	[ "$(col "$tmp/p.csv" allreduce_wrong)" = 0 ] &&
+	echo "sim: a GPU paused 0.5 s: found in $(col "$tmp/p.csv" detect_max_s) s, excluded," \
+		"readmitted (3 views, agreed), results exact" ||
+	no "pause: views $(col "$tmp/p.csv" view_epochs), excluded $(col "$tmp/p.csv" live_excluded), late $(col "$tmp/p.csv" detect_late)"
+# A lossy link alone excludes nobody: 15 ranks, 1 % independent loss, 1 ms heartbeats, miss
+# limit 3 (before the silence margin and the probes: 33 false suspicions, 31 view changes).
+"$SIM" --mode heartbeat --cluster 15xH100:ib/1 --chaos loss=0.01,seed=5 --heartbeat 1ms \
+	--horizon 2 --seed 5 --format csv >"$tmp/l.csv" 2>/dev/null || no "lossy run exited $?"
+[ "$(col "$tmp/l.csv" false_suspicions)" = 0 ] && [ "$(col "$tmp/l.csv" view_epochs)" = 1 ] &&
+	echo "sim: 1 % loss, 15 ranks, 2 s at 1 ms heartbeats: no suspicion, one view" ||
+	no "lossy link: false $(col "$tmp/l.csv" false_suspicions), views $(col "$tmp/l.csv" view_epochs)"
 
 # 2. Detection: 16 ranks (all-to-all monitoring), one host off at T = 0.5 s.
 for hb in 1ms 250us; do
