@@ -1,9 +1,11 @@
 /* keel-bench failover: N ranks on this host (forked here, each a keel node on loopback UDP),
- * one of them SIGKILLed at a random moment, again and again. Each rank writes the moments it
+ * one of them SIGKILLed (or, with --pause, SIGSTOPped and later resumed) at a random moment,
+ * again and again. Each rank writes the moments it
  * suspected a peer and installed a view into shared memory (from keel's callbacks, in
  * CLOCK_MONOTONIC, the clock its polls use); this process reads them against the moment it
- * sent the kill, then restarts the victim as a new incarnation and waits for the world to be
- * whole again before the next trial. */
+ * sent the kill, then restarts the victim as a new incarnation (a paused victim: resumes it,
+ * and it rejoins in the same life) and waits for the world to be whole again before the next
+ * trial. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -35,6 +37,7 @@ struct rank_report {
 struct fo_opts {
 	uint32_t ranks, trials;
 	uint64_t interval_ns;
+	uint64_t pause_ns; /* 0: kill */
 	uint64_t seed;
 	double gap_s_min, gap_s_max;
 };
@@ -165,10 +168,11 @@ static void summary(const char *what, uint64_t *v, uint32_t n)
 }
 
 struct trial {
-	uint64_t first_suspect, all_suspect, all_installed;
+	uint64_t kill_ns, first_suspect, all_suspect, all_installed;
 };
 
-/* Kill `victim`, wait for every survivor to suspect it and install a view without it. */
+/* Kill (or stop) `victim`, wait for every survivor to suspect it and install a view without
+ * it. */
 static int one_trial(const struct fo_opts *o, pid_t *pids, uint32_t victim, struct trial *t)
 {
 	uint64_t survivors = ((1ull << o->ranks) - 1) & ~(1ull << victim);
@@ -176,10 +180,14 @@ static int one_trial(const struct fo_opts *o, pid_t *pids, uint32_t victim, stru
 		for (uint32_t p = 0; p < RANKS_MAX; p++)
 			g_reports[r].suspect_ns[p] = 0;
 	uint64_t kill_ns = keel_posix_now_ns();
-	kill(pids[victim], SIGKILL);
-	waitpid(pids[victim], NULL, 0);
+	*t = (struct trial){kill_ns, UINT64_MAX, 0, 0};
+	if (o->pause_ns != 0) {
+		kill(pids[victim], SIGSTOP);
+	} else {
+		kill(pids[victim], SIGKILL);
+		waitpid(pids[victim], NULL, 0);
+	}
 	uint64_t end = kill_ns + 10000000000ull;
-	*t = (struct trial){UINT64_MAX, 0, 0};
 	for (;;) {
 		bool done = true;
 		for (uint32_t r = 0; r < o->ranks; r++) {
@@ -227,6 +235,7 @@ static int parse(int argc, char **argv, struct fo_opts *o)
 	static const struct option longs[] = {{"ranks", required_argument, 0, 'r'},
 					      {"trials", required_argument, 0, 't'},
 					      {"interval-us", required_argument, 0, 'i'},
+					      {"pause-ms", required_argument, 0, 'p'},
 					      {"seed", required_argument, 0, 's'},
 					      {"help", no_argument, 0, 'h'},
 					      {0, 0, 0, 0}};
@@ -238,7 +247,7 @@ static int parse(int argc, char **argv, struct fo_opts *o)
 			      .gap_s_max = 0.6};
 	int c;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "r:t:i:s:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "r:t:i:p:s:h", longs, NULL)) != -1) {
 		unsigned long long v = optarg ? strtoull(optarg, NULL, 10) : 0;
 		switch (c) {
 		case 'r':
@@ -256,17 +265,22 @@ static int parse(int argc, char **argv, struct fo_opts *o)
 				return fprintf(stderr, "--interval-us: 50..10000000\n"), -EINVAL;
 			o->interval_ns = v * 1000;
 			break;
+		case 'p':
+			if (v < 1 || v > 600000)
+				return fprintf(stderr, "--pause-ms: 1..600000\n"), -EINVAL;
+			o->pause_ns = v * 1000000;
+			break;
 		case 's':
 			o->seed = v;
 			break;
 		case 'h':
 			printf(
 			    "usage: keel-bench failover [--ranks N] [--trials T] [--interval-us "
-			    "US] "
-			    "[--seed S]\n"
+			    "US] [--pause-ms MS] [--seed S]\n"
 			    "N ranks on loopback (default 4), heartbeat US (default 250), one rank "
 			    "SIGKILLed per trial at a random moment and restarted; prints kill to "
-			    "suspicion and kill to new view at every survivor.\n");
+			    "suspicion and kill to new view at every survivor. --pause-ms: SIGSTOP "
+			    "the rank instead, SIGCONT it MS later, and time its readmission.\n");
 			exit(0);
 		default:
 			return -EINVAL;
@@ -305,9 +319,10 @@ int keel_bench_failover(int argc, char **argv)
 	if (o.seed == 0)
 		o.seed = (uint64_t)time(NULL);
 	printf("# keel-bench failover: %u ranks, heartbeat %" PRIu64 " us, miss limit %s, %u "
-	       "trials, SEED=%" PRIu64 "\n",
+	       "trials, %s, SEED=%" PRIu64 "\n",
 	       o.ranks, o.interval_ns / 1000,
-	       getenv("KEEL_MISS_LIMIT") ? getenv("KEEL_MISS_LIMIT") : "3", o.trials, o.seed);
+	       getenv("KEEL_MISS_LIMIT") ? getenv("KEEL_MISS_LIMIT") : "3", o.trials,
+	       o.pause_ns != 0 ? "victims paused (SIGSTOP) and resumed" : "victims killed", o.seed);
 	setup_env(&o);
 	g_reports = mmap(NULL, RANKS_MAX * sizeof(struct rank_report), PROT_READ | PROT_WRITE,
 			 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -320,7 +335,7 @@ int keel_bench_failover(int argc, char **argv)
 		pids[r] = spawn(r, 1);
 	}
 	uint64_t *detect = calloc(o.trials, sizeof(uint64_t)), *first = calloc(o.trials, 8);
-	uint64_t *install = calloc(o.trials, sizeof(uint64_t));
+	uint64_t *install = calloc(o.trials, sizeof(uint64_t)), *back = calloc(o.trials, 8);
 	uint64_t x = o.seed * 0x9E3779B97F4A7C15ull + 1;
 	int status = 0;
 	uint32_t done = 0;
@@ -352,18 +367,35 @@ int keel_bench_failover(int argc, char **argv)
 		first[done] = tr.first_suspect;
 		detect[done] = tr.all_suspect;
 		install[done] = tr.all_installed;
+		uint64_t cont_ns = tr.kill_ns + o.pause_ns;
+		if (o.pause_ns == 0) {
+			pids[victim] = spawn(victim, ++inc[victim]);
+		} else { /* it comes back in the same life, is told it was left out, rejoins */
+			if (keel_posix_now_ns() < cont_ns)
+				sleep_ns(cont_ns - keel_posix_now_ns());
+			cont_ns = keel_posix_now_ns();
+			kill(pids[victim], SIGCONT);
+		}
 		done++;
-		pids[victim] = spawn(victim, ++inc[victim]);
-		if (!wait_until_whole(&o, 20000000000ull)) {
+		bool whole_again = wait_until_whole(&o, 20000000000ull);
+		back[done - 1] = keel_posix_now_ns() - cont_ns;
+		if (!whole_again) {
 			fprintf(stderr, "keel-bench failover: rank %u was not admitted again\n",
 				victim);
 			status = 1;
 		}
 	}
 	if (done > 0) {
-		summary("kill -> first survivor suspects", first, done);
-		summary("kill -> every survivor suspects", detect, done);
-		summary("kill -> new view at every survivor", install, done);
+		bool p = o.pause_ns != 0;
+		summary(p ? "stop -> first survivor suspects" : "kill -> first survivor suspects",
+			first, done);
+		summary(p ? "stop -> every survivor suspects" : "kill -> every survivor suspects",
+			detect, done);
+		summary(p ? "stop -> new view at every survivor"
+			  : "kill -> new view at every survivor",
+			install, done);
+		if (o.pause_ns != 0)
+			summary("resume -> readmitted, one view everywhere", back, done);
 	}
 	uint64_t fs = 0;
 	for (uint32_t r = 0; r < o.ranks; r++)
@@ -376,5 +408,6 @@ int keel_bench_failover(int argc, char **argv)
 	free(detect);
 	free(first);
 	free(install);
+	free(back);
 	return status;
 }
