@@ -354,7 +354,8 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 		return false;
 	struct step s;
 	op_step(n, op, op->recv_step, &s);
-	if (h->step == op->recv_step && s.recv_peer == (int32_t)peer && h->total_len != s.recv_len) {
+	if (h->step == op->recv_step && s.recv_peer == (int32_t)peer &&
+	    h->total_len != s.recv_len) {
 		/* The right peer, step and epoch, another size: its program started a different
 		 * collective here. Waiting cannot fix that; say so now. */
 		n->ctr.drop_protocol++;
@@ -480,8 +481,8 @@ int keel_broadcast_start(struct keel_node *node, uint32_t root, void *buf, size_
 uint64_t keel_recovery_bound_ns(const struct keel_config *cfg)
 {
 	uint64_t hb = cfg->heartbeat_ns;
-	uint64_t view = cfg->view_timeout_ns != 0 ? cfg->view_timeout_ns
-						  : (uint64_t)cfg->miss_limit * hb;
+	uint64_t view =
+	    cfg->view_timeout_ns != 0 ? cfg->view_timeout_ns : (uint64_t)cfg->miss_limit * hb;
 	return keel_detect_bound_ns(cfg) + hb + 2 * view;
 }
 

@@ -159,7 +159,8 @@ void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heade
 			p->hb_srtt_ns = rtt;
 			p->hb_rttvar_ns = rtt / 2;
 		} else {
-			uint64_t err = rtt > p->hb_srtt_ns ? rtt - p->hb_srtt_ns : p->hb_srtt_ns - rtt;
+			uint64_t err =
+			    rtt > p->hb_srtt_ns ? rtt - p->hb_srtt_ns : p->hb_srtt_ns - rtt;
 			p->hb_rttvar_ns = (3 * p->hb_rttvar_ns + err) / 4;
 			p->hb_srtt_ns = (7 * p->hb_srtt_ns + rtt) / 8;
 		}
@@ -196,8 +197,8 @@ void fd_beat_one(struct keel_node *n, uint32_t peer, uint32_t flags)
 	    .echo_ns = p->hb_echo_ns,
 	    .echo_held_ns = p->hb_echo_ns != 0 ? n->now_ns - p->hb_echo_recv_ns : 0,
 	    .incarnation = n->incarnation,
-	    .flags = flags | (n->member ? 0 : WIRE_HB_JOINING) |
-		     (n->noquorum ? WIRE_HB_NOQUORUM : 0),
+	    .flags =
+		flags | (n->member ? 0 : WIRE_HB_JOINING) | (n->noquorum ? WIRE_HB_NOQUORUM : 0),
 	    .ops_started = n->op_next_id - n->op_base,
 	};
 	uint8_t payload[WIRE_HEARTBEAT_SIZE];
@@ -241,8 +242,8 @@ static uint64_t silence_margin(const struct keel_node *n, const struct peer *p)
 static uint64_t suspect_at(const struct keel_node *n, const struct peer *p)
 {
 	uint64_t deaf = n->deaf_ns - p->deaf_at_heard_ns;
-	uint64_t at = p->last_heard_ns + deaf +
-		      (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns + silence_margin(n, p);
+	uint64_t at = p->last_heard_ns + deaf + (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns +
+		      silence_margin(n, p);
 	if (n->cfg.rejoin)
 		return at; /* a restarted node joins an established view: no start-up noise */
 	uint64_t grace_end = n->init_ns + n->cfg.join_timeout_ns;

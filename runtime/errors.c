@@ -26,8 +26,9 @@ const char *keel_strerror(int err)
 		KEEL_CASE(KEEL_ECORRUPT, "data failed its checksum and retries ran out");
 		KEEL_CASE(KEEL_ERENDEZVOUS, "rendezvous failed: peers could not be found");
 		KEEL_CASE(KEEL_ETRANSPORT, "the transport reported a fatal error");
-		KEEL_CASE(KEEL_EEXCLUDED, "this node was excluded from the view while silent (paused "
-					  "or cut off): rejoin and fetch state from view.donor");
+		KEEL_CASE(KEEL_EEXCLUDED,
+			  "this node was excluded from the view while silent (paused "
+			  "or cut off): rejoin and fetch state from view.donor");
 		KEEL_CASE(KEEL_EMISMATCH, "members started different collectives (count, type or "
 					  "algorithm differ) at the same place in their sequence");
 

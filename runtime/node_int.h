@@ -51,14 +51,15 @@ struct peer {
 	uint64_t probe_ns, probe_deaf_ns, probe_sent_ns;
 	uint32_t probes_sent;
 	/* membership: what its heartbeats say */
-	uint32_t inc;	     /* latest incarnation heard (0: never) */
-	uint32_t hb_epoch;   /* the epoch of its last heartbeat */
-	bool joining;	     /* its last heartbeat asked to be admitted */
-	uint32_t ops_done;   /* collectives it finished locally in our epoch */
+	uint32_t inc;	      /* latest incarnation heard (0: never) */
+	uint32_t hb_epoch;    /* the epoch of its last heartbeat */
+	bool joining;	      /* its last heartbeat asked to be admitted */
+	uint32_t ops_done;    /* collectives it finished locally in our epoch */
 	uint32_t ops_started; /* collectives its program started in our epoch (heartbeats) */
-	uint64_t catchup_ns; /* last time we sent it our view because it was behind */
-	bool suspect_report; /* a member told us (the coordinator) it suspects this peer */
-			     /* membership: the round this node runs as coordinator */
+	uint64_t catchup_ns;  /* last time we sent it our view because it was behind */
+	bool suspect_report;  /* a member told us (the coordinator) it suspects this peer */
+
+	/* membership: the round this node runs as coordinator */
 	bool pr_promised, pr_accepted;
 	bool pr_reported;		  /* a member reported it suspected when this round began */
 	uint32_t pr_done, pr_ops_pending; /* its collectives with results, and started */
@@ -112,12 +113,12 @@ struct keel_op {
 	uint32_t root;	   /* broadcast: the sending rank */
 	uint32_t self_pos; /* this node's position in the view it runs over */
 	uint32_t restarts;
-	uint32_t stalls;		 /* soft faults: op_timeout_ns without progress */
-	bool began;			 /* ran at least once (a later begin is a restart) */
-	bool has_copy;			 /* in-place input saved in the node's restart copy */
-	bool entry_wait; /* stalled while a member had not started it: not a soft fault */
-	uint64_t start_ns;		 /* first begin: keel_op_bound_ns counts from here */
-	uint64_t queued_ns;		 /* started by the caller (a joiner's wait counts from here) */
+	uint32_t stalls;    /* soft faults: op_timeout_ns without progress */
+	bool began;	    /* ran at least once (a later begin is a restart) */
+	bool has_copy;	    /* in-place input saved in the node's restart copy */
+	bool entry_wait;    /* stalled while a member had not started it: not a soft fault */
+	uint64_t start_ns;  /* first begin: keel_op_bound_ns counts from here */
+	uint64_t queued_ns; /* started by the caller (a joiner's wait counts from here) */
 	uint32_t done_epoch, done_count; /* the view the result was computed over */
 	uint8_t *done_bits;		 /* its members (world bits, in the node's storage) */
 	uint32_t root_pos;
@@ -198,9 +199,9 @@ struct keel_node {
 	uint8_t *restart_copy;	 /* restart_copy_bytes for in-place inputs */
 	/* membership */
 	uint32_t incarnation;
-	bool member;	   /* in the installed view */
-	bool noquorum;	   /* a majority of the view is suspected: stopped */
-	bool joined_last;  /* the installed view admitted this node */
+	bool member;	  /* in the installed view */
+	bool noquorum;	  /* a majority of the view is suspected: stopped */
+	bool joined_last; /* the installed view admitted this node */
 	/* A view left this node out after it had been a member (it was silent: paused, cut
 	 * off): its collectives failed with KEEL_EEXCLUDED; when none was pending, the next one
 	 * started fails so, once — the application must learn its state is behind. */

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #define WIRE_MAGIC	 0x4c45454bu /* "KEEL" read as a little-endian u32 */
-#define WIRE_VERSION	 2u /* 2: heartbeats carry ops_started and may probe */
+#define WIRE_VERSION	 2u	     /* 2: heartbeats carry ops_started and may probe */
 #define WIRE_HEADER_SIZE 56u
 
 enum wire_type {

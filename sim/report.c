@@ -48,22 +48,21 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 	const char *v = sweep_val != NULL ? sweep_val : "1";
 	costs(r, c);
 	if (strcmp(format, "csv") == 0) {
-		fprintf(f,
-			"%s,%u,%.6f,%llu,%.3f,%.6f,%.4f,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%u,%.9f,"
-			"%.9f,%.9f,%.9f,%llu,%llu,%llu,%s,%u,%llu,%llu,%llu,%.9f,%.9f,%llu,%llu,"
-			"%llu,%llu\n",
-			v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
-			r->step_s, r->goodput, r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5],
-			r->detect_count, r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
-			r->detect_bound_s, (unsigned long long)r->detect_late,
-			(unsigned long long)r->undetected, (unsigned long long)r->false_suspicions,
-			r->views_agree ? "yes" : "no", r->view_epochs,
-			(unsigned long long)r->allreduce_ops,
-			(unsigned long long)r->allreduce_wrong,
-			(unsigned long long)r->allreduce_failed, r->allreduce_s,
-			r->allreduce_model_s, (unsigned long long)r->messages,
-			(unsigned long long)r->bytes, (unsigned long long)r->rx_queue_drops,
-			(unsigned long long)r->live_excluded);
+		fprintf(
+		    f,
+		    "%s,%u,%.6f,%llu,%.3f,%.6f,%.4f,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%u,%.9f,"
+		    "%.9f,%.9f,%.9f,%llu,%llu,%llu,%s,%u,%llu,%llu,%llu,%.9f,%.9f,%llu,%llu,"
+		    "%llu,%llu\n",
+		    v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
+		    r->step_s, r->goodput, r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5],
+		    r->detect_count, r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
+		    r->detect_bound_s, (unsigned long long)r->detect_late,
+		    (unsigned long long)r->undetected, (unsigned long long)r->false_suspicions,
+		    r->views_agree ? "yes" : "no", r->view_epochs,
+		    (unsigned long long)r->allreduce_ops, (unsigned long long)r->allreduce_wrong,
+		    (unsigned long long)r->allreduce_failed, r->allreduce_s, r->allreduce_model_s,
+		    (unsigned long long)r->messages, (unsigned long long)r->bytes,
+		    (unsigned long long)r->rx_queue_drops, (unsigned long long)r->live_excluded);
 	} else if (strcmp(format, "json") == 0) {
 		(void)first;
 		fprintf(

@@ -420,8 +420,7 @@ static void worker_main(int argc, char **argv)
 	/* never reached: the worker is a daemon, killed at the end */
 }
 
-static sg_actor_t spawn(const char *prefix, uint32_t e, xbt_main_func_t fn, void *data,
-			bool daemon)
+static sg_actor_t spawn(const char *prefix, uint32_t e, xbt_main_func_t fn, void *data, bool daemon)
 {
 	char name[32];
 	snprintf(name, sizeof(name), "%s-%u", prefix, e);
@@ -685,17 +684,18 @@ static void node_main(int argc, char **argv)
 	if (getenv("KEEL_SIM_DEBUG") != NULL && nd->kn != NULL) {
 		struct keel_counters k;
 		keel_counters_get(nd->kn, &k);
-		fprintf(stderr,
-			"node %u: tx %llu rx %llu data %llu retransmits %llu acks %llu hb %llu "
-			"blocked %llu drops win %llu dup %llu epoch %llu | proposals %llu restarted "
-			"%llu failed %llu\n",
-			nd->e, (unsigned long long)k.tx_datagrams,
-			(unsigned long long)k.rx_datagrams, (unsigned long long)k.data_sent,
-			(unsigned long long)k.retransmits, (unsigned long long)k.acks_sent,
-			(unsigned long long)k.heartbeats_sent, (unsigned long long)k.tx_blocked,
-			(unsigned long long)k.drop_window, (unsigned long long)k.drop_duplicate,
-			(unsigned long long)k.drop_epoch, (unsigned long long)k.view_proposals,
-			(unsigned long long)k.ops_restarted, (unsigned long long)k.ops_failed);
+		fprintf(
+		    stderr,
+		    "node %u: tx %llu rx %llu data %llu retransmits %llu acks %llu hb %llu "
+		    "blocked %llu drops win %llu dup %llu epoch %llu | proposals %llu restarted "
+		    "%llu failed %llu\n",
+		    nd->e, (unsigned long long)k.tx_datagrams, (unsigned long long)k.rx_datagrams,
+		    (unsigned long long)k.data_sent, (unsigned long long)k.retransmits,
+		    (unsigned long long)k.acks_sent, (unsigned long long)k.heartbeats_sent,
+		    (unsigned long long)k.tx_blocked, (unsigned long long)k.drop_window,
+		    (unsigned long long)k.drop_duplicate, (unsigned long long)k.drop_epoch,
+		    (unsigned long long)k.view_proposals, (unsigned long long)k.ops_restarted,
+		    (unsigned long long)k.ops_failed);
 	}
 	sim_net_stop_receiver(W.net, nd->e);
 	nd->done = true;

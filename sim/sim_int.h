@@ -70,8 +70,8 @@ enum sim_fault_kind {
 	SIM_FAULT_HOST_ON,
 	SIM_FAULT_LINK_OFF,
 	SIM_FAULT_LINK_ON,
-	SIM_FAULT_SLOW, /* straggler: a host computes `factor` times slower from then on */
-	SIM_FAULT_CUT,	/* chaos partition between two ranks */
+	SIM_FAULT_SLOW,	  /* straggler: a host computes `factor` times slower from then on */
+	SIM_FAULT_CUT,	  /* chaos partition between two ranks */
 	SIM_FAULT_PAUSE,  /* a gray failure: the process stops computing and sending for
 			   * `factor` seconds (SIGSTOP), then goes on with its state */
 	SIM_FAULT_RESUME, /* the end of a PAUSE (added by the run, not parsed) */
@@ -163,7 +163,7 @@ struct sim_result {
 	uint64_t detect_late;  /* detections slower than the bound */
 	uint64_t false_suspicions;
 	uint64_t live_excluded; /* views that left out a live process, as it learnt (pauses) */
-	uint64_t undetected; /* watcher that never suspected a failed peer */
+	uint64_t undetected;	/* watcher that never suspected a failed peer */
 	bool views_agree;
 	uint32_t view_epochs;
 	uint64_t allreduce_ops, allreduce_wrong, allreduce_failed;

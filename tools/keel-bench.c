@@ -196,7 +196,8 @@ static void die(struct keel_boot *b, const char *what, int rc)
 		fprintf(stderr,
 			"keel-bench: rank %u: %s: excluded from the job's view (silent too long: "
 			"%llu late polls of its own); leaving (exit %d)\n",
-			b->launch.rank, what, (unsigned long long)k.local_pauses, KEEL_EXIT_EXCLUDED);
+			b->launch.rank, what, (unsigned long long)k.local_pauses,
+			KEEL_EXIT_EXCLUDED);
 		keel_boot_stop(b, 0);
 		exit(KEEL_EXIT_EXCLUDED);
 	}

@@ -23,10 +23,10 @@
 #include "keel/limits.h"
 #include "posix_env.h"
 
-#define EXIT_USAGE	 2
-#define EXIT_TIMEOUT	 124
+#define EXIT_USAGE   2
+#define EXIT_TIMEOUT 124
 /* A rank's own exit status when the job's view left it out (boot.h: KEEL_EXIT_EXCLUDED). */
-#define EXIT_EXCLUDED 3
+#define EXIT_EXCLUDED	 3
 #define GRACE_NS_DEFAULT 5000000000ull
 /* Longest --timeout or --grace: about 115 days, far beyond any job, far below overflow. */
 #define SECONDS_MAX 1e7
@@ -449,8 +449,10 @@ static void rank_ended(uint32_t rank, int wstatus)
 		return;
 	}
 	if (excluded) {
-		fprintf(stderr, "keel-run: rank %u was excluded from the view and left; the others "
-				"go on without it\n", rank);
+		fprintf(stderr,
+			"keel-run: rank %u was excluded from the view and left; the others "
+			"go on without it\n",
+			rank);
 		return;
 	}
 	if (s->killed_by_us)
@@ -526,7 +528,8 @@ static void run_kills_and_restarts(uint64_t now_ns, const sigset_t *old_mask)
 		if (s->state != RANK_RUNNING || job.stopping)
 			continue;
 		if (e->pause_ns != 0) {
-			fprintf(stderr, "keel-run: pausing rank %u for %.3g s (--pause %u@%.3g:%.3g)\n",
+			fprintf(stderr,
+				"keel-run: pausing rank %u for %.3g s (--pause %u@%.3g:%.3g)\n",
 				e->rank, (double)e->pause_ns / 1e9, e->rank, (double)e->at_ns / 1e9,
 				(double)e->pause_ns / 1e9);
 			s->stopped = true;

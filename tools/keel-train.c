@@ -547,11 +547,11 @@ static void summary(struct trainer *t)
 		return;
 	}
 	if (t->t_admitted_ns != 0 && t->exclusions > 0)
-		printf("rank %u (excluded %u times, same life): readmitted; model (%zu bytes) from a "
-		       "live member by live recovery %.1f ms after admission, at step %" PRIu64
-		       "\n",
-		       t->rank, t->exclusions, sizeof(t->w), ms(t->t_admitted_ns, t->t_synced_ns),
-		       t->synced_step);
+		printf(
+		    "rank %u (excluded %u times, same life): readmitted; model (%zu bytes) from a "
+		    "live member by live recovery %.1f ms after admission, at step %" PRIu64 "\n",
+		    t->rank, t->exclusions, sizeof(t->w), ms(t->t_admitted_ns, t->t_synced_ns),
+		    t->synced_step);
 	else if (t->t_admitted_ns != 0)
 		printf(
 		    "rank %u (restarted, life %u): admitted %.0f ms after start; model (%zu bytes)"

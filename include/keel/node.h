@@ -59,7 +59,7 @@ struct keel_config {
 				     KEEL_FD_ALL_TO_ALL_MAX */
 	uint64_t join_timeout_ns; /* start-up grace: nobody is suspected this soon after init */
 	uint64_t rto_initial_ns, rto_min_ns, rto_max_ns;
-	uint64_t ack_delay_ns;	/* longest wait for traffic to carry an ack, < rto_min_ns */
+	uint64_t ack_delay_ns; /* longest wait for traffic to carry an ack, < rto_min_ns */
 	/* A collective every member has entered that moves nothing for this long is a soft fault:
 	 * restarted on a new epoch, soft_retries times, then -ETIMEDOUT (0: derived from the
 	 * detector, see KEEL_OP_TIMEOUT_NS_DEFAULT). */
@@ -190,10 +190,10 @@ struct keel_counters {
 	uint64_t acks_sent;
 	uint64_t heartbeats_sent, heartbeats_received;
 	uint64_t suspicions, false_suspicions;
-	uint64_t probes_sent;	  /* direct probes to silent peers (not yet suspected) */
-	uint64_t probes_refuted;  /* silent peers that answered before being suspected */
-	uint64_t local_pauses; /* polls that came two or more intervals after the previous one */
-	uint64_t tx_blocked;   /* datagrams the transport refused for now */
+	uint64_t probes_sent;	 /* direct probes to silent peers (not yet suspected) */
+	uint64_t probes_refuted; /* silent peers that answered before being suspected */
+	uint64_t local_pauses;	 /* polls that came two or more intervals after the previous one */
+	uint64_t tx_blocked;	 /* datagrams the transport refused for now */
 	uint64_t ops_completed, ops_failed;
 	uint64_t ops_restarted;	   /* collectives restarted on a new view */
 	uint64_t view_changes;	   /* views installed after the first */

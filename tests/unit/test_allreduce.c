@@ -359,9 +359,9 @@ static void test_allreduce_stall_with_every_member_in_is_a_soft_fault(void **sta
 	struct keel_op *ops[CLUSTER_MAX] = {NULL};
 	int rc[CLUSTER_MAX] = {0};
 	for (uint32_t r = 0; r < 2; r++)
-		assert_int_equal(keel_allreduce_start(c.node[r], in[r], out[r], N, KEEL_F32,
-						      KEEL_SUM, &ops[r]),
-				 0);
+		assert_int_equal(
+		    keel_allreduce_start(c.node[r], in[r], out[r], N, KEEL_F32, KEEL_SUM, &ops[r]),
+		    0);
 	for (int i = 0; i < 3; i++) /* both beat, saying they started it */
 		cluster_round(&c);
 	for (uint32_t r = 0; r < 2; r++) {

@@ -379,9 +379,9 @@ static void paused_rank_is_excluded_then_readmitted(uint32_t world, uint32_t pau
 		for (int i = 0; i < 64; i++)
 			in[r][i] = (float)(r + 1);
 		/* out of place: a view change restarts it from the untouched input */
-		assert_int_equal(keel_allreduce_start(c.node[r], in[r], buf[r], 64, KEEL_F32,
-						      KEEL_SUM, &ops[r]),
-				 0);
+		assert_int_equal(
+		    keel_allreduce_start(c.node[r], in[r], buf[r], 64, KEEL_F32, KEEL_SUM, &ops[r]),
+		    0);
 	}
 	c.paused[paused] = true; /* stopped before its first datagram of that call left */
 	struct keel_counters k;

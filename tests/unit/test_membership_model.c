@@ -95,7 +95,7 @@ static struct {
 	struct mc_action path[MC_DEPTH_MAX];
 	uint32_t depth;
 	uint64_t states, transitions, cut_depth, cut_rounds, installs;
-	uint64_t installs_rejoined, installs_without_0; /* what the schedules reached */
+	uint64_t installs_rejoined, installs_without_0;	 /* what the schedules reached */
 	uint64_t installs_excluded, installs_readmitted; /* a live process left out, let back in */
 	bool violated;
 	char why[256];
@@ -670,11 +670,7 @@ static const struct mc_bounds scenarios[] = {
      * incarnation: its old in-flight messages and its new heartbeats (ticks) reach anyone at
      * any moment, it learns it was left out and asks to be admitted, and a second round may
      * admit it */
-    {.name = "3-pause-rejoin",
-     .nodes = 3,
-     .false_suspicions = 1,
-     .rounds = 2,
-     .depth = 40},
+    {.name = "3-pause-rejoin", .nodes = 3, .false_suspicions = 1, .rounds = 2, .depth = 40},
 };
 
 #if defined(__SANITIZE_ADDRESS__)

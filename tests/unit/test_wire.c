@@ -932,8 +932,8 @@ static void test_wire_strerror_every_code(void **state)
 {
 	(void)state;
 	static const int keel_codes[] = {
-	    KEEL_EVIEWCHANGED, KEEL_ENOQUORUM,	 KEEL_EFENCED,	  KEEL_EPEERDEAD,
-	    KEEL_ECORRUPT,     KEEL_ERENDEZVOUS, KEEL_ETRANSPORT, KEEL_EEXCLUDED, KEEL_EMISMATCH,
+	    KEEL_EVIEWCHANGED, KEEL_ENOQUORUM,	KEEL_EFENCED,	KEEL_EPEERDEAD, KEEL_ECORRUPT,
+	    KEEL_ERENDEZVOUS,  KEEL_ETRANSPORT, KEEL_EEXCLUDED, KEEL_EMISMATCH,
 	};
 	static const struct {
 		int err;
