@@ -38,6 +38,8 @@ struct node {
 	struct keel_node *kn;
 	struct keel_transport *tp, *chaos;
 	double *suspect_s; /* [endpoints]: first suspicion of each endpoint this generation */
+	bool *via_view;	   /* [endpoints]: learnt from a view, not from its own detector (ring
+			    * monitoring: it did not watch that endpoint) */
 	/* compute worker */
 	sg_sem_t work_sem;
 	double work_flops;
@@ -173,8 +175,10 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 	/* A survivor that learns of a death from the new view (before its own detector fired)
 	 * has detected it then. */
 	for (uint32_t f = 0; f < W.fail_count; f++)
-		if (!has_failed[f] && W.fail[f].gen == nd->gen && nd->suspect_s[W.fail[f].host] < 0)
+		if (!has_failed[f] && W.fail[f].gen == nd->gen && nd->suspect_s[W.fail[f].host] < 0) {
 			nd->suspect_s[W.fail[f].host] = (double)now_ns * 1e-9;
+			nd->via_view[W.fail[f].host] = true;
+		}
 	/* (not the paused process itself: it installs that view only once it is back) */
 	for (uint32_t f = 0; f < W.fail_count; f++)
 		if (!has_failed[f] && W.fail[f].gen == nd->gen && W.fail[f].host != nd->e &&
@@ -235,8 +239,10 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 	nd->gen = W.gen;
 	nd->rank = rank;
 	nd->world = W.members;
-	for (uint32_t e = 0; e < W.n; e++)
+	for (uint32_t e = 0; e < W.n; e++) {
 		nd->suspect_s[e] = -1;
+		nd->via_view[e] = false;
+	}
 	rc = sim_transport_init(&nd->tp, nd->tp_mem, sim_transport_storage_size(W.net, W.n), W.net,
 				nd->e, rank, W.members, W.map, W.mtu);
 	if (rc != 0) {
@@ -502,26 +508,27 @@ static void detect_add(double v)
 /* At the end of a generation (or of the run): how long each survivor took to suspect each
  * host that failed during it. With all-to-all monitoring every survivor watches every peer;
  * beyond KEEL_FD_ALL_TO_ALL_MAX only ring neighbours do, so only they are expected to. */
-/* The core's own bound for its config, plus the slowest route a heartbeat takes. */
-static double detect_bound_s(void)
+/* The core's own bounds for its config, plus the slowest route a heartbeat takes: detection by
+ * a watcher, and (for a survivor that learns of the failure from the new view) recovery. */
+static double detect_bound_s(bool via_view)
 {
 	struct keel_config cfg;
 	keel_config_default(&cfg);
 	cfg.heartbeat_ns = W.s->heartbeat_ns;
 	cfg.miss_limit = W.s->miss_limit;
-	return (double)keel_detect_bound_ns(&cfg) * 1e-9 + W.max_lat_s;
+	uint64_t b = via_view ? keel_recovery_bound_ns(&cfg) : keel_detect_bound_ns(&cfg);
+	return (double)b * 1e-9 + W.max_lat_s;
 }
 
 static void detect_collect(struct node *nd)
 {
 	double now = simgrid_get_clock();
-	double bound = detect_bound_s();
-
 	for (uint32_t i = 0; i < W.fail_count; i++) {
 		const struct failure_rec *f = &W.fail[i];
 		if (f->gen != nd->gen || f->host == nd->e || W.s->recovery == SIM_RECOVER_TIMEOUT)
 			continue;
 		double at = nd->suspect_s[f->host];
+		double bound = detect_bound_s(nd->via_view[f->host]);
 		if (at >= 0) {
 			detect_add(at - f->at_s);
 			if (at - f->at_s > bound + 1e-6)
@@ -1013,7 +1020,7 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 	r->step_s = W.step_time_count ? W.step_time_sum / W.step_time_count : 0;
 	r->goodput = r->step_s * (double)W.steps / W.horizon_s;
 	r->failure_count = W.fail_count;
-	r->detect_bound_s = detect_bound_s();
+	r->detect_bound_s = detect_bound_s(false);
 	for (uint32_t i = 0; i < W.fail_count; i++) {
 		const struct failure_rec *f = &W.fail[i];
 		struct sim_failure_cost *c = &r->failures[i];
@@ -1143,10 +1150,11 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 		nd->alive = true;
 		nd->slow = 1.0;
 		nd->suspect_s = calloc(W.n, sizeof(double));
+		nd->via_view = calloc(W.n, sizeof(bool));
 		nd->op_members = calloc(W.n, sizeof(uint32_t));
 		nd->tp_mem = malloc(sim_transport_storage_size(W.net, W.n));
 		nd->work_sem = sg_sem_init(0);
-		if (nd->suspect_s == NULL || nd->tp_mem == NULL)
+		if (nd->suspect_s == NULL || nd->via_view == NULL || nd->tp_mem == NULL)
 			return -ENOMEM;
 		sim_net_start_receiver(W.net, e);
 		nd->actor = spawn("node", e, node_main, nd, false);
