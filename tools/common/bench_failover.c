@@ -400,7 +400,10 @@ int keel_bench_failover(int argc, char **argv)
 	uint64_t fs = 0;
 	for (uint32_t r = 0; r < o.ranks; r++)
 		fs += g_reports[r].false_suspicions;
-	printf("# false suspicions (among live ranks, current lives): %" PRIu64 "\n", fs);
+	printf("# false suspicions (among live ranks, current lives): %" PRIu64 " (by rank:", fs);
+	for (uint32_t r = 0; r < o.ranks; r++)
+		printf(" %" PRIu64, g_reports[r].false_suspicions);
+	printf(")\n");
 	for (uint32_t r = 0; r < o.ranks; r++) {
 		kill(pids[r], SIGKILL);
 		waitpid(pids[r], NULL, 0);
