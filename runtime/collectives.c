@@ -181,30 +181,46 @@ static bool everyone_done(const struct keel_node *n, const struct keel_op *op)
 	return true;
 }
 
-/* Has every other member's program started this collective (its heartbeats say how many it
- * started in this epoch), or finished it? */
-static bool members_entered(const struct keel_node *n, const struct keel_op *op)
+/* Has `peer`'s program started collective `id` (its heartbeats say how many it started in
+ * this epoch) or finished it (every header says how many it finished)? Beyond the all-to-all
+ * limit only watched ring neighbours beat to us; of another peer we know only what it
+ * finished, so it counts as not started: waiting for a program is not a fault. */
+static bool peer_entered(const struct keel_node *n, int32_t peer, uint32_t id)
+{
+	const struct peer *p = &n->peers[peer];
+	return seq_before(id, p->ops_done) || (p->watched && seq_before(id, p->ops_started));
+}
+
+/* Have the peers this collective waits for now — the one its receive step expects data from,
+ * the one its send step sends to (a full window: the receiver holds what it cannot use yet)
+ * — started it? */
+static bool waited_peers_entered(const struct keel_node *n, const struct keel_op *op)
 {
 	uint32_t id = wire_id(n, op);
-	for (uint32_t pos = 0; pos < n->view.count; pos++) {
-		const struct peer *p = &n->peers[n->rank_at[pos]];
-		if (n->rank_at[pos] != n->self && !seq_before(id, p->ops_started) &&
-		    !seq_before(id, p->ops_done))
+	struct step s;
+	if (op->recv_step < op->step_count) {
+		op_step(n, op, op->recv_step, &s);
+		if (s.recv_peer >= 0 && !peer_entered(n, s.recv_peer, id))
+			return false;
+	}
+	if (op->send_step < op->step_count) {
+		op_step(n, op, op->send_step, &s);
+		if (s.send_peer >= 0 && !peer_entered(n, s.send_peer, id))
 			return false;
 	}
 	return true;
 }
 
-/* No progress for op_timeout_ns though every member is in it, without a view change: a soft
- * fault (lost data, a bug). Ask for a new epoch (the same members) to restart it,
- * soft_retries times; then give up. A member that has not started it is not a fault — its
+/* No progress for op_timeout_ns though the peers it waits for are in it, without a view
+ * change: a soft fault (lost data, a bug). Ask for a new epoch (the same members) to restart
+ * it, soft_retries times; then give up. A peer that has not started it is not a fault — its
  * program is busy — and is waited for entry_timeout_ns. */
 static bool op_stalled(struct keel_node *n, struct keel_op *op)
 {
 	uint64_t idle = n->now_ns - op->progress_ns;
 	if (idle < n->cfg.op_timeout_ns)
 		return false;
-	if (!members_entered(n, op)) {
+	if (!waited_peers_entered(n, op)) {
 		op->entry_wait = true;
 		if (idle < n->cfg.entry_timeout_ns)
 			return false;
