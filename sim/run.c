@@ -175,7 +175,8 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 	/* A survivor that learns of a death from the new view (before its own detector fired)
 	 * has detected it then. */
 	for (uint32_t f = 0; f < W.fail_count; f++)
-		if (!has_failed[f] && W.fail[f].gen == nd->gen && nd->suspect_s[W.fail[f].host] < 0) {
+		if (!has_failed[f] && W.fail[f].gen == nd->gen &&
+		    nd->suspect_s[W.fail[f].host] < 0) {
 			nd->suspect_s[W.fail[f].host] = (double)now_ns * 1e-9;
 			nd->via_view[W.fail[f].host] = true;
 		}

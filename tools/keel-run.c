@@ -26,7 +26,7 @@
 #define EXIT_USAGE   2
 #define EXIT_TIMEOUT 124
 /* A rank's own exit status when the job's view left it out (boot.h: KEEL_EXIT_EXCLUDED). */
-#define EXIT_EXCLUDED	 3
+#define EXIT_EXCLUDED	 75
 #define GRACE_NS_DEFAULT 5000000000ull
 /* Longest --timeout or --grace: about 115 days, far beyond any job, far below overflow. */
 #define SECONDS_MAX 1e7

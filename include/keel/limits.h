@@ -49,7 +49,7 @@
 /* In-order data is acknowledged within this long even when no other traffic carries the ack
  * (usually the next collective step does); must stay well below rto_min. */
 #define KEEL_ACK_DELAY_NS_DEFAULT 50000ull
-/* A collective every member has entered that moves no data for this long is a soft fault
+/* A collective whose peers have entered it that moves no data for this long is a soft fault
  * (restarted on a new epoch). 0: derived from the detector, 2 x rto_max + 2 x
  * keel_recovery_bound_ns (faults the detector sees end sooner, by a view change). */
 #define KEEL_OP_TIMEOUT_NS_DEFAULT 0ull

@@ -60,9 +60,9 @@ struct keel_config {
 	uint64_t join_timeout_ns; /* start-up grace: nobody is suspected this soon after init */
 	uint64_t rto_initial_ns, rto_min_ns, rto_max_ns;
 	uint64_t ack_delay_ns; /* longest wait for traffic to carry an ack, < rto_min_ns */
-	/* A collective every member has entered that moves nothing for this long is a soft fault:
-	 * restarted on a new epoch, soft_retries times, then -ETIMEDOUT (0: derived from the
-	 * detector, see KEEL_OP_TIMEOUT_NS_DEFAULT). */
+	/* A collective whose peers it waits for have started it, and that moves nothing for
+	 * this long, is a soft fault: restarted on a new epoch, soft_retries times, then
+	 * -ETIMEDOUT (0: derived from the detector, see KEEL_OP_TIMEOUT_NS_DEFAULT). */
 	uint64_t op_timeout_ns;
 	/* A collective waits this long for a live member that has not started it, then fails
 	 * with -ETIMEDOUT. */

@@ -68,6 +68,25 @@ fi
 if run 5 -n 3 --keep-going -- sh -c '[ $RANK = 1 ] && exit 5; sleep 0.3; echo done $RANK'; then
 	has out "^done 0$" && has out "^done 2$" && has err "rank 2 exited with status 0"
 fi
+# A rank left out of the job's view leaves with 75 (EX_TEMPFAIL): not a failure, the others
+# go on and decide the exit code; with --restart it comes back as a new incarnation.
+if run 0 -n 3 -- sh -c '[ $RANK = 1 ] && exit 75; sleep 0.3; echo done $RANK'; then
+	has err "rank 1 was excluded from the view and left" && has out "^done 0$" &&
+		has out "^done 2$"
+fi
+if run 0 -n 2 --restart -- sh -c \
+	'[ $RANK = 1 ] && [ $KEEL_INCARNATION = 1 ] && exit 75; echo life $RANK $KEEL_INCARNATION'; then
+	has err "(excluded from the view); restarting it" && has out "^life 1 2$"
+fi
+# --pause: SIGSTOP then SIGCONT; the rank finishes late but finishes.
+if run 0 -n 2 --pause 1@0.2:0.5 -- sh -c 'sleep 0.4; echo done $RANK'; then
+	has err "pausing rank 1 for 0.5 s" && has err "resuming rank 1" && has out "^done 1$"
+fi
+# A paused rank is resumed when the job is stopped, so SIGTERM reaches it.
+if run 124 --timeout 0.5 -n 1 --pause 0@0.1:30 -- sh -c 'trap "exit 9" TERM; sleep 30 & wait'; then
+	has err "rank 0 exited with status 9"
+	[ "$elapsed" -lt 5 ] || fail "a paused rank held up the stop (${elapsed}s)"
+fi
 # A program that does not exist.
 run 127 -n 2 -- /nonexistent/program && has err "cannot run '/nonexistent/program'"
 
@@ -95,7 +114,8 @@ has out "^term 0$" && has out "^term 1$"
 
 # Usage errors exit 2 with a message; --help exits 0.
 for args in "" "-n" "-n 0 true" "-n x true" "-n 4097 true" "-n 2" "-n 2 --bogus true" \
-	"--timeout 0 -n 1 true" "--timeout -1 -n 1 true" "--master-port 70000 -n 1 true"; do
+	"--timeout 0 -n 1 true" "--timeout -1 -n 1 true" "--master-port 70000 -n 1 true" \
+	"-n 2 --pause 1@0.5 true" "-n 2 --pause 1@0.5:0 true" "-n 2 --pause 2@0.5:1 true"; do
 	# shellcheck disable=SC2086
 	run 2 $args && has err "keel-run: "
 done

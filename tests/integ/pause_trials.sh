@@ -6,7 +6,7 @@
 # paused one excluded, told KEEL_EEXCLUDED, readmitted), one final view of all ranks, every
 # result exact for the members its call reports, no call past keel_op_bound_ns, and the
 # survivors' slowest call within the detection + view-change bound (README).
-# Then keel-bench, whose paused rank leaves with exit 3 while the others finish.
+# Then keel-bench, whose paused rank leaves with exit 75 while the others finish.
 #   WORLDS="3 4 5"  TRIALS=n per world (2 here; 50 for the figures in docs/PERF.md)
 #   SEED=n replays a schedule (with the same WORLDS and TRIALS); every trial prints the
 #   values it drew.
@@ -79,17 +79,17 @@ for n in $WORLDS; do
 	done
 done
 
-# keel-bench: a program that cannot catch up leaves with exit 3; keel-run does not count it
+# keel-bench: a program that cannot catch up leaves with exit 75; keel-run does not count it
 # as a failure and the others finish their sweep on the smaller view.
 KEEL_HEARTBEAT_US=40000 timeout 120 "$RUN" -n 4 --timeout 100 --pause 2@2.5:0.5 -- \
 	"$BENCH" allreduce -b 1K -e 1K -n 30000 >"$log" 2>&1
 rc=$?
-if [ $rc -ne 0 ] || ! grep -q "rank 2 exited with status 3" "$log" ||
+if [ $rc -ne 0 ] || ! grep -q "rank 2 exited with status 75" "$log" ||
 	! grep -q "Avg bus bandwidth" "$log"; then
 	echo "pause_trials: keel-bench with a paused rank: FAILED (keel-run rc $rc)"
 	grep -v "^ " "$log" | tail -15
 	fail=1
 else
-	echo "pause_trials: keel-bench: rank 2 excluded and left (exit 3), the others finished"
+	echo "pause_trials: keel-bench: rank 2 excluded and left (exit 75), the others finished"
 fi
 exit $fail

@@ -14,7 +14,7 @@
 /* Exit status of a tool whose rank was left out of the job's view (KEEL_EEXCLUDED: it was
  * paused or cut off longer than the failure detector allows) and chose to leave rather than
  * rejoin: keel-run does not count it as a failure, and with --restart starts it again. */
-#define KEEL_EXIT_EXCLUDED 3
+#define KEEL_EXIT_EXCLUDED 75 /* EX_TEMPFAIL (sysexits.h): out for now, may come back */
 
 struct keel_boot {
 	struct keel_launch launch;
