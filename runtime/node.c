@@ -525,13 +525,12 @@ int keel_leave(struct keel_node *node, uint64_t now_ns)
 	struct keel_node *n = node;
 	if (now_ns > n->now_ns)
 		n->now_ns = now_ns;
-	for (uint32_t i = 0; i < n->world; i++) {
-		/* Members, and restarted ranks asking to join: they must not wait for us. */
-		const struct peer *p = &n->peers[i];
-		if (i == n->self || (p->state == KEEL_PEER_DEAD && !p->joining))
-			continue;
-		node_send_ctrl(n, i, WIRE_LEAVE, n->op_run_id - n->op_base, NULL, 0);
-	}
+	/* Every rank, once: members; restarted ranks asking to join; and ranks the view left out
+	 * that may still run — a paused one reads this when it resumes, and need not wait to be
+	 * admitted by nobody. O(world) datagrams, at exit only. */
+	for (uint32_t i = 0; i < n->world; i++)
+		if (i != n->self)
+			node_send_ctrl(n, i, WIRE_LEAVE, n->op_run_id - n->op_base, NULL, 0);
 	node_txq_flush(n);
 	return n->fatal;
 }

@@ -212,10 +212,11 @@ bool keel_is_idle(const struct keel_node *node);
 /* Tell every peer this node is leaving for good (a clean exit, not a failure): they mark it
  * KEEL_PEER_DEAD at once instead of suspecting it after miss_limit intervals, and their
  * collectives fail only if they still needed it. Call when keel_is_idle() (after that, the
- * node must not start collectives). Sends one datagram to each member and to each restarted
- * rank asking to be admitted (its keel_peer_info then says `left`: it need not wait for a view
- * change that nobody is left to make). One lost on the way leaves that peer to notice the
- * silence. Returns 0, or KEEL_ETRANSPORT. */
+ * node must not start collectives). Sends one datagram to every other rank: members, and
+ * ranks outside the view — a restarted rank asking to be admitted, or one the view left out
+ * while it was paused, which reads it when it resumes (its keel_peer_info then says `left`: it
+ * need not wait for a view change that nobody is left to make). One lost on the way leaves
+ * that peer to notice the silence. Returns 0, or KEEL_ETRANSPORT. */
 KEEL_MUST_USE int keel_leave(struct keel_node *node, uint64_t now_ns);
 
 /* Release nothing but the transport's hold on the node; the caller then owns `mem` again. */

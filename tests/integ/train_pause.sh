@@ -30,4 +30,19 @@ for r in 0 2; do
 		echo "train_pause: rank $r paused for 1.5 s: excluded, readmitted, accuracy ok"
 	fi
 done
+# Paused longer than the job lasts here (it ends about 3.5 s in): when rank 2 resumes the others
+# have left; it learns so from their goodbyes and exits 0 — or, on a machine slow enough that
+# training still runs, it is readmitted. Either way no rank waits out a timeout.
+KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --pause 2@1.5:3 -- \
+	"$TRAIN" --epochs 60 --batch 8 --lr 0.1 --quiet >"$tmp/log" 2>&1
+rc=$?
+grep -v '^epoch' "$tmp/log" | grep -E "rank 2|keel-run"
+if [ $rc -ne 0 ]; then
+	echo "train_pause: paused past the end of the job: keel-run failed (rc $rc)"; fail=1
+elif ! grep -qE "rank 2 \(excluded 1 times(, same life\): readmitted|\): training had ended)" \
+	"$tmp/log"; then
+	echo "train_pause: paused past the end of the job: rank 2 neither readmitted nor told"; fail=1
+else
+	echo "train_pause: paused past the end of the job: rank 2 exited cleanly"
+fi
 exit $fail

@@ -448,6 +448,39 @@ static void test_membership_paused_coordinator_excluded_then_readmitted(void **s
 	paused_rank_is_excluded_then_readmitted(3, 0);
 }
 
+/* The job ends while a rank is paused: the others leave; when it resumes it finds itself
+ * left out and every rank it could rejoin gone, instead of waiting to be admitted by nobody. */
+static void test_membership_paused_rank_told_the_others_left(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, tweak_views), 0);
+	warm(&c);
+	c.paused[2] = true;
+	assert_true(converge(&c, 0x3ull, 20000));
+	for (uint32_t r = 0; r < 2; r++) {
+		assert_true(keel_is_idle(c.node[r]));
+		assert_int_equal(keel_leave(c.node[r], c.now_ns), 0);
+		c.paused[r] = true;
+	}
+	c.paused[2] = false;
+	for (int i = 0; i < 100; i++)
+		cluster_round(&c);
+	uint64_t mask;
+	struct keel_view v = view_of(&c, 2, &mask);
+	assert_false(v.self_member);
+	struct keel_counters k;
+	keel_counters_get(c.node[2], &k);
+	assert_int_equal(k.self_exclusions, 1);
+	for (uint32_t r = 0; r < 2; r++) {
+		struct keel_peer_info pi;
+		assert_int_equal(keel_peer_get(c.node[2], r, &pi), 0);
+		assert_true(pi.left);
+		assert_int_not_equal(pi.state, KEEL_PEER_ALIVE);
+	}
+	cluster_fini(&c);
+}
+
 /* Excluded while no collective was pending (between two steps of the host program): the
  * next collective it starts says so, once; after readmission collectives work again. */
 static void test_membership_excluded_between_collectives_told_at_next_start(void **state)
@@ -630,6 +663,7 @@ int main(void)
 				   setup),
 	    cmocka_unit_test_setup(test_membership_excluded_between_collectives_told_at_next_start,
 				   setup),
+	    cmocka_unit_test_setup(test_membership_paused_rank_told_the_others_left, setup),
 	    cmocka_unit_test_setup(test_membership_broadcast_brings_state, setup),
 	    cmocka_unit_test_setup(test_membership_majority_restart_stops, setup),
 	    cmocka_unit_test_setup(test_membership_random_schedules_keep_one_view_per_epoch, setup),
