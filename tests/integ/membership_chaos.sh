@@ -25,21 +25,27 @@ kills() {
 	local e=$(((c + d) % 6))
 	local f=$(((a + 1 + RANDOM % 5) % 6)) g=$((1 + RANDOM % 5)) h=$((1 + (RANDOM % 4 + 1) % 5))
 	[ "$h" -eq "$g" ] && h=$((g % 5 + 1))
+	# At most two ranks down at once (of 6: a majority stays up): the first pause ends before
+	# the next kill (t2 >= 3.0 s), the coordinator's before the double pause at 6.5 s.
 	local d1 d2 d3 d4
-	dur; d1=$D; dur; d2=$D; dur; d3=$D; dur; d4=$D
+	dur 5; d1=$D; dur 8; d2=$D; dur 19; d3=$D; dur 19; d4=$D
 	echo "--kill $a@${t1}e-1 --kill $b@${t2}e-1 --kill $c@${t3}e-1 --kill $e@$((t3 + 1))e-1" \
 		"--pause $f@$((t1 * 100 + 3))e-3:$d1 --pause 0@5.6:$d2" \
 		"--pause $g@6.5:$d3 --pause $h@6.5:$d4"
 }
 
-# D = a pause from below the suspicion time (about 45 ms at 10 ms heartbeats) to 1.9 s. Sets a
-# variable rather than printing: a $(...) subshell would not advance this shell's RANDOM.
+# D = a pause from below the suspicion time (about 45 ms at 10 ms heartbeats) to at most $1
+# tenths of a second (1.9 s). Sets a variable rather than printing: a $(...) subshell would
+# not advance this shell's RANDOM.
 dur() {
+	local t
 	case $((RANDOM % 3)) in
-	0) D="0.0$((2 + RANDOM % 8))" ;;
-	1) D="0.$((1 + RANDOM % 9))" ;;
-	*) D="1.$((RANDOM % 10))" ;;
+	0) D="0.0$((2 + RANDOM % 8))"; return ;;
+	1) t=$((1 + RANDOM % 9)) ;;
+	*) t=$((10 + RANDOM % 10)) ;;
 	esac
+	[ "$t" -gt "$1" ] && t=$1
+	D="$((t / 10)).$((t % 10))"
 }
 
 run() { # label, extra env
