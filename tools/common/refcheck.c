@@ -1,9 +1,51 @@
-/* Exact-valued AllReduce inputs and their reference results (see refcheck.h). */
+/* Exact-valued AllReduce inputs and their reference results (see refcheck.h). An oracle must
+ * not share code with what it checks: the f16 and bf16 roundings here are written from the
+ * formats' definitions with libm, not with the kernels' bit tricks (runtime/reduce.c). */
+#include <math.h>
 #include <string.h>
 
 #include "keel/limits.h"
-#include "reduce_int.h"
 #include "refcheck.h"
+
+/* IEEE binary16: 1 sign, 5 exponent (bias 15), 10 fraction bits. Round to nearest, ties to
+ * even (nearbyint in the default rounding mode); beyond the largest finite value (65504) the
+ * halfway point 65520 and above round to infinity. */
+static uint16_t ref_f16(float f)
+{
+	uint16_t sign = signbit(f) ? 0x8000u : 0;
+	double a = fabs((double)f);
+	if (isnan(f))
+		return (uint16_t)(sign | 0x7e00u);
+	if (a >= 65520.0)
+		return (uint16_t)(sign | 0x7c00u);
+	if (a < ldexp(1.0, -14)) /* subnormal: a whole number of 2^-24 (1024 of them: 2^-14) */
+		return (uint16_t)(sign | (uint16_t)nearbyint(ldexp(a, 24)));
+	int e = 0;
+	double q = nearbyint(ldexp(frexp(a, &e), 11)); /* 1024..2048: 11 significant bits */
+	if (q == 2048.0) {
+		q = 1024.0;
+		e++;
+	}
+	return (uint16_t)(sign | (uint16_t)((e + 14) << 10) | (uint16_t)(q - 1024.0));
+}
+
+/* bfloat16: the top half of an IEEE binary32 — 8 exponent, 7 fraction bits — rounded to
+ * nearest, ties to even, on 8 significant bits. Exact for the normal range the checks use. */
+static uint16_t ref_bf16(float f)
+{
+	if (isnan(f))
+		return (uint16_t)(signbit(f) ? 0xffc0u : 0x7fc0u);
+	if (f == 0.0f || isinf(f))
+		return (uint16_t)(signbit(f) ? (isinf(f) ? 0xff80u : 0x8000u)
+					     : (isinf(f) ? 0x7f80u : 0));
+	int e = 0;
+	double m = frexp((double)f, &e); /* before e is read: argument order is unspecified */
+	double r = ldexp(nearbyint(ldexp(m, 8)), e - 8);
+	float rf = fabs(r) > 3.3895313892515355e38 ? copysignf(INFINITY, f) : (float)r;
+	uint32_t u;
+	memcpy(&u, &rf, sizeof(u));
+	return (uint16_t)(u >> 16);
+}
 
 double keel_check_value(uint32_t rank, size_t i, enum keel_dtype dt, enum keel_redop op)
 {
@@ -37,10 +79,10 @@ void keel_check_store(void *buf, size_t i, enum keel_dtype dt, double v)
 		((double *)buf)[i] = v;
 		break;
 	case KEEL_F16:
-		((uint16_t *)buf)[i] = reduce_f32_to_f16((float)v);
+		((uint16_t *)buf)[i] = ref_f16((float)v);
 		break;
 	case KEEL_BF16:
-		((uint16_t *)buf)[i] = reduce_f32_to_bf16((float)v);
+		((uint16_t *)buf)[i] = ref_bf16((float)v);
 		break;
 	case KEEL_I32:
 		((int32_t *)buf)[i] = (int32_t)v;
