@@ -288,6 +288,29 @@ static void test_membership_restarted_rank_rejoins(void **state)
 	cluster_fini(&c);
 }
 
+/* Ranks 0 and 1 finish and leave (keel_leave), then stop; `waiter` (rank 2), outside the view,
+ * must come to see them both as left and stay out of any view. */
+static void others_leave_then_waiter_sees_it(struct cluster *c)
+{
+	for (uint32_t r = 0; r < 2; r++) {
+		assert_true(keel_is_idle(c->node[r]));
+		assert_int_equal(keel_leave(c->node[r], c->now_ns), 0);
+		c->paused[r] = true;
+	}
+	c->paused[2] = false;
+	for (int i = 0; i < 100; i++)
+		cluster_round(c);
+	uint64_t mask;
+	struct keel_view v = view_of(c, 2, &mask);
+	assert_false(v.self_member);
+	for (uint32_t r = 0; r < 2; r++) {
+		struct keel_peer_info pi;
+		assert_int_equal(keel_peer_get(c->node[2], r, &pi), 0);
+		assert_true(pi.left);
+		assert_int_not_equal(pi.state, KEEL_PEER_ALIVE);
+	}
+}
+
 /* The job ends while a restarted rank waits for admission: the members' keel_leave reaches it
  * (not only the members), so it sees every rank it could join as left instead of waiting for
  * a view change nobody is left to make. */
@@ -315,21 +338,7 @@ static void test_membership_joiner_told_members_left(void **state)
 	assert_false(pi.member);
 	assert_int_equal(keel_peer_get(c.node[2], 0, &pi), 0);
 	assert_false(pi.left);
-	for (uint32_t r = 0; r < 2; r++) {
-		assert_true(keel_is_idle(c.node[r]));
-		assert_int_equal(keel_leave(c.node[r], c.now_ns), 0);
-		c.paused[r] = true;
-	}
-	for (int i = 0; i < 100; i++)
-		cluster_round(&c);
-	uint64_t mask;
-	struct keel_view v = view_of(&c, 2, &mask);
-	assert_false(v.self_member);
-	for (uint32_t r = 0; r < 2; r++) {
-		assert_int_equal(keel_peer_get(c.node[2], r, &pi), 0);
-		assert_true(pi.left);
-		assert_int_not_equal(pi.state, KEEL_PEER_ALIVE);
-	}
+	others_leave_then_waiter_sees_it(&c);
 	assert_false(g_views.conflict);
 	cluster_fini(&c);
 }
@@ -458,26 +467,10 @@ static void test_membership_paused_rank_told_the_others_left(void **state)
 	warm(&c);
 	c.paused[2] = true;
 	assert_true(converge(&c, 0x3ull, 20000));
-	for (uint32_t r = 0; r < 2; r++) {
-		assert_true(keel_is_idle(c.node[r]));
-		assert_int_equal(keel_leave(c.node[r], c.now_ns), 0);
-		c.paused[r] = true;
-	}
-	c.paused[2] = false;
-	for (int i = 0; i < 100; i++)
-		cluster_round(&c);
-	uint64_t mask;
-	struct keel_view v = view_of(&c, 2, &mask);
-	assert_false(v.self_member);
+	others_leave_then_waiter_sees_it(&c); /* rank 2 resumes only after they left */
 	struct keel_counters k;
 	keel_counters_get(c.node[2], &k);
 	assert_int_equal(k.self_exclusions, 1);
-	for (uint32_t r = 0; r < 2; r++) {
-		struct keel_peer_info pi;
-		assert_int_equal(keel_peer_get(c.node[2], r, &pi), 0);
-		assert_true(pi.left);
-		assert_int_not_equal(pi.state, KEEL_PEER_ALIVE);
-	}
 	cluster_fini(&c);
 }
 
