@@ -24,8 +24,8 @@ echo "SEED=$SEED"
 [ -x "$RUN" ] && [ -x "$CHECK" ] && [ -x "$BENCH" ] || { echo "pause_trials: build first"; exit 1; }
 export KEEL_HEARTBEAT_US=${KEEL_HEARTBEAT_US:-10000} KEEL_WAIT=block
 # A survivor's slowest call is the recovery (keel_recovery_bound_ns, printed by each rank)
-# plus the call itself, which on 2 shared cores can take tens of ms.
-SLACK_MS=${SLACK_MS:-50}
+# plus the call itself, which on 2 shared cores under load took up to 60 ms (docs/PERF.md).
+SLACK_MS=${SLACK_MS:-100}
 log=$(mktemp /tmp/keel-pause.XXXXXX)
 trap 'rm -f "$log"' EXIT
 

@@ -13,10 +13,10 @@ RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"
 	{ echo "train_pause: digits data set missing (python3-sklearn): skipped"; exit 77; }
 tmp=$(mktemp -d /tmp/keel-train-pause.XXXXXX); trap 'rm -rf "$tmp"' EXIT
 fail=0
-for r in 0 2; do
+for r in 0 2; do # paused after the start-up grace (2 s), resumed long before training ends
 	rm -rf "$tmp/ckpt"
-	KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --pause "$r@1.0:1.5" -- \
-		"$TRAIN" --epochs 80 --batch 8 --lr 0.1 --ckpt-dir "$tmp/ckpt" --quiet \
+	KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --pause "$r@2.5:1.5" -- \
+		"$TRAIN" --epochs 200 --batch 8 --lr 0.1 --ckpt-dir "$tmp/ckpt" --quiet \
 		>"$tmp/log" 2>&1
 	rc=$?
 	grep -v '^epoch' "$tmp/log"
