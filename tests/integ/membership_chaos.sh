@@ -26,9 +26,11 @@ kills() {
 	local f=$(((a + 1 + RANDOM % 5) % 6)) g=$((1 + RANDOM % 5)) h=$((1 + (RANDOM % 4 + 1) % 5))
 	[ "$h" -eq "$g" ] && h=$((g % 5 + 1))
 	# At most two ranks down at once (of 6: a majority stays up): the first pause ends before
-	# the next kill (t2 >= 3.0 s), the coordinator's before the double pause at 6.5 s.
+	# the next kill (t2 >= 3.0 s), the coordinator's before the double pause at 6.5 s, and that
+	# one by 7.7 s, well before the ranks vote to stop (9-10 s: whole seconds): a rank still
+	# paused then would find the others gone.
 	local d1 d2 d3 d4
-	dur 5; d1=$D; dur 8; d2=$D; dur 19; d3=$D; dur 19; d4=$D
+	dur 5; d1=$D; dur 8; d2=$D; dur 12; d3=$D; dur 12; d4=$D
 	echo "--kill $a@${t1}e-1 --kill $b@${t2}e-1 --kill $c@${t3}e-1 --kill $e@$((t3 + 1))e-1" \
 		"--pause $f@$((t1 * 100 + 3))e-3:$d1 --pause 0@5.6:$d2" \
 		"--pause $g@6.5:$d3 --pause $h@6.5:$d4"
@@ -53,7 +55,7 @@ run() { # label, extra env
 	local k
 	k=$(kills "$SEED")
 	echo "membership_chaos [$label]: keel-run -n 6 --restart $k"
-	out=$(KEEL_TEST_END=$(($(date +%s) + 9)) timeout 150 "$RUN" -n 6 --timeout 120 --restart $k -- \
+	out=$(KEEL_TEST_END=$(($(date +%s) + 10)) timeout 150 "$RUN" -n 6 --timeout 120 --restart $k -- \
 		"$CHECK" 2>&1)
 	local rc=$?
 	echo "$out" | grep -E "^rank [0-9]+ life|wrong|never|: " | grep -v "^keel-run: rank .* exited with status 0" | head -20
