@@ -33,7 +33,8 @@ RANDOM=$SEED
 fail=0
 trial() { # world, rank, at (s), pause (s)
 	local n=$1 r=$2 at=$3 d=$4
-	local end=$(($(date +%s) + 3 + ${at%.*} + ${d%.*}))
+	# the stop vote comes at least 1.2 s after the resume (whole seconds): time to be readmitted
+	local end=$(($(date +%s) + 4 + ${at%.*} + ${d%.*}))
 	local t0=$SECONDS
 	KEEL_TEST_END=$end timeout 120 "$RUN" -n "$n" --timeout 100 --pause "$r@$at:$d" -- \
 		"$CHECK" >"$log" 2>&1
