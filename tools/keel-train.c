@@ -234,23 +234,6 @@ static void fill_input(struct trainer *t)
 	t->in[S_ROLLBACK] = t->rollback_pending;
 }
 
-/* The ranks this node could join have all finished: at least one said it left (keel_leave,
- * sent at the end of training) and no other is alive. */
-static bool others_left(struct trainer *t)
-{
-	bool any_left = false;
-	for (uint32_t r = 0; r < t->world; r++) {
-		struct keel_peer_info pi;
-		if (r == t->rank || keel_peer_get(t->b.node, r, &pi) != 0)
-			continue;
-		if (pi.left)
-			any_left = true;
-		else if (pi.state == KEEL_PEER_ALIVE)
-			return false;
-	}
-	return any_left;
-}
-
 enum { JOB_ENDED = 1 }; /* wait_member: nobody is left to admit this node */
 
 /* Wait (bounded) until this node is a member of a view; JOB_ENDED if the others finished. */
@@ -261,7 +244,7 @@ static int wait_member(struct trainer *t, uint64_t limit_ns)
 		struct keel_view v;
 		if (keel_view_get(t->b.node, &v, NULL, 0) == 0 && v.self_member)
 			return 0;
-		if (others_left(t))
+		if (keel_boot_others_left(&t->b))
 			return JOB_ENDED;
 		uint64_t next;
 		int rc = keel_poll(t->b.node, keel_posix_now_ns(), &next);

@@ -28,22 +28,6 @@ static bool past_end(void)
 	return s != NULL && (uint64_t)time(NULL) >= strtoull(s, NULL, 10);
 }
 
-/* Every other rank said it left for good (keel_leave) or is not alive: nobody to join. */
-static bool others_left(struct keel_boot *b)
-{
-	bool any_left = false;
-	for (uint32_t r = 0; r < b->launch.world_size; r++) {
-		struct keel_peer_info pi;
-		if (r == b->launch.rank || keel_peer_get(b->node, r, &pi) != 0)
-			continue;
-		if (pi.left)
-			any_left = true;
-		else if (pi.state == KEEL_PEER_ALIVE)
-			return false;
-	}
-	return any_left;
-}
-
 /* A restarted (or excluded) rank waits to be admitted (bounded); -ESHUTDOWN when the others
  * finished meanwhile. */
 static int wait_member(struct keel_boot *b, uint64_t limit_ns)
@@ -53,7 +37,7 @@ static int wait_member(struct keel_boot *b, uint64_t limit_ns)
 	while (keel_posix_now_ns() < end) {
 		if (keel_view_get(b->node, &v, NULL, 0) == 0 && v.self_member)
 			return 0;
-		if (others_left(b)) {
+		if (keel_boot_others_left(b)) {
 			fprintf(stderr,
 				"rank %u: the others finished while it waited to be admitted\n",
 				b->launch.rank);

@@ -373,6 +373,21 @@ int keel_boot_wait(struct keel_boot *b, struct keel_op *op, struct keel_op_info 
 	}
 }
 
+bool keel_boot_others_left(const struct keel_boot *b)
+{
+	bool any_left = false;
+	for (uint32_t r = 0; r < b->launch.world_size; r++) {
+		struct keel_peer_info pi;
+		if (r == b->launch.rank || keel_peer_get(b->node, r, &pi) != 0)
+			continue;
+		if (pi.left)
+			any_left = true;
+		else if (pi.state == KEEL_PEER_ALIVE)
+			return false;
+	}
+	return any_left;
+}
+
 int keel_boot_poll(struct keel_boot *b)
 {
 	uint64_t next;

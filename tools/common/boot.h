@@ -51,6 +51,10 @@ KEEL_MUST_USE int keel_boot_wait(struct keel_boot *b, struct keel_op *op, struct
  * (a rank must poll at least every heartbeat interval, or its peers will suspect it). */
 KEEL_MUST_USE int keel_boot_poll(struct keel_boot *b);
 
+/* The ranks this node could join have all finished: at least one said it left (keel_leave)
+ * and no other is alive. A restarted or excluded rank waiting for admission stops there. */
+bool keel_boot_others_left(const struct keel_boot *b);
+
 /* Keep polling until everything this node sent is acknowledged (at most `linger_ns`), then
  * release everything. */
 void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns);
