@@ -7,15 +7,13 @@ CC ?= cc
 SAN ?=
 OPT ?= -O2 -g
 WARN := -Wall -Wextra -Werror -Wshadow -Wvla -Wmissing-prototypes -Wstrict-prototypes
-CFLAGS_KEEL := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -Iinclude -Iruntime -Itools/common \
-	-fno-strict-aliasing -march=x86-64-v2 $(SAN)
+CFLAGS_KEEL := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -fno-strict-aliasing -march=x86-64-v2 $(SAN)
 LDFLAGS_KEEL := $(SAN)
 
-# Optional parts: found with pkg-config / nvcc, skipped with one clear line.
+# Optional parts: found with pkg-config, skipped with one clear line.
 HAVE_DPDK := $(shell pkg-config --exists libdpdk 2>/dev/null && echo 1)
 HAVE_VERBS := $(shell pkg-config --exists libibverbs 2>/dev/null && echo 1)
 HAVE_SIMGRID := $(shell pkg-config --exists simgrid 2>/dev/null && echo 1)
-HAVE_NVCC := $(shell command -v nvcc >/dev/null 2>&1 && echo 1)
 HAVE_CMOCKA := $(shell pkg-config --exists cmocka 2>/dev/null && echo 1)
 ifeq ($(MAKELEVEL),0)
 ifneq ($(HAVE_DPDK),1)
@@ -27,26 +25,47 @@ endif
 ifneq ($(HAVE_SIMGRID),1)
 $(info keel: SimGrid simulator skipped (pkg-config simgrid not found; install libsimgrid-dev))
 endif
-ifneq ($(HAVE_NVCC),1)
-$(info keel: CUDA kernels skipped (nvcc not found))
-endif
 endif
 
-RUNTIME_SRC := $(sort $(wildcard runtime/*.c))
-TOOLS_COMMON_SRC := $(sort $(wildcard tools/common/*.c))
-TOOL_SRC := $(sort $(wildcard tools/keel-*.c))
+# The layers (docs/DESIGN.md). libkeel.a: the runtime without its start-up library.
+RUNTIME_LAYERS := base core transport plan storage
+RUNTIME_SRC := $(sort $(foreach l,$(RUNTIME_LAYERS),$(wildcard runtime/$(l)/*.c)))
+BOOT_SRC := $(sort $(wildcard runtime/boot/*.c))
+TOOL_NAMES := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard tools/keel-*/main.c)))))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 INTEG_SRC := $(sort $(wildcard tests/integ/*.c))
 
 RUNTIME_OBJ := $(RUNTIME_SRC:%.c=$(BUILD)/obj/%.o)
-TOOLS_COMMON_OBJ := $(TOOLS_COMMON_SRC:%.c=$(BUILD)/obj/%.o)
-TOOLS := $(patsubst tools/%.c,$(BUILD)/bin/%,$(TOOL_SRC))
+BOOT_OBJ := $(BOOT_SRC:%.c=$(BUILD)/obj/%.o)
+TOOLS := $(TOOL_NAMES:%=$(BUILD)/bin/%)
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 INTEG_BINS := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ-%,$(INTEG_SRC))
+# The exact-result oracle: keel-bench --check, keel-sim and the tests share it.
+REFCHECK_OBJ := $(BUILD)/obj/tests/support/refcheck.o
+# A tool is its folder: tools/<tool>/*.c (main.c and what that tool alone uses).
+tool_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tools/$(1)/*.c)))
+KEEL_BENCH_OBJ := $(call tool_obj,keel-bench) $(REFCHECK_OBJ)
 
 LIBKEEL := $(BUILD)/libkeel.a
-LIBTOOLS := $(BUILD)/libkeel_tools.a
+LIBBOOT := $(BUILD)/libkeel_boot.a
+# The same objects with their internal symbols visible, for white-box unit tests only.
+LIBKEEL_WHITEBOX := $(BUILD)/obj/libkeel_whitebox.a
 CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
+
+# Include paths, per folder: a layer sees the public headers, the base helpers (assertions,
+# CRC32C) and its own folder (a quoted include finds its neighbours), never another layer's
+# private headers. A backend or tool that reaches for one fails to compile.
+INC := -Iinclude
+$(BUILD)/obj/runtime/%.o $(BUILD)/obj/dpdk/%.o $(BUILD)/obj/verbs/%.o: INC += -Iruntime/base
+$(BUILD)/obj/tools/%.o: INC += -Iruntime/boot
+$(BUILD)/obj/tools/keel-bench/%.o: INC += -Itests/support
+$(BUILD)/obj/tests/%.o: INC += -Itests/support
+# White-box tests reach into the core and the start-up library; tests of one tool's code, into
+# that tool's folder.
+$(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/fuzz/%.o: INC += -Iruntime/base -Iruntime/core
+$(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/integ/%.o: INC += -Iruntime/boot
+$(BUILD)/obj/tests/unit/test_train.o: INC += -Itools/keel-train
+$(BUILD)/obj/tests/unit/test_plan_parse.o: INC += -Itools/keel-plan
 
 # Optional parts (DPDK, verbs, the simulator...) bring their own rules in mk/<part>.mk and
 # add their outputs to EXTRA_ALL (built by `make`) and EXTRA_TESTS (built for `make test`).
@@ -54,41 +73,64 @@ EXTRA_ALL :=
 EXTRA_TESTS :=
 EXTRA_LIBS :=
 EXTRA_SYS_LIBS :=
+.DEFAULT_GOAL := all
 -include $(sort $(wildcard mk/*.mk))
 
 .PHONY: all tools tests test unit demo deps clean format format-check san model-check
-all: $(LIBKEEL) $(LIBTOOLS) $(TOOLS) $(EXTRA_ALL)
+all: $(LIBKEEL) $(LIBBOOT) $(TOOLS) $(EXTRA_ALL)
 tools: $(TOOLS)
 tests: $(UNIT_TESTS) $(INTEG_BINS) $(EXTRA_TESTS)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_KEEL) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_KEEL) $(INC) -MMD -MP -c $< -o $@
+
+# Only keel_ symbols leave an archive: its objects are linked into one (ld -r) and every other
+# global symbol is made local, so internal names (crc32c, wire_encode...) cannot clash with a
+# training binary's own. tests/integ/tidy.sh checks every archive in $(BUILD).
+define public_archive
+	@mkdir -p $(dir $@)
+	ld -r -o $@.o $^
+	objcopy --wildcard --keep-global-symbol='keel_*' $@.o
+	rm -f $@ && ar rcs $@ $@.o && rm -f $@.o
+endef
 
 $(LIBKEEL): $(RUNTIME_OBJ)
+	$(public_archive)
+
+$(LIBBOOT): $(BOOT_OBJ)
+	$(public_archive)
+
+$(LIBKEEL_WHITEBOX): $(RUNTIME_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIBTOOLS): $(TOOLS_COMMON_OBJ)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
-
-# Programs link the tools' glue, any optional backends (EXTRA_LIBS, from mk/*.mk) and the core
-# as one group, then the system libraries those backends need (EXTRA_SYS_LIBS).
-LINK_GROUP = -Wl,--start-group $(LIBTOOLS) $(EXTRA_LIBS) $(LIBKEEL) -Wl,--end-group \
+# Programs link the start-up library, any optional backends (EXTRA_LIBS, from mk/*.mk) and the
+# core as one group, then the system libraries those backends need (EXTRA_SYS_LIBS).
+LINK_GROUP = -Wl,--start-group $(LIBBOOT) $(EXTRA_LIBS) $(LIBKEEL) -Wl,--end-group \
 	$(EXTRA_SYS_LIBS)
+LINK_GROUP_WHITEBOX = -Wl,--start-group $(LIBBOOT) $(EXTRA_LIBS) $(LIBKEEL_WHITEBOX) \
+	-Wl,--end-group $(EXTRA_SYS_LIBS)
 
-$(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(LIBTOOLS) $(LIBKEEL) $(EXTRA_LIBS)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_KEEL) -o $@ $< $(LINK_GROUP) -lm
+define tool_rule
+$(BUILD)/bin/$(1): $(call tool_obj,$(1)) $(LIBBOOT) $(LIBKEEL) $(EXTRA_LIBS)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS_KEEL) -o $$@ $$(filter %.o,$$^) $$(LINK_GROUP) -lm
+endef
+$(foreach t,$(TOOL_NAMES),$(eval $(call tool_rule,$(t))))
+$(BUILD)/bin/keel-bench: $(KEEL_BENCH_OBJ)
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBTOOLS) $(LIBKEEL) $(EXTRA_LIBS)
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBBOOT) $(LIBKEEL_WHITEBOX) $(EXTRA_LIBS) \
+	$(REFCHECK_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_KEEL) -o $@ $< $(LINK_GROUP) $(CMOCKA_LIBS) -lm
+	$(CC) $(LDFLAGS_KEEL) -o $@ $(filter %.o,$^) $(LINK_GROUP_WHITEBOX) $(CMOCKA_LIBS) -lm
+$(BUILD)/tests/test_train: $(BUILD)/obj/tools/keel-train/train_model.o
+$(BUILD)/tests/test_plan_parse: $(BUILD)/obj/tools/keel-plan/plan_parse.o
 
-$(BUILD)/tests/integ-%: $(BUILD)/obj/tests/integ/%.o $(LIBTOOLS) $(LIBKEEL) $(EXTRA_LIBS)
+$(BUILD)/tests/integ-%: $(BUILD)/obj/tests/integ/%.o $(LIBBOOT) $(LIBKEEL) $(EXTRA_LIBS) \
+	$(REFCHECK_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_KEEL) -o $@ $< $(LINK_GROUP) -lm
+	$(CC) $(LDFLAGS_KEEL) -o $@ $(filter %.o,$^) $(LINK_GROUP) -lm
 
 # The deps step runs only when something is missing (tools/deps.sh --check is fast).
 deps:
@@ -111,9 +153,8 @@ demo: deps
 	$(MAKE) all
 	tools/demo.sh
 
-FORMAT_SRC = $(sort $(wildcard include/keel/*.h runtime/*.[ch] runtime/cuda/*.cu tools/*.c \
-	tools/common/*.[ch] tests/unit/*.[ch] tests/integ/*.c tests/fuzz/*.c dpdk/*.[ch] \
-	verbs/*.[ch] sim/*.[ch]))
+FORMAT_SRC = $(sort $(wildcard include/keel/*.h runtime/*/*.[ch] tools/*/*.[ch] tests/*/*.[ch] \
+	dpdk/*.[ch] verbs/*.[ch] sim/*.[ch]))
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:
@@ -122,6 +163,7 @@ format-check:
 clean:
 	rm -rf build build-san build-*
 
--include $(RUNTIME_OBJ:.o=.d) $(TOOLS_COMMON_OBJ:.o=.d) $(TOOL_SRC:%.c=$(BUILD)/obj/%.d) \
-	$(UNIT_SRC:%.c=$(BUILD)/obj/%.d) $(INTEG_SRC:%.c=$(BUILD)/obj/%.d)
+-include $(RUNTIME_OBJ:.o=.d) $(BOOT_OBJ:.o=.d) \
+	$(foreach t,$(TOOL_NAMES),$(patsubst %.o,%.d,$(call tool_obj,$(t)))) \
+	$(UNIT_SRC:%.c=$(BUILD)/obj/%.d) $(INTEG_SRC:%.c=$(BUILD)/obj/%.d) $(REFCHECK_OBJ:.o=.d)
 .SECONDARY:

@@ -21,29 +21,20 @@
 #include "assert_int.h"
 #include "keel/limits.h"
 #include "keel/transport_dpdk.h"
-#include "wire_int.h"
 
 #define CACHE_LINE_BYTES 64u
 #define IP_UDP_BYTES	 28u
 #define ETH_BYTES	 14u
 #define HASH_SLOTS_MIN	 16u
 #define HASH_EMPTY	 0u
-/* What recv reads of each frame before deciding: Ethernet, IPv4 without options, UDP, and the
- * keel header up to the job id (magic u32, version u8, type u8, flags u16, job u32). */
-#define PEEK_BYTES    (KEEL_DPDK_FRAME_OVERHEAD + 12u)
+/* What recv reads of each frame before deciding: Ethernet, IPv4 without options, UDP. */
+#define PEEK_BYTES    KEEL_DPDK_FRAME_OVERHEAD
 #define MEMPOOL_CACHE 64u
 /* Loss is re-judged every this many first-time datagrams (and at every retransmission). */
 #define LOSS_CHECK_EVERY 256u
-/* keel header offsets read here (runtime/wire.c): flags u16 at 6, seq u32 at 20. A reliable
- * seq at most SEQ_REPEAT_SPAN below the highest sent is a copy sent again; further below, the
- * stream was restarted (a new view) and the seq counts as new. */
-#define WIRE_OFF_FLAGS	6u
-#define WIRE_OFF_SEQ	20u
-#define SEQ_REPEAT_SPAN (4u * KEEL_WINDOW_MAX)
 
 _Static_assert(KEEL_DPDK_FRAME_OVERHEAD == ETH_BYTES + IP_UDP_BYTES, "frame layout");
 _Static_assert(KEEL_WORLD_MAX < UINT16_MAX, "a hash slot holds rank + 1 in 16 bits");
-_Static_assert(WIRE_HEADER_SIZE >= 12u, "the peeked keel fields lie inside the header");
 
 /* A bounded FIFO of mbufs; free-running indexes, power-of-two capacity. */
 struct mq {
@@ -55,8 +46,6 @@ struct peer {
 	struct keel_dpdk_addr addr;
 	bool set;
 	bool alarm;
-	bool seq_seen;
-	uint32_t seq_max; /* highest reliable seq sent to this peer */
 	uint64_t data_sent, retransmits;
 };
 
@@ -68,7 +57,7 @@ struct dpdk {
 	bool intr_armed;
 	bool verify_udp;
 	uint16_t ip_id;
-	uint32_t burst, rr, hash_mask, job_id;
+	uint32_t burst, rr, hash_mask;
 	uint32_t data_queued; /* frames in all peer queues */
 	int intr_fd;
 	uint64_t last_now_ns, sleep_ns;
@@ -175,18 +164,6 @@ int keel_dpdk_port_find(const char *name, uint16_t *port_id)
 		return 0;
 	}
 	return -ENODEV;
-}
-
-int keel_dpdk_port_mac(uint16_t port_id, uint8_t mac[6])
-{
-	struct rte_ether_addr a;
-
-	KEEL_ASSERT(mac != NULL);
-	if (!eal_started || !rte_eth_dev_is_valid_port(port_id) ||
-	    rte_eth_macaddr_get(port_id, &a) != 0)
-		return -ENODEV;
-	memcpy(mac, a.addr_bytes, 6);
-	return 0;
 }
 
 /* ---- config and memory ------------------------------------------------------------- */
@@ -516,7 +493,6 @@ int keel_dpdk_init(struct keel_transport **out, void *mem, size_t mem_len,
 	carve(p, base, &l, cfg);
 	p->port_id = cfg->port_id;
 	p->burst = cfg->burst;
-	p->job_id = cfg->job_id;
 	p->verify_udp = cfg->verify_udp_cksum;
 	p->sleep_ns = cfg->sleep_ns;
 	p->intr_fd = -1;
@@ -635,37 +611,16 @@ static void tx_flush(struct dpdk *p)
 
 static bool is_control(const struct keel_datagram *g)
 {
-	return g->len > 5 && g->buf[5] != WIRE_DATA;
+	return (g->flags & KEEL_DGRAM_CONTROL) != 0;
 }
 
-static uint32_t get_le32(const uint8_t *b)
-{
-	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-}
-
-/* A reliable datagram sent again (the retransmit flag, or a seq not above the highest sent)
- * stands for one lost: the reliable layer resends only what was not acknowledged in time. */
-static bool is_retransmit(struct peer *e, const struct keel_datagram *g)
-{
-	uint32_t seq;
-
-	if (g->len < WIRE_HEADER_SIZE)
-		return false;
-	if ((g->buf[WIRE_OFF_FLAGS] | g->buf[WIRE_OFF_FLAGS + 1] << 8) & WIRE_FLAG_RETRANSMIT)
-		return true;
-	seq = get_le32(g->buf + WIRE_OFF_SEQ);
-	if (e->seq_seen && (int32_t)(seq - e->seq_max) <= 0 && e->seq_max - seq < SEQ_REPEAT_SPAN)
-		return true;
-	e->seq_seen = true;
-	e->seq_max = seq;
-	return false;
-}
-
+/* A reliable datagram sent again stands for one lost: the core resends only what was not
+ * acknowledged in time. */
 static void loss_count(struct dpdk *p, const struct keel_datagram *g)
 {
 	struct peer *e = &p->peers[g->peer];
 
-	if (is_retransmit(e, g)) {
+	if ((g->flags & KEEL_DGRAM_RETRANSMIT) != 0) {
 		e->retransmits++;
 		loss_judge(p, e);
 	} else if (++e->data_sent % LOSS_CHECK_EVERY == 0) {
@@ -769,7 +724,7 @@ static int frame_check(struct dpdk *p, const struct rte_mbuf *m, const uint8_t *
 	const struct rte_ether_hdr *eth = (const struct rte_ether_hdr *)hdr;
 	const struct rte_ipv4_hdr *ip = (const struct rte_ipv4_hdr *)(hdr + ETH_BYTES);
 	const struct rte_udp_hdr *udp = (const struct rte_udp_hdr *)(hdr + ETH_BYTES + 20);
-	uint32_t pkt = rte_pktmbuf_pkt_len(m), ip_len, udp_len, job;
+	uint32_t pkt = rte_pktmbuf_pkt_len(m), ip_len, udp_len;
 	int rank;
 
 	if (pkt < ETH_BYTES || eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4))
@@ -796,17 +751,9 @@ static int frame_check(struct dpdk *p, const struct rte_mbuf *m, const uint8_t *
 	udp_len = rte_be_to_cpu_16(udp->dgram_len);
 	if (udp_len < 8 || udp_len > ip_len - 20)
 		return p->stats.rx_bad_ip++, -1;
-	if (udp_len - 8 < WIRE_HEADER_SIZE)
-		return p->stats.rx_truncated++, -1;
 	rank = peer_lookup(p, (const uint8_t *)&ip->src_addr, rte_be_to_cpu_16(udp->src_port));
 	if (rank < 0)
 		return p->stats.rx_unknown_source++, -1;
-	hdr += KEEL_DPDK_FRAME_OVERHEAD;
-	if ((uint32_t)(hdr[0] | hdr[1] << 8 | hdr[2] << 16 | (uint32_t)hdr[3] << 24) != WIRE_MAGIC)
-		return p->stats.rx_bad_magic++, -1;
-	job = (uint32_t)(hdr[8] | hdr[9] << 8 | hdr[10] << 16 | (uint32_t)hdr[11] << 24);
-	if (p->job_id != 0 && job != p->job_id)
-		return p->stats.rx_foreign_job++, -1;
 	*payload_len = udp_len - 8;
 	return rank;
 }

@@ -1,5 +1,5 @@
 # DPDK backend (dpdk/): built when pkg-config finds libdpdk, skipped otherwise (the Makefile
-# prints one line). The tools' DPDK start-up (tools/common/boot_dpdk.c) is always compiled:
+# prints one line). The start-up library's DPDK part (runtime/boot/boot_dpdk.c) is always compiled:
 # without DPDK it is a stub that says `--transport dpdk` is not built in.
 #   make static    build/static/keel-bench, fully static with the DPDK drivers keel needs
 
@@ -17,14 +17,13 @@ ifeq ($(HAVE_DPDK),1)
 DPDK_CFLAGS := $(patsubst -I%,-isystem %,$(filter-out -march=%,\
 	$(shell pkg-config --cflags libdpdk)))
 $(DPDK_OBJ): CFLAGS_KEEL += $(DPDK_CFLAGS)
-$(BUILD)/obj/tools/common/boot_dpdk.o: CFLAGS_KEEL += -DKEEL_HAVE_DPDK=1
+$(BUILD)/obj/runtime/boot/boot_dpdk.o: CFLAGS_KEEL += -DKEEL_HAVE_DPDK=1
 # The unit test joins two net_ring ports in one process (rte_eth_from_rings).
 $(BUILD)/obj/tests/unit/test_dpdk.o: CFLAGS_KEEL += $(DPDK_CFLAGS) -DKEEL_HAVE_DPDK=1
 $(BUILD)/tests/test_dpdk: EXTRA_SYS_LIBS += -lrte_net_ring
 
 $(LIBKEEL_DPDK): $(DPDK_OBJ)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	$(public_archive)
 
 EXTRA_ALL += $(LIBKEEL_DPDK)
 EXTRA_LIBS += $(LIBKEEL_DPDK)
@@ -40,9 +39,9 @@ static: $(BUILD)/static/keel-bench
 ifeq ($(SAN),)
 EXTRA_TESTS += $(BUILD)/static/keel-bench
 endif
-$(BUILD)/static/keel-bench: $(BUILD)/obj/tools/keel-bench.o $(LIBTOOLS) $(LIBKEEL) $(LIBKEEL_DPDK)
+$(BUILD)/static/keel-bench: $(KEEL_BENCH_OBJ) $(LIBBOOT) $(LIBKEEL) $(LIBKEEL_DPDK)
 	@mkdir -p $(dir $@)
-	$(CC) -static -o $@ $< -Wl,--start-group $(LIBTOOLS) $(LIBKEEL_DPDK) $(LIBKEEL) \
+	$(CC) -static -o $@ $(KEEL_BENCH_OBJ) -Wl,--start-group $(LIBBOOT) $(LIBKEEL_DPDK) $(LIBKEEL) \
 		-Wl,--end-group $(DPDK_STATIC_LIBS) -lm
 	@file $@
 else

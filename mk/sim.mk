@@ -12,16 +12,16 @@ KEEL_SIM := $(BUILD)/bin/keel-sim
 
 $(BUILD)/obj/sim/%.o: sim/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_KEEL) $(SIM_CFLAGS) -Isim -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_KEEL) $(INC) -Itests/support $(SIM_CFLAGS) -MMD -MP -c $< -o $@
 
 # C++ only to catch SimGrid's exception for a failed comm (sim/comm_wait.cc says why).
 $(BUILD)/obj/sim/comm_wait.o: sim/comm_wait.cc sim/comm_wait.h
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror $(SIM_CFLAGS) -Isim -c $< -o $@
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror $(SIM_CFLAGS) -c $< -o $@
 
-$(KEEL_SIM): $(SIM_OBJ) $(LIBTOOLS) $(LIBKEEL)
+$(KEEL_SIM): $(SIM_OBJ) $(REFCHECK_OBJ) $(LIBBOOT) $(LIBKEEL)
 	@mkdir -p $(dir $@)
-	$(CXX) $(LDFLAGS_KEEL) -o $@ $(SIM_OBJ) $(LINK_GROUP) $(SIM_LIBS) -lm
+	$(CXX) $(LDFLAGS_KEEL) -o $@ $(SIM_OBJ) $(REFCHECK_OBJ) $(LINK_GROUP) $(SIM_LIBS) -lm
 
 EXTRA_ALL += $(KEEL_SIM)
 EXTRA_TESTS += $(KEEL_SIM)

@@ -1,5 +1,5 @@
 # ibverbs backend (verbs/): built when pkg-config finds libibverbs, skipped otherwise (the
-# Makefile prints one line). tools/common/boot_verbs.c is always compiled: without verbs it is a
+# Makefile prints one line). runtime/boot/boot_verbs.c is always compiled: without verbs it is a
 # stub that says `--transport verbs` is not built in.
 #   make test-verbs     boot Debian's kernel with Soft-RoCE in QEMU and run the verbs tests in it
 #   make static-verbs   $(BUILD)/static/keel-bench, fully static, with rdma-core's providers
@@ -22,27 +22,23 @@ test-verbs: $(BUILD)/bin/keel-run $(BUILD)/bin/keel-bench $(BUILD)/tests/integ-a
 ifeq ($(HAVE_VERBS),1)
 VERBS_CFLAGS := $(patsubst -I%,-isystem %,$(shell pkg-config --cflags libibverbs))
 $(VERBS_OBJ): CFLAGS_KEEL += $(VERBS_CFLAGS)
-$(BUILD)/obj/tools/common/boot_verbs.o: CFLAGS_KEEL += -DKEEL_HAVE_VERBS=1
+$(BUILD)/obj/runtime/boot/boot_verbs.o: CFLAGS_KEEL += -DKEEL_HAVE_VERBS=1
 
 $(LIBKEEL_VERBS): $(VERBS_OBJ)
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	$(public_archive)
 
 EXTRA_ALL += $(LIBKEEL_VERBS)
 EXTRA_LIBS += $(LIBKEEL_VERBS)
 EXTRA_SYS_LIBS += $(shell pkg-config --libs libibverbs)
 
-# The unit test runs the backend against a fake device (tests/unit/test_verbs_fake.c): it
+# The unit test runs the backend against a fake device (tests/support/verbs_fake.c): it
 # links transport_verbs.o without ibv_shim.o, so every keel_ibv_* call lands in the fake.
 $(BUILD)/tests/test_verbs: $(BUILD)/obj/tests/unit/test_verbs.o \
-	$(BUILD)/obj/tests/unit/verbs_fake.o $(BUILD)/obj/verbs/transport_verbs.o $(LIBKEEL)
+	$(BUILD)/obj/tests/support/verbs_fake.o $(BUILD)/obj/verbs/transport_verbs.o $(LIBKEEL)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_KEEL) -o $@ $^ $(CMOCKA_LIBS) -lm
-$(BUILD)/obj/tests/unit/test_verbs.o $(BUILD)/obj/tests/unit/verbs_fake.o: \
+$(BUILD)/obj/tests/unit/test_verbs.o $(BUILD)/obj/tests/support/verbs_fake.o: \
 	CFLAGS_KEEL += $(VERBS_CFLAGS) -Iverbs
-$(BUILD)/obj/tests/unit/verbs_fake.o: tests/unit/verbs_fake.c
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_KEEL) -MMD -MP -c $< -o $@
 
 VERBS_STATIC_LIBS = -Wl,--whole-archive -l:librxe-rdmav34.a -Wl,--no-whole-archive \
 	-l:libibverbs.a -lnl-route-3 -lnl-3 -lpthread
@@ -55,11 +51,10 @@ endif
 LIBKEEL_VERBS_STATIC := $(BUILD)/libkeel_verbs_static.a
 $(BUILD)/obj-static-verbs/ibv_shim.o: verbs/ibv_shim.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_KEEL) $(VERBS_CFLAGS) -DRDMA_STATIC_PROVIDERS=$(VERBS_STATIC_PROVIDERS) \
+	$(CC) $(CFLAGS_KEEL) $(INC) $(VERBS_CFLAGS) -DRDMA_STATIC_PROVIDERS=$(VERBS_STATIC_PROVIDERS) \
 		-c $< -o $@
 $(LIBKEEL_VERBS_STATIC): $(BUILD)/obj/verbs/transport_verbs.o $(BUILD)/obj-static-verbs/ibv_shim.o
-	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	$(public_archive)
 
 ifeq ($(HAVE_DPDK),1)
 # mk/dpdk.mk links $(BUILD)/static/keel-bench: the same binary carries verbs and its providers.
@@ -72,10 +67,10 @@ static-verbs: $(BUILD)/static/keel-bench
 ifeq ($(SAN),)
 EXTRA_TESTS += $(BUILD)/static/keel-bench
 endif
-$(BUILD)/static/keel-bench: $(BUILD)/obj/tools/keel-bench.o $(LIBTOOLS) $(LIBKEEL) \
-	$(LIBKEEL_VERBS_STATIC)
+$(BUILD)/static/keel-bench: $(KEEL_BENCH_OBJ) $(LIBBOOT) $(LIBKEEL) $(LIBKEEL_VERBS_STATIC)
 	@mkdir -p $(dir $@)
-	$(CC) -static -o $@ $< -Wl,--start-group $(LIBTOOLS) $(LIBKEEL_VERBS_STATIC) $(LIBKEEL) \
+	$(CC) -static -o $@ $(KEEL_BENCH_OBJ) -Wl,--start-group $(LIBBOOT) $(LIBKEEL_VERBS_STATIC) \
+		$(LIBKEEL) \
 		-Wl,--end-group $(VERBS_STATIC_LIBS) -lm
 	@file $@
 endif
@@ -85,4 +80,4 @@ static-verbs:
 	@echo "keel: 'make static-verbs' needs libibverbs (install libibverbs-dev)"
 endif
 
--include $(VERBS_OBJ:.o=.d) $(BUILD)/obj/tests/unit/verbs_fake.d
+-include $(VERBS_OBJ:.o=.d) $(BUILD)/obj/tests/support/verbs_fake.d

@@ -2,7 +2,7 @@
 # Runs every test keel has and prints one summary. Exit 0 only if nothing failed.
 # Unit tests (CMocka) from build/ and the sanitizer build build-san/, then tests/integ/*.sh.
 # A test that exits 77 was skipped: it is listed as skipped, never counted as passed.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/.."
 pass=0; fail=0; skip=0; failed=(); skipped=()
 run() { # name, command...

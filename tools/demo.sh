@@ -4,7 +4,7 @@
 # rank 2 is SIGKILLed a few seconds in and restarted. The
 # survivors notice, re-partition the data and go on; the restarted rank gets the model from a
 # live member; the run ends with the accuracy of the same training without failure beside it.
-set -eu
+set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 RUN="$BUILD/bin/keel-run"

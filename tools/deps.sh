@@ -4,7 +4,7 @@
 #   tools/deps.sh --check  exit 0 if everything is installed, 1 otherwise (no root needed)
 # The lists are tools/deps/*.txt, one per part of keel (one package per line, # comments),
 # each saying what its packages are for.
-set -eu
+set -euo pipefail
 cd "$(dirname "$0")"
 
 PACKAGES=$(cat deps/*.txt | sed 's/#.*//' | tr -s ' \t' '\n' | grep -v '^$' | sort -u)

@@ -66,7 +66,7 @@ struct verbs {
 	struct keel_verbs_config cfg;
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
-	struct ibv_mr *mr, *dmabuf_mr;
+	struct ibv_mr *mr;
 	struct ibv_comp_channel *channel;
 	struct ibv_cq *cq;
 	struct vpeer *peers;
@@ -374,8 +374,6 @@ static void release(struct verbs *v)
 		(void)keel_ibv_destroy_cq(v->cq);
 	if (v->channel != NULL)
 		(void)keel_ibv_destroy_comp_channel(v->channel);
-	if (v->dmabuf_mr != NULL)
-		(void)keel_ibv_dereg_mr(v->dmabuf_mr);
 	if (v->mr != NULL)
 		(void)keel_ibv_dereg_mr(v->mr);
 	if (v->pd != NULL)
@@ -384,7 +382,7 @@ static void release(struct verbs *v)
 		(void)keel_ibv_close_device(v->ctx);
 	v->cq = NULL;
 	v->channel = NULL;
-	v->mr = v->dmabuf_mr = NULL;
+	v->mr = NULL;
 	v->pd = NULL;
 	v->ctx = NULL;
 }
@@ -1073,34 +1071,6 @@ static void verbs_fini(struct keel_transport *t)
 	if (t == NULL || t->state == NULL)
 		return;
 	release(of(t));
-}
-
-int keel_verbs_reg_dmabuf(struct keel_transport *t, int fd, uint64_t offset, size_t len,
-			  uint64_t iova, uint32_t *lkey, uint32_t *rkey)
-{
-	struct verbs *v = of(t);
-	if (fd < 0 || len == 0 || lkey == NULL || rkey == NULL || v->pd == NULL)
-		return -EINVAL;
-	if (v->dmabuf_mr != NULL)
-		return -EBUSY;
-	errno = 0;
-	v->dmabuf_mr = keel_ibv_reg_dmabuf_mr(v->pd, offset, len, iova, fd,
-					      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (v->dmabuf_mr == NULL) {
-		int e = null_errno();
-		return e == -ENOSYS ? -EOPNOTSUPP : e;
-	}
-	*lkey = v->dmabuf_mr->lkey;
-	*rkey = v->dmabuf_mr->rkey;
-	return 0;
-}
-
-void keel_verbs_dereg_dmabuf(struct keel_transport *t)
-{
-	struct verbs *v = of(t);
-	if (v->dmabuf_mr != NULL)
-		(void)keel_ibv_dereg_mr(v->dmabuf_mr);
-	v->dmabuf_mr = NULL;
 }
 
 static const struct keel_transport_ops verbs_ops = {

@@ -21,8 +21,6 @@ int keel_ibv_query_gid(struct ibv_context *ctx, uint8_t port, int index, union i
 struct ibv_pd *keel_ibv_alloc_pd(struct ibv_context *ctx);
 int keel_ibv_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *keel_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access);
-struct ibv_mr *keel_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
-				      int fd, int access);
 int keel_ibv_dereg_mr(struct ibv_mr *mr);
 struct ibv_comp_channel *keel_ibv_create_comp_channel(struct ibv_context *ctx);
 int keel_ibv_destroy_comp_channel(struct ibv_comp_channel *ch);

@@ -15,15 +15,13 @@
 enum keel_error {
 	KEEL_EVIEWCHANGED = -1001, /* the view changed under an operation */
 	KEEL_ENOQUORUM = -1002,	   /* this node is on the minority side of a split */
-	KEEL_EFENCED = -1003,	   /* message or operation from an older epoch */
-	KEEL_EPEERDEAD = -1004,	   /* a peer an operation needs is suspected dead */
-	KEEL_ECORRUPT = -1005,	   /* data failed its checksum and retries ran out */
-	KEEL_ERENDEZVOUS = -1006,  /* peers could not be found (rendezvous failed) */
-	KEEL_ETRANSPORT = -1007,   /* the transport reported a fatal error */
-	KEEL_EEXCLUDED = -1008,	   /* this node was excluded from the view while it was silent
-				    * (paused, stalled or cut off): its state is behind the members' */
-	KEEL_EMISMATCH = -1009,	   /* members started different collectives at the same place in
-				    * their sequence (count, type or algorithm differ) */
+	/* -1003..-1005 are retired (never returned; kept unused so old logs still read right) */
+	KEEL_ERENDEZVOUS = -1006, /* peers could not be found (rendezvous failed) */
+	KEEL_ETRANSPORT = -1007,  /* the transport reported a fatal error */
+	KEEL_EEXCLUDED = -1008,	  /* this node was excluded from the view while it was silent
+				   * (paused, stalled or cut off): its state is behind the members' */
+	KEEL_EMISMATCH = -1009,	  /* members started different collectives at the same place in
+				   * their sequence (count, type or algorithm differ) */
 };
 
 /* Name and explanation of any code keel returns (0, -errno or KEEL_E*).

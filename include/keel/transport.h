@@ -15,17 +15,27 @@ enum keel_transport_caps {
 	KEEL_CAP_RELIABLE = 1u << 0, /* no loss, no duplicates: the core skips retransmission */
 	KEEL_CAP_ORDERED = 1u << 1,  /* per-peer FIFO */
 	KEEL_CAP_RDMA_WRITE = 1u << 2,
-	KEEL_CAP_GPU_MEMORY = 1u << 3,
+};
+
+/* What the core tells a backend about a datagram it sends, so a backend never parses keel's
+ * wire header: control traffic may jump ahead of bulk data, and a copy sent again stands for
+ * one lost (backends that watch loss count it). */
+enum keel_datagram_flags {
+	KEEL_DGRAM_CONTROL = 1u << 0,	 /* heartbeat, ack, leave or view: small and urgent */
+	KEEL_DGRAM_RETRANSMIT = 1u << 1, /* a reliable datagram sent again after a loss */
 };
 
 /* One datagram in a burst.
- * send: buf/len are the bytes to send to rank `peer`; cap is ignored.
- * recv: the caller gives buf/cap; the backend sets len and the sender's rank in peer. */
+ * send: buf/len are the bytes to send to rank `peer`, flags say what they are (enum
+ *       keel_datagram_flags); cap is ignored.
+ * recv: the caller gives buf/cap; the backend sets len and the sender's rank in peer (flags
+ *       is not used). */
 struct keel_datagram {
 	uint8_t *buf;
 	uint32_t len;
 	uint32_t cap;
 	uint32_t peer;
+	uint32_t flags;
 };
 
 struct keel_transport;

@@ -6,17 +6,18 @@
  *
  * Ops (see keel/transport.h):
  * - send_burst builds each datagram straight into an mbuf (one copy; the caller's buffer is
- *   free on return) and queues it on its peer's bounded queue; control datagrams (heartbeats,
- *   acks, leaves) go to a separate queue that is always transmitted first ("jump the queue").
- *   It returns the prefix it accepted: a datagram whose peer queue is full, or for which no
- *   mbuf is left, ends the burst (this short count is the vtable's -EAGAIN: the core keeps
- *   reliable datagrams in its window and offers them again). Nothing accepted is dropped by
- *   keel; -EINVAL when d[0] names a bad peer or is longer than mtu.
+ *   free on return) and queues it on its peer's bounded queue; control datagrams
+ *   (KEEL_DGRAM_CONTROL: heartbeats, acks, leaves, views) go to a separate queue that is
+ *   always transmitted first ("jump the queue"). It returns the prefix it accepted: a datagram
+ *   whose peer queue is full, or for which no mbuf is left, ends the burst (this short count is
+ *   the vtable's -EAGAIN: the core keeps reliable datagrams in its window and offers them
+ *   again). Nothing accepted is dropped by keel; -EINVAL when d[0] names a bad peer or is
+ *   longer than mtu.
  * - recv_burst first drains the TX queues into the NIC, then receives one rte_eth_rx_burst and
  *   copies each valid frame's UDP payload into the caller's buffers. Frames that are not
- *   IPv4/UDP to this rank's (MAC, IP, port), have bad IPv4 or UDP checksums, are truncated,
- *   come from an unknown (IP, port), carry no keel magic or another job id are counted
- *   (keel_dpdk_stats) and dropped.
+ *   IPv4/UDP to this rank's (MAC, IP, port), have bad IPv4 or UDP checksums, are truncated or
+ *   come from an unknown (IP, port) are counted (keel_dpdk_stats) and dropped. The payload is
+ *   not looked at: the core checks keel's header (magic, job, checksum) and counts its drops.
  * - next_deadline_ns: "now" while TX queues hold frames; in KEEL_DPDK_RX_SLEEP mode, the last
  *   poll time + sleep_ns (so a caller sleeping until the node's deadline polls the port at
  *   least that often); otherwise UINT64_MAX.
@@ -76,7 +77,6 @@ struct keel_dpdk_config {
 	uint32_t ctrl_queue_max;    /* control frames queued ahead of data (power of two) */
 	enum keel_dpdk_rx_mode rx_mode;
 	uint64_t sleep_ns;     /* RX_SLEEP: longest time between two polls */
-	uint32_t job_id;       /* frames of another job are dropped; 0 checks nothing */
 	bool verify_udp_cksum; /* verify UDP checksums in software when the port cannot */
 };
 
@@ -101,9 +101,6 @@ void keel_dpdk_eal_cleanup(void);
  * or "" the first available port. Errors: -ENODEV. */
 KEEL_MUST_USE int keel_dpdk_port_find(const char *name, uint16_t *port_id);
 
-/* The port's MAC address (what peers must put in their frames' destination). -ENODEV. */
-KEEL_MUST_USE int keel_dpdk_port_mac(uint16_t port_id, uint8_t mac[6]);
-
 /* Caller memory for the transport; 0 if the config is invalid. */
 size_t keel_dpdk_storage_size(const struct keel_dpdk_config *cfg);
 
@@ -127,13 +124,11 @@ struct keel_dpdk_stats {
 	uint64_t rx_frames, rx_datagrams, tx_frames, tx_datagrams;
 	uint64_t rx_bursts, tx_bursts;
 	uint64_t rx_bad_ethertype;  /* not IPv4 (ARP, IPv6, LLDP...) */
-	uint64_t rx_truncated;	    /* shorter than its headers say, or than the keel header */
+	uint64_t rx_truncated;	    /* shorter than its Ethernet/IPv4/UDP headers say */
 	uint64_t rx_bad_ip;	    /* IPv4 version/IHL/length wrong, fragments */
 	uint64_t rx_bad_cksum;	    /* IPv4 header or UDP checksum wrong */
 	uint64_t rx_not_for_us;	    /* not UDP, or MAC, IP or UDP port not this rank's */
 	uint64_t rx_unknown_source; /* (IP, port) that is no peer's */
-	uint64_t rx_bad_magic;	    /* UDP payload without keel's magic */
-	uint64_t rx_foreign_job;    /* keel frame of another job id */
 	uint64_t rx_too_long;	    /* longer than the caller's buffer */
 	uint64_t tx_queued_max;	    /* deepest any peer queue has been */
 	uint64_t tx_refused;	    /* datagrams refused (peer queue full or no mbuf) */

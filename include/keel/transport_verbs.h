@@ -156,14 +156,4 @@ struct keel_verbs_stats {
 };
 void keel_verbs_stats_get(struct keel_transport *t, struct keel_verbs_stats *out);
 
-/* GPUDirect RDMA: register a device buffer exported as a dmabuf (CUDA:
- * cuMemGetHandleForAddressRange with CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD) in the transport's
- * PD, for RDMA WRITE from or into GPU memory. One region at a time (a second call replaces
- * nothing: -EBUSY). Errors: -EINVAL, -EBUSY, -EOPNOTSUPP (rdma-core or the driver has no
- * dmabuf support), or the -errno of ibv_reg_dmabuf_mr. keys: lkey/rkey of the region. */
-KEEL_MUST_USE int keel_verbs_reg_dmabuf(struct keel_transport *t, int fd, uint64_t offset,
-					size_t len, uint64_t iova, uint32_t *lkey, uint32_t *rkey);
-/* Release the dmabuf region (no-op when none). */
-void keel_verbs_dereg_dmabuf(struct keel_transport *t);
-
 #endif

@@ -2,7 +2,7 @@
 # Multi-process AllReduce on loopback: 2, 3, 4 and 5 ranks (separate processes started by
 # keel-run), every dtype and op at the chunking boundaries, both algorithms; then again with
 # the chaos transport at 1 % loss (plus duplication and reordering). Seeded: SEED=n replays.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 RUN=$BUILD/bin/keel-run

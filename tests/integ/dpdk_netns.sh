@@ -6,7 +6,7 @@
 # killed; the chaos decorator at 1 % loss on top of DPDK (loss accounting must notice); and
 # net_memif between two ranks as a second driver. Namespaces, bridge and sockets are removed on
 # exit, also on failure. Needs root and a DPDK build; otherwise exits 77. Seeded: SEED=n.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 BENCH=$BUILD/bin/keel-bench

@@ -2,7 +2,7 @@
 # keel-plan end to end: the example cluster and workloads plan, the capacity-aware step beats the
 # even split, the HEFT paper example gives its published makespan (80), a SimGrid platform is
 # accepted, and malformed files are refused naming file:line and the field.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 PLAN=$BUILD/bin/keel-plan

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # keel-run end to end: environment of the ranks, exit status propagation, signals, timeouts,
 # usage errors. Run from the repository root; expects $BUILD/bin/keel-run (BUILD=build).
-set -u
+set -uo pipefail
 BUILD=${BUILD:-build}
 KR=$BUILD/bin/keel-run
 if [ ! -x "$KR" ]; then

@@ -7,7 +7,7 @@
 # Every completed call is checked against the reduction over the view it reports, every call
 # against keel_op_bound_ns; at the end every rank must report the same view of all 6 ranks.
 # Then the same over the chaos transport at 1 % loss. SEED=n replays the kill schedule.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 RUN=$BUILD/bin/keel-run

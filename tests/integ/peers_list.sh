@@ -2,7 +2,7 @@
 # Ranks that find each other through KEEL_PEERS (no rendezvous): 3 processes started by hand
 # with RANK/WORLD_SIZE and a static list, AllReduce checked. Also: a bad list is refused with a
 # message naming the entry.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 BENCH=$BUILD/bin/keel-bench

@@ -4,7 +4,7 @@
 # lossy link excluding nobody; AllReduce results exact inside the
 # simulation; heterogeneity in the model's proportions; fidelity against SMPI's ring
 # MPI_Allreduce and the analytical ring cost; clear errors for bad input. About a minute.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 SIM=${BUILD:-build}/bin/keel-sim
 [ -x "$SIM" ] || { echo "sim: $SIM not built (SimGrid missing: install libsimgrid-dev), skipped"; exit 77; }

@@ -3,7 +3,7 @@
 # a bridge. Three seconds in, the links of ranks 4, 5 and 6 go down for four seconds: the 4
 # install a view and go on, the 3 stop with KEEL_ENOQUORUM; after healing they rejoin and all
 # 7 end in the same view. Namespaces and links are removed on exit, also on failure.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 CHECK=$(pwd)/$BUILD/tests/integ-membership_check

@@ -4,7 +4,7 @@
 # The job lasts about 3.5 s here; killed at 1.0 s, the new life (admitted ~40 ms after it
 # starts) has seconds to spare even on a faster machine. (At 40 epochs and 1.5 s it had 0.25 s,
 # and lost the race once in CI: the others finished first.)
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"

@@ -2,7 +2,7 @@
 # keel-train with the same seed and no failure on 1, 2 and 4 ranks: the final weights must be
 # identical up to floating-point reduction order. Gradients are summed in f64 and weights kept
 # in f32, so the tolerance is 1e-6 (max abs difference); in practice they are bit-identical.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"

@@ -2,7 +2,7 @@
 # Rollback on a hard fault: 3 ranks over the chaos transport (loss, duplicates, reordering);
 # rank 1 is told to take a hard fault at step 350 (--fault-at). Every member must roll back to
 # the same checkpoint step, then finish with the accuracy of the no-failure run.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"

@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# Checks that the reduce kernels (runtime/reduce.c) compile to packed SIMD code with the
+# Checks that the reduce kernels (runtime/core/reduce.c) compile to packed SIMD code with the
 # project's release flags: every kernel loop is reported vectorized by gcc, and the kernels'
 # disassembly holds the packed instructions we expect (addps, addpd, pmaxsd, ...).
 # Exit 0 on pass, 1 on fail (with what is missing), 77 when the tools or target are absent.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 
 CC=${CC:-cc}
-SRC=runtime/reduce.c
+SRC=runtime/core/reduce.c
 # Same as the Makefile's release build (CFLAGS_KEEL with OPT=-O2).
-FLAGS=(-std=c11 -D_GNU_SOURCE -O2 -march=x86-64-v2 -fno-strict-aliasing -Iinclude -Iruntime
-	-Itools/common)
+FLAGS=(-std=c11 -D_GNU_SOURCE -O2 -march=x86-64-v2 -fno-strict-aliasing -Iinclude -Iruntime/base)
 
 skip() { echo "vectorized: SKIP: $*"; exit 77; }
 fail=0

@@ -5,7 +5,7 @@
 # About 80 s on a loaded 2-core host. Exits 77 with a reason when QEMU, busybox, the kernel
 # package or the verbs build are unavailable. Bounded: the VM is killed after TIMEOUT seconds
 # (default 200), the whole script (kernel download included) after 300.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 command -v qemu-system-x86_64 >/dev/null || {

@@ -3,10 +3,10 @@
 # (tests/unit/test_membership_model.c; `make test` runs its bounded scenarios).
 #  1. Larger bounds than make test: 4 nodes with competing coordinators, restart with a false
 #     suspicion, coordinators retrying with higher ballots. Minutes, a few GB of state table.
-#  2. Mutants: planted Paxos bugs in a copy of runtime/membership.c, each of which the checker
+#  2. Mutants: planted Paxos bugs in a copy of runtime/core/membership.c, each of which the checker
 #     must report as a violation — proof that the bounded search can fail.
 # Exits non-zero if a real scenario finds a violation or a mutant goes unnoticed.
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 MODEL=$BUILD/tests/test_membership_model
@@ -28,13 +28,13 @@ done
 TMP=$(mktemp -d /tmp/keel-mutants.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 git ls-files | tar -cf - -T - | tar -xf - -C "$TMP"
-cp runtime/*.[ch] "$TMP/runtime/" # uncommitted work too
+cp runtime/core/*.[ch] "$TMP/runtime/core/" # uncommitted work too
 cp tests/unit/test_membership_model.c "$TMP/tests/unit/"
-cp runtime/membership.c "$TMP/membership.orig.c"
+cp runtime/core/membership.c "$TMP/membership.orig.c"
 while IFS='|' read -r what with bounds why; do
 	[ -n "$what" ] || continue
-	cp "$TMP/membership.orig.c" "$TMP/runtime/membership.c"
-	python3 - "$TMP/runtime/membership.c" "$what" "$with" <<'PY' || { echo "model-check: mutant '$why' no longer applies"; fail=1; continue; }
+	cp "$TMP/membership.orig.c" "$TMP/runtime/core/membership.c"
+	python3 - "$TMP/runtime/core/membership.c" "$what" "$with" <<'PY' || { echo "model-check: mutant '$why' no longer applies"; fail=1; continue; }
 import sys
 p, a, b = sys.argv[1:4]
 s = open(p).read()

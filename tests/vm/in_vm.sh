@@ -4,7 +4,7 @@
 # boundaries, checked), failure detection with one rank killed, the chaos decorator on top, and
 # latency beside perftest. Prints the seconds each step took; exit 0 only if every check passed.
 #   KEEL_VM_STEPS="unit ar2 ar3 kill chaos static lat perftest" (default: all) runs a subset.
-set -u
+set -uo pipefail
 BUILD=${BUILD:-build}
 RUN=$BUILD/bin/keel-run
 BENCH=$BUILD/bin/keel-bench

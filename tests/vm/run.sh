@@ -8,7 +8,7 @@
 #   KEEL_VM_STEPS="ar2 kill" runs a subset of the in-VM steps (tests/vm/in_vm.sh)
 #   KEEL_VM_SMP=2 gives the VM two vCPUs (busy-polled latency beside perftest; one vCPU, the
 #   default, is faster and steadier for the rest on a 2-core host)
-set -u
+set -uo pipefail
 cd "$(dirname "$0")/../.."
 START=$EPOCHREALTIME
 ROOT=$PWD

@@ -28,6 +28,7 @@ struct hold_slot {
 	uint64_t seq; /* breaks release_ns ties in holding order, so release order is fixed */
 	uint32_t peer;
 	uint32_t len;
+	uint32_t flags; /* the datagram's keel_datagram_flags, passed on to the inner transport */
 };
 
 /* Where a batch entry came from, to settle it once the inner transport has answered. */
@@ -410,6 +411,7 @@ static uint32_t slot_hold(struct chaos *c, const struct keel_datagram *g, uint64
 	s->seq = c->seq_next++;
 	s->peer = g->peer;
 	s->len = g->len;
+	s->flags = g->flags;
 	if (g->len > 0)
 		memcpy(c->data + (size_t)slot * c->t.mtu, g->buf, g->len);
 	return slot;
@@ -505,7 +507,8 @@ static int out_append_slot(struct chaos *c, uint64_t now_ns, uint32_t slot, uint
 		   &(struct keel_datagram){.buf = c->data + (size_t)slot * c->t.mtu,
 					   .len = s->len,
 					   .cap = s->len,
-					   .peer = s->peer},
+					   .peer = s->peer,
+					   .flags = s->flags},
 		   NONE, slot);
 	return 0;
 }

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "wire_int.h"
+#include "crc32c_int.h"
 
 /*
  * Notation. A CRC register value r is "reflected": bit k holds the coefficient of x^(31-k).

@@ -268,7 +268,7 @@ void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uin
 	if (len != 0)
 		memcpy(buf + WIRE_HEADER_SIZE, payload, len);
 	wire_encode(buf, &h);
-	node_txq_push(n, peer, buf, WIRE_HEADER_SIZE + len, 0);
+	node_txq_push(n, peer, buf, WIRE_HEADER_SIZE + len, 0, KEEL_DGRAM_CONTROL);
 }
 
 void node_budget_spend(struct keel_node *n, uint32_t bytes)
@@ -276,7 +276,8 @@ void node_budget_spend(struct keel_node *n, uint32_t bytes)
 	n->budget_bytes = bytes >= n->budget_bytes ? 0 : n->budget_bytes - bytes;
 }
 
-void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq)
+void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq,
+		   uint32_t flags)
 {
 	KEEL_ASSERT(peer < n->world && peer != n->self);
 	if (n->txq_count == n->burst)
@@ -286,6 +287,7 @@ void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t le
 	d->len = len;
 	d->cap = len;
 	d->peer = peer;
+	d->flags = flags;
 	n->txq_tag[n->txq_count] = seq;
 	n->txq_count++;
 }

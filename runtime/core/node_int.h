@@ -236,7 +236,10 @@ struct keel_node {
 _Static_assert(CTRL_BUF_MIN >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE, "ctrl buffer too small");
 
 /* node.c */
-void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq);
+/* Queue one datagram for the transport; seq != 0 tags a reliable one (refusals go back to its
+ * window); flags are enum keel_datagram_flags, what the backend may know about it. */
+void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq,
+		   uint32_t flags);
 void node_txq_flush(struct keel_node *n);
 void node_budget_spend(struct keel_node *n, uint32_t bytes);
 /* Check and dispatch one received datagram (the poll loop; the membership model checker). */

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "crc32c_int.h"
+
 #define WIRE_MAGIC	 0x4c45454bu /* "KEEL" read as a little-endian u32 */
 #define WIRE_VERSION	 2u	     /* 2: heartbeats carry ops_started and may probe */
 #define WIRE_HEADER_SIZE 56u
@@ -106,10 +108,6 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_
 
 void wire_heartbeat_encode(uint8_t *payload, const struct wire_heartbeat *hb);
 void wire_heartbeat_decode(const uint8_t *payload, struct wire_heartbeat *hb);
-
-/* CRC32C (Castagnoli), hardware-accelerated where the CPU has SSE4.2.
- * crc32c(0, p, n) is the standard CRC32C of p[0..n); chainable: crc32c(crc32c(0,a),b). */
-uint32_t crc32c(uint32_t crc, const void *data, size_t len);
 
 const char *wire_verdict_name(enum wire_verdict v);
 

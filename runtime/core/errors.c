@@ -21,9 +21,6 @@ const char *keel_strerror(int err)
 
 		KEEL_CASE(KEEL_EVIEWCHANGED, "the view changed under the operation");
 		KEEL_CASE(KEEL_ENOQUORUM, "no quorum: this node is on the minority side");
-		KEEL_CASE(KEEL_EFENCED, "fenced: message or operation from an older epoch");
-		KEEL_CASE(KEEL_EPEERDEAD, "a peer the operation needs is suspected dead");
-		KEEL_CASE(KEEL_ECORRUPT, "data failed its checksum and retries ran out");
 		KEEL_CASE(KEEL_ERENDEZVOUS, "rendezvous failed: peers could not be found");
 		KEEL_CASE(KEEL_ETRANSPORT, "the transport reported a fatal error");
 		KEEL_CASE(KEEL_EEXCLUDED,

@@ -260,7 +260,6 @@ int keel_boot_dpdk_start(const struct keel_launch *l, uint32_t mtu, uint32_t bur
 	c.world_size = l->world_size;
 	c.mtu = mtu;
 	c.burst = burst;
-	c.job_id = l->job_id;
 	int rc = env_rx_mode(&c, err, err_len);
 	if (rc == 0)
 		rc = env_self(l, &c.self, err, err_len);
@@ -296,7 +295,7 @@ static void print_stats(void)
 	fprintf(stderr,
 		"keel-dpdk: rank %u rx_frames %llu rx_datagrams %llu tx_frames %llu "
 		"tx_datagrams %llu bad_ethertype %llu truncated %llu bad_ip %llu bad_cksum %llu "
-		"not_for_us %llu unknown_source %llu bad_magic %llu foreign_job %llu "
+		"not_for_us %llu unknown_source %llu "
 		"tx_refused %llu tx_ring_full %llu queued_max %llu retransmits %llu data_sent "
 		"%llu loss_warnings %llu rx_mode %u port_mtu %u mtu %u\n",
 		dpdk_tp->rank, (unsigned long long)s.rx_frames, (unsigned long long)s.rx_datagrams,
@@ -304,7 +303,6 @@ static void print_stats(void)
 		(unsigned long long)s.rx_bad_ethertype, (unsigned long long)s.rx_truncated,
 		(unsigned long long)s.rx_bad_ip, (unsigned long long)s.rx_bad_cksum,
 		(unsigned long long)s.rx_not_for_us, (unsigned long long)s.rx_unknown_source,
-		(unsigned long long)s.rx_bad_magic, (unsigned long long)s.rx_foreign_job,
 		(unsigned long long)s.tx_refused, (unsigned long long)s.tx_ring_full,
 		(unsigned long long)s.tx_queued_max, (unsigned long long)lost,
 		(unsigned long long)sent, (unsigned long long)s.loss_warnings, s.rx_mode,

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "assert_int.h"
-#include "wire_int.h"
+#include "crc32c_int.h"
 
 #define MAGIC	       "KEELCKPT"
 #define NAME_PREFIX    "ckpt-"

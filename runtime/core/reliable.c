@@ -160,7 +160,9 @@ static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 	uint64_t due = n->now_ns + backoff_rto(n, p, s->tries);
 	if (due < p->rtx_deadline_ns)
 		p->rtx_deadline_ns = due;
-	node_txq_push(n, peer, tx_bytes(n, p, seq), s->len, seq);
+	/* a slot the transport refused was never sent (rel_txq_refused took its try back) */
+	node_txq_push(n, peer, tx_bytes(n, p, seq), s->len, seq,
+		      s->tries > 1 ? KEEL_DGRAM_RETRANSMIT : 0);
 }
 
 int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const void *payload,

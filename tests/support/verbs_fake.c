@@ -155,14 +155,6 @@ struct ibv_mr *keel_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int ac
 	mr->lkey = mr->rkey = next_key++;
 	return mr;
 }
-struct ibv_mr *keel_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t len, uint64_t iova,
-				      int fd, int access)
-{
-	(void)off;
-	(void)iova;
-	(void)fd;
-	return keel_ibv_reg_mr(pd, NULL, len, access);
-}
 int keel_ibv_dereg_mr(struct ibv_mr *mr)
 {
 	free(mr);

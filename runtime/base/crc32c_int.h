@@ -1,0 +1,12 @@
+/* CRC32C (Castagnoli), hardware-accelerated where the CPU has SSE4.2: the wire format's and the
+ * checkpoint format's checksum. */
+#ifndef KEEL_CRC32C_INT_H
+#define KEEL_CRC32C_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* crc32c(0, p, n) is the standard CRC32C of p[0..n); chainable: crc32c(crc32c(0,a),b). */
+uint32_t crc32c(uint32_t crc, const void *data, size_t len);
+
+#endif
