@@ -20,7 +20,7 @@
 #define KEEL_PLAN_WORKERS_MAX 65536u
 #define KEEL_PLAN_ITEMS_MAX   (1u << 24)
 
-/* GPU presets. Figures and their sources: runtime/partition_presets.c and README. */
+/* GPU presets. Figures and their sources: runtime/plan/partition_presets.c and README. */
 enum keel_gpu {
 	KEEL_GPU_V100_16 = 0,
 	KEEL_GPU_V100_32,

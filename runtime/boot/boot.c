@@ -195,7 +195,7 @@ static int transport_choice(bool *dpdk, bool *verbs, char *err, size_t err_len)
 	return -EINVAL;
 }
 
-/* The verbs device (tools/common/boot_verbs.c does QPs and the QPN exchange). Its slots carry
+/* The verbs device (boot_verbs.c does QPs and the QPN exchange). Its slots carry
  * the node's datagrams: KEEL_MTU if set, else 64 KiB slots. */
 static int start_verbs(struct keel_boot *b, char *err, size_t err_len)
 {
@@ -210,7 +210,7 @@ static int start_verbs(struct keel_boot *b, char *err, size_t err_len)
 	return rc;
 }
 
-/* The DPDK port (tools/common/boot_dpdk.c does EAL, addresses and rendezvous). The node's
+/* The DPDK port (boot_dpdk.c does EAL, addresses and rendezvous). The node's
  * datagrams must fit the port: its mtu becomes the node's. */
 static int start_dpdk(struct keel_boot *b, char *err, size_t err_len)
 {

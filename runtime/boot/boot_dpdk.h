@@ -1,4 +1,4 @@
-/* The DPDK part of a tool's start-up (tools/common/boot.c dispatches here for
+/* The DPDK part of a tool's start-up (boot.c dispatches here for
  * KEEL_TRANSPORT=dpdk): EAL from KEEL_DPDK_ARGS, the port, this rank's IPv4/UDP address, and
  * every rank's (MAC, IP, port) from the rendezvous or from KEEL_DPDK_PEERS. Tools only: it
  * allocates, reads the environment and blocks during rendezvous. */

@@ -1,4 +1,4 @@
-/* The ibverbs part of a tool's start-up (tools/common/boot.c dispatches here for
+/* The ibverbs part of a tool's start-up (boot.c dispatches here for
  * KEEL_TRANSPORT=verbs): device, port and GID, one RC QP per peer, and the exchange of every
  * rank's address and QPNs over the rendezvous. Tools only: it allocates, reads the
  * environment and blocks during rendezvous. */

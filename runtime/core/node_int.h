@@ -1,4 +1,5 @@
-/* The node's private state, shared by node.c, reliable.c, detector.c and allreduce.c.
+/* The node's private state, shared by the core: node.c, reliable.c, detector.c, membership.c
+ * and the collectives (collectives.c, coll_steps.c).
  * Everything here lives inside the caller's storage; nothing is allocated. */
 #ifndef KEEL_NODE_INT_H
 #define KEEL_NODE_INT_H

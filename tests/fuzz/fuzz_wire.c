@@ -2,9 +2,10 @@
  * outside the input. Not part of the default build.
  *
  * Build and run with clang (Debian: apt-get install clang; libFuzzer ships in libclang-rt):
- *   clang -std=c11 -D_GNU_SOURCE -g -O1 -march=x86-64-v2 -Iinclude -Iruntime \
- *     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *     tests/fuzz/fuzz_wire.c runtime/wire.c runtime/crc32c.c runtime/assert.c -o fuzz_wire
+ *   clang -std=c11 -D_GNU_SOURCE -g -O1 -march=x86-64-v2 -Iinclude -Iruntime/base \
+ *     -Iruntime/core -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+ *     tests/fuzz/fuzz_wire.c runtime/core/wire.c runtime/base/crc32c.c runtime/base/assert.c \
+ *     -o fuzz_wire
  *   mkdir -p /tmp/fuzz_wire_corpus && ./fuzz_wire -max_total_time=60 -max_len=9100 \
  *     /tmp/fuzz_wire_corpus
  * The first input byte picks the receiver's expectations (self, world size, whether the

@@ -1,6 +1,6 @@
 /* Exact-valued AllReduce inputs and their reference results (see refcheck.h). An oracle must
  * not share code with what it checks: the f16 and bf16 roundings here are written from the
- * formats' definitions with libm, not with the kernels' bit tricks (runtime/reduce.c). */
+ * formats' definitions with libm, not with the kernels' bit tricks (runtime/core/reduce.c). */
 #include <math.h>
 #include <string.h>
 

@@ -641,7 +641,7 @@ static void run_scenario(const struct mc_bounds *b)
 }
 
 /* Each scenario bounds the faults; within them every schedule is tried. The bounds were
- * chosen so that the checker finds planted Paxos bugs (tests/model/mutants.sh): a coordinator
+ * chosen so that the checker finds planted Paxos bugs (tests/model/check.sh): a coordinator
  * that does not adopt an accepted value (3-crash-false), an acceptor that ignores its promise
  * (3-duel). */
 static const struct mc_bounds scenarios[] = {

@@ -1,4 +1,5 @@
-/* Unit tests for the CPU reduction kernels (runtime/reduce.c) and dtype names (runtime/types.c).
+/* Unit tests for the CPU reduction kernels (runtime/core/reduce.c) and dtype names
+ * (runtime/core/types.c).
  * Every kernel is checked against a plain scalar reference written here, with its own f16/bf16
  * conversions (ldexp/nearbyint, not bit tricks). Seeded: the seed is printed first; SEED=n
  * replays a run. */

@@ -1,4 +1,4 @@
-/* The verbs backend against a fake device (tests/unit/verbs_fake.c): two transports in one
+/* The verbs backend against a fake device (tests/support/verbs_fake.c): two transports in one
  * process joined by the fake fabric. Covers the data path (inline SEND, SEND, WRITE_WITH_IMM),
  * credits, forged and stale immediates, a bad_wr in the middle of a chain, a retry-exceeded
  * completion, keepalives to a peer that died holding every slot, ENOMEM at QP creation, async

@@ -1,5 +1,5 @@
-/* Unit tests for the wire format (runtime/wire.c), CRC32C (runtime/crc32c.c) and
- * keel_strerror (runtime/errors.c). The mutation test is seeded: it prints its seed first
+/* Unit tests for the wire format (runtime/core/wire.c), CRC32C (runtime/base/crc32c.c) and
+ * keel_strerror (runtime/core/errors.c). The mutation test is seeded: it prints its seed first
  * and SEED=n replays one run. */
 #include <setjmp.h>
 #include <stdarg.h>
