@@ -189,7 +189,9 @@ fi
 STATIC=$BUILD/static/keel-bench
 if [ -x "$STATIC" ]; then
 	file "$STATIC" | sed 's/, BuildID.*//'
-	ldd "$STATIC" 2>&1 | grep -q "not a dynamic executable" || { echo "static: dynamic!"; fail=1; }
+	# ldd itself exits 1 on a static binary: read its answer, not its status
+	ldd_out=$(ldd "$STATIC" 2>&1)
+	grep -q "not a dynamic executable" <<<"$ldd_out" || { echo "static: dynamic!"; fail=1; }
 	launch static 2 30 "$STATIC" heartbeat --transport dpdk --seconds 1
 	if wait_all static 2; then
 		grep -h "worst rank" "$LOG/static.0"
