@@ -30,7 +30,9 @@ endif
 # The layers (docs/DESIGN.md). libkeel.a: the runtime without its start-up library.
 RUNTIME_LAYERS := base core transport plan storage
 RUNTIME_SRC := $(sort $(foreach l,$(RUNTIME_LAYERS),$(wildcard runtime/$(l)/*.c)))
-BOOT_SRC := $(sort $(wildcard runtime/boot/*.c))
+# The start-up library; its DPDK and verbs parts are archived with those backends (mk/*.mk).
+BOOT_SRC := $(filter-out runtime/boot/boot_dpdk.c runtime/boot/boot_verbs.c,\
+	$(sort $(wildcard runtime/boot/*.c)))
 TOOL_NAMES := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard tools/keel-*/main.c)))))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 INTEG_SRC := $(sort $(wildcard tests/integ/*.c))
@@ -57,7 +59,6 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 # private headers. A backend or tool that reaches for one fails to compile.
 INC := -Iinclude
 $(BUILD)/obj/runtime/%.o $(BUILD)/obj/dpdk/%.o $(BUILD)/obj/verbs/%.o: INC += -Iruntime/base
-$(BUILD)/obj/tools/%.o: INC += -Iruntime/boot
 $(BUILD)/obj/tools/keel-bench/%.o: INC += -Itests/support
 $(BUILD)/obj/tests/%.o: INC += -Itests/support
 # White-box tests reach into the core and the start-up library; tests of one tool's code, into
@@ -73,6 +74,9 @@ EXTRA_ALL :=
 EXTRA_TESTS :=
 EXTRA_LIBS :=
 EXTRA_SYS_LIBS :=
+# -u flags that pull an optional backend's start-up out of its archive (boot.c refers to it
+# only weakly, so that a program without the backend links without its libraries).
+EXTRA_UNDEFINED :=
 .DEFAULT_GOAL := all
 -include $(sort $(wildcard mk/*.mk))
 
@@ -107,10 +111,10 @@ $(LIBKEEL_WHITEBOX): $(RUNTIME_OBJ)
 
 # Programs link the start-up library, any optional backends (EXTRA_LIBS, from mk/*.mk) and the
 # core as one group, then the system libraries those backends need (EXTRA_SYS_LIBS).
-LINK_GROUP = -Wl,--start-group $(LIBBOOT) $(EXTRA_LIBS) $(LIBKEEL) -Wl,--end-group \
-	$(EXTRA_SYS_LIBS)
-LINK_GROUP_WHITEBOX = -Wl,--start-group $(LIBBOOT) $(EXTRA_LIBS) $(LIBKEEL_WHITEBOX) \
+LINK_GROUP = $(EXTRA_UNDEFINED) -Wl,--start-group $(LIBBOOT) $(EXTRA_LIBS) $(LIBKEEL) \
 	-Wl,--end-group $(EXTRA_SYS_LIBS)
+LINK_GROUP_WHITEBOX = $(EXTRA_UNDEFINED) -Wl,--start-group $(LIBBOOT) $(EXTRA_LIBS) \
+	$(LIBKEEL_WHITEBOX) -Wl,--end-group $(EXTRA_SYS_LIBS)
 
 define tool_rule
 $(BUILD)/bin/$(1): $(call tool_obj,$(1)) $(LIBBOOT) $(LIBKEEL) $(EXTRA_LIBS)

@@ -1,10 +1,10 @@
 # DPDK backend (dpdk/): built when pkg-config finds libdpdk, skipped otherwise (the Makefile
-# prints one line). The start-up library's DPDK part (runtime/boot/boot_dpdk.c) is always compiled:
-# without DPDK it is a stub that says `--transport dpdk` is not built in.
+# prints one line). The archive carries the start-up library's DPDK part too
+# (runtime/boot/boot_dpdk.c), pulled into a program with -u keel_boot_dpdk_start.
 #   make static    build/static/keel-bench, fully static with the DPDK drivers keel needs
 
 DPDK_SRC := $(sort $(wildcard dpdk/*.c))
-DPDK_OBJ := $(DPDK_SRC:%.c=$(BUILD)/obj/%.o)
+DPDK_OBJ := $(DPDK_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/runtime/boot/boot_dpdk.o
 LIBKEEL_DPDK := $(BUILD)/libkeel_dpdk.a
 # Drivers a static binary carries, linked whole (they register themselves from constructors
 # that nothing references): the virtual buses, the ring mempool, and the virtual NICs used
@@ -17,7 +17,6 @@ ifeq ($(HAVE_DPDK),1)
 DPDK_CFLAGS := $(patsubst -I%,-isystem %,$(filter-out -march=%,\
 	$(shell pkg-config --cflags libdpdk)))
 $(DPDK_OBJ): CFLAGS_KEEL += $(DPDK_CFLAGS)
-$(BUILD)/obj/runtime/boot/boot_dpdk.o: CFLAGS_KEEL += -DKEEL_HAVE_DPDK=1
 # The unit test joins two net_ring ports in one process (rte_eth_from_rings).
 $(BUILD)/obj/tests/unit/test_dpdk.o: CFLAGS_KEEL += $(DPDK_CFLAGS) -DKEEL_HAVE_DPDK=1
 $(BUILD)/tests/test_dpdk: EXTRA_SYS_LIBS += -lrte_net_ring
@@ -27,6 +26,7 @@ $(LIBKEEL_DPDK): $(DPDK_OBJ)
 
 EXTRA_ALL += $(LIBKEEL_DPDK)
 EXTRA_LIBS += $(LIBKEEL_DPDK)
+EXTRA_UNDEFINED += -Wl,-u,keel_boot_dpdk_start
 EXTRA_SYS_LIBS += $(shell pkg-config --libs libdpdk)
 
 DPDK_STATIC_LIBS = -Wl,--whole-archive $(DPDK_STATIC_DRIVERS:%=-l:librte_%.a) \
@@ -41,7 +41,7 @@ EXTRA_TESTS += $(BUILD)/static/keel-bench
 endif
 $(BUILD)/static/keel-bench: $(KEEL_BENCH_OBJ) $(LIBBOOT) $(LIBKEEL) $(LIBKEEL_DPDK)
 	@mkdir -p $(dir $@)
-	$(CC) -static -o $@ $(KEEL_BENCH_OBJ) -Wl,--start-group $(LIBBOOT) $(LIBKEEL_DPDK) $(LIBKEEL) \
+	$(CC) -static -o $@ $(KEEL_BENCH_OBJ) $(EXTRA_UNDEFINED) -Wl,--start-group $(LIBBOOT) $(LIBKEEL_DPDK) $(LIBKEEL) \
 		-Wl,--end-group $(DPDK_STATIC_LIBS) -lm
 	@file $@
 else

@@ -1,6 +1,6 @@
 # ibverbs backend (verbs/): built when pkg-config finds libibverbs, skipped otherwise (the
-# Makefile prints one line). runtime/boot/boot_verbs.c is always compiled: without verbs it is a
-# stub that says `--transport verbs` is not built in.
+# Makefile prints one line). The archive carries the start-up library's verbs part too
+# (runtime/boot/boot_verbs.c), pulled into a program with -u keel_boot_verbs_start.
 #   make test-verbs     boot Debian's kernel with Soft-RoCE in QEMU and run the verbs tests in it
 #   make static-verbs   $(BUILD)/static/keel-bench, fully static, with rdma-core's providers
 #                       (VERBS_STATIC_PROVIDERS; with DPDK it is the same binary `make static`
@@ -22,13 +22,13 @@ test-verbs: $(BUILD)/bin/keel-run $(BUILD)/bin/keel-bench $(BUILD)/tests/integ-a
 ifeq ($(HAVE_VERBS),1)
 VERBS_CFLAGS := $(patsubst -I%,-isystem %,$(shell pkg-config --cflags libibverbs))
 $(VERBS_OBJ): CFLAGS_KEEL += $(VERBS_CFLAGS)
-$(BUILD)/obj/runtime/boot/boot_verbs.o: CFLAGS_KEEL += -DKEEL_HAVE_VERBS=1
 
-$(LIBKEEL_VERBS): $(VERBS_OBJ)
+$(LIBKEEL_VERBS): $(VERBS_OBJ) $(BUILD)/obj/runtime/boot/boot_verbs.o
 	$(public_archive)
 
 EXTRA_ALL += $(LIBKEEL_VERBS)
 EXTRA_LIBS += $(LIBKEEL_VERBS)
+EXTRA_UNDEFINED += -Wl,-u,keel_boot_verbs_start
 EXTRA_SYS_LIBS += $(shell pkg-config --libs libibverbs)
 
 # The unit test runs the backend against a fake device (tests/support/verbs_fake.c): it
@@ -53,7 +53,8 @@ $(BUILD)/obj-static-verbs/ibv_shim.o: verbs/ibv_shim.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_KEEL) $(INC) $(VERBS_CFLAGS) -DRDMA_STATIC_PROVIDERS=$(VERBS_STATIC_PROVIDERS) \
 		-c $< -o $@
-$(LIBKEEL_VERBS_STATIC): $(BUILD)/obj/verbs/transport_verbs.o $(BUILD)/obj-static-verbs/ibv_shim.o
+$(LIBKEEL_VERBS_STATIC): $(BUILD)/obj/verbs/transport_verbs.o $(BUILD)/obj-static-verbs/ibv_shim.o \
+	$(BUILD)/obj/runtime/boot/boot_verbs.o
 	$(public_archive)
 
 ifeq ($(HAVE_DPDK),1)
@@ -69,7 +70,7 @@ EXTRA_TESTS += $(BUILD)/static/keel-bench
 endif
 $(BUILD)/static/keel-bench: $(KEEL_BENCH_OBJ) $(LIBBOOT) $(LIBKEEL) $(LIBKEEL_VERBS_STATIC)
 	@mkdir -p $(dir $@)
-	$(CC) -static -o $@ $(KEEL_BENCH_OBJ) -Wl,--start-group $(LIBBOOT) $(LIBKEEL_VERBS_STATIC) \
+	$(CC) -static -o $@ $(KEEL_BENCH_OBJ) $(EXTRA_UNDEFINED) -Wl,--start-group $(LIBBOOT) $(LIBKEEL_VERBS_STATIC) \
 		$(LIBKEEL) \
 		-Wl,--end-group $(VERBS_STATIC_LIBS) -lm
 	@file $@

@@ -1,4 +1,4 @@
-/* The tools' common start-up: environment -> UDP -> rendezvous -> chaos -> node -> waiter. */
+/* The start-up library: environment -> transport -> rendezvous -> chaos -> node -> waiter. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -7,12 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "boot.h"
 #include "boot_dpdk.h"
+#include "boot_int.h"
 #include "boot_verbs.h"
+#include "keel/boot.h"
 #include "keel/transport_chaos.h"
 #include "keel/transport_udp.h"
 #include "rendezvous.h"
+
+/* The DPDK and verbs start-up live in those backends' archives. Referenced weakly, they are
+ * there only when the program links the backend (pkg-config keel-dpdk / keel-verbs, which also
+ * pass -u to pull them in): a UDP-only program needs no DPDK or verbs library at all. */
+extern __typeof__(keel_boot_dpdk_start) keel_boot_dpdk_start __attribute__((weak));
+extern __typeof__(keel_boot_dpdk_stop) keel_boot_dpdk_stop __attribute__((weak));
+extern __typeof__(keel_boot_verbs_start) keel_boot_verbs_start __attribute__((weak));
+extern __typeof__(keel_boot_verbs_stop) keel_boot_verbs_stop __attribute__((weak));
 
 /* Read an unsigned environment knob; -EINVAL with a message if set but not a number in range. */
 static int env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *out, char *err,
@@ -202,6 +211,11 @@ static int start_verbs(struct keel_boot *b, char *err, size_t err_len)
 	uint64_t timeout_ms = 30000;
 	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
 	const char *mtu = getenv("KEEL_MTU");
+	if (rc == 0 && keel_boot_verbs_start == NULL)
+		return keel_fail(err, err_len, -ENOTSUP,
+				 "KEEL_TRANSPORT=verbs: this program is not linked with the verbs "
+				 "backend (link with `pkg-config --libs keel-verbs`; building keel "
+				 "needs libibverbs-dev)");
 	if (rc == 0)
 		rc = keel_boot_verbs_start(&b->launch, mtu != NULL && *mtu ? b->cfg.mtu : 0,
 					   timeout_ms * 1000000ull, &b->tp, err, err_len);
@@ -217,6 +231,11 @@ static int start_dpdk(struct keel_boot *b, char *err, size_t err_len)
 	uint64_t timeout_ms = 30000;
 	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
 	const char *mtu = getenv("KEEL_MTU");
+	if (rc == 0 && keel_boot_dpdk_start == NULL)
+		return keel_fail(err, err_len, -ENOTSUP,
+				 "KEEL_TRANSPORT=dpdk: this program is not linked with the DPDK "
+				 "backend (link with `pkg-config --libs keel-dpdk`; building keel "
+				 "needs libdpdk-dev)");
 	if (rc == 0)
 		rc = keel_boot_dpdk_start(&b->launch, mtu != NULL && *mtu ? b->cfg.mtu : 0,
 					  b->cfg.burst, timeout_ms * 1000000ull, &b->tp, err,
@@ -415,8 +434,10 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 		b->chaos->ops->fini(b->chaos);
 	if (b->udp != NULL && b->udp->ops->fini != NULL)
 		b->udp->ops->fini(b->udp);
-	keel_boot_dpdk_stop();	/* no-op unless KEEL_TRANSPORT=dpdk started it */
-	keel_boot_verbs_stop(); /* no-op unless KEEL_TRANSPORT=verbs started it */
+	if (keel_boot_dpdk_stop != NULL)
+		keel_boot_dpdk_stop(); /* no-op unless KEEL_TRANSPORT=dpdk started it */
+	if (keel_boot_verbs_stop != NULL)
+		keel_boot_verbs_stop(); /* no-op unless KEEL_TRANSPORT=verbs started it */
 	free(b->mem_node);
 	free(b->mem_chaos);
 	free(b->mem_udp);

@@ -1,5 +1,7 @@
-/* DPDK start-up for the tools: EAL, port, addresses, rendezvous of (MAC, IP, port) per rank.
- * Built with KEEL_HAVE_DPDK when the backend is (mk/dpdk.mk); otherwise a stub that says so. */
+/* The start-up library's DPDK part: EAL, port, addresses, rendezvous of (MAC, IP, port) per
+ * rank. Built only with the DPDK backend and archived with it (libkeel_dpdk.a): a program that
+ * does not link DPDK does not carry it, and boot.c then says KEEL_TRANSPORT=dpdk is not linked
+ * in. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -7,33 +9,7 @@
 #include <string.h>
 
 #include "boot_dpdk.h"
-
-#ifndef KEEL_HAVE_DPDK
-
-bool keel_boot_dpdk_available(void)
-{
-	return false;
-}
-
-int keel_boot_dpdk_start(const struct keel_launch *l, uint32_t mtu, uint32_t burst,
-			 uint64_t rendezvous_timeout_ns, struct keel_transport **out, char *err,
-			 size_t err_len)
-{
-	(void)l;
-	(void)mtu;
-	(void)burst;
-	(void)rendezvous_timeout_ns;
-	*out = NULL;
-	return keel_fail(err, err_len, -ENOTSUP,
-			 "the DPDK transport is not built in (install libdpdk-dev and rebuild: "
-			 "pkg-config libdpdk must be found)");
-}
-
-void keel_boot_dpdk_stop(void)
-{
-}
-
-#else
+#include "boot_int.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -46,11 +22,6 @@ void keel_boot_dpdk_stop(void)
 
 static struct keel_transport *dpdk_tp;
 static void *dpdk_mem;
-
-bool keel_boot_dpdk_available(void)
-{
-	return true;
-}
 
 static int parse_mac(const char *s, uint8_t mac[6])
 {
@@ -323,5 +294,3 @@ void keel_boot_dpdk_stop(void)
 	dpdk_mem = NULL;
 	keel_dpdk_eal_cleanup();
 }
-
-#endif

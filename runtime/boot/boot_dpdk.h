@@ -1,7 +1,7 @@
-/* The DPDK part of a tool's start-up (boot.c dispatches here for
- * KEEL_TRANSPORT=dpdk): EAL from KEEL_DPDK_ARGS, the port, this rank's IPv4/UDP address, and
- * every rank's (MAC, IP, port) from the rendezvous or from KEEL_DPDK_PEERS. Tools only: it
- * allocates, reads the environment and blocks during rendezvous. */
+/* The DPDK part of the start-up (boot.c dispatches here for KEEL_TRANSPORT=dpdk): EAL from
+ * KEEL_DPDK_ARGS, the port, this rank's IPv4/UDP address, and every rank's (MAC, IP, port) from
+ * the rendezvous or from KEEL_DPDK_PEERS. It allocates, reads the environment and blocks during
+ * rendezvous. Archived with the DPDK backend (libkeel_dpdk.a). */
 #ifndef KEEL_BOOT_DPDK_H
 #define KEEL_BOOT_DPDK_H
 
@@ -9,11 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "keel/launch.h"
 #include "keel/transport.h"
-#include "launch.h"
-
-/* True when this build carries the DPDK backend. */
-bool keel_boot_dpdk_available(void);
 
 /* Start the DPDK transport for rank l->rank. Environment:
  *   KEEL_DPDK_ARGS      EAL arguments (required), e.g. "-l 0 --vdev=net_af_packet0,iface=eth1"

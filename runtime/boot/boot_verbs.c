@@ -1,38 +1,14 @@
-/* Verbs start-up for the tools: device, QPs, and the exchange of addresses and QPNs in blob
- * rounds over the rendezvous. Built with KEEL_HAVE_VERBS when the backend is (mk/verbs.mk);
- * otherwise a stub that says so. */
+/* The start-up library's verbs part: device, QPs, and the exchange of addresses and QPNs in
+ * blob rounds over the rendezvous. Built only with the verbs backend and archived with it
+ * (libkeel_verbs.a): a program that does not link verbs does not carry it. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "boot_int.h"
 #include "boot_verbs.h"
-
-#ifndef KEEL_HAVE_VERBS
-
-bool keel_boot_verbs_available(void)
-{
-	return false;
-}
-
-int keel_boot_verbs_start(const struct keel_launch *l, uint32_t mtu, uint64_t rendezvous_timeout_ns,
-			  struct keel_transport **out, char *err, size_t err_len)
-{
-	(void)l;
-	(void)mtu;
-	(void)rendezvous_timeout_ns;
-	*out = NULL;
-	return keel_fail(err, err_len, -ENOTSUP,
-			 "the verbs transport is not built in (install libibverbs-dev and "
-			 "rebuild: pkg-config libibverbs must be found)");
-}
-
-void keel_boot_verbs_stop(void)
-{
-}
-
-#else
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -47,11 +23,6 @@ void keel_boot_verbs_stop(void)
 
 static struct keel_transport *verbs_tp;
 static void *verbs_mem;
-
-bool keel_boot_verbs_available(void)
-{
-	return true;
-}
 
 static void put32(uint8_t *p, uint32_t x)
 {
@@ -301,5 +272,3 @@ void keel_boot_verbs_stop(void)
 	free(verbs_mem);
 	verbs_mem = NULL;
 }
-
-#endif

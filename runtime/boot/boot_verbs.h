@@ -9,11 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "keel/launch.h"
 #include "keel/transport.h"
-#include "launch.h"
-
-/* True when this build carries the verbs backend. */
-bool keel_boot_verbs_available(void);
 
 /* Start the verbs transport for rank l->rank. Environment (all optional):
  *   KEEL_VERBS_DEVICE   device name (ibv_devices), default: the first with an active port

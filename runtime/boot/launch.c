@@ -8,8 +8,9 @@
 #include <string.h>
 
 #include "assert_int.h"
+#include "boot_int.h"
+#include "keel/launch.h"
 #include "keel/limits.h"
-#include "launch.h"
 
 /* Longest piece of user input quoted back in an error message. */
 #define QUOTE_MAX 64

@@ -17,8 +17,9 @@
 #include <unistd.h>
 
 #include "assert_int.h"
+#include "boot_int.h"
 #include "keel/limits.h"
-#include "posix_env.h"
+#include "keel/posix.h"
 #include "rendezvous.h"
 
 #define MAGIC 0x4b524456u /* "KRDV" */

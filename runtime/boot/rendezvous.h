@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 
 #include "keel/errors.h"
-#include "launch.h"
+#include "keel/launch.h"
 
 /* Version of the TCP rendezvous messages; a rank 0 of another version ignores us.
  * 2: each table entry carries a keel_rendezvous_blob. */

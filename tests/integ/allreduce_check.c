@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "boot.h"
+#include "keel/boot.h"
 #include "refcheck.h"
 
 static void algo_tweak(struct keel_config *cfg, void *ctx)

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "boot.h"
+#include "keel/boot.h"
 #include "refcheck.h"
 
 #define COUNT 20000u /* ring above the 64 KiB switch; the vote rides at the end */

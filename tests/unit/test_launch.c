@@ -21,9 +21,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "keel/launch.h"
 #include "keel/limits.h"
-#include "launch.h"
-#include "posix_env.h"
+#include "keel/posix.h"
 #include "rendezvous.h"
 
 #define MS 1000000ull

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "bench_failover.h"
-#include "boot.h"
+#include "keel/boot.h"
 
 #define RANKS_MAX 64u
 

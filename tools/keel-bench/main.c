@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "bench_failover.h"
-#include "boot.h"
+#include "keel/boot.h"
 #include "refcheck.h"
 
 struct bench_opts {

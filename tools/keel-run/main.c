@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "keel/limits.h"
-#include "posix_env.h"
+#include "keel/posix.h"
 
 #define EXIT_USAGE   2
 #define EXIT_TIMEOUT 124

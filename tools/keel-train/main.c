@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "boot.h"
+#include "keel/boot.h"
 #include "keel/checkpoint.h"
 #include "keel/partition.h"
 #include "train_model.h"

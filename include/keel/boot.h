@@ -1,6 +1,17 @@
-/* Starting a keel node the way every tool does: rank and world from the launcher's
- * environment, a UDP socket, rendezvous, the optional chaos decorator, the node itself and a
- * POSIX waiter. Tools only (it allocates, reads the clock and blocks during rendezvous). */
+/* The start-up library (libkeel_boot.a; pkg-config keel): start a node the way launchers start
+ * processes. Rank and world from the launcher's environment (torchrun, Slurm, Open MPI,
+ * keel-run or KEEL_PEERS: keel/launch.h), the transport the job asks for (KEEL_TRANSPORT=udp,
+ * or dpdk / verbs when the program links those backends: pkg-config keel-dpdk, keel-verbs),
+ * the rendezvous, the optional chaos decorator, the node itself and a POSIX waiter
+ * (keel/posix.h). Unlike the runtime, this library allocates (once, at start), reads the clock
+ * and blocks during the rendezvous, which is bounded by KEEL_RENDEZVOUS_TIMEOUT_MS.
+ *
+ *   struct keel_boot b;
+ *   char err[256];
+ *   if (keel_boot_start(&b, NULL, NULL, err, sizeof(err)) != 0) { puts(err); exit(1); }
+ *   ... keel_allreduce_start(b.node, ...) then keel_boot_wait(&b, op, ...) ...
+ *   keel_boot_stop(&b, 1000000000);   // linger up to 1 s for the last acks, then leave
+ */
 #ifndef KEEL_BOOT_H
 #define KEEL_BOOT_H
 
@@ -8,8 +19,8 @@
 #include <stdint.h>
 
 #include "keel/keel.h"
-#include "launch.h"
-#include "posix_env.h"
+#include "keel/launch.h"
+#include "keel/posix.h"
 
 /* Exit status of a tool whose rank was left out of the job's view (KEEL_EEXCLUDED: it was
  * paused or cut off longer than the failure detector allows) and chose to leave rather than
@@ -31,7 +42,7 @@ struct keel_boot {
  *   (auto|ring|rd), KEEL_OP_TIMEOUT_MS (0: derived), KEEL_ENTRY_TIMEOUT_MS, KEEL_PROBES,
  *   KEEL_BIND (address to bind, default 127.0.0.1),
  *   KEEL_CHAOS (a keel_chaos_parse spec), KEEL_RENDEZVOUS_TIMEOUT_MS (default 30000),
- *   KEEL_WAIT / KEEL_SPIN_US (posix_env.h).
+ *   KEEL_WAIT / KEEL_SPIN_US (keel/posix.h).
  * `tweak`, if not NULL, adjusts the config after the environment. Without any launcher
  * variables the tool runs as a single rank. Returns 0, or a negative error with a message
  * in err naming what was wrong. */

@@ -1,7 +1,8 @@
-/* POSIX glue for the tools: the monotonic clock and a keel_waiter that spins, blocks in ppoll,
- * or spins then blocks. Only tools link this; the runtime never reads a clock or waits. */
-#ifndef KEEL_POSIX_ENV_H
-#define KEEL_POSIX_ENV_H
+/* POSIX glue of the start-up library (libkeel_boot.a): the monotonic clock and a keel_waiter
+ * that spins, blocks in ppoll, or spins then blocks. The runtime itself never reads a clock or
+ * waits: a program gives it these (or its own). */
+#ifndef KEEL_POSIX_H
+#define KEEL_POSIX_H
 
 #include <stdint.h>
 

@@ -1,6 +1,6 @@
 /* Where this process sits in the job, read from the launcher's environment (torchrun, Slurm,
- * Open MPI, or keel-run) and an optional static peer list. Tools only; nothing here talks
- * to the network (see rendezvous.h for that). */
+ * Open MPI, or keel-run) and an optional static peer list. Part of the start-up library
+ * (libkeel_boot.a, keel/boot.h); nothing here talks to the network. */
 #ifndef KEEL_LAUNCH_H
 #define KEEL_LAUNCH_H
 
@@ -57,10 +57,5 @@ KEEL_MUST_USE int keel_peers_count(const char *list, uint32_t *count, char *err,
  * the list). */
 KEEL_MUST_USE int keel_peers_entry(const char *list, uint32_t index, char *host, size_t host_len,
 				   uint16_t *port, char *err, size_t err_len);
-
-/* Write a message into err (if not NULL) and return `code`: the tools' one way to fail with
- * a reason. */
-__attribute__((format(printf, 4, 5))) int keel_fail(char *err, size_t err_len, int code,
-						    const char *fmt, ...);
 
 #endif

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "assert_int.h"
-#include "posix_env.h"
+#include "keel/posix.h"
 
 uint64_t keel_posix_now_ns(void)
 {
