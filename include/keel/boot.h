@@ -22,6 +22,10 @@
 #include "keel/launch.h"
 #include "keel/posix.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Exit status of a tool whose rank was left out of the job's view (KEEL_EEXCLUDED: it was
  * paused or cut off longer than the failure detector allows) and chose to leave rather than
  * rejoin: keel-run does not count it as a failure, and with --restart starts it again. */
@@ -69,5 +73,9 @@ bool keel_boot_others_left(const struct keel_boot *b);
 /* Keep polling until everything this node sent is acknowledged (at most `linger_ns`), then
  * release everything. */
 void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

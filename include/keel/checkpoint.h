@@ -12,6 +12,10 @@
 
 #include "keel/errors.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Format and capacities. */
 #define KEEL_CKPT_VERSION      1u
 #define KEEL_CKPT_HEADER_BYTES 4096u /* one block: sections start block-aligned */
@@ -139,5 +143,9 @@ KEEL_MUST_USE int keel_ckpt_vote_fill(struct keel_ckpt *ck, uint32_t rank, uint3
 KEEL_MUST_USE int keel_ckpt_vote_decide(const float *sum, size_t count, uint32_t world_size,
 					uint32_t keep, const uint32_t *voters, uint32_t voter_count,
 					uint64_t *step);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -10,6 +10,10 @@
 #include "keel/node.h"
 #include "keel/types.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct keel_op;
 
 /* Start an AllReduce of `count` elements. `send` and `recv` may be the same buffer
@@ -81,5 +85,9 @@ KEEL_MUST_USE int keel_broadcast(struct keel_node *node, uint32_t root, void *bu
  * of no progress. */
 KEEL_MUST_USE int keel_allreduce(struct keel_node *node, const void *send, void *recv, size_t count,
 				 enum keel_dtype dtype, enum keel_redop op);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

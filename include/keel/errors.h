@@ -5,6 +5,10 @@
 
 #include <errno.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #if defined(__GNUC__)
 #define KEEL_MUST_USE __attribute__((warn_unused_result))
 #else
@@ -27,5 +31,9 @@ enum keel_error {
 /* Name and explanation of any code keel returns (0, -errno or KEEL_E*).
  * Never NULL; unknown codes give "unknown error". The string is static. */
 const char *keel_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

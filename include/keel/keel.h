@@ -1,4 +1,6 @@
-/* keel: fault-tolerant runtime for distributed training. Includes every public header. */
+/* keel: fault-tolerant runtime for distributed training. Includes every header of the runtime
+ * (libkeel.a); the start-up library (libkeel_boot.a) is keel/boot.h, and each backend has its
+ * own header (keel/transport_udp.h, transport_chaos.h, transport_dpdk.h, transport_verbs.h). */
 #ifndef KEEL_KEEL_H
 #define KEEL_KEEL_H
 
@@ -11,5 +13,6 @@
 #include "keel/sched.h"
 #include "keel/transport.h"
 #include "keel/types.h"
+#include "keel/version.h"
 
 #endif

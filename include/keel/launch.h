@@ -9,6 +9,10 @@
 
 #include "keel/errors.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Longest host name or address in MASTER_ADDR or a KEEL_PEERS entry, terminator included. */
 #define KEEL_LAUNCH_HOST_LEN 256u
 
@@ -57,5 +61,9 @@ KEEL_MUST_USE int keel_peers_count(const char *list, uint32_t *count, char *err,
  * the list). */
 KEEL_MUST_USE int keel_peers_entry(const char *list, uint32_t index, char *host, size_t host_len,
 				   uint16_t *port, char *err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

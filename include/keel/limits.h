@@ -3,6 +3,10 @@
 #ifndef KEEL_LIMITS_H
 #define KEEL_LIMITS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Ranks in one job. Bounds peer tables; 16-bit ranks on the wire. */
 #define KEEL_WORLD_MAX 4096u
 /* Datagram size bounds (keel header included). 65507 is the largest UDP/IPv4 payload. */
@@ -69,5 +73,9 @@
 #define KEEL_VIEW_TIMEOUT_NS_DEFAULT 0ull
 /* Views travel in one datagram: members x 6 bytes plus this must fit the MTU. */
 #define KEEL_VIEW_MSG_OVERHEAD 64u
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

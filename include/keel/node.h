@@ -12,6 +12,10 @@
 #include "keel/transport.h"
 #include "keel/types.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct keel_node;
 
 enum keel_algo {
@@ -221,5 +225,9 @@ KEEL_MUST_USE int keel_leave(struct keel_node *node, uint64_t now_ns);
 
 /* Release nothing but the transport's hold on the node; the caller then owns `mem` again. */
 void keel_fini(struct keel_node *node);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

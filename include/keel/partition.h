@@ -10,6 +10,10 @@
 
 #include "keel/errors.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Defaults from DESIGN.md "Defaults taken from practice". */
 #define KEEL_PLAN_SKEW_MAX_DEFAULT 2.0 /* re-partition when max/min task time is above this */
 #define KEEL_PLAN_LOAD_MAX_DEFAULT 0.8 /* migrate work off a worker whose load is above this */
@@ -213,5 +217,9 @@ uint32_t keel_plan_owner(const struct keel_plan *p, uint32_t i);
 /* -EINVAL: bad index. */
 KEEL_MUST_USE int keel_plan_worker_load(const struct keel_plan *p, uint32_t w,
 					struct keel_plan_load *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 #include "keel/errors.h"
 #include "keel/node.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t keel_posix_now_ns(void);
 
@@ -81,5 +85,9 @@ KEEL_MUST_USE int keel_posix_realtime(int priority);
 
 /* CPUs this process may run on (its affinity mask, else the online count); at least 1. */
 long keel_posix_cpu_count(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

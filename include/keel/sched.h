@@ -10,6 +10,10 @@
 
 #include "keel/errors.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Hard maxima for the config: bound storage_size arithmetic. */
 #define KEEL_SCHED_TASKS_MAX   (1u << 20)
 #define KEEL_SCHED_EDGES_MAX   (1u << 24)
@@ -90,5 +94,9 @@ uint32_t keel_sched_task_count(const struct keel_sched *s);
 uint32_t keel_sched_failed_task(const struct keel_sched *s);
 /* Communication time for `bytes` from worker a to worker b (0 when a == b). */
 double keel_sched_comm_s(const struct keel_sched *s, uint32_t a, uint32_t b, double bytes);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

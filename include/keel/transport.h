@@ -10,6 +10,10 @@
 
 #include "keel/errors.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* What a backend promises. The core adds what is missing (retransmission, ordering). */
 enum keel_transport_caps {
 	KEEL_CAP_RELIABLE = 1u << 0, /* no loss, no duplicates: the core skips retransmission */
@@ -76,5 +80,9 @@ struct keel_transport {
 	uint32_t rank; /* this end's rank */
 	uint32_t world_size;
 };
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

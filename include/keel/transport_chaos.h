@@ -23,6 +23,10 @@
 #include "keel/errors.h"
 #include "keel/transport.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct keel_chaos_config {
 	struct keel_transport *inner; /* required; owned by the caller, outlives the decorator */
 	uint64_t seed;
@@ -69,5 +73,9 @@ struct keel_chaos_stats {
 	uint64_t hold_full;   /* copies that should have been held but went out at once */
 };
 void keel_chaos_stats_get(struct keel_transport *t, struct keel_chaos_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

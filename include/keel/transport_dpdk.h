@@ -40,6 +40,10 @@
 #include "keel/errors.h"
 #include "keel/transport.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Bytes of Ethernet + IPv4 + UDP headers in front of each keel datagram. */
 #define KEEL_DPDK_FRAME_OVERHEAD 42u
 /* Longest EAL argument string keel_dpdk_eal_init accepts, and most arguments in it. */
@@ -152,5 +156,9 @@ struct keel_dpdk_loss {
 /* -EINVAL if peer >= world_size. */
 KEEL_MUST_USE int keel_dpdk_loss_get(struct keel_transport *t, uint32_t peer,
 				     struct keel_dpdk_loss *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

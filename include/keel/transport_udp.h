@@ -20,6 +20,10 @@
 #include "keel/errors.h"
 #include "keel/transport.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct keel_udp_config {
 	uint32_t rank;
 	uint32_t world_size;
@@ -65,5 +69,9 @@ struct keel_udp_stats {
 	uint64_t tx_errors;	    /* other send errors (e.g. ECONNREFUSED from a dead peer) */
 };
 void keel_udp_stats_get(struct keel_transport *t, struct keel_udp_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -49,6 +49,10 @@
 #include "keel/errors.h"
 #include "keel/transport.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Most slots per peer: the immediate carries the slot index in 12 bits. */
 #define KEEL_VERBS_SLOTS_MAX 4096u
 /* Longest device name kept. */
@@ -155,5 +159,9 @@ struct keel_verbs_stats {
 	uint32_t signal_interval;
 };
 void keel_verbs_stats_get(struct keel_transport *t, struct keel_verbs_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -5,6 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum keel_dtype {
 	KEEL_F32 = 0,
 	KEEL_F64,
@@ -30,5 +34,9 @@ size_t keel_dtype_size(enum keel_dtype dtype);
 /* Short names ("f32", "sum"), NULL when out of range. */
 const char *keel_dtype_name(enum keel_dtype dtype);
 const char *keel_redop_name(enum keel_redop op);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
