@@ -147,6 +147,7 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		KEEL_ASSERT(rc == 0);
 		node_budget_spend(n, (uint32_t)len);
 		op->send_off += len;
+		KEEL_ASSERT(op->send_off <= s.send_len);
 		op->progress_ns = n->now_ns;
 	}
 }
@@ -207,6 +208,8 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 	op->world = n->view.count;
 	op->self_pos = n->pos_of[n->self];
 	KEEL_ASSERT(op->self_pos < op->world);
+	/* pump_sends cuts whole elements, at least one per fragment */
+	KEEL_ASSERT(op->frag_bytes >= op->elem_size && op->frag_bytes % op->elem_size == 0);
 	KEEL_ASSERT(!op->has_copy || op->bytes <= n->cfg.restart_copy_bytes);
 	op->root_pos = op->kind == OPK_BROADCAST ? n->pos_of[op->root] : 0;
 	if (op->kind == OPK_ALLREDUCE)
@@ -229,6 +232,7 @@ static void op_local_done(struct keel_node *n, struct keel_op *op)
 	op->done_epoch = n->view.epoch;
 	op->done_count = n->view.count;
 	memcpy(op->done_bits, n->view.bits, n->world / 8 + 1);
+	KEEL_ASSERT(view_has(&n->view, n->self)); /* the result's view includes this node */
 	n->ops_done_local = wire_id(n, op) + 1;
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self && view_has(&n->view, r))
