@@ -7,16 +7,53 @@
 #include <string.h>
 
 #include "assert_int.h"
+#include "keel/limits.h"
 #include "node_int.h"
 #include "reduce_int.h"
 
+/* The edges an operation's state may take, one bit per target state:
+ *   FREE -> QUEUED                       op_alloc: the caller started it
+ *   QUEUED -> RUNNING                    op_begin: over the installed view
+ *   RUNNING -> LOCAL_DONE                op_local_done: this node has the result
+ *   RUNNING, LOCAL_DONE -> QUEUED        coll_on_install: restarted on the new view
+ *   QUEUED, RUNNING, LOCAL_DONE -> DONE  op_finish: its result stands, or it failed
+ *   DONE -> FREE                         keel_op_test_info: the caller took its status
+ * Any other edge is an engine bug: a result reported twice, a released handle run again. */
+static const uint8_t op_edges[OP_DONE + 1] = {
+    [OP_FREE] = 1u << OP_QUEUED,
+    [OP_QUEUED] = 1u << OP_RUNNING | 1u << OP_DONE,
+    [OP_RUNNING] = 1u << OP_LOCAL_DONE | 1u << OP_QUEUED | 1u << OP_DONE,
+    [OP_LOCAL_DONE] = 1u << OP_QUEUED | 1u << OP_DONE,
+    [OP_DONE] = 1u << OP_FREE,
+};
+_Static_assert(OP_DONE < 8, "op_edges holds one bit per state");
+_Static_assert(OP_FREE == 0, "op_alloc's memset leaves a slot FREE");
+
+static void op_set_state(struct keel_op *op, enum op_state to)
+{
+	KEEL_ASSERT((unsigned)op->state <= OP_DONE && (unsigned)to <= OP_DONE);
+	KEEL_ASSERT((op_edges[op->state] >> to) & 1u);
+	op->state = to;
+}
+
+/* Step indices travel as 16 bits: the longest plan (ring AllReduce, 2 x (world - 1) steps)
+ * must fit. */
+_Static_assert(2 * (KEEL_WORLD_MAX - 1) <= UINT16_MAX, "step numbers fit the wire's 16 bits");
+
 static uint32_t wire_id(const struct keel_node *n, const struct keel_op *op)
 {
+	/* Only operations of this epoch that the caller started get a wire id. */
+	KEEL_ASSERT(!seq_before(op->id, n->op_base));
+	KEEL_ASSERT(seq_before(op->id, n->op_next_id));
 	return op->id - n->op_base;
 }
 
 static struct keel_op *frontier_op(struct keel_node *n)
 {
+	KEEL_ASSERT(n->ops_max > 0);
+	/* Operations finish in order, so those in flight are op_run_id..op_next_id - 1, each in
+	 * its own slot: never more than ops_max. */
+	KEEL_ASSERT(n->op_next_id - n->op_run_id <= n->ops_max);
 	struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
 	if (op->id != n->op_run_id || op->state == OP_FREE || op->state == OP_DONE)
 		return NULL;
@@ -25,33 +62,48 @@ static struct keel_op *frontier_op(struct keel_node *n)
 
 static int32_t rank_of(const struct keel_node *n, int32_t pos)
 {
-	return pos < 0 ? -1 : (int32_t)n->rank_at[pos];
+	KEEL_ASSERT(pos >= -1 && (pos < 0 || (uint32_t)pos < n->view.count));
+	int32_t rank = pos < 0 ? -1 : (int32_t)n->rank_at[pos];
+	/* A step's peer is a member of the installed view. */
+	KEEL_ASSERT(rank < 0 || ((uint32_t)rank < n->world && view_has(&n->view, (uint32_t)rank)));
+	return rank;
 }
 
 /* The step in ranks rather than view positions. */
 static void op_step(const struct keel_node *n, const struct keel_op *op, uint32_t t, struct step *s)
 {
+	/* Positions are those of the view the operation began on: it must be the installed one
+	 * (a view change sends it back to QUEUED before anything maps its steps again). */
+	KEEL_ASSERT(op->state == OP_RUNNING && op->world == n->view.count);
 	coll_step(op, t, s);
 	s->send_peer = rank_of(n, s->send_peer);
 	s->recv_peer = rank_of(n, s->recv_peer);
+	KEEL_ASSERT(s->send_peer != (int32_t)n->self && s->recv_peer != (int32_t)n->self);
 }
 
 /* Has the receive cursor passed byte `end` of step t? */
 static bool recv_passed(const struct keel_op *op, uint32_t t, uint64_t end)
 {
+	KEEL_ASSERT(t < op->step_count);
+	KEEL_ASSERT(end <= op->bytes);
 	return op->recv_step > t || (op->recv_step == t && op->recv_off >= end);
 }
 
 static bool send_passed(const struct keel_op *op, uint32_t t, uint64_t end)
 {
+	KEEL_ASSERT(t < op->step_count);
+	KEEL_ASSERT(end <= op->bytes);
 	return op->send_step > t || (op->send_step == t && op->send_off >= end);
 }
 
 static void skip_empty_recv(const struct keel_node *n, struct keel_op *op)
 {
 	struct step s;
+	KEEL_ASSERT(op->recv_step <= op->step_count);
 	while (op->recv_step < op->step_count) {
 		op_step(n, op, op->recv_step, &s);
+		/* coll_deliver accepts a fragment only inside the step's region */
+		KEEL_ASSERT(op->recv_off <= s.recv_len);
 		if (s.recv_peer >= 0 && op->recv_off < s.recv_len)
 			return;
 		op->recv_step++;
@@ -73,6 +125,11 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		uint64_t len = s.send_len - op->send_off;
 		if (len > op->frag_bytes)
 			len = op->frag_bytes;
+		KEEL_ASSERT(len > 0 && len % op->elem_size == 0);
+		/* The fragment is read from inside the caller's buffer... */
+		KEEL_ASSERT(s.send_off + op->send_off + len <= op->bytes);
+		/* ...and only a later step sends from the output, so send_step - 1 is a step. */
+		KEEL_ASSERT(!s.send_from_out || op->send_step > 0);
 		/* Data this step sends from the output is what the previous step received. */
 		if (s.send_from_out && !recv_passed(op, op->send_step - 1, op->send_off + len))
 			return;
@@ -90,13 +147,17 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		KEEL_ASSERT(rc == 0);
 		node_budget_spend(n, (uint32_t)len);
 		op->send_off += len;
+		KEEL_ASSERT(op->send_off <= s.send_len);
 		op->progress_ns = n->now_ns;
 	}
 }
 
 static void op_finish(struct keel_node *n, struct keel_op *op, int status)
 {
-	op->state = OP_DONE;
+	/* Operations end in order: only the frontier, which the caller started. */
+	KEEL_ASSERT(op->id == n->op_run_id && op->id != n->op_next_id);
+	KEEL_ASSERT(status <= 0);
+	op_set_state(op, OP_DONE);
 	op->status = status;
 	if (status == 0)
 		n->ctr.ops_completed++;
@@ -107,10 +168,14 @@ static void op_finish(struct keel_node *n, struct keel_op *op, int status)
 
 static enum keel_algo choose_algo(const struct keel_node *n, const struct keel_op *op)
 {
-	if (n->cfg.algo != KEEL_ALGO_AUTO)
-		return n->cfg.algo;
-	bool small = op->bytes <= n->cfg.rd_max_bytes || op->count < n->view.count;
-	return small ? KEEL_ALGO_RD : KEEL_ALGO_RING;
+	KEEL_ASSERT(op->kind == OPK_ALLREDUCE);
+	enum keel_algo algo = n->cfg.algo;
+	if (algo == KEEL_ALGO_AUTO) {
+		bool small = op->bytes <= n->cfg.rd_max_bytes || op->count < n->view.count;
+		algo = small ? KEEL_ALGO_RD : KEEL_ALGO_RING;
+	}
+	KEEL_ASSERT(algo == KEEL_ALGO_RD || algo == KEEL_ALGO_RING); /* config_valid saw to it */
+	return algo;
 }
 
 /* Set an operation running over the installed view: the first time, or again after a view
@@ -118,6 +183,8 @@ static enum keel_algo choose_algo(const struct keel_node *n, const struct keel_o
  * Returns false when it cannot run (it was finished with an error). */
 static bool op_begin(struct keel_node *n, struct keel_op *op)
 {
+	/* advance begins only a QUEUED operation, and only on a view this node is in. */
+	KEEL_ASSERT(op->state == OP_QUEUED && n->member);
 	bool in_place = op->in == op->out && op->kind == OPK_ALLREDUCE && op->bytes != 0;
 	if (!op->began) {
 		op->began = true;
@@ -136,10 +203,14 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 		if (in_place)
 			memcpy(op->out, n->restart_copy, op->bytes);
 	}
-	op->state = OP_RUNNING;
+	op_set_state(op, OP_RUNNING);
 	op->progress_ns = n->now_ns;
 	op->world = n->view.count;
 	op->self_pos = n->pos_of[n->self];
+	KEEL_ASSERT(op->self_pos < op->world);
+	/* pump_sends cuts whole elements, at least one per fragment */
+	KEEL_ASSERT(op->frag_bytes >= op->elem_size && op->frag_bytes % op->elem_size == 0);
+	KEEL_ASSERT(!op->has_copy || op->bytes <= n->cfg.restart_copy_bytes);
 	op->root_pos = op->kind == OPK_BROADCAST ? n->pos_of[op->root] : 0;
 	if (op->kind == OPK_ALLREDUCE)
 		op->algo = choose_algo(n, op);
@@ -154,10 +225,14 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 /* This node has the result: tell every member at once (an ack carries the count). */
 static void op_local_done(struct keel_node *n, struct keel_op *op)
 {
-	op->state = OP_LOCAL_DONE;
+	op_set_state(op, OP_LOCAL_DONE);
+	KEEL_ASSERT(op->send_step == op->step_count && op->recv_step == op->step_count);
+	/* Collectives of this epoch that this node has the result of all come before it. */
+	KEEL_ASSERT(n->ops_done_local <= wire_id(n, op));
 	op->done_epoch = n->view.epoch;
 	op->done_count = n->view.count;
 	memcpy(op->done_bits, n->view.bits, n->world / 8 + 1);
+	KEEL_ASSERT(view_has(&n->view, n->self)); /* the result's view includes this node */
 	n->ops_done_local = wire_id(n, op) + 1;
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self && view_has(&n->view, r))
@@ -168,6 +243,9 @@ static void op_local_done(struct keel_node *n, struct keel_op *op)
  * in a round): then the result waits for the new view, which says whether it stands. */
 static bool everyone_done(const struct keel_node *n, const struct keel_op *op)
 {
+	KEEL_ASSERT(op->state == OP_LOCAL_DONE);
+	/* A view change either finished it or sent it back to QUEUED. */
+	KEEL_ASSERT(op->done_epoch == n->view.epoch && n->ops_done_local == wire_id(n, op) + 1);
 	uint32_t need = wire_id(n, op) + 1;
 	/* A member that left had reported it: then every member had it. */
 	for (uint32_t r = 0; r < n->world; r++)
@@ -187,6 +265,8 @@ static bool everyone_done(const struct keel_node *n, const struct keel_op *op)
  * finished, so it counts as not started: waiting for a program is not a fault. */
 static bool peer_entered(const struct keel_node *n, int32_t peer, uint32_t id)
 {
+	KEEL_ASSERT(peer >= 0 && (uint32_t)peer < n->world);
+	KEEL_ASSERT((uint32_t)peer != n->self);
 	const struct peer *p = &n->peers[peer];
 	return seq_before(id, p->ops_done) || (p->watched && seq_before(id, p->ops_started));
 }
@@ -196,6 +276,8 @@ static bool peer_entered(const struct keel_node *n, int32_t peer, uint32_t id)
  * — started it? */
 static bool waited_peers_entered(const struct keel_node *n, const struct keel_op *op)
 {
+	KEEL_ASSERT(op->state == OP_RUNNING);
+	KEEL_ASSERT(op->recv_step <= op->step_count && op->send_step <= op->step_count);
 	uint32_t id = wire_id(n, op);
 	struct step s;
 	if (op->recv_step < op->step_count) {
@@ -217,6 +299,8 @@ static bool waited_peers_entered(const struct keel_node *n, const struct keel_op
  * program is busy — and is waited for entry_timeout_ns. */
 static bool op_stalled(struct keel_node *n, struct keel_op *op)
 {
+	KEEL_ASSERT(op->state == OP_RUNNING);
+	KEEL_ASSERT(n->now_ns >= op->progress_ns); /* the clock never goes back */
 	uint64_t idle = n->now_ns - op->progress_ns;
 	if (idle < n->cfg.op_timeout_ns)
 		return false;
@@ -244,6 +328,9 @@ static bool op_stalled(struct keel_node *n, struct keel_op *op)
 /* One step of the frontier operation's life; false when it is waiting for something. */
 static bool advance(struct keel_node *n, struct keel_op *op)
 {
+	KEEL_ASSERT(op == frontier_op(n));
+	KEEL_ASSERT(op->state == OP_QUEUED || op->state == OP_RUNNING ||
+		    op->state == OP_LOCAL_DONE);
 	if (n->fatal != 0 || n->noquorum) {
 		op_finish(n, op, n->fatal != 0 ? n->fatal : KEEL_ENOQUORUM);
 		return true;
@@ -269,6 +356,7 @@ static bool advance(struct keel_node *n, struct keel_op *op)
 			return op_stalled(n, op);
 		op_local_done(n, op);
 	}
+	KEEL_ASSERT(op->state == OP_LOCAL_DONE);
 	if (!everyone_done(n, op))
 		return false;
 	op_finish(n, op, 0);
@@ -277,20 +365,26 @@ static bool advance(struct keel_node *n, struct keel_op *op)
 
 void coll_progress(struct keel_node *n)
 {
+	KEEL_ASSERT(n != NULL && n->ops_max > 0);
+	uint32_t run_id = n->op_run_id;
 	for (uint32_t guard = 0; guard < n->ops_max; guard++) {
 		struct keel_op *op = frontier_op(n);
 		if (op == NULL || !advance(n, op))
-			return;
+			break;
 	}
+	/* The frontier only moves forward, and never past the operations started. */
+	KEEL_ASSERT(n->op_run_id - run_id <= n->op_next_id - run_id);
 }
 
 uint64_t coll_next_deadline(const struct keel_node *n)
 {
+	KEEL_ASSERT(n != NULL && n->ops_max > 0);
 	const struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
 	if (op->id == n->op_run_id && op->state == OP_QUEUED && !n->member)
 		return op->queued_ns + keel_op_bound_ns(&n->cfg);
 	if (op->id != n->op_run_id || (op->state != OP_RUNNING && op->state != OP_LOCAL_DONE))
 		return UINT64_MAX;
+	KEEL_ASSERT(op->began); /* RUNNING and LOCAL_DONE come after op_begin */
 	uint64_t stall = op->progress_ns + n->cfg.op_timeout_ns;
 	if (op->entry_wait) /* heartbeats wake us when a member enters */
 		stall = op->progress_ns + n->cfg.entry_timeout_ns;
@@ -302,11 +396,17 @@ uint32_t coll_done_count(const struct keel_node *n)
 {
 	const struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
 	bool has = op->id == n->op_run_id && op->state == OP_LOCAL_DONE;
-	return n->op_run_id - n->op_base + (has ? 1u : 0u);
+	KEEL_ASSERT(!seq_before(n->op_run_id, n->op_base));
+	uint32_t done = n->op_run_id - n->op_base + (has ? 1u : 0u);
+	KEEL_ASSERT(done <= coll_pending(n)); /* a result only for a collective started */
+	return done;
 }
 
 uint32_t coll_pending(const struct keel_node *n)
 {
+	/* op_base <= op_run_id <= op_next_id, in sequence space */
+	KEEL_ASSERT(n->op_run_id - n->op_base <= n->op_next_id - n->op_base);
+	KEEL_ASSERT(n->op_next_id - n->op_run_id <= n->ops_max);
 	return n->op_next_id - n->op_base;
 }
 
@@ -315,6 +415,8 @@ uint32_t coll_pending(const struct keel_node *n)
  * those this node holds finish now; the one after restarts on the new view. */
 void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier, bool excluded)
 {
+	KEEL_ASSERT(n != NULL);
+	KEEL_ASSERT(!excluded || !n->member); /* left out: membership.c cleared n->member */
 	for (uint32_t guard = 0; guard < n->ops_max; guard++) {
 		struct keel_op *op = frontier_op(n);
 		if (op == NULL || op->state != OP_LOCAL_DONE || !same_line ||
@@ -332,8 +434,10 @@ void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier, boo
 		n->excluded_unseen = false; /* the caller hears it from this op */
 	}
 	struct keel_op *op = frontier_op(n);
+	KEEL_ASSERT(!excluded || op == NULL); /* at most ops_max were pending: all failed */
 	if (op != NULL && (op->state == OP_RUNNING || op->state == OP_LOCAL_DONE))
-		op->state = OP_QUEUED; /* begins again on the new view */
+		op_set_state(op, OP_QUEUED); /* begins again on the new view */
+	KEEL_ASSERT(op == NULL || op->state == OP_QUEUED);
 	n->op_base = n->op_run_id;
 	n->ops_done_local = 0;
 	coll_progress(n);
@@ -342,6 +446,9 @@ void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier, boo
 static void apply(const struct keel_op *op, const struct step *s, uint64_t off, const uint8_t *data,
 		  uint64_t len)
 {
+	KEEL_ASSERT(s->action != ACT_NONE && len % op->elem_size == 0);
+	/* Reduced or copied bytes stay inside the step's region, which lies inside the buffer. */
+	KEEL_ASSERT(off + len <= s->recv_len && s->recv_off + s->recv_len <= op->bytes);
 	uint8_t *dst = op->out + s->recv_off + off;
 	size_t cnt = (size_t)(len / op->elem_size);
 	if (s->action == ACT_COPY)
@@ -357,6 +464,8 @@ static void apply(const struct keel_op *op, const struct step *s, uint64_t off, 
 bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h,
 		  const uint8_t *payload)
 {
+	KEEL_ASSERT(h != NULL && payload != NULL);
+	KEEL_ASSERT(peer < n->world && peer != n->self); /* wire_decode checked the source */
 	uint32_t local = n->op_base + h->op_id;
 	if (seq_before(local, n->op_run_id)) {
 		n->ctr.drop_stale++; /* an operation that already ended here */
@@ -368,6 +477,12 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 	skip_empty_recv(n, op);
 	if (h->step > op->recv_step)
 		return false;
+	if (op->recv_step == op->step_count) {
+		/* Every step has its data; a fragment for a step past the plan is garbage (it
+		 * must not reach op_step, which maps only steps of the plan). */
+		n->ctr.drop_protocol++;
+		return true;
+	}
 	struct step s;
 	op_step(n, op, op->recv_step, &s);
 	if (h->step == op->recv_step && s.recv_peer == (int32_t)peer &&
@@ -388,6 +503,7 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 		return false;
 	apply(op, &s, op->recv_off, payload, h->payload_len);
 	op->recv_off += h->payload_len;
+	KEEL_ASSERT(op->recv_off <= s.recv_len); /* checked above, before anything was applied */
 	op->progress_ns = n->now_ns;
 	skip_empty_recv(n, op);
 	return true;
@@ -397,6 +513,7 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 
 static bool overlap(const uint8_t *a, const uint8_t *b, uint64_t len)
 {
+	KEEL_ASSERT(a != NULL && b != NULL && len != 0);
 	return a != b && a < b + len && b < a + len;
 }
 
@@ -404,6 +521,7 @@ static bool overlap(const uint8_t *a, const uint8_t *b, uint64_t len)
 static bool excluded_unseen(struct keel_node *n)
 {
 	bool was = n->excluded_unseen;
+	KEEL_ASSERT(!was || n->ctr.self_exclusions != 0); /* set only when a view left us out */
 	n->excluded_unseen = false;
 	return was;
 }
@@ -413,11 +531,14 @@ static struct keel_op *op_alloc(struct keel_node *n)
 	struct keel_op *op = &n->ops[n->op_next_id % n->ops_max];
 	if (op->state != OP_FREE)
 		return NULL;
+	/* A free slot: the frontier's slot is not it, so fewer than ops_max are in flight. */
+	KEEL_ASSERT(n->op_next_id - n->op_run_id < n->ops_max);
 	uint8_t *bits = op->done_bits;
+	KEEL_ASSERT(bits != NULL); /* carved by keel_init */
 	memset(op, 0, sizeof(*op));
 	op->done_bits = bits;
 	op->id = n->op_next_id++;
-	op->state = OP_QUEUED;
+	op_set_state(op, OP_QUEUED);
 	op->queued_ns = n->now_ns;
 	return op;
 }
@@ -453,6 +574,8 @@ int keel_allreduce_start(struct keel_node *node, const void *send, void *recv, s
 	op->redop = redop;
 	op->elem_size = (uint32_t)esize;
 	op->frag_bytes = (uint32_t)((node->mtu - WIRE_HEADER_SIZE) / esize * esize);
+	KEEL_ASSERT(esize == 1 || esize == 2 || esize == 4 || esize == 8); /* dtype checked */
+	KEEL_ASSERT(op->frag_bytes >= esize); /* KEEL_MTU_MIN leaves room for a fragment */
 	op->in = send;
 	op->out = recv;
 	op->count = count;
@@ -481,6 +604,8 @@ int keel_broadcast_start(struct keel_node *node, uint32_t root, void *buf, size_
 	op->dtype = KEEL_U8;
 	op->elem_size = 1;
 	op->frag_bytes = node->mtu - WIRE_HEADER_SIZE;
+	KEEL_ASSERT(op->frag_bytes > 0 && op->state == OP_QUEUED);
+	KEEL_ASSERT(!node->member || node->pos_of[root] < node->view.count);
 	op->in = buf;
 	op->out = buf;
 	op->count = bytes;
@@ -496,6 +621,7 @@ int keel_broadcast_start(struct keel_node *node, uint32_t root, void *buf, size_
  * slow members, and one retry after it. */
 uint64_t keel_recovery_bound_ns(const struct keel_config *cfg)
 {
+	KEEL_ASSERT(cfg != NULL);
 	uint64_t hb = cfg->heartbeat_ns;
 	uint64_t view =
 	    cfg->view_timeout_ns != 0 ? cfg->view_timeout_ns : (uint64_t)cfg->miss_limit * hb;
@@ -504,6 +630,7 @@ uint64_t keel_recovery_bound_ns(const struct keel_config *cfg)
 
 uint64_t keel_op_timeout_ns(const struct keel_config *cfg)
 {
+	KEEL_ASSERT(cfg != NULL);
 	if (cfg->op_timeout_ns != 0)
 		return cfg->op_timeout_ns;
 	return 2 * cfg->rto_max_ns + 2 * keel_recovery_bound_ns(cfg);
@@ -513,6 +640,7 @@ uint64_t keel_op_timeout_ns(const struct keel_config *cfg)
  * and one more recovery for a failure the detector finds instead. */
 uint64_t keel_op_bound_ns(const struct keel_config *cfg)
 {
+	KEEL_ASSERT(cfg != NULL);
 	uint64_t recovery = keel_recovery_bound_ns(cfg);
 	uint64_t round = keel_op_timeout_ns(cfg) + recovery;
 	return cfg->entry_timeout_ns + (uint64_t)(cfg->soft_retries + 1) * round + recovery;
@@ -526,6 +654,10 @@ int keel_op_test_info(struct keel_node *node, struct keel_op *handle, struct kee
 		return -EINVAL;
 	if (handle->state != OP_DONE)
 		return -EINPROGRESS;
+	/* A result (status 0) was computed over a view: op_local_done recorded it. */
+	KEEL_ASSERT(handle->status <= 0);
+	KEEL_ASSERT(handle->status != 0 ||
+		    (handle->done_count >= 1 && handle->done_count <= node->world));
 	if (handle->status == 0 && members != NULL) {
 		if (members_cap < handle->done_count)
 			return -ENOSPC;
@@ -541,7 +673,7 @@ int keel_op_test_info(struct keel_node *node, struct keel_op *handle, struct kee
 		info->restarts = handle->restarts;
 	}
 	int status = handle->status;
-	handle->state = OP_FREE;
+	op_set_state(handle, OP_FREE);
 	return status;
 }
 
@@ -550,9 +682,16 @@ int keel_op_test(struct keel_node *node, struct keel_op *handle)
 	return keel_op_test_info(node, handle, NULL, NULL, 0);
 }
 
+static bool has_waiter(const struct keel_node *node)
+{
+	return node != NULL && node->cfg.waiter.now_ns != NULL && node->cfg.waiter.wait != NULL;
+}
+
 /* Poll and wait until `op` ends; every op ends within keel_op_bound_ns. */
 static int wait_op(struct keel_node *node, struct keel_op *op)
 {
+	KEEL_ASSERT(has_waiter(node));
+	KEEL_ASSERT(op >= node->ops && op < node->ops + node->ops_max);
 	const struct keel_waiter *w = &node->cfg.waiter;
 	for (;;) {
 		uint64_t deadline;
@@ -566,11 +705,6 @@ static int wait_op(struct keel_node *node, struct keel_op *op)
 	}
 }
 
-static bool has_waiter(const struct keel_node *node)
-{
-	return node != NULL && node->cfg.waiter.now_ns != NULL && node->cfg.waiter.wait != NULL;
-}
-
 int keel_allreduce(struct keel_node *node, const void *send, void *recv, size_t count,
 		   enum keel_dtype dtype, enum keel_redop redop)
 {
@@ -578,6 +712,7 @@ int keel_allreduce(struct keel_node *node, const void *send, void *recv, size_t 
 		return -EINVAL;
 	struct keel_op *op;
 	int rc = keel_allreduce_start(node, send, recv, count, dtype, redop, &op);
+	KEEL_ASSERT(rc <= 0);
 	return rc != 0 ? rc : wait_op(node, op);
 }
 
@@ -587,5 +722,6 @@ int keel_broadcast(struct keel_node *node, uint32_t root, void *buf, size_t byte
 		return -EINVAL;
 	struct keel_op *op;
 	int rc = keel_broadcast_start(node, root, buf, bytes, &op);
+	KEEL_ASSERT(rc <= 0);
 	return rc != 0 ? rc : wait_op(node, op);
 }

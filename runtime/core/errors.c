@@ -13,6 +13,12 @@
 	case name:                                                                                 \
 		return #name ": " text
 
+/* keel's own codes sit below -1000, clear of every -errno (Linux errnos stay below 200), so a
+ * value never names both. No runtime assertion here: every int is a valid argument (unknown
+ * ones get "unknown error"), and what could go wrong in this table is caught at build time. */
+_Static_assert(KEEL_EVIEWCHANGED < -1000 && KEEL_EMISMATCH < -1000, "keel codes below -1000");
+_Static_assert(EHOSTUNREACH < 1000 && ENETUNREACH < 1000 && ESHUTDOWN < 1000, "errno range");
+
 const char *keel_strerror(int err)
 {
 	switch (err) {

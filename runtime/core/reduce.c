@@ -44,6 +44,12 @@ typedef uint8_t u8_u;
 #define HOT
 #endif
 
+/* The per-element helpers below run inside the vectorized loops: a branch there (a release
+ * assertion) would keep the loop scalar, so their preconditions are KEEL_ASSERT_DEBUG, and the
+ * release checks sit at each kernel's entry, once per call. */
+_Static_assert(sizeof(float) == sizeof(uint32_t), "f32 bits travel through a uint32_t");
+_Static_assert(BLOCK_BYTES % sizeof(uint64_t) == 0, "a block holds whole elements of any dtype");
+
 static inline uint32_t f32_to_bits(float f)
 {
 	uint32_t u;
@@ -72,6 +78,7 @@ static inline uint32_t mask_if(bool cond)
 
 static inline uint32_t blend(uint32_t mask, uint32_t yes, uint32_t no)
 {
+	KEEL_ASSERT_DEBUG(mask == 0 || mask == UINT32_MAX); /* from mask_if: all or nothing */
 	return (yes & mask) | (no & ~mask);
 }
 
@@ -79,6 +86,7 @@ static inline uint32_t blend(uint32_t mask, uint32_t yes, uint32_t no)
  * vector code in 32-bit lanes. */
 static inline float f16_widen32(uint32_t h)
 {
+	KEEL_ASSERT_DEBUG(h <= 0xffffu);
 	uint32_t sign = (h & 0x8000u) << 16;
 	uint32_t mag = h & 0x7fffu;
 	/* Normal: move the fields into place and rebias the exponent from 15 to 127. */
@@ -120,6 +128,7 @@ static inline uint32_t f16_narrow32(float f)
 
 	out = blend(mask_if(mag < (113u << 23)), subnormal, out);
 	out = blend(mask_if(mag > 0x7f800000u), nan, out);
+	KEEL_ASSERT_DEBUG((out | sign) <= 0xffffu);
 	return out | sign;
 }
 
@@ -131,6 +140,7 @@ static inline uint16_t f16_narrow(float f)
 /* bf16 in the low 16 bits of h, the rest zero. */
 static inline float bf16_widen32(uint32_t h)
 {
+	KEEL_ASSERT_DEBUG(h <= 0xffffu);
 	uint32_t u = h << 16;
 
 	u |= mask_if((u & 0x7fffffffu) > 0x7f800000u) & 0x00400000u;
@@ -158,24 +168,47 @@ static inline uint16_t bf16_narrow(float f)
 	return (uint16_t)bf16_narrow32(f);
 }
 
+/* The scalar conversions check the header's promises on every value they convert: widening
+ * is exact (narrowing gives the same bits back, a NaN comes back quiet), the sign is kept, and
+ * NaN stays NaN and inf stays inf. */
 float reduce_f16_to_f32(uint16_t h)
 {
-	return f16_widen(h);
+	float f = f16_widen(h);
+	bool nan = (h & 0x7fffu) > 0x7c00u;
+	KEEL_ASSERT(f16_narrow(f) == (nan ? (h | 0x0200u) : h));
+	KEEL_ASSERT((f32_to_bits(f) >> 31) == (uint32_t)(h >> 15));
+	KEEL_ASSERT((f != f) == nan);
+	return f;
 }
 
 uint16_t reduce_f32_to_f16(float f)
 {
-	return f16_narrow(f);
+	uint16_t h = f16_narrow(f);
+	uint32_t mag = f32_to_bits(f) & 0x7fffffffu;
+	KEEL_ASSERT((uint32_t)(h >> 15) == (f32_to_bits(f) >> 31));
+	KEEL_ASSERT((mag > 0x7f800000u) == ((h & 0x7fffu) > 0x7c00u));
+	KEEL_ASSERT(mag != 0x7f800000u || (h & 0x7fffu) == 0x7c00u);
+	return h;
 }
 
 float reduce_bf16_to_f32(uint16_t h)
 {
-	return bf16_widen(h);
+	float f = bf16_widen(h);
+	bool nan = (h & 0x7fffu) > 0x7f80u;
+	KEEL_ASSERT(bf16_narrow(f) == (nan ? (h | 0x0040u) : h));
+	KEEL_ASSERT((f32_to_bits(f) >> 31) == (uint32_t)(h >> 15));
+	KEEL_ASSERT((f != f) == nan);
+	return f;
 }
 
 uint16_t reduce_f32_to_bf16(float f)
 {
-	return bf16_narrow(f);
+	uint16_t h = bf16_narrow(f);
+	uint32_t mag = f32_to_bits(f) & 0x7fffffffu;
+	KEEL_ASSERT((uint32_t)(h >> 15) == (f32_to_bits(f) >> 31));
+	KEEL_ASSERT((mag > 0x7f800000u) == ((h & 0x7fffu) > 0x7f80u));
+	KEEL_ASSERT(mag != 0x7f800000u || (h & 0x7fffu) == 0x7f80u);
+	return h;
 }
 
 /* ---- Element combiners ---- */
@@ -246,6 +279,7 @@ typedef void kernel_fn(void *dst, const void *a, const void *b, size_t count);
 		T *d = dst;                                                                        \
 		const T *x = a;                                                                    \
 		const T *y = b;                                                                    \
+		KEEL_ASSERT(count == 0 || (d != NULL && x != NULL && y != NULL));                  \
 		for (size_t k = 0; k < whole; k++)                                                 \
 			name##_block(d + k * per_block, x + k * per_block, y + k * per_block);     \
 		if (rest_len != 0) {                                                               \
@@ -298,6 +332,7 @@ DEFINE_KERNEL(u8_max, u8_u, OP_MAX)
 	DEFINE_KERNEL(name##_words, u32_u, name##_pair)                                            \
 	static void name(void *dst, const void *a, const void *b, size_t count)                    \
 	{                                                                                          \
+		KEEL_ASSERT(count > 0); /* reduce_apply returns first: count - 1 below */          \
 		size_t last = (count - 1) * sizeof(uint16_t);                                      \
 		uint16_t x, y, r;                                                                  \
 		name##_words(dst, a, b, count / 2);                                                \
@@ -334,6 +369,14 @@ void reduce_apply(void *dst, const void *a, const void *b, size_t count, enum ke
 	KEEL_ASSERT(count == 0 || (dst != NULL && a != NULL && b != NULL));
 	if (count == 0)
 		return;
+	size_t size = keel_dtype_size(dtype);
+	KEEL_ASSERT(count <= SIZE_MAX / size); /* the byte length below does not wrap */
+	/* dst may be a or b, but must not overlap either partly (the header's rule): the kernels
+	 * read element i of both before writing it, nothing more. */
+	uintptr_t d = (uintptr_t)dst, x = (uintptr_t)a, y = (uintptr_t)b, len = count * size;
+	KEEL_ASSERT(d == x || d + len <= x || x + len <= d);
+	KEEL_ASSERT(d == y || d + len <= y || y + len <= d);
+	KEEL_ASSERT(kernels[dtype][op] != NULL);
 	kernels[dtype][op](dst, a, b, count);
 }
 
@@ -348,6 +391,8 @@ void reduce_apply(void *dst, const void *a, const void *b, size_t count, enum ke
 	}                                                                                          \
 	HOT static void name(void *buf, size_t count, DT div)                                      \
 	{                                                                                          \
+		KEEL_ASSERT(buf != NULL && count > 0);                                             \
+		KEEL_ASSERT(div > 1); /* reduce_finish_avg leaves one contributor alone */         \
 		const size_t per_block = BLOCK_BYTES / sizeof(T);                                  \
 		size_t whole = count / per_block;                                                  \
 		size_t rest_len = (count % per_block) * sizeof(T);                                 \
@@ -384,6 +429,8 @@ static void i64_div(void *buf, size_t count, int64_t div)
 {
 	i64_u *d = buf;
 
+	KEEL_ASSERT(buf != NULL && count > 0);
+	KEEL_ASSERT(div > 1); /* reduce_finish_avg leaves one contributor alone */
 	for (size_t i = 0; i < count; i++)
 		d[i] = d[i] / div;
 }
@@ -393,6 +440,7 @@ void reduce_finish_avg(void *buf, size_t count, enum keel_dtype dtype, uint32_t 
 	KEEL_ASSERT((unsigned)dtype < KEEL_DTYPE_COUNT);
 	KEEL_ASSERT(contributors > 0);
 	KEEL_ASSERT(count == 0 || buf != NULL);
+	KEEL_ASSERT(count <= SIZE_MAX / keel_dtype_size(dtype));
 	if (count == 0 || contributors == 1)
 		return;
 	switch (dtype) {

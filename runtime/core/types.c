@@ -1,6 +1,9 @@
 /* Element type sizes and the names of dtypes and reduction ops, for logs and tools.
- * Pure table lookups: out-of-range values answer 0 or NULL, never trap. */
+ * Pure table lookups: out-of-range values answer 0 or NULL, never trap; only a hole in one of
+ * the tables below (a dtype or op added without its entry) does. */
 #include "keel/types.h"
+
+#include "assert_int.h"
 
 static const size_t dtype_sizes[KEEL_DTYPE_COUNT] = {
     [KEEL_F32] = 4, [KEEL_F64] = 8, [KEEL_F16] = 2, [KEEL_BF16] = 2,
@@ -26,13 +29,19 @@ size_t keel_dtype_size(enum keel_dtype dtype)
 {
 	if ((unsigned)dtype >= KEEL_DTYPE_COUNT)
 		return 0;
-	return dtype_sizes[dtype];
+	size_t size = dtype_sizes[dtype];
+	KEEL_ASSERT(size != 0); /* every valid dtype has a size: 0 means "invalid" to callers */
+	/* frag_bytes and the reduce kernels' blocks hold whole elements of 1, 2, 4 or 8 bytes */
+	KEEL_ASSERT(size <= 8 && (size & (size - 1)) == 0);
+	return size;
 }
 
 const char *keel_dtype_name(enum keel_dtype dtype)
 {
 	if ((unsigned)dtype >= KEEL_DTYPE_COUNT)
 		return NULL;
+	KEEL_ASSERT(dtype_names[dtype] != NULL);
+	KEEL_ASSERT(dtype_sizes[dtype] != 0); /* a dtype with a name is one keel can reduce */
 	return dtype_names[dtype];
 }
 
@@ -40,5 +49,6 @@ const char *keel_redop_name(enum keel_redop op)
 {
 	if ((unsigned)op >= KEEL_REDOP_COUNT)
 		return NULL;
+	KEEL_ASSERT(redop_names[op] != NULL);
 	return redop_names[op];
 }

@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "assert_int.h"
+#include "keel/limits.h"
 #include "wire_int.h"
 
 /* Field offsets in the header. Written out here, not taken from struct wire_header, so the
@@ -66,39 +67,54 @@ enum {
 	HB_OFF_OPS_STARTED = 32,
 };
 _Static_assert(HB_OFF_OPS_STARTED + 4 == WIRE_HEARTBEAT_SIZE, "heartbeat layout");
+_Static_assert(KEEL_MTU_MIN >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE, "a heartbeat fits any MTU");
+_Static_assert(KEEL_MTU_MIN >= WIRE_HEADER_SIZE + WIRE_VIEW_MIN, "a VIEW message fits any MTU");
+
+/* The longest payload keel ever encodes: every datagram buffer holds at most KEEL_MTU_MAX. */
+#define PAYLOAD_MAX (KEEL_MTU_MAX - WIRE_HEADER_SIZE)
 
 void wire_put16(uint8_t *p, uint16_t v)
 {
+	KEEL_ASSERT(p != NULL);
 	p[0] = (uint8_t)v;
 	p[1] = (uint8_t)(v >> 8);
+	KEEL_ASSERT(wire_get16(p) == v);
 }
 
 void wire_put32(uint8_t *p, uint32_t v)
 {
+	KEEL_ASSERT(p != NULL);
 	p[0] = (uint8_t)v;
 	p[1] = (uint8_t)(v >> 8);
 	p[2] = (uint8_t)(v >> 16);
 	p[3] = (uint8_t)(v >> 24);
+	KEEL_ASSERT(wire_get32(p) == v);
 }
 
 void wire_put64(uint8_t *p, uint64_t v)
 {
+	KEEL_ASSERT(p != NULL);
 	wire_put32(p, (uint32_t)v);
 	wire_put32(p + 4, (uint32_t)(v >> 32));
+	KEEL_ASSERT(wire_get64(p) == v);
 }
 
+/* The getters read received bytes: they check the pointer, never what it points at. */
 uint16_t wire_get16(const uint8_t *p)
 {
+	KEEL_ASSERT(p != NULL);
 	return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
 }
 
 uint32_t wire_get32(const uint8_t *p)
 {
+	KEEL_ASSERT(p != NULL);
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 uint64_t wire_get64(const uint8_t *p)
 {
+	KEEL_ASSERT(p != NULL);
 	return (uint64_t)wire_get32(p) | (uint64_t)wire_get32(p + 4) << 32;
 }
 
@@ -108,6 +124,7 @@ static uint32_t datagram_crc(const uint8_t *buf, uint32_t payload_len)
 	static const uint8_t zero_crc[4];
 	uint32_t crc;
 
+	KEEL_ASSERT(buf != NULL);
 	crc = crc32c(0, buf, OFF_CRC);
 	crc = crc32c(crc, zero_crc, sizeof(zero_crc));
 	return crc32c(crc, buf + WIRE_HEADER_SIZE, payload_len);
@@ -116,6 +133,9 @@ static uint32_t datagram_crc(const uint8_t *buf, uint32_t payload_len)
 void wire_encode(uint8_t *buf, const struct wire_header *h)
 {
 	KEEL_ASSERT(buf != NULL && h != NULL);
+	/* The datagram (header + payload_len) fits the largest buffer keel encodes into. Only the
+	 * length: tests encode bad types and versions on purpose, for the decoder to reject. */
+	KEEL_ASSERT(h->payload_len <= PAYLOAD_MAX);
 	wire_put32(buf + OFF_MAGIC, h->magic);
 	buf[OFF_VERSION] = h->version;
 	buf[OFF_TYPE] = h->type;
@@ -134,10 +154,14 @@ void wire_encode(uint8_t *buf, const struct wire_header *h)
 	wire_put32(buf + OFF_TOTAL_LEN, h->total_len);
 	wire_put32(buf + OFF_PAYLOAD_LEN, h->payload_len);
 	wire_put32(buf + OFF_CRC, datagram_crc(buf, h->payload_len));
+	/* The CRC covered the payload length the header now announces. */
+	KEEL_ASSERT(wire_get32(buf + OFF_PAYLOAD_LEN) == h->payload_len);
 }
 
 static void read_header(const uint8_t *buf, struct wire_header *h)
 {
+	KEEL_ASSERT(buf != NULL);
+	KEEL_ASSERT(h != NULL);
 	h->magic = wire_get32(buf + OFF_MAGIC);
 	h->version = buf[OFF_VERSION];
 	h->type = buf[OFF_TYPE];
@@ -166,6 +190,8 @@ static void read_header(const uint8_t *buf, struct wire_header *h)
  */
 static bool lengths_ok(const struct wire_header *h, size_t len)
 {
+	KEEL_ASSERT(h != NULL);
+	KEEL_ASSERT(len >= WIRE_HEADER_SIZE); /* wire_decode rejected shorter datagrams */
 	if ((uint64_t)h->payload_len != (uint64_t)len - WIRE_HEADER_SIZE)
 		return false;
 	switch (h->type) {
@@ -185,9 +211,13 @@ static bool lengths_ok(const struct wire_header *h, size_t len)
 
 static bool source_ok(const struct wire_header *h, const struct wire_expect *exp)
 {
+	KEEL_ASSERT(h != NULL && exp != NULL);
 	if (h->src >= exp->world_size || h->src == exp->self)
 		return false;
-	return exp->transport_src == UINT32_MAX || h->src == exp->transport_src;
+	bool ok = exp->transport_src == UINT32_MAX || h->src == exp->transport_src;
+	/* What the consumers rely on: a sender's rank indexes their per-peer arrays. */
+	KEEL_ASSERT(!ok || (h->src < exp->world_size && h->src != exp->self));
+	return ok;
 }
 
 enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_expect *exp,
@@ -220,12 +250,22 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_
 		return WIRE_BAD_SOURCE;
 	if ((tmp.type == WIRE_DATA || tmp.type == WIRE_ACK) && tmp.epoch != exp->epoch)
 		return WIRE_BAD_EPOCH;
+	/* Accepted: the payload is exactly what follows the header, of a type keel knows. These
+	 * hold because of the checks above, whatever the bytes were. */
+	KEEL_ASSERT((uint64_t)WIRE_HEADER_SIZE + tmp.payload_len == (uint64_t)len);
+	KEEL_ASSERT(tmp.type >= WIRE_HEARTBEAT && tmp.type <= WIRE_TYPE_MAX);
+	/* coll_deliver and wire_heartbeat_decode read exactly these regions. */
+	KEEL_ASSERT(tmp.type != WIRE_DATA ||
+		    (uint64_t)tmp.offset + tmp.payload_len <= tmp.total_len);
+	KEEL_ASSERT(tmp.type != WIRE_HEARTBEAT || tmp.payload_len == WIRE_HEARTBEAT_SIZE);
 	*h = tmp;
 	return WIRE_OK;
 }
 
 void wire_heartbeat_encode(uint8_t *payload, const struct wire_heartbeat *hb)
 {
+	KEEL_ASSERT(payload != NULL);
+	KEEL_ASSERT(hb != NULL);
 	wire_put64(payload + HB_OFF_SEND_NS, hb->send_ns);
 	wire_put64(payload + HB_OFF_ECHO_NS, hb->echo_ns);
 	wire_put64(payload + HB_OFF_ECHO_HELD_NS, hb->echo_held_ns);
@@ -234,8 +274,12 @@ void wire_heartbeat_encode(uint8_t *payload, const struct wire_heartbeat *hb)
 	wire_put32(payload + HB_OFF_OPS_STARTED, hb->ops_started);
 }
 
+/* Called only on a datagram wire_decode accepted as a heartbeat (exactly its size); the
+ * fields are the peer's claims and are not asserted on. */
 void wire_heartbeat_decode(const uint8_t *payload, struct wire_heartbeat *hb)
 {
+	KEEL_ASSERT(payload != NULL);
+	KEEL_ASSERT(hb != NULL);
 	hb->send_ns = wire_get64(payload + HB_OFF_SEND_NS);
 	hb->echo_ns = wire_get64(payload + HB_OFF_ECHO_NS);
 	hb->echo_held_ns = wire_get64(payload + HB_OFF_ECHO_HELD_NS);
@@ -262,6 +306,8 @@ const char *wire_verdict_name(enum wire_verdict v)
 
 	_Static_assert(WIRE_VERDICT_COUNT == 11, "name every verdict above");
 
+	/* Every verdict wire_decode can return has a name (the count alone cannot see a hole). */
+	KEEL_ASSERT((unsigned)v >= WIRE_VERDICT_COUNT || names[v] != NULL);
 	if ((unsigned)v >= WIRE_VERDICT_COUNT || names[v] == NULL)
 		return "unknown verdict";
 	return names[v];
