@@ -39,8 +39,9 @@ struct keel_op_info {
  * or the operation's error (handle released): -ETIMEDOUT (no progress after soft_retries
  * restarts; a member that never started it within entry_timeout_ns; or keel_op_bound_ns
  * passed), KEEL_ENOQUORUM (this node is on the minority side of a split), KEEL_EVIEWCHANGED
- * (the view changed under an in-place collective larger than restart_copy_bytes: its input
- * is gone, the caller must run it again), KEEL_EEXCLUDED (the others installed a view without
+ * (the view changed under an in-place collective larger than restart_copy_bytes, or the root
+ * of a broadcast left the view before every member had its bytes: the input is gone, the
+ * caller must run it again — every member gets this same answer), KEEL_EEXCLUDED (the others installed a view without
  * this node — it was paused or cut off past the detector — and went on: this node asks to be
  * admitted again at once; once keel_view_get says self_member, fetch state from view.donor as
  * a restarted rank does, or leave), KEEL_EMISMATCH (a member started a different collective

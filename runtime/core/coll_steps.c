@@ -112,9 +112,8 @@ static void rd_step(const struct keel_op *op, uint32_t r, uint32_t t, struct ste
 static void bcast_step(const struct keel_op *op, uint32_t r, uint32_t t, struct step *s)
 {
 	uint32_t w = op->world, d = (r + w - op->root_pos) % w;
-	/* root_pos is not asserted: op_begin takes it from pos_of, which holds UINT32_MAX when
-	 * the root has dropped out of the view (a failure elsewhere, not a bug here). */
-	KEEL_ASSERT(w >= 2 && r < w);
+	/* op_begin fails a broadcast whose root left the view, so the root has a position */
+	KEEL_ASSERT(w >= 2 && r < w && op->root_pos < w);
 	KEEL_ASSERT(t < w - 1);
 	if (t == d && d + 1 < w) {
 		s->send_peer = (int32_t)((r + 1) % w);

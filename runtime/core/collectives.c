@@ -185,6 +185,13 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 {
 	/* advance begins only a QUEUED operation, and only on a view this node is in. */
 	KEEL_ASSERT(op->state == OP_QUEUED && n->member);
+	if (op->kind == OPK_BROADCAST && !view_has(&n->view, op->root)) {
+		/* The root left the view: its data is gone. Every member sees the same view, so
+		 * every member fails this broadcast alike; the caller runs it again from a live
+		 * root (a restart cannot: any other root would send different bytes). */
+		op_finish(n, op, KEEL_EVIEWCHANGED);
+		return false;
+	}
 	bool in_place = op->in == op->out && op->kind == OPK_ALLREDUCE && op->bytes != 0;
 	if (!op->began) {
 		op->began = true;
@@ -212,6 +219,7 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 	KEEL_ASSERT(op->frag_bytes >= op->elem_size && op->frag_bytes % op->elem_size == 0);
 	KEEL_ASSERT(!op->has_copy || op->bytes <= n->cfg.restart_copy_bytes);
 	op->root_pos = op->kind == OPK_BROADCAST ? n->pos_of[op->root] : 0;
+	KEEL_ASSERT(op->root_pos < op->world);
 	if (op->kind == OPK_ALLREDUCE)
 		op->algo = choose_algo(n, op);
 	op->step_count = coll_step_count(op);

@@ -532,6 +532,40 @@ static void test_membership_broadcast_brings_state(void **state)
 	cluster_fini(&c);
 }
 
+/* A broadcast whose root dies before it ran: the root's bytes are gone, so every survivor
+ * fails it with KEEL_EVIEWCHANGED (and can run it again from a live root), none returns 0
+ * with another member's buffer. */
+static void test_membership_broadcast_root_dies(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, tweak_views), 0);
+	warm(&c);
+	uint64_t root_bytes = 0x5151515151515151ull, got[2] = {1, 2};
+	c.paused[2] = true; /* the root stops for good: the others exclude it */
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX];
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(keel_broadcast_start(c.node[r], 2, &got[r], sizeof(got[r]), &ops[r]),
+				 0);
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
+	for (uint32_t r = 0; r < 2; r++) {
+		assert_int_equal(rc[r], KEEL_EVIEWCHANGED);
+		assert_true(got[r] != root_bytes);
+	}
+	/* Run again from a live root: it works on the new view. */
+	got[0] = root_bytes;
+	got[1] = 0;
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(keel_broadcast_start(c.node[r], 0, &got[r], sizeof(got[r]), &ops[r]),
+				 0);
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
+	assert_int_equal(rc[0], 0);
+	assert_int_equal(rc[1], 0);
+	assert_true(got[1] == root_bytes);
+	cluster_fini(&c);
+}
+
 static void dump(struct cluster *c)
 {
 	for (uint32_t r = 0; r < c->world; r++) {
@@ -658,6 +692,7 @@ int main(void)
 				   setup),
 	    cmocka_unit_test_setup(test_membership_paused_rank_told_the_others_left, setup),
 	    cmocka_unit_test_setup(test_membership_broadcast_brings_state, setup),
+	    cmocka_unit_test_setup(test_membership_broadcast_root_dies, setup),
 	    cmocka_unit_test_setup(test_membership_majority_restart_stops, setup),
 	    cmocka_unit_test_setup(test_membership_random_schedules_keep_one_view_per_epoch, setup),
 	};
