@@ -70,6 +70,14 @@ KEEL_MUST_USE int keel_boot_poll(struct keel_boot *b);
  * and no other is alive. A restarted or excluded rank waiting for admission stops there. */
 bool keel_boot_others_left(const struct keel_boot *b);
 
+/* For a rank that is not a member yet (restarted with KEEL_REJOIN=1, or told KEEL_EEXCLUDED):
+ * poll until a view admits it. Returns 0 once it is a member; KEEL_EENDED when the job is over
+ * (every other rank left, or this process never heard any rank within max(1 s, 20 heartbeat
+ * intervals): a restarted rank that comes after the end hears nobody); -ETIMEDOUT after
+ * timeout_ns; or keel_poll's error. Live members answer a join within a few heartbeats; a rank
+ * that heard members before (excluded while cut off) keeps trying until timeout_ns. */
+KEEL_MUST_USE int keel_boot_wait_member(struct keel_boot *b, uint64_t timeout_ns);
+
 /* Keep polling until everything this node sent is acknowledged (at most `linger_ns`), then
  * release everything. */
 void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns);

@@ -26,6 +26,8 @@ enum keel_error {
 				   * (paused, stalled or cut off): its state is behind the members' */
 	KEEL_EMISMATCH = -1009,	  /* members started different collectives at the same place in
 				   * their sequence (count, type or algorithm differ) */
+	KEEL_EENDED = -1010,	  /* the job has ended: every other rank left, or none answered a
+				   * rank waiting to be admitted (keel_boot_wait_member) */
 };
 
 /* Name and explanation of any code keel returns (0, -errno or KEEL_E*).

@@ -407,6 +407,44 @@ bool keel_boot_others_left(const struct keel_boot *b)
 	return any_left;
 }
 
+/* Has this process heard any other rank at all (in this life)? */
+static bool heard_anyone(const struct keel_boot *b)
+{
+	for (uint32_t r = 0; r < b->launch.world_size; r++) {
+		struct keel_peer_info pi;
+		if (r != b->launch.rank && keel_peer_get(b->node, r, &pi) == 0 &&
+		    pi.incarnation != 0)
+			return true;
+	}
+	return false;
+}
+
+int keel_boot_wait_member(struct keel_boot *b, uint64_t timeout_ns)
+{
+	uint64_t start = keel_posix_now_ns();
+	uint64_t end = timeout_ns > UINT64_MAX - start ? UINT64_MAX : start + timeout_ns;
+	uint64_t quiet_ns =
+	    20 * b->cfg.heartbeat_ns > 1000000000ull ? 20 * b->cfg.heartbeat_ns : 1000000000ull;
+	for (;;) {
+		struct keel_view v;
+		if (keel_view_get(b->node, &v, NULL, 0) == 0 && v.self_member)
+			return 0;
+		if (keel_boot_others_left(b))
+			return KEEL_EENDED;
+		uint64_t now = keel_posix_now_ns(), next;
+		/* A process that never heard anyone came after the end (an excluded rank that
+		 * heard the members before may be cut off for a while: it keeps trying). */
+		if (now - start >= quiet_ns && !heard_anyone(b))
+			return KEEL_EENDED;
+		if (now >= end)
+			return -ETIMEDOUT;
+		int rc = keel_poll(b->node, now, &next);
+		if (rc != 0 && rc != KEEL_ENOQUORUM)
+			return rc;
+		b->cfg.waiter.wait(b->cfg.waiter.ctx, next < end ? next : end);
+	}
+}
+
 int keel_boot_poll(struct keel_boot *b)
 {
 	uint64_t next;

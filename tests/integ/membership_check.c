@@ -28,28 +28,16 @@ static bool past_end(void)
 	return s != NULL && (uint64_t)time(NULL) >= strtoull(s, NULL, 10);
 }
 
-/* A restarted (or excluded) rank waits to be admitted (bounded); -ESHUTDOWN when the others
- * finished meanwhile. */
+/* A restarted (or excluded) rank waits to be admitted (bounded); -ESHUTDOWN when the job
+ * ended meanwhile (every other rank left, or nobody ever answered this process). */
 static int wait_member(struct keel_boot *b, uint64_t limit_ns)
 {
-	uint64_t end = keel_posix_now_ns() + limit_ns;
-	struct keel_view v;
-	while (keel_posix_now_ns() < end) {
-		if (keel_view_get(b->node, &v, NULL, 0) == 0 && v.self_member)
-			return 0;
-		if (keel_boot_others_left(b)) {
-			fprintf(stderr,
-				"rank %u: the others finished while it waited to be admitted\n",
-				b->launch.rank);
-			return -ESHUTDOWN;
-		}
-		uint64_t next;
-		int rc = keel_poll(b->node, keel_posix_now_ns(), &next);
-		if (rc != 0 && rc != KEEL_ENOQUORUM)
-			return rc;
-		b->cfg.waiter.wait(b->cfg.waiter.ctx, next < end ? next : end);
+	int rc = keel_boot_wait_member(b, limit_ns);
+	if (rc == KEEL_EENDED) {
+		fprintf(stderr, "rank %u: %s\n", b->launch.rank, keel_strerror(rc));
+		return -ESHUTDOWN;
 	}
-	return -ETIMEDOUT;
+	return rc;
 }
 
 /* One call; returns 1 when the members voted to stop, 0 to go on, <0 on a hard error. */

@@ -546,8 +546,8 @@ static void test_membership_broadcast_root_dies(void **state)
 	struct keel_op *ops[CLUSTER_MAX] = {NULL};
 	int rc[CLUSTER_MAX];
 	for (uint32_t r = 0; r < 2; r++)
-		assert_int_equal(keel_broadcast_start(c.node[r], 2, &got[r], sizeof(got[r]), &ops[r]),
-				 0);
+		assert_int_equal(
+		    keel_broadcast_start(c.node[r], 2, &got[r], sizeof(got[r]), &ops[r]), 0);
 	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
 	for (uint32_t r = 0; r < 2; r++) {
 		assert_int_equal(rc[r], KEEL_EVIEWCHANGED);
@@ -557,8 +557,8 @@ static void test_membership_broadcast_root_dies(void **state)
 	got[0] = root_bytes;
 	got[1] = 0;
 	for (uint32_t r = 0; r < 2; r++)
-		assert_int_equal(keel_broadcast_start(c.node[r], 0, &got[r], sizeof(got[r]), &ops[r]),
-				 0);
+		assert_int_equal(
+		    keel_broadcast_start(c.node[r], 0, &got[r], sizeof(got[r]), &ops[r]), 0);
 	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
 	assert_int_equal(rc[0], 0);
 	assert_int_equal(rc[1], 0);

@@ -932,8 +932,8 @@ static void test_wire_strerror_every_code(void **state)
 {
 	(void)state;
 	static const int keel_codes[] = {
-	    KEEL_EVIEWCHANGED, KEEL_ENOQUORUM, KEEL_ERENDEZVOUS,
-	    KEEL_ETRANSPORT,   KEEL_EEXCLUDED, KEEL_EMISMATCH,
+	    KEEL_EVIEWCHANGED, KEEL_ENOQUORUM, KEEL_ERENDEZVOUS, KEEL_ETRANSPORT,
+	    KEEL_EEXCLUDED,    KEEL_EMISMATCH, KEEL_EENDED,
 	};
 	static const struct {
 		int err;
@@ -992,7 +992,7 @@ static void test_wire_strerror_unknown(void **state)
 	(void)state;
 	/* -1003..-1005 are retired codes: never returned, so unknown */
 	static const int unknown[] = {1,     EINVAL, -1000, -1003,   -1004,
-				      -1005, -1010,  -9999, INT_MIN, INT_MAX};
+				      -1005, -1011,  -9999, INT_MIN, INT_MAX};
 
 	for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++)
 		assert_string_equal(keel_strerror(unknown[i]), "unknown error");

@@ -264,7 +264,8 @@ static double check_allreduce(struct keel_boot *b, const struct bench_opts *o, v
 		if (keel_boot_poll(b) != 0)
 			die(b, "poll", KEEL_ETRANSPORT);
 	}
-	int rc = keel_allreduce_start(b->node, in, in_place ? in : out, count, o->dtype, o->op, &op);
+	int rc =
+	    keel_allreduce_start(b->node, in, in_place ? in : out, count, o->dtype, o->op, &op);
 	if (rc == 0)
 		rc = keel_boot_wait(b, op, &info, members, KEEL_WORLD_MAX);
 	if (rc != 0)
@@ -320,7 +321,8 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 		for (int ip = 0; ip < 2; ip++) {
 			t[ip] = time_allreduce(b, o, in, ip ? in : out, count);
 			if (o->check)
-				wrong[ip] = check_allreduce(b, o, in, out, ref, count, ip, &smaller);
+				wrong[ip] =
+				    check_allreduce(b, o, in, out, ref, count, ip, &smaller);
 		}
 		double algbw[2], busbw[2];
 		for (int ip = 0; ip < 2; ip++) {

@@ -13,10 +13,14 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "keel/boot.h"
 #include "keel/checkpoint.h"
@@ -54,6 +58,11 @@ struct opts {
 	uint64_t ckpt_every;
 	uint64_t fault_step; /* UINT64_MAX: none */
 	uint32_t fault_rank;
+	/* Faults at a training step, in the rank's first life (the demo; tests): --crash-at
+	 * SIGKILLs the rank, --stall-at stops it (SIGSTOP) for stall_s seconds. */
+	uint64_t crash_step, stall_step; /* UINT64_MAX: none */
+	uint32_t crash_rank, stall_rank;
+	double stall_s;
 	bool reference, quiet;
 	uint64_t bench_mib; /* --bench-state: measure checkpoint and live-recovery paths */
 };
@@ -232,27 +241,6 @@ static void fill_input(struct trainer *t)
 		t->in[S_SYNCED] = 1;
 	}
 	t->in[S_ROLLBACK] = t->rollback_pending;
-}
-
-enum { JOB_ENDED = 1 }; /* wait_member: nobody is left to admit this node */
-
-/* Wait (bounded) until this node is a member of a view; JOB_ENDED if the others finished. */
-static int wait_member(struct trainer *t, uint64_t limit_ns)
-{
-	uint64_t end = keel_posix_now_ns() + limit_ns;
-	while (keel_posix_now_ns() < end) {
-		struct keel_view v;
-		if (keel_view_get(t->b.node, &v, NULL, 0) == 0 && v.self_member)
-			return 0;
-		if (keel_boot_others_left(&t->b))
-			return JOB_ENDED;
-		uint64_t next;
-		int rc = keel_poll(t->b.node, keel_posix_now_ns(), &next);
-		if (rc != 0 && rc != KEEL_ENOQUORUM)
-			return rc;
-		t->b.cfg.waiter.wait(t->b.cfg.waiter.ctx, next < end ? next : end);
-	}
-	return -ETIMEDOUT;
 }
 
 /* Sampled after every poll (the peer callback may not call into the node): a failure's
@@ -445,11 +433,50 @@ static void hard_fault(struct trainer *t, int rc, const char *why)
 	t->rollback_pending = true;
 }
 
+/* Stop this process for `seconds`, as a scheduler stall or a swap storm would: a child wakes
+ * it with SIGCONT (a stopped process cannot wake itself). */
+static void stall_self(double seconds)
+{
+	pid_t parent = getpid(), waker = fork();
+	if (waker == 0) {
+		struct timespec ts = {(time_t)seconds,
+				      (long)((seconds - (double)(time_t)seconds) * 1e9)};
+		nanosleep(&ts, NULL);
+		kill(parent, SIGCONT);
+		_exit(0);
+	}
+	if (waker > 0) {
+		raise(SIGSTOP);
+		waitpid(waker, NULL, 0);
+	}
+}
+
+/* --crash-at / --stall-at: at a step, not at a wall-clock time, so they land inside the
+ * training on a machine of any speed. */
+static void injected_faults(struct trainer *t)
+{
+	if (!t->synced || t->b.cfg.rejoin)
+		return;
+	if (t->rank == t->o.crash_rank && t->step == t->o.crash_step) {
+		printf("rank %u: --crash-at: SIGKILL at step %" PRIu64 "\n", t->rank, t->step);
+		fflush(stdout);
+		raise(SIGKILL);
+	}
+	if (t->rank == t->o.stall_rank && t->step == t->o.stall_step) {
+		t->o.stall_step = UINT64_MAX; /* once */
+		printf("rank %u: --stall-at: stopped for %.1f s at step %" PRIu64 "\n", t->rank,
+		       t->o.stall_s, t->step);
+		fflush(stdout);
+		stall_self(t->o.stall_s);
+	}
+}
+
 static int train_loop(struct trainer *t)
 {
 	struct keel_op_info info;
 	uint32_t members[RANKS_MAX];
 	while (!t->synced || t->step < t->total_steps) {
+		injected_faults(t);
 		fill_input(t);
 		bool fault_now = t->synced && t->next == K_GRAD && t->step == t->o.fault_step &&
 				 t->rank == t->o.fault_rank;
@@ -466,7 +493,7 @@ static int train_loop(struct trainer *t)
 		}
 		if (rc == KEEL_ENOQUORUM) {
 			hard_fault(t, rc, NULL);
-			if (wait_member(t, 60ull * 1000000000ull) != 0)
+			if (keel_boot_wait_member(&t->b, 60ull * 1000000000ull) != 0)
 				return rc;
 			continue;
 		}
@@ -482,8 +509,8 @@ static int train_loop(struct trainer *t)
 			       " (silent too long: paused?); rejoining\n",
 			       t->rank, t->step);
 			fflush(stdout);
-			rc = wait_member(t, 60ull * 1000000000ull);
-			if (rc == JOB_ENDED) {
+			rc = keel_boot_wait_member(&t->b, 60ull * 1000000000ull);
+			if (rc == KEEL_EENDED) {
 				t->job_ended = true;
 				return 0;
 			}
@@ -695,6 +722,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: keel-train [--epochs N] [--batch B] [--lr X] [--seed S] [--data PATH]\n"
 		"                  [--ckpt-dir DIR] [--ckpt-every STEPS] [--fault-at RANK@STEP]\n"
+		"                  [--crash-at RANK@STEP] [--stall-at RANK@STEP:SECONDS]\n"
 		"                  [--no-reference] [--dump-weights FILE] [--quiet]\n"
 		"                  [--bench-state MIB]\n"
 		"Run under keel-run (or any launcher keel understands); see README.\n");
@@ -709,6 +737,8 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			   .ckpt_every = 100,
 			   .data = TRAIN_DIGITS_PATH,
 			   .fault_step = UINT64_MAX,
+			   .crash_step = UINT64_MAX,
+			   .stall_step = UINT64_MAX,
 			   .reference = true};
 	static const struct option longs[] = {
 	    {"epochs", 1, NULL, 'E'},	    {"batch", 1, NULL, 'B'},
@@ -717,6 +747,7 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 	    {"ckpt-every", 1, NULL, 'k'},   {"fault-at", 1, NULL, 'f'},
 	    {"dump-weights", 1, NULL, 'w'}, {"no-reference", 0, NULL, 'R'},
 	    {"quiet", 0, NULL, 'q'},	    {"bench-state", 1, NULL, 'b'},
+	    {"crash-at", 1, NULL, 'K'},	    {"stall-at", 1, NULL, 'S'},
 	    {"help", 0, NULL, 'h'},	    {NULL, 0, NULL, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
@@ -757,6 +788,24 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 		case 'f':
 			if (sscanf(optarg, "%u@%" SCNu64, &o->fault_rank, &o->fault_step) != 2)
 				return -EINVAL;
+			break;
+		case 'K':
+			if (sscanf(optarg, "%u@%" SCNu64, &o->crash_rank, &o->crash_step) != 2) {
+				fprintf(stderr, "keel-train: --crash-at %s: expected RANK@STEP\n",
+					optarg);
+				return -EINVAL;
+			}
+			break;
+		case 'S':
+			if (sscanf(optarg, "%u@%" SCNu64 ":%lf", &o->stall_rank, &o->stall_step,
+				   &o->stall_s) != 3 ||
+			    !(o->stall_s > 0 && o->stall_s < 3600)) {
+				fprintf(stderr,
+					"keel-train: --stall-at %s: expected RANK@STEP:SECONDS "
+					"(0 < SECONDS < 3600)\n",
+					optarg);
+				return -EINVAL;
+			}
 			break;
 		default:
 			return -EINVAL;
@@ -858,15 +907,16 @@ int main(int argc, char **argv)
 	}
 	t->synced = !t->b.cfg.rejoin;
 	t->next = K_GRAD;
-	if (t->b.cfg.rejoin && (rc = wait_member(t, 60ull * 1000000000ull)) != 0) {
-		if (rc == JOB_ENDED)
+	if (t->b.cfg.rejoin && (rc = keel_boot_wait_member(&t->b, 60ull * 1000000000ull)) != 0) {
+		if (rc == KEEL_EENDED)
 			printf("rank %u (restarted, life %u): training had ended before it was "
-			       "admitted back; nothing to do\n",
-			       t->rank, t->b.cfg.incarnation);
+			       "admitted back (%s); nothing to do\n",
+			       t->rank, t->b.cfg.incarnation, keel_strerror(rc));
 		else
-			fprintf(stderr, "keel-train: rank %u: never admitted back\n", t->rank);
+			fprintf(stderr, "keel-train: rank %u: never admitted back: %s\n", t->rank,
+				keel_strerror(rc));
 		keel_boot_stop(&t->b, 0);
-		return rc == JOB_ENDED ? 0 : 1;
+		return rc == KEEL_EENDED ? 0 : 1;
 	}
 	struct keel_view v;
 	uint32_t members[KEEL_WORLD_MAX];
