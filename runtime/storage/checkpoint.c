@@ -101,9 +101,6 @@ static bool config_valid(const struct keel_ckpt_config *cfg)
 		return false;
 	if (cfg->keep == 0 || cfg->keep > KEEL_CKPT_KEEP_MAX)
 		return false;
-	if (cfg->interval_ns != 0 && (cfg->interval_ns < KEEL_CKPT_INTERVAL_NS_MIN ||
-				      cfg->interval_ns > KEEL_CKPT_INTERVAL_NS_MAX))
-		return false;
 	if (cfg->scratch == NULL || cfg->scratch_len < KEEL_CKPT_SCRATCH_MIN ||
 	    cfg->scratch_len % KEEL_CKPT_ALIGN != 0 ||
 	    (uintptr_t)cfg->scratch % KEEL_CKPT_ALIGN != 0)
@@ -241,9 +238,12 @@ bool keel_ckpt_due(struct keel_ckpt *ck, uint64_t step, uint64_t now_ns)
 		ck->last_ns = now_ns;
 		return false;
 	}
-	if (ck->cfg.interval_steps != 0 && step >= ck->last_step + ck->cfg.interval_steps)
+	/* differences, not sums: any interval up to UINT64_MAX is valid and cannot overflow */
+	if (ck->cfg.interval_steps != 0 && step >= ck->last_step &&
+	    step - ck->last_step >= ck->cfg.interval_steps)
 		return true;
-	return ck->cfg.interval_ns != 0 && now_ns >= ck->last_ns + ck->cfg.interval_ns;
+	return ck->cfg.interval_ns != 0 && now_ns >= ck->last_ns &&
+	       now_ns - ck->last_ns >= ck->cfg.interval_ns;
 }
 
 /* Full-length pwrite/pread, retrying short transfers and EINTR. */

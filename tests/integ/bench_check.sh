@@ -9,6 +9,10 @@ BUILD=${BUILD:-build}
 RUN=$BUILD/bin/keel-run
 BENCH=$BUILD/bin/keel-bench
 [ -x "$RUN" ] && [ -x "$BENCH" ] || { echo "bench_check: build first (make all)"; exit 1; }
+# A bad range is named, not answered with the usage text alone.
+err=$("$BENCH" allreduce -b 1M -e 1K 2>&1)
+grep -q "minbytes 1048576 is larger than --maxbytes 1024" <<<"$err" ||
+	{ echo "bench_check: -b 1M -e 1K not explained: $err"; exit 1; }
 out=$("$RUN" -n 5 --timeout 120 --kill 3@0.5 -- "$BENCH" allreduce -b 64K -e 16M -f 4 -n 10 \
 	--check 2>&1)
 rc=$?

@@ -48,6 +48,18 @@ printf '<platform>\n<host id="x" speed="quick"/>\n</platform>\n' >"$tmp/bad.xml"
 err=$("$PLAN" --cluster-xml "$tmp/bad.xml" --workload $EX/step.workload 2>&1)
 echo "$err" | grep -q "bad.xml:2: field 'speed'" || bad "bad platform message: $err"
 
+# Missing or unreadable arguments are named, not answered with the usage text alone.
+err=$("$PLAN" --cluster /nonexistent --workload $EX/step.workload 2>&1)
+[ $? -eq 2 ] && grep -q "/nonexistent: No such file or directory" <<<"$err" ||
+	bad "unreadable cluster file not named: $err"
+err=$("$PLAN" --cluster $EX/mixed24.cluster 2>&1)
+grep -q "nothing to place: give --workload" <<<"$err" || bad "missing workload not said: $err"
+err=$("$PLAN" --workload $EX/step.workload 2>&1)
+grep -q "give one cluster" <<<"$err" || bad "missing cluster not said: $err"
+err=$("$PLAN" --mode fastest --cluster $EX/mixed24.cluster --workload $EX/step.workload 2>&1)
+grep -q "mode fastest: expected lpt, rendezvous, hash or range" <<<"$err" ||
+	bad "bad mode not named: $err"
+
 # An item no worker can hold is named.
 printf 'item small work=1T mem=1G\nitem huge work=1T mem=500G\n' >"$tmp/huge.workload"
 err=$("$PLAN" --cluster $EX/mixed24.cluster --workload "$tmp/huge.workload" 2>&1)

@@ -245,10 +245,22 @@ static void test_checkpoint_due(void **state)
 	assert_false(keel_ckpt_due(f->ck, 9, 1000));
 	assert_true(keel_ckpt_due(f->ck, 10, 1000));
 	assert_true(keel_ckpt_due(f->ck, 3, KEEL_CKPT_INTERVAL_NS_DEFAULT));
-	f->cfg.interval_ns = 60ull * 1000000000ull; /* 1 min: outside 10-30 min */
-	assert_int_equal(keel_ckpt_storage_size(&f->cfg), 0);
 	struct keel_ckpt *x;
-	assert_int_equal(keel_ckpt_init(&x, f->mem, sizeof(f->mem), &f->cfg), -EINVAL);
+	/* Any positive interval is the caller's choice (a 10-30 min cadence is advice): 1 s, and
+	 * the largest value, which must not overflow into "always due". */
+	keel_ckpt_fini(f->ck);
+	f->cfg.interval_steps = 0;
+	f->cfg.interval_ns = 1000000000ull;
+	assert_true(keel_ckpt_storage_size(&f->cfg) > 0);
+	assert_int_equal(keel_ckpt_init(&f->ck, f->mem, sizeof(f->mem), &f->cfg), 0);
+	assert_false(keel_ckpt_due(f->ck, 0, 5000000000ull));
+	assert_false(keel_ckpt_due(f->ck, 1, 5999999999ull));
+	assert_true(keel_ckpt_due(f->ck, 2, 6000000000ull));
+	keel_ckpt_fini(f->ck);
+	f->cfg.interval_ns = UINT64_MAX;
+	assert_int_equal(keel_ckpt_init(&f->ck, f->mem, sizeof(f->mem), &f->cfg), 0);
+	assert_false(keel_ckpt_due(f->ck, 0, 100));
+	assert_false(keel_ckpt_due(f->ck, 1, UINT64_MAX - 1));
 	f->cfg.interval_ns = 0;
 	assert_int_equal(keel_ckpt_init(&x, f->mem, 16, &f->cfg), -ENOSPC);
 	assert_int_equal(keel_ckpt_register(f->ck, "", f->a, 1), -EINVAL);

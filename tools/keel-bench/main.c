@@ -178,9 +178,22 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 			return -EINVAL;
 		}
 	}
-	if (optind != argc || o->min_bytes > o->max_bytes ||
-	    (o->factor < 2 && o->step_bytes == 0)) {
-		usage(stderr);
+	const char *why = NULL;
+	char msg[128];
+	if (optind != argc) {
+		snprintf(msg, sizeof(msg), "unexpected argument '%s'", argv[optind]);
+		why = msg;
+	} else if (o->min_bytes > o->max_bytes) {
+		snprintf(msg, sizeof(msg),
+			 "--minbytes %" PRIu64 " is larger than --maxbytes %" PRIu64
+			 ": nothing to measure",
+			 o->min_bytes, o->max_bytes);
+		why = msg;
+	} else if (o->factor < 2 && o->step_bytes == 0) {
+		why = "--stepfactor must be at least 2 (or give --stepbytes)";
+	}
+	if (why != NULL) {
+		fprintf(stderr, "keel-bench: %s (keel-bench --help for the options)\n", why);
 		return -EINVAL;
 	}
 	return 0;

@@ -437,7 +437,12 @@ int main(int argc, char **argv)
 			else if (strcmp(optarg, "range") == 0)
 				mode = MODE_RANGE;
 			else
-				return usage(stderr), 2;
+				return fprintf(
+					   stderr,
+					   "keel-plan: --mode %s: expected lpt, rendezvous, hash "
+					   "or range\n",
+					   optarg),
+				       2;
 			break;
 		case 'h':
 			usage(stdout);
@@ -454,8 +459,15 @@ int main(int argc, char **argv)
 		bench_mixed();
 		return 0;
 	}
-	if ((cluster == NULL) == (xml == NULL) || (workload == NULL && dag == NULL))
-		return usage(stderr), 2;
+	if ((cluster == NULL) == (xml == NULL))
+		return fprintf(stderr,
+			       "keel-plan: give one cluster: --cluster FILE or --cluster-xml "
+			       "PLATFORM.xml (keel-plan --help)\n"),
+		       2;
+	if (workload == NULL && dag == NULL)
+		return fprintf(stderr, "keel-plan: nothing to place: give --workload FILE and/or "
+				       "--dag FILE (keel-plan --help)\n"),
+		       2;
 	char err[PLAN_ERR_MAX];
 	struct plan_cluster c;
 	int rc = cluster != NULL ? plan_cluster_load(cluster, &c, err, sizeof(err))
