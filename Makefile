@@ -15,6 +15,8 @@ HAVE_DPDK := $(shell pkg-config --exists libdpdk 2>/dev/null && echo 1)
 HAVE_VERBS := $(shell pkg-config --exists libibverbs 2>/dev/null && echo 1)
 HAVE_SIMGRID := $(shell pkg-config --exists simgrid 2>/dev/null && echo 1)
 HAVE_CMOCKA := $(shell pkg-config --exists cmocka 2>/dev/null && echo 1)
+# expat: keel-plan's SimGrid platform reader (tools/keel-plan/plan_xml.c) and its unit test only.
+HAVE_EXPAT := $(shell pkg-config --exists expat 2>/dev/null && echo 1)
 ifeq ($(MAKELEVEL),0)
 ifneq ($(HAVE_DPDK),1)
 $(info keel: DPDK backend skipped (pkg-config libdpdk not found; install libdpdk-dev))
@@ -24,6 +26,9 @@ $(info keel: ibverbs backend skipped (pkg-config libibverbs not found; install l
 endif
 ifneq ($(HAVE_SIMGRID),1)
 $(info keel: SimGrid simulator skipped (pkg-config simgrid not found; install libsimgrid-dev))
+endif
+ifneq ($(HAVE_EXPAT),1)
+$(info keel: keel-plan --cluster-xml skipped (pkg-config expat not found; install libexpat1-dev))
 endif
 endif
 
@@ -67,6 +72,12 @@ $(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/fuzz/%.o: INC += -Iruntime/base -
 $(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/integ/%.o: INC += -Iruntime/boot
 $(BUILD)/obj/tests/unit/test_train.o: INC += -Itools/keel-train
 $(BUILD)/obj/tests/unit/test_plan_parse.o: INC += -Itools/keel-plan
+# keel-plan's SimGrid reader is built with expat when pkg-config finds it; without it,
+# --cluster-xml says so. Only keel-plan and test_plan_parse link -lexpat.
+ifeq ($(HAVE_EXPAT),1)
+$(BUILD)/obj/tools/keel-plan/plan_xml.o: INC += -DPLAN_HAVE_EXPAT $(shell pkg-config --cflags expat)
+EXPAT_LIBS := $(shell pkg-config --libs expat)
+endif
 
 # Optional parts (DPDK, verbs, the simulator...) bring their own rules in mk/<part>.mk and
 # add their outputs to EXTRA_ALL (built by `make`) and EXTRA_TESTS (built for `make test`).
@@ -119,17 +130,21 @@ LINK_GROUP_WHITEBOX = $(EXTRA_UNDEFINED) -Wl,--start-group $(LIBBOOT) $(EXTRA_LI
 define tool_rule
 $(BUILD)/bin/$(1): $(call tool_obj,$(1)) $(LIBBOOT) $(LIBKEEL) $(EXTRA_LIBS)
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(LDFLAGS_KEEL) -o $$@ $$(filter %.o,$$^) $$(LINK_GROUP) -lm
+	$$(CC) $$(LDFLAGS_KEEL) -o $$@ $$(filter %.o,$$^) $$(LINK_GROUP) $$(TOOL_LIBS) -lm
 endef
 $(foreach t,$(TOOL_NAMES),$(eval $(call tool_rule,$(t))))
 $(BUILD)/bin/keel-bench: $(KEEL_BENCH_OBJ)
+$(BUILD)/bin/keel-plan: TOOL_LIBS := $(EXPAT_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBBOOT) $(LIBKEEL_WHITEBOX) $(EXTRA_LIBS) \
 	$(REFCHECK_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_KEEL) -o $@ $(filter %.o,$^) $(LINK_GROUP_WHITEBOX) $(CMOCKA_LIBS) -lm
+	$(CC) $(LDFLAGS_KEEL) -o $@ $(filter %.o,$^) $(LINK_GROUP_WHITEBOX) $(CMOCKA_LIBS) \
+		$(TOOL_LIBS) -lm
 $(BUILD)/tests/test_train: $(BUILD)/obj/tools/keel-train/train_model.o
-$(BUILD)/tests/test_plan_parse: $(BUILD)/obj/tools/keel-plan/plan_parse.o
+$(BUILD)/tests/test_plan_parse: $(BUILD)/obj/tools/keel-plan/plan_parse.o \
+	$(BUILD)/obj/tools/keel-plan/plan_xml.o $(BUILD)/obj/tools/keel-plan/plan_preset.o
+$(BUILD)/tests/test_plan_parse: TOOL_LIBS := $(EXPAT_LIBS)
 
 $(BUILD)/tests/integ-%: $(BUILD)/obj/tests/integ/%.o $(LIBBOOT) $(LIBKEEL) $(EXTRA_LIBS) \
 	$(REFCHECK_OBJ)

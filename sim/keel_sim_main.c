@@ -8,23 +8,31 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <simgrid/engine.h>
+
+#include "platform_load.h"
 #include "sim_int.h"
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: keel-sim [--cluster 48xH100:ib,16xA100:eth | --platform FILE.xml]\n"
-		"  [--mode train|heartbeat|allreduce] [--horizon 60s] [--ranks N] [--seed N]\n"
-		"  [--heartbeat 1ms] [--miss-limit 3] [--window 16] [--mtu 8972] [--algo ring]\n"
-		"  [--model 1.3B] [--batch 512] [--mfu 0.4] [--ckpt-every 100] [--ckpt-bw 2e9]\n"
-		"  [--recovery keel|restart|timeout[=600s]] [--restart 60s] [--grad-scale N]\n"
-		"  [--fail T:HOST] [--recover T:HOST] [--slow T:HOST:FACTOR] [--link-off T:LINK]\n"
-		"  [--link-on T:LINK] [--cut T:A:B] [--pause T:HOST:SECONDS] [--mtbf 1h]\n"
-		"  [--chaos loss=0.01,seed=3]\n"
-		"  [--bytes 4M --repeat 5] [--check 1] [--scenario FILE]\n"
-		"  [--sweep KEY=V1,V2,...] [--format table|csv|json] [--progress]\n"
-		"  [--write-platform FILE] [--list-models] [--cfg=simgrid/option:value ...]\n"
-		"Cluster items: COUNTxGPU[:FABRIC][/GPUS_PER_NODE] (8 per node by default).\n");
+	fprintf(
+	    f,
+	    "usage: keel-sim [--cluster 48xH100:ib,16xA100:eth | --platform FILE.xml]\n"
+	    "  [--mode train|heartbeat|allreduce] [--horizon 60s] [--ranks N] [--seed N]\n"
+	    "  [--heartbeat 1ms] [--miss-limit 3] [--window 16] [--mtu 8972] [--algo ring]\n"
+	    "  [--model 1.3B] [--batch 512] [--mfu 0.4] [--ckpt-every 100] [--ckpt-bw 2e9]\n"
+	    "  [--recovery keel|restart|timeout[=600s]] [--restart 60s] [--grad-scale N]\n"
+	    "  [--fail T:HOST] [--recover T:HOST] [--slow T:HOST:FACTOR] [--link-off T:LINK]\n"
+	    "  [--link-on T:LINK] [--cut T:A:B] [--pause T:HOST:SECONDS] [--mtbf 1h]\n"
+	    "  [--chaos loss=0.01,seed=3]\n"
+	    "  [--bytes 4M --repeat 5] [--check 1] [--scenario FILE]\n"
+	    "  [--sweep KEY=V1,V2,...] [--format table|csv|json] [--progress]\n"
+	    "  [--write-platform FILE] [--list-models] [--cfg=simgrid/option:value ...]\n"
+	    "  [--define 'gpu NAME rate=FLOP/s [mem=BYTES] [link=LINK]' | 'link NAME bw=B/s "
+	    "lat=T']\n"
+	    "       keel-sim --platform FILE.xml --list-hosts   (what SimGrid made of the file)\n"
+	    "Cluster items: COUNTxGPU[:FABRIC][/GPUS_PER_NODE] (8 per node by default); GPU and\n"
+	    "FABRIC are presets (--list-models) or names defined before the --cluster.\n");
 }
 
 /* SimGrid options keel-sim always sets (a user --cfg after them wins):
@@ -101,12 +109,36 @@ static void allreduce_row(const struct sim_scenario *s, const struct sim_result 
 		    (unsigned long long)r->allreduce_failed);
 }
 
+/* --list-hosts: load the platform with SimGrid and print what its engine holds. */
+static int list_platform(const struct sim_scenario *s, char *prog, char **sg_args, int sg_count)
+{
+	char err[512], *av[ARGS_MAX + 8];
+	int ac = 0;
+	av[ac++] = prog;
+	for (size_t i = 0; i < sizeof(sg_defaults) / sizeof(sg_defaults[0]); i++)
+		av[ac++] = (char *)sg_defaults[i];
+	for (int i = 0; i < sg_count; i++)
+		av[ac++] = sg_args[i];
+	av[ac] = NULL;
+	if (s->platform_file[0] == '\0') {
+		fprintf(stderr, "keel-sim: --list-hosts needs --platform FILE.xml\n");
+		return 2;
+	}
+	simgrid_init(&ac, av);
+	if (sim_platform_describe(s->platform_file, stdout, err, sizeof(err)) != 0) {
+		fprintf(stderr, "keel-sim: %s\n", err);
+		return 2;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct sim_scenario s;
 	char err[512] = "", *sg_args[ARGS_MAX], *sweep = NULL;
 	const char *fmt = "table", *write_platform = NULL;
 	int sg_count = 0;
+	bool list_models = false, list_hosts = false;
 
 	sim_scenario_default(&s);
 	for (int i = 1; i < argc; i++) {
@@ -124,8 +156,12 @@ int main(int argc, char **argv)
 			return 0;
 		}
 		if (strcmp(a, "--list-models") == 0) {
-			sim_models_print(stdout);
-			return 0;
+			list_models = true;
+			continue;
+		}
+		if (strcmp(a, "--list-hosts") == 0) {
+			list_hosts = true;
+			continue;
 		}
 		if (strcmp(a, "--progress") == 0) {
 			s.progress = true;
@@ -169,6 +205,12 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (list_models) {
+		sim_models_print(stdout);
+		return 0;
+	}
+	if (list_hosts)
+		return list_platform(&s, argv[0], sg_args, sg_count);
 	if (s.cluster_spec[0] == '\0' && s.platform_file[0] == '\0')
 		snprintf(s.cluster_spec, sizeof(s.cluster_spec), "8xH100:ib");
 	if (write_platform != NULL) {

@@ -1,5 +1,6 @@
-/* The cluster model: GPU types and fabrics with sourced figures, the compact cluster
- * description ("48xH100:ib,16xA100:eth") and the SimGrid platform XML it becomes.
+/* The cluster model: GPU types and fabrics from the shared presets (include/keel/partition.h,
+ * plus `define` lines read by tools/keel-plan/plan_preset.c), the compact cluster description
+ * ("48xH100:ib,16xA100:eth") and the SimGrid platform XML it becomes.
  * Tool-side: it writes a file; it never touches a keel node. */
 #include <ctype.h>
 #include <errno.h>
@@ -8,81 +9,33 @@
 #include <string.h>
 #include <strings.h>
 
+#include "plan_preset.h"
 #include "sim_int.h"
 
-/* Dense BF16 tensor throughput (no sparsity) and NVLink bandwidth per GPU from NVIDIA's
- * datasheets. NVLink figures are totals over both directions: halved for one direction. */
-static const struct sim_gpu_type gpu_types[] = {
-    {"V100", 125e12, 300e9 / 2, 0.35e-6,
-     "NVIDIA V100 datasheet: 125 TFLOPS tensor (FP16), NVLink 2 300 GB/s"},
-    {"A100", 312e12, 600e9 / 2, 0.35e-6,
-     "NVIDIA A100 datasheet: 312 TFLOPS BF16 dense, NVLink 3 600 GB/s"},
-    {"H100", 989e12, 900e9 / 2, 0.35e-6,
-     "NVIDIA H100 SXM datasheet: 989 TFLOPS BF16 dense, NVLink 4 900 GB/s"},
-};
+/* The user's definitions (--define, scenario `define` lines): read before the runs fork. */
+static struct plan_presets defs;
 
-/* One NIC per GPU (as in DGX A100/H100), per-direction line rate. Latencies are one-way,
- * host to host through one switch: InfiniBand ~1-2 us (NVIDIA ConnectX/Quantum figures, MPI
- * ping-pong ~1 us), Ethernet ~5-10 us (kernel UDP/TCP; RoCE is closer to IB). */
-static const struct sim_fabric fabrics[] = {
-    {"ib", 400e9 / 8, 1.5e-6, "NDR InfiniBand 400 Gb/s",
-     "NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s per port; ~1-2 us"},
-    {"ndr", 400e9 / 8, 1.5e-6, "NDR InfiniBand 400 Gb/s",
-     "NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s per port; ~1-2 us"},
-    {"hdr", 200e9 / 8, 1.5e-6, "HDR InfiniBand 200 Gb/s",
-     "NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port; ~1-2 us"},
-    {"eth", 100e9 / 8, 7e-6, "100 GbE", "IEEE 802.3 100GBASE; ~5-10 us through the kernel"},
-    {"eth400", 400e9 / 8, 7e-6, "400 GbE", "IEEE 802.3bs 400GBASE; ~5-10 us"},
-};
-
-#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
-
-const struct sim_gpu_type *sim_gpu_find(const char *name)
+int sim_define(const char *def, char *err, size_t err_len)
 {
-	for (size_t i = 0; i < COUNT_OF(gpu_types); i++)
-		if (strcasecmp(name, gpu_types[i].name) == 0)
-			return &gpu_types[i];
-	return NULL;
-}
-
-const struct sim_fabric *sim_fabric_find(const char *name)
-{
-	for (size_t i = 0; i < COUNT_OF(fabrics); i++)
-		if (strcasecmp(name, fabrics[i].name) == 0)
-			return &fabrics[i];
-	return NULL;
+	char sub[512];
+	if (plan_presets_define(&defs, def, sub, sizeof(sub)) != 0) {
+		snprintf(err, err_len, "define '%s': %s", def, sub);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 void sim_models_print(FILE *f)
 {
-	fprintf(f, "GPU types (host speed = dense BF16 peak; NVLink per direction):\n");
-	for (size_t i = 0; i < COUNT_OF(gpu_types); i++)
-		fprintf(f, "  %-5s %6.0f TFLOPS  NVLink %4.0f GB/s  [%s]\n", gpu_types[i].name,
-			gpu_types[i].flops / 1e12, gpu_types[i].nvlink_Bps / 1e9,
-			gpu_types[i].source);
-	fprintf(f, "Fabrics (one NIC per GPU, per direction; one-way latency):\n");
-	for (size_t i = 0; i < COUNT_OF(fabrics); i++)
-		fprintf(f, "  %-6s %-24s %5.1f GB/s  %4.1f us  [%s]\n", fabrics[i].name,
-			fabrics[i].label, fabrics[i].nic_Bps / 1e9, fabrics[i].lat_s * 1e6,
-			fabrics[i].source);
-}
-
-static void names_list(char *out, size_t len, bool gpus)
-{
-	size_t n = gpus ? COUNT_OF(gpu_types) : COUNT_OF(fabrics);
-
-	out[0] = '\0';
-	for (size_t i = 0; i < n; i++) {
-		size_t used = strlen(out);
-		snprintf(out + used, len - used, "%s%s", i ? ", " : "",
-			 gpus ? gpu_types[i].name : fabrics[i].name);
-	}
+	fprintf(f, "Each GPU is a host whose speed is its dense BF16 peak, with its own scale-up "
+		   "link to its server's switch\nand one NIC into its fabric (the link table).\n");
+	plan_presets_print(&defs, f);
 }
 
 /* One item: COUNTxGPU[:FABRIC][/PER_NODE]. */
 static int parse_item(const char *item, struct sim_group *g, char *err, size_t err_len)
 {
-	char buf[64], known[128], *x, *fab, *per, *end;
+	char buf[64], known[1024], *x, *fab, *per, *end;
 	unsigned long count, per_node = 8;
 
 	if (strlen(item) >= sizeof(buf)) {
@@ -119,16 +72,14 @@ static int parse_item(const char *item, struct sim_group *g, char *err, size_t e
 			 buf, SIM_HOSTS_MAX);
 		return -EINVAL;
 	}
-	g->gpu = sim_gpu_find(x);
-	if (g->gpu == NULL) {
-		names_list(known, sizeof(known), true);
+	if (plan_gpu_find(&defs, x, &g->gpu, &g->own) < 0) {
+		plan_gpu_names(&defs, known, sizeof(known));
 		snprintf(err, err_len, "cluster item '%s': unknown GPU type '%s' (known: %s)", item,
 			 x, known);
 		return -EINVAL;
 	}
-	g->fabric = sim_fabric_find(fab != NULL ? fab : "ib");
-	if (g->fabric == NULL) {
-		names_list(known, sizeof(known), false);
+	if (plan_link_find(&defs, fab != NULL ? fab : "ib", &g->fabric) < 0) {
+		plan_link_names(&defs, known, sizeof(known));
 		snprintf(err, err_len, "cluster item '%s': unknown fabric '%s' (known: %s)", item,
 			 fab, known);
 		return -EINVAL;
@@ -189,16 +140,16 @@ static void xml_gpu(FILE *f, const struct sim_group *g, uint32_t gpu, uint32_t s
 	fprintf(f,
 		" <host id=\"gpu-%04u\" speed=\"%.6ef\"><prop id=\"gpu\" value=\"%s\"/><prop "
 		"id=\"fabric\" value=\"%s\"/><prop id=\"server\" value=\"%u\"/></host>\n",
-		gpu, g->gpu->flops, g->gpu->name, g->fabric->name, server);
+		gpu, g->gpu.rate_flops, g->gpu.name, g->fabric.name, server);
 	fprintf(f, " <router id=\"port-%04u\"/>\n", gpu);
 	fprintf(f,
 		" <link id=\"nvl-%04u\" bandwidth=\"%.6eBps\" latency=\"%.6es\" "
 		"sharing_policy=\"SPLITDUPLEX\"/>\n",
-		gpu, g->gpu->nvlink_Bps, g->gpu->nvlink_lat_s);
+		gpu, g->own.bw_Bps, g->own.lat_s / 2);
 	fprintf(f,
 		" <link id=\"nic-%04u\" bandwidth=\"%.6eBps\" latency=\"%.6es\" "
 		"sharing_policy=\"SPLITDUPLEX\"/>\n",
-		gpu, g->fabric->nic_Bps, g->fabric->lat_s / 2);
+		gpu, g->fabric.bw_Bps, g->fabric.lat_s / 2);
 }
 
 static void xml_routes(FILE *f, const struct sim_group *g, uint32_t gpu, uint32_t server)
@@ -212,42 +163,47 @@ static void xml_routes(FILE *f, const struct sim_group *g, uint32_t gpu, uint32_
 		"direction=\"UP\"/></route>\n",
 		gpu, gpu, gpu);
 	fprintf(f, " <route src=\"port-%04u\" dst=\"sw-%s\"><link_ctn id=\"fabric-%s\"/></route>\n",
-		gpu, g->fabric->name, g->fabric->name);
+		gpu, g->fabric.name, g->fabric.name);
+}
+
+/* The distinct fabrics of `c`, in first-use order: indexes of the first group using each. */
+static uint32_t fabrics_used(const struct sim_cluster *c, uint32_t *first_group)
+{
+	uint32_t n = 0;
+	for (uint32_t gi = 0; gi < c->group_count; gi++) {
+		bool seen = false;
+		for (uint32_t k = 0; k < n && !seen; k++)
+			seen = strcmp(c->groups[first_group[k]].fabric.name,
+				      c->groups[gi].fabric.name) == 0;
+		if (!seen)
+			first_group[n++] = gi;
+	}
+	return n;
 }
 
 int sim_cluster_write_xml(const struct sim_cluster *c, FILE *f)
 {
-	bool used[COUNT_OF(fabrics)] = {false};
-	const char *first = NULL;
+	uint32_t fab[SIM_GROUPS_MAX];
+	uint32_t fab_count = fabrics_used(c, fab);
 	double gw_Bps = 0;
 
 	fprintf(f, "<?xml version='1.0'?>\n"
 		   "<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
 		   "<platform version=\"4.1\">\n"
 		   "<zone id=\"keel\" routing=\"DijkstraCache\">\n");
-	for (uint32_t gi = 0; gi < c->group_count; gi++)
-		used[c->groups[gi].fabric - fabrics] = true;
-	for (size_t fi = 0; fi < COUNT_OF(fabrics); fi++) {
-		if (!used[fi])
-			continue;
+	for (uint32_t k = 0; k < fab_count; k++) {
+		const struct keel_link_preset *l = &c->groups[fab[k]].fabric;
 		/* The switch itself: non-blocking; its latency is in the NIC links. */
 		fprintf(f,
 			" <router id=\"sw-%s\"/>\n <link id=\"fabric-%s\" bandwidth=\"1e15Bps\" "
 			"latency=\"0s\" sharing_policy=\"FATPIPE\"/>\n",
-			fabrics[fi].name, fabrics[fi].name);
-		if (fabrics[fi].nic_Bps * 8 > gw_Bps)
-			gw_Bps = fabrics[fi].nic_Bps * 8;
+			l->name, l->name);
+		if (l->bw_Bps * 8 > gw_Bps)
+			gw_Bps = l->bw_Bps * 8;
 	}
-	for (size_t fi = 0; fi < COUNT_OF(fabrics); fi++) {
-		if (!used[fi])
-			continue;
-		if (first == NULL)
-			first = fabrics[fi].name;
-		else
-			fprintf(f,
-				" <link id=\"gw-%s\" bandwidth=\"%.6eBps\" latency=\"1e-6s\"/>\n",
-				fabrics[fi].name, gw_Bps);
-	}
+	for (uint32_t k = 1; k < fab_count; k++)
+		fprintf(f, " <link id=\"gw-%s\" bandwidth=\"%.6eBps\" latency=\"1e-6s\"/>\n",
+			c->groups[fab[k]].fabric.name, gw_Bps);
 	/* Pass 0 declares hosts, routers and links; pass 1 the routes that use them. */
 	for (int pass = 0; pass < 2; pass++) {
 		uint32_t gpu = 0, server = 0;
@@ -263,48 +219,12 @@ int sim_cluster_write_xml(const struct sim_cluster *c, FILE *f)
 			}
 		}
 	}
-	for (size_t fi = 0; fi < COUNT_OF(fabrics); fi++) {
-		if (!used[fi])
-			continue;
-		if (strcmp(first, fabrics[fi].name) != 0)
-			fprintf(f,
-				" <route src=\"sw-%s\" dst=\"sw-%s\"><link_ctn "
-				"id=\"gw-%s\"/></route>\n",
-				first, fabrics[fi].name, fabrics[fi].name);
-	}
+	for (uint32_t k = 1; k < fab_count; k++)
+		fprintf(f,
+			" <route src=\"sw-%s\" dst=\"sw-%s\"><link_ctn "
+			"id=\"gw-%s\"/></route>\n",
+			c->groups[fab[0]].fabric.name, c->groups[fab[k]].fabric.name,
+			c->groups[fab[k]].fabric.name);
 	fprintf(f, "</zone>\n</platform>\n");
 	return ferror(f) ? -EIO : 0;
-}
-
-int sim_platform_check(const char *path, uint32_t hosts_min, char *err, size_t err_len)
-{
-	FILE *f = fopen(path, "r");
-	char line[4096];
-	uint32_t hosts = 0;
-	bool platform = false;
-
-	if (f == NULL) {
-		snprintf(err, err_len, "platform file '%s': %s", path, strerror(errno));
-		return -EINVAL;
-	}
-	while (fgets(line, sizeof(line), f) != NULL) {
-		if (strstr(line, "<platform") != NULL)
-			platform = true;
-		for (const char *p = line; (p = strstr(p, "<host ")) != NULL; p++)
-			hosts++;
-		for (const char *p = line; (p = strstr(p, "<cluster ")) != NULL; p++)
-			hosts = hosts < hosts_min ? hosts_min : hosts; /* counted by SimGrid */
-	}
-	fclose(f);
-	if (!platform) {
-		snprintf(err, err_len,
-			 "platform file '%s': no <platform> element (not SimGrid XML)", path);
-		return -EINVAL;
-	}
-	if (hosts < hosts_min || hosts == 0) {
-		snprintf(err, err_len, "platform file '%s': %u <host> elements, need %u", path,
-			 hosts, hosts_min ? hosts_min : 1);
-		return -EINVAL;
-	}
-	return 0;
 }

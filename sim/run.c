@@ -19,6 +19,7 @@
 #include <simgrid/semaphore.h>
 
 #include "keel/transport_chaos.h"
+#include "platform_load.h"
 #include "refcheck.h"
 #include "sim_int.h"
 
@@ -892,52 +893,60 @@ static int faults_build(const struct sim_scenario *s, char *err, size_t err_len)
 	return 0;
 }
 
-static int platform_load(const struct sim_scenario *s, char *err, size_t err_len)
+/* The generated platform of a --cluster description: hosts gpu-NNNN in group order. */
+static int cluster_load(const struct sim_scenario *s, char *err, size_t err_len)
 {
 	char path[] = "/tmp/keel-sim-XXXXXX";
-	uint32_t hosts_min = s->ranks ? s->ranks : 1;
-	int rc;
-
-	if (s->cluster_spec[0] != '\0') {
-		struct sim_cluster c;
-		rc = sim_cluster_parse(s->cluster_spec, &c, err, err_len);
-		if (rc != 0)
-			return rc;
-		int fd = mkstemp(path);
-		FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-		if (f == NULL) {
-			snprintf(err, err_len, "cannot write a platform file in /tmp");
-			return -EIO;
-		}
-		rc = sim_cluster_write_xml(&c, f);
-		fclose(f);
-		if (rc == 0)
-			simgrid_load_platform(path);
-		unlink(path);
-		W.n = s->ranks ? s->ranks : c.gpu_count;
-		if (W.n > c.gpu_count) {
-			snprintf(err, err_len, "%u ranks asked, the cluster has %u GPUs", W.n,
-				 c.gpu_count);
-			return -EINVAL;
-		}
-		W.hosts = calloc(W.n, sizeof(*W.hosts));
-		for (uint32_t i = 0; i < W.n; i++) {
-			char name[32];
-			snprintf(name, sizeof(name), "gpu-%04u", i);
-			W.hosts[i] = sg_host_by_name(name);
-		}
-		return rc;
-	}
-	rc = sim_platform_check(s->platform_file, hosts_min, err, err_len);
+	struct sim_cluster c;
+	int rc = sim_cluster_parse(s->cluster_spec, &c, err, err_len);
 	if (rc != 0)
 		return rc;
-	simgrid_load_platform(s->platform_file);
+	int fd = mkstemp(path);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (f == NULL) {
+		snprintf(err, err_len, "cannot write a platform file in /tmp");
+		return -EIO;
+	}
+	rc = sim_cluster_write_xml(&c, f);
+	fclose(f);
+	if (rc == 0)
+		rc = sim_platform_load(path, err, err_len);
+	unlink(path);
+	if (rc != 0)
+		return rc;
+	W.n = s->ranks ? s->ranks : c.gpu_count;
+	if (W.n > c.gpu_count) {
+		snprintf(err, err_len, "%u ranks asked, the cluster has %u GPUs", W.n, c.gpu_count);
+		return -EINVAL;
+	}
+	W.hosts = calloc(W.n, sizeof(*W.hosts));
+	for (uint32_t i = 0; i < W.n; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "gpu-%04u", i);
+		W.hosts[i] = sg_host_by_name(name);
+	}
+	return 0;
+}
+
+/* A user's platform: SimGrid reads it, then the engine says which hosts it made (whatever
+ * the file used: hosts, clusters, cabinets, peers, nested zones). */
+static int platform_load(const struct sim_scenario *s, char *err, size_t err_len)
+{
+	if (s->cluster_spec[0] != '\0')
+		return cluster_load(s, err, err_len);
+	int rc = sim_platform_open(s->platform_file, err, err_len);
+	if (rc != 0)
+		return rc;
 	size_t count = sg_host_count();
+	if (count == 0) { /* sg_host_list would abort */
+		snprintf(err, err_len, "platform file '%s' has 0 hosts", s->platform_file);
+		return -EINVAL;
+	}
 	sg_host_t *list = sg_host_list();
 	W.n = s->ranks ? s->ranks : (uint32_t)count;
 	if (count < W.n || W.n == 0 || W.n > SIM_HOSTS_MAX) {
-		snprintf(err, err_len, "platform file '%s' has %zu hosts, %u ranks asked",
-			 s->platform_file, count, W.n);
+		snprintf(err, err_len, "platform file '%s' has %zu hosts, %u ranks asked (1..%u)",
+			 s->platform_file, count, W.n, SIM_HOSTS_MAX);
 		free(list);
 		return -EINVAL;
 	}

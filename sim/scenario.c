@@ -128,6 +128,8 @@ int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value,
 		s->platform_file[0] = '\0';
 		return 0;
 	}
+	if (strcmp(key, "define") == 0)
+		return sim_define(value, err, err_len);
 	if (strcmp(key, "platform") == 0) {
 		snprintf(s->platform_file, sizeof(s->platform_file), "%s", value);
 		s->cluster_spec[0] = '\0';
@@ -244,7 +246,12 @@ int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_
 		key = strtok_r(line, " \t=\r\n", &save);
 		if (key == NULL)
 			continue;
-		val = strtok_r(NULL, " \t=\r\n", &save);
+		/* "define gpu NAME rate=..." keeps the rest of its line. */
+		val = strcmp(key, "define") == 0 ? save : strtok_r(NULL, " \t=\r\n", &save);
+		if (val != NULL)
+			val[strcspn(val, "\r\n")] = '\0';
+		if (val != NULL && val[0] == '\0')
+			val = NULL;
 		if (val == NULL) {
 			snprintf(err, err_len, "scenario '%s' line %u: '%s' has no value", path, no,
 				 key);

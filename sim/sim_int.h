@@ -16,25 +16,12 @@
 #define SIM_GROUPS_MAX 16u
 #define SIM_HOSTS_MAX  4096u
 
-struct sim_gpu_type {
-	const char *name;
-	double flops;	     /* dense BF16 peak, flop/s */
-	double nvlink_Bps;   /* NVLink per GPU, per direction, bytes/s */
-	double nvlink_lat_s; /* one NVLink hop */
-	const char *source;  /* where the figures come from */
-};
-
-struct sim_fabric {
-	const char *name;
-	double nic_Bps;	   /* per GPU NIC, per direction, bytes/s */
-	double lat_s;	   /* one-way host-to-host latency across the fabric */
-	const char *label; /* "NDR InfiniBand 400 Gb/s" */
-	const char *source;
-};
-
+/* A group of GPUs of one kind. The figures are copies from the shared presets (runtime's
+ * table, or a `define` line: tools/keel-plan/plan_preset.h). */
 struct sim_group {
-	const struct sim_gpu_type *gpu;
-	const struct sim_fabric *fabric;
+	struct keel_gpu_preset gpu;  /* host speed = gpu.rate_flops */
+	struct keel_link_preset own; /* the GPU's scale-up link (NVLink, Infinity Fabric, PCIe) */
+	struct keel_link_preset fabric; /* its NIC into the scale-out fabric */
 	uint32_t gpu_count;
 	uint32_t per_node;
 };
@@ -45,18 +32,16 @@ struct sim_cluster {
 	uint32_t gpu_count;
 };
 
-const struct sim_gpu_type *sim_gpu_find(const char *name);
-const struct sim_fabric *sim_fabric_find(const char *name);
+/* A GPU or link described by the user ("gpu NAME rate=... mem=... link=..." or "link NAME
+ * bw=... lat=..."), usable in --cluster items after it. 0, or -EINVAL with a message. */
+int sim_define(const char *def, char *err, size_t err_len);
+/* The presets and the user's definitions, with their sources (--list-models). */
 void sim_models_print(FILE *f);
 /* Parse "48xH100:ib,16xA100:eth/4". Returns 0, or -EINVAL with a message naming the
  * faulty item in err. */
 int sim_cluster_parse(const char *spec, struct sim_cluster *c, char *err, size_t err_len);
 /* Write the SimGrid platform XML of `c` to `f`. Hosts are gpu-NNNN, in group order. */
 int sim_cluster_write_xml(const struct sim_cluster *c, FILE *f);
-/* Check a user platform file before SimGrid reads it (SimGrid aborts on bad XML): it must
- * exist and name at least `hosts_min` <host> elements. -EINVAL with a message. */
-int sim_platform_check(const char *path, uint32_t hosts_min, char *err, size_t err_len);
-
 /* ---- the scenario (scenario.c parses it, run.c plays it) ---- */
 
 enum sim_recovery {

@@ -24,7 +24,10 @@ extern "C" {
 #define KEEL_PLAN_WORKERS_MAX 65536u
 #define KEEL_PLAN_ITEMS_MAX   (1u << 24)
 
-/* GPU presets. Figures and their sources: runtime/plan/partition_presets.c and README. */
+/* Hardware presets: ONE table, shared by the planner, keel-plan and keel-sim. Each entry's
+ * figures and their public datasheet source are in runtime/plan/partition_presets.c (`source`
+ * below) and in README's presets table. Tools describe other parts with `define gpu` /
+ * `define link` (tools/keel-plan/plan_preset.c); the runtime only holds the constants. */
 enum keel_gpu {
 	KEEL_GPU_V100_16 = 0,
 	KEEL_GPU_V100_32,
@@ -32,42 +35,62 @@ enum keel_gpu {
 	KEEL_GPU_A100_80,
 	KEEL_GPU_H100,
 	KEEL_GPU_H200,
+	KEEL_GPU_B200,
+	KEEL_GPU_GB200,
 	KEEL_GPU_MI300X,
+	KEEL_GPU_MI325X,
+	KEEL_GPU_L40S,
 	KEEL_GPU_COUNT
 };
 
-/* Link presets: the link a worker reaches the others through. */
+/* Link presets: the link a worker reaches the others through (a GPU's own scale-up link, or
+ * the NIC of a scale-out fabric). */
 enum keel_link {
 	KEEL_LINK_NVLINK2 = 0,
 	KEEL_LINK_NVLINK3,
 	KEEL_LINK_NVLINK4,
-	KEEL_LINK_XGMI, /* AMD Infinity Fabric (MI300X platform) */
+	KEEL_LINK_NVLINK5,
+	KEEL_LINK_XGMI,	 /* AMD Infinity Fabric (MI300X / MI325X platforms) */
+	KEEL_LINK_PCIE4, /* PCIe 4.0 x16 */
+	KEEL_LINK_PCIE5, /* PCIe 5.0 x16 */
 	KEEL_LINK_IB_EDR,
 	KEEL_LINK_IB_HDR,
 	KEEL_LINK_IB_NDR,
+	KEEL_LINK_IB_XDR,
+	KEEL_LINK_ROCE_100G,
+	KEEL_LINK_ROCE_200G,
+	KEEL_LINK_ROCE_400G,
 	KEEL_LINK_ETH_25G,
 	KEEL_LINK_ETH_100G,
 	KEEL_LINK_ETH_400G,
-	KEEL_LINK_COUNT
+	KEEL_LINK_COUNT,
+	/* Not a table entry: a link the caller described itself (bw_Bps, lat_s of the worker). */
+	KEEL_LINK_CUSTOM = 255
 };
 
 struct keel_gpu_preset {
 	const char *name;    /* "H100", "A100-80", ... */
-	double rate_flops;   /* dense FP16/BF16 tensor peak, FLOP/s (no sparsity) */
+	double rate_flops;   /* dense BF16 tensor peak (FP16 on V100), FLOP/s, no sparsity */
 	uint64_t mem_bytes;  /* device memory, bytes (decimal GB as the datasheet states) */
-	enum keel_link link; /* the usual intra-node link of this part */
+	enum keel_link link; /* the part's own scale-up link (NVLink, Infinity Fabric, PCIe) */
+	const char *source;  /* the datasheet the figures come from, and any doubt about them */
 };
 
 struct keel_link_preset {
-	const char *name; /* "nvlink4", "ib-ndr", "eth-100g", ... */
-	double bw_Bps;	  /* per direction, bytes/s */
-	double lat_s;	  /* typical small-message latency (an estimate, not a datasheet figure) */
+	const char *name;   /* "nvlink4", "ib-ndr", "eth-100g", ... */
+	double bw_Bps;	    /* per direction, bytes/s */
+	double lat_s;	    /* one-way, endpoint to endpoint: an estimate, not a datasheet figure */
+	const char *label;  /* "NVLink 4, 900 GB/s both directions" */
+	const char *source; /* where the bandwidth comes from */
 };
 
 /* Preset tables. NULL when out of range. */
 const struct keel_gpu_preset *keel_gpu_preset_get(enum keel_gpu gpu);
 const struct keel_link_preset *keel_link_preset_get(enum keel_link link);
-/* Look a preset up by name (case-insensitive). Returns the enum value, or -ENOENT. */
+/* Look a preset up by name, case-insensitive. Older short names are kept as aliases: GPUs
+ * "V100" (V100-32), "A100" (A100-80); links "ib" and "ndr" (ib-ndr), "hdr", "edr", "xdr",
+ * "eth" (eth-100g), "eth400" (eth-400g), "infinity-fabric" (xgmi). Returns the enum value,
+ * or -ENOENT. */
 KEEL_MUST_USE int keel_gpu_preset_find(const char *name);
 KEEL_MUST_USE int keel_link_preset_find(const char *name);
 

@@ -1,5 +1,6 @@
-/* GPU and link presets for the planner, with the figures' sources. Only constants and lookups:
- * every figure can be overridden in struct keel_worker. */
+/* The one table of hardware presets (GPUs and links) that the planner, keel-plan and keel-sim
+ * share, each figure with its public source. Only constants and lookups: no I/O, no allocation;
+ * every figure can be overridden per worker, and tools describe other parts themselves. */
 #include <strings.h>
 
 #include "assert_int.h"
@@ -8,46 +9,106 @@
 #define TFLOPS 1e12
 #define GB     1000000000ull
 
-/* Dense FP16/BF16 tensor-core peak (the datasheets' "with sparsity" figures are twice these):
- * - V100: NVIDIA Tesla V100 GPU datasheet (SXM2): "Deep Learning 125 teraFLOPS", 16/32 GB HBM2,
- *   NVLink 300 GB/s (NVLink 2).
- * - A100: NVIDIA A100 Tensor Core GPU datasheet (SXM): BF16/FP16 Tensor Core 312 TFLOPS (624
- *   with sparsity), 40 GB HBM2 / 80 GB HBM2e, NVLink 600 GB/s (NVLink 3).
- * - H100: NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16/FP16 Tensor Core 1,979 TFLOPS with
- *   sparsity, i.e. 989 dense; 80 GB HBM3; NVLink 900 GB/s (NVLink 4).
- * - H200: NVIDIA H200 Tensor Core GPU datasheet (SXM): same compute as H100 (989 dense),
- *   141 GB HBM3e, NVLink 900 GB/s.
- * - MI300X: AMD Instinct MI300X accelerator datasheet: FP16/BF16 1,307.4 TFLOPS dense,
- *   192 GB HBM3, AMD Infinity Fabric links (7 x 128 GB/s = 896 GB/s peer to peer). */
+/* Compute is the dense BF16 tensor-core peak: the datasheets mostly print the "with sparsity"
+ * figure, twice the dense one. Memory as the datasheet states it (decimal GB). Where a source
+ * leaves doubt, `source` says so: README's table prints it. */
 static const struct keel_gpu_preset gpu_presets[KEEL_GPU_COUNT] = {
-    [KEEL_GPU_V100_16] = {"V100-16", 125 * TFLOPS, 16 * GB, KEEL_LINK_NVLINK2},
-    [KEEL_GPU_V100_32] = {"V100-32", 125 * TFLOPS, 32 * GB, KEEL_LINK_NVLINK2},
-    [KEEL_GPU_A100_40] = {"A100-40", 312 * TFLOPS, 40 * GB, KEEL_LINK_NVLINK3},
-    [KEEL_GPU_A100_80] = {"A100-80", 312 * TFLOPS, 80 * GB, KEEL_LINK_NVLINK3},
-    [KEEL_GPU_H100] = {"H100", 989 * TFLOPS, 80 * GB, KEEL_LINK_NVLINK4},
-    [KEEL_GPU_H200] = {"H200", 989 * TFLOPS, 141 * GB, KEEL_LINK_NVLINK4},
-    [KEEL_GPU_MI300X] = {"MI300X", 1307.4 * TFLOPS, 192 * GB, KEEL_LINK_XGMI},
+    [KEEL_GPU_V100_16] = {"V100-16", 125 * TFLOPS, 16 * GB, KEEL_LINK_NVLINK2,
+			  "NVIDIA Tesla V100 datasheet (SXM2): 125 TFLOPS tensor; FP16, V100 "
+			  "has no BF16; 16 GB HBM2; NVLink 300 GB/s"},
+    [KEEL_GPU_V100_32] = {"V100-32", 125 * TFLOPS, 32 * GB, KEEL_LINK_NVLINK2,
+			  "NVIDIA Tesla V100 datasheet (SXM2): 125 TFLOPS tensor; FP16, V100 "
+			  "has no BF16; 32 GB HBM2; NVLink 300 GB/s"},
+    [KEEL_GPU_A100_40] = {"A100-40", 312 * TFLOPS, 40 * GB, KEEL_LINK_NVLINK3,
+			  "NVIDIA A100 Tensor Core GPU datasheet (SXM): BF16 312 TFLOPS (624 "
+			  "sparse); 40 GB HBM2; NVLink 600 GB/s"},
+    [KEEL_GPU_A100_80] = {"A100-80", 312 * TFLOPS, 80 * GB, KEEL_LINK_NVLINK3,
+			  "NVIDIA A100 Tensor Core GPU datasheet (SXM): BF16 312 TFLOPS (624 "
+			  "sparse); 80 GB HBM2e; NVLink 600 GB/s"},
+    [KEEL_GPU_H100] = {"H100", 989 * TFLOPS, 80 * GB, KEEL_LINK_NVLINK4,
+		       "NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS sparse, "
+		       "989 dense; 80 GB HBM3; NVLink 900 GB/s"},
+    [KEEL_GPU_H200] = {"H200", 989 * TFLOPS, 141 * GB, KEEL_LINK_NVLINK4,
+		       "NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS sparse, "
+		       "989 dense; 141 GB HBM3e; NVLink 900 GB/s"},
+    [KEEL_GPU_B200] = {"B200", 2250 * TFLOPS, 180 * GB, KEEL_LINK_NVLINK5,
+		       "NVIDIA DGX B200 datasheet / HGX B200 spec: BF16 4.5 PFLOPS per GPU with "
+		       "sparsity (dense taken as half); 1,440 GB per 8 GPUs; NVLink 5 1.8 TB/s"},
+    [KEEL_GPU_GB200] = {"GB200", 2500 * TFLOPS, 186 * GB, KEEL_LINK_NVLINK5,
+			"NVIDIA GB200 NVL72 spec: BF16 10 PFLOPS per superchip (2 GPUs) with "
+			"sparsity (dense taken as half); 13.4 TB HBM3e per 72 GPUs (unsure: "
+			"earlier revisions said 384 GB per superchip); NVLink 5 1.8 TB/s"},
+    [KEEL_GPU_MI300X] = {"MI300X", 1307.4 * TFLOPS, 192 * GB, KEEL_LINK_XGMI,
+			 "AMD Instinct MI300X datasheet: FP16/BF16 1,307.4 TFLOPS dense; 192 GB "
+			 "HBM3; Infinity Fabric 7 x 128 GB/s = 896 GB/s"},
+    [KEEL_GPU_MI325X] = {"MI325X", 1307.4 * TFLOPS, 256 * GB, KEEL_LINK_XGMI,
+			 "AMD Instinct MI325X datasheet: FP16/BF16 1,307.4 TFLOPS dense; 256 GB "
+			 "HBM3E; Infinity Fabric 7 x 128 GB/s = 896 GB/s"},
+    [KEEL_GPU_L40S] = {"L40S", 362.05 * TFLOPS, 48 * GB, KEEL_LINK_PCIE4,
+		       "NVIDIA L40S datasheet: BF16 362.05 TFLOPS dense (733 sparse as printed); "
+		       "48 GB GDDR6; PCIe Gen4 x16 64 GB/s, no NVLink"},
 };
 
-/* Bandwidth per direction. NVLink totals above are bidirectional, so per direction is half:
- * NVLink 2/3/4 = 150/300/450 GB/s; Infinity Fabric 896/2 = 448 GB/s. InfiniBand (NVIDIA
- * ConnectX-5/6/7 product briefs): EDR 100, HDR 200, NDR 400 Gb/s per port = 12.5/25/50 GB/s.
- * Ethernet: IEEE 802.3 line rates 25/100/400 Gb/s = 3.125/12.5/50 GB/s.
- * Latencies are typical small-message figures, not datasheet values: about 2 us through NVLink
- * (NCCL/CUDA peer copy launch), 1.5 us for InfiniBand verbs, 5-20 us for kernel TCP over
- * Ethernet (RoCE is lower). Treat them as estimates and override with measurements. */
+/* Bandwidth per direction: scale-up totals (NVLink, Infinity Fabric, PCIe) are printed for
+ * both directions, so they are halved; NIC port rates are per direction already (Gb/s / 8).
+ * Latencies are one-way small-message estimates (about 0.35 us per NVLink/fabric hop, two
+ * hops through a switch; 1.5 us InfiniBand verbs; 2 us RoCE; kernel UDP/TCP over Ethernet
+ * 7-20 us), not datasheet values: override them with measurements. */
 static const struct keel_link_preset link_presets[KEEL_LINK_COUNT] = {
-    [KEEL_LINK_NVLINK2] = {"nvlink2", 150e9, 2e-6},
-    [KEEL_LINK_NVLINK3] = {"nvlink3", 300e9, 2e-6},
-    [KEEL_LINK_NVLINK4] = {"nvlink4", 450e9, 2e-6},
-    [KEEL_LINK_XGMI] = {"xgmi", 448e9, 2e-6},
-    [KEEL_LINK_IB_EDR] = {"ib-edr", 12.5e9, 1.5e-6},
-    [KEEL_LINK_IB_HDR] = {"ib-hdr", 25e9, 1.5e-6},
-    [KEEL_LINK_IB_NDR] = {"ib-ndr", 50e9, 1.5e-6},
-    [KEEL_LINK_ETH_25G] = {"eth-25g", 3.125e9, 20e-6},
-    [KEEL_LINK_ETH_100G] = {"eth-100g", 12.5e9, 10e-6},
-    [KEEL_LINK_ETH_400G] = {"eth-400g", 50e9, 10e-6},
+    [KEEL_LINK_NVLINK2] = {"nvlink2", 150e9, 0.7e-6, "NVLink 2, 300 GB/s both directions",
+			   "NVIDIA Tesla V100 datasheet"},
+    [KEEL_LINK_NVLINK3] = {"nvlink3", 300e9, 0.7e-6, "NVLink 3, 600 GB/s both directions",
+			   "NVIDIA A100 datasheet"},
+    [KEEL_LINK_NVLINK4] = {"nvlink4", 450e9, 0.7e-6, "NVLink 4, 900 GB/s both directions",
+			   "NVIDIA H100 / H200 datasheets"},
+    [KEEL_LINK_NVLINK5] = {"nvlink5", 900e9, 0.7e-6, "NVLink 5, 1.8 TB/s both directions",
+			   "NVIDIA DGX B200 datasheet, GB200 NVL72 spec"},
+    [KEEL_LINK_XGMI] = {"xgmi", 448e9, 0.7e-6, "AMD Infinity Fabric, 896 GB/s both directions",
+			"AMD Instinct MI300X / MI325X datasheets (7 links x 128 GB/s)"},
+    [KEEL_LINK_PCIE4] = {"pcie4", 32e9, 2e-6, "PCIe 4.0 x16, 64 GB/s both directions",
+			 "NVIDIA L40S datasheet (PCIe Gen4 x16 64 GB/s); PCI-SIG PCIe 4.0"},
+    [KEEL_LINK_PCIE5] = {"pcie5", 64e9, 2e-6, "PCIe 5.0 x16, 128 GB/s both directions",
+			 "NVIDIA H100 PCIe datasheet (PCIe Gen5 128 GB/s); PCI-SIG PCIe 5.0"},
+    [KEEL_LINK_IB_EDR] = {"ib-edr", 12.5e9, 1.5e-6, "EDR InfiniBand 100 Gb/s",
+			  "NVIDIA ConnectX-5 product brief: 100 Gb/s per port"},
+    [KEEL_LINK_IB_HDR] = {"ib-hdr", 25e9, 1.5e-6, "HDR InfiniBand 200 Gb/s",
+			  "NVIDIA ConnectX-6 / Quantum HDR: 200 Gb/s per port"},
+    [KEEL_LINK_IB_NDR] = {"ib-ndr", 50e9, 1.5e-6, "NDR InfiniBand 400 Gb/s",
+			  "NVIDIA ConnectX-7 / Quantum-2 NDR: 400 Gb/s per port"},
+    [KEEL_LINK_IB_XDR] = {"ib-xdr", 100e9, 1.5e-6, "XDR InfiniBand 800 Gb/s",
+			  "NVIDIA ConnectX-8 SuperNIC / Quantum-X800: 800 Gb/s per port"},
+    [KEEL_LINK_ROCE_100G] = {"roce-100g", 12.5e9, 2e-6, "RoCE v2 over 100 GbE",
+			     "IEEE 802.3 100GBASE line rate; latency an estimate"},
+    [KEEL_LINK_ROCE_200G] = {"roce-200g", 25e9, 2e-6, "RoCE v2 over 200 GbE",
+			     "IEEE 802.3bs 200GBASE line rate; latency an estimate"},
+    [KEEL_LINK_ROCE_400G] = {"roce-400g", 50e9, 2e-6, "RoCE v2 over 400 GbE",
+			     "IEEE 802.3bs 400GBASE line rate; latency an estimate"},
+    [KEEL_LINK_ETH_25G] = {"eth-25g", 3.125e9, 20e-6, "25 GbE, kernel UDP/TCP",
+			   "IEEE 802.3by 25GBASE line rate"},
+    [KEEL_LINK_ETH_100G] = {"eth-100g", 12.5e9, 7e-6, "100 GbE, kernel UDP/TCP",
+			    "IEEE 802.3 100GBASE line rate"},
+    [KEEL_LINK_ETH_400G] = {"eth-400g", 50e9, 7e-6, "400 GbE, kernel UDP/TCP",
+			    "IEEE 802.3bs 400GBASE line rate"},
 };
+
+struct alias {
+	const char *name;
+	int to;
+};
+
+/* Short names keel-sim and older cluster files used. */
+static const struct alias gpu_aliases[] = {
+    {"V100", KEEL_GPU_V100_32},
+    {"A100", KEEL_GPU_A100_80},
+};
+static const struct alias link_aliases[] = {
+    {"ib", KEEL_LINK_IB_NDR},	    {"ndr", KEEL_LINK_IB_NDR},
+    {"hdr", KEEL_LINK_IB_HDR},	    {"edr", KEEL_LINK_IB_EDR},
+    {"xdr", KEEL_LINK_IB_XDR},	    {"eth", KEEL_LINK_ETH_100G},
+    {"eth400", KEEL_LINK_ETH_400G}, {"infinity-fabric", KEEL_LINK_XGMI},
+};
+
+#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 const struct keel_gpu_preset *keel_gpu_preset_get(enum keel_gpu gpu)
 {
@@ -69,6 +130,9 @@ int keel_gpu_preset_find(const char *name)
 	for (int i = 0; i < KEEL_GPU_COUNT; i++)
 		if (strcasecmp(name, gpu_presets[i].name) == 0)
 			return i;
+	for (size_t i = 0; i < COUNT_OF(gpu_aliases); i++)
+		if (strcasecmp(name, gpu_aliases[i].name) == 0)
+			return gpu_aliases[i].to;
 	return -ENOENT;
 }
 
@@ -78,6 +142,9 @@ int keel_link_preset_find(const char *name)
 	for (int i = 0; i < KEEL_LINK_COUNT; i++)
 		if (strcasecmp(name, link_presets[i].name) == 0)
 			return i;
+	for (size_t i = 0; i < COUNT_OF(link_aliases); i++)
+		if (strcasecmp(name, link_aliases[i].name) == 0)
+			return link_aliases[i].to;
 	return -ENOENT;
 }
 

@@ -48,6 +48,21 @@ printf '<platform>\n<host id="x" speed="quick"/>\n</platform>\n' >"$tmp/bad.xml"
 err=$("$PLAN" --cluster-xml "$tmp/bad.xml" --workload $EX/step.workload 2>&1)
 echo "$err" | grep -q "bad.xml:2: field 'speed'" || bad "bad platform message: $err"
 
+# Parts the presets lack: --define on the command line, define lines in the file; bad ones named.
+printf 'define link fab bw=800Gbps lat=3us\ngroup new count=4 gpu=X9 link=fab\ngroup b200 count=4 gpu=B200\n' \
+	>"$tmp/def.cluster"
+out=$("$PLAN" --define 'gpu X9 rate=500T mem=96G' --cluster "$tmp/def.cluster" --show) ||
+	bad "defined parts refused: $out"
+grep -Eq '^new +4 X9 +500\.000 +96\.0 +100\.000 +3\.000' <<<"$out" || bad "defined gpu/link: $out"
+grep -Eq '^b200 +4 B200 +2250\.000 +180\.0 +900\.000' <<<"$out" || bad "B200 preset: $out"
+err=$("$PLAN" --define 'gpu X9 rate=lots' --cluster "$tmp/def.cluster" --show 2>&1)
+[ $? -eq 2 ] && grep -q "define 'gpu X9 rate=lots': field 'rate': expected FLOP/s" <<<"$err" ||
+	bad "bad --define not named: $err"
+printf 'define gpu Y rate=1T link=warp\n' >"$tmp/baddef.cluster"
+err=$("$PLAN" --cluster "$tmp/baddef.cluster" --show 2>&1)
+grep -q "baddef.cluster:1: field 'link': unknown link 'warp'" <<<"$err" || bad "bad define line: $err"
+"$PLAN" --list-presets | grep -q '^  GB200 ' || bad "--list-presets lacks GB200"
+
 # Missing or unreadable arguments are named, not answered with the usage text alone.
 err=$("$PLAN" --cluster /nonexistent --workload $EX/step.workload 2>&1)
 [ $? -eq 2 ] && grep -q "/nonexistent: No such file or directory" <<<"$err" ||

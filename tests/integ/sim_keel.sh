@@ -145,9 +145,19 @@ err=$("$SIM" --cluster 8xX100:ib 2>&1); [ $? = 2 ] && grep -q "unknown GPU type 
 	echo "sim: error: $err" || no "bad GPU type: $err"
 err=$("$SIM" --cluster 8xH100:fddi 2>&1); grep -q "unknown fabric 'fddi'" <<<"$err" || no "bad fabric: $err"
 err=$("$SIM" --cluster H100 2>&1); grep -q "expected COUNTxGPU" <<<"$err" || no "bad item: $err"
-echo '<platform version="4.1"></platform>' >"$tmp/empty.xml"
-err=$("$SIM" --platform "$tmp/empty.xml" 2>&1); grep -q "0 <host> elements" <<<"$err" &&
+printf '<?xml version="1.0"?>\n<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">\n%s\n' \
+	'<platform version="4.1"><zone id="z" routing="Full"/></platform>' >"$tmp/empty.xml"
+err=$("$SIM" --platform "$tmp/empty.xml" 2>&1); grep -q "empty.xml' has 0 hosts" <<<"$err" &&
 	echo "sim: error: $err" || no "empty platform: $err"
 err=$("$SIM" --platform "$tmp/none.xml" 2>&1); grep -q "No such file" <<<"$err" || no "missing platform: $err"
+# Presets shared with keel-plan, and parts described with --define (before the --cluster).
+err=$("$SIM" --define 'gpu X9 rate=fast' 2>&1); [ $? = 2 ] &&
+	grep -q "define 'gpu X9 rate=fast': field 'rate'" <<<"$err" || no "bad --define: $err"
+"$SIM" --define 'gpu X9 rate=500T link=nvlink5' --define 'link fab bw=800Gbps lat=3us' \
+	--cluster 2xX9:fab,2xB200:ib-xdr,2xMI325X:roce-400g --write-platform "$tmp/def.xml" &&
+	grep -q 'speed="5.000000e+14f"' "$tmp/def.xml" && grep -q 'id="sw-fab"' "$tmp/def.xml" &&
+	echo "sim: defined GPU and fabric, B200 and MI325X presets: platform written" ||
+	no "defined parts: $(head -c 300 "$tmp/def.xml" 2>&1)"
+"$SIM" --list-models | grep -q '^  L40S ' || no "--list-models lacks L40S"
 
 [ $fail = 0 ] && echo "sim: all checks passed" || exit 1

@@ -499,6 +499,32 @@ static void test_partition_presets_and_errors(void **state)
 	assert_true(keel_gpu_preset_get(KEEL_GPU_A100_80)->rate_flops == 312e12);
 	assert_true(keel_gpu_preset_get(KEEL_GPU_H200)->mem_bytes == 141000000000ull);
 	assert_null(keel_gpu_preset_get(KEEL_GPU_COUNT));
+	/* Current parts, the old short names, and every entry's source. */
+	assert_int_equal(keel_gpu_preset_find("b200"), KEEL_GPU_B200);
+	assert_int_equal(keel_gpu_preset_find("GB200"), KEEL_GPU_GB200);
+	assert_int_equal(keel_gpu_preset_find("MI325X"), KEEL_GPU_MI325X);
+	assert_int_equal(keel_gpu_preset_find("L40S"), KEEL_GPU_L40S);
+	assert_int_equal(keel_gpu_preset_find("A100"), KEEL_GPU_A100_80);
+	assert_int_equal(keel_gpu_preset_find("V100"), KEEL_GPU_V100_32);
+	assert_int_equal(keel_link_preset_find("ib"), KEEL_LINK_IB_NDR);
+	assert_int_equal(keel_link_preset_find("eth"), KEEL_LINK_ETH_100G);
+	assert_int_equal(keel_link_preset_find("nvlink5"), KEEL_LINK_NVLINK5);
+	assert_int_equal(keel_link_preset_find("ib-xdr"), KEEL_LINK_IB_XDR);
+	assert_int_equal(keel_link_preset_find("roce-200g"), KEEL_LINK_ROCE_200G);
+	assert_true(keel_gpu_preset_get(KEEL_GPU_MI325X)->mem_bytes == 256000000000ull);
+	assert_true(keel_link_preset_get(KEEL_LINK_NVLINK5)->bw_Bps == 900e9);
+	for (int i = 0; i < KEEL_GPU_COUNT; i++) {
+		const struct keel_gpu_preset *g = keel_gpu_preset_get((enum keel_gpu)i);
+		assert_non_null(g->source);
+		assert_true(g->rate_flops > 0 && g->mem_bytes > 0);
+		assert_non_null(keel_link_preset_get(g->link));
+	}
+	for (int i = 0; i < KEEL_LINK_COUNT; i++) {
+		const struct keel_link_preset *l = keel_link_preset_get((enum keel_link)i);
+		assert_non_null(l->source);
+		assert_non_null(l->label);
+		assert_true(l->bw_Bps > 0 && l->lat_s > 0);
+	}
 	assert_null(keel_link_preset_get(KEEL_LINK_COUNT));
 	struct keel_plan_config cfg = {4, 16}, bad = {0, 16};
 	assert_int_equal(keel_plan_storage_size(&bad), 0);

@@ -19,9 +19,13 @@ static void usage(FILE *f)
 {
 	fprintf(
 	    f,
-	    "usage: keel-plan (--cluster FILE | --cluster-xml PLATFORM.xml)\n"
+	    "usage: keel-plan (--cluster FILE | --cluster-xml PLATFORM.xml) [--define DEF ...]\n"
 	    "                 [--workload FILE] [--dag FILE] [--mode lpt|rendezvous|hash|range]\n"
+	    "                 [--show]\n"
+	    "       keel-plan --list-presets [--define DEF ...]\n"
 	    "       keel-plan --bench [--runs N]\n"
+	    "--define 'gpu NAME rate=FLOP/s [mem=BYTES] [link=LINK]' or 'link NAME bw=BYTES/s\n"
+	    "lat=TIME' describes a part the presets lack; --show prints the cluster and stops.\n"
 	    "Prints the capacity-aware plan and an even split side by side: per worker its\n"
 	    "share or items and predicted time, the predicted step time of both and the lower\n"
 	    "bound; for a DAG (task/edge lines) the HEFT schedule and a round-robin baseline.\n"
@@ -392,6 +396,19 @@ static void bench_mixed(void)
 	plan_cluster_free(&c);
 }
 
+/* --show: one line per group. */
+static void show_cluster(const struct plan_cluster *c)
+{
+	printf("%-16s %6s %-10s %10s %8s %10s %9s\n", "group", "count", "gpu", "TFLOPS", "mem_GB",
+	       "bw_GB/s", "lat_us");
+	for (uint32_t g = 0; g < c->group_count; g++) {
+		const struct plan_group *pg = &c->group[g];
+		printf("%-16s %6u %-10s %10.3f %8.1f %10.3f %9.3f\n", pg->name, pg->count, pg->gpu,
+		       pg->proto.rate / 1e12, (double)pg->proto.mem_bytes / 1e9,
+		       pg->proto.bw_Bps / 1e9, pg->proto.lat_s * 1e6);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
@@ -401,14 +418,31 @@ int main(int argc, char **argv)
 					     {"mode", required_argument, NULL, 'm'},
 					     {"bench", no_argument, NULL, 'b'},
 					     {"runs", required_argument, NULL, 'r'},
+					     {"define", required_argument, NULL, 'D'},
+					     {"show", no_argument, NULL, 's'},
+					     {"list-presets", no_argument, NULL, 'l'},
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *cluster = NULL, *xml = NULL, *workload = NULL, *dag = NULL;
 	enum item_mode mode = MODE_LPT;
-	bool bench = false;
+	bool bench = false, show = false, list = false;
 	int runs = 7, o;
+	static struct plan_presets defs;
+	char err[PLAN_ERR_MAX];
 	while ((o = getopt_long(argc, argv, "c:x:w:d:m:br:h", opts, NULL)) != -1) {
 		switch (o) {
+		case 'D':
+			if (plan_presets_define(&defs, optarg, err, sizeof(err)) != 0)
+				return fprintf(stderr, "keel-plan: --define '%s': %s\n", optarg,
+					       err),
+				       2;
+			break;
+		case 's':
+			show = true;
+			break;
+		case 'l':
+			list = true;
+			break;
 		case 'c':
 			cluster = optarg;
 			break;
@@ -459,23 +493,35 @@ int main(int argc, char **argv)
 		bench_mixed();
 		return 0;
 	}
+	if (list) {
+		plan_presets_print(&defs, stdout);
+		return 0;
+	}
 	if ((cluster == NULL) == (xml == NULL))
 		return fprintf(stderr,
 			       "keel-plan: give one cluster: --cluster FILE or --cluster-xml "
 			       "PLATFORM.xml (keel-plan --help)\n"),
 		       2;
-	if (workload == NULL && dag == NULL)
+	if (workload == NULL && dag == NULL && !show)
 		return fprintf(stderr, "keel-plan: nothing to place: give --workload FILE and/or "
 				       "--dag FILE (keel-plan --help)\n"),
 		       2;
-	char err[PLAN_ERR_MAX];
-	struct plan_cluster c;
-	int rc = cluster != NULL ? plan_cluster_load(cluster, &c, err, sizeof(err))
-				 : plan_cluster_load_xml(xml, &c, err, sizeof(err));
+	static struct plan_cluster c;
+	int rc = cluster != NULL ? plan_cluster_load(cluster, &defs, &c, err, sizeof(err))
+				 : plan_cluster_load_xml(xml, &defs, &c, err, sizeof(err));
 	if (rc != 0)
 		return fprintf(stderr, "keel-plan: %s\n", err), 2;
+	for (uint32_t i = 0; i < c.note_count; i++)
+		fprintf(stderr, "keel-plan: note: %s\n", c.note[i]);
+	if (c.notes_dropped > 0)
+		fprintf(stderr, "keel-plan: note: %u more elements not mapped\n", c.notes_dropped);
 	printf("cluster %s: %u workers in %u groups\n", cluster != NULL ? cluster : xml,
 	       c.worker_count, c.group_count);
+	if (show) {
+		show_cluster(&c);
+		plan_cluster_free(&c);
+		return 0;
+	}
 	const char *files[2] = {workload, dag};
 	for (int f = 0; f < 2 && rc == 0; f++) {
 		struct plan_workload wl;

@@ -1,16 +1,18 @@
-/* keel-plan's input formats. Tool code: allocates the parsed arrays; never used by the runtime.
+/* keel-plan's text formats. Tool code: allocates the parsed arrays; never used by the runtime.
  *
  * Both text formats are line based; '#' starts a comment; fields are key=value; numbers take an
  * optional prefix (k M G T P, or Ki Mi Gi Ti) and unit: bytes "80G" "80GB" "16GiB"; bandwidth
  * "50GB/s" "50GBps" "400Gbps" (b = bits); work and rate "989T" "989Tf" "1.5e12flop"; time
  * "5us" "2ms" "1s" (bare numbers are seconds). Errors name file:line and the field.
  *
- * Cluster file: one line per group of identical workers.
+ * Cluster file: one line per group of identical workers, and definitions of other parts.
  *   group NAME count=N gpu=PRESET [link=PRESET] [rate=FLOP/s] [mem=BYTES] [bw=BYTES/s]
  *         [lat=TIME] [load=0..1] [suspected=0|1]
- *   PRESET (gpu): V100-16 V100-32 A100-40 A100-80 H100 H200 MI300X; without gpu=, rate= is
- *   required. link: nvlink2 nvlink3 nvlink4 xgmi ib-edr ib-hdr ib-ndr eth-25g eth-100g
- *   eth-400g (default: the GPU's own link). Workers are named NAME-0 .. NAME-(N-1) (NAME alone
+ *   define gpu NAME rate=FLOP/s [mem=BYTES] [link=LINK]
+ *   define link NAME bw=BYTES/s lat=TIME
+ *   PRESET: the runtime's table (include/keel/partition.h; keel-plan --list-presets) or a
+ *   definition made earlier in the file or with --define. Without gpu=, rate= is required.
+ *   link defaults to the GPU's own link. Workers are named NAME-0 .. NAME-(N-1) (NAME alone
  *   when N is 1).
  *
  * Workload file: any of
@@ -23,10 +25,7 @@
  *        listed cannot run the task). W is a worker name or index.
  *   edge FROM TO [data=BYTES]                           FROM must finish before TO starts
  *
- * SimGrid platform (v4.1): <host id speed core>, <cluster id prefix suffix radical speed bw
- * lat core>, <link id bandwidth latency>, <route src dst><link_ctn id/></route>, and
- * <prop id="mem" value="80GB"/> inside a host. A host's bandwidth is the slowest link on its
- * routes, its latency the longest route latency; hosts without routes get eth-100g. */
+ * SimGrid platform files: plan_xml.c. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -53,61 +52,6 @@ static int fail(struct ctx *x, const char *field, const char *fmt, ...)
 		va_start(ap, fmt);
 		vsnprintf(x->err + n, x->err_len - (size_t)n, fmt, ap);
 		va_end(ap);
-	}
-	return -EINVAL;
-}
-
-struct unit {
-	const char *s;
-	double mult;
-};
-
-static const struct unit prefixes[] = {
-    {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
-    {"k", 1e3},	    {"K", 1e3},	       {"M", 1e6},	     {"G", 1e9},
-    {"T", 1e12},    {"P", 1e15},       {"E", 1e18},	     {"", 1.0},
-};
-static const struct unit u_bytes[] = {{"", 1}, {"B", 1}, {NULL, 0}};
-static const struct unit u_rate[] = {{"", 1},	     {"B/s", 1},     {"Bps", 1},
-				     {"b/s", 0.125}, {"bps", 0.125}, {NULL, 0}};
-static const struct unit u_flop[] = {{"", 1},	   {"f", 1},	{"F", 1},
-				     {"flop", 1},  {"FLOP", 1}, {"flops", 1},
-				     {"FLOPS", 1}, {"F/s", 1},	{NULL, 0}};
-static const struct unit u_time[] = {{"", 1},	   {"s", 1},	  {"ms", 1e-3}, {"us", 1e-6},
-				     {"ns", 1e-9}, {"ps", 1e-12}, {NULL, 0}};
-
-static bool match_unit(const char *rest, const struct unit *base, double *mult)
-{
-	for (const struct unit *u = base; u->s != NULL; u++)
-		if (strcmp(rest, u->s) == 0) {
-			*mult = u->mult;
-			return true;
-		}
-	return false;
-}
-
-int plan_parse_quantity(const char *s, char kind, double *out)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (end == s || errno != 0 || !isfinite(v) || v < 0)
-		return -EINVAL;
-	if (kind == 't') {
-		double m;
-		if (!match_unit(end, u_time, &m))
-			return -EINVAL;
-		*out = v * m;
-		return 0;
-	}
-	const struct unit *base = kind == 'b' ? u_bytes : kind == 'r' ? u_rate : u_flop;
-	for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
-		size_t pl = strlen(prefixes[i].s);
-		double m;
-		if (strncmp(end, prefixes[i].s, pl) == 0 && match_unit(end + pl, base, &m)) {
-			*out = v * prefixes[i].mult * m;
-			return 0;
-		}
 	}
 	return -EINVAL;
 }
@@ -202,41 +146,42 @@ static int name_field(struct ctx *x, const char *field, const char *val, char *d
 }
 
 static int group_field(struct ctx *x, const char *key, const char *val, struct plan_group *g,
-		       bool *has_rate)
+		       bool *has_rate, const struct plan_presets *defs)
 {
 	struct keel_worker *w = &g->proto;
+	struct keel_gpu_preset gp;
+	struct keel_link_preset lp;
+	char known[1024];
 	double v;
 	if (strcmp(key, "count") == 0)
 		return count_field(x, key, val, KEEL_PLAN_WORKERS_MAX, &g->count);
 	if (strcmp(key, "gpu") == 0) {
-		int k = keel_gpu_preset_find(val);
-		if (k < 0)
-			return fail(x, key,
-				    "expected a GPU preset (V100-16 V100-32 A100-40 A100-80 "
-				    "H100 H200 MI300X), got '%s'",
-				    val);
-		const struct keel_gpu_preset *gp = keel_gpu_preset_get((enum keel_gpu)k);
-		const struct keel_link_preset *lp = keel_link_preset_get(gp->link);
-		w->rate = *has_rate ? w->rate : gp->rate_flops;
-		w->mem_bytes = w->mem_bytes != 0 ? w->mem_bytes : gp->mem_bytes;
-		if (w->bw_Bps == 0) {
-			w->link = gp->link;
-			w->bw_Bps = lp->bw_Bps;
-			w->lat_s = lp->lat_s;
+		if (plan_gpu_find(defs, val, &gp, &lp) < 0) {
+			plan_gpu_names(defs, known, sizeof(known));
+			return fail(x, key, "expected a GPU preset or a defined gpu (%s), got '%s'",
+				    known, val);
 		}
-		snprintf(g->gpu, sizeof(g->gpu), "%s", gp->name);
+		w->rate = *has_rate ? w->rate : gp.rate_flops;
+		w->mem_bytes = w->mem_bytes != 0 ? w->mem_bytes : gp.mem_bytes;
+		if (w->bw_Bps == 0) {
+			w->link = gp.link;
+			w->bw_Bps = lp.bw_Bps;
+			w->lat_s = lp.lat_s;
+		}
+		snprintf(g->gpu, sizeof(g->gpu), "%s", gp.name);
 		return 0;
 	}
 	if (strcmp(key, "link") == 0) {
-		int k = keel_link_preset_find(val);
-		if (k < 0)
+		int k = plan_link_find(defs, val, &lp);
+		if (k < 0) {
+			plan_link_names(defs, known, sizeof(known));
 			return fail(x, key,
-				    "expected a link preset (nvlink2 nvlink3 nvlink4 xgmi "
-				    "ib-edr ib-hdr ib-ndr eth-25g eth-100g eth-400g), got '%s'",
-				    val);
+				    "expected a link preset or a defined link (%s), got '%s'",
+				    known, val);
+		}
 		w->link = (enum keel_link)k;
-		w->bw_Bps = keel_link_preset_get(w->link)->bw_Bps;
-		w->lat_s = keel_link_preset_get(w->link)->lat_s;
+		w->bw_Bps = lp.bw_Bps;
+		w->lat_s = lp.lat_s;
 		return 0;
 	}
 	if (strcmp(key, "rate") == 0) {
@@ -288,7 +233,7 @@ static int group_line(struct ctx *x, char **tok, int n, struct plan_cluster *c)
 		char *key, *val = kv(tok[i], &key);
 		if (val == NULL)
 			return fail(x, tok[i], "expected key=value");
-		if (group_field(x, key, val, g, &has_rate) != 0)
+		if (group_field(x, key, val, g, &has_rate, &c->presets) != 0)
 			return -EINVAL;
 	}
 	if (!(g->proto.rate > 0))
@@ -304,15 +249,15 @@ static int group_line(struct ctx *x, char **tok, int n, struct plan_cluster *c)
 }
 
 /* Give every group its workers: ids 0.., type = group index. */
-static int expand(struct ctx *x, struct plan_cluster *c)
+int plan_cluster_expand(struct plan_cluster *c, char *err, size_t err_len)
 {
 	uint64_t total = 0;
 	for (uint32_t g = 0; g < c->group_count; g++)
 		total += c->group[g].count;
 	if (total == 0 || total > KEEL_PLAN_WORKERS_MAX) {
-		x->line = 0;
-		return fail(x, "count", "the cluster has %llu workers (1..%u)",
-			    (unsigned long long)total, KEEL_PLAN_WORKERS_MAX);
+		snprintf(err, err_len, "the cluster has %llu workers (1..%u)",
+			 (unsigned long long)total, KEEL_PLAN_WORKERS_MAX);
+		return -EINVAL;
 	}
 	c->worker = calloc(total, sizeof(*c->worker));
 	if (c->worker == NULL)
@@ -330,23 +275,42 @@ static int expand(struct ctx *x, struct plan_cluster *c)
 	return 0;
 }
 
+/* "define gpu ..." / "define link ...": the rest of the line, rejoined. */
+static int define_line(struct ctx *x, char **tok, int n, struct plan_cluster *c)
+{
+	char def[512] = "", sub[PLAN_ERR_MAX];
+	for (int i = 1; i < n; i++) {
+		size_t used = strlen(def);
+		snprintf(def + used, sizeof(def) - used, "%s%s", i > 1 ? " " : "", tok[i]);
+	}
+	if (plan_presets_define(&c->presets, def, sub, sizeof(sub)) != 0) {
+		snprintf(x->err, x->err_len, "%s:%u: %s", x->name, x->line, sub);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int cluster_line(struct ctx *x, char **tok, int n, void *arg)
 {
+	if (strcmp(tok[0], "define") == 0)
+		return define_line(x, tok, n, arg);
 	if (strcmp(tok[0], "group") != 0)
-		return fail(x, "kind", "expected 'group', got '%s'", tok[0]);
+		return fail(x, "kind", "expected 'group' or 'define', got '%s'", tok[0]);
 	return group_line(x, tok, n, arg);
 }
 
-int plan_cluster_parse(const char *name, const char *text, struct plan_cluster *c, char *err,
-		       size_t err_len)
+int plan_cluster_parse(const char *name, const char *text, const struct plan_presets *defs,
+		       struct plan_cluster *c, char *err, size_t err_len)
 {
 	memset(c, 0, sizeof(*c));
+	if (defs != NULL)
+		c->presets = *defs;
 	struct ctx x = {name, 0, err, err_len};
 	int rc = each_line(&x, text, cluster_line, c);
 	if (rc == 0 && c->group_count == 0)
 		rc = fail(&x, "group", "no groups in the cluster");
 	if (rc == 0)
-		rc = expand(&x, c);
+		rc = plan_cluster_expand(c, err, err_len);
 	if (rc != 0)
 		plan_cluster_free(c);
 	return rc;
@@ -368,7 +332,7 @@ void plan_worker_name(const struct plan_cluster *c, uint32_t w, char *buf, size_
 		snprintf(buf, len, "%s-%u", g->name, w - g->first);
 }
 
-static char *slurp(const char *path, char *err, size_t err_len)
+char *plan_slurp(const char *path, size_t *len_out, char *err, size_t err_len)
 {
 	FILE *f = fopen(path, "rb");
 	if (f == NULL) {
@@ -395,15 +359,18 @@ static char *slurp(const char *path, char *err, size_t err_len)
 		snprintf(err, err_len, "%s: out of memory", path);
 	else
 		buf[len] = '\0';
+	if (buf != NULL && len_out != NULL)
+		*len_out = len;
 	return buf;
 }
 
-int plan_cluster_load(const char *path, struct plan_cluster *c, char *err, size_t err_len)
+int plan_cluster_load(const char *path, const struct plan_presets *defs, struct plan_cluster *c,
+		      char *err, size_t err_len)
 {
-	char *text = slurp(path, err, err_len);
+	char *text = plan_slurp(path, NULL, err, err_len);
 	if (text == NULL)
 		return -EINVAL;
-	int rc = plan_cluster_parse(path, text, c, err, err_len);
+	int rc = plan_cluster_parse(path, text, defs, c, err, err_len);
 	free(text);
 	return rc;
 }
@@ -722,7 +689,7 @@ int plan_workload_parse(const char *name, const char *text, const struct plan_cl
 int plan_workload_load(const char *path, const struct plan_cluster *c, struct plan_workload *w,
 		       char *err, size_t err_len)
 {
-	char *text = slurp(path, err, err_len);
+	char *text = plan_slurp(path, NULL, err, err_len);
 	if (text == NULL)
 		return -EINVAL;
 	int rc = plan_workload_parse(path, text, c, w, err, err_len);
@@ -741,353 +708,4 @@ void plan_workload_free(struct plan_workload *w)
 	free(w->edge);
 	free(w->edge_bytes);
 	memset(w, 0, sizeof(*w));
-}
-
-/* ---- SimGrid platform files: a light tag scanner, enough for hosts, clusters and routes. */
-
-#define ATTRS_MAX 24
-
-struct tag {
-	char *name;
-	char name_buf[PLAN_NAME_MAX];
-	int attr_count;
-	char *key[ATTRS_MAX], *val[ATTRS_MAX];
-	bool closing, self_closing;
-};
-
-struct xlink {
-	char id[PLAN_NAME_MAX];
-	double bw_Bps, lat_s;
-};
-
-struct xml {
-	struct ctx x;
-	struct plan_cluster *c;
-	struct xlink *link;
-	uint32_t link_count;
-	int host; /* group of the open <host>, or -1 */
-	bool in_route;
-	int src, dst; /* groups of the open route's ends (-1: not a host) */
-	double route_bw, route_lat;
-};
-
-static const char *attr(const struct tag *t, const char *key)
-{
-	for (int i = 0; i < t->attr_count; i++)
-		if (strcmp(t->key[i], key) == 0)
-			return t->val[i];
-	return NULL;
-}
-
-static int need(struct xml *m, const struct tag *t, const char *key, const char **out)
-{
-	*out = attr(t, key);
-	if (*out == NULL)
-		return fail(&m->x, key, "<%s> needs %s=\"...\"", t->name, key);
-	return 0;
-}
-
-/* SimGrid speeds may list power states ("1Gf,500Mf"): the first is the nominal one. */
-static int xml_quantity(struct xml *m, const char *field, const char *val, char kind, double *out)
-{
-	char buf[128];
-	snprintf(buf, sizeof(buf), "%s", val);
-	buf[strcspn(buf, ",")] = '\0';
-	return quantity(&m->x, field, buf, kind, out);
-}
-
-static int xml_group(struct xml *m, const char *id, uint32_t count, double rate)
-{
-	struct plan_cluster *c = m->c;
-	if (c->group_count >= PLAN_GROUPS_MAX)
-		return fail(&m->x, "id", "more than %u hosts and clusters", PLAN_GROUPS_MAX);
-	struct plan_group *g = &c->group[c->group_count];
-	memset(g, 0, sizeof(*g));
-	snprintf(g->name, sizeof(g->name), "%.*s", (int)PLAN_NAME_MAX - 1, id);
-	strcpy(g->gpu, "simgrid");
-	g->count = count;
-	g->proto.rate = rate;
-	g->proto.link = KEEL_LINK_ETH_100G;
-	return (int)c->group_count++;
-}
-
-static int xml_host(struct xml *m, const struct tag *t)
-{
-	const char *id, *speed, *core = attr(t, "core");
-	double rate, cores = 1;
-	if (need(m, t, "id", &id) != 0 || need(m, t, "speed", &speed) != 0 ||
-	    xml_quantity(m, "speed", speed, 'f', &rate) != 0)
-		return -EINVAL;
-	if (core != NULL && fraction(&m->x, "core", core, 1, 1e6, &cores) != 0)
-		return -EINVAL;
-	if (!(rate > 0))
-		return fail(&m->x, "speed", "must be > 0, got '%s'", speed);
-	int g = xml_group(m, id, 1, rate * cores);
-	if (g >= 0 && !t->self_closing)
-		m->host = g;
-	return g < 0 ? g : 0;
-}
-
-/* radical="0-7" or "0-3,8,10-11": how many hosts. */
-static int radical_count(struct xml *m, const char *val, uint32_t *out)
-{
-	uint64_t n = 0;
-	const char *p = val;
-	while (*p != '\0') {
-		char *end;
-		unsigned long a = strtoul(p, &end, 10), b = a;
-		if (end == p)
-			return fail(&m->x, "radical", "expected ranges like 0-7, got '%s'", val);
-		if (*end == '-') {
-			p = end + 1;
-			b = strtoul(p, &end, 10);
-			if (end == p || b < a)
-				return fail(&m->x, "radical", "expected ranges like 0-7, got '%s'",
-					    val);
-		}
-		n += b - a + 1;
-		p = *end == ',' ? end + 1 : end;
-		if (*end != ',' && *end != '\0')
-			return fail(&m->x, "radical", "expected ranges like 0-7, got '%s'", val);
-	}
-	if (n == 0 || n > KEEL_PLAN_WORKERS_MAX)
-		return fail(&m->x, "radical", "expected 1..%u hosts, got '%s'",
-			    KEEL_PLAN_WORKERS_MAX, val);
-	*out = (uint32_t)n;
-	return 0;
-}
-
-static int xml_cluster(struct xml *m, const struct tag *t)
-{
-	const char *id, *speed, *radical, *bw, *lat, *core = attr(t, "core");
-	double rate, cores = 1, bw_Bps, lat_s;
-	uint32_t n = 0;
-	if (need(m, t, "id", &id) != 0 || need(m, t, "speed", &speed) != 0 ||
-	    need(m, t, "radical", &radical) != 0 || need(m, t, "bw", &bw) != 0 ||
-	    need(m, t, "lat", &lat) != 0 || xml_quantity(m, "speed", speed, 'f', &rate) != 0 ||
-	    radical_count(m, radical, &n) != 0 || xml_quantity(m, "bw", bw, 'r', &bw_Bps) != 0 ||
-	    xml_quantity(m, "lat", lat, 't', &lat_s) != 0)
-		return -EINVAL;
-	if (core != NULL && fraction(&m->x, "core", core, 1, 1e6, &cores) != 0)
-		return -EINVAL;
-	if (!(rate > 0) || !(bw_Bps > 0))
-		return fail(&m->x, rate > 0 ? "bw" : "speed", "must be > 0");
-	int g = xml_group(m, id, n, rate * cores);
-	if (g < 0)
-		return g;
-	m->c->group[g].proto.bw_Bps = bw_Bps;
-	m->c->group[g].proto.lat_s = lat_s;
-	return 0;
-}
-
-static int xml_link(struct xml *m, const struct tag *t)
-{
-	const char *id, *bw, *lat = attr(t, "latency");
-	struct xlink l = {.lat_s = 0};
-	if (need(m, t, "id", &id) != 0 || need(m, t, "bandwidth", &bw) != 0 ||
-	    xml_quantity(m, "bandwidth", bw, 'r', &l.bw_Bps) != 0)
-		return -EINVAL;
-	if (lat != NULL && xml_quantity(m, "latency", lat, 't', &l.lat_s) != 0)
-		return -EINVAL;
-	if (!(l.bw_Bps > 0))
-		return fail(&m->x, "bandwidth", "must be > 0, got '%s'", bw);
-	snprintf(l.id, sizeof(l.id), "%.*s", (int)PLAN_NAME_MAX - 1, id);
-	if (grow((void **)&m->link, m->link_count, sizeof(*m->link)) != 0)
-		return -ENOMEM;
-	m->link[m->link_count++] = l;
-	return 0;
-}
-
-static int group_named(const struct plan_cluster *c, const char *name)
-{
-	for (uint32_t g = 0; g < c->group_count; g++)
-		if (strcmp(c->group[g].name, name) == 0)
-			return (int)g;
-	return -1;
-}
-
-static void route_end(struct xml *m)
-{
-	int ends[2] = {m->src, m->dst};
-	m->in_route = false;
-	if (!isfinite(m->route_bw))
-		return;
-	for (int i = 0; i < 2; i++) {
-		if (ends[i] < 0)
-			continue;
-		struct keel_worker *w = &m->c->group[ends[i]].proto;
-		w->bw_Bps = w->bw_Bps > 0 ? fmin(w->bw_Bps, m->route_bw) : m->route_bw;
-		w->lat_s = fmax(w->lat_s, m->route_lat);
-	}
-}
-
-static int xml_element(struct xml *m, const struct tag *t)
-{
-	if (t->closing) {
-		if (strcmp(t->name, "host") == 0)
-			m->host = -1;
-		if (strcmp(t->name, "route") == 0 && m->in_route)
-			route_end(m);
-		return 0;
-	}
-	if (strcmp(t->name, "host") == 0)
-		return xml_host(m, t);
-	if (strcmp(t->name, "cluster") == 0)
-		return xml_cluster(m, t);
-	if (strcmp(t->name, "link") == 0)
-		return xml_link(m, t);
-	if (strcmp(t->name, "prop") == 0 && m->host >= 0) {
-		const char *id = attr(t, "id"), *val = attr(t, "value");
-		double v;
-		if (id == NULL || val == NULL || strcmp(id, "mem") != 0)
-			return 0;
-		if (quantity(&m->x, "mem", val, 'b', &v) != 0)
-			return -EINVAL;
-		m->c->group[m->host].proto.mem_bytes = (uint64_t)v;
-		return 0;
-	}
-	if (strcmp(t->name, "route") == 0) {
-		const char *src, *dst;
-		if (need(m, t, "src", &src) != 0 || need(m, t, "dst", &dst) != 0)
-			return -EINVAL;
-		m->src = group_named(m->c, src);
-		m->dst = group_named(m->c, dst);
-		m->route_bw = INFINITY;
-		m->route_lat = 0;
-		m->in_route = !t->self_closing;
-		return 0;
-	}
-	if (strcmp(t->name, "link_ctn") == 0 && m->in_route) {
-		const char *id;
-		if (need(m, t, "id", &id) != 0)
-			return -EINVAL;
-		for (uint32_t i = 0; i < m->link_count; i++)
-			if (strcmp(m->link[i].id, id) == 0) {
-				m->route_bw = fmin(m->route_bw, m->link[i].bw_Bps);
-				m->route_lat += m->link[i].lat_s;
-				return 0;
-			}
-		return fail(&m->x, "id", "no <link id=\"%s\"> before this route", id);
-	}
-	return 0; /* platform, zone, AS, ...: structure only */
-}
-
-static unsigned lines_in(const char *a, const char *b)
-{
-	unsigned n = 0;
-	for (; a < b; a++)
-		n += *a == '\n';
-	return n;
-}
-
-/* Parse one tag starting after '<' at *pp, in place; *pp ends after '>'. */
-static int scan_tag(struct xml *m, char **pp, struct tag *t)
-{
-	char *p = *pp;
-	memset(t, 0, sizeof(*t));
-	t->closing = *p == '/';
-	p += t->closing;
-	char *start = p;
-	while (*p != '\0' && !isspace((unsigned char)*p) && *p != '>' && *p != '/')
-		p++;
-	snprintf(t->name_buf, sizeof(t->name_buf), "%.*s", (int)(p - start), start);
-	t->name = t->name_buf;
-	for (;;) {
-		while (isspace((unsigned char)*p))
-			m->x.line += *p++ == '\n';
-		if (*p == '\0')
-			return fail(&m->x, t->name, "unterminated tag");
-		if (*p == '>' || (p[0] == '/' && p[1] == '>'))
-			break;
-		char *key = p;
-		while (*p != '\0' && *p != '=' && !isspace((unsigned char)*p) && *p != '>')
-			p++;
-		if (*p != '=' || (p[1] != '"' && p[1] != '\'') || t->attr_count >= ATTRS_MAX)
-			return fail(&m->x, t->name, "expected attribute=\"value\"");
-		*p = '\0';
-		char q = p[1], *val = p + 2, *end = strchr(val, q);
-		if (end == NULL)
-			return fail(&m->x, key, "unterminated value");
-		m->x.line += lines_in(val, end);
-		*end = '\0';
-		t->key[t->attr_count] = key;
-		t->val[t->attr_count++] = val;
-		p = end + 1;
-	}
-	t->self_closing = *p == '/';
-	*pp = p + (t->self_closing ? 2 : 1);
-	return 0;
-}
-
-/* Skip <?...?>, <!-- ... --> and <!DOCTYPE ...>, counting lines. */
-static char *skip_special(struct xml *m, char *p)
-{
-	const char *close = strncmp(p, "!--", 3) == 0 ? "-->" : ">";
-	char *end = strstr(p, close);
-	if (end == NULL)
-		end = p + strlen(p);
-	else
-		end += strlen(close);
-	m->x.line += lines_in(p, end);
-	return end;
-}
-
-static int xml_scan(struct xml *m, char *p)
-{
-	int rc = 0;
-	while (rc == 0 && *p != '\0') {
-		if (*p != '<') {
-			m->x.line += *p++ == '\n';
-			continue;
-		}
-		p++;
-		if (*p == '?' || *p == '!') {
-			p = skip_special(m, p);
-			continue;
-		}
-		struct tag t;
-		rc = scan_tag(m, &p, &t);
-		if (rc == 0)
-			rc = xml_element(m, &t);
-	}
-	return rc;
-}
-
-int plan_cluster_parse_xml(const char *name, const char *text, struct plan_cluster *c, char *err,
-			   size_t err_len)
-{
-	memset(c, 0, sizeof(*c));
-	struct xml m = {.x = {name, 1, err, err_len}, .c = c, .host = -1};
-	char *copy = strdup(text);
-	if (copy == NULL)
-		return -ENOMEM;
-	int rc = xml_scan(&m, copy);
-	free(copy);
-	free(m.link);
-	if (rc == 0 && c->group_count == 0) {
-		m.x.line = 0;
-		rc = fail(&m.x, "host", "no <host> or <cluster> in the platform");
-	}
-	for (uint32_t g = 0; rc == 0 && g < c->group_count; g++) {
-		struct keel_worker *w = &c->group[g].proto;
-		if (w->bw_Bps == 0) { /* no route mentions it */
-			w->bw_Bps = keel_link_preset_get(KEEL_LINK_ETH_100G)->bw_Bps;
-			w->lat_s = keel_link_preset_get(KEEL_LINK_ETH_100G)->lat_s;
-		}
-	}
-	if (rc == 0)
-		rc = expand(&m.x, c);
-	if (rc != 0)
-		plan_cluster_free(c);
-	return rc;
-}
-
-int plan_cluster_load_xml(const char *path, struct plan_cluster *c, char *err, size_t err_len)
-{
-	char *text = slurp(path, err, err_len);
-	if (text == NULL)
-		return -EINVAL;
-	int rc = plan_cluster_parse_xml(path, text, c, err, err_len);
-	free(text);
-	return rc;
 }

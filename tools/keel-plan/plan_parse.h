@@ -1,5 +1,6 @@
 /* Parsers for keel-plan's inputs: the cluster and workload text formats (documented at the top
- * of plan_parse.c and in README) and SimGrid platform files. Tool code: may allocate. */
+ * of plan_parse.c and in README) and SimGrid platform files (plan_xml.c, with expat). Tool
+ * code: may allocate. */
 #ifndef KEEL_PLAN_PARSE_H
 #define KEEL_PLAN_PARSE_H
 
@@ -9,10 +10,11 @@
 
 #include "keel/partition.h"
 #include "keel/sched.h"
+#include "plan_preset.h"
 
 #define PLAN_GROUPS_MAX 256u
-#define PLAN_NAME_MAX	64u
 #define PLAN_ERR_MAX	512u
+#define PLAN_NOTES_MAX	32u /* what a SimGrid platform had that keel-plan cannot map */
 
 struct plan_group {
 	char name[PLAN_NAME_MAX];
@@ -25,7 +27,11 @@ struct plan_cluster {
 	uint32_t group_count;
 	struct plan_group group[PLAN_GROUPS_MAX];
 	uint32_t worker_count;
-	struct keel_worker *worker; /* worker.type = its group index */
+	struct keel_worker *worker;  /* worker.type = its group index */
+	struct plan_presets presets; /* --define's definitions, then the file's */
+	uint32_t note_count;	     /* notes kept; more may have been dropped */
+	uint32_t notes_dropped;
+	char note[PLAN_NOTES_MAX][160]; /* "file:line: <zoneRoute>: ..." */
 };
 
 struct plan_workload {
@@ -45,20 +51,28 @@ struct plan_workload {
 	double *edge_bytes;
 };
 
-/* Parse a value with an optional SI/binary prefix and unit. kind: 'b' bytes, 'r' bytes/s
- * (b/s and bps are bits), 'f' FLOP or FLOP/s, 't' time in seconds. 0 or -EINVAL. */
-int plan_parse_quantity(const char *s, char kind, double *out);
-
-/* Parse a cluster file (text format) or a SimGrid platform file. On failure returns -EINVAL
- * (or -ENOMEM) and writes "file:line: field 'name': ..." into err. */
-int plan_cluster_load(const char *path, struct plan_cluster *c, char *err, size_t err_len);
-int plan_cluster_load_xml(const char *path, struct plan_cluster *c, char *err, size_t err_len);
+/* Parse a cluster file (text format) or a SimGrid platform file. defs: definitions made
+ * before (--define), or NULL. On failure returns -EINVAL (or -ENOMEM) and writes
+ * "file:line: field 'name': ..." into err. A platform's elements that cannot be mapped to
+ * workers are listed in c->note (file:line, element, why); they do not fail the parse. */
+int plan_cluster_load(const char *path, const struct plan_presets *defs, struct plan_cluster *c,
+		      char *err, size_t err_len);
+int plan_cluster_load_xml(const char *path, const struct plan_presets *defs, struct plan_cluster *c,
+			  char *err, size_t err_len);
 /* Same, from memory; `name` is used in messages. */
-int plan_cluster_parse(const char *name, const char *text, struct plan_cluster *c, char *err,
-		       size_t err_len);
-int plan_cluster_parse_xml(const char *name, const char *text, struct plan_cluster *c, char *err,
+int plan_cluster_parse(const char *name, const char *text, const struct plan_presets *defs,
+		       struct plan_cluster *c, char *err, size_t err_len);
+int plan_cluster_parse_xml(const char *name, const char *text, size_t len,
+			   const struct plan_presets *defs, struct plan_cluster *c, char *err,
 			   size_t err_len);
 void plan_cluster_free(struct plan_cluster *c);
+
+/* Shared by the two cluster parsers. Give each group its workers (ids 0.., type = group
+ * index): -EINVAL without workers or with too many, -ENOMEM. */
+int plan_cluster_expand(struct plan_cluster *c, char *err, size_t err_len);
+/* Read a whole file, NUL-terminated (its length in *len when len is not NULL); NULL with
+ * "path: why" in err. */
+char *plan_slurp(const char *path, size_t *len, char *err, size_t err_len);
 
 /* Parse a workload (shares, items, DAG tasks and edges) against a parsed cluster. */
 int plan_workload_load(const char *path, const struct plan_cluster *c, struct plan_workload *w,
