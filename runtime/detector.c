@@ -27,11 +27,15 @@ uint64_t keel_detect_bound_ns(const struct keel_config *cfg)
 	return (uint64_t)(cfg->miss_limit + 1) * hb + (uint64_t)cfg->probes * (hb / 4);
 }
 
+/* After mb_init: a rank outside the first view (all of them, for a node that rejoins) starts
+ * DEAD. A first state, not a change: nobody is told. */
 void fd_init(struct keel_node *n, uint64_t now_ns)
 {
 	for (uint32_t i = 0; i < n->world; i++) {
-		struct peer *p = &n->peers[i];
-		p->state = i == n->self ? KEEL_PEER_SELF : KEEL_PEER_ALIVE;
+		struct fd_peer *p = &n->fd_peers[i];
+		p->state = i == n->self		   ? KEEL_PEER_SELF
+			   : view_has(&n->view, i) ? KEEL_PEER_ALIVE
+						   : KEEL_PEER_DEAD;
 		p->last_heard_ns = now_ns;
 		p->deaf_at_heard_ns = 0;
 	}
@@ -60,7 +64,7 @@ void fd_on_view(struct keel_node *n)
 	uint32_t me = n->member ? n->pos_of[n->self] : 0;
 	n->watch_count = n->beat_count = 0;
 	for (uint32_t i = 0; i < n->world; i++) {
-		struct peer *p = &n->peers[i];
+		struct fd_peer *p = &n->fd_peers[i];
 		if (i == n->self)
 			continue;
 		bool member = view_has(&n->view, i);
@@ -84,17 +88,40 @@ void fd_on_view(struct keel_node *n)
 	}
 }
 
+/* The one place a peer's state changes, and the one place the caller hears of it. */
 static void set_state(struct keel_node *n, uint32_t peer, enum keel_peer_state st)
 {
-	n->peers[peer].state = st;
+	n->fd_peers[peer].state = st;
 	mb_touch(n);
 	if (n->cfg.on_peer != NULL)
 		n->cfg.on_peer(n->cfg.on_peer_ctx, peer, st, n->now_ns);
 }
 
+void fd_peer_for_view(struct keel_node *n, uint32_t peer, bool member)
+{
+	struct fd_peer *p = &n->fd_peers[peer];
+	p->left = false;
+	if (!member) {
+		if (p->state != KEEL_PEER_DEAD)
+			set_state(n, peer, KEEL_PEER_DEAD);
+		return;
+	}
+	if (p->state != KEEL_PEER_ALIVE) {
+		/* a member of the decided view answered its coordinator: listen to it afresh */
+		p->last_heard_ns = n->now_ns;
+		p->deaf_at_heard_ns = n->deaf_ns;
+		set_state(n, peer, KEEL_PEER_ALIVE);
+	}
+}
+
+void fd_new_life(struct keel_node *n, uint32_t peer)
+{
+	n->fd_peers[peer].gone = false;
+}
+
 void fd_heard(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	struct fd_peer *p = &n->fd_peers[peer];
 	p->last_heard_ns = n->now_ns;
 	p->deaf_at_heard_ns = n->deaf_ns;
 	if (p->probe_ns != 0) { /* it answered a probe (or spoke anyway): no suspicion */
@@ -114,7 +141,7 @@ void fd_heard(struct keel_node *n, uint32_t peer)
  * majorities: it will never vote again. */
 void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t epoch, uint32_t reported)
 {
-	struct peer *p = &n->peers[peer];
+	struct fd_peer *p = &n->fd_peers[peer];
 	/* Kept whatever our view: a restarted node waiting for admission learns from it that the
 	 * members it would join are gone (the job ended), instead of waiting for nobody. */
 	p->gone = true;
@@ -129,8 +156,8 @@ void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t epoch, uint32_t re
 
 void fd_suspect(struct keel_node *n, uint32_t peer)
 {
-	n->peers[peer].probe_ns = 0;
-	n->peers[peer].suspicions++;
+	n->fd_peers[peer].probe_ns = 0;
+	n->fd_peers[peer].suspicions++;
 	n->ctr.suspicions++;
 	set_state(n, peer, KEEL_PEER_SUSPECTED);
 }
@@ -138,10 +165,10 @@ void fd_suspect(struct keel_node *n, uint32_t peer)
 void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_header *h,
 		     const uint8_t *payload)
 {
-	struct peer *p = &n->peers[peer];
+	struct fd_peer *p = &n->fd_peers[peer];
 	struct wire_heartbeat hb;
 	wire_heartbeat_decode(payload, &hb);
-	if (hb.incarnation < p->inc)
+	if (hb.incarnation < mb_peer_of(n, peer)->inc)
 		return; /* a late datagram from a previous life of that rank */
 	n->ctr.heartbeats_received++;
 	p->hb_echo_ns = hb.send_ns;
@@ -165,8 +192,6 @@ void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heade
 			p->hb_srtt_ns = (7 * p->hb_srtt_ns + rtt) / 8;
 		}
 	}
-	if (h->epoch == n->epoch && seq_before(p->ops_started, hb.ops_started))
-		p->ops_started = hb.ops_started;
 	if (hb.flags & WIRE_HB_PROBE)
 		fd_beat_one(n, peer, 0); /* it has not heard from us lately: answer now */
 	/* A member's new incarnation is a join request, not a sign of life of the old one. */
@@ -191,7 +216,7 @@ void fd_poll_start(struct keel_node *n)
 
 void fd_beat_one(struct keel_node *n, uint32_t peer, uint32_t flags)
 {
-	struct peer *p = &n->peers[peer];
+	struct fd_peer *p = &n->fd_peers[peer];
 	struct wire_heartbeat hb = {
 	    .send_ns = n->now_ns,
 	    .echo_ns = p->hb_echo_ns,
@@ -228,7 +253,7 @@ void fd_beat(struct keel_node *n)
  * next one, sent on time, arrive late. A quarter interval for the sender's own timing (its
  * poll is late by its wakeup latency), the measured one-way delay and four times its
  * variation; at most one interval, so detection stays within miss_limit + 1 intervals. */
-static uint64_t silence_margin(const struct keel_node *n, const struct peer *p)
+static uint64_t silence_margin(const struct keel_node *n, const struct fd_peer *p)
 {
 	uint64_t hb = n->cfg.heartbeat_ns;
 	uint64_t m = hb / 4 + p->hb_srtt_ns / 2 + 4 * p->hb_rttvar_ns;
@@ -239,7 +264,7 @@ static uint64_t silence_margin(const struct keel_node *n, const struct peer *p)
  * never within join_timeout_ns of init: ranks start a few ms apart and fault in their arenas
  * at once, so the first moments of a job are the noisiest (a peer that dies then is found at
  * the end of the grace). */
-static uint64_t suspect_at(const struct keel_node *n, const struct peer *p)
+static uint64_t suspect_at(const struct keel_node *n, const struct fd_peer *p)
 {
 	uint64_t deaf = n->deaf_ns - p->deaf_at_heard_ns;
 	uint64_t at = p->last_heard_ns + deaf + (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns +
@@ -258,14 +283,14 @@ static uint64_t probe_gap(const struct keel_node *n)
 
 /* When the next probe goes out or, after the last, when the peer is suspected; in listened
  * time like suspect_at (a pause of this node does not use the peer's chances up). */
-static uint64_t probe_next_at(const struct keel_node *n, const struct peer *p)
+static uint64_t probe_next_at(const struct keel_node *n, const struct fd_peer *p)
 {
 	return p->probe_sent_ns + (n->deaf_ns - p->probe_deaf_ns) + probe_gap(n);
 }
 
 static void probe(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	struct fd_peer *p = &n->fd_peers[peer];
 	if (p->probe_ns == 0)
 		p->probe_ns = n->now_ns;
 	p->probe_sent_ns = n->now_ns;
@@ -281,7 +306,7 @@ void fd_check(struct keel_node *n)
 {
 	for (uint32_t w = 0; w < n->watch_count; w++) {
 		uint32_t i = n->watch_list[w];
-		struct peer *p = &n->peers[i];
+		struct fd_peer *p = &n->fd_peers[i];
 		if (p->state != KEEL_PEER_ALIVE)
 			continue;
 		if (p->probe_ns == 0) {
@@ -306,7 +331,7 @@ uint64_t fd_next_deadline(const struct keel_node *n)
 {
 	uint64_t dl = n->next_beat_ns;
 	for (uint32_t w = 0; w < n->watch_count; w++) {
-		const struct peer *p = &n->peers[n->watch_list[w]];
+		const struct fd_peer *p = &n->fd_peers[n->watch_list[w]];
 		if (p->state != KEEL_PEER_ALIVE)
 			continue;
 		uint64_t at = p->probe_ns != 0 ? probe_next_at(n, p) : suspect_at(n, p);

@@ -202,9 +202,6 @@ void mb_init(struct keel_node *n)
 	n->donor = UINT32_MAX;
 	mb_touch(n);
 	rebuild_positions(n);
-	for (uint32_t r = 0; r < n->world; r++)
-		if (r != n->self && !view_has(v, r))
-			n->peers[r].state = KEEL_PEER_DEAD;
 }
 
 static bool is_member(const struct keel_node *n, uint32_t rank)
@@ -217,7 +214,7 @@ bool mb_is_coordinator(const struct keel_node *n)
 	if (!n->member || n->noquorum)
 		return false;
 	for (uint32_t r = 0; r < n->self; r++)
-		if (is_member(n, r) && n->peers[r].state == KEEL_PEER_ALIVE)
+		if (is_member(n, r) && fd_is_alive(n, r))
 			return false;
 	return true;
 }
@@ -225,7 +222,7 @@ bool mb_is_coordinator(const struct keel_node *n)
 static uint32_t coordinator(const struct keel_node *n)
 {
 	for (uint32_t r = 0; r < n->world; r++)
-		if (is_member(n, r) && (r == n->self || n->peers[r].state == KEEL_PEER_ALIVE))
+		if (is_member(n, r) && (r == n->self || fd_is_alive(n, r)))
 			return r;
 	return n->self;
 }
@@ -234,28 +231,12 @@ static uint32_t coordinator(const struct keel_node *n)
 
 static void reset_peer_for_view(struct keel_node *n, uint32_t r, bool member_now)
 {
-	struct peer *p = &n->peers[r];
+	struct mb_peer *p = &n->mb_peers[r];
 	rel_peer_reset(n, r);
 	p->ops_done = p->ops_started = 0;
-	p->left = false;
 	p->suspect_report = false;
 	p->pr_promised = p->pr_accepted = false;
-	if (!member_now) {
-		if (p->state != KEEL_PEER_DEAD) {
-			p->state = KEEL_PEER_DEAD;
-			if (n->cfg.on_peer != NULL)
-				n->cfg.on_peer(n->cfg.on_peer_ctx, r, KEEL_PEER_DEAD, n->now_ns);
-		}
-		return;
-	}
-	if (p->state != KEEL_PEER_ALIVE) {
-		/* a member of the decided view answered its coordinator: listen to it afresh */
-		p->state = KEEL_PEER_ALIVE;
-		p->last_heard_ns = n->now_ns;
-		p->deaf_at_heard_ns = n->deaf_ns;
-		if (n->cfg.on_peer != NULL)
-			n->cfg.on_peer(n->cfg.on_peer_ctx, r, KEEL_PEER_ALIVE, n->now_ns);
-	}
+	fd_peer_for_view(n, r, member_now); /* its state, and the caller hears of it */
 }
 
 static void install(struct keel_node *n, const struct view *v)
@@ -305,8 +286,8 @@ static void start_prepare(struct keel_node *n)
 {
 	for (uint32_t r = 0; r < n->world; r++) {
 		/* reports are renewed while they hold; this round does not wait for the reported */
-		n->peers[r].pr_reported = n->peers[r].suspect_report;
-		n->peers[r].suspect_report = false;
+		n->mb_peers[r].pr_reported = n->mb_peers[r].suspect_report;
+		n->mb_peers[r].suspect_report = false;
 	}
 	mb_touch(n);
 	n->prop_round++;
@@ -316,11 +297,11 @@ static void start_prepare(struct keel_node *n)
 	n->prop_best_ballot = 0;
 	n->ctr.view_proposals++;
 	for (uint32_t r = 0; r < n->world; r++)
-		n->peers[r].pr_promised = n->peers[r].pr_accepted = false;
+		n->mb_peers[r].pr_promised = n->mb_peers[r].pr_accepted = false;
 	/* this node is an acceptor too */
 	if (n->prop_ballot > n->acc_promised) {
 		n->acc_promised = n->prop_ballot;
-		struct peer *me = &n->peers[n->self];
+		struct mb_peer *me = &n->mb_peers[n->self];
 		me->pr_promised = true;
 		me->pr_done = coll_done_count(n);
 		me->pr_ops_pending = coll_pending(n);
@@ -334,19 +315,19 @@ static void start_prepare(struct keel_node *n)
 			send_msg(n, r, VM_PREPARE, n->view.epoch + 1, n->prop_ballot, NULL, 0);
 }
 
-static bool recently_heard(const struct keel_node *n, const struct peer *p)
+static bool recently_heard(const struct keel_node *n, uint32_t r)
 {
 	uint64_t window = (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns;
-	return p->inc != 0 && n->now_ns - p->last_heard_ns <= window;
+	return n->mb_peers[r].inc != 0 && n->now_ns - fd_peer_of(n, r)->last_heard_ns <= window;
 }
 
 /* A peer that asks to be admitted (its heartbeats say so, lately): not a member, or a
  * member's new incarnation. */
 static bool is_joiner(const struct keel_node *n, uint32_t r)
 {
-	const struct peer *p = &n->peers[r];
+	const struct mb_peer *p = &n->mb_peers[r];
 	/* gone: it said it leaves for good (an excluded rank whose program chose to exit) */
-	if (r == n->self || !p->joining || p->gone || !recently_heard(n, p))
+	if (r == n->self || !p->joining || fd_peer_of(n, r)->gone || !recently_heard(n, r))
 		return false;
 	if (!is_member(n, r))
 		return true;
@@ -363,7 +344,7 @@ static void build_value(struct keel_node *n)
 	v->frontier = UINT32_MAX;
 	uint32_t joined = 0, pending = 0;
 	for (uint32_t r = 0; r < n->world; r++) {
-		const struct peer *p = &n->peers[r];
+		const struct mb_peer *p = &n->mb_peers[r];
 		if (is_member(n, r) && p->pr_promised && !(r != n->self && is_joiner(n, r))) {
 			uint32_t inc = r == n->self ? n->incarnation : n->view.inc[r];
 			view_add(v, r, inc != 0 ? inc : p->inc);
@@ -391,7 +372,7 @@ static uint32_t voters(const struct keel_node *n)
 {
 	uint32_t left = 0;
 	for (uint32_t r = 0; r < n->world; r++)
-		if (n->peers[r].left && is_member(n, r))
+		if (fd_peer_of(n, r)->left && is_member(n, r))
 			left++;
 	return n->view.count - left;
 }
@@ -401,7 +382,7 @@ static uint32_t voters(const struct keel_node *n)
 static bool proven_dead(const struct keel_node *n, uint32_t r)
 {
 	return r != n->self && is_member(n, r) && n->view.inc[r] != 0 &&
-	       n->peers[r].inc > n->view.inc[r];
+	       n->mb_peers[r].inc > n->view.inc[r];
 }
 
 /* Enough answers to decide: a majority of the voters; or, when restarted members hold fewer
@@ -412,8 +393,8 @@ static bool enough(const struct keel_node *n, bool accepted)
 {
 	uint32_t votes = voters(n), got = 0, dead = 0, missing = 0;
 	for (uint32_t r = 0; r < n->world; r++) {
-		const struct peer *p = &n->peers[r];
-		if (!is_member(n, r) || p->left)
+		const struct mb_peer *p = &n->mb_peers[r];
+		if (!is_member(n, r) || fd_peer_of(n, r)->left)
 			continue;
 		bool yes = accepted ? p->pr_accepted : p->pr_promised;
 		got += yes;
@@ -439,7 +420,7 @@ static void start_accept(struct keel_node *n)
 	if (n->prop_ballot >= n->acc_promised) {
 		n->acc_promised = n->acc_ballot = n->prop_ballot;
 		view_copy(&n->acc_value, &n->prop_value, n->world);
-		n->peers[n->self].pr_accepted = true;
+		n->mb_peers[n->self].pr_accepted = true;
 	}
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self && is_member(n, r))
@@ -464,9 +445,9 @@ static void prepare_check(struct keel_node *n)
 		return;
 	bool waiting = false;
 	for (uint32_t r = 0; r < n->world; r++)
-		if (r != n->self && is_member(n, r) && !n->peers[r].pr_promised &&
-		    n->peers[r].state == KEEL_PEER_ALIVE && !n->peers[r].pr_reported &&
-		    !n->peers[r].suspect_report)
+		if (r != n->self && is_member(n, r) && !n->mb_peers[r].pr_promised &&
+		    fd_is_alive(n, r) && !n->mb_peers[r].pr_reported &&
+		    !n->mb_peers[r].suspect_report)
 			waiting = true;
 	if (!waiting || n->now_ns - n->prop_started_ns >= n->cfg.view_timeout_ns)
 		start_accept(n);
@@ -494,7 +475,7 @@ static void proposer_tick(struct keel_node *n)
 		return;
 	n->prop_sent_ns = n->now_ns;
 	for (uint32_t r = 0; r < n->world; r++) {
-		const struct peer *p = &n->peers[r];
+		const struct mb_peer *p = &n->mb_peers[r];
 		if (r == n->self || !is_member(n, r))
 			continue;
 		if (n->prop_phase == PROP_PREPARE && !p->pr_promised)
@@ -510,10 +491,10 @@ static bool change_needed(const struct keel_node *n)
 	if (n->soft_fault)
 		return true;
 	for (uint32_t r = 0; r < n->world; r++) {
-		const struct peer *p = &n->peers[r];
+		const struct mb_peer *p = &n->mb_peers[r];
 		if (r == n->self)
 			continue;
-		if (is_member(n, r) && (p->state != KEEL_PEER_ALIVE || p->suspect_report))
+		if (is_member(n, r) && (!fd_is_alive(n, r) || p->suspect_report))
 			return true;
 		if (is_joiner(n, r))
 			return true;
@@ -527,7 +508,7 @@ static void check_quorum(struct keel_node *n)
 {
 	uint32_t alive = 0, dead = 0, votes = voters(n);
 	for (uint32_t r = 0; r < n->world; r++) {
-		if (is_member(n, r) && (r == n->self || n->peers[r].state == KEEL_PEER_ALIVE))
+		if (is_member(n, r) && (r == n->self || fd_is_alive(n, r)))
 			alive++;
 		dead += proven_dead(n, r);
 	}
@@ -549,8 +530,7 @@ static void report_to_coordinator(struct keel_node *n)
 		return;
 	bool sent = false;
 	for (uint32_t r = 0; r < n->world; r++) {
-		const struct peer *p = &n->peers[r];
-		if (r == n->self || !is_member(n, r) || p->state == KEEL_PEER_ALIVE)
+		if (r == n->self || !is_member(n, r) || fd_is_alive(n, r))
 			continue;
 		uint8_t extra[8];
 		wire_put32(extra, r);
@@ -570,7 +550,7 @@ static uint32_t members_down(const struct keel_node *n)
 {
 	uint32_t down = 0;
 	for (uint32_t r = 0; r < n->world; r++)
-		down += r != n->self && is_member(n, r) && n->peers[r].state != KEEL_PEER_ALIVE;
+		down += r != n->self && is_member(n, r) && !fd_is_alive(n, r);
 	return down;
 }
 
@@ -630,7 +610,9 @@ void mb_request_bump(struct keel_node *n)
 bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heartbeat *hb,
 		     uint32_t epoch)
 {
-	struct peer *p = &n->peers[peer];
+	struct mb_peer *p = &n->mb_peers[peer];
+	if (epoch == n->epoch && seq_before(p->ops_started, hb->ops_started))
+		p->ops_started = hb->ops_started;
 	bool same_life = true;
 	bool joining = (hb->flags & WIRE_HB_JOINING) != 0;
 	bool new_life = hb->incarnation > p->inc;
@@ -643,7 +625,7 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 		mb_touch(n); /* a new life, or a request to join (renewed: see is_joiner) */
 	if (new_life) {
 		p->inc = hb->incarnation;
-		p->gone = false; /* a new life: a leave was its old life's */
+		fd_new_life(n, peer); /* a leave was its old life's */
 	}
 	if (new_life || !seq_before(epoch, p->hb_epoch))
 		p->hb_epoch = epoch;
@@ -656,7 +638,7 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 		}
 		if (n->view.inc[peer] != 0 && hb->incarnation > n->view.inc[peer]) {
 			same_life = false;
-			if (p->state == KEEL_PEER_ALIVE)
+			if (fd_is_alive(n, peer))
 				fd_suspect(n, peer); /* it restarted: its old life is over */
 		}
 	}
@@ -673,6 +655,13 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 		fd_beat_one(n, peer, 0);
 	}
 	return same_life;
+}
+
+void mb_heard_done(struct keel_node *n, uint32_t peer, uint32_t done)
+{
+	struct mb_peer *p = &n->mb_peers[peer];
+	if (seq_before(p->ops_done, done))
+		p->ops_done = done;
 }
 
 /* ---- messages ---- */
@@ -726,14 +715,14 @@ static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, cons
 			n->prop_best_ballot = acc_ballot;
 		}
 	}
-	struct peer *p = &n->peers[peer];
+	struct mb_peer *p = &n->mb_peers[peer];
 	if (n->view.inc[peer] == 0 || inc > p->inc)
 		mb_touch(n); /* what proven_dead() and is_joiner() read */
 	if (n->view.inc[peer] == 0)
 		n->view.inc[peer] = inc;
 	if (inc > p->inc) {
 		p->inc = inc;
-		p->gone = false;
+		fd_new_life(n, peer);
 	}
 	p->pr_promised = true;
 	p->pr_done = wire_get32(x + 8);
@@ -798,7 +787,7 @@ static void on_round_msg(struct keel_node *n, uint32_t peer, enum vmsg kind, uin
 		break;
 	case VM_ACCEPTED:
 		if (n->prop_phase == PROP_ACCEPT && ballot == n->prop_ballot) {
-			n->peers[peer].pr_accepted = true;
+			n->mb_peers[peer].pr_accepted = true;
 			accept_check(n);
 		}
 		break;
@@ -841,7 +830,7 @@ void mb_on_view_msg(struct keel_node *n, uint32_t peer, const struct wire_header
 			n->soft_fault = true;
 			mb_touch(n);
 		} else if (xlen >= 8 && wire_get32(x) < n->world && is_member(n, wire_get32(x))) {
-			n->peers[wire_get32(x)].suspect_report = true;
+			n->mb_peers[wire_get32(x)].suspect_report = true;
 			mb_touch(n);
 		} else {
 			n->ctr.drop_view++;

@@ -94,8 +94,8 @@ static bool config_valid(const struct keel_config *cfg)
 
 /* One description of the storage layout, used both to size it and to carve it. */
 struct layout {
-	size_t node, peers, fd_lists, owners, tx_slots, rx_slots, tx_buf, rx_buf, txq, txq_tag,
-	    ctrl, rxq, rx_burst, ops, op_bits, views, msg, copy, total;
+	size_t node, rel_peers, fd_peers, mb_peers, fd_lists, owners, tx_slots, rx_slots, tx_buf,
+	    rx_buf, txq, txq_tag, ctrl, rxq, rx_burst, ops, op_bits, views, msg, copy, total;
 };
 
 static size_t align_up(size_t v, size_t a)
@@ -122,7 +122,10 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 		off = align_up(off + (bytes), 64);                                                 \
 	} while (0)
 	PLACE(node, sizeof(struct keel_node));
-	PLACE(peers, world * sizeof(struct peer));
+	/* each module's per-peer records in a carve-out of their own */
+	PLACE(rel_peers, world * sizeof(struct rel_peer));
+	PLACE(fd_peers, world * sizeof(struct fd_peer));
+	PLACE(mb_peers, world * sizeof(struct mb_peer));
 	PLACE(fd_lists, 2 * world * sizeof(uint32_t));
 	PLACE(owners, streams * sizeof(uint32_t));
 	PLACE(tx_slots, streams * win * sizeof(struct tx_slot));
@@ -155,9 +158,10 @@ size_t keel_storage_size(const struct keel_config *cfg)
 
 static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 {
-	uint32_t world = n->world, win = n->window;
-	size_t mtu_stride = align_up(n->mtu, 64);
-	n->peers = (struct peer *)(base + l->peers);
+	uint32_t world = n->world;
+	n->rel_peers = (struct rel_peer *)(base + l->rel_peers);
+	n->fd_peers = (struct fd_peer *)(base + l->fd_peers);
+	n->mb_peers = (struct mb_peer *)(base + l->mb_peers);
 	n->watch_list = (uint32_t *)(base + l->fd_lists);
 	n->beat_list = n->watch_list + world;
 	n->streams = stream_count(&n->cfg);
@@ -169,14 +173,6 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	n->stream_rx_buf = base + l->rx_buf;
 	for (uint32_t s = 0; s < n->streams; s++)
 		n->stream_owner[s] = n->stream_pool ? UINT32_MAX : s;
-	if (!n->stream_pool)
-		for (uint32_t i = 0; i < world; i++) {
-			struct peer *p = &n->peers[i];
-			p->tx = n->stream_tx + (size_t)i * win;
-			p->rx = n->stream_rx + (size_t)i * win;
-			p->tx_buf = n->stream_tx_buf + (size_t)i * win * mtu_stride;
-			p->rx_buf = n->stream_rx_buf + (size_t)i * win * mtu_stride;
-		}
 	n->txq = (struct keel_datagram *)(base + l->txq);
 	n->txq_tag = (uint32_t *)(base + l->txq_tag);
 	n->ctrl_buf = base + l->ctrl;
@@ -223,8 +219,8 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	carve(n, base, &l);
 	for (uint32_t i = 0; i < n->world; i++)
 		rel_peer_init(n, i);
+	mb_init(n); /* the first view, which fd_init reads: peers outside it start DEAD */
 	fd_init(n, now_ns);
-	mb_init(n);
 	fd_on_view(n);
 	*out = n;
 	return 0;
@@ -357,9 +353,8 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 		 * header's op_id says how many collectives its sender finished (DATA: it is on
 		 * that one, so it finished the ones before). */
 		rel_on_ack(n, h.src, h.ack, h.sack, h.wnd);
-		struct peer *p = &n->peers[h.src];
-		if (view_has(&n->view, h.src) && seq_before(p->ops_done, h.op_id))
-			p->ops_done = h.op_id;
+		if (view_has(&n->view, h.src))
+			mb_heard_done(n, h.src, h.op_id);
 	}
 	switch ((enum wire_type)h.type) {
 	case WIRE_HEARTBEAT:
@@ -479,19 +474,20 @@ int keel_peer_get(const struct keel_node *node, uint32_t peer, struct keel_peer_
 {
 	if (node == NULL || info == NULL || peer >= node->world)
 		return -EINVAL;
-	const struct peer *p = &node->peers[peer];
+	const struct fd_peer *f = fd_peer_of(node, peer);
+	const struct rel_peer *r = rel_peer_of(node, peer);
 	memset(info, 0, sizeof(*info));
-	info->state = peer == node->self ? KEEL_PEER_SELF : p->state;
+	info->state = peer == node->self ? KEEL_PEER_SELF : f->state;
 	info->member = view_has(&node->view, peer);
-	info->incarnation = peer == node->self ? node->incarnation : p->inc;
-	info->last_heard_ns = p->last_heard_ns;
-	info->rtt_ns = p->hb_srtt_ns;
-	info->rto_ns = p->rto_ns;
-	info->rtt_ns_last = p->rtt_ns_last;
-	info->rtt_samples = p->rtt_samples;
-	info->retransmits = p->retransmits;
-	info->suspicions = p->suspicions;
-	info->left = peer != node->self && p->gone;
+	info->incarnation = peer == node->self ? node->incarnation : mb_peer_of(node, peer)->inc;
+	info->last_heard_ns = f->last_heard_ns;
+	info->rtt_ns = f->hb_srtt_ns;
+	info->rto_ns = r->rto_ns;
+	info->rtt_ns_last = f->rtt_ns_last;
+	info->rtt_samples = f->rtt_samples;
+	info->retransmits = r->retransmits;
+	info->suspicions = f->suspicions;
+	info->left = peer != node->self && f->gone;
 	return 0;
 }
 
@@ -499,7 +495,7 @@ bool keel_peer_is_alive(const struct keel_node *node, uint32_t peer)
 {
 	if (node == NULL || peer >= node->world)
 		return false;
-	return peer == node->self || node->peers[peer].state == KEEL_PEER_ALIVE;
+	return peer == node->self || fd_is_alive(node, peer);
 }
 
 void keel_counters_get(const struct keel_node *node, struct keel_counters *out)
@@ -513,9 +509,11 @@ bool keel_is_idle(const struct keel_node *node)
 	KEEL_ASSERT(node != NULL);
 	if (node->op_run_id != node->op_next_id)
 		return false;
-	for (uint32_t i = 0; i < node->world; i++)
-		if (node->peers[i].snd_una != node->peers[i].snd_nxt)
+	for (uint32_t i = 0; i < node->world; i++) {
+		const struct rel_peer *p = rel_peer_of(node, i);
+		if (p->snd_una != p->snd_nxt)
 			return false;
+	}
 	return true;
 }
 

@@ -19,7 +19,7 @@ static size_t stride(const struct keel_node *n)
 
 static bool stream_idle(const struct keel_node *n, uint32_t peer)
 {
-	const struct peer *p = &n->peers[peer];
+	const struct rel_peer *p = &n->rel_peers[peer];
 	return p->snd_una == p->snd_nxt && p->rx_held == 0;
 }
 
@@ -39,7 +39,7 @@ static uint32_t stream_find(const struct keel_node *n)
 
 static void stream_detach(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	for (uint32_t s = 0; s < n->streams; s++)
 		if (n->stream_owner[s] == peer)
 			n->stream_owner[s] = UINT32_MAX;
@@ -51,7 +51,7 @@ static void stream_detach(struct keel_node *n, uint32_t peer)
 /* Give `peer` window buffers if it has none; false when every stream is busy. */
 static bool stream_attach(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	if (p->tx != NULL)
 		return true;
 	uint32_t s = stream_find(n);
@@ -70,25 +70,32 @@ static bool stream_attach(struct keel_node *n, uint32_t peer)
 }
 
 /* Whether receive slot `seq` holds a datagram (a peer without buffers holds none). */
-static bool rx_used(const struct peer *p, uint32_t seq, uint32_t window)
+static bool rx_used(const struct rel_peer *p, uint32_t seq, uint32_t window)
 {
 	return p->rx != NULL && p->rx[seq & (window - 1)].used;
 }
 
 void rel_peer_init(struct keel_node *n, uint32_t peer)
 {
-	n->peers[peer].rto_ns = n->cfg.rto_initial_ns;
+	struct rel_peer *p = &n->rel_peers[peer];
+	if (!n->stream_pool) { /* a stream per rank, for good */
+		p->tx = n->stream_tx + (size_t)peer * n->window;
+		p->rx = n->stream_rx + (size_t)peer * n->window;
+		p->tx_buf = n->stream_tx_buf + (size_t)peer * n->window * stride(n);
+		p->rx_buf = n->stream_rx_buf + (size_t)peer * n->window * stride(n);
+	}
+	p->rto_ns = n->cfg.rto_initial_ns;
 	rel_peer_reset(n, peer);
 }
 
 bool rel_can_send(const struct keel_node *n, uint32_t peer)
 {
-	const struct peer *p = &n->peers[peer];
+	const struct rel_peer *p = &n->rel_peers[peer];
 	return p->snd_nxt - p->snd_una < n->window && seq_before(p->snd_nxt, p->snd_edge) &&
 	       (p->tx != NULL || stream_find(n) != UINT32_MAX);
 }
 
-static void set_ack_pending(struct keel_node *n, struct peer *p, bool pending)
+static void set_ack_pending(struct keel_node *n, struct rel_peer *p, bool pending)
 {
 	if (p->ack_pending == pending)
 		return;
@@ -99,14 +106,14 @@ static void set_ack_pending(struct keel_node *n, struct peer *p, bool pending)
 
 void rel_ack_soon(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	set_ack_pending(n, p, true);
 	p->ack_due_ns = n->now_ns;
 }
 
 void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 {
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	uint32_t sack = 0;
 	for (uint32_t i = 0; i < 32u && i + 1u < n->window; i++) {
 		uint32_t seq = p->rcv_ack + 1u + i;
@@ -126,7 +133,7 @@ void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 /* An ack is owed. In-order data may wait ack_delay_ns for traffic to carry it (the next
  * collective step usually does) or until a quarter window piles up; anything that tells the
  * sender about a hole, a duplicate or a reopened window goes out at this poll's end. */
-static void ack_owed(struct keel_node *n, struct peer *p, bool urgent)
+static void ack_owed(struct keel_node *n, struct rel_peer *p, bool urgent)
 {
 	set_ack_pending(n, p, true);
 	p->rcv_unacked++;
@@ -136,12 +143,12 @@ static void ack_owed(struct keel_node *n, struct peer *p, bool urgent)
 		p->ack_due_ns = due;
 }
 
-static uint8_t *tx_bytes(struct keel_node *n, struct peer *p, uint32_t seq)
+static uint8_t *tx_bytes(struct keel_node *n, struct rel_peer *p, uint32_t seq)
 {
 	return p->tx_buf + (size_t)(seq & (n->window - 1)) * stride(n);
 }
 
-static uint64_t backoff_rto(const struct keel_node *n, const struct peer *p, uint32_t tries)
+static uint64_t backoff_rto(const struct keel_node *n, const struct rel_peer *p, uint32_t tries)
 {
 	uint32_t shift = tries > 1 ? tries - 1 : 0;
 	if (shift > BACKOFF_SHIFT_MAX)
@@ -152,7 +159,7 @@ static uint64_t backoff_rto(const struct keel_node *n, const struct peer *p, uin
 
 static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 {
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 	s->sent_ns = n->now_ns;
 	s->tries++;
@@ -170,7 +177,7 @@ int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const vo
 	KEEL_ASSERT(WIRE_HEADER_SIZE + len <= n->mtu);
 	if (!rel_can_send(n, peer) || !stream_attach(n, peer))
 		return -EAGAIN;
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	uint32_t seq = p->snd_nxt++;
 	n->tx_flight++;
 	uint8_t *buf = tx_bytes(n, p, seq);
@@ -190,7 +197,7 @@ int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const vo
 /* The transport refused a queued datagram: it was never sent, so it is not a retransmission. */
 void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq)
 {
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	if (seq_before(seq, p->snd_una) || !seq_before(seq, p->snd_nxt))
 		return;
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
@@ -202,7 +209,7 @@ void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq)
 
 static void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
 {
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	if (p->srtt_ns == 0) {
 		p->srtt_ns = rtt_ns;
 		p->rttvar_ns = rtt_ns / 2;
@@ -225,7 +232,7 @@ static void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
  * three dupacks) resends whatever a jittery path merely reordered. */
 static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest)
 {
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	uint32_t mask = n->window - 1;
 	if (p->srtt_ns == 0 || n->reliable_tp)
 		return; /* no round trip measured yet (leave it to the timer), or nothing is lost */
@@ -245,7 +252,7 @@ static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest
 
 void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack, uint16_t wnd)
 {
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	uint32_t mask = n->window - 1;
 	/* An ack for something never sent is a peer's bug or an old incarnation: ignore it. */
 	if (seq_before(p->snd_nxt, ack) || seq_before(ack, p->snd_una - n->window))
@@ -292,7 +299,7 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 }
 
 /* Store a datagram in its receive slot (copying the payload out of the burst buffer). */
-static void rx_store(struct keel_node *n, struct peer *p, const struct wire_header *h,
+static void rx_store(struct keel_node *n, struct rel_peer *p, const struct wire_header *h,
 		     const uint8_t *payload)
 {
 	uint32_t idx = h->seq & (n->window - 1);
@@ -308,7 +315,7 @@ static void rx_store(struct keel_node *n, struct peer *p, const struct wire_head
 /* Deliver stored datagrams from rcv_nxt on, as far as the collectives take them. */
 static void deliver_run(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	uint32_t mask = n->window - 1;
 	for (uint32_t i = 0; i < n->window && p->rx != NULL; i++) {
 		struct rx_slot *s = &p->rx[p->rcv_nxt & mask];
@@ -330,7 +337,7 @@ static void deliver_run(struct keel_node *n, uint32_t peer)
 void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h,
 		 const uint8_t *payload)
 {
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	uint32_t seq = h->seq;
 	if (seq_before(seq, p->rcv_nxt)) {
 		n->ctr.drop_duplicate++;
@@ -370,7 +377,7 @@ void rel_redeliver(struct keel_node *n)
 	if (n->rx_held == 0)
 		return;
 	for (uint32_t i = 0; i < n->world; i++)
-		if (i != n->self && rx_used(&n->peers[i], n->peers[i].rcv_nxt, n->window))
+		if (i != n->self && rx_used(&n->rel_peers[i], n->rel_peers[i].rcv_nxt, n->window))
 			deliver_run(n, i);
 }
 
@@ -384,7 +391,7 @@ void rel_timers(struct keel_node *n)
 	if (n->tx_flight == 0)
 		return; /* nothing out: no timer runs (rel_next_deadline looks at data in flight) */
 	for (uint32_t i = 0; i < n->world; i++) {
-		struct peer *p = &n->peers[i];
+		struct rel_peer *p = &n->rel_peers[i];
 		if (p->snd_una == p->snd_nxt) {
 			p->rtx_deadline_ns = UINT64_MAX;
 			continue;
@@ -436,7 +443,7 @@ void rel_send_acks(struct keel_node *n)
 	if (n->acks_owed == 0)
 		return;
 	for (uint32_t i = 0; i < n->world; i++) {
-		struct peer *p = &n->peers[i];
+		struct rel_peer *p = &n->rel_peers[i];
 		if (!p->ack_pending || i == n->self || n->now_ns < p->ack_due_ns)
 			continue;
 		node_send_ctrl(n, i, WIRE_ACK, n->ops_done_local, NULL, 0);
@@ -450,7 +457,7 @@ uint64_t rel_next_deadline(const struct keel_node *n)
 	if (n->tx_flight == 0 && n->acks_owed == 0)
 		return dl;
 	for (uint32_t i = 0; i < n->world; i++) {
-		const struct peer *p = &n->peers[i];
+		const struct rel_peer *p = &n->rel_peers[i];
 		if (p->unsent) /* the transport refused: try again shortly, not in a busy loop */
 			return n->now_ns + n->cfg.ack_delay_ns;
 		if (p->snd_una != p->snd_nxt && p->rtx_deadline_ns < dl)
@@ -463,7 +470,7 @@ uint64_t rel_next_deadline(const struct keel_node *n)
 
 void rel_peer_reset(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
 	if (n->stream_pool) {
 		stream_detach(n, peer); /* the next datagram in flight takes a fresh one */
 	} else {
