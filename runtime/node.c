@@ -41,6 +41,7 @@ void keel_config_default(struct keel_config *cfg)
 	cfg->rd_max_bytes = KEEL_RD_MAX_BYTES_DEFAULT;
 	cfg->incarnation = 1;
 	cfg->view_timeout_ns = KEEL_VIEW_TIMEOUT_NS_DEFAULT;
+	KEEL_ASSERT(cfg->rank < cfg->world_size && cfg->incarnation != 0);
 }
 
 static bool is_pow2(uint32_t v)
@@ -50,9 +51,11 @@ static bool is_pow2(uint32_t v)
 
 static uint32_t effective_mtu(const struct keel_config *cfg)
 {
+	KEEL_ASSERT(cfg != NULL);
 	uint32_t mtu = cfg->mtu;
 	if (cfg->transport != NULL && cfg->transport->mtu < mtu)
 		mtu = cfg->transport->mtu;
+	KEEL_ASSERT(mtu <= cfg->mtu);
 	return mtu;
 }
 
@@ -100,18 +103,26 @@ struct layout {
 
 static size_t align_up(size_t v, size_t a)
 {
-	return (v + a - 1) & ~(a - 1);
+	KEEL_ASSERT(a != 0 && (a & (a - 1)) == 0);
+	size_t r = (v + a - 1) & ~(a - 1);
+	KEEL_ASSERT(r >= v && r - v < a);
+	return r;
 }
 
 /* Window buffers: one set per rank (self's unused, so indexes stay ranks), or a pool. */
 static uint32_t stream_count(const struct keel_config *cfg)
 {
-	return cfg->streams == 0 || cfg->streams >= cfg->world_size - 1 ? cfg->world_size
-									: cfg->streams;
+	KEEL_ASSERT(cfg->world_size != 0 && cfg->world_size <= KEEL_WORLD_MAX);
+	uint32_t streams = cfg->streams == 0 || cfg->streams >= cfg->world_size - 1
+			       ? cfg->world_size
+			       : cfg->streams;
+	KEEL_ASSERT(streams >= 1 && streams <= cfg->world_size);
+	return streams;
 }
 
 static void layout_compute(const struct keel_config *cfg, struct layout *l)
 {
+	KEEL_ASSERT(cfg != NULL && l != NULL);
 	size_t world = cfg->world_size, win = cfg->window, burst = cfg->burst;
 	size_t streams = stream_count(cfg);
 	size_t mtu = align_up(effective_mtu(cfg), 64);
@@ -145,6 +156,10 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	PLACE(copy, cfg->restart_copy_bytes);
 #undef PLACE
 	l->total = off + 64; /* slack to align the caller's base */
+	/* each module's per-peer records in their own carve-out, in this order */
+	KEEL_ASSERT(l->node < l->rel_peers && l->rel_peers < l->fd_peers &&
+		    l->fd_peers < l->mb_peers && l->mb_peers < l->fd_lists);
+	KEEL_ASSERT(l->copy + cfg->restart_copy_bytes + 64 <= l->total);
 }
 
 size_t keel_storage_size(const struct keel_config *cfg)
@@ -153,15 +168,21 @@ size_t keel_storage_size(const struct keel_config *cfg)
 		return 0;
 	struct layout l;
 	layout_compute(cfg, &l);
+	KEEL_ASSERT(l.total > sizeof(struct keel_node));
 	return l.total;
 }
 
 static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 {
 	uint32_t world = n->world;
+	KEEL_ASSERT(((uintptr_t)base & 63u) == 0 && (uint8_t *)n == base + l->node);
 	n->rel_peers = (struct rel_peer *)(base + l->rel_peers);
 	n->fd_peers = (struct fd_peer *)(base + l->fd_peers);
 	n->mb_peers = (struct mb_peer *)(base + l->mb_peers);
+	/* no module's records overlap another's */
+	KEEL_ASSERT((uint8_t *)(n->rel_peers + world) <= (uint8_t *)n->fd_peers);
+	KEEL_ASSERT((uint8_t *)(n->fd_peers + world) <= (uint8_t *)n->mb_peers);
+	KEEL_ASSERT((uint8_t *)(n->mb_peers + world) <= base + l->fd_lists);
 	n->watch_list = (uint32_t *)(base + l->fd_lists);
 	n->beat_list = n->watch_list + world;
 	n->streams = stream_count(&n->cfg);
@@ -171,6 +192,7 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	n->stream_rx = (struct rx_slot *)(base + l->rx_slots);
 	n->stream_tx_buf = base + l->tx_buf;
 	n->stream_rx_buf = base + l->rx_buf;
+	KEEL_ASSERT(n->streams >= 1 && n->streams <= world);
 	for (uint32_t s = 0; s < n->streams; s++)
 		n->stream_owner[s] = n->stream_pool ? UINT32_MAX : s;
 	n->txq = (struct keel_datagram *)(base + l->txq);
@@ -198,6 +220,7 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	if (mem_len < l.total)
 		return -ENOSPC;
 	uint8_t *base = (uint8_t *)align_up((size_t)mem, 64);
+	KEEL_ASSERT(base + (l.total - 64) <= (uint8_t *)mem + mem_len); /* the slack covers it */
 	memset(base, 0, l.total - 64);
 	struct keel_node *n = (struct keel_node *)(base + l.node);
 	n->cfg = *cfg;
@@ -222,6 +245,8 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	mb_init(n); /* the first view, which fd_init reads: peers outside it start DEAD */
 	fd_init(n, now_ns);
 	fd_on_view(n);
+	KEEL_ASSERT(n->member == !cfg->rejoin && n->epoch == n->view.epoch);
+	KEEL_ASSERT(n->tx_flight == 0 && n->rx_held == 0 && n->acks_owed == 0);
 	*out = n;
 	return 0;
 }
@@ -236,6 +261,8 @@ void keel_fini(struct keel_node *node)
 void node_header_init(const struct keel_node *n, struct wire_header *h, enum wire_type type,
 		      uint32_t dst)
 {
+	KEEL_ASSERT(n != NULL && h != NULL);
+	KEEL_ASSERT(dst < n->world && dst != n->self && n->world <= UINT16_MAX);
 	memset(h, 0, sizeof(*h));
 	h->magic = WIRE_MAGIC;
 	h->version = WIRE_VERSION;
@@ -252,6 +279,8 @@ void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uin
 		    const void *payload, uint32_t len)
 {
 	KEEL_ASSERT(WIRE_HEADER_SIZE + len <= n->ctrl_size);
+	KEEL_ASSERT(peer < n->world && peer != n->self && (payload != NULL || len == 0));
+	KEEL_ASSERT(type != WIRE_DATA); /* data goes through the window (rel_send) */
 	if (n->txq_count == n->burst)
 		node_txq_flush(n);
 	KEEL_ASSERT(n->ctrl_used < n->burst);
@@ -265,18 +294,22 @@ void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uin
 		memcpy(buf + WIRE_HEADER_SIZE, payload, len);
 	wire_encode(buf, &h);
 	node_txq_push(n, peer, buf, WIRE_HEADER_SIZE + len, 0);
+	KEEL_ASSERT(n->ctrl_used <= n->txq_count); /* its buffer is queued until the flush */
 }
 
 void node_budget_spend(struct keel_node *n, uint32_t bytes)
 {
+	KEEL_ASSERT(n->budget_bytes <= POLL_BUDGET_BYTES);
 	n->budget_bytes = bytes >= n->budget_bytes ? 0 : n->budget_bytes - bytes;
 }
 
 void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq)
 {
 	KEEL_ASSERT(peer < n->world && peer != n->self);
+	KEEL_ASSERT(buf != NULL && len >= WIRE_HEADER_SIZE && len <= n->mtu);
 	if (n->txq_count == n->burst)
 		node_txq_flush(n);
+	KEEL_ASSERT(n->txq_count < n->burst);
 	struct keel_datagram *d = &n->txq[n->txq_count];
 	d->buf = buf;
 	d->len = len;
@@ -291,6 +324,7 @@ void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t le
 void node_txq_flush(struct keel_node *n)
 {
 	uint32_t count = n->txq_count;
+	KEEL_ASSERT(count <= n->burst && n->ctrl_used <= count);
 	int sent = 0;
 	if (count != 0 && n->fatal == 0) {
 		sent = n->tp->ops->send_burst(n->tp, n->now_ns, n->txq, count);
@@ -309,6 +343,7 @@ void node_txq_flush(struct keel_node *n)
 	}
 	n->txq_count = 0;
 	n->ctrl_used = 0;
+	KEEL_ASSERT(n->ctr.tx_blocked >= count - (uint32_t)sent);
 }
 
 static void count_drop(struct keel_node *n, enum wire_verdict v)
@@ -331,6 +366,7 @@ static void count_drop(struct keel_node *n, enum wire_verdict v)
 
 void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 {
+	KEEL_ASSERT(n != NULL && d != NULL && d->buf != NULL);
 	struct wire_expect exp = {
 	    .job_id = n->cfg.job_id,
 	    .epoch = n->epoch,
@@ -345,6 +381,8 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 		return;
 	}
 	n->ctr.rx_datagrams++;
+	/* what the decoder guarantees; everything else in h is still the peer's claim */
+	KEEL_ASSERT(h.src < n->world && h.src != n->self && h.dst == n->self);
 	if (h.type != WIRE_HEARTBEAT)
 		fd_heard(n, h.src);
 	const uint8_t *payload = d->buf + WIRE_HEADER_SIZE;
@@ -352,6 +390,7 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 		/* Acks and finished-collective counts belong to this epoch's streams. Every
 		 * header's op_id says how many collectives its sender finished (DATA: it is on
 		 * that one, so it finished the ones before). */
+		KEEL_ASSERT(view_has(&n->view, n->self));
 		rel_on_ack(n, h.src, h.ack, h.sack, h.wnd);
 		if (view_has(&n->view, h.src))
 			mb_heard_done(n, h.src, h.op_id);
@@ -378,6 +417,7 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 static uint32_t receive_burst(struct keel_node *n)
 {
 	size_t stride = align_up(n->mtu, 64);
+	KEEL_ASSERT(n->burst != 0 && n->burst <= KEEL_BURST_MAX);
 	for (uint32_t i = 0; i < n->burst; i++) {
 		n->rxq[i].buf = n->rx_burst_buf + i * stride;
 		n->rxq[i].cap = n->mtu;
@@ -400,7 +440,9 @@ static uint32_t receive_burst(struct keel_node *n)
 
 static uint64_t min_u64(uint64_t a, uint64_t b)
 {
-	return a < b ? a : b;
+	uint64_t m = a < b ? a : b;
+	KEEL_ASSERT(m <= a && m <= b);
+	return m;
 }
 
 int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_ns)
@@ -442,6 +484,8 @@ int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_n
 	if (n->budget_bytes == 0)
 		dl = n->now_ns; /* work left over: come back at once, with a fresh clock */
 	*next_deadline_ns = dl < n->now_ns ? n->now_ns : dl;
+	KEEL_ASSERT(*next_deadline_ns >= n->now_ns && n->txq_count == 0);
+	KEEL_ASSERT(n->epoch == n->view.epoch);
 	if (n->fatal != 0)
 		return n->fatal;
 	return n->noquorum ? KEEL_ENOQUORUM : 0;
@@ -453,6 +497,8 @@ int keel_view_get(const struct keel_node *node, struct keel_view *view, uint32_t
 	if (node == NULL || view == NULL)
 		return -EINVAL;
 	const struct view *v = &node->view;
+	KEEL_ASSERT(v->count <= node->world && (!node->member || v->count != 0));
+	KEEL_ASSERT(v->epoch == node->epoch);
 	view->epoch = v->epoch;
 	view->member_count = v->count;
 	view->world_size = node->world;
@@ -488,6 +534,8 @@ int keel_peer_get(const struct keel_node *node, uint32_t peer, struct keel_peer_
 	info->retransmits = r->retransmits;
 	info->suspicions = f->suspicions;
 	info->left = peer != node->self && f->gone;
+	KEEL_ASSERT(info->state <= KEEL_PEER_SELF &&
+		    (peer == node->self) == (info->state == KEEL_PEER_SELF));
 	return 0;
 }
 
@@ -495,6 +543,7 @@ bool keel_peer_is_alive(const struct keel_node *node, uint32_t peer)
 {
 	if (node == NULL || peer >= node->world)
 		return false;
+	KEEL_ASSERT(node->self < node->world);
 	return peer == node->self || fd_is_alive(node, peer);
 }
 
@@ -511,6 +560,7 @@ bool keel_is_idle(const struct keel_node *node)
 		return false;
 	for (uint32_t i = 0; i < node->world; i++) {
 		const struct rel_peer *p = rel_peer_of(node, i);
+		KEEL_ASSERT(!seq_before(p->snd_nxt, p->snd_una));
 		if (p->snd_una != p->snd_nxt)
 			return false;
 	}
@@ -530,5 +580,6 @@ int keel_leave(struct keel_node *node, uint64_t now_ns)
 		if (i != n->self)
 			node_send_ctrl(n, i, WIRE_LEAVE, n->op_run_id - n->op_base, NULL, 0);
 	node_txq_flush(n);
+	KEEL_ASSERT(n->txq_count == 0 && n->ctrl_used == 0);
 	return n->fatal;
 }
