@@ -257,12 +257,13 @@ static bool everyone_done(const struct keel_node *n, const struct keel_op *op)
 	uint32_t need = wire_id(n, op) + 1;
 	/* A member that left had reported it: then every member had it. */
 	for (uint32_t r = 0; r < n->world; r++)
-		if (n->peers[r].left && !seq_before(n->peers[r].left_reported, need))
+		if (fd_peer_of(n, r)->left && !seq_before(fd_peer_of(n, r)->left_reported, need))
 			return true;
 	if (n->acc_promised != 0)
 		return false;
 	for (uint32_t r = 0; r < n->world; r++)
-		if (r != n->self && view_has(&n->view, r) && seq_before(n->peers[r].ops_done, need))
+		if (r != n->self && view_has(&n->view, r) &&
+		    seq_before(mb_peer_of(n, r)->ops_done, need))
 			return false;
 	return true;
 }
@@ -275,8 +276,9 @@ static bool peer_entered(const struct keel_node *n, int32_t peer, uint32_t id)
 {
 	KEEL_ASSERT(peer >= 0 && (uint32_t)peer < n->world);
 	KEEL_ASSERT((uint32_t)peer != n->self);
-	const struct peer *p = &n->peers[peer];
-	return seq_before(id, p->ops_done) || (p->watched && seq_before(id, p->ops_started));
+	const struct mb_peer *p = mb_peer_of(n, (uint32_t)peer);
+	return seq_before(id, p->ops_done) ||
+	       (fd_peer_of(n, (uint32_t)peer)->watched && seq_before(id, p->ops_started));
 }
 
 /* Have the peers this collective waits for now — the one its receive step expects data from,

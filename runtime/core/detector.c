@@ -15,6 +15,7 @@
  * whole server: its GPUs have consecutive ranks) still leaves each of them a live watcher. */
 static bool at_watch_distance(uint32_t self, uint32_t peer, uint32_t world, uint32_t k, bool ahead)
 {
+	KEEL_ASSERT(world != 0 && self < world && peer < world);
 	uint32_t dist = ahead ? (peer + world - self) % world : (self + world - peer) % world;
 	if (dist == 0 || (dist & (dist - 1)) != 0)
 		return false;
@@ -23,15 +24,22 @@ static bool at_watch_distance(uint32_t self, uint32_t peer, uint32_t world, uint
 
 uint64_t keel_detect_bound_ns(const struct keel_config *cfg)
 {
+	KEEL_ASSERT(cfg != NULL);
 	uint64_t hb = cfg->heartbeat_ns;
 	return (uint64_t)(cfg->miss_limit + 1) * hb + (uint64_t)cfg->probes * (hb / 4);
 }
 
+/* After mb_init: a rank outside the first view (all of them, for a node that rejoins) starts
+ * DEAD. A first state, not a change: nobody is told. */
 void fd_init(struct keel_node *n, uint64_t now_ns)
 {
+	KEEL_ASSERT(n != NULL && n->fd_peers != NULL && n->self < n->world);
+	KEEL_ASSERT(n->view.bits != NULL && n->cfg.heartbeat_ns != 0); /* mb_init ran */
 	for (uint32_t i = 0; i < n->world; i++) {
-		struct peer *p = &n->peers[i];
-		p->state = i == n->self ? KEEL_PEER_SELF : KEEL_PEER_ALIVE;
+		struct fd_peer *p = &n->fd_peers[i];
+		p->state = i == n->self		   ? KEEL_PEER_SELF
+			   : view_has(&n->view, i) ? KEEL_PEER_ALIVE
+						   : KEEL_PEER_DEAD;
 		p->last_heard_ns = now_ns;
 		p->deaf_at_heard_ns = 0;
 	}
@@ -43,6 +51,8 @@ void fd_init(struct keel_node *n, uint64_t now_ns)
 	 * solve over all of them. */
 	n->next_beat_ns = now_ns + n->cfg.heartbeat_ns * n->self / n->world;
 	n->deaf_ns = 0;
+	KEEL_ASSERT(n->next_beat_ns - now_ns < n->cfg.heartbeat_ns);
+	KEEL_ASSERT(n->fd_peers[n->self].state == KEEL_PEER_SELF);
 }
 
 /* Who this node beats and watches, for the installed view. Small worlds: every rank beats
@@ -53,14 +63,18 @@ void fd_init(struct keel_node *n, uint64_t now_ns)
  * everyone until admitted. */
 void fd_on_view(struct keel_node *n)
 {
+	/* a member is in its own view (the converse fails for a left-out old incarnation) */
+	KEEL_ASSERT(!n->member || view_has(&n->view, n->self));
+	KEEL_ASSERT(n->view.count <= n->world);
 	bool all = n->world <= KEEL_FD_ALL_TO_ALL_MAX || !n->member;
 	uint32_t count = n->view.count, k = n->cfg.fd_fanout == 0 ? 1 : n->cfg.fd_fanout;
 	if (count > 0 && k > count - 1)
 		k = count - 1;
 	uint32_t me = n->member ? n->pos_of[n->self] : 0;
+	KEEL_ASSERT(!n->member || me < count);
 	n->watch_count = n->beat_count = 0;
 	for (uint32_t i = 0; i < n->world; i++) {
-		struct peer *p = &n->peers[i];
+		struct fd_peer *p = &n->fd_peers[i];
 		if (i == n->self)
 			continue;
 		bool member = view_has(&n->view, i);
@@ -82,19 +96,71 @@ void fd_on_view(struct keel_node *n)
 		if (p->beat_to)
 			n->beat_list[n->beat_count++] = i;
 	}
+	KEEL_ASSERT(n->watch_count < n->world && n->beat_count < n->world);
+	KEEL_ASSERT(!n->fd_peers[n->self].watched && !n->fd_peers[n->self].beat_to);
 }
 
+/* The edges a peer's state may take. SELF is never entered nor left; DEAD (left, or outside
+ * the view) is left only by a view that has the peer as a member, straight to ALIVE. */
+static bool transition_allowed(enum keel_peer_state from, enum keel_peer_state to)
+{
+	KEEL_ASSERT(from <= KEEL_PEER_SELF && to <= KEEL_PEER_SELF);
+	switch (from) {
+	case KEEL_PEER_ALIVE:
+		return to == KEEL_PEER_SUSPECTED || to == KEEL_PEER_DEAD;
+	case KEEL_PEER_SUSPECTED:
+		return to == KEEL_PEER_ALIVE || to == KEEL_PEER_DEAD;
+	case KEEL_PEER_DEAD:
+		return to == KEEL_PEER_ALIVE;
+	case KEEL_PEER_SELF:
+		return false;
+	}
+	return false;
+}
+
+/* The one place a peer's state changes, and the one place the caller hears of it. */
 static void set_state(struct keel_node *n, uint32_t peer, enum keel_peer_state st)
 {
-	n->peers[peer].state = st;
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	KEEL_ASSERT(transition_allowed(n->fd_peers[peer].state, st));
+	n->fd_peers[peer].state = st;
 	mb_touch(n);
 	if (n->cfg.on_peer != NULL)
 		n->cfg.on_peer(n->cfg.on_peer_ctx, peer, st, n->now_ns);
 }
 
+void fd_peer_for_view(struct keel_node *n, uint32_t peer, bool member)
+{
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	KEEL_ASSERT(member == view_has(&n->view, peer)); /* called once the view is installed */
+	struct fd_peer *p = &n->fd_peers[peer];
+	p->left = false;
+	if (!member) {
+		if (p->state != KEEL_PEER_DEAD)
+			set_state(n, peer, KEEL_PEER_DEAD);
+		return;
+	}
+	if (p->state != KEEL_PEER_ALIVE) {
+		/* a member of the decided view answered its coordinator: listen to it afresh */
+		p->last_heard_ns = n->now_ns;
+		p->deaf_at_heard_ns = n->deaf_ns;
+		set_state(n, peer, KEEL_PEER_ALIVE);
+	}
+	KEEL_ASSERT(p->state == (member ? KEEL_PEER_ALIVE : KEEL_PEER_DEAD));
+}
+
+void fd_new_life(struct keel_node *n, uint32_t peer)
+{
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	KEEL_ASSERT(mb_peer_of(n, peer)->inc != 0); /* membership recorded the new life first */
+	n->fd_peers[peer].gone = false;
+}
+
 void fd_heard(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self); /* the decoder checked the source */
+	struct fd_peer *p = &n->fd_peers[peer];
+	KEEL_ASSERT(n->deaf_ns >= p->deaf_at_heard_ns); /* deaf time only accumulates */
 	p->last_heard_ns = n->now_ns;
 	p->deaf_at_heard_ns = n->deaf_ns;
 	if (p->probe_ns != 0) { /* it answered a probe (or spoke anyway): no suspicion */
@@ -106,6 +172,7 @@ void fd_heard(struct keel_node *n, uint32_t peer)
 		n->ctr.false_suspicions++;
 		set_state(n, peer, KEEL_PEER_ALIVE);
 	}
+	KEEL_ASSERT(p->probe_ns == 0 && p->last_heard_ns == n->now_ns);
 }
 
 /* A clean exit: no suspicion, no false-suspicion count; a late datagram from it changes
@@ -114,7 +181,8 @@ void fd_heard(struct keel_node *n, uint32_t peer)
  * majorities: it will never vote again. */
 void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t epoch, uint32_t reported)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	struct fd_peer *p = &n->fd_peers[peer];
 	/* Kept whatever our view: a restarted node waiting for admission learns from it that the
 	 * members it would join are gone (the job ended), instead of waiting for nobody. */
 	p->gone = true;
@@ -125,23 +193,31 @@ void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t epoch, uint32_t re
 		p->left_reported = reported;
 	}
 	set_state(n, peer, KEEL_PEER_DEAD);
+	KEEL_ASSERT(p->gone && p->state == KEEL_PEER_DEAD);
 }
 
 void fd_suspect(struct keel_node *n, uint32_t peer)
 {
-	n->peers[peer].probe_ns = 0;
-	n->peers[peer].suspicions++;
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	/* callers suspect only a peer they see alive (ALIVE -> SUSPECTED is the one edge) */
+	KEEL_ASSERT(n->fd_peers[peer].state == KEEL_PEER_ALIVE);
+	n->fd_peers[peer].probe_ns = 0;
+	n->fd_peers[peer].suspicions++;
 	n->ctr.suspicions++;
 	set_state(n, peer, KEEL_PEER_SUSPECTED);
+	KEEL_ASSERT(n->fd_peers[peer].probe_ns == 0);
 }
 
 void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_header *h,
 		     const uint8_t *payload)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self && payload != NULL);
+	/* the decoder let through only a heartbeat of exactly this size */
+	KEEL_ASSERT(h->type == WIRE_HEARTBEAT && h->payload_len == WIRE_HEARTBEAT_SIZE);
+	struct fd_peer *p = &n->fd_peers[peer];
 	struct wire_heartbeat hb;
 	wire_heartbeat_decode(payload, &hb);
-	if (hb.incarnation < p->inc)
+	if (hb.incarnation < mb_peer_of(n, peer)->inc)
 		return; /* a late datagram from a previous life of that rank */
 	n->ctr.heartbeats_received++;
 	p->hb_echo_ns = hb.send_ns;
@@ -150,6 +226,7 @@ void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heade
 	if (hb.echo_ns != 0 && hb.echo_ns <= n->now_ns &&
 	    n->now_ns - hb.echo_ns >= hb.echo_held_ns) {
 		uint64_t rtt = n->now_ns - hb.echo_ns - hb.echo_held_ns;
+		KEEL_ASSERT(rtt <= n->now_ns); /* the checks above keep it from wrapping */
 		p->rtt_ns_last = rtt;
 		p->rtt_samples++;
 		/* Smoothed like RFC 6298's SRTT and RTTVAR. Not fed to the retransmission timer:
@@ -165,8 +242,6 @@ void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heade
 			p->hb_srtt_ns = (7 * p->hb_srtt_ns + rtt) / 8;
 		}
 	}
-	if (h->epoch == n->epoch && seq_before(p->ops_started, hb.ops_started))
-		p->ops_started = hb.ops_started;
 	if (hb.flags & WIRE_HB_PROBE)
 		fd_beat_one(n, peer, 0); /* it has not heard from us lately: answer now */
 	/* A member's new incarnation is a join request, not a sign of life of the old one. */
@@ -178,7 +253,10 @@ void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heade
  * time, which suspicion does not count as a peer's silence. */
 void fd_poll_start(struct keel_node *n)
 {
+	/* keel_poll never moves the clock back */
+	KEEL_ASSERT(n->now_ns >= n->last_poll_ns);
 	uint64_t gap = n->now_ns - n->last_poll_ns;
+	uint64_t deaf_before = n->deaf_ns;
 	if (gap > n->cfg.heartbeat_ns) {
 		n->deaf_ns += gap - n->cfg.heartbeat_ns;
 		/* Wakeups a few microseconds late are routine; a pause worth reporting costs at
@@ -187,11 +265,15 @@ void fd_poll_start(struct keel_node *n)
 			n->ctr.local_pauses++;
 	}
 	n->last_poll_ns = n->now_ns;
+	KEEL_ASSERT(n->deaf_ns >= deaf_before && n->deaf_ns - deaf_before <= gap);
 }
 
 void fd_beat_one(struct keel_node *n, uint32_t peer, uint32_t flags)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	KEEL_ASSERT((flags & ~(uint32_t)WIRE_HB_PROBE) == 0);
+	struct fd_peer *p = &n->fd_peers[peer];
+	KEEL_ASSERT(p->hb_echo_ns == 0 || p->hb_echo_recv_ns <= n->now_ns);
 	struct wire_heartbeat hb = {
 	    .send_ns = n->now_ns,
 	    .echo_ns = p->hb_echo_ns,
@@ -210,62 +292,81 @@ void fd_beat_one(struct keel_node *n, uint32_t peer, uint32_t flags)
 
 void fd_beat_all(struct keel_node *n)
 {
-	for (uint32_t b = 0; b < n->beat_count; b++)
+	KEEL_ASSERT(n->beat_count < n->world);
+	for (uint32_t b = 0; b < n->beat_count; b++) {
+		KEEL_ASSERT(n->fd_peers[n->beat_list[b]].beat_to);
 		fd_beat_one(n, n->beat_list[b], 0);
+	}
 }
 
 void fd_beat(struct keel_node *n)
 {
+	KEEL_ASSERT(n->cfg.heartbeat_ns != 0);
 	if (n->now_ns < n->next_beat_ns)
 		return;
 	fd_beat_all(n);
 	n->next_beat_ns += n->cfg.heartbeat_ns;
 	if (n->next_beat_ns <= n->now_ns)
 		n->next_beat_ns = n->now_ns + n->cfg.heartbeat_ns;
+	KEEL_ASSERT(n->next_beat_ns > n->now_ns &&
+		    n->next_beat_ns - n->now_ns <= n->cfg.heartbeat_ns);
 }
 
 /* Slack after miss_limit silent intervals: the last beat heard may have come early and the
  * next one, sent on time, arrive late. A quarter interval for the sender's own timing (its
  * poll is late by its wakeup latency), the measured one-way delay and four times its
  * variation; at most one interval, so detection stays within miss_limit + 1 intervals. */
-static uint64_t silence_margin(const struct keel_node *n, const struct peer *p)
+static uint64_t silence_margin(const struct keel_node *n, const struct fd_peer *p)
 {
+	KEEL_ASSERT(p != NULL && p != n->fd_peers + n->self);
 	uint64_t hb = n->cfg.heartbeat_ns;
 	uint64_t m = hb / 4 + p->hb_srtt_ns / 2 + 4 * p->hb_rttvar_ns;
-	return m < hb ? m : hb;
+	m = m < hb ? m : hb;
+	KEEL_ASSERT(m <= hb);
+	return m;
 }
 
 /* When a watched peer's listened-to silence reaches miss_limit intervals and the margin — but
  * never within join_timeout_ns of init: ranks start a few ms apart and fault in their arenas
  * at once, so the first moments of a job are the noisiest (a peer that dies then is found at
  * the end of the grace). */
-static uint64_t suspect_at(const struct keel_node *n, const struct peer *p)
+static uint64_t suspect_at(const struct keel_node *n, const struct fd_peer *p)
 {
+	KEEL_ASSERT(p->watched && n->deaf_ns >= p->deaf_at_heard_ns);
 	uint64_t deaf = n->deaf_ns - p->deaf_at_heard_ns;
 	uint64_t at = p->last_heard_ns + deaf + (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns +
 		      silence_margin(n, p);
 	if (n->cfg.rejoin)
 		return at; /* a restarted node joins an established view: no start-up noise */
 	uint64_t grace_end = n->init_ns + n->cfg.join_timeout_ns;
-	return at > grace_end ? at : grace_end;
+	at = at > grace_end ? at : grace_end;
+	KEEL_ASSERT(at > p->last_heard_ns); /* miss_limit and heartbeat_ns are not 0 */
+	return at;
 }
 
 static uint64_t probe_gap(const struct keel_node *n)
 {
+	KEEL_ASSERT(n->cfg.heartbeat_ns != 0);
 	uint64_t gap = n->cfg.heartbeat_ns / 4;
-	return gap != 0 ? gap : 1;
+	gap = gap != 0 ? gap : 1;
+	KEEL_ASSERT(gap <= n->cfg.heartbeat_ns);
+	return gap;
 }
 
 /* When the next probe goes out or, after the last, when the peer is suspected; in listened
  * time like suspect_at (a pause of this node does not use the peer's chances up). */
-static uint64_t probe_next_at(const struct keel_node *n, const struct peer *p)
+static uint64_t probe_next_at(const struct keel_node *n, const struct fd_peer *p)
 {
+	KEEL_ASSERT(p->probe_ns != 0 && p->probe_sent_ns >= p->probe_ns); /* probing */
+	KEEL_ASSERT(n->deaf_ns >= p->probe_deaf_ns);
 	return p->probe_sent_ns + (n->deaf_ns - p->probe_deaf_ns) + probe_gap(n);
 }
 
 static void probe(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	struct fd_peer *p = &n->fd_peers[peer];
+	KEEL_ASSERT(p->watched && p->state == KEEL_PEER_ALIVE && p->probes_sent < n->cfg.probes);
 	if (p->probe_ns == 0)
 		p->probe_ns = n->now_ns;
 	p->probe_sent_ns = n->now_ns;
@@ -273,15 +374,18 @@ static void probe(struct keel_node *n, uint32_t peer)
 	p->probes_sent++;
 	n->ctr.probes_sent++;
 	fd_beat_one(n, peer, WIRE_HB_PROBE);
+	KEEL_ASSERT(p->probe_ns != 0 && p->probes_sent <= n->cfg.probes);
 }
 
 /* Past its silence deadline a peer is probed `probes` times, a quarter interval apart; any
  * datagram from it ends that (fd_heard). No answer to the last: suspected. */
 void fd_check(struct keel_node *n)
 {
+	KEEL_ASSERT(n->watch_count < n->world);
 	for (uint32_t w = 0; w < n->watch_count; w++) {
 		uint32_t i = n->watch_list[w];
-		struct peer *p = &n->peers[i];
+		KEEL_ASSERT(i < n->world && i != n->self);
+		struct fd_peer *p = &n->fd_peers[i];
 		if (p->state != KEEL_PEER_ALIVE)
 			continue;
 		if (p->probe_ns == 0) {
@@ -305,8 +409,10 @@ void fd_check(struct keel_node *n)
 uint64_t fd_next_deadline(const struct keel_node *n)
 {
 	uint64_t dl = n->next_beat_ns;
+	KEEL_ASSERT(n->watch_count < n->world);
 	for (uint32_t w = 0; w < n->watch_count; w++) {
-		const struct peer *p = &n->peers[n->watch_list[w]];
+		KEEL_ASSERT(n->watch_list[w] < n->world);
+		const struct fd_peer *p = &n->fd_peers[n->watch_list[w]];
 		if (p->state != KEEL_PEER_ALIVE)
 			continue;
 		uint64_t at = p->probe_ns != 0 ? probe_next_at(n, p) : suspect_at(n, p);

@@ -45,23 +45,30 @@ _Static_assert(VALUE_HEADER + PROMISE_EXTRA + WIRE_VIEW_MIN <= KEEL_VIEW_MSG_OVE
 
 static size_t align8(size_t v)
 {
-	return (v + 7) & ~(size_t)7;
+	size_t r = (v + 7) & ~(size_t)7;
+	KEEL_ASSERT(r >= v && r - v < 8);
+	return r;
 }
 
 size_t mb_view_bytes(uint32_t world)
 {
+	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);
 	return align8((size_t)world / 8 + 1) + (size_t)world * sizeof(uint32_t);
 }
 
 uint32_t mb_ctrl_size(uint32_t world)
 {
+	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);
 	size_t need = WIRE_HEADER_SIZE + KEEL_VIEW_MSG_OVERHEAD + (size_t)world * VALUE_ENTRY;
 	need = (need + 63) & ~(size_t)63;
+	KEEL_ASSERT(need <= UINT32_MAX);
 	return need < CTRL_BUF_MIN ? CTRL_BUF_MIN : (uint32_t)need;
 }
 
 static void view_carve(struct view *v, uint8_t **cursor, uint32_t world)
 {
+	KEEL_ASSERT(v != NULL && cursor != NULL && *cursor != NULL);
+	KEEL_ASSERT(((uintptr_t)*cursor & 3u) == 0); /* inc[] is u32: keep it aligned */
 	v->bits = *cursor;
 	v->inc = (uint32_t *)(*cursor + align8((size_t)world / 8 + 1));
 	*cursor += mb_view_bytes(world);
@@ -69,6 +76,8 @@ static void view_carve(struct view *v, uint8_t **cursor, uint32_t world)
 
 void mb_carve(struct keel_node *n, uint8_t **cursor)
 {
+	KEEL_ASSERT(n != NULL && cursor != NULL && *cursor != NULL);
+	uint8_t *start = *cursor;
 	struct view *views[] = {&n->view, &n->acc_value, &n->prop_best, &n->prop_value,
 				&n->scratch_view};
 	for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++)
@@ -77,10 +86,36 @@ void mb_carve(struct keel_node *n, uint8_t **cursor)
 	*cursor += align8((size_t)n->world * sizeof(uint32_t));
 	n->pos_of = (uint32_t *)*cursor;
 	*cursor += align8((size_t)n->world * sizeof(uint32_t));
+	/* node.c's layout reserves exactly this (plus alignment slack) */
+	KEEL_ASSERT((size_t)(*cursor - start) ==
+		    5 * mb_view_bytes(n->world) + 2 * align8((size_t)n->world * sizeof(uint32_t)));
+}
+
+/* A view's shape: its member count matches its bits (O(world): debug builds only). */
+static void view_check(const struct keel_node *n, const struct view *v)
+{
+	KEEL_ASSERT(v->bits != NULL && v->inc != NULL && v->count <= n->world);
+	KEEL_ASSERT(v->donor == UINT32_MAX || v->donor < n->world);
+#ifdef KEEL_DEBUG
+	uint32_t members = 0;
+	for (uint32_t r = 0; r < n->world; r++)
+		members += view_has(v, r);
+	KEEL_ASSERT_DEBUG(members == v->count);
+#endif
+}
+
+/* Paxos acceptor state: the accepted ballot never exceeds the promised one, and a value is
+ * accepted only for the epoch after the installed one. */
+static void acceptor_check(const struct keel_node *n)
+{
+	KEEL_ASSERT(n->acc_ballot <= n->acc_promised);
+	KEEL_ASSERT(n->acc_ballot == 0 || n->acc_value.epoch == n->view.epoch + 1);
 }
 
 static void view_clear(struct view *v, uint32_t world)
 {
+	KEEL_ASSERT(v != NULL && v->bits != NULL && v->inc != NULL);
+	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);
 	v->epoch = v->count = v->flags = v->ops_resume = v->frontier = 0;
 	v->donor = UINT32_MAX;
 	memset(v->bits, 0, world / 8 + 1);
@@ -89,6 +124,8 @@ static void view_clear(struct view *v, uint32_t world)
 
 static void view_copy(struct view *dst, const struct view *src, uint32_t world)
 {
+	KEEL_ASSERT(dst != NULL && src != NULL && dst != src);
+	KEEL_ASSERT(dst->bits != src->bits && dst->inc != src->inc && src->count <= world);
 	uint8_t *bits = dst->bits;
 	uint32_t *inc = dst->inc;
 	*dst = *src;
@@ -100,14 +137,17 @@ static void view_copy(struct view *dst, const struct view *src, uint32_t world)
 
 static void view_add(struct view *v, uint32_t rank, uint32_t inc)
 {
+	KEEL_ASSERT(v != NULL && rank < KEEL_WORLD_MAX);
 	if (!view_has(v, rank))
 		v->count++;
 	v->bits[rank / 8] |= (uint8_t)(1u << (rank % 8));
 	v->inc[rank] = inc;
+	KEEL_ASSERT(view_has(v, rank) && v->count != 0 && v->count <= KEEL_WORLD_MAX);
 }
 
 static size_t value_encode(uint8_t *p, const struct view *v, uint32_t world)
 {
+	KEEL_ASSERT(p != NULL && v != NULL && v->count <= world);
 	wire_put32(p, v->epoch);
 	wire_put32(p + 4, v->flags);
 	wire_put32(p + 8, v->ops_resume);
@@ -122,12 +162,14 @@ static size_t value_encode(uint8_t *p, const struct view *v, uint32_t world)
 		wire_put32(p + off + 2, v->inc[r]);
 		off += VALUE_ENTRY;
 	}
+	KEEL_ASSERT(off == VALUE_HEADER + (size_t)v->count * VALUE_ENTRY);
 	return off;
 }
 
 /* Decode and validate a value from the network: never trusted. */
 static bool value_decode(const uint8_t *p, size_t len, struct view *v, uint32_t world)
 {
+	KEEL_ASSERT(p != NULL && v != NULL && world != 0); /* the bytes themselves: checked below */
 	if (len < VALUE_HEADER)
 		return false;
 	uint32_t count = wire_get32(p + 20);
@@ -148,12 +190,15 @@ static bool value_decode(const uint8_t *p, size_t len, struct view *v, uint32_t 
 		prev = rank;
 		view_add(v, rank, inc);
 	}
+	KEEL_ASSERT(v->count == count); /* ranks ascending: each one added once */
 	return v->epoch != 0 && (v->donor == UINT32_MAX || v->donor < world);
 }
 
 static void send_msg(struct keel_node *n, uint32_t peer, enum vmsg kind, uint32_t target,
 		     uint64_t ballot, const uint8_t *extra, size_t extra_len)
 {
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	KEEL_ASSERT(kind >= VM_PREPARE && kind <= VM_KIND_MAX && (extra != NULL || extra_len == 0));
 	uint8_t *p = n->msg_buf;
 	memset(p, 0, WIRE_VIEW_MIN);
 	p[OFF_KIND] = (uint8_t)kind;
@@ -170,6 +215,8 @@ static void send_msg(struct keel_node *n, uint32_t peer, enum vmsg kind, uint32_
 static void send_value(struct keel_node *n, uint32_t peer, enum vmsg kind, uint32_t target,
 		       uint64_t ballot, const struct view *v)
 {
+	KEEL_ASSERT(kind == VM_ACCEPT || kind == VM_COMMIT);
+	KEEL_ASSERT(v->epoch == target && v->epoch != 0); /* only ever the view the target names */
 	uint8_t *p = n->msg_buf + WIRE_VIEW_MIN;
 	size_t len = value_encode(p, v, n->world);
 	send_msg(n, peer, kind, target, ballot, p, len);
@@ -177,6 +224,7 @@ static void send_value(struct keel_node *n, uint32_t peer, enum vmsg kind, uint3
 
 static void rebuild_positions(struct keel_node *n)
 {
+	KEEL_ASSERT(n->rank_at != NULL && n->pos_of != NULL);
 	uint32_t pos = 0;
 	for (uint32_t r = 0; r < n->world; r++) {
 		n->pos_of[r] = UINT32_MAX;
@@ -188,6 +236,8 @@ static void rebuild_positions(struct keel_node *n)
 
 void mb_init(struct keel_node *n)
 {
+	KEEL_ASSERT(n != NULL && n->mb_peers != NULL && n->self < n->world);
+	KEEL_ASSERT(n->cfg.incarnation != 0);
 	n->incarnation = n->cfg.incarnation;
 	struct view *v = &n->view;
 	view_clear(v, n->world);
@@ -202,30 +252,34 @@ void mb_init(struct keel_node *n)
 	n->donor = UINT32_MAX;
 	mb_touch(n);
 	rebuild_positions(n);
-	for (uint32_t r = 0; r < n->world; r++)
-		if (r != n->self && !view_has(v, r))
-			n->peers[r].state = KEEL_PEER_DEAD;
+	/* a first job starts with every rank; a restarted one with no view at all */
+	KEEL_ASSERT(n->cfg.rejoin ? v->epoch == 0 && v->count == 0 : v->count == n->world);
+	KEEL_ASSERT(n->epoch == v->epoch && n->acc_ballot == 0 && n->acc_promised == 0);
 }
 
 static bool is_member(const struct keel_node *n, uint32_t rank)
 {
+	KEEL_ASSERT(rank < n->world);
 	return view_has(&n->view, rank);
 }
 
 bool mb_is_coordinator(const struct keel_node *n)
 {
+	KEEL_ASSERT(n != NULL && n->self < n->world);
 	if (!n->member || n->noquorum)
 		return false;
+	KEEL_ASSERT(is_member(n, n->self));
 	for (uint32_t r = 0; r < n->self; r++)
-		if (is_member(n, r) && n->peers[r].state == KEEL_PEER_ALIVE)
+		if (is_member(n, r) && fd_is_alive(n, r))
 			return false;
 	return true;
 }
 
 static uint32_t coordinator(const struct keel_node *n)
 {
+	KEEL_ASSERT(n->member && is_member(n, n->self)); /* the lowest live member: self at most */
 	for (uint32_t r = 0; r < n->world; r++)
-		if (is_member(n, r) && (r == n->self || n->peers[r].state == KEEL_PEER_ALIVE))
+		if (is_member(n, r) && (r == n->self || fd_is_alive(n, r)))
 			return r;
 	return n->self;
 }
@@ -234,32 +288,23 @@ static uint32_t coordinator(const struct keel_node *n)
 
 static void reset_peer_for_view(struct keel_node *n, uint32_t r, bool member_now)
 {
-	struct peer *p = &n->peers[r];
+	KEEL_ASSERT(r < n->world && r != n->self);
+	KEEL_ASSERT(member_now == is_member(n, r)); /* the new view is installed already */
+	struct mb_peer *p = &n->mb_peers[r];
 	rel_peer_reset(n, r);
 	p->ops_done = p->ops_started = 0;
-	p->left = false;
 	p->suspect_report = false;
 	p->pr_promised = p->pr_accepted = false;
-	if (!member_now) {
-		if (p->state != KEEL_PEER_DEAD) {
-			p->state = KEEL_PEER_DEAD;
-			if (n->cfg.on_peer != NULL)
-				n->cfg.on_peer(n->cfg.on_peer_ctx, r, KEEL_PEER_DEAD, n->now_ns);
-		}
-		return;
-	}
-	if (p->state != KEEL_PEER_ALIVE) {
-		/* a member of the decided view answered its coordinator: listen to it afresh */
-		p->state = KEEL_PEER_ALIVE;
-		p->last_heard_ns = n->now_ns;
-		p->deaf_at_heard_ns = n->deaf_ns;
-		if (n->cfg.on_peer != NULL)
-			n->cfg.on_peer(n->cfg.on_peer_ctx, r, KEEL_PEER_ALIVE, n->now_ns);
-	}
+	fd_peer_for_view(n, r, member_now); /* its state, and the caller hears of it */
 }
 
 static void install(struct keel_node *n, const struct view *v)
 {
+	KEEL_ASSERT(v != &n->view && v->epoch != 0);
+	view_check(n, v);
+	/* Epochs only grow: a view installed for epoch e is never replaced by another one for e
+	 * (nor by an older one). Callers decided it, or checked a commit's epoch against ours. */
+	KEEL_ASSERT(seq_before(n->view.epoch, v->epoch));
 	bool was_member = n->member;
 	uint32_t old_epoch = n->view.epoch;
 	bool self_in = view_has(v, n->self) && v->inc[n->self] == n->incarnation;
@@ -282,6 +327,9 @@ static void install(struct keel_node *n, const struct view *v)
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self)
 			reset_peer_for_view(n, r, view_has(v, r));
+	KEEL_ASSERT(n->epoch == v->epoch && n->view.count == v->count);
+	KEEL_ASSERT(!excluded || !n->member);
+	KEEL_ASSERT(!n->member || n->pos_of[n->self] < n->view.count);
 	fd_on_view(n);
 	if (excluded) {
 		n->ctr.self_exclusions++;
@@ -303,24 +351,29 @@ static void install(struct keel_node *n, const struct view *v)
 
 static void start_prepare(struct keel_node *n)
 {
+	KEEL_ASSERT(n->member && !n->noquorum);
+	acceptor_check(n);
 	for (uint32_t r = 0; r < n->world; r++) {
 		/* reports are renewed while they hold; this round does not wait for the reported */
-		n->peers[r].pr_reported = n->peers[r].suspect_report;
-		n->peers[r].suspect_report = false;
+		n->mb_peers[r].pr_reported = n->mb_peers[r].suspect_report;
+		n->mb_peers[r].suspect_report = false;
 	}
 	mb_touch(n);
 	n->prop_round++;
 	n->prop_ballot = ((uint64_t)n->prop_round << 16) | n->self;
+	/* the low bits name the coordinator: no other one can use this ballot (the round came
+	 * partly from a NACK, so its size is a peer's claim and is not asserted) */
+	KEEL_ASSERT((n->prop_ballot & 0xffffu) == n->self);
 	n->prop_phase = PROP_PREPARE;
 	n->prop_started_ns = n->prop_sent_ns = n->now_ns;
 	n->prop_best_ballot = 0;
 	n->ctr.view_proposals++;
 	for (uint32_t r = 0; r < n->world; r++)
-		n->peers[r].pr_promised = n->peers[r].pr_accepted = false;
+		n->mb_peers[r].pr_promised = n->mb_peers[r].pr_accepted = false;
 	/* this node is an acceptor too */
 	if (n->prop_ballot > n->acc_promised) {
 		n->acc_promised = n->prop_ballot;
-		struct peer *me = &n->peers[n->self];
+		struct mb_peer *me = &n->mb_peers[n->self];
 		me->pr_promised = true;
 		me->pr_done = coll_done_count(n);
 		me->pr_ops_pending = coll_pending(n);
@@ -332,21 +385,24 @@ static void start_prepare(struct keel_node *n)
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self && is_member(n, r))
 			send_msg(n, r, VM_PREPARE, n->view.epoch + 1, n->prop_ballot, NULL, 0);
+	acceptor_check(n);
 }
 
-static bool recently_heard(const struct keel_node *n, const struct peer *p)
+static bool recently_heard(const struct keel_node *n, uint32_t r)
 {
+	KEEL_ASSERT(r < n->world && r != n->self);
 	uint64_t window = (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns;
-	return p->inc != 0 && n->now_ns - p->last_heard_ns <= window;
+	return n->mb_peers[r].inc != 0 && n->now_ns - fd_peer_of(n, r)->last_heard_ns <= window;
 }
 
 /* A peer that asks to be admitted (its heartbeats say so, lately): not a member, or a
  * member's new incarnation. */
 static bool is_joiner(const struct keel_node *n, uint32_t r)
 {
-	const struct peer *p = &n->peers[r];
+	KEEL_ASSERT(r < n->world);
+	const struct mb_peer *p = &n->mb_peers[r];
 	/* gone: it said it leaves for good (an excluded rank whose program chose to exit) */
-	if (r == n->self || !p->joining || p->gone || !recently_heard(n, p))
+	if (r == n->self || !p->joining || fd_peer_of(n, r)->gone || !recently_heard(n, r))
 		return false;
 	if (!is_member(n, r))
 		return true;
@@ -357,13 +413,15 @@ static bool is_joiner(const struct keel_node *n, uint32_t r)
  * answered, plus the peers asking to join. */
 static void build_value(struct keel_node *n)
 {
+	KEEL_ASSERT(n->prop_phase == PROP_PREPARE &&
+		    n->prop_best_ballot == 0); /* nothing to adopt */
 	struct view *v = &n->prop_value;
 	view_clear(v, n->world);
 	v->epoch = n->view.epoch + 1;
 	v->frontier = UINT32_MAX;
 	uint32_t joined = 0, pending = 0;
 	for (uint32_t r = 0; r < n->world; r++) {
-		const struct peer *p = &n->peers[r];
+		const struct mb_peer *p = &n->mb_peers[r];
 		if (is_member(n, r) && p->pr_promised && !(r != n->self && is_joiner(n, r))) {
 			uint32_t inc = r == n->self ? n->incarnation : n->view.inc[r];
 			view_add(v, r, inc != 0 ? inc : p->inc);
@@ -383,6 +441,8 @@ static void build_value(struct keel_node *n)
 		v->frontier = 0;
 	v->ops_resume = pending > v->frontier ? pending - v->frontier : 0;
 	v->flags = joined << VIEW_JOINED_SHIFT;
+	KEEL_ASSERT(v->epoch == n->view.epoch + 1 && joined <= v->count);
+	view_check(n, v);
 }
 
 /* Members that still vote: a member that left cleanly never will, and leaving out a member
@@ -391,8 +451,10 @@ static uint32_t voters(const struct keel_node *n)
 {
 	uint32_t left = 0;
 	for (uint32_t r = 0; r < n->world; r++)
-		if (n->peers[r].left && is_member(n, r))
+		if (fd_peer_of(n, r)->left && is_member(n, r))
 			left++;
+	/* self never leaves itself: at least one vote while a member */
+	KEEL_ASSERT(left <= n->view.count && (!n->member || left < n->view.count));
 	return n->view.count - left;
 }
 
@@ -400,8 +462,9 @@ static uint32_t voters(const struct keel_node *n)
  * with it whatever it promised or accepted. */
 static bool proven_dead(const struct keel_node *n, uint32_t r)
 {
+	KEEL_ASSERT(r < n->world);
 	return r != n->self && is_member(n, r) && n->view.inc[r] != 0 &&
-	       n->peers[r].inc > n->view.inc[r];
+	       n->mb_peers[r].inc > n->view.inc[r];
 }
 
 /* Enough answers to decide: a majority of the voters; or, when restarted members hold fewer
@@ -410,16 +473,18 @@ static bool proven_dead(const struct keel_node *n, uint32_t r)
  * the cluster is not stuck because lost votes can never come back. */
 static bool enough(const struct keel_node *n, bool accepted)
 {
+	KEEL_ASSERT(n->member && n->prop_phase == (accepted ? PROP_ACCEPT : PROP_PREPARE));
 	uint32_t votes = voters(n), got = 0, dead = 0, missing = 0;
 	for (uint32_t r = 0; r < n->world; r++) {
-		const struct peer *p = &n->peers[r];
-		if (!is_member(n, r) || p->left)
+		const struct mb_peer *p = &n->mb_peers[r];
+		if (!is_member(n, r) || fd_peer_of(n, r)->left)
 			continue;
 		bool yes = accepted ? p->pr_accepted : p->pr_promised;
 		got += yes;
 		dead += !yes && proven_dead(n, r);
 		missing += !yes && !proven_dead(n, r);
 	}
+	KEEL_ASSERT(got + dead + missing == votes); /* each voter counted once */
 	if (got * 2 > votes)
 		return true;
 	return got > 0 && missing == 0 && dead < votes / 2 + 1;
@@ -427,6 +492,9 @@ static bool enough(const struct keel_node *n, bool accepted)
 
 static void start_accept(struct keel_node *n)
 {
+	KEEL_ASSERT(n->prop_phase == PROP_PREPARE && n->member);
+	/* a value to adopt was accepted for our next epoch, below our ballot or at most equal */
+	KEEL_ASSERT(n->prop_best_ballot == 0 || n->prop_best.epoch == n->view.epoch + 1);
 	if (n->prop_best_ballot != 0) {
 		view_copy(&n->prop_value, &n->prop_best, n->world); /* Paxos: adopt it */
 	} else {
@@ -439,8 +507,10 @@ static void start_accept(struct keel_node *n)
 	if (n->prop_ballot >= n->acc_promised) {
 		n->acc_promised = n->acc_ballot = n->prop_ballot;
 		view_copy(&n->acc_value, &n->prop_value, n->world);
-		n->peers[n->self].pr_accepted = true;
+		n->mb_peers[n->self].pr_accepted = true;
 	}
+	KEEL_ASSERT(n->prop_value.epoch == n->view.epoch + 1);
+	acceptor_check(n);
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self && is_member(n, r))
 			send_value(n, r, VM_ACCEPT, n->prop_value.epoch, n->prop_ballot,
@@ -449,6 +519,8 @@ static void start_accept(struct keel_node *n)
 
 static void decide(struct keel_node *n)
 {
+	KEEL_ASSERT(n->prop_phase == PROP_ACCEPT && n->prop_value.epoch == n->view.epoch + 1);
+	KEEL_ASSERT(n->member && n->prop_value.count <= n->world);
 	/* Everyone of the old view and of the new hears the decision; stragglers catch up from
 	 * heartbeats later. */
 	view_copy(&n->scratch_view, &n->prop_value, n->world);
@@ -456,24 +528,29 @@ static void decide(struct keel_node *n)
 		if (r != n->self && (is_member(n, r) || view_has(&n->scratch_view, r)))
 			send_value(n, r, VM_COMMIT, n->scratch_view.epoch, 0, &n->scratch_view);
 	install(n, &n->scratch_view);
+	KEEL_ASSERT(n->prop_phase == PROP_IDLE && n->view.epoch == n->scratch_view.epoch);
 }
 
 static void prepare_check(struct keel_node *n)
 {
+	KEEL_ASSERT(n->prop_phase == PROP_PREPARE);
 	if (!enough(n, false))
 		return;
 	bool waiting = false;
 	for (uint32_t r = 0; r < n->world; r++)
-		if (r != n->self && is_member(n, r) && !n->peers[r].pr_promised &&
-		    n->peers[r].state == KEEL_PEER_ALIVE && !n->peers[r].pr_reported &&
-		    !n->peers[r].suspect_report)
+		if (r != n->self && is_member(n, r) && !n->mb_peers[r].pr_promised &&
+		    fd_is_alive(n, r) && !n->mb_peers[r].pr_reported &&
+		    !n->mb_peers[r].suspect_report)
 			waiting = true;
+	KEEL_ASSERT(n->member && n->view.count != 0);
 	if (!waiting || n->now_ns - n->prop_started_ns >= n->cfg.view_timeout_ns)
 		start_accept(n);
 }
 
 static void accept_check(struct keel_node *n)
 {
+	KEEL_ASSERT(n->prop_phase == PROP_ACCEPT);
+	acceptor_check(n);
 	if (enough(n, true))
 		decide(n);
 }
@@ -482,6 +559,8 @@ static void accept_check(struct keel_node *n)
  * a round stalls for view_timeout_ns. */
 static void proposer_tick(struct keel_node *n)
 {
+	KEEL_ASSERT(n->member && n->prop_phase != PROP_IDLE);
+	KEEL_ASSERT(n->now_ns >= n->prop_sent_ns); /* set from now_ns, which never goes back */
 	if (n->now_ns - n->prop_started_ns >= 2 * n->cfg.view_timeout_ns) {
 		start_prepare(n);
 		return;
@@ -494,7 +573,7 @@ static void proposer_tick(struct keel_node *n)
 		return;
 	n->prop_sent_ns = n->now_ns;
 	for (uint32_t r = 0; r < n->world; r++) {
-		const struct peer *p = &n->peers[r];
+		const struct mb_peer *p = &n->mb_peers[r];
 		if (r == n->self || !is_member(n, r))
 			continue;
 		if (n->prop_phase == PROP_PREPARE && !p->pr_promised)
@@ -507,13 +586,14 @@ static void proposer_tick(struct keel_node *n)
 
 static bool change_needed(const struct keel_node *n)
 {
+	KEEL_ASSERT(n->member && n->view.count != 0);
 	if (n->soft_fault)
 		return true;
 	for (uint32_t r = 0; r < n->world; r++) {
-		const struct peer *p = &n->peers[r];
+		const struct mb_peer *p = &n->mb_peers[r];
 		if (r == n->self)
 			continue;
-		if (is_member(n, r) && (p->state != KEEL_PEER_ALIVE || p->suspect_report))
+		if (is_member(n, r) && (!fd_is_alive(n, r) || p->suspect_report))
 			return true;
 		if (is_joiner(n, r))
 			return true;
@@ -525,12 +605,15 @@ static bool change_needed(const struct keel_node *n)
 
 static void check_quorum(struct keel_node *n)
 {
+	KEEL_ASSERT(n->member);
 	uint32_t alive = 0, dead = 0, votes = voters(n);
 	for (uint32_t r = 0; r < n->world; r++) {
-		if (is_member(n, r) && (r == n->self || n->peers[r].state == KEEL_PEER_ALIVE))
+		if (is_member(n, r) && (r == n->self || fd_is_alive(n, r)))
 			alive++;
 		dead += proven_dead(n, r);
 	}
+	/* a member that left is DEAD (fd_on_leave): the live ones all vote, self among them */
+	KEEL_ASSERT(alive >= 1 && alive <= votes);
 	/* Lost: no majority alive, unless the rest are restarted members few enough to decide
 	 * without them (see enough()). */
 	bool lost = alive * 2 <= votes && !(alive + dead == votes && dead < votes / 2 + 1);
@@ -542,15 +625,16 @@ static void check_quorum(struct keel_node *n)
 /* A member that is not the coordinator tells it what it sees, once an interval. */
 static void report_to_coordinator(struct keel_node *n)
 {
+	KEEL_ASSERT(n->member && !n->noquorum);
 	if (n->now_ns - n->report_ns < n->cfg.heartbeat_ns)
 		return;
 	uint32_t c = coordinator(n);
 	if (c == n->self)
 		return;
+	KEEL_ASSERT(c < n->self && is_member(n, c)); /* a live member below us */
 	bool sent = false;
 	for (uint32_t r = 0; r < n->world; r++) {
-		const struct peer *p = &n->peers[r];
-		if (r == n->self || !is_member(n, r) || p->state == KEEL_PEER_ALIVE)
+		if (r == n->self || !is_member(n, r) || fd_is_alive(n, r))
 			continue;
 		uint8_t extra[8];
 		wire_put32(extra, r);
@@ -568,16 +652,21 @@ static void report_to_coordinator(struct keel_node *n)
 
 static uint32_t members_down(const struct keel_node *n)
 {
+	KEEL_ASSERT(n->member);
 	uint32_t down = 0;
 	for (uint32_t r = 0; r < n->world; r++)
-		down += r != n->self && is_member(n, r) && n->peers[r].state != KEEL_PEER_ALIVE;
+		down += r != n->self && is_member(n, r) && !fd_is_alive(n, r);
+	KEEL_ASSERT(down < n->view.count); /* self is a member and not down */
 	return down;
 }
 
 void mb_poll(struct keel_node *n)
 {
+	KEEL_ASSERT(n != NULL && n->epoch == n->view.epoch);
+	acceptor_check(n);
 	if (!n->member)
 		return; /* joining: heartbeats ask for admission, a commit brings it */
+	KEEL_ASSERT(is_member(n, n->self) && n->view.inc[n->self] == n->incarnation);
 	if (n->mb_dirty) {
 		/* Time alone only ends a joiner's request (its heartbeats stop): it never makes a
 		 * change needed, so these stand until an input changes. */
@@ -601,12 +690,15 @@ void mb_poll(struct keel_node *n)
 		start_prepare(n);
 	if (n->prop_phase != PROP_IDLE)
 		proposer_tick(n);
+	acceptor_check(n);
 }
 
 uint64_t mb_next_deadline(const struct keel_node *n)
 {
+	KEEL_ASSERT(n != NULL);
 	if (n->prop_phase == PROP_IDLE)
 		return UINT64_MAX;
+	KEEL_ASSERT(n->member); /* a round ends (IDLE) when a view leaves this node out */
 	/* the next of: a resend, giving up on slow members, starting over — never a time
 	 * already passed (the round then waits on answers, not on the clock) */
 	uint64_t when[3] = {n->prop_sent_ns + n->cfg.heartbeat_ns,
@@ -621,8 +713,10 @@ uint64_t mb_next_deadline(const struct keel_node *n)
 
 void mb_request_bump(struct keel_node *n)
 {
+	KEEL_ASSERT(n != NULL);
 	n->soft_fault = true;
 	mb_touch(n);
+	KEEL_ASSERT(n->soft_fault && n->mb_dirty);
 }
 
 /* ---- heartbeats ---- */
@@ -630,7 +724,12 @@ void mb_request_bump(struct keel_node *n)
 bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heartbeat *hb,
 		     uint32_t epoch)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self && hb != NULL);
+	struct mb_peer *p = &n->mb_peers[peer];
+	/* fd_on_heartbeat dropped beats from an older life of the rank */
+	KEEL_ASSERT(hb->incarnation >= p->inc);
+	if (epoch == n->epoch && seq_before(p->ops_started, hb->ops_started))
+		p->ops_started = hb->ops_started;
 	bool same_life = true;
 	bool joining = (hb->flags & WIRE_HB_JOINING) != 0;
 	bool new_life = hb->incarnation > p->inc;
@@ -643,7 +742,7 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 		mb_touch(n); /* a new life, or a request to join (renewed: see is_joiner) */
 	if (new_life) {
 		p->inc = hb->incarnation;
-		p->gone = false; /* a new life: a leave was its old life's */
+		fd_new_life(n, peer); /* a leave was its old life's */
 	}
 	if (new_life || !seq_before(epoch, p->hb_epoch))
 		p->hb_epoch = epoch;
@@ -656,7 +755,7 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 		}
 		if (n->view.inc[peer] != 0 && hb->incarnation > n->view.inc[peer]) {
 			same_life = false;
-			if (p->state == KEEL_PEER_ALIVE)
+			if (fd_is_alive(n, peer))
 				fd_suspect(n, peer); /* it restarted: its old life is over */
 		}
 	}
@@ -672,15 +771,28 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 		p->catchup_ns = n->now_ns;
 		fd_beat_one(n, peer, 0);
 	}
+	KEEL_ASSERT(p->inc == hb->incarnation);
 	return same_life;
+}
+
+void mb_heard_done(struct keel_node *n, uint32_t peer, uint32_t done)
+{
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	KEEL_ASSERT(n->member && is_member(n, peer)); /* node.c passes this epoch's members */
+	struct mb_peer *p = &n->mb_peers[peer];
+	if (seq_before(p->ops_done, done))
+		p->ops_done = done;
 }
 
 /* ---- messages ---- */
 
 static void on_prepare(struct keel_node *n, uint32_t peer, uint32_t target, uint64_t ballot)
 {
+	KEEL_ASSERT(n->member && target == n->view.epoch + 1); /* on_round_msg checked it */
+	acceptor_check(n);
 	if (ballot > n->acc_promised) {
 		n->acc_promised = ballot;
+		acceptor_check(n); /* a promise only grows, so the accepted ballot stays below */
 		uint8_t *extra = n->msg_buf + WIRE_VIEW_MIN;
 		wire_put64(extra, n->acc_ballot);
 		wire_put32(extra + 8, coll_done_count(n));
@@ -702,6 +814,7 @@ static void on_prepare(struct keel_node *n, uint32_t peer, uint32_t target, uint
 static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, const uint8_t *x,
 		       size_t len)
 {
+	KEEL_ASSERT(n->member && peer < n->world && peer != n->self);
 	if (n->prop_phase != PROP_PREPARE || ballot != n->prop_ballot || len < PROMISE_EXTRA) {
 		n->ctr.drop_view += len < PROMISE_EXTRA;
 		return;
@@ -725,17 +838,19 @@ static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, cons
 			view_copy(&n->prop_best, &n->scratch_view, n->world);
 			n->prop_best_ballot = acc_ballot;
 		}
+		KEEL_ASSERT(n->prop_best_ballot != 0 && n->prop_best.epoch == n->view.epoch + 1);
 	}
-	struct peer *p = &n->peers[peer];
+	struct mb_peer *p = &n->mb_peers[peer];
 	if (n->view.inc[peer] == 0 || inc > p->inc)
 		mb_touch(n); /* what proven_dead() and is_joiner() read */
 	if (n->view.inc[peer] == 0)
 		n->view.inc[peer] = inc;
 	if (inc > p->inc) {
 		p->inc = inc;
-		p->gone = false;
+		fd_new_life(n, peer);
 	}
 	p->pr_promised = true;
+	KEEL_ASSERT(p->inc != 0 && n->view.inc[peer] != 0);
 	p->pr_done = wire_get32(x + 8);
 	p->pr_ops_pending = wire_get32(x + 12);
 	prepare_check(n);
@@ -754,13 +869,17 @@ static void on_accept(struct keel_node *n, uint32_t peer, uint32_t target, uint6
 		n->ctr.drop_view++;
 		return;
 	}
+	/* accepted: the promise never goes down, the value is for our next epoch */
+	KEEL_ASSERT(ballot >= n->acc_promised && target == n->view.epoch + 1);
 	n->acc_promised = n->acc_ballot = ballot;
 	view_copy(&n->acc_value, &n->scratch_view, n->world);
+	acceptor_check(n);
 	send_msg(n, peer, VM_ACCEPTED, target, ballot, NULL, 0);
 }
 
 static void on_commit(struct keel_node *n, uint32_t target, const uint8_t *x, size_t len)
 {
+	KEEL_ASSERT(x != NULL && n->epoch == n->view.epoch);
 	if (!seq_before(n->view.epoch, target))
 		return; /* known already */
 	if (!value_decode(x, len, &n->scratch_view, n->world) || n->scratch_view.epoch != target) {
@@ -768,12 +887,15 @@ static void on_commit(struct keel_node *n, uint32_t target, const uint8_t *x, si
 		return;
 	}
 	install(n, &n->scratch_view);
+	KEEL_ASSERT(n->view.epoch == target && n->epoch == target);
 }
 
 /* Messages for the round on epoch view.epoch + 1, from members of our view. */
 static void on_round_msg(struct keel_node *n, uint32_t peer, enum vmsg kind, uint32_t target,
 			 uint64_t ballot, const uint8_t *x, size_t len)
 {
+	KEEL_ASSERT(peer < n->world && peer != n->self && x != NULL);
+	KEEL_ASSERT(kind != VM_COMMIT && kind != VM_SUSPECT && kind != VM_SOFT);
 	if (!n->member || !is_member(n, peer)) {
 		n->ctr.drop_view++;
 		return;
@@ -798,7 +920,7 @@ static void on_round_msg(struct keel_node *n, uint32_t peer, enum vmsg kind, uin
 		break;
 	case VM_ACCEPTED:
 		if (n->prop_phase == PROP_ACCEPT && ballot == n->prop_ballot) {
-			n->peers[peer].pr_accepted = true;
+			n->mb_peers[peer].pr_accepted = true;
 			accept_check(n);
 		}
 		break;
@@ -818,7 +940,9 @@ static void on_round_msg(struct keel_node *n, uint32_t peer, enum vmsg kind, uin
 void mb_on_view_msg(struct keel_node *n, uint32_t peer, const struct wire_header *h,
 		    const uint8_t *payload)
 {
-	(void)h;
+	KEEL_ASSERT(peer < n->world && peer != n->self && payload != NULL);
+	/* the decoder let through only view messages at least this long */
+	KEEL_ASSERT(h->type == WIRE_VIEW && h->payload_len >= WIRE_VIEW_MIN);
 	size_t len = h->payload_len;
 	enum vmsg kind = (enum vmsg)payload[OFF_KIND];
 	uint32_t target = wire_get32(payload + OFF_TARGET);
@@ -841,7 +965,7 @@ void mb_on_view_msg(struct keel_node *n, uint32_t peer, const struct wire_header
 			n->soft_fault = true;
 			mb_touch(n);
 		} else if (xlen >= 8 && wire_get32(x) < n->world && is_member(n, wire_get32(x))) {
-			n->peers[wire_get32(x)].suspect_report = true;
+			n->mb_peers[wire_get32(x)].suspect_report = true;
 			mb_touch(n);
 		} else {
 			n->ctr.drop_view++;

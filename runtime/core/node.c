@@ -41,6 +41,7 @@ void keel_config_default(struct keel_config *cfg)
 	cfg->rd_max_bytes = KEEL_RD_MAX_BYTES_DEFAULT;
 	cfg->incarnation = 1;
 	cfg->view_timeout_ns = KEEL_VIEW_TIMEOUT_NS_DEFAULT;
+	KEEL_ASSERT(cfg->rank < cfg->world_size && cfg->incarnation != 0);
 }
 
 static bool is_pow2(uint32_t v)
@@ -50,9 +51,11 @@ static bool is_pow2(uint32_t v)
 
 static uint32_t effective_mtu(const struct keel_config *cfg)
 {
+	KEEL_ASSERT(cfg != NULL);
 	uint32_t mtu = cfg->mtu;
 	if (cfg->transport != NULL && cfg->transport->mtu < mtu)
 		mtu = cfg->transport->mtu;
+	KEEL_ASSERT(mtu <= cfg->mtu);
 	return mtu;
 }
 
@@ -94,24 +97,32 @@ static bool config_valid(const struct keel_config *cfg)
 
 /* One description of the storage layout, used both to size it and to carve it. */
 struct layout {
-	size_t node, peers, fd_lists, owners, tx_slots, rx_slots, tx_buf, rx_buf, txq, txq_tag,
-	    ctrl, rxq, rx_burst, ops, op_bits, views, msg, copy, total;
+	size_t node, rel_peers, fd_peers, mb_peers, fd_lists, owners, tx_slots, rx_slots, tx_buf,
+	    rx_buf, txq, txq_tag, ctrl, rxq, rx_burst, ops, op_bits, views, msg, copy, total;
 };
 
 static size_t align_up(size_t v, size_t a)
 {
-	return (v + a - 1) & ~(a - 1);
+	KEEL_ASSERT(a != 0 && (a & (a - 1)) == 0);
+	size_t r = (v + a - 1) & ~(a - 1);
+	KEEL_ASSERT(r >= v && r - v < a);
+	return r;
 }
 
 /* Window buffers: one set per rank (self's unused, so indexes stay ranks), or a pool. */
 static uint32_t stream_count(const struct keel_config *cfg)
 {
-	return cfg->streams == 0 || cfg->streams >= cfg->world_size - 1 ? cfg->world_size
-									: cfg->streams;
+	KEEL_ASSERT(cfg->world_size != 0 && cfg->world_size <= KEEL_WORLD_MAX);
+	uint32_t streams = cfg->streams == 0 || cfg->streams >= cfg->world_size - 1
+			       ? cfg->world_size
+			       : cfg->streams;
+	KEEL_ASSERT(streams >= 1 && streams <= cfg->world_size);
+	return streams;
 }
 
 static void layout_compute(const struct keel_config *cfg, struct layout *l)
 {
+	KEEL_ASSERT(cfg != NULL && l != NULL);
 	size_t world = cfg->world_size, win = cfg->window, burst = cfg->burst;
 	size_t streams = stream_count(cfg);
 	size_t mtu = align_up(effective_mtu(cfg), 64);
@@ -122,7 +133,10 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 		off = align_up(off + (bytes), 64);                                                 \
 	} while (0)
 	PLACE(node, sizeof(struct keel_node));
-	PLACE(peers, world * sizeof(struct peer));
+	/* each module's per-peer records in a carve-out of their own */
+	PLACE(rel_peers, world * sizeof(struct rel_peer));
+	PLACE(fd_peers, world * sizeof(struct fd_peer));
+	PLACE(mb_peers, world * sizeof(struct mb_peer));
 	PLACE(fd_lists, 2 * world * sizeof(uint32_t));
 	PLACE(owners, streams * sizeof(uint32_t));
 	PLACE(tx_slots, streams * win * sizeof(struct tx_slot));
@@ -142,6 +156,10 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	PLACE(copy, cfg->restart_copy_bytes);
 #undef PLACE
 	l->total = off + 64; /* slack to align the caller's base */
+	/* each module's per-peer records in their own carve-out, in this order */
+	KEEL_ASSERT(l->node < l->rel_peers && l->rel_peers < l->fd_peers &&
+		    l->fd_peers < l->mb_peers && l->mb_peers < l->fd_lists);
+	KEEL_ASSERT(l->copy + cfg->restart_copy_bytes + 64 <= l->total);
 }
 
 size_t keel_storage_size(const struct keel_config *cfg)
@@ -150,14 +168,21 @@ size_t keel_storage_size(const struct keel_config *cfg)
 		return 0;
 	struct layout l;
 	layout_compute(cfg, &l);
+	KEEL_ASSERT(l.total > sizeof(struct keel_node));
 	return l.total;
 }
 
 static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 {
-	uint32_t world = n->world, win = n->window;
-	size_t mtu_stride = align_up(n->mtu, 64);
-	n->peers = (struct peer *)(base + l->peers);
+	uint32_t world = n->world;
+	KEEL_ASSERT(((uintptr_t)base & 63u) == 0 && (uint8_t *)n == base + l->node);
+	n->rel_peers = (struct rel_peer *)(base + l->rel_peers);
+	n->fd_peers = (struct fd_peer *)(base + l->fd_peers);
+	n->mb_peers = (struct mb_peer *)(base + l->mb_peers);
+	/* no module's records overlap another's */
+	KEEL_ASSERT((uint8_t *)(n->rel_peers + world) <= (uint8_t *)n->fd_peers);
+	KEEL_ASSERT((uint8_t *)(n->fd_peers + world) <= (uint8_t *)n->mb_peers);
+	KEEL_ASSERT((uint8_t *)(n->mb_peers + world) <= base + l->fd_lists);
 	n->watch_list = (uint32_t *)(base + l->fd_lists);
 	n->beat_list = n->watch_list + world;
 	n->streams = stream_count(&n->cfg);
@@ -167,16 +192,9 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	n->stream_rx = (struct rx_slot *)(base + l->rx_slots);
 	n->stream_tx_buf = base + l->tx_buf;
 	n->stream_rx_buf = base + l->rx_buf;
+	KEEL_ASSERT(n->streams >= 1 && n->streams <= world);
 	for (uint32_t s = 0; s < n->streams; s++)
 		n->stream_owner[s] = n->stream_pool ? UINT32_MAX : s;
-	if (!n->stream_pool)
-		for (uint32_t i = 0; i < world; i++) {
-			struct peer *p = &n->peers[i];
-			p->tx = n->stream_tx + (size_t)i * win;
-			p->rx = n->stream_rx + (size_t)i * win;
-			p->tx_buf = n->stream_tx_buf + (size_t)i * win * mtu_stride;
-			p->rx_buf = n->stream_rx_buf + (size_t)i * win * mtu_stride;
-		}
 	n->txq = (struct keel_datagram *)(base + l->txq);
 	n->txq_tag = (uint32_t *)(base + l->txq_tag);
 	n->ctrl_buf = base + l->ctrl;
@@ -202,6 +220,7 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	if (mem_len < l.total)
 		return -ENOSPC;
 	uint8_t *base = (uint8_t *)align_up((size_t)mem, 64);
+	KEEL_ASSERT(base + (l.total - 64) <= (uint8_t *)mem + mem_len); /* the slack covers it */
 	memset(base, 0, l.total - 64);
 	struct keel_node *n = (struct keel_node *)(base + l.node);
 	n->cfg = *cfg;
@@ -223,9 +242,11 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	carve(n, base, &l);
 	for (uint32_t i = 0; i < n->world; i++)
 		rel_peer_init(n, i);
+	mb_init(n); /* the first view, which fd_init reads: peers outside it start DEAD */
 	fd_init(n, now_ns);
-	mb_init(n);
 	fd_on_view(n);
+	KEEL_ASSERT(n->member == !cfg->rejoin && n->epoch == n->view.epoch);
+	KEEL_ASSERT(n->tx_flight == 0 && n->rx_held == 0 && n->acks_owed == 0);
 	*out = n;
 	return 0;
 }
@@ -240,6 +261,8 @@ void keel_fini(struct keel_node *node)
 void node_header_init(const struct keel_node *n, struct wire_header *h, enum wire_type type,
 		      uint32_t dst)
 {
+	KEEL_ASSERT(n != NULL && h != NULL);
+	KEEL_ASSERT(dst < n->world && dst != n->self && n->world <= UINT16_MAX);
 	memset(h, 0, sizeof(*h));
 	h->magic = WIRE_MAGIC;
 	h->version = WIRE_VERSION;
@@ -256,6 +279,8 @@ void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uin
 		    const void *payload, uint32_t len)
 {
 	KEEL_ASSERT(WIRE_HEADER_SIZE + len <= n->ctrl_size);
+	KEEL_ASSERT(peer < n->world && peer != n->self && (payload != NULL || len == 0));
+	KEEL_ASSERT(type != WIRE_DATA); /* data goes through the window (rel_send) */
 	if (n->txq_count == n->burst)
 		node_txq_flush(n);
 	KEEL_ASSERT(n->ctrl_used < n->burst);
@@ -269,10 +294,12 @@ void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uin
 		memcpy(buf + WIRE_HEADER_SIZE, payload, len);
 	wire_encode(buf, &h);
 	node_txq_push(n, peer, buf, WIRE_HEADER_SIZE + len, 0, KEEL_DGRAM_CONTROL);
+	KEEL_ASSERT(n->ctrl_used <= n->txq_count); /* its buffer is queued until the flush */
 }
 
 void node_budget_spend(struct keel_node *n, uint32_t bytes)
 {
+	KEEL_ASSERT(n->budget_bytes <= POLL_BUDGET_BYTES);
 	n->budget_bytes = bytes >= n->budget_bytes ? 0 : n->budget_bytes - bytes;
 }
 
@@ -280,8 +307,10 @@ void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t le
 		   uint32_t flags)
 {
 	KEEL_ASSERT(peer < n->world && peer != n->self);
+	KEEL_ASSERT(buf != NULL && len >= WIRE_HEADER_SIZE && len <= n->mtu);
 	if (n->txq_count == n->burst)
 		node_txq_flush(n);
+	KEEL_ASSERT(n->txq_count < n->burst);
 	struct keel_datagram *d = &n->txq[n->txq_count];
 	d->buf = buf;
 	d->len = len;
@@ -297,6 +326,7 @@ void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t le
 void node_txq_flush(struct keel_node *n)
 {
 	uint32_t count = n->txq_count;
+	KEEL_ASSERT(count <= n->burst && n->ctrl_used <= count);
 	int sent = 0;
 	if (count != 0 && n->fatal == 0) {
 		sent = n->tp->ops->send_burst(n->tp, n->now_ns, n->txq, count);
@@ -315,6 +345,7 @@ void node_txq_flush(struct keel_node *n)
 	}
 	n->txq_count = 0;
 	n->ctrl_used = 0;
+	KEEL_ASSERT(n->ctr.tx_blocked >= count - (uint32_t)sent);
 }
 
 static void count_drop(struct keel_node *n, enum wire_verdict v)
@@ -337,6 +368,7 @@ static void count_drop(struct keel_node *n, enum wire_verdict v)
 
 void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 {
+	KEEL_ASSERT(n != NULL && d != NULL && d->buf != NULL);
 	struct wire_expect exp = {
 	    .job_id = n->cfg.job_id,
 	    .epoch = n->epoch,
@@ -351,6 +383,8 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 		return;
 	}
 	n->ctr.rx_datagrams++;
+	/* what the decoder guarantees; everything else in h is still the peer's claim */
+	KEEL_ASSERT(h.src < n->world && h.src != n->self && h.dst == n->self);
 	if (h.type != WIRE_HEARTBEAT)
 		fd_heard(n, h.src);
 	const uint8_t *payload = d->buf + WIRE_HEADER_SIZE;
@@ -358,10 +392,10 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 		/* Acks and finished-collective counts belong to this epoch's streams. Every
 		 * header's op_id says how many collectives its sender finished (DATA: it is on
 		 * that one, so it finished the ones before). */
+		KEEL_ASSERT(view_has(&n->view, n->self));
 		rel_on_ack(n, h.src, h.ack, h.sack, h.wnd);
-		struct peer *p = &n->peers[h.src];
-		if (view_has(&n->view, h.src) && seq_before(p->ops_done, h.op_id))
-			p->ops_done = h.op_id;
+		if (view_has(&n->view, h.src))
+			mb_heard_done(n, h.src, h.op_id);
 	}
 	switch ((enum wire_type)h.type) {
 	case WIRE_HEARTBEAT:
@@ -385,6 +419,7 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 static uint32_t receive_burst(struct keel_node *n)
 {
 	size_t stride = align_up(n->mtu, 64);
+	KEEL_ASSERT(n->burst != 0 && n->burst <= KEEL_BURST_MAX);
 	for (uint32_t i = 0; i < n->burst; i++) {
 		n->rxq[i].buf = n->rx_burst_buf + i * stride;
 		n->rxq[i].cap = n->mtu;
@@ -407,7 +442,9 @@ static uint32_t receive_burst(struct keel_node *n)
 
 static uint64_t min_u64(uint64_t a, uint64_t b)
 {
-	return a < b ? a : b;
+	uint64_t m = a < b ? a : b;
+	KEEL_ASSERT(m <= a && m <= b);
+	return m;
 }
 
 int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_ns)
@@ -449,6 +486,8 @@ int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_n
 	if (n->budget_bytes == 0)
 		dl = n->now_ns; /* work left over: come back at once, with a fresh clock */
 	*next_deadline_ns = dl < n->now_ns ? n->now_ns : dl;
+	KEEL_ASSERT(*next_deadline_ns >= n->now_ns && n->txq_count == 0);
+	KEEL_ASSERT(n->epoch == n->view.epoch);
 	if (n->fatal != 0)
 		return n->fatal;
 	return n->noquorum ? KEEL_ENOQUORUM : 0;
@@ -460,6 +499,8 @@ int keel_view_get(const struct keel_node *node, struct keel_view *view, uint32_t
 	if (node == NULL || view == NULL)
 		return -EINVAL;
 	const struct view *v = &node->view;
+	KEEL_ASSERT(v->count <= node->world && (!node->member || v->count != 0));
+	KEEL_ASSERT(v->epoch == node->epoch);
 	view->epoch = v->epoch;
 	view->member_count = v->count;
 	view->world_size = node->world;
@@ -481,19 +522,22 @@ int keel_peer_get(const struct keel_node *node, uint32_t peer, struct keel_peer_
 {
 	if (node == NULL || info == NULL || peer >= node->world)
 		return -EINVAL;
-	const struct peer *p = &node->peers[peer];
+	const struct fd_peer *f = fd_peer_of(node, peer);
+	const struct rel_peer *r = rel_peer_of(node, peer);
 	memset(info, 0, sizeof(*info));
-	info->state = peer == node->self ? KEEL_PEER_SELF : p->state;
+	info->state = peer == node->self ? KEEL_PEER_SELF : f->state;
 	info->member = view_has(&node->view, peer);
-	info->incarnation = peer == node->self ? node->incarnation : p->inc;
-	info->last_heard_ns = p->last_heard_ns;
-	info->rtt_ns = p->hb_srtt_ns;
-	info->rto_ns = p->rto_ns;
-	info->rtt_ns_last = p->rtt_ns_last;
-	info->rtt_samples = p->rtt_samples;
-	info->retransmits = p->retransmits;
-	info->suspicions = p->suspicions;
-	info->left = peer != node->self && p->gone;
+	info->incarnation = peer == node->self ? node->incarnation : mb_peer_of(node, peer)->inc;
+	info->last_heard_ns = f->last_heard_ns;
+	info->rtt_ns = f->hb_srtt_ns;
+	info->rto_ns = r->rto_ns;
+	info->rtt_ns_last = f->rtt_ns_last;
+	info->rtt_samples = f->rtt_samples;
+	info->retransmits = r->retransmits;
+	info->suspicions = f->suspicions;
+	info->left = peer != node->self && f->gone;
+	KEEL_ASSERT(info->state <= KEEL_PEER_SELF &&
+		    (peer == node->self) == (info->state == KEEL_PEER_SELF));
 	return 0;
 }
 
@@ -501,7 +545,8 @@ bool keel_peer_is_alive(const struct keel_node *node, uint32_t peer)
 {
 	if (node == NULL || peer >= node->world)
 		return false;
-	return peer == node->self || node->peers[peer].state == KEEL_PEER_ALIVE;
+	KEEL_ASSERT(node->self < node->world);
+	return peer == node->self || fd_is_alive(node, peer);
 }
 
 void keel_counters_get(const struct keel_node *node, struct keel_counters *out)
@@ -515,9 +560,12 @@ bool keel_is_idle(const struct keel_node *node)
 	KEEL_ASSERT(node != NULL);
 	if (node->op_run_id != node->op_next_id)
 		return false;
-	for (uint32_t i = 0; i < node->world; i++)
-		if (node->peers[i].snd_una != node->peers[i].snd_nxt)
+	for (uint32_t i = 0; i < node->world; i++) {
+		const struct rel_peer *p = rel_peer_of(node, i);
+		KEEL_ASSERT(!seq_before(p->snd_nxt, p->snd_una));
+		if (p->snd_una != p->snd_nxt)
 			return false;
+	}
 	return true;
 }
 
@@ -534,5 +582,6 @@ int keel_leave(struct keel_node *node, uint64_t now_ns)
 		if (i != n->self)
 			node_send_ctrl(n, i, WIRE_LEAVE, n->op_run_id - n->op_base, NULL, 0);
 	node_txq_flush(n);
+	KEEL_ASSERT(n->txq_count == 0 && n->ctrl_used == 0);
 	return n->fatal;
 }

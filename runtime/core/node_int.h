@@ -1,6 +1,7 @@
 /* The node's private state, shared by the core: node.c, reliable.c, detector.c, membership.c
- * and the collectives (collectives.c, coll_steps.c).
- * Everything here lives inside the caller's storage; nothing is allocated. */
+ * and the collectives (collectives.c, coll_steps.c). Each module keeps its own per-peer record
+ * (rel_peer, fd_peer, mb_peer) in its own carve-out of the caller's storage; nothing is
+ * allocated. */
 #ifndef KEEL_NODE_INT_H
 #define KEEL_NODE_INT_H
 
@@ -8,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "assert_int.h"
 #include "keel/collectives.h"
 #include "keel/node.h"
 #include "wire_int.h"
@@ -18,7 +20,7 @@ static inline bool seq_before(uint32_t a, uint32_t b)
 	return (int32_t)(a - b) < 0;
 }
 
-/* One reliable datagram kept until acknowledged; its bytes sit in peer->tx_buf. */
+/* One reliable datagram kept until acknowledged; its bytes sit in rel_peer->tx_buf. */
 struct tx_slot {
 	uint64_t sent_ns; /* last transmission; 0 = not handed to the transport yet */
 	uint32_t len;
@@ -29,14 +31,44 @@ struct tx_slot {
 };
 
 /* One datagram held by the receiver: out of order, or in order but not yet consumable.
- * Its payload sits in peer->rx_buf; the decoded header is kept so it is not decoded twice. */
+ * Its payload sits in rel_peer->rx_buf; the decoded header is kept so it is not decoded twice. */
 struct rx_slot {
 	struct wire_header h;
 	uint32_t used;
 };
 
-struct peer {
-	/* failure detector */
+/* Each module keeps its own per-peer record, in its own carve-out of the caller's storage
+ * (node.c's layout), indexed by rank. A module writes only its own records; the others read
+ * them through the const accessors below. */
+
+/* The reliable layer's (reliable.c) per-peer window state. */
+struct rel_peer {
+	/* send */
+	uint32_t snd_una, snd_nxt; /* oldest unacked, next to assign */
+	uint32_t snd_edge;	   /* receiver's window: seqs before it may be sent */
+	uint64_t srtt_ns, rttvar_ns, rto_ns;
+	uint64_t rtx_deadline_ns; /* earliest retransmission due in the window */
+	uint64_t rtx_base_ns;	  /* last time an ack moved the window: timers count from here */
+	bool unsent;		  /* the transport refused some slots: send them next poll */
+	bool sack_any;		  /* the last ack selectively acknowledged something... */
+	uint32_t sack_high;	  /* ...up to this seq: unacked seqs below it are holes */
+	uint64_t retransmits;
+	struct tx_slot *tx;
+	uint8_t *tx_buf;
+	/* receive */
+	uint32_t rcv_nxt;     /* next seq to deliver to the collectives */
+	uint32_t rcv_ack;     /* next seq not yet stored: everything before it is acknowledged */
+	uint32_t rx_held;     /* receive slots in use */
+	bool ack_pending;     /* something arrived that the peer has not been told about */
+	uint32_t rcv_unacked; /* datagrams taken since the last ack we sent */
+	uint64_t ack_due_ns;  /* send a pure ack by then unless one rides on other traffic */
+	struct rx_slot *rx;
+	uint8_t *rx_buf;
+};
+
+/* The failure detector's (detector.c) per-peer state. `state` changes only in detector.c's
+ * set_state, which also tells the caller (on_peer). */
+struct fd_peer {
 	enum keel_peer_state state;
 	bool watched; /* we expect to hear from it (all-to-all, or one of our k ring watchees) */
 	bool beat_to; /* we heartbeat it */
@@ -51,7 +83,11 @@ struct peer {
 	/* silent past its deadline: probed before it is suspected (probe_ns 0: not probing) */
 	uint64_t probe_ns, probe_deaf_ns, probe_sent_ns;
 	uint32_t probes_sent;
-	/* membership: what its heartbeats say */
+};
+
+/* Membership's (membership.c) per-peer state: what its heartbeats and headers say, and the
+ * round this node runs as coordinator (pr_*). */
+struct mb_peer {
 	uint32_t inc;	      /* latest incarnation heard (0: never) */
 	uint32_t hb_epoch;    /* the epoch of its last heartbeat */
 	bool joining;	      /* its last heartbeat asked to be admitted */
@@ -59,32 +95,9 @@ struct peer {
 	uint32_t ops_started; /* collectives its program started in our epoch (heartbeats) */
 	uint64_t catchup_ns;  /* last time we sent it our view because it was behind */
 	bool suspect_report;  /* a member told us (the coordinator) it suspects this peer */
-
-	/* membership: the round this node runs as coordinator */
 	bool pr_promised, pr_accepted;
 	bool pr_reported;		  /* a member reported it suspected when this round began */
 	uint32_t pr_done, pr_ops_pending; /* its collectives with results, and started */
-	/* reliable send */
-	uint32_t snd_una, snd_nxt; /* oldest unacked, next to assign */
-	uint32_t snd_edge;	   /* receiver's window: seqs before it may be sent */
-	uint64_t srtt_ns, rttvar_ns, rto_ns;
-	uint64_t rtx_deadline_ns; /* earliest retransmission due in the window */
-	uint64_t rtx_base_ns;	  /* last time an ack moved the window: timers count from here */
-	bool unsent;		  /* the transport refused some slots: send them next poll */
-	bool sack_any;		  /* the last ack selectively acknowledged something... */
-	uint32_t sack_high;	  /* ...up to this seq: unacked seqs below it are holes */
-	uint64_t retransmits;
-	struct tx_slot *tx;
-	uint8_t *tx_buf;
-	/* reliable receive */
-	uint32_t rcv_nxt;     /* next seq to deliver to the collectives */
-	uint32_t rcv_ack;     /* next seq not yet stored: everything before it is acknowledged */
-	uint32_t rx_held;     /* receive slots in use */
-	bool ack_pending;     /* something arrived that the peer has not been told about */
-	uint32_t rcv_unacked; /* datagrams taken since the last ack we sent */
-	uint64_t ack_due_ns;  /* send a pure ack by then unless one rides on other traffic */
-	struct rx_slot *rx;
-	uint8_t *rx_buf;
 };
 
 /* RUNNING: moving data. LOCAL_DONE: this node has the result, and waits to hear that every
@@ -167,9 +180,10 @@ struct keel_node {
 	uint64_t now_ns;
 	/* failure detector */
 	uint64_t init_ns, last_poll_ns, next_beat_ns, deaf_ns;
-	struct peer *peers;
-	uint32_t *watch_list, watch_count; /* ranks with peer.watched, rebuilt each view */
-	uint32_t *beat_list, beat_count;   /* ranks with peer.beat_to */
+	struct fd_peer *fd_peers;	   /* world entries: written by detector.c only */
+	uint32_t *watch_list, watch_count; /* ranks with fd_peer.watched, rebuilt each view */
+	uint32_t *beat_list, beat_count;   /* ranks with fd_peer.beat_to */
+	struct rel_peer *rel_peers;	   /* world entries: written by reliable.c only */
 	/* reliable-window buffers: one per peer, or a pool lent to peers on demand (streams) */
 	uint32_t streams;
 	bool stream_pool;
@@ -199,6 +213,7 @@ struct keel_node {
 	uint32_t ops_done_local; /* collectives of this epoch whose result this node has */
 	uint8_t *restart_copy;	 /* restart_copy_bytes for in-place inputs */
 	/* membership */
+	struct mb_peer *mb_peers; /* world entries: written by membership.c only */
 	uint32_t incarnation;
 	bool member;	  /* in the installed view */
 	bool noquorum;	  /* a majority of the view is suspected: stopped */
@@ -230,6 +245,30 @@ struct keel_node {
 	uint32_t budget_bytes; /* data this poll may still move (POLL_BUDGET_BYTES per poll) */
 	struct keel_counters ctr;
 };
+
+/* Read-only views of each module's per-peer record, for the other modules. */
+static inline const struct rel_peer *rel_peer_of(const struct keel_node *n, uint32_t rank)
+{
+	KEEL_ASSERT(rank < n->world);
+	return &n->rel_peers[rank];
+}
+
+static inline const struct fd_peer *fd_peer_of(const struct keel_node *n, uint32_t rank)
+{
+	KEEL_ASSERT(rank < n->world);
+	return &n->fd_peers[rank];
+}
+
+static inline const struct mb_peer *mb_peer_of(const struct keel_node *n, uint32_t rank)
+{
+	KEEL_ASSERT(rank < n->world);
+	return &n->mb_peers[rank];
+}
+
+static inline bool fd_is_alive(const struct keel_node *n, uint32_t rank)
+{
+	return fd_peer_of(n, rank)->state == KEEL_PEER_ALIVE;
+}
 
 /* Control datagrams (heartbeats, acks, membership) use buffers of node->ctrl_size: at least
  * this, more when a view (6 bytes a member) needs it. */
@@ -280,7 +319,14 @@ void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heade
 		     const uint8_t *payload);
 void fd_on_leave(struct keel_node *n, uint32_t peer, uint32_t epoch, uint32_t reported);
 void fd_suspect(struct keel_node *n, uint32_t peer); /* suspect it now (it restarted) */
-void fd_on_view(struct keel_node *n);		     /* watch exactly the new view's members */
+/* A view was installed (membership): `peer` is DEAD outside it, ALIVE inside it (a member of
+ * the decided view answered its coordinator: it is listened to afresh), and whatever it said
+ * about leaving in the old epoch is forgotten. Goes through the detector's one state change,
+ * which tells the caller. */
+void fd_peer_for_view(struct keel_node *n, uint32_t peer, bool member);
+/* A new incarnation of `peer` spoke (membership): a leave announced before was its old life's. */
+void fd_new_life(struct keel_node *n, uint32_t peer);
+void fd_on_view(struct keel_node *n); /* watch exactly the new view's members */
 void fd_poll_start(struct keel_node *n);
 void fd_beat(struct keel_node *n);
 /* A heartbeat to `peer` now; `flags` adds WIRE_HB_PROBE (answer at once). */
@@ -299,6 +345,8 @@ void mb_on_view_msg(struct keel_node *n, uint32_t peer, const struct wire_header
 /* Returns false when the heartbeat comes from a new incarnation of a member (it restarted). */
 bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heartbeat *hb,
 		     uint32_t epoch);
+/* A header of this epoch from a member says it finished `done` collectives. */
+void mb_heard_done(struct keel_node *n, uint32_t peer, uint32_t done);
 void mb_poll(struct keel_node *n);
 uint64_t mb_next_deadline(const struct keel_node *n);
 bool mb_is_coordinator(const struct keel_node *n);

@@ -5,32 +5,78 @@
 #include <string.h>
 
 #include "assert_int.h"
+#include "keel/limits.h"
 #include "node_int.h"
 
 /* Exponential backoff stops doubling after this many tries (rto_max caps it anyway). */
 #define BACKOFF_SHIFT_MAX 10u
 
+_Static_assert(KEEL_WINDOW_MAX <= UINT16_MAX, "a window is advertised in the u16 wnd field");
+_Static_assert(KEEL_WINDOW_MAX < (1u << 31), "seq differences within a window fit an int32");
+
 static size_t stride(const struct keel_node *n)
 {
-	return ((size_t)n->mtu + 63u) & ~(size_t)63u;
+	KEEL_ASSERT(n->mtu >= WIRE_HEADER_SIZE);
+	size_t bytes = ((size_t)n->mtu + 63u) & ~(size_t)63u;
+	KEEL_ASSERT(bytes >= n->mtu && bytes % 64u == 0);
+	return bytes;
+}
+
+/* The window invariants of one peer, true between any two calls into this file: the send
+ * window [snd_una, snd_nxt) is at most a window long and never passes the receiver's edge;
+ * the receive side acknowledges at most a window past what it delivered. Differences are
+ * taken in uint32 and compared as int32 (seq_before), so they survive wrapping. */
+static void window_check(const struct keel_node *n, const struct rel_peer *p)
+{
+	KEEL_ASSERT(!seq_before(p->snd_nxt, p->snd_una) && p->snd_nxt - p->snd_una <= n->window);
+	KEEL_ASSERT(!seq_before(p->snd_edge, p->snd_nxt));
+	KEEL_ASSERT(!seq_before(p->rcv_ack, p->rcv_nxt) && p->rcv_ack - p->rcv_nxt <= n->window);
+	KEEL_ASSERT(p->rx_held <= n->window);
+	/* a peer without buffers (pooled streams) has nothing in flight and nothing held */
+	KEEL_ASSERT(p->tx != NULL || (p->snd_una == p->snd_nxt && p->rx_held == 0));
+}
+
+/* The node's totals are the sums of the peers' (O(world): debug builds only). */
+static void totals_check(const struct keel_node *n)
+{
+	KEEL_ASSERT(n->acks_owed <= n->world);
+	KEEL_ASSERT(n->rx_held <= (uint64_t)n->world * n->window);
+#ifdef KEEL_DEBUG
+	uint64_t flight = 0, held = 0;
+	uint32_t owed = 0;
+	for (uint32_t i = 0; i < n->world; i++) {
+		const struct rel_peer *p = &n->rel_peers[i];
+		flight += p->snd_nxt - p->snd_una;
+		held += p->rx_held;
+		owed += p->ack_pending;
+	}
+	KEEL_ASSERT_DEBUG(flight == n->tx_flight);
+	KEEL_ASSERT_DEBUG(held == n->rx_held);
+	KEEL_ASSERT_DEBUG(owed == n->acks_owed);
+#endif
 }
 
 /* ---- window buffers lent from the pool (config streams) ---- */
 
 static bool stream_idle(const struct keel_node *n, uint32_t peer)
 {
-	const struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world);
+	const struct rel_peer *p = &n->rel_peers[peer];
+	KEEL_ASSERT(p->rx_held <= n->window);
 	return p->snd_una == p->snd_nxt && p->rx_held == 0;
 }
 
 /* A free stream, or one whose peer has nothing in flight or held; UINT32_MAX if none. */
 static uint32_t stream_find(const struct keel_node *n)
 {
+	/* with a stream per rank every peer keeps its buffers: nobody looks for one */
+	KEEL_ASSERT(n->stream_pool && n->streams < n->world);
 	uint32_t idle = UINT32_MAX;
 	for (uint32_t s = 0; s < n->streams; s++) {
 		uint32_t owner = n->stream_owner[s];
 		if (owner == UINT32_MAX)
 			return s;
+		KEEL_ASSERT(owner < n->world && owner != n->self);
 		if (idle == UINT32_MAX && stream_idle(n, owner))
 			idle = s;
 	}
@@ -39,10 +85,15 @@ static uint32_t stream_find(const struct keel_node *n)
 
 static void stream_detach(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(n->stream_pool && peer < n->world);
+	struct rel_peer *p = &n->rel_peers[peer];
+	uint32_t owned = 0;
 	for (uint32_t s = 0; s < n->streams; s++)
-		if (n->stream_owner[s] == peer)
+		if (n->stream_owner[s] == peer) {
 			n->stream_owner[s] = UINT32_MAX;
+			owned++;
+		}
+	KEEL_ASSERT(owned <= 1 && (owned == 1) == (p->tx != NULL));
 	p->tx = NULL;
 	p->rx = NULL;
 	p->tx_buf = p->rx_buf = NULL;
@@ -51,14 +102,20 @@ static void stream_detach(struct keel_node *n, uint32_t peer)
 /* Give `peer` window buffers if it has none; false when every stream is busy. */
 static bool stream_attach(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	struct rel_peer *p = &n->rel_peers[peer];
 	if (p->tx != NULL)
 		return true;
+	KEEL_ASSERT(stream_idle(n, peer)); /* nothing was in flight or held without buffers */
 	uint32_t s = stream_find(n);
 	if (s == UINT32_MAX)
 		return false;
-	if (n->stream_owner[s] != UINT32_MAX)
+	KEEL_ASSERT(s < n->streams);
+	if (n->stream_owner[s] != UINT32_MAX) {
+		/* lent back only by a peer with nothing in flight or held: no data is lost */
+		KEEL_ASSERT(stream_idle(n, n->stream_owner[s]));
 		stream_detach(n, n->stream_owner[s]);
+	}
 	n->stream_owner[s] = peer;
 	p->tx = n->stream_tx + (size_t)s * n->window;
 	p->rx = n->stream_rx + (size_t)s * n->window;
@@ -70,43 +127,61 @@ static bool stream_attach(struct keel_node *n, uint32_t peer)
 }
 
 /* Whether receive slot `seq` holds a datagram (a peer without buffers holds none). */
-static bool rx_used(const struct peer *p, uint32_t seq, uint32_t window)
+static bool rx_used(const struct rel_peer *p, uint32_t seq, uint32_t window)
 {
+	KEEL_ASSERT(p != NULL && window != 0 && (window & (window - 1)) == 0);
 	return p->rx != NULL && p->rx[seq & (window - 1)].used;
 }
 
 void rel_peer_init(struct keel_node *n, uint32_t peer)
 {
-	n->peers[peer].rto_ns = n->cfg.rto_initial_ns;
+	KEEL_ASSERT(peer < n->world);
+	struct rel_peer *p = &n->rel_peers[peer];
+	if (!n->stream_pool) { /* a stream per rank, for good */
+		p->tx = n->stream_tx + (size_t)peer * n->window;
+		p->rx = n->stream_rx + (size_t)peer * n->window;
+		p->tx_buf = n->stream_tx_buf + (size_t)peer * n->window * stride(n);
+		p->rx_buf = n->stream_rx_buf + (size_t)peer * n->window * stride(n);
+	}
+	p->rto_ns = n->cfg.rto_initial_ns;
 	rel_peer_reset(n, peer);
+	KEEL_ASSERT(p->rto_ns >= n->cfg.rto_min_ns && p->rto_ns <= n->cfg.rto_max_ns);
+	KEEL_ASSERT(n->stream_pool || p->tx != NULL);
 }
 
 bool rel_can_send(const struct keel_node *n, uint32_t peer)
 {
-	const struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	const struct rel_peer *p = &n->rel_peers[peer];
+	window_check(n, p);
 	return p->snd_nxt - p->snd_una < n->window && seq_before(p->snd_nxt, p->snd_edge) &&
 	       (p->tx != NULL || stream_find(n) != UINT32_MAX);
 }
 
-static void set_ack_pending(struct keel_node *n, struct peer *p, bool pending)
+static void set_ack_pending(struct keel_node *n, struct rel_peer *p, bool pending)
 {
 	if (p->ack_pending == pending)
 		return;
 	p->ack_pending = pending;
 	KEEL_ASSERT(pending || n->acks_owed > 0);
 	n->acks_owed = pending ? n->acks_owed + 1 : n->acks_owed - 1;
+	KEEL_ASSERT(n->acks_owed < n->world); /* never to self */
 }
 
 void rel_ack_soon(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	struct rel_peer *p = &n->rel_peers[peer];
 	set_ack_pending(n, p, true);
 	p->ack_due_ns = n->now_ns;
+	KEEL_ASSERT(p->ack_pending && n->acks_owed > 0);
 }
 
 void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self && h != NULL);
+	struct rel_peer *p = &n->rel_peers[peer];
+	window_check(n, p); /* so the advertised window below is 0..window */
 	uint32_t sack = 0;
 	for (uint32_t i = 0; i < 32u && i + 1u < n->window; i++) {
 		uint32_t seq = p->rcv_ack + 1u + i;
@@ -121,41 +196,53 @@ void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 	set_ack_pending(n, p, false);
 	p->rcv_unacked = 0;
 	p->ack_due_ns = UINT64_MAX;
+	KEEL_ASSERT(h->wnd <= n->window);
 }
 
 /* An ack is owed. In-order data may wait ack_delay_ns for traffic to carry it (the next
  * collective step usually does) or until a quarter window piles up; anything that tells the
  * sender about a hole, a duplicate or a reopened window goes out at this poll's end. */
-static void ack_owed(struct keel_node *n, struct peer *p, bool urgent)
+static void ack_owed(struct keel_node *n, struct rel_peer *p, bool urgent)
 {
+	KEEL_ASSERT(p != n->rel_peers + n->self);
 	set_ack_pending(n, p, true);
 	p->rcv_unacked++;
 	uint64_t due =
 	    urgent || p->rcv_unacked >= n->window / 4 ? n->now_ns : n->now_ns + n->cfg.ack_delay_ns;
 	if (due < p->ack_due_ns)
 		p->ack_due_ns = due;
+	KEEL_ASSERT(p->ack_pending && p->ack_due_ns <= n->now_ns + n->cfg.ack_delay_ns);
 }
 
-static uint8_t *tx_bytes(struct keel_node *n, struct peer *p, uint32_t seq)
+static uint8_t *tx_bytes(struct keel_node *n, struct rel_peer *p, uint32_t seq)
 {
+	KEEL_ASSERT(p->tx_buf != NULL);
+	/* only a seq inside the send window has bytes */
+	KEEL_ASSERT(seq - p->snd_una < p->snd_nxt - p->snd_una);
 	return p->tx_buf + (size_t)(seq & (n->window - 1)) * stride(n);
 }
 
-static uint64_t backoff_rto(const struct keel_node *n, const struct peer *p, uint32_t tries)
+static uint64_t backoff_rto(const struct keel_node *n, const struct rel_peer *p, uint32_t tries)
 {
+	KEEL_ASSERT(p->rto_ns >= n->cfg.rto_min_ns && p->rto_ns <= n->cfg.rto_max_ns);
 	uint32_t shift = tries > 1 ? tries - 1 : 0;
 	if (shift > BACKOFF_SHIFT_MAX)
 		shift = BACKOFF_SHIFT_MAX;
 	uint64_t rto = p->rto_ns << shift;
-	return rto > n->cfg.rto_max_ns ? n->cfg.rto_max_ns : rto;
+	rto = rto > n->cfg.rto_max_ns ? n->cfg.rto_max_ns : rto;
+	KEEL_ASSERT(rto >= p->rto_ns || rto == n->cfg.rto_max_ns);
+	return rto;
 }
 
 static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	struct rel_peer *p = &n->rel_peers[peer];
+	KEEL_ASSERT(p->tx != NULL && seq - p->snd_una < p->snd_nxt - p->snd_una);
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 	s->sent_ns = n->now_ns;
 	s->tries++;
+	KEEL_ASSERT(s->tries != 0 && s->len >= WIRE_HEADER_SIZE && s->len <= n->mtu);
 	s->fast_done = 0;
 	uint64_t due = n->now_ns + backoff_rto(n, p, s->tries);
 	if (due < p->rtx_deadline_ns)
@@ -170,9 +257,11 @@ int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const vo
 {
 	KEEL_ASSERT(peer < n->world && peer != n->self);
 	KEEL_ASSERT(WIRE_HEADER_SIZE + len <= n->mtu);
+	KEEL_ASSERT(h != NULL && (payload != NULL || len == 0));
 	if (!rel_can_send(n, peer) || !stream_attach(n, peer))
 		return -EAGAIN;
-	struct peer *p = &n->peers[peer];
+	struct rel_peer *p = &n->rel_peers[peer];
+	KEEL_ASSERT(p->tx != NULL && seq_before(p->snd_nxt, p->snd_edge));
 	uint32_t seq = p->snd_nxt++;
 	n->tx_flight++;
 	uint8_t *buf = tx_bytes(n, p, seq);
@@ -186,15 +275,18 @@ int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const vo
 	s->len = WIRE_HEADER_SIZE + len;
 	n->ctr.data_sent++;
 	transmit(n, peer, seq);
+	window_check(n, p);
 	return 0;
 }
 
 /* The transport refused a queued datagram: it was never sent, so it is not a retransmission. */
 void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	struct rel_peer *p = &n->rel_peers[peer];
 	if (seq_before(seq, p->snd_una) || !seq_before(seq, p->snd_nxt))
-		return;
+		return; /* acknowledged meanwhile, or its stream was reset by a view */
+	KEEL_ASSERT(p->tx != NULL);
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 	s->sent_ns = 0;
 	if (s->tries > 0)
@@ -204,7 +296,8 @@ void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq)
 
 static void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && rtt_ns != 0);
+	struct rel_peer *p = &n->rel_peers[peer];
 	if (p->srtt_ns == 0) {
 		p->srtt_ns = rtt_ns;
 		p->rttvar_ns = rtt_ns / 2;
@@ -219,6 +312,7 @@ static void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
 	if (rto > n->cfg.rto_max_ns)
 		rto = n->cfg.rto_max_ns;
 	p->rto_ns = rto;
+	KEEL_ASSERT(p->rto_ns >= n->cfg.rto_min_ns && p->rto_ns <= n->cfg.rto_max_ns);
 }
 
 /* A hole below the highest selectively acked seq is resent before its timer when it has been
@@ -227,8 +321,11 @@ static void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
  * three dupacks) resends whatever a jittery path merely reordered. */
 static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	struct rel_peer *p = &n->rel_peers[peer];
 	uint32_t mask = n->window - 1;
+	/* `highest` was selectively acked, so it lies in the send window */
+	KEEL_ASSERT(p->tx != NULL && highest - p->snd_una < p->snd_nxt - p->snd_una);
 	if (p->srtt_ns == 0 || n->reliable_tp)
 		return; /* no round trip measured yet (leave it to the timer), or nothing is lost */
 	uint64_t reo_wnd = p->srtt_ns + p->srtt_ns / 4;
@@ -247,7 +344,8 @@ static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest
 
 void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack, uint16_t wnd)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	struct rel_peer *p = &n->rel_peers[peer];
 	uint32_t mask = n->window - 1;
 	/* An ack for something never sent is a peer's bug or an old incarnation: ignore it. */
 	if (seq_before(p->snd_nxt, ack) || seq_before(ack, p->snd_una - n->window))
@@ -260,6 +358,8 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 	uint64_t sample = 0;
 	uint32_t una_before = p->snd_una;
 	while (seq_before(p->snd_una, ack)) {
+		/* the ack was checked against snd_nxt: every seq it covers was in flight */
+		KEEL_ASSERT(p->tx != NULL && n->tx_flight > 0 && p->snd_una != p->snd_nxt);
 		struct tx_slot *s = &p->tx[p->snd_una & mask];
 		if (s->tries == 1 && !s->no_sample && s->sent_ns != 0)
 			sample = n->now_ns - s->sent_ns;
@@ -291,13 +391,18 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 	p->sack_high = highest;
 	if (any)
 		fast_retransmit(n, peer, highest);
+	window_check(n, p);
 }
 
 /* Store a datagram in its receive slot (copying the payload out of the burst buffer). */
-static void rx_store(struct keel_node *n, struct peer *p, const struct wire_header *h,
+static void rx_store(struct keel_node *n, struct rel_peer *p, const struct wire_header *h,
 		     const uint8_t *payload)
 {
+	KEEL_ASSERT(p->rx != NULL && p->rx_buf != NULL && p != n->rel_peers + n->self);
+	/* rel_on_data let in only a new seq inside the receive window */
+	KEEL_ASSERT(h->seq - p->rcv_nxt < n->window && p->rx_held < n->window);
 	uint32_t idx = h->seq & (n->window - 1);
+	KEEL_ASSERT(!p->rx[idx].used);
 	p->rx[idx].h = *h;
 	p->rx[idx].used = 1;
 	p->rx_held++;
@@ -305,12 +410,14 @@ static void rx_store(struct keel_node *n, struct peer *p, const struct wire_head
 	memcpy(p->rx_buf + (size_t)idx * stride(n), payload, h->payload_len);
 	while (p->rcv_ack - p->rcv_nxt < n->window && p->rx[p->rcv_ack & (n->window - 1)].used)
 		p->rcv_ack++;
+	window_check(n, p);
 }
 
 /* Deliver stored datagrams from rcv_nxt on, as far as the collectives take them. */
 static void deliver_run(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	struct rel_peer *p = &n->rel_peers[peer];
 	uint32_t mask = n->window - 1;
 	for (uint32_t i = 0; i < n->window && p->rx != NULL; i++) {
 		struct rx_slot *s = &p->rx[p->rcv_nxt & mask];
@@ -320,6 +427,8 @@ static void deliver_run(struct keel_node *n, uint32_t peer)
 				  p->rx_buf + (size_t)(p->rcv_nxt & mask) * stride(n)))
 			return;
 		bool was_full = p->rcv_ack - p->rcv_nxt >= n->window;
+		/* a held in-order datagram was acknowledged when stored */
+		KEEL_ASSERT(seq_before(p->rcv_nxt, p->rcv_ack) && p->rx_held > 0 && n->rx_held > 0);
 		s->used = 0;
 		p->rx_held--;
 		n->rx_held--;
@@ -332,7 +441,8 @@ static void deliver_run(struct keel_node *n, uint32_t peer)
 void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h,
 		 const uint8_t *payload)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world && peer != n->self && h != NULL);
+	struct rel_peer *p = &n->rel_peers[peer];
 	uint32_t seq = h->seq;
 	if (seq_before(seq, p->rcv_nxt)) {
 		n->ctr.drop_duplicate++;
@@ -358,6 +468,7 @@ void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h
 		while (p->rcv_ack - p->rcv_nxt < n->window && rx_used(p, p->rcv_ack, n->window))
 			p->rcv_ack++;
 		deliver_run(n, peer);
+		window_check(n, p);
 		return;
 	}
 	if (!stream_attach(n, peer)) {
@@ -369,10 +480,12 @@ void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h
 
 void rel_redeliver(struct keel_node *n)
 {
+	KEEL_ASSERT(n != NULL && n->rel_peers != NULL);
+	totals_check(n);
 	if (n->rx_held == 0)
 		return;
 	for (uint32_t i = 0; i < n->world; i++)
-		if (i != n->self && rx_used(&n->peers[i], n->peers[i].rcv_nxt, n->window))
+		if (i != n->self && rx_used(&n->rel_peers[i], n->rel_peers[i].rcv_nxt, n->window))
 			deliver_run(n, i);
 }
 
@@ -383,14 +496,16 @@ void rel_redeliver(struct keel_node *n)
 void rel_timers(struct keel_node *n)
 {
 	uint32_t mask = n->window - 1;
+	totals_check(n);
 	if (n->tx_flight == 0)
 		return; /* nothing out: no timer runs (rel_next_deadline looks at data in flight) */
 	for (uint32_t i = 0; i < n->world; i++) {
-		struct peer *p = &n->peers[i];
+		struct rel_peer *p = &n->rel_peers[i];
 		if (p->snd_una == p->snd_nxt) {
 			p->rtx_deadline_ns = UINT64_MAX;
 			continue;
 		}
+		KEEL_ASSERT(i != n->self && p->tx != NULL); /* nothing is ever sent to self */
 		if (!p->unsent && n->now_ns < p->rtx_deadline_ns)
 			continue;
 		p->unsent = false;
@@ -435,10 +550,12 @@ void rel_timers(struct keel_node *n)
 
 void rel_send_acks(struct keel_node *n)
 {
+	KEEL_ASSERT(n->acks_owed < n->world);
+	KEEL_ASSERT(!n->rel_peers[n->self].ack_pending);
 	if (n->acks_owed == 0)
 		return;
 	for (uint32_t i = 0; i < n->world; i++) {
-		struct peer *p = &n->peers[i];
+		struct rel_peer *p = &n->rel_peers[i];
 		if (!p->ack_pending || i == n->self || n->now_ns < p->ack_due_ns)
 			continue;
 		node_send_ctrl(n, i, WIRE_ACK, n->ops_done_local, NULL, 0);
@@ -449,10 +566,12 @@ void rel_send_acks(struct keel_node *n)
 uint64_t rel_next_deadline(const struct keel_node *n)
 {
 	uint64_t dl = UINT64_MAX;
+	KEEL_ASSERT(n->tx_flight <= (uint64_t)n->world * n->window);
+	totals_check(n);
 	if (n->tx_flight == 0 && n->acks_owed == 0)
 		return dl;
 	for (uint32_t i = 0; i < n->world; i++) {
-		const struct peer *p = &n->peers[i];
+		const struct rel_peer *p = &n->rel_peers[i];
 		if (p->unsent) /* the transport refused: try again shortly, not in a busy loop */
 			return n->now_ns + n->cfg.ack_delay_ns;
 		if (p->snd_una != p->snd_nxt && p->rtx_deadline_ns < dl)
@@ -465,7 +584,9 @@ uint64_t rel_next_deadline(const struct keel_node *n)
 
 void rel_peer_reset(struct keel_node *n, uint32_t peer)
 {
-	struct peer *p = &n->peers[peer];
+	KEEL_ASSERT(peer < n->world);
+	struct rel_peer *p = &n->rel_peers[peer];
+	window_check(n, p);
 	if (n->stream_pool) {
 		stream_detach(n, peer); /* the next datagram in flight takes a fresh one */
 	} else {
@@ -483,4 +604,6 @@ void rel_peer_reset(struct keel_node *n, uint32_t peer)
 	p->unsent = p->sack_any = false;
 	set_ack_pending(n, p, false);
 	p->rcv_unacked = 0;
+	KEEL_ASSERT(p->tx == NULL || !n->stream_pool);
+	window_check(n, p);
 }

@@ -48,6 +48,9 @@ PY
 	out=$(timeout 600 "$TMP/build/tests/test_membership_model" $bounds 2>&1)
 	if grep -q VIOLATION <<<"$out"; then
 		echo "model-check: mutant caught: $why ($(grep -m1 VIOLATION <<<"$out" | sed 's/.*VIOLATION: //'))"
+	elif grep -q 'keel: assertion failed' <<<"$out"; then
+		# the runtime's own invariant checks stopped it before a wrong view was installed
+		echo "model-check: mutant caught by an assertion: $why ($(grep -m1 'keel: assertion failed' <<<"$out" | sed 's/keel: assertion failed: //'))"
 	else
 		echo "model-check: mutant NOT caught: $why (bounds $bounds)"; fail=1
 	fi

@@ -285,11 +285,13 @@ static uint64_t node_hash(uint32_t i)
 	memset(s->bits, 0, w / 8 + 1);
 	memset(s->inc, 0, w * sizeof(uint32_t));
 	for (uint32_t r = 0; r < w; r++) {
-		struct peer *p = &n->peers[r];
+		struct fd_peer *p = &n->fd_peers[r];
 		p->suspicions = p->rtt_samples = p->rtt_ns_last = p->hb_srtt_ns = 0;
 	}
 	uint64_t h = hash_bytes(mix(0xabc, i), n, sizeof(*n));
-	h = hash_bytes(h, n->peers, w * sizeof(struct peer));
+	h = hash_bytes(h, n->rel_peers, w * sizeof(struct rel_peer));
+	h = hash_bytes(h, n->fd_peers, w * sizeof(struct fd_peer));
+	h = hash_bytes(h, n->mb_peers, w * sizeof(struct mb_peer));
 	const struct view *views[] = {&n->view, &n->acc_value, &n->prop_best, &n->prop_value};
 	for (size_t v = 0; v < sizeof(views) / sizeof(views[0]); v++) {
 		h = hash_bytes(h, views[v]->bits, w / 8 + 1);
@@ -362,7 +364,7 @@ static bool enabled(const struct mc_action *a)
 	case MC_SUSPECT: {
 		const struct keel_node *n = mc.node[a->a];
 		if (mc.meta.crashed[a->a] || !n->member || !view_has(&n->view, a->b) ||
-		    n->peers[a->b].state != KEEL_PEER_ALIVE)
+		    !fd_is_alive(n, a->b))
 			return false;
 		return known_life_dead(a->a, a->b) ||
 		       mc.meta.false_suspicions < mc.b.false_suspicions;
