@@ -155,8 +155,10 @@ $(BUILD)/tests/integ-%: $(BUILD)/obj/tests/integ/%.o $(LIBBOOT) $(LIBKEEL) $(EXT
 deps:
 	@tools/deps.sh --check >/dev/null 2>&1 || tools/deps.sh
 
+# The sanitizer build also turns on KEEL_ASSERT_DEBUG: the hot-path re-checks (per step, per
+# datagram) and the O(n) ones run in every `make test`, not in release builds.
 san:
-	$(MAKE) BUILD=build-san OPT="-O1 -g -fno-omit-frame-pointer" \
+	$(MAKE) BUILD=build-san OPT="-O1 -g -fno-omit-frame-pointer -DKEEL_DEBUG" \
 		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" tests
 
 test: deps

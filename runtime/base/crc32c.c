@@ -66,7 +66,7 @@ static uint32_t shift(const struct shift_op *op, uint32_t r)
 {
 	uint64_t prod = 0;
 
-	KEEL_ASSERT(op >= shift_ops && op < shift_ops + SHIFT_OP_COUNT);
+	KEEL_ASSERT_DEBUG(op >= shift_ops && op < shift_ops + SHIFT_OP_COUNT);
 	for (unsigned i = 0; i < 8; i++)
 		prod ^= op->nib[(r >> (4 * i)) & 0xfu] << (4 * i);
 	prod <<= 1;
@@ -77,7 +77,7 @@ static uint64_t load64(const unsigned char *p)
 {
 	uint64_t v;
 
-	KEEL_ASSERT(p != NULL);
+	KEEL_ASSERT_DEBUG(p != NULL);
 	memcpy(&v, p, sizeof(v)); /* one unaligned mov; avoids alignment and aliasing UB */
 	return v;
 }
@@ -86,9 +86,9 @@ static uint32_t crc_words(uint32_t r, const unsigned char *p, size_t word_count)
 {
 	uint64_t r64 = r;
 
-	KEEL_ASSERT(p != NULL || word_count == 0);
+	KEEL_ASSERT_DEBUG(p != NULL || word_count == 0);
 	/* crc_raw aligned p first and advanced it by multiples of 8 since */
-	KEEL_ASSERT(((uintptr_t)p & 7u) == 0 || word_count == 0);
+	KEEL_ASSERT_DEBUG(((uintptr_t)p & 7u) == 0 || word_count == 0);
 	for (size_t i = 0; i < word_count; i++)
 		r64 = _mm_crc32_u64(r64, load64(p + 8 * i));
 	return (uint32_t)r64;
@@ -96,20 +96,20 @@ static uint32_t crc_words(uint32_t r, const unsigned char *p, size_t word_count)
 
 static uint32_t crc_raw(uint32_t r, const unsigned char *p, size_t len)
 {
-	KEEL_ASSERT(p != NULL || len == 0);
+	KEEL_ASSERT_DEBUG(p != NULL || len == 0);
 	/* Bytes up to an 8-byte boundary, so the word loads never straddle two cache lines. */
 	while (len > 0 && ((uintptr_t)p & 7u) != 0) {
 		r = _mm_crc32_u8(r, *p++);
 		len--;
 	}
-	KEEL_ASSERT(len == 0 || ((uintptr_t)p & 7u) == 0);
+	KEEL_ASSERT_DEBUG(len == 0 || ((uintptr_t)p & 7u) == 0);
 	for (size_t k = 0; k < SHIFT_OP_COUNT; k++) {
 		const struct shift_op *op = &shift_ops[k];
 		size_t blk = op->len;
 
 		/* whole words per stream, so p stays aligned; largest first */
-		KEEL_ASSERT(blk != 0 && blk % 8 == 0);
-		KEEL_ASSERT(k == 0 || blk < shift_ops[k - 1].len);
+		KEEL_ASSERT_DEBUG(blk != 0 && blk % 8 == 0);
+		KEEL_ASSERT_DEBUG(k == 0 || blk < shift_ops[k - 1].len);
 		while (len >= 3 * blk) {
 			uint64_t a = r, b = 0, c = 0;
 
@@ -173,7 +173,7 @@ _Static_assert(E(0u) == 0u && E(128u) == CRC32C_POLY, "the table is linear in it
 
 static uint32_t crc_raw(uint32_t r, const unsigned char *p, size_t len)
 {
-	KEEL_ASSERT(p != NULL || len == 0);
+	KEEL_ASSERT_DEBUG(p != NULL || len == 0);
 	for (size_t i = 0; i < len; i++)
 		r = (r >> 8) ^ crc_table[(r ^ p[i]) & 0xffu];
 	return r;

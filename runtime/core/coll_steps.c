@@ -10,21 +10,21 @@
 
 static uint32_t pow2_floor(uint32_t v)
 {
-	KEEL_ASSERT(v >= 1);
+	KEEL_ASSERT_DEBUG(v >= 1);
 	uint32_t p = 1;
 	while (p <= v / 2)
 		p *= 2;
-	KEEL_ASSERT(p <= v && v / 2 < p && (p & (p - 1)) == 0);
+	KEEL_ASSERT_DEBUG(p <= v && v / 2 < p && (p & (p - 1)) == 0);
 	return p;
 }
 
 static uint32_t log2_u32(uint32_t p)
 {
-	KEEL_ASSERT(p != 0 && (p & (p - 1)) == 0); /* exact: only powers of two */
+	KEEL_ASSERT_DEBUG(p != 0 && (p & (p - 1)) == 0); /* exact: only powers of two */
 	uint32_t k = 0;
 	while ((1u << k) < p)
 		k++;
-	KEEL_ASSERT(k < 32 && (1u << k) == p);
+	KEEL_ASSERT_DEBUG(k < 32 && (1u << k) == p);
 	return k;
 }
 
@@ -42,23 +42,23 @@ static uint32_t step_count(enum keel_algo algo, uint32_t world)
 /* Bytes of ring chunk c: the count split as evenly as possible, whole elements. */
 static void chunk_bytes(const struct keel_op *op, uint32_t c, uint64_t *off, uint64_t *len)
 {
-	KEEL_ASSERT(c < op->world && op->bytes == op->count * op->elem_size);
+	KEEL_ASSERT_DEBUG(c < op->world && op->bytes == op->count * op->elem_size);
 	uint64_t base = op->count / op->world, extra = op->count % op->world;
 	uint64_t start = c * base + (c < extra ? c : extra);
 	*off = start * op->elem_size;
 	*len = (base + (c < extra ? 1 : 0)) * op->elem_size;
 	/* The chunks partition the buffer: the first starts at 0, each ends where the next
 	 * starts (the formula above), the last ends at the buffer's end. */
-	KEEL_ASSERT(c != 0 || *off == 0);
-	KEEL_ASSERT(c + 1 != op->world || *off + *len == op->bytes);
-	KEEL_ASSERT(*off + *len <= op->bytes);
+	KEEL_ASSERT_DEBUG(c != 0 || *off == 0);
+	KEEL_ASSERT_DEBUG(c + 1 != op->world || *off + *len == op->bytes);
+	KEEL_ASSERT_DEBUG(*off + *len <= op->bytes);
 }
 
 static void ring_step(const struct keel_op *op, uint32_t r, uint32_t t, struct step *s)
 {
 	uint32_t w = op->world;
-	KEEL_ASSERT(w >= 2 && r < w);
-	KEEL_ASSERT(t < 2 * (w - 1));
+	KEEL_ASSERT_DEBUG(w >= 2 && r < w);
+	KEEL_ASSERT_DEBUG(t < 2 * (w - 1));
 	s->send_peer = (int32_t)((r + 1) % w);
 	s->send_from_out = t > 0;
 	chunk_bytes(op, (r + 2 * w - t) % w, &s->send_off, &s->send_len);
@@ -72,8 +72,8 @@ static void ring_step(const struct keel_op *op, uint32_t r, uint32_t t, struct s
 static void rd_step(const struct keel_op *op, uint32_t r, uint32_t t, struct step *s)
 {
 	uint32_t w = op->world, p2 = pow2_floor(w), rem = w - p2, k = log2_u32(p2);
-	KEEL_ASSERT(w >= 2 && r < w);
-	KEEL_ASSERT(t <= k + 1); /* fold-in, k exchanges, fold-out */
+	KEEL_ASSERT_DEBUG(w >= 2 && r < w);
+	KEEL_ASSERT_DEBUG(t <= k + 1); /* fold-in, k exchanges, fold-out */
 	if (t == 0) { /* fold-in: ranks beyond the power of two hand their input to r - p2 */
 		if (r >= p2) {
 			s->send_peer = (int32_t)(r - p2);
@@ -103,8 +103,8 @@ static void rd_step(const struct keel_op *op, uint32_t r, uint32_t t, struct ste
 	s->send_len = s->send_peer >= 0 ? op->bytes : 0;
 	s->recv_len = s->recv_peer >= 0 ? op->bytes : 0;
 	/* Partners lie inside the world; an exchange partner is inside the power of two. */
-	KEEL_ASSERT(s->send_peer < (int32_t)w && s->recv_peer < (int32_t)w);
-	KEEL_ASSERT(t == 0 || t > k || s->send_peer < 0 || (uint32_t)s->send_peer < p2);
+	KEEL_ASSERT_DEBUG(s->send_peer < (int32_t)w && s->recv_peer < (int32_t)w);
+	KEEL_ASSERT_DEBUG(t == 0 || t > k || s->send_peer < 0 || (uint32_t)s->send_peer < p2);
 }
 
 /* Broadcast down a ring from the root: the rank d places after it receives at step d - 1
@@ -113,8 +113,8 @@ static void bcast_step(const struct keel_op *op, uint32_t r, uint32_t t, struct 
 {
 	uint32_t w = op->world, d = (r + w - op->root_pos) % w;
 	/* op_begin fails a broadcast whose root left the view, so the root has a position */
-	KEEL_ASSERT(w >= 2 && r < w && op->root_pos < w);
-	KEEL_ASSERT(t < w - 1);
+	KEEL_ASSERT_DEBUG(w >= 2 && r < w && op->root_pos < w);
+	KEEL_ASSERT_DEBUG(t < w - 1);
 	if (t == d && d + 1 < w) {
 		s->send_peer = (int32_t)((r + 1) % w);
 		s->send_from_out = d > 0;
@@ -140,8 +140,8 @@ uint32_t coll_step_count(const struct keel_op *op)
 
 void coll_step(const struct keel_op *op, uint32_t t, struct step *s)
 {
-	KEEL_ASSERT(op != NULL && s != NULL);
-	KEEL_ASSERT(t < op->step_count); /* the step index lies inside the plan */
+	KEEL_ASSERT_DEBUG(op != NULL && s != NULL);
+	KEEL_ASSERT_DEBUG(t < op->step_count); /* the step index lies inside the plan */
 	memset(s, 0, sizeof(*s));
 	s->send_peer = -1;
 	s->recv_peer = -1;
@@ -152,9 +152,10 @@ void coll_step(const struct keel_op *op, uint32_t t, struct step *s)
 	else
 		rd_step(op, op->self_pos, t, s);
 	/* Both regions lie inside the buffer; nothing is sent to or received from oneself. */
-	KEEL_ASSERT(s->send_off + s->send_len <= op->bytes &&
-		    s->recv_off + s->recv_len <= op->bytes);
-	KEEL_ASSERT(s->send_peer != (int32_t)op->self_pos && s->recv_peer != (int32_t)op->self_pos);
+	KEEL_ASSERT_DEBUG(s->send_off + s->send_len <= op->bytes &&
+			  s->recv_off + s->recv_len <= op->bytes);
+	KEEL_ASSERT_DEBUG(s->send_peer != (int32_t)op->self_pos &&
+			  s->recv_peer != (int32_t)op->self_pos);
 	/* Something arrives exactly when there is something to do with it. */
-	KEEL_ASSERT((s->recv_peer >= 0) == (s->action != ACT_NONE));
+	KEEL_ASSERT_DEBUG((s->recv_peer >= 0) == (s->action != ACT_NONE));
 }

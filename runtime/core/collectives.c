@@ -43,17 +43,17 @@ _Static_assert(2 * (KEEL_WORLD_MAX - 1) <= UINT16_MAX, "step numbers fit the wir
 static uint32_t wire_id(const struct keel_node *n, const struct keel_op *op)
 {
 	/* Only operations of this epoch that the caller started get a wire id. */
-	KEEL_ASSERT(!seq_before(op->id, n->op_base));
-	KEEL_ASSERT(seq_before(op->id, n->op_next_id));
+	KEEL_ASSERT_DEBUG(!seq_before(op->id, n->op_base));
+	KEEL_ASSERT_DEBUG(seq_before(op->id, n->op_next_id));
 	return op->id - n->op_base;
 }
 
 static struct keel_op *frontier_op(struct keel_node *n)
 {
-	KEEL_ASSERT(n->ops_max > 0);
+	KEEL_ASSERT_DEBUG(n->ops_max > 0);
 	/* Operations finish in order, so those in flight are op_run_id..op_next_id - 1, each in
 	 * its own slot: never more than ops_max. */
-	KEEL_ASSERT(n->op_next_id - n->op_run_id <= n->ops_max);
+	KEEL_ASSERT_DEBUG(n->op_next_id - n->op_run_id <= n->ops_max);
 	struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
 	if (op->id != n->op_run_id || op->state == OP_FREE || op->state == OP_DONE)
 		return NULL;
@@ -62,10 +62,11 @@ static struct keel_op *frontier_op(struct keel_node *n)
 
 static int32_t rank_of(const struct keel_node *n, int32_t pos)
 {
-	KEEL_ASSERT(pos >= -1 && (pos < 0 || (uint32_t)pos < n->view.count));
+	KEEL_ASSERT_DEBUG(pos >= -1 && (pos < 0 || (uint32_t)pos < n->view.count));
 	int32_t rank = pos < 0 ? -1 : (int32_t)n->rank_at[pos];
 	/* A step's peer is a member of the installed view. */
-	KEEL_ASSERT(rank < 0 || ((uint32_t)rank < n->world && view_has(&n->view, (uint32_t)rank)));
+	KEEL_ASSERT_DEBUG(rank < 0 ||
+			  ((uint32_t)rank < n->world && view_has(&n->view, (uint32_t)rank)));
 	return rank;
 }
 
@@ -74,25 +75,25 @@ static void op_step(const struct keel_node *n, const struct keel_op *op, uint32_
 {
 	/* Positions are those of the view the operation began on: it must be the installed one
 	 * (a view change sends it back to QUEUED before anything maps its steps again). */
-	KEEL_ASSERT(op->state == OP_RUNNING && op->world == n->view.count);
+	KEEL_ASSERT_DEBUG(op->state == OP_RUNNING && op->world == n->view.count);
 	coll_step(op, t, s);
 	s->send_peer = rank_of(n, s->send_peer);
 	s->recv_peer = rank_of(n, s->recv_peer);
-	KEEL_ASSERT(s->send_peer != (int32_t)n->self && s->recv_peer != (int32_t)n->self);
+	KEEL_ASSERT_DEBUG(s->send_peer != (int32_t)n->self && s->recv_peer != (int32_t)n->self);
 }
 
 /* Has the receive cursor passed byte `end` of step t? */
 static bool recv_passed(const struct keel_op *op, uint32_t t, uint64_t end)
 {
-	KEEL_ASSERT(t < op->step_count);
-	KEEL_ASSERT(end <= op->bytes);
+	KEEL_ASSERT_DEBUG(t < op->step_count);
+	KEEL_ASSERT_DEBUG(end <= op->bytes);
 	return op->recv_step > t || (op->recv_step == t && op->recv_off >= end);
 }
 
 static bool send_passed(const struct keel_op *op, uint32_t t, uint64_t end)
 {
-	KEEL_ASSERT(t < op->step_count);
-	KEEL_ASSERT(end <= op->bytes);
+	KEEL_ASSERT_DEBUG(t < op->step_count);
+	KEEL_ASSERT_DEBUG(end <= op->bytes);
 	return op->send_step > t || (op->send_step == t && op->send_off >= end);
 }
 
@@ -665,9 +666,9 @@ int keel_op_test_info(struct keel_node *node, struct keel_op *handle, struct kee
 	if (handle->state != OP_DONE)
 		return -EINPROGRESS;
 	/* A result (status 0) was computed over a view: op_local_done recorded it. */
-	KEEL_ASSERT(handle->status <= 0);
-	KEEL_ASSERT(handle->status != 0 ||
-		    (handle->done_count >= 1 && handle->done_count <= node->world));
+	KEEL_ASSERT_DEBUG(handle->status <= 0);
+	KEEL_ASSERT_DEBUG(handle->status != 0 ||
+			  (handle->done_count >= 1 && handle->done_count <= node->world));
 	if (handle->status == 0 && members != NULL) {
 		if (members_cap < handle->done_count)
 			return -ENOSPC;
@@ -675,7 +676,7 @@ int keel_op_test_info(struct keel_node *node, struct keel_op *handle, struct kee
 		for (uint32_t r = 0; r < node->world; r++)
 			if ((handle->done_bits[r / 8] >> (r % 8)) & 1u)
 				members[k++] = r;
-		KEEL_ASSERT(k == handle->done_count);
+		KEEL_ASSERT_DEBUG(k == handle->done_count);
 	}
 	if (info != NULL) {
 		info->epoch = handle->done_epoch;

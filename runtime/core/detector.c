@@ -332,7 +332,7 @@ static uint64_t silence_margin(const struct keel_node *n, const struct fd_peer *
  * the end of the grace). */
 static uint64_t suspect_at(const struct keel_node *n, const struct fd_peer *p)
 {
-	KEEL_ASSERT(p->watched && n->deaf_ns >= p->deaf_at_heard_ns);
+	KEEL_ASSERT_DEBUG(p->watched && n->deaf_ns >= p->deaf_at_heard_ns);
 	uint64_t deaf = n->deaf_ns - p->deaf_at_heard_ns;
 	uint64_t at = p->last_heard_ns + deaf + (uint64_t)n->cfg.miss_limit * n->cfg.heartbeat_ns +
 		      silence_margin(n, p);
@@ -340,7 +340,7 @@ static uint64_t suspect_at(const struct keel_node *n, const struct fd_peer *p)
 		return at; /* a restarted node joins an established view: no start-up noise */
 	uint64_t grace_end = n->init_ns + n->cfg.join_timeout_ns;
 	at = at > grace_end ? at : grace_end;
-	KEEL_ASSERT(at > p->last_heard_ns); /* miss_limit and heartbeat_ns are not 0 */
+	KEEL_ASSERT_DEBUG(at > p->last_heard_ns); /* miss_limit and heartbeat_ns are not 0 */
 	return at;
 }
 

@@ -261,8 +261,8 @@ void keel_fini(struct keel_node *node)
 void node_header_init(const struct keel_node *n, struct wire_header *h, enum wire_type type,
 		      uint32_t dst)
 {
-	KEEL_ASSERT(n != NULL && h != NULL);
-	KEEL_ASSERT(dst < n->world && dst != n->self && n->world <= UINT16_MAX);
+	KEEL_ASSERT_DEBUG(n != NULL && h != NULL);
+	KEEL_ASSERT_DEBUG(dst < n->world && dst != n->self && n->world <= UINT16_MAX);
 	memset(h, 0, sizeof(*h));
 	h->magic = WIRE_MAGIC;
 	h->version = WIRE_VERSION;
@@ -306,11 +306,11 @@ void node_budget_spend(struct keel_node *n, uint32_t bytes)
 void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq,
 		   uint32_t flags)
 {
-	KEEL_ASSERT(peer < n->world && peer != n->self);
-	KEEL_ASSERT(buf != NULL && len >= WIRE_HEADER_SIZE && len <= n->mtu);
+	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
+	KEEL_ASSERT_DEBUG(buf != NULL && len >= WIRE_HEADER_SIZE && len <= n->mtu);
 	if (n->txq_count == n->burst)
 		node_txq_flush(n);
-	KEEL_ASSERT(n->txq_count < n->burst);
+	KEEL_ASSERT_DEBUG(n->txq_count < n->burst);
 	struct keel_datagram *d = &n->txq[n->txq_count];
 	d->buf = buf;
 	d->len = len;
@@ -368,7 +368,7 @@ static void count_drop(struct keel_node *n, enum wire_verdict v)
 
 void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 {
-	KEEL_ASSERT(n != NULL && d != NULL && d->buf != NULL);
+	KEEL_ASSERT_DEBUG(n != NULL && d != NULL && d->buf != NULL);
 	struct wire_expect exp = {
 	    .job_id = n->cfg.job_id,
 	    .epoch = n->epoch,
@@ -384,7 +384,7 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 	}
 	n->ctr.rx_datagrams++;
 	/* what the decoder guarantees; everything else in h is still the peer's claim */
-	KEEL_ASSERT(h.src < n->world && h.src != n->self && h.dst == n->self);
+	KEEL_ASSERT_DEBUG(h.src < n->world && h.src != n->self && h.dst == n->self);
 	if (h.type != WIRE_HEARTBEAT)
 		fd_heard(n, h.src);
 	const uint8_t *payload = d->buf + WIRE_HEADER_SIZE;
@@ -392,7 +392,7 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 		/* Acks and finished-collective counts belong to this epoch's streams. Every
 		 * header's op_id says how many collectives its sender finished (DATA: it is on
 		 * that one, so it finished the ones before). */
-		KEEL_ASSERT(view_has(&n->view, n->self));
+		KEEL_ASSERT_DEBUG(view_has(&n->view, n->self));
 		rel_on_ack(n, h.src, h.ack, h.sack, h.wnd);
 		if (view_has(&n->view, h.src))
 			mb_heard_done(n, h.src, h.op_id);

@@ -28,12 +28,16 @@ static size_t stride(const struct keel_node *n)
  * taken in uint32 and compared as int32 (seq_before), so they survive wrapping. */
 static void window_check(const struct keel_node *n, const struct rel_peer *p)
 {
-	KEEL_ASSERT(!seq_before(p->snd_nxt, p->snd_una) && p->snd_nxt - p->snd_una <= n->window);
-	KEEL_ASSERT(!seq_before(p->snd_edge, p->snd_nxt));
-	KEEL_ASSERT(!seq_before(p->rcv_ack, p->rcv_nxt) && p->rcv_ack - p->rcv_nxt <= n->window);
-	KEEL_ASSERT(p->rx_held <= n->window);
+	(void)n; /* debug builds only: called on every ack and send */
+	(void)p;
+	KEEL_ASSERT_DEBUG(!seq_before(p->snd_nxt, p->snd_una) &&
+			  p->snd_nxt - p->snd_una <= n->window);
+	KEEL_ASSERT_DEBUG(!seq_before(p->snd_edge, p->snd_nxt));
+	KEEL_ASSERT_DEBUG(!seq_before(p->rcv_ack, p->rcv_nxt) &&
+			  p->rcv_ack - p->rcv_nxt <= n->window);
+	KEEL_ASSERT_DEBUG(p->rx_held <= n->window);
 	/* a peer without buffers (pooled streams) has nothing in flight and nothing held */
-	KEEL_ASSERT(p->tx != NULL || (p->snd_una == p->snd_nxt && p->rx_held == 0));
+	KEEL_ASSERT_DEBUG(p->tx != NULL || (p->snd_una == p->snd_nxt && p->rx_held == 0));
 }
 
 /* The node's totals are the sums of the peers' (O(world): debug builds only). */
@@ -129,7 +133,7 @@ static bool stream_attach(struct keel_node *n, uint32_t peer)
 /* Whether receive slot `seq` holds a datagram (a peer without buffers holds none). */
 static bool rx_used(const struct rel_peer *p, uint32_t seq, uint32_t window)
 {
-	KEEL_ASSERT(p != NULL && window != 0 && (window & (window - 1)) == 0);
+	KEEL_ASSERT_DEBUG(p != NULL && window != 0 && (window & (window - 1)) == 0);
 	return p->rx != NULL && p->rx[seq & (window - 1)].used;
 }
 
@@ -179,7 +183,7 @@ void rel_ack_soon(struct keel_node *n, uint32_t peer)
 
 void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 {
-	KEEL_ASSERT(peer < n->world && peer != n->self && h != NULL);
+	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self && h != NULL);
 	struct rel_peer *p = &n->rel_peers[peer];
 	window_check(n, p); /* so the advertised window below is 0..window */
 	uint32_t sack = 0;
@@ -196,7 +200,7 @@ void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 	set_ack_pending(n, p, false);
 	p->rcv_unacked = 0;
 	p->ack_due_ns = UINT64_MAX;
-	KEEL_ASSERT(h->wnd <= n->window);
+	KEEL_ASSERT_DEBUG(h->wnd <= n->window);
 }
 
 /* An ack is owed. In-order data may wait ack_delay_ns for traffic to carry it (the next
@@ -204,45 +208,45 @@ void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
  * sender about a hole, a duplicate or a reopened window goes out at this poll's end. */
 static void ack_owed(struct keel_node *n, struct rel_peer *p, bool urgent)
 {
-	KEEL_ASSERT(p != n->rel_peers + n->self);
+	KEEL_ASSERT_DEBUG(p != n->rel_peers + n->self);
 	set_ack_pending(n, p, true);
 	p->rcv_unacked++;
 	uint64_t due =
 	    urgent || p->rcv_unacked >= n->window / 4 ? n->now_ns : n->now_ns + n->cfg.ack_delay_ns;
 	if (due < p->ack_due_ns)
 		p->ack_due_ns = due;
-	KEEL_ASSERT(p->ack_pending && p->ack_due_ns <= n->now_ns + n->cfg.ack_delay_ns);
+	KEEL_ASSERT_DEBUG(p->ack_pending && p->ack_due_ns <= n->now_ns + n->cfg.ack_delay_ns);
 }
 
 static uint8_t *tx_bytes(struct keel_node *n, struct rel_peer *p, uint32_t seq)
 {
-	KEEL_ASSERT(p->tx_buf != NULL);
+	KEEL_ASSERT_DEBUG(p->tx_buf != NULL);
 	/* only a seq inside the send window has bytes */
-	KEEL_ASSERT(seq - p->snd_una < p->snd_nxt - p->snd_una);
+	KEEL_ASSERT_DEBUG(seq - p->snd_una < p->snd_nxt - p->snd_una);
 	return p->tx_buf + (size_t)(seq & (n->window - 1)) * stride(n);
 }
 
 static uint64_t backoff_rto(const struct keel_node *n, const struct rel_peer *p, uint32_t tries)
 {
-	KEEL_ASSERT(p->rto_ns >= n->cfg.rto_min_ns && p->rto_ns <= n->cfg.rto_max_ns);
+	KEEL_ASSERT_DEBUG(p->rto_ns >= n->cfg.rto_min_ns && p->rto_ns <= n->cfg.rto_max_ns);
 	uint32_t shift = tries > 1 ? tries - 1 : 0;
 	if (shift > BACKOFF_SHIFT_MAX)
 		shift = BACKOFF_SHIFT_MAX;
 	uint64_t rto = p->rto_ns << shift;
 	rto = rto > n->cfg.rto_max_ns ? n->cfg.rto_max_ns : rto;
-	KEEL_ASSERT(rto >= p->rto_ns || rto == n->cfg.rto_max_ns);
+	KEEL_ASSERT_DEBUG(rto >= p->rto_ns || rto == n->cfg.rto_max_ns);
 	return rto;
 }
 
 static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 {
-	KEEL_ASSERT(peer < n->world && peer != n->self);
+	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
 	struct rel_peer *p = &n->rel_peers[peer];
-	KEEL_ASSERT(p->tx != NULL && seq - p->snd_una < p->snd_nxt - p->snd_una);
+	KEEL_ASSERT_DEBUG(p->tx != NULL && seq - p->snd_una < p->snd_nxt - p->snd_una);
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 	s->sent_ns = n->now_ns;
 	s->tries++;
-	KEEL_ASSERT(s->tries != 0 && s->len >= WIRE_HEADER_SIZE && s->len <= n->mtu);
+	KEEL_ASSERT_DEBUG(s->tries != 0 && s->len >= WIRE_HEADER_SIZE && s->len <= n->mtu);
 	s->fast_done = 0;
 	uint64_t due = n->now_ns + backoff_rto(n, p, s->tries);
 	if (due < p->rtx_deadline_ns)
@@ -480,7 +484,7 @@ void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h
 
 void rel_redeliver(struct keel_node *n)
 {
-	KEEL_ASSERT(n != NULL && n->rel_peers != NULL);
+	KEEL_ASSERT_DEBUG(n != NULL && n->rel_peers != NULL);
 	totals_check(n);
 	if (n->rx_held == 0)
 		return;
@@ -505,7 +509,7 @@ void rel_timers(struct keel_node *n)
 			p->rtx_deadline_ns = UINT64_MAX;
 			continue;
 		}
-		KEEL_ASSERT(i != n->self && p->tx != NULL); /* nothing is ever sent to self */
+		KEEL_ASSERT_DEBUG(i != n->self && p->tx != NULL); /* nothing is ever sent to self */
 		if (!p->unsent && n->now_ns < p->rtx_deadline_ns)
 			continue;
 		p->unsent = false;
@@ -550,8 +554,8 @@ void rel_timers(struct keel_node *n)
 
 void rel_send_acks(struct keel_node *n)
 {
-	KEEL_ASSERT(n->acks_owed < n->world);
-	KEEL_ASSERT(!n->rel_peers[n->self].ack_pending);
+	KEEL_ASSERT_DEBUG(n->acks_owed < n->world);
+	KEEL_ASSERT_DEBUG(!n->rel_peers[n->self].ack_pending);
 	if (n->acks_owed == 0)
 		return;
 	for (uint32_t i = 0; i < n->world; i++) {

@@ -75,46 +75,46 @@ _Static_assert(KEEL_MTU_MIN >= WIRE_HEADER_SIZE + WIRE_VIEW_MIN, "a VIEW message
 
 void wire_put16(uint8_t *p, uint16_t v)
 {
-	KEEL_ASSERT(p != NULL);
+	KEEL_ASSERT_DEBUG(p != NULL);
 	p[0] = (uint8_t)v;
 	p[1] = (uint8_t)(v >> 8);
-	KEEL_ASSERT(wire_get16(p) == v);
+	KEEL_ASSERT_DEBUG(wire_get16(p) == v);
 }
 
 void wire_put32(uint8_t *p, uint32_t v)
 {
-	KEEL_ASSERT(p != NULL);
+	KEEL_ASSERT_DEBUG(p != NULL);
 	p[0] = (uint8_t)v;
 	p[1] = (uint8_t)(v >> 8);
 	p[2] = (uint8_t)(v >> 16);
 	p[3] = (uint8_t)(v >> 24);
-	KEEL_ASSERT(wire_get32(p) == v);
+	KEEL_ASSERT_DEBUG(wire_get32(p) == v);
 }
 
 void wire_put64(uint8_t *p, uint64_t v)
 {
-	KEEL_ASSERT(p != NULL);
+	KEEL_ASSERT_DEBUG(p != NULL);
 	wire_put32(p, (uint32_t)v);
 	wire_put32(p + 4, (uint32_t)(v >> 32));
-	KEEL_ASSERT(wire_get64(p) == v);
+	KEEL_ASSERT_DEBUG(wire_get64(p) == v);
 }
 
 /* The getters read received bytes: they check the pointer, never what it points at. */
 uint16_t wire_get16(const uint8_t *p)
 {
-	KEEL_ASSERT(p != NULL);
+	KEEL_ASSERT_DEBUG(p != NULL);
 	return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
 }
 
 uint32_t wire_get32(const uint8_t *p)
 {
-	KEEL_ASSERT(p != NULL);
+	KEEL_ASSERT_DEBUG(p != NULL);
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 uint64_t wire_get64(const uint8_t *p)
 {
-	KEEL_ASSERT(p != NULL);
+	KEEL_ASSERT_DEBUG(p != NULL);
 	return (uint64_t)wire_get32(p) | (uint64_t)wire_get32(p + 4) << 32;
 }
 
@@ -124,7 +124,7 @@ static uint32_t datagram_crc(const uint8_t *buf, uint32_t payload_len)
 	static const uint8_t zero_crc[4];
 	uint32_t crc;
 
-	KEEL_ASSERT(buf != NULL);
+	KEEL_ASSERT_DEBUG(buf != NULL);
 	crc = crc32c(0, buf, OFF_CRC);
 	crc = crc32c(crc, zero_crc, sizeof(zero_crc));
 	return crc32c(crc, buf + WIRE_HEADER_SIZE, payload_len);
