@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # keel-train started by the launchers users run, not only with their variables: Open MPI's
 # mpirun, a one-node Slurm brought up here (munged, slurmctld, slurmd, all in a temporary
-# directory), and mpirun inside a Slurm job step (each rank then also carries the step's
-# SLURM_PROCID and SLURM_NTASKS). In each, 4 ranks train and rank 2 SIGKILLs itself at a
-# training step (--crash-at), so the kill lands inside training on a machine of any speed. The
-# launcher must let the other 3 go on (mpirun --enable-recovery, srun --kill-on-bad-exit=0)
-# and they must end with the accuracy of the same training without failure.
+# directory; srun with a rendezvous and with KEEL_PEERS), and mpirun inside a Slurm job step
+# (each rank then also carries the step's SLURM_PROCID and SLURM_NTASKS). In each, 4 ranks
+# train and rank 2 SIGKILLs itself at a training step (--crash-at), so the kill lands inside
+# training on a machine of any speed. The launcher must let the other 3 go on (mpirun
+# --enable-recovery, srun --kill-on-bad-exit=0) and they must end with the accuracy of the
+# same training without failure.
 # Exit 0: every part passed; 1: a part failed; 77: none failed but a part was skipped (why is
 # printed). Leaves no daemon and no file behind, even on failure or Ctrl-C.
 set -uo pipefail
@@ -125,16 +126,34 @@ check_train() { # part, log
 	return 0
 }
 
-# mpirun's own process group leaves when one rank dies unless recovery is on: then the killed
-# rank is recorded and the others run to their end. --mca orte_abort_on_non_zero_status 0
-# does the same for a rank that exits non-zero (keel-bench's 75, excluded and leaving).
-MPIRUN_FT=(--enable-recovery --mca orte_abort_on_non_zero_status 0)
+# Open MPI aborts every rank when one dies by a signal or exits non-zero, unless recovery is
+# on: then the dead rank is recorded and the others run to their end (4.1; mpirun exits 0).
+# --mca orte_abort_on_non_zero_status 0 alone lets them go on, but mpirun then never exits
+# after a rank killed by a signal.
+MPIRUN_FT=(--enable-recovery)
+# mpirun's exit status then says nothing of the ranks: each says how it ended, and one killed
+# by a signal passes the signal on, so mpirun still sees a rank die by it.
+REPORT=(sh -c '"$@"; rc=$?; echo "keel-train rank $OMPI_COMM_WORLD_RANK exit $rc"
+	[ $rc -gt 128 ] && kill -$((rc - 128)) $$; exit $rc' sh)
+check_mpirun_ranks() { # log, rc
+	local r bad=""
+	for r in 0 1 3; do
+		grep -q "keel-train rank $r exit 0" "$1" || bad="$bad $r"
+	done
+	if [ -z "$bad" ] && grep -q "keel-train rank 2 exit 137" "$1" && [ "$2" -eq 0 ]; then
+		echo "  ok: ranks 0, 1, 3 exited 0, rank 2 was SIGKILLed (137); mpirun exit 0"
+		return 0
+	fi
+	echo "  FAIL: mpirun exit $2 (124: timed out after $RUN_TIMEOUT_S s); ranks not ending 0:" \
+		"${bad:-none}; rank 2: $(grep -o 'keel-train rank 2 exit [0-9]*' "$1" || echo '?')"
+	return 1
+}
 run_mpirun() { # log, [launcher prefix...]
 	local log=$1
 	shift
 	MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) TMPDIR=$tmp launch timeout -k 5 $RUN_TIMEOUT_S \
 		"$@" mpirun --allow-run-as-root --oversubscribe -np 4 "${MPIRUN_FT[@]}" \
-		-x MASTER_ADDR -x MASTER_PORT "$TRAIN" "${TRAIN_ARGS[@]}" >"$log" 2>&1
+		-x MASTER_ADDR -x MASTER_PORT "${REPORT[@]}" "$TRAIN" "${TRAIN_ARGS[@]}" >"$log" 2>&1
 }
 
 part_mpirun() {
@@ -153,11 +172,10 @@ part_mpirun() {
 	t0=$SECONDS
 	run_mpirun "$tmp/mpirun.log"
 	rc=$?
-	if check_train mpirun "$tmp/mpirun.log" && [ $rc -eq 0 ]; then
-		echo "  ok: mpirun exit 0 ($((SECONDS - t0)) s)"
+	if check_train mpirun "$tmp/mpirun.log" && check_mpirun_ranks "$tmp/mpirun.log" $rc; then
+		echo "  ok: $((SECONDS - t0)) s"
 		passed+=(mpirun)
 	else
-		[ $rc -eq 0 ] || echo "  FAIL: mpirun exit $rc (124: timed out after $RUN_TIMEOUT_S s)"
 		failed+=(mpirun)
 	fi
 }
@@ -256,14 +274,15 @@ part_slurm() {
 	t0=$SECONDS
 	if ! start_slurm; then
 		skip slurm "$slurm_why"
+		skip "srun with KEEL_PEERS" "no Slurm"
 		skip "mpirun in a Slurm step" "no Slurm"
 		return
 	fi
 	echo "launchers: slurm ($(srun --version)): one node up in $((SECONDS - t0)) s;" \
-		"srun -n 4 --kill-on-bad-exit=0 --no-kill, rendezvous at MASTER_ADDR:MASTER_PORT"
+		"srun -n 4 --kill-on-bad-exit=0 --no-kill --wait=0, rendezvous at MASTER_ADDR:MASTER_PORT"
 	t0=$SECONDS
 	MASTER_ADDR=127.0.0.1 MASTER_PORT=$(port) launch timeout -k 5 $RUN_TIMEOUT_S \
-		srun -n 4 --overcommit --kill-on-bad-exit=0 --no-kill "$TRAIN" "${TRAIN_ARGS[@]}" \
+		srun -n 4 --overcommit --kill-on-bad-exit=0 --no-kill --wait=0 "$TRAIN" "${TRAIN_ARGS[@]}" \
 		>"$tmp/srun.log" 2>&1
 	rc=$?
 	if check_train slurm "$tmp/srun.log" && check_srun_tasks "$tmp/srun.log" $rc; then
@@ -271,6 +290,26 @@ part_slurm() {
 		passed+=(slurm)
 	else
 		failed+=(slurm)
+	fi
+
+	# The README's KEEL_PEERS line for Slurm (block distribution, 4 tasks on the one node):
+	# no rendezvous, each rank binds its own entry.
+	local peers base
+	base=$(port)
+	peers=$(scontrol show hostnames localhost | awk -v n=4 -v p="$base" \
+		'{for (i = 0; i < n; i++) printf "%s%s:%d", (NR + i > 1 ? "," : ""), $1, p + i}')
+	echo "launchers: srun -n 4 with KEEL_PEERS=$peers:"
+	t0=$SECONDS
+	KEEL_PEERS=$peers launch timeout -k 5 $RUN_TIMEOUT_S srun -n 4 --overcommit \
+		--kill-on-bad-exit=0 --no-kill --wait=0 "$TRAIN" "${TRAIN_ARGS[@]}" \
+		>"$tmp/peers.log" 2>&1
+	rc=$?
+	if check_train "srun with KEEL_PEERS" "$tmp/peers.log" &&
+		check_srun_tasks "$tmp/peers.log" $rc; then
+		echo "  ok: $((SECONDS - t0)) s"
+		passed+=("srun with KEEL_PEERS")
+	else
+		failed+=("srun with KEEL_PEERS")
 	fi
 
 	if [ $have_ompi -eq 0 ]; then
@@ -281,11 +320,11 @@ part_slurm() {
 	t0=$SECONDS
 	run_mpirun "$tmp/step.log" srun -n 1 --kill-on-bad-exit=0
 	rc=$?
-	if check_train "mpirun in a Slurm step" "$tmp/step.log" && [ $rc -eq 0 ]; then
-		echo "  ok: srun + mpirun exit 0 ($((SECONDS - t0)) s)"
+	if check_train "mpirun in a Slurm step" "$tmp/step.log" &&
+		check_mpirun_ranks "$tmp/step.log" $rc; then
+		echo "  ok: $((SECONDS - t0)) s"
 		passed+=("mpirun in a Slurm step")
 	else
-		[ $rc -eq 0 ] || echo "  FAIL: srun + mpirun exit $rc"
 		failed+=("mpirun in a Slurm step")
 	fi
 }
