@@ -34,6 +34,7 @@ done
 tmp=$(mktemp -d /tmp/keel-launchers.XXXXXX) || exit 1
 daemons=() # pids of the daemons started here, in start order
 running="" # pid of the launcher now running (its `timeout`)
+ctld_pid="" slurmd_pid=""
 
 # Run a launcher in the background and wait for it: a signal to this script then runs the
 # traps at once (bash defers them while a foreground command runs) and stops the launcher.
@@ -48,17 +49,16 @@ launch() {
 }
 
 stop_daemons() {
-	if [ ${#daemons[@]} -gt 0 ] && [ -n "${SLURM_CONF:-}" ]; then
+	local deadline=$((SECONDS + 5))
+	if [ -n "$ctld_pid" ] && kill -0 "$ctld_pid" 2>/dev/null; then
 		# Our own cluster (SLURM_CONF points into $tmp): cancel what may still run there.
-		timeout 10 scancel --quiet --full --user="$(id -un)" >/dev/null 2>&1
-		for _ in $(seq 50); do
-			[ -z "$(timeout 5 squeue -h 2>/dev/null)" ] && break
+		timeout 3 scancel --quiet --full --user="$(id -un)" >/dev/null 2>&1
+		while [ $SECONDS -lt $deadline ] && [ -n "$(timeout 2 squeue -h 2>/dev/null)" ]; do
 			sleep 0.1
 		done
 		# A job's slurmstepd outlives it by a moment; its socket in the spool directory goes
 		# when it does. Let it go before slurmd, so nothing is left to init.
-		for _ in $(seq 50); do
-			[ -z "$(find "$tmp/spool" -type s 2>/dev/null)" ] && break
+		while [ $SECONDS -lt $deadline ] && [ -n "$(find "$tmp/spool" -type s)" ]; do
 			sleep 0.1
 		done
 	fi
@@ -245,15 +245,20 @@ start_slurm() {
 	[ -S "$tmp/munge/munge.socket" ] ||
 		{ slurm_why="munged did not start: $(tail -1 "$tmp/munged.out")"; return 1; }
 	slurmctld -D -i -f "$SLURM_CONF" >"$tmp/slurmctld.out" 2>&1 &
+	ctld_pid=$!
 	daemons+=($!)
 	slurmd -D -N localhost -f "$SLURM_CONF" >"$tmp/slurmd.out" 2>&1 &
+	slurmd_pid=$!
 	daemons+=($!)
-	for _ in $(seq 200); do
-		[ "$(timeout 5 sinfo -h -n localhost -o %t 2>/dev/null)" = idle ] && return 0
+	local deadline=$((SECONDS + 20))
+	while [ $SECONDS -lt $deadline ] && kill -0 "$ctld_pid" 2>/dev/null &&
+		kill -0 "$slurmd_pid" 2>/dev/null; do
+		[ "$(timeout 2 sinfo -h -n localhost -o %t 2>/dev/null)" = idle ] && return 0
 		sleep 0.1
 	done
-	slurm_why="the node was not idle within 20 s (slurmctld: $(grep -m1 fatal \
-		"$tmp/slurmctld.out"); slurmd: $(grep -m1 fatal "$tmp/slurmd.out"))"
+	slurm_why="a daemon stopped, or the node was not idle within 20 s (slurmctld: $(grep -m1 -E \
+		'fatal|error: (Unable|This host)' "$tmp/slurmctld.out"); slurmd: $(grep -m1 -E \
+		'fatal|error: Unable' "$tmp/slurmd.out"))"
 	return 1
 }
 
