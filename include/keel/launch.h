@@ -30,11 +30,12 @@ struct keel_launch {
 	const char *source; /* static: "torchrun", "slurm", "openmpi" or "single" */
 };
 
-/* Fill `out` from the environment. Precedence (the first whose rank variable is set wins):
+/* Fill `out` from the environment. Precedence (the first whose rank variable is set wins; a
+ * launcher started by another one comes first, so mpirun in a Slurm job is read as Open MPI):
  *   torchrun / keel-run: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
- *   Slurm:               SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE
  *   Open MPI:            OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
  *                        OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
+ *   Slurm:               SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE
  * plus MASTER_ADDR, MASTER_PORT, KEEL_PEERS and KEEL_JOB_ID. With KEEL_PEERS the world size is
  * the number of entries (a world-size variable, if also set, must agree). Missing local
  * variables default to local_rank = rank and local_world_size = world_size.

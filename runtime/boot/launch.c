@@ -15,7 +15,8 @@
 /* Longest piece of user input quoted back in an error message. */
 #define QUOTE_MAX 64
 
-/* The variables of one launcher, in precedence order below. */
+/* The variables of one launcher. The table is in precedence order: the launcher that started
+ * this very process comes first, then the ones that may have started that launcher. */
 struct env_source {
 	const char *name;
 	const char *rank, *world, *local_rank, *local_world;
@@ -24,10 +25,13 @@ struct env_source {
 
 static const struct env_source sources[] = {
     {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", false},
-    /* SLURM_NTASKS_PER_NODE may read "2(x3)" on uneven allocations: then it is ignored. */
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", true},
+    /* Before Slurm: mpirun run in a Slurm job (an sbatch script, or an srun step) hands every
+     * rank the job's own SLURM_PROCID and SLURM_NTASKS (0 and the task count of the step that
+     * ran mpirun, on every rank), while its OMPI_COMM_WORLD_* are the ranks' own. */
     {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
      "OMPI_COMM_WORLD_LOCAL_SIZE", false},
+    /* SLURM_NTASKS_PER_NODE may read "2(x3)" on uneven allocations: then it is ignored. */
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", true},
 };
 #define SOURCE_COUNT (sizeof(sources) / sizeof(sources[0]))
 
@@ -320,7 +324,7 @@ int keel_launch_from_env(struct keel_launch *out, char *err, size_t err_len)
 		return keel_fail(
 		    err, err_len, -ENOENT,
 		    "no rank in the environment: looked for RANK (torchrun, keel-run), "
-		    "SLURM_PROCID (Slurm) and OMPI_COMM_WORLD_RANK (Open MPI)%s",
+		    "OMPI_COMM_WORLD_RANK (Open MPI) and SLURM_PROCID (Slurm)%s",
 		    getenv("KEEL_PEERS") != NULL ? "; KEEL_PEERS needs one of them too" : "");
 	out->source = src->name;
 	out->peers = getenv("KEEL_PEERS");

@@ -127,11 +127,28 @@ static void test_launch_precedence(void **state)
 	assert_int_equal(l.local_rank, 1);
 	assert_int_equal(l.local_world_size, 2);
 
+	/* mpirun in an sbatch script: every rank inherits the batch step's SLURM_PROCID=0 and
+	 * the job's SLURM_NTASKS; Open MPI's own variables are the ones that tell ranks apart. */
+	env("SLURM_PROCID", "0");
+	env("SLURM_NTASKS", "8");
+	env("SLURM_LOCALID", "0");
+	env("SLURM_JOB_ID", "4242");
+	assert_int_equal(keel_launch_from_env(&l, err, sizeof(err)), 0);
+	assert_string_equal(l.source, "openmpi");
+	assert_int_equal(l.rank, 3);
+	assert_int_equal(l.world_size, 8);
+	assert_int_equal(l.local_rank, 1);
+	assert_int_equal(l.local_world_size, 2);
+	assert_int_equal(l.job_id, 4242); /* the Slurm job's id is the same on every rank */
+
+	unsetenv("OMPI_COMM_WORLD_RANK");
+	unsetenv("OMPI_COMM_WORLD_SIZE");
+	unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+	unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
 	env("SLURM_PROCID", "5");
 	env("SLURM_NTASKS", "6");
 	env("SLURM_LOCALID", "1");
 	env("SLURM_NTASKS_PER_NODE", "2(x3)"); /* uneven form: ignored */
-	env("SLURM_JOB_ID", "4242");
 	assert_int_equal(keel_launch_from_env(&l, err, sizeof(err)), 0);
 	assert_string_equal(l.source, "slurm");
 	assert_int_equal(l.rank, 5);
