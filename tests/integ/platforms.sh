@@ -56,4 +56,21 @@ for f in "$DIR"/bad/*.xml; do
 	echo "platforms: $(basename "$f"): ${sg#keel-sim: }"
 done
 
+# SimGrid's own example platforms, when a SimGrid source tree is at hand (not shipped by
+# Debian; SIMGRID_EXAMPLES=/path/to/simgrid/examples/platforms): every file SimGrid loads must
+# be accepted by keel-plan with the same host count.
+if [ -n "${SIMGRID_EXAMPLES:-}" ]; then
+	loaded=0 refused=0
+	for f in "$SIMGRID_EXAMPLES"/*.xml; do
+		sg=$("$SIM" --platform "$f" --list-hosts 2>&1) || { refused=$((refused + 1)); continue; }
+		loaded=$((loaded + 1))
+		sg_hosts=$(sed -n 's/^platform .*: \([0-9]*\) hosts, .*/\1/p' <<<"$sg")
+		kp=$("$PLAN" --cluster-xml "$f" --show 2>&1) || { bad "keel-plan refused $f: $kp"; continue; }
+		kp_hosts=$(sed -n 's/^cluster .*: \([0-9]*\) workers in .*/\1/p' <<<"$kp")
+		[ "$sg_hosts" = "$kp_hosts" ] || bad "$f: SimGrid $sg_hosts hosts, keel-plan $kp_hosts"
+	done
+	echo "platforms: SimGrid's examples: $loaded loaded by SimGrid (all checked against" \
+		"keel-plan), $refused refused by SimGrid itself"
+fi
+
 [ $fail = 0 ] && echo "platforms: ok" || exit 1
