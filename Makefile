@@ -96,7 +96,15 @@ all: $(LIBKEEL) $(LIBBOOT) $(TOOLS) $(EXTRA_ALL)
 tools: $(TOOLS)
 tests: $(UNIT_TESTS) $(INTEG_BINS) $(EXTRA_TESTS)
 
-$(BUILD)/obj/%.o: %.c
+# Which optional parts this build found. Every object depends on it, so installing a package
+# (tools/deps.sh) rebuilds what its presence changes instead of keeping stale objects.
+CONFIG_STAMP := $(BUILD)/config.stamp
+CONFIG_NOW := dpdk=$(HAVE_DPDK) verbs=$(HAVE_VERBS) simgrid=$(HAVE_SIMGRID) \
+	cmocka=$(HAVE_CMOCKA) expat=$(HAVE_EXPAT) cflags=$(CFLAGS_KEEL)
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = '$(CONFIG_NOW)' ] || \
+	echo '$(CONFIG_NOW)' >$(CONFIG_STAMP))
+
+$(BUILD)/obj/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_KEEL) $(INC) -MMD -MP -c $< -o $@
 

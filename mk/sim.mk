@@ -13,13 +13,13 @@ SIM_CFLAGS := $(shell pkg-config --cflags simgrid) -fexceptions
 SIM_LIBS := $(shell pkg-config --libs simgrid)
 KEEL_SIM := $(BUILD)/bin/keel-sim
 
-$(BUILD)/obj/sim/%.o: sim/%.c
+$(BUILD)/obj/sim/%.o: sim/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_KEEL) $(INC) -Itests/support -Itools/keel-plan $(SIM_CFLAGS) -MMD -MP -c $< -o $@
 
 # C++ only to catch SimGrid's exceptions: a failed comm (sim/comm_wait.cc says why) and a
 # platform file SimGrid refuses (sim/platform_load.cc).
-$(BUILD)/obj/sim/%.o: sim/%.cc sim/%.h
+$(BUILD)/obj/sim/%.o: sim/%.cc sim/%.h $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror $(SIM_CFLAGS) -c $< -o $@
 

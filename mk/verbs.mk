@@ -49,7 +49,7 @@ endif
 # The backend with a shim compiled under RDMA_STATIC_PROVIDERS (<infiniband/verbs.h> then makes
 # ibv_get_device_list reference the providers, so they are linked in and registered).
 LIBKEEL_VERBS_STATIC := $(BUILD)/libkeel_verbs_static.a
-$(BUILD)/obj-static-verbs/ibv_shim.o: verbs/ibv_shim.c
+$(BUILD)/obj-static-verbs/ibv_shim.o: verbs/ibv_shim.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_KEEL) $(INC) $(VERBS_CFLAGS) -DRDMA_STATIC_PROVIDERS=$(VERBS_STATIC_PROVIDERS) \
 		-c $< -o $@
