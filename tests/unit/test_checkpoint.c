@@ -272,15 +272,23 @@ static void test_checkpoint_due(void **state)
 static void test_checkpoint_direct(void **state)
 {
 	struct fixture *f = *state;
+	/* Ask the file system itself whether it takes O_DIRECT (tmpfs does not): only then is the
+	 * test skipped. An -EINVAL from keel on a file system that takes it is a bug (say, a
+	 * misaligned transfer), and fails the test. */
+	char probe[512];
+	snprintf(probe, sizeof(probe), "%s/direct-probe", f->dir);
+	int pfd = open(probe, O_WRONLY | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	if (pfd < 0 && errno == EINVAL) {
+		printf("O_DIRECT not supported by the file system of %s\n", f->dir);
+		skip();
+	}
+	assert_true(pfd >= 0);
+	close(pfd);
+	unlink(probe);
 	keel_ckpt_fini(f->ck);
 	open_ck(f, 0x1234, true);
 	fill(f, 9);
-	int rc = keel_ckpt_write(f->ck, 9, 2, 0);
-	if (rc == -EINVAL) {
-		printf("O_DIRECT not supported by the file system of %s: skipped\n", f->dir);
-		return;
-	}
-	assert_int_equal(rc, 0);
+	assert_int_equal(keel_ckpt_write(f->ck, 9, 2, 0), 0);
 	fill(f, 0);
 	struct keel_ckpt_report rep;
 	assert_int_equal(keel_ckpt_restore(f->ck, UINT64_MAX, &rep), 0);
