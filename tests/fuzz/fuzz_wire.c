@@ -1,13 +1,6 @@
 /* libFuzzer entry point over wire_decode: any bytes in, a verdict out, never a crash or a read
- * outside the input. Not part of the default build.
- *
- * Build and run with clang (Debian: apt-get install clang; libFuzzer ships in libclang-rt):
- *   clang -std=c11 -D_GNU_SOURCE -g -O1 -march=x86-64-v2 -Iinclude -Iruntime/base \
- *     -Iruntime/core -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
- *     tests/fuzz/fuzz_wire.c runtime/core/wire.c runtime/base/crc32c.c runtime/base/assert.c \
- *     -o fuzz_wire
- *   mkdir -p /tmp/fuzz_wire_corpus && ./fuzz_wire -max_total_time=60 -max_len=9100 \
- *     /tmp/fuzz_wire_corpus
+ * outside the input. Built and run by `make fuzz` (clang, mk/fuzz.mk); `make test` replays
+ * its corpus (tests/fuzz/corpus/fuzz_wire/) and fuzzes it for a few seconds.
  * The first input byte picks the receiver's expectations (self, world size, whether the
  * transport knows the sender), so source and destination checks are explored as well as the
  * header; the rest is the datagram, decoded from an exactly sized copy so ASan catches any

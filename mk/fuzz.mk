@@ -1,0 +1,44 @@
+# Fuzzing with libFuzzer (clang; tools/deps/fuzz.txt). Targets are tests/fuzz/fuzz_*.c, each
+# linked with the protocol core compiled by clang under ASan+UBSan (build-fuzz/).
+#   make fuzz [FUZZ_SECONDS=60]  run every target that long on its corpus,
+#                                tests/fuzz/corpus/<target>/ (kept in the tree; what the fuzzer
+#                                finds new is added there)
+# `make test` runs a short smoke of each and replays its corpus (tests/integ/fuzz_smoke.sh).
+FUZZ_CC ?= clang
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+HAVE_FUZZ := $(shell printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n)\
+	{ (void)d; (void)n; return 0; }' | $(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null \
+	2>/dev/null && echo 1)
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -march=x86-64-v2 -Iinclude -Iruntime/base \
+	-Iruntime/core -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+	-Wno-pass-failed
+FUZZ_CORE_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(sort $(wildcard runtime/base/*.c \
+	runtime/core/*.c)))
+
+.PHONY: fuzz fuzz-build
+ifeq ($(HAVE_FUZZ),1)
+$(FUZZ_BUILD)/obj/%.o: %.c $(CONFIG_STAMP)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_BUILD)/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(FUZZ_CORE_OBJ)
+	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $^ -lm
+
+fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
+
+fuzz: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+		mkdir -p tests/fuzz/corpus/$$t; \
+		echo "== $$t: $(FUZZ_SECONDS) s"; \
+		$(FUZZ_BUILD)/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+			tests/fuzz/corpus/$$t || exit 1; \
+	done
+
+-include $(FUZZ_CORE_OBJ:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/%.d)
+else
+fuzz fuzz-build:
+	@echo "keel: fuzzing needs clang with libFuzzer (tools/deps/fuzz.txt: clang, libclang-rt-14-dev)"
+	@false
+endif
