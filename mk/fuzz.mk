@@ -17,14 +17,26 @@ FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -march=x86-64-v2 -Iinclude -Iruntime
 FUZZ_CORE_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(sort $(wildcard runtime/base/*.c \
 	runtime/core/*.c)))
 
+# What a target links besides the core: the readers it fuzzes.
+FUZZ_PLAN_SRC := tools/keel-plan/plan_parse.c tools/keel-plan/plan_preset.c \
+	tools/keel-plan/plan_xml.c $(sort $(wildcard runtime/plan/*.c))
+FUZZ_PEERS_SRC := runtime/boot/launch.c
+
 .PHONY: fuzz fuzz-build
 ifeq ($(HAVE_FUZZ),1)
+$(FUZZ_BUILD)/obj/tests/fuzz/fuzz_plan.o: FUZZ_FLAGS += -Itools/keel-plan
+$(FUZZ_BUILD)/obj/tools/keel-plan/%.o: FUZZ_FLAGS += $(if $(filter 1,$(HAVE_EXPAT)),-DPLAN_HAVE_EXPAT)
+$(FUZZ_BUILD)/obj/runtime/plan/%.o: FUZZ_FLAGS += -Iruntime/plan
+$(FUZZ_BUILD)/fuzz_plan: $(FUZZ_PLAN_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+$(FUZZ_BUILD)/fuzz_plan: FUZZ_LIBS := $(EXPAT_LIBS)
+$(FUZZ_BUILD)/fuzz_peers: $(FUZZ_PEERS_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+
 $(FUZZ_BUILD)/obj/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@
 
 $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(FUZZ_CORE_OBJ)
-	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $^ -lm
+	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(FUZZ_LIBS) -lm
 
 fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 
@@ -36,7 +48,8 @@ fuzz: fuzz-build
 			tests/fuzz/corpus/$$t || exit 1; \
 	done
 
--include $(FUZZ_CORE_OBJ:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/%.d)
+-include $(FUZZ_CORE_OBJ:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/%.d) \
+	$(patsubst %.c,$(FUZZ_BUILD)/obj/%.d,$(FUZZ_PLAN_SRC) $(FUZZ_PEERS_SRC))
 else
 fuzz fuzz-build:
 	@echo "keel: fuzzing needs clang with libFuzzer (tools/deps/fuzz.txt: clang, libclang-rt-14-dev)"
