@@ -21,6 +21,7 @@ FUZZ_CORE_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(sort $(wildcard runtime/
 FUZZ_PLAN_SRC := tools/keel-plan/plan_parse.c tools/keel-plan/plan_preset.c \
 	tools/keel-plan/plan_xml.c $(sort $(wildcard runtime/plan/*.c))
 FUZZ_PEERS_SRC := runtime/boot/launch.c
+FUZZ_CKPT_SRC := runtime/storage/checkpoint.c
 
 .PHONY: fuzz fuzz-build
 ifeq ($(HAVE_FUZZ),1)
@@ -30,6 +31,7 @@ $(FUZZ_BUILD)/obj/runtime/plan/%.o: FUZZ_FLAGS += -Iruntime/plan
 $(FUZZ_BUILD)/fuzz_plan: $(FUZZ_PLAN_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/fuzz_plan: FUZZ_LIBS := $(EXPAT_LIBS)
 $(FUZZ_BUILD)/fuzz_peers: $(FUZZ_PEERS_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+$(FUZZ_BUILD)/fuzz_ckpt: $(FUZZ_CKPT_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 
 $(FUZZ_BUILD)/obj/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
@@ -49,7 +51,8 @@ fuzz: fuzz-build
 	done
 
 -include $(FUZZ_CORE_OBJ:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/%.d) \
-	$(patsubst %.c,$(FUZZ_BUILD)/obj/%.d,$(FUZZ_PLAN_SRC) $(FUZZ_PEERS_SRC))
+	$(patsubst %.c,$(FUZZ_BUILD)/obj/%.d,$(FUZZ_PLAN_SRC) $(FUZZ_PEERS_SRC) \
+	$(FUZZ_CKPT_SRC))
 else
 fuzz fuzz-build:
 	@echo "keel: fuzzing needs clang with libFuzzer (tools/deps/fuzz.txt: clang, libclang-rt-14-dev)"
