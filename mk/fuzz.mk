@@ -7,9 +7,6 @@
 FUZZ_CC ?= clang
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
-HAVE_FUZZ := $(shell printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n)\
-	{ (void)d; (void)n; return 0; }' | $(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null \
-	2>/dev/null && echo 1)
 FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(sort $(wildcard tests/fuzz/fuzz_*.c)))
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -march=x86-64-v2 -Iinclude -Iruntime/base \
 	-Iruntime/core -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
@@ -23,8 +20,14 @@ FUZZ_PLAN_SRC := tools/keel-plan/plan_parse.c tools/keel-plan/plan_preset.c \
 FUZZ_PEERS_SRC := runtime/boot/launch.c
 FUZZ_CKPT_SRC := runtime/storage/checkpoint.c
 
-.PHONY: fuzz fuzz-build
-ifeq ($(HAVE_FUZZ),1)
+.PHONY: fuzz fuzz-build fuzz-check
+# Probed only when a fuzz target is asked for, not each time make reads this file.
+fuzz-check:
+	@printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n)\
+	{ (void)d; (void)n; return 0; }' | $(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null \
+	2>/dev/null || { echo "keel: fuzzing needs clang with libFuzzer (tools/deps/fuzz.txt:" \
+	"clang, libclang-rt-14-dev)"; false; }
+
 $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_plan.o: FUZZ_FLAGS += -Itools/keel-plan
 $(FUZZ_BUILD)/obj/tools/keel-plan/%.o: FUZZ_FLAGS += $(if $(filter 1,$(HAVE_EXPAT)),-DPLAN_HAVE_EXPAT)
 $(FUZZ_BUILD)/obj/runtime/plan/%.o: FUZZ_FLAGS += -Iruntime/plan
@@ -33,14 +36,14 @@ $(FUZZ_BUILD)/fuzz_plan: FUZZ_LIBS := $(EXPAT_LIBS)
 $(FUZZ_BUILD)/fuzz_peers: $(FUZZ_PEERS_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/fuzz_ckpt: $(FUZZ_CKPT_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 
-$(FUZZ_BUILD)/obj/%.o: %.c $(CONFIG_STAMP)
+$(FUZZ_BUILD)/obj/%.o: %.c $(CONFIG_STAMP) | fuzz-check
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@
 
 $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(FUZZ_CORE_OBJ)
 	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(FUZZ_LIBS) -lm
 
-fuzz-build: $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
+fuzz-build: fuzz-check $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 
 fuzz: fuzz-build
 	@for t in $(FUZZ_TARGETS); do \
@@ -53,8 +56,3 @@ fuzz: fuzz-build
 -include $(FUZZ_CORE_OBJ:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/%.d) \
 	$(patsubst %.c,$(FUZZ_BUILD)/obj/%.d,$(FUZZ_PLAN_SRC) $(FUZZ_PEERS_SRC) \
 	$(FUZZ_CKPT_SRC))
-else
-fuzz fuzz-build:
-	@echo "keel: fuzzing needs clang with libFuzzer (tools/deps/fuzz.txt: clang, libclang-rt-14-dev)"
-	@false
-endif
