@@ -71,6 +71,14 @@ extern "C" {
 /* A membership round waits this long for members that are slow to answer (0: miss_limit
  * heartbeat intervals, what the detector gives a silent peer anyway). */
 #define KEEL_VIEW_TIMEOUT_NS_DEFAULT 0ull
+/* Authentication (keel_config.auth): a 256-bit per-job key, and what it adds to each datagram
+ * (the MAC trailer: the sender's incarnation, algorithm, a 48-bit per-sender counter, a
+ * 16-byte tag). Replays are refused by a sliding window of this many counter values per peer:
+ * a sender's counter counts datagrams to all its peers, so the window must cover the
+ * reordering of one peer's datagrams among everyone's. */
+#define KEEL_AUTH_KEY_BYTES	32u
+#define KEEL_AUTH_TRAILER_BYTES 32u
+#define KEEL_AUTH_REPLAY_WINDOW 1024u
 /* Views travel in one datagram: members x 6 bytes plus this must fit the MTU. */
 #define KEEL_VIEW_MSG_OVERHEAD 64u
 

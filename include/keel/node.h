@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "keel/errors.h"
+#include "keel/limits.h"
 #include "keel/transport.h"
 #include "keel/types.h"
 
@@ -31,6 +32,15 @@ struct keel_waiter {
 	uint64_t (*now_ns)(void *ctx);
 	void (*wait)(void *ctx, uint64_t deadline_ns);
 	void *ctx;
+};
+
+/* The MAC on every datagram when keel_config.auth is set. AUTO: AES-256-GCM where this CPU
+ * has AES-NI and carry-less multiply, else ChaCha20-Poly1305. Every rank must be able to
+ * check what the others send: a job on mixed CPUs sets CHACHA20POLY1305 everywhere. */
+enum keel_mac {
+	KEEL_MAC_AUTO = 0,
+	KEEL_MAC_AES256GCM,
+	KEEL_MAC_CHACHA20POLY1305,
 };
 
 enum keel_peer_state {
@@ -97,6 +107,15 @@ struct keel_config {
 	 * A collective talks to 2 peers at a time (ring) or log2(world) in turn (recursive
 	 * doubling), so ops_max x (2 + log2(world)) never waits for one. */
 	uint32_t streams;
+	/* Authentication. With auth set, every datagram carries a MAC under auth_key (a secret
+	 * every rank of the job shares and nobody else has: keel-run makes one per job; see
+	 * README "Security") covering header and payload, in place of the CRC; a datagram without
+	 * a valid MAC, or one already received (a replay), is dropped and counted. Without it
+	 * keel checks a CRC32C only: anyone who can send to the job's ports can forge traffic.
+	 * Each life of a rank must have a new incarnation (the MAC's nonce includes it). */
+	bool auth;
+	enum keel_mac mac;
+	uint8_t auth_key[KEEL_AUTH_KEY_BYTES];
 };
 
 /* Fill `cfg` with the defaults of include/keel/limits.h; rank, world_size and transport
@@ -176,6 +195,9 @@ struct keel_counters {
 	uint64_t drop_type;
 	uint64_t drop_length; /* payload length disagrees with the datagram or bounds */
 	uint64_t drop_crc;
+	uint64_t drop_auth;   /* auth: no MAC, a MAC that does not verify, or a MAC where this
+			       * node has no key (a rank started with a different key, or a forger) */
+	uint64_t drop_replay; /* auth: a MAC'd datagram received before, or from an older life */
 	uint64_t drop_job;
 	uint64_t drop_epoch;
 	uint64_t drop_source;	   /* unknown rank, or the transport disagrees about the sender */
