@@ -17,6 +17,9 @@ HAVE_SIMGRID := $(shell pkg-config --exists simgrid 2>/dev/null && echo 1)
 HAVE_CMOCKA := $(shell pkg-config --exists cmocka 2>/dev/null && echo 1)
 # expat: keel-plan's SimGrid platform reader (tools/keel-plan/plan_xml.c) and its unit test only.
 HAVE_EXPAT := $(shell pkg-config --exists expat 2>/dev/null && echo 1)
+# libsodium: the MAC on every datagram (keel_config.auth) and the start-up library's keys and
+# challenge-response. Without it keel builds, and a node or rank asked for auth refuses to start.
+HAVE_SODIUM := $(shell pkg-config --exists libsodium 2>/dev/null && echo 1)
 ifeq ($(MAKELEVEL),0)
 ifneq ($(HAVE_DPDK),1)
 $(info keel: DPDK backend skipped (pkg-config libdpdk not found; install libdpdk-dev))
@@ -26,6 +29,9 @@ $(info keel: ibverbs backend skipped (pkg-config libibverbs not found; install l
 endif
 ifneq ($(HAVE_SIMGRID),1)
 $(info keel: SimGrid simulator skipped (pkg-config simgrid not found; install libsimgrid-dev))
+endif
+ifneq ($(HAVE_SODIUM),1)
+$(info keel: authentication skipped (pkg-config libsodium not found; install libsodium-dev))
 endif
 ifneq ($(HAVE_EXPAT),1)
 $(info keel: keel-plan --cluster-xml skipped (pkg-config expat not found; install libexpat1-dev))
@@ -79,6 +85,13 @@ $(BUILD)/obj/tools/keel-plan/plan_xml.o: INC += -DPLAN_HAVE_EXPAT $(shell pkg-co
 EXPAT_LIBS := $(shell pkg-config --libs expat)
 endif
 
+ifeq ($(HAVE_SODIUM),1)
+SODIUM_CFLAGS := -DKEEL_HAVE_SODIUM $(shell pkg-config --cflags libsodium)
+SODIUM_LIBS := $(shell pkg-config --libs libsodium)
+SODIUM_STATIC_LIBS := $(shell pkg-config --static --libs libsodium | sed 's/-lsodium/-l:libsodium.a/')
+endif
+$(BUILD)/obj/runtime/core/auth.o $(BUILD)/obj/runtime/boot/%.o: INC += $(SODIUM_CFLAGS)
+
 # Optional parts (DPDK, verbs, the simulator...) bring their own rules in mk/<part>.mk and
 # add their outputs to EXTRA_ALL (built by `make`) and EXTRA_TESTS (built for `make test`).
 EXTRA_ALL :=
@@ -100,7 +113,7 @@ tests: $(UNIT_TESTS) $(INTEG_BINS) $(EXTRA_TESTS)
 # (tools/deps.sh) rebuilds what its presence changes instead of keeping stale objects.
 CONFIG_STAMP := $(BUILD)/config.stamp
 CONFIG_NOW := dpdk=$(HAVE_DPDK) verbs=$(HAVE_VERBS) simgrid=$(HAVE_SIMGRID) \
-	cmocka=$(HAVE_CMOCKA) expat=$(HAVE_EXPAT) cflags=$(CFLAGS_KEEL)
+	cmocka=$(HAVE_CMOCKA) expat=$(HAVE_EXPAT) sodium=$(HAVE_SODIUM) cflags=$(CFLAGS_KEEL)
 $(shell mkdir -p $(BUILD) && [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = '$(CONFIG_NOW)' ] || \
 	echo '$(CONFIG_NOW)' >$(CONFIG_STAMP))
 
@@ -131,9 +144,9 @@ $(LIBKEEL_WHITEBOX): $(RUNTIME_OBJ)
 # Programs link the start-up library, any optional backends (EXTRA_LIBS, from mk/*.mk) and the
 # core as one group, then the system libraries those backends need (EXTRA_SYS_LIBS).
 LINK_GROUP = $(EXTRA_UNDEFINED) -Wl,--start-group $(LIBBOOT) $(EXTRA_LIBS) $(LIBKEEL) \
-	-Wl,--end-group $(EXTRA_SYS_LIBS)
+	-Wl,--end-group $(EXTRA_SYS_LIBS) $(SODIUM_LIBS)
 LINK_GROUP_WHITEBOX = $(EXTRA_UNDEFINED) -Wl,--start-group $(LIBBOOT) $(EXTRA_LIBS) \
-	$(LIBKEEL_WHITEBOX) -Wl,--end-group $(EXTRA_SYS_LIBS)
+	$(LIBKEEL_WHITEBOX) -Wl,--end-group $(EXTRA_SYS_LIBS) $(SODIUM_LIBS)
 
 define tool_rule
 $(BUILD)/bin/$(1): $(call tool_obj,$(1)) $(LIBBOOT) $(LIBKEEL) $(EXTRA_LIBS)

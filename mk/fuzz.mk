@@ -31,6 +31,7 @@ fuzz-check:
 $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_plan.o: FUZZ_FLAGS += -Itools/keel-plan
 $(FUZZ_BUILD)/obj/tools/keel-plan/%.o: FUZZ_FLAGS += $(if $(filter 1,$(HAVE_EXPAT)),-DPLAN_HAVE_EXPAT)
 $(FUZZ_BUILD)/obj/runtime/plan/%.o: FUZZ_FLAGS += -Iruntime/plan
+$(FUZZ_BUILD)/obj/runtime/core/auth.o: FUZZ_FLAGS += $(SODIUM_CFLAGS)
 $(FUZZ_BUILD)/fuzz_plan: $(FUZZ_PLAN_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/fuzz_plan: FUZZ_LIBS := $(EXPAT_LIBS)
 $(FUZZ_BUILD)/fuzz_peers: $(FUZZ_PEERS_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
@@ -41,7 +42,7 @@ $(FUZZ_BUILD)/obj/%.o: %.c $(CONFIG_STAMP) | fuzz-check
 	$(FUZZ_CC) $(FUZZ_FLAGS) -MMD -MP -c $< -o $@
 
 $(FUZZ_BUILD)/%: $(FUZZ_BUILD)/obj/tests/fuzz/%.o $(FUZZ_CORE_OBJ)
-	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(FUZZ_LIBS) -lm
+	$(FUZZ_CC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(FUZZ_LIBS) $(SODIUM_LIBS) -lm
 
 fuzz-build: fuzz-check $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/%)
 

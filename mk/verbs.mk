@@ -36,7 +36,7 @@ EXTRA_SYS_LIBS += $(shell pkg-config --libs libibverbs)
 $(BUILD)/tests/test_verbs: $(BUILD)/obj/tests/unit/test_verbs.o \
 	$(BUILD)/obj/tests/support/verbs_fake.o $(BUILD)/obj/verbs/transport_verbs.o $(LIBKEEL)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_KEEL) -o $@ $^ $(CMOCKA_LIBS) -lm
+	$(CC) $(LDFLAGS_KEEL) -o $@ $^ $(CMOCKA_LIBS) $(SODIUM_LIBS) -lm
 $(BUILD)/obj/tests/unit/test_verbs.o $(BUILD)/obj/tests/support/verbs_fake.o: \
 	CFLAGS_KEEL += $(VERBS_CFLAGS) -Iverbs
 
@@ -72,7 +72,7 @@ $(BUILD)/static/keel-bench: $(KEEL_BENCH_OBJ) $(LIBBOOT) $(LIBKEEL) $(LIBKEEL_VE
 	@mkdir -p $(dir $@)
 	$(CC) -static -o $@ $(KEEL_BENCH_OBJ) $(EXTRA_UNDEFINED) -Wl,--start-group $(LIBBOOT) $(LIBKEEL_VERBS_STATIC) \
 		$(LIBKEEL) \
-		-Wl,--end-group $(VERBS_STATIC_LIBS) -lm
+		-Wl,--end-group $(VERBS_STATIC_LIBS) $(SODIUM_STATIC_LIBS) -lm
 	@file $@
 endif
 static: static-verbs
