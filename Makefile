@@ -90,7 +90,8 @@ SODIUM_CFLAGS := -DKEEL_HAVE_SODIUM $(shell pkg-config --cflags libsodium)
 SODIUM_LIBS := $(shell pkg-config --libs libsodium)
 SODIUM_STATIC_LIBS := $(shell pkg-config --static --libs libsodium | sed 's/-lsodium/-l:libsodium.a/')
 endif
-$(BUILD)/obj/runtime/core/auth.o $(BUILD)/obj/runtime/boot/%.o: INC += $(SODIUM_CFLAGS)
+$(BUILD)/obj/runtime/core/auth.o $(BUILD)/obj/runtime/boot/%.o $(BUILD)/obj/tests/unit/test_auth.o: \
+	INC += $(SODIUM_CFLAGS)
 
 # Optional parts (DPDK, verbs, the simulator...) bring their own rules in mk/<part>.mk and
 # add their outputs to EXTRA_ALL (built by `make`) and EXTRA_TESTS (built for `make test`).

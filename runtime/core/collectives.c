@@ -584,7 +584,7 @@ int keel_allreduce_start(struct keel_node *node, const void *send, void *recv, s
 	op->dtype = dtype;
 	op->redop = redop;
 	op->elem_size = (uint32_t)esize;
-	op->frag_bytes = (uint32_t)((node->mtu - WIRE_HEADER_SIZE) / esize * esize);
+	op->frag_bytes = node->payload_max / esize * esize;
 	KEEL_ASSERT(esize == 1 || esize == 2 || esize == 4 || esize == 8); /* dtype checked */
 	KEEL_ASSERT(op->frag_bytes >= esize); /* KEEL_MTU_MIN leaves room for a fragment */
 	op->in = send;
@@ -614,7 +614,7 @@ int keel_broadcast_start(struct keel_node *node, uint32_t root, void *buf, size_
 	op->root = root;
 	op->dtype = KEEL_U8;
 	op->elem_size = 1;
-	op->frag_bytes = node->mtu - WIRE_HEADER_SIZE;
+	op->frag_bytes = node->payload_max;
 	KEEL_ASSERT(op->frag_bytes > 0 && op->state == OP_QUEUED);
 	KEEL_ASSERT(!node->member || node->pos_of[root] < node->view.count);
 	op->in = buf;

@@ -59,7 +59,9 @@ size_t mb_view_bytes(uint32_t world)
 uint32_t mb_ctrl_size(uint32_t world)
 {
 	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);
-	size_t need = WIRE_HEADER_SIZE + KEEL_VIEW_MSG_OVERHEAD + (size_t)world * VALUE_ENTRY;
+	/* room for the MAC trailer, whether or not this node has a key */
+	size_t need = WIRE_HEADER_SIZE + KEEL_VIEW_MSG_OVERHEAD + (size_t)world * VALUE_ENTRY +
+		      KEEL_AUTH_TRAILER_BYTES;
 	need = (need + 63) & ~(size_t)63;
 	KEEL_ASSERT(need <= UINT32_MAX);
 	return need < CTRL_BUF_MIN ? CTRL_BUF_MIN : (uint32_t)need;
@@ -204,7 +206,8 @@ static void send_msg(struct keel_node *n, uint32_t peer, enum vmsg kind, uint32_
 	p[OFF_KIND] = (uint8_t)kind;
 	wire_put32(p + OFF_TARGET, target);
 	wire_put64(p + OFF_BALLOT, ballot);
-	KEEL_ASSERT(WIRE_VIEW_MIN + extra_len + WIRE_HEADER_SIZE <= n->ctrl_size);
+	KEEL_ASSERT(WIRE_VIEW_MIN + extra_len + WIRE_HEADER_SIZE + KEEL_AUTH_TRAILER_BYTES <=
+		    n->ctrl_size);
 	if (extra_len != 0)
 		memmove(p + WIRE_VIEW_MIN, extra, extra_len);
 	node_send_ctrl(n, peer, WIRE_VIEW, n->ops_done_local, p,

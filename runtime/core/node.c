@@ -91,14 +91,17 @@ static bool config_valid(const struct keel_config *cfg)
 		return false;
 	if (cfg->incarnation == 0)
 		return false;
+	if ((unsigned)cfg->mac > (unsigned)KEEL_MAC_CHACHA20POLY1305)
+		return false;
 	/* a view travels in one control datagram */
 	return mb_ctrl_size(cfg->world_size) <= mtu;
 }
 
 /* One description of the storage layout, used both to size it and to carve it. */
 struct layout {
-	size_t node, rel_peers, fd_peers, mb_peers, fd_lists, owners, tx_slots, rx_slots, tx_buf,
-	    rx_buf, txq, txq_tag, ctrl, rxq, rx_burst, ops, op_bits, views, msg, copy, total;
+	size_t node, rel_peers, fd_peers, mb_peers, auth_peers, fd_lists, owners, tx_slots,
+	    rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq, rx_burst, ops, op_bits, views, msg,
+	    copy, total;
 };
 
 static size_t align_up(size_t v, size_t a)
@@ -137,6 +140,7 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	PLACE(rel_peers, world * sizeof(struct rel_peer));
 	PLACE(fd_peers, world * sizeof(struct fd_peer));
 	PLACE(mb_peers, world * sizeof(struct mb_peer));
+	PLACE(auth_peers, cfg->auth ? world * sizeof(struct auth_peer) : 0);
 	PLACE(fd_lists, 2 * world * sizeof(uint32_t));
 	PLACE(owners, streams * sizeof(uint32_t));
 	PLACE(tx_slots, streams * win * sizeof(struct tx_slot));
@@ -158,7 +162,8 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	l->total = off + 64; /* slack to align the caller's base */
 	/* each module's per-peer records in their own carve-out, in this order */
 	KEEL_ASSERT(l->node < l->rel_peers && l->rel_peers < l->fd_peers &&
-		    l->fd_peers < l->mb_peers && l->mb_peers < l->fd_lists);
+		    l->fd_peers < l->mb_peers && l->mb_peers < l->fd_lists &&
+		    l->auth_peers <= l->fd_lists);
 	KEEL_ASSERT(l->copy + cfg->restart_copy_bytes + 64 <= l->total);
 }
 
@@ -182,7 +187,9 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	/* no module's records overlap another's */
 	KEEL_ASSERT((uint8_t *)(n->rel_peers + world) <= (uint8_t *)n->fd_peers);
 	KEEL_ASSERT((uint8_t *)(n->fd_peers + world) <= (uint8_t *)n->mb_peers);
-	KEEL_ASSERT((uint8_t *)(n->mb_peers + world) <= base + l->fd_lists);
+	KEEL_ASSERT((uint8_t *)(n->mb_peers + world) <= base + l->auth_peers);
+	n->auth_peers = n->auth ? (struct auth_peer *)(base + l->auth_peers) : NULL;
+	KEEL_ASSERT(!n->auth || (uint8_t *)(n->auth_peers + world) <= base + l->fd_lists);
 	n->watch_list = (uint32_t *)(base + l->fd_lists);
 	n->beat_list = n->watch_list + world;
 	n->streams = stream_count(&n->cfg);
@@ -239,6 +246,15 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	n->ops_max = cfg->ops_max;
 	n->ctrl_size = mb_ctrl_size(n->world);
 	n->now_ns = now_ns;
+	n->auth = cfg->auth;
+	n->payload_max = n->mtu - WIRE_HEADER_SIZE - (n->auth ? KEEL_AUTH_TRAILER_BYTES : 0);
+	if (n->auth) {
+		int rc = auth_init(&n->auth_ctx, cfg);
+		if (rc != 0) {
+			memset(base, 0, sizeof(*n)); /* no key material left behind */
+			return rc;
+		}
+	}
 	carve(n, base, &l);
 	for (uint32_t i = 0; i < n->world; i++)
 		rel_peer_init(n, i);
@@ -271,6 +287,7 @@ void node_header_init(const struct keel_node *n, struct wire_header *h, enum wir
 	h->epoch = n->epoch;
 	h->src = (uint16_t)n->self;
 	h->dst = (uint16_t)dst;
+	h->flags = n->auth ? WIRE_FLAG_AUTH : 0;
 }
 
 /* Control datagrams use the small per-poll buffers; every one is queued at once, so a full
@@ -278,7 +295,7 @@ void node_header_init(const struct keel_node *n, struct wire_header *h, enum wir
 void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uint32_t op_id,
 		    const void *payload, uint32_t len)
 {
-	KEEL_ASSERT(WIRE_HEADER_SIZE + len <= n->ctrl_size);
+	KEEL_ASSERT(WIRE_HEADER_SIZE + len + KEEL_AUTH_TRAILER_BYTES <= n->ctrl_size);
 	KEEL_ASSERT(peer < n->world && peer != n->self && (payload != NULL || len == 0));
 	KEEL_ASSERT(type != WIRE_DATA); /* data goes through the window (rel_send) */
 	if (n->txq_count == n->burst)
@@ -321,6 +338,20 @@ void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t le
 	n->txq_count++;
 }
 
+/* The MAC goes on as a datagram leaves, not when it is written: a copy sent again gets a new
+ * counter, so the receiver's replay window never refuses a retransmission. */
+static void seal_all(struct keel_node *n)
+{
+	KEEL_ASSERT(n->auth && n->txq_count <= n->burst);
+	for (uint32_t i = 0; i < n->txq_count; i++) {
+		struct keel_datagram *d = &n->txq[i];
+		KEEL_ASSERT_DEBUG(d->len + KEEL_AUTH_TRAILER_BYTES <= n->mtu);
+		auth_seal(&n->auth_ctx, d->buf, (uint32_t)d->len);
+		d->len += KEEL_AUTH_TRAILER_BYTES;
+		d->cap = d->len;
+	}
+}
+
 /* Hand the queue to the transport. What it refuses: reliable datagrams stay in their window
  * and are sent again next poll; control datagrams (heartbeats, acks) are simply lost. */
 void node_txq_flush(struct keel_node *n)
@@ -328,6 +359,8 @@ void node_txq_flush(struct keel_node *n)
 	uint32_t count = n->txq_count;
 	KEEL_ASSERT(count <= n->burst && n->ctrl_used <= count);
 	int sent = 0;
+	if (n->auth)
+		seal_all(n);
 	if (count != 0 && n->fatal == 0) {
 		sent = n->tp->ops->send_burst(n->tp, n->now_ns, n->txq, count);
 		if (sent < 0) {
@@ -361,6 +394,8 @@ static void count_drop(struct keel_node *n, enum wire_verdict v)
 	    [WIRE_BAD_EPOCH] = &n->ctr.drop_epoch,
 	    [WIRE_BAD_SOURCE] = &n->ctr.drop_source,
 	    [WIRE_BAD_DESTINATION] = &n->ctr.drop_destination,
+	    [WIRE_BAD_AUTH] = &n->ctr.drop_auth,
+	    [WIRE_BAD_REPLAY] = &n->ctr.drop_replay,
 	};
 	KEEL_ASSERT(v > WIRE_OK && v < WIRE_VERDICT_COUNT && c[v] != NULL);
 	(*c[v])++;
@@ -375,9 +410,13 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 	    .self = n->self,
 	    .world_size = n->world,
 	    .transport_src = d->peer,
+	    .auth = n->auth ? &n->auth_ctx : NULL,
 	};
 	struct wire_header h;
 	enum wire_verdict v = wire_decode(d->buf, d->len, &exp, &h);
+	if (v == WIRE_OK && n->auth &&
+	    !auth_replay_accept(&n->auth_peers[h.src], h.auth_inc, h.auth_counter))
+		v = WIRE_BAD_REPLAY;
 	if (v != WIRE_OK) {
 		count_drop(n, v);
 		return;

@@ -241,6 +241,11 @@ struct keel_node {
 	bool soft_fault;  /* a collective stalled: bump the epoch with the same members */
 	uint8_t *msg_buf; /* encoding scratch, ctrl_size bytes */
 	uint32_t ctrl_size;
+	/* authentication (auth.c): keys, and each peer's replay window (world entries, when on) */
+	bool auth;
+	struct auth_ctx auth_ctx;
+	struct auth_peer *auth_peers;
+	uint32_t payload_max;  /* payload bytes a datagram carries: mtu - header (- MAC trailer) */
 	int fatal;	       /* sticky transport error */
 	uint32_t budget_bytes; /* data this poll may still move (POLL_BUDGET_BYTES per poll) */
 	struct keel_counters ctr;
@@ -273,7 +278,8 @@ static inline bool fd_is_alive(const struct keel_node *n, uint32_t rank)
 /* Control datagrams (heartbeats, acks, membership) use buffers of node->ctrl_size: at least
  * this, more when a view (6 bytes a member) needs it. */
 #define CTRL_BUF_MIN 128u
-_Static_assert(CTRL_BUF_MIN >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE, "ctrl buffer too small");
+_Static_assert(CTRL_BUF_MIN >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE + KEEL_AUTH_TRAILER_BYTES,
+	       "ctrl buffer too small");
 
 /* node.c */
 /* Queue one datagram for the transport; seq != 0 tags a reliable one (refusals go back to its

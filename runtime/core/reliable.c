@@ -260,7 +260,7 @@ int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const vo
 	     uint32_t len)
 {
 	KEEL_ASSERT(peer < n->world && peer != n->self);
-	KEEL_ASSERT(WIRE_HEADER_SIZE + len <= n->mtu);
+	KEEL_ASSERT(len <= n->payload_max); /* room for the MAC trailer too */
 	KEEL_ASSERT(h != NULL && (payload != NULL || len == 0));
 	if (!rel_can_send(n, peer) || !stream_attach(n, peer))
 		return -EAGAIN;

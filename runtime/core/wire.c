@@ -153,7 +153,8 @@ void wire_encode(uint8_t *buf, const struct wire_header *h)
 	wire_put32(buf + OFF_OFFSET, h->offset);
 	wire_put32(buf + OFF_TOTAL_LEN, h->total_len);
 	wire_put32(buf + OFF_PAYLOAD_LEN, h->payload_len);
-	wire_put32(buf + OFF_CRC, datagram_crc(buf, h->payload_len));
+	wire_put32(buf + OFF_CRC,
+		   (h->flags & WIRE_FLAG_AUTH) != 0 ? 0 : datagram_crc(buf, h->payload_len));
 	/* The CRC covered the payload length the header now announces. */
 	KEEL_ASSERT(wire_get32(buf + OFF_PAYLOAD_LEN) == h->payload_len);
 }
@@ -180,6 +181,8 @@ static void read_header(const uint8_t *buf, struct wire_header *h)
 	h->total_len = wire_get32(buf + OFF_TOTAL_LEN);
 	h->payload_len = wire_get32(buf + OFF_PAYLOAD_LEN);
 	h->crc = wire_get32(buf + OFF_CRC);
+	h->auth_inc = 0;
+	h->auth_counter = 0;
 }
 
 /*
@@ -192,7 +195,8 @@ static bool lengths_ok(const struct wire_header *h, size_t len)
 {
 	KEEL_ASSERT(h != NULL);
 	KEEL_ASSERT(len >= WIRE_HEADER_SIZE); /* wire_decode rejected shorter datagrams */
-	if ((uint64_t)h->payload_len != (uint64_t)len - WIRE_HEADER_SIZE)
+	uint64_t trailer = (h->flags & WIRE_FLAG_AUTH) != 0 ? KEEL_AUTH_TRAILER_BYTES : 0;
+	if ((uint64_t)h->payload_len + trailer != (uint64_t)len - WIRE_HEADER_SIZE)
 		return false;
 	switch (h->type) {
 	case WIRE_HEARTBEAT:
@@ -220,6 +224,24 @@ static bool source_ok(const struct wire_header *h, const struct wire_expect *exp
 	return ok;
 }
 
+/* The MAC where the receiver has a key (and nothing else will do), else the CRC. Called once
+ * lengths_ok held, so payload_len (+ the trailer) is exactly what follows the header. */
+static enum wire_verdict integrity(const uint8_t *buf, size_t len, const struct wire_expect *exp,
+				   struct wire_header *h)
+{
+	bool sealed = (h->flags & WIRE_FLAG_AUTH) != 0;
+	if (exp->auth == NULL) {
+		if (sealed)
+			return WIRE_BAD_AUTH; /* a keyed sender: a rank started with a key, we
+						 without */
+		return datagram_crc(buf, h->payload_len) == h->crc ? WIRE_OK : WIRE_BAD_CRC;
+	}
+	if (!sealed || h->crc != 0 ||
+	    !auth_open(exp->auth, buf, len, h->src, &h->auth_inc, &h->auth_counter))
+		return WIRE_BAD_AUTH;
+	return WIRE_OK;
+}
+
 enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_expect *exp,
 			      struct wire_header *h)
 {
@@ -239,9 +261,9 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_
 		return WIRE_BAD_TYPE;
 	if (!lengths_ok(&tmp, len))
 		return WIRE_BAD_LENGTH;
-	/* payload_len == len - header here, so the CRC reads exactly buf[0..len). */
-	if (datagram_crc(buf, tmp.payload_len) != tmp.crc)
-		return WIRE_BAD_CRC;
+	enum wire_verdict v = integrity(buf, len, exp, &tmp);
+	if (v != WIRE_OK)
+		return v;
 	if (tmp.job_id != exp->job_id)
 		return WIRE_BAD_JOB;
 	if (tmp.dst != exp->self)
@@ -252,7 +274,9 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_
 		return WIRE_BAD_EPOCH;
 	/* Accepted: the payload is exactly what follows the header, of a type keel knows. These
 	 * hold because of the checks above, whatever the bytes were. */
-	KEEL_ASSERT((uint64_t)WIRE_HEADER_SIZE + tmp.payload_len == (uint64_t)len);
+	KEEL_ASSERT((uint64_t)WIRE_HEADER_SIZE + tmp.payload_len +
+			(exp->auth != NULL ? KEEL_AUTH_TRAILER_BYTES : 0) ==
+		    (uint64_t)len);
 	KEEL_ASSERT(tmp.type >= WIRE_HEARTBEAT && tmp.type <= WIRE_TYPE_MAX);
 	/* coll_deliver and wire_heartbeat_decode read exactly these regions. */
 	KEEL_ASSERT(tmp.type != WIRE_DATA ||
@@ -302,9 +326,11 @@ const char *wire_verdict_name(enum wire_verdict v)
 	    [WIRE_BAD_EPOCH] = "wrong epoch",
 	    [WIRE_BAD_SOURCE] = "bad source",
 	    [WIRE_BAD_DESTINATION] = "wrong destination",
+	    [WIRE_BAD_AUTH] = "bad mac",
+	    [WIRE_BAD_REPLAY] = "replay",
 	};
 
-	_Static_assert(WIRE_VERDICT_COUNT == 11, "name every verdict above");
+	_Static_assert(WIRE_VERDICT_COUNT == 13, "name every verdict above");
 
 	/* Every verdict wire_decode can return has a name (the count alone cannot see a hole). */
 	KEEL_ASSERT((unsigned)v >= WIRE_VERDICT_COUNT || names[v] != NULL);

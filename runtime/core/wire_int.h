@@ -7,10 +7,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "auth_int.h"
 #include "crc32c_int.h"
 
 #define WIRE_MAGIC	 0x4c45454bu /* "KEEL" read as a little-endian u32 */
-#define WIRE_VERSION	 2u	     /* 2: heartbeats carry ops_started and may probe */
+#define WIRE_VERSION	 3u /* 2: heartbeats carry ops_started and may probe; 3: MAC trailer */
 #define WIRE_HEADER_SIZE 56u
 
 enum wire_type {
@@ -26,6 +27,7 @@ enum wire_type {
 
 /* Header flags. */
 #define WIRE_FLAG_RETRANSMIT 0x1u /* this copy was sent again (no RTT sample from its ack) */
+#define WIRE_FLAG_AUTH	     0x2u /* a MAC trailer follows the payload; the crc field is 0 */
 
 struct wire_header {
 	uint32_t magic;
@@ -47,6 +49,9 @@ struct wire_header {
 	uint32_t total_len;   /* bytes of the step's whole message (DATA) */
 	uint32_t payload_len; /* bytes after the header */
 	uint32_t crc;	      /* CRC32C of header (crc field as 0) and payload */
+	/* Not header fields: from the MAC trailer of an authenticated datagram (auth_int.h). */
+	uint32_t auth_inc;
+	uint64_t auth_counter;
 };
 
 /* Heartbeat payload: the sender's clock, and the echo of the last heartbeat it received
@@ -82,6 +87,9 @@ enum wire_verdict {
 	WIRE_BAD_EPOCH,	      /* DATA or ACK of another epoch (reliable streams are per view) */
 	WIRE_BAD_SOURCE,      /* src >= world, src == self, or src != transport's sender */
 	WIRE_BAD_DESTINATION, /* dst != self */
+	WIRE_BAD_AUTH,	      /* no MAC where a key is set, a MAC that does not verify, or a MAC
+			       * where no key is set */
+	WIRE_BAD_REPLAY,      /* authenticated, but received before (node.c's replay window) */
 	WIRE_VERDICT_COUNT
 };
 
@@ -92,15 +100,18 @@ struct wire_expect {
 	uint32_t self;
 	uint32_t world_size;
 	uint32_t transport_src; /* sender rank the transport reported, or UINT32_MAX if unknown */
+	const struct auth_ctx *auth; /* the job's keys, or NULL: no key, CRC32C only */
 };
 
 /* Write `h` (crc ignored) and compute the CRC over header and `payload_len` bytes that
- * already sit at buf + WIRE_HEADER_SIZE. buf must hold WIRE_HEADER_SIZE + h->payload_len. */
+ * already sit at buf + WIRE_HEADER_SIZE. buf must hold WIRE_HEADER_SIZE + h->payload_len.
+ * With WIRE_FLAG_AUTH in h->flags the crc field is 0: auth_seal adds the MAC when it leaves. */
 void wire_encode(uint8_t *buf, const struct wire_header *h);
 
 /* Validate and decode the datagram buf[0..len). On WIRE_OK, *h is filled and the payload
  * is buf + WIRE_HEADER_SIZE. Checks in this order: size, magic, version, type, lengths,
- * crc, job, destination, source, epoch. Only DATA and ACK are fenced by epoch here: liveness
+ * MAC (exp->auth set: required and verified) or crc (not set: a MAC'd datagram is refused),
+ * job, destination, source, epoch. Only DATA and ACK are fenced by epoch here: liveness
  * (HEARTBEAT, LEAVE) crosses views, and VIEW messages are the protocol that changes them.
  * Never reads outside buf[0..len). */
 enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_expect *exp,
