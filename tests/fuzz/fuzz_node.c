@@ -3,12 +3,14 @@
  * with the node's timers running between them and an AllReduce in flight. Whatever arrives,
  * the node must not crash, trip an assertion, read outside a datagram or allocate.
  *
- * The first byte picks the node (bits 0-1: rank in a world of 3) and whether to start an
- * AllReduce first (bit 2). Then each datagram is: 1 byte source rank, 1 byte "how" (bit 0: the
- * bytes are a whole datagram as sent, CRC included; else they are a header's fields and a
- * payload, and the harness encodes a well-formed header for this job, epoch and node around
- * them, so the fuzzer reaches what lies behind the checks), 2 bytes length, then the bytes.
- * Built by `make fuzz` (clang, mk/fuzz.mk); `make test` runs a short smoke of it. */
+ * The first byte picks the node (bits 0-1: rank in a world of 3), whether to start an
+ * AllReduce first (bit 2) and whether the job has a key (bit 3: keel_config.auth; the harness
+ * then seals the datagrams it encodes as their claimed sender would — an insider's view — while
+ * whole-datagram inputs must get past the MAC on their own). Then each datagram is: 1 byte source
+ * rank, 1 byte "how" (bit 0: the bytes are a whole datagram as sent, CRC included; else they are a
+ * header's fields and a payload, and the harness encodes a well-formed header for this job, epoch
+ * and node around them, so the fuzzer reaches what lies behind the checks), 2 bytes length, then
+ * the bytes. Built by `make fuzz` (clang, mk/fuzz.mk); `make test` runs a short smoke of it. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -41,6 +43,8 @@ static int fz_recv(struct keel_transport *t, uint64_t now_ns, struct keel_datagr
 static const struct keel_transport_ops fz_ops = {
     .name = "fuzz", .send_burst = fz_send, .recv_burst = fz_recv};
 
+static const uint8_t g_key[KEEL_AUTH_KEY_BYTES] = "keel fuzz key, not a secret....";
+static struct auth_ctx g_sender[WORLD]; /* each rank's sealing keys, when keyed */
 static _Alignas(64) uint8_t g_mem[MEM_BYTES];
 static uint8_t g_buf[DGRAM_MAX];
 
@@ -50,19 +54,18 @@ static uint32_t get_u32(const uint8_t *p)
 }
 
 /* Header fields from the fuzzer's bytes, the identity fields right for this node. */
-static uint32_t encode_plausible(const struct keel_node *n, uint32_t src, const uint8_t *p,
-				 size_t len)
+static uint32_t encode_plausible(struct keel_node *n, uint32_t src, const uint8_t *p, size_t len)
 {
 	uint8_t f[28] = {0};
 	memcpy(f, p, len < sizeof(f) ? len : sizeof(f));
 	size_t payload = len > sizeof(f) ? len - sizeof(f) : 0;
-	if (payload > DGRAM_MAX - WIRE_HEADER_SIZE)
-		payload = DGRAM_MAX - WIRE_HEADER_SIZE;
+	if (payload > DGRAM_MAX - WIRE_HEADER_SIZE - KEEL_AUTH_TRAILER_BYTES)
+		payload = DGRAM_MAX - WIRE_HEADER_SIZE - KEEL_AUTH_TRAILER_BYTES;
 	struct wire_header h = {
 	    .magic = WIRE_MAGIC,
 	    .version = WIRE_VERSION,
 	    .type = (uint8_t)(1 + f[0] % WIRE_TYPE_MAX),
-	    .flags = f[1],
+	    .flags = n->auth ? WIRE_FLAG_AUTH : f[1],
 	    .job_id = JOB,
 	    .epoch = (f[2] & 1) ? n->epoch : n->epoch + (f[2] >> 1) % 3,
 	    .src = (uint16_t)src,
@@ -80,7 +83,25 @@ static uint32_t encode_plausible(const struct keel_node *n, uint32_t src, const 
 	if (payload > 0)
 		memcpy(g_buf + WIRE_HEADER_SIZE, p + sizeof(f), payload);
 	wire_encode(g_buf, &h);
-	return WIRE_HEADER_SIZE + (uint32_t)payload;
+	if (!n->auth)
+		return WIRE_HEADER_SIZE + (uint32_t)payload;
+	auth_seal(&g_sender[src], g_buf, WIRE_HEADER_SIZE + (uint32_t)payload);
+	return WIRE_HEADER_SIZE + (uint32_t)payload + KEEL_AUTH_TRAILER_BYTES;
+}
+
+/* Keys for the job (bit 3 of the first byte): the node's, and every sender's. */
+static void set_keys(struct keel_config *cfg, bool keyed)
+{
+	cfg->auth = keyed;
+	if (!keyed)
+		return;
+	memcpy(cfg->auth_key, g_key, sizeof(g_key));
+	for (uint32_t r = 0; r < WORLD; r++) {
+		struct keel_config s = *cfg;
+		s.rank = r;
+		if (auth_init(&g_sender[r], &s) != 0)
+			__builtin_trap();
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -103,6 +124,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	cfg.burst = 8;
 	cfg.ops_max = 2;
 	cfg.heartbeat_ns = 1000000;
+	set_keys(&cfg, (data[0] & 8) != 0);
 	size_t need = keel_storage_size(&cfg);
 	if (need == 0 || need > sizeof(g_mem))
 		__builtin_trap(); /* the harness's own mistake, not an input's */
