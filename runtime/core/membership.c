@@ -26,7 +26,9 @@ enum vmsg {
 /* Payload: u8 kind, u8 0, u16 0, u32 target epoch, u64 ballot (WIRE_VIEW_MIN bytes), then
  *   PROMISE  u64 accepted ballot, u32 collectives with results, u32 collectives started,
  *            u32 incarnation, [value if accepted ballot]
- *   ACCEPT, COMMIT  value
+ *   ACCEPT   value
+ *   COMMIT   (the ballot field: the deciding ballot) acceptors, ceil(world / 8) bytes with
+ *            bit r set for each member whose ACCEPTED the coordinator counted; value
  *   NACK     u64 promised ballot
  *   SUSPECT  u32 rank, u32 incarnation
  * A value: u32 epoch, u32 flags (bits 16.. joined count), u32 pending ops, u32 donor,
@@ -53,7 +55,13 @@ static size_t align8(size_t v)
 size_t mb_view_bytes(uint32_t world)
 {
 	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);
-	return align8((size_t)world / 8 + 1) + (size_t)world * sizeof(uint32_t);
+	return 2 * align8((size_t)world / 8 + 1) + (size_t)world * sizeof(uint32_t);
+}
+
+/* Bytes of a COMMIT's acceptor set. */
+static size_t acceptor_bytes(uint32_t world)
+{
+	return ((size_t)world + 7) / 8;
 }
 
 uint32_t mb_ctrl_size(uint32_t world)
@@ -61,7 +69,7 @@ uint32_t mb_ctrl_size(uint32_t world)
 	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);
 	/* room for the MAC trailer, whether or not this node has a key */
 	size_t need = WIRE_HEADER_SIZE + KEEL_VIEW_MSG_OVERHEAD + (size_t)world * VALUE_ENTRY +
-		      KEEL_AUTH_TRAILER_BYTES;
+		      acceptor_bytes(world) + KEEL_AUTH_TRAILER_BYTES;
 	need = (need + 63) & ~(size_t)63;
 	KEEL_ASSERT(need <= UINT32_MAX);
 	return need < CTRL_BUF_MIN ? CTRL_BUF_MIN : (uint32_t)need;
@@ -72,7 +80,8 @@ static void view_carve(struct view *v, uint8_t **cursor, uint32_t world)
 	KEEL_ASSERT(v != NULL && cursor != NULL && *cursor != NULL);
 	KEEL_ASSERT(((uintptr_t)*cursor & 3u) == 0); /* inc[] is u32: keep it aligned */
 	v->bits = *cursor;
-	v->inc = (uint32_t *)(*cursor + align8((size_t)world / 8 + 1));
+	v->acceptors = *cursor + align8((size_t)world / 8 + 1);
+	v->inc = (uint32_t *)(*cursor + 2 * align8((size_t)world / 8 + 1));
 	*cursor += mb_view_bytes(world);
 }
 
@@ -120,7 +129,9 @@ static void view_clear(struct view *v, uint32_t world)
 	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);
 	v->epoch = v->count = v->flags = v->ops_resume = v->frontier = 0;
 	v->donor = UINT32_MAX;
+	v->ballot = 0;
 	memset(v->bits, 0, world / 8 + 1);
+	memset(v->acceptors, 0, world / 8 + 1);
 	memset(v->inc, 0, (size_t)world * sizeof(uint32_t));
 }
 
@@ -128,12 +139,14 @@ static void view_copy(struct view *dst, const struct view *src, uint32_t world)
 {
 	KEEL_ASSERT(dst != NULL && src != NULL && dst != src);
 	KEEL_ASSERT(dst->bits != src->bits && dst->inc != src->inc && src->count <= world);
-	uint8_t *bits = dst->bits;
+	uint8_t *bits = dst->bits, *acceptors = dst->acceptors;
 	uint32_t *inc = dst->inc;
 	*dst = *src;
 	dst->bits = bits;
+	dst->acceptors = acceptors;
 	dst->inc = inc;
 	memcpy(dst->bits, src->bits, world / 8 + 1);
+	memcpy(dst->acceptors, src->acceptors, world / 8 + 1);
 	memcpy(dst->inc, src->inc, (size_t)world * sizeof(uint32_t));
 }
 
@@ -218,11 +231,22 @@ static void send_msg(struct keel_node *n, uint32_t peer, enum vmsg kind, uint32_
 static void send_value(struct keel_node *n, uint32_t peer, enum vmsg kind, uint32_t target,
 		       uint64_t ballot, const struct view *v)
 {
-	KEEL_ASSERT(kind == VM_ACCEPT || kind == VM_COMMIT);
+	KEEL_ASSERT(kind == VM_ACCEPT);
 	KEEL_ASSERT(v->epoch == target && v->epoch != 0); /* only ever the view the target names */
 	uint8_t *p = n->msg_buf + WIRE_VIEW_MIN;
 	size_t len = value_encode(p, v, n->world);
 	send_msg(n, peer, kind, target, ballot, p, len);
+}
+
+/* A decided view with its proof: the deciding ballot and who accepted it. */
+static void send_commit(struct keel_node *n, uint32_t peer, const struct view *v)
+{
+	KEEL_ASSERT(v->epoch != 0 && (v->ballot != 0 || v->epoch == 1));
+	uint8_t *p = n->msg_buf + WIRE_VIEW_MIN;
+	size_t abytes = acceptor_bytes(n->world);
+	memcpy(p, v->acceptors, abytes);
+	size_t len = abytes + value_encode(p + abytes, v, n->world);
+	send_msg(n, peer, VM_COMMIT, v->epoch, v->ballot, p, len);
 }
 
 static void rebuild_positions(struct keel_node *n)
@@ -526,10 +550,15 @@ static void decide(struct keel_node *n)
 	KEEL_ASSERT(n->member && n->prop_value.count <= n->world);
 	/* Everyone of the old view and of the new hears the decision; stragglers catch up from
 	 * heartbeats later. */
-	view_copy(&n->scratch_view, &n->prop_value, n->world);
+	struct view *v = &n->scratch_view;
+	view_copy(v, &n->prop_value, n->world);
+	v->ballot = n->prop_ballot;
 	for (uint32_t r = 0; r < n->world; r++)
-		if (r != n->self && (is_member(n, r) || view_has(&n->scratch_view, r)))
-			send_value(n, r, VM_COMMIT, n->scratch_view.epoch, 0, &n->scratch_view);
+		if (n->mb_peers[r].pr_accepted)
+			v->acceptors[r / 8] |= (uint8_t)(1u << (r % 8));
+	for (uint32_t r = 0; r < n->world; r++)
+		if (r != n->self && (is_member(n, r) || view_has(v, r)))
+			send_commit(n, r, v);
 	install(n, &n->scratch_view);
 	KEEL_ASSERT(n->prop_phase == PROP_IDLE && n->view.epoch == n->scratch_view.epoch);
 }
@@ -766,7 +795,7 @@ bool mb_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heart
 	if (n->member && seq_before(epoch, n->epoch) &&
 	    n->now_ns - p->catchup_ns >= n->cfg.heartbeat_ns) {
 		p->catchup_ns = n->now_ns;
-		send_value(n, peer, VM_COMMIT, n->view.epoch, 0, &n->view);
+		send_commit(n, peer, &n->view);
 	}
 	/* We are behind (back from a pause, say): beat to it at once, so its catch-up above
 	 * brings the view now rather than at our next interval. */
@@ -880,16 +909,70 @@ static void on_accept(struct keel_node *n, uint32_t peer, uint32_t target, uint6
 	send_msg(n, peer, VM_ACCEPTED, target, ballot, NULL, 0);
 }
 
-static void on_commit(struct keel_node *n, uint32_t target, const uint8_t *x, size_t len)
+/* Whether a decoded COMMIT's proof holds, as far as this node can tell. A forger who cannot
+ * seal datagrams is stopped before this (auth); here the rules catch what is inconsistent
+ * with what this node saw itself: a decision needs a ballot (only the first view had none),
+ * comes from that ballot's coordinator or a member of the view it decided, names acceptors
+ * that were members of the view it replaces (when that is ours), and never claims an
+ * acceptance of ours we did not give. */
+static bool commit_proven(const struct keel_node *n, uint32_t peer, const struct view *v)
+{
+	KEEL_ASSERT(peer < n->world && v->epoch != 0);
+	if (v->ballot == 0)
+		return v->epoch == 1;
+	uint32_t coordinator_rank = (uint32_t)(v->ballot & 0xffffu), acceptors = 0;
+	if (peer != coordinator_rank && !view_has(v, peer))
+		return false;
+	bool next = v->epoch == n->view.epoch + 1 && n->member;
+	for (uint32_t r = 0; r < n->world; r++) {
+		if ((v->acceptors[r / 8] & (1u << (r % 8))) == 0)
+			continue;
+		acceptors++;
+		if (next && !is_member(n, r))
+			return false;
+	}
+	if (acceptors == 0)
+		return false;
+	bool claims_me = (v->acceptors[n->self / 8] & (1u << (n->self % 8))) != 0;
+	if (!next || !claims_me || n->acc_ballot > v->ballot)
+		return true; /* a later ballot we accepted carries the same value (Paxos) */
+	if (n->acc_ballot < v->ballot)
+		return false; /* we never accepted this ballot */
+	/* the same ballot: the value we accepted, member for member */
+	const struct view *a = &n->acc_value;
+	if (a->count != v->count || memcmp(a->bits, v->bits, n->world / 8 + 1) != 0)
+		return false;
+	for (uint32_t r = 0; r < n->world; r++)
+		if (view_has(v, r) && a->inc[r] != v->inc[r])
+			return false;
+	return true;
+}
+
+static void on_commit(struct keel_node *n, uint32_t peer, uint32_t target, uint64_t ballot,
+		      const uint8_t *x, size_t len)
 {
 	KEEL_ASSERT(x != NULL && n->epoch == n->view.epoch);
 	if (!seq_before(n->view.epoch, target))
 		return; /* known already */
-	if (!value_decode(x, len, &n->scratch_view, n->world) || n->scratch_view.epoch != target) {
+	size_t abytes = acceptor_bytes(n->world);
+	struct view *v = &n->scratch_view;
+	if (len < abytes || !value_decode(x + abytes, len - abytes, v, n->world) ||
+	    v->epoch != target) {
 		n->ctr.drop_view++;
 		return;
 	}
-	install(n, &n->scratch_view);
+	v->ballot = ballot;
+	memcpy(v->acceptors, x, abytes);
+	/* bits past the world: a malformed set */
+	if (n->world % 8 != 0 && (x[abytes - 1] >> (n->world % 8)) != 0) {
+		n->ctr.drop_view++;
+		return;
+	}
+	if (!commit_proven(n, peer, v)) {
+		n->ctr.drop_view++;
+		return;
+	}
+	install(n, v);
 	KEEL_ASSERT(n->view.epoch == target && n->epoch == target);
 }
 
@@ -906,7 +989,7 @@ static void on_round_msg(struct keel_node *n, uint32_t peer, enum vmsg kind, uin
 	if (seq_before(target, n->view.epoch + 1)) {
 		/* a coordinator behind us: bring it up to date */
 		if (kind == VM_PREPARE || kind == VM_ACCEPT)
-			send_value(n, peer, VM_COMMIT, n->view.epoch, 0, &n->view);
+			send_commit(n, peer, &n->view);
 		return;
 	}
 	if (target != n->view.epoch + 1)
@@ -958,7 +1041,7 @@ void mb_on_view_msg(struct keel_node *n, uint32_t peer, const struct wire_header
 		return;
 	}
 	if (kind == VM_COMMIT) {
-		on_commit(n, target, x, xlen);
+		on_commit(n, peer, target, ballot, x, xlen);
 		return;
 	}
 	if (kind == VM_SUSPECT || kind == VM_SOFT) {

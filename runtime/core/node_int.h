@@ -159,8 +159,13 @@ struct view {
 	uint32_t frontier;   /* previous epoch's collectives complete at every member */
 	uint32_t ops_resume; /* collectives the members had pending when it was decided */
 	uint32_t donor;	     /* lowest member that was in the view before, or UINT32_MAX */
-	uint8_t *bits;	     /* world bits */
-	uint32_t *inc;	     /* world entries, meaningful for members */
+	/* How it was decided, what a COMMIT carries as its proof: the ballot and the members
+	 * whose ACCEPTED the coordinator counted (0 and none: the first view, decided by no
+	 * round). */
+	uint64_t ballot;
+	uint8_t *acceptors; /* world bits */
+	uint8_t *bits;	    /* world bits */
+	uint32_t *inc;	    /* world entries, meaningful for members */
 };
 
 static inline bool view_has(const struct view *v, uint32_t rank)

@@ -10,7 +10,11 @@
 
 #include <cmocka.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "cluster_int.h"
+#include "wire_int.h"
 
 #define HB	   1000000ull
 #define EPOCHS_MAX 256
@@ -675,6 +679,97 @@ static void test_membership_random_schedules_keep_one_view_per_epoch(void **stat
 	}
 }
 
+/* ---- a COMMIT's proof ---- */
+
+/* A COMMIT to node 0 of a 3-rank job, sent from `src`'s own socket (the transport knows it as
+ * that rank): deciding ballot, acceptor bits, a value of epoch `epoch` with `members`. */
+static void send_commit_to_0(struct cluster *c, uint32_t src, uint32_t epoch, uint64_t ballot,
+			     uint8_t acceptors, uint8_t members)
+{
+	uint8_t buf[256] = {0};
+	uint8_t *p = buf + WIRE_HEADER_SIZE;
+	p[0] = 5; /* VM_COMMIT */
+	wire_put32(p + 4, epoch);
+	wire_put64(p + 8, ballot);
+	p[16] = acceptors;
+	uint8_t *v = p + 17;
+	uint32_t count = 0;
+	wire_put32(v, epoch);
+	wire_put32(v + 12, 0); /* donor: rank 0 */
+	for (uint32_t r = 0; r < 3; r++) {
+		if ((members & (1u << r)) == 0)
+			continue;
+		wire_put16(v + 24 + 6 * count, (uint16_t)r);
+		wire_put32(v + 24 + 6 * count + 2, 1); /* incarnation */
+		count++;
+	}
+	wire_put32(v + 20, count);
+	uint32_t len = 17 + 24 + 6 * count;
+	struct wire_header h = {.magic = WIRE_MAGIC,
+				.version = WIRE_VERSION,
+				.type = WIRE_VIEW,
+				.job_id = 42,
+				.epoch = 1,
+				.src = (uint16_t)src,
+				.dst = 0,
+				.payload_len = len};
+	wire_encode(buf, &h);
+	struct sockaddr_storage a0;
+	socklen_t l0 = sizeof(a0);
+	assert_int_equal(keel_udp_local_addr(c->udp[0], &a0, &l0), 0);
+	int fd = c->udp[src]->ops->wait_fd(c->udp[src]);
+	size_t total = WIRE_HEADER_SIZE + len;
+	assert_int_equal(sendto(fd, buf, total, 0, (struct sockaddr *)&a0, l0), (ssize_t)total);
+	uint64_t dl;
+	assert_int_equal(keel_poll(c->node[0], c->now_ns, &dl), 0);
+}
+
+static uint32_t epoch_of_0(const struct cluster *c)
+{
+	struct keel_view v;
+	assert_int_equal(keel_view_get(c->node[0], &v, NULL, 0), 0);
+	return v.epoch;
+}
+
+/* Without a key nothing stops a forger who knows the protocol (the last case); what the proof
+ * rules do stop is a COMMIT inconsistent with what the receiver knows: no ballot (the forged
+ * COMMIT of the attack that installed {0} everywhere), no acceptors, acceptors outside the
+ * view, a sender that neither coordinated nor belongs, an acceptance the receiver never gave. */
+static void test_membership_commit_needs_its_proof(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, NULL), 0);
+	uint64_t ballot_1 = (1ull << 16) | 1; /* round 1 of coordinator 1 */
+	struct {
+		uint32_t src, epoch;
+		uint64_t ballot;
+		uint8_t acceptors, members;
+	} refused[] = {
+	    {1, 2, 0, 0x6, 0x1},	  /* no ballot */
+	    {1, 101, 0, 0x6, 0x1},	  /* no ballot, far ahead */
+	    {1, 2, ballot_1, 0x0, 0x3},	  /* nobody accepted */
+	    {1, 2, ballot_1, 0x8, 0x3},	  /* an acceptor beyond the world */
+	    {2, 2, ballot_1, 0x6, 0x3},	  /* 2 neither coordinated ballot_1 nor is in {0,1} */
+	    {1, 2, ballot_1, 0x3, 0x3},	  /* claims node 0 accepted: it never did */
+	    {1, 101, ballot_1, 0x0, 0x1}, /* far ahead, nobody accepted */
+	};
+	struct keel_counters k;
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		keel_counters_get(c.node[0], &k);
+		uint64_t before = k.drop_view;
+		send_commit_to_0(&c, refused[i].src, refused[i].epoch, refused[i].ballot,
+				 refused[i].acceptors, refused[i].members);
+		keel_counters_get(c.node[0], &k);
+		assert_int_equal(k.drop_view, before + 1);
+		assert_int_equal(epoch_of_0(&c), 1);
+	}
+	/* consistent with everything node 0 knows: installed (only a key stops this one) */
+	send_commit_to_0(&c, 1, 2, ballot_1, 0x6, 0x7);
+	assert_int_equal(epoch_of_0(&c), 2);
+	cluster_fini(&c);
+}
+
 int main(void)
 {
 	g_seed = cluster_seed(1);
@@ -695,6 +790,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_membership_broadcast_root_dies, setup),
 	    cmocka_unit_test_setup(test_membership_majority_restart_stops, setup),
 	    cmocka_unit_test_setup(test_membership_random_schedules_keep_one_view_per_epoch, setup),
+	    cmocka_unit_test_setup(test_membership_commit_needs_its_proof, setup),
 	};
 	return cmocka_run_group_tests_name("membership", tests, NULL, NULL);
 }

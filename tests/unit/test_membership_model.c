@@ -282,7 +282,9 @@ static uint64_t node_hash(uint32_t i)
 	memset(n->msg_buf, 0, n->ctrl_size);
 	struct view *s = &n->scratch_view;
 	s->epoch = s->count = s->flags = s->frontier = s->ops_resume = s->donor = 0;
+	s->ballot = 0;
 	memset(s->bits, 0, w / 8 + 1);
+	memset(s->acceptors, 0, w / 8 + 1);
 	memset(s->inc, 0, w * sizeof(uint32_t));
 	for (uint32_t r = 0; r < w; r++) {
 		struct fd_peer *p = &n->fd_peers[r];
@@ -295,6 +297,7 @@ static uint64_t node_hash(uint32_t i)
 	const struct view *views[] = {&n->view, &n->acc_value, &n->prop_best, &n->prop_value};
 	for (size_t v = 0; v < sizeof(views) / sizeof(views[0]); v++) {
 		h = hash_bytes(h, views[v]->bits, w / 8 + 1);
+		h = hash_bytes(h, views[v]->acceptors, w / 8 + 1);
 		h = hash_bytes(h, views[v]->inc, w * sizeof(uint32_t));
 	}
 	return h;
@@ -574,7 +577,7 @@ static void run_scenario(const struct mc_bounds *b)
 	mc.net = calloc(MC_MSGS_MAX, sizeof(*mc.net));
 	mc.save = malloc((size_t)MC_DEPTH_MAX * mc.mem_size);
 	const char *want = getenv("MC_STATES");
-	size_t slots = (size_t)1 << 22;
+	size_t slots = (size_t)1 << 23;
 	while (want != NULL && slots < 2 * strtoull(want, NULL, 0) && slots < ((size_t)1 << 30))
 		slots <<= 1;
 	mc.seen = calloc(slots, sizeof(uint64_t));
