@@ -12,7 +12,18 @@
  * installed different views (members and incarnations) for one epoch. Each scenario prints
  * its bounds and how many states it covered; a violation prints the schedule that led to it.
  * After each delivery or tick the node runs its membership step at once, as keel_poll does
- * after every receive burst (one datagram per burst here). */
+ * after every receive burst (one datagram per burst here).
+ *
+ * A forger (bound `forgeries`) may also hand any node a COMMIT it made up: the next epoch,
+ * decided at a high ballot of the lowest other rank, accepted by every other rank, and a
+ * member set that is the receiver alone or it and that rank — as consistent with what the
+ * receiver knows as a forger can make it. It sends it with a CRC, or sealed under another
+ * key. In a `keyed` scenario the nodes run with keel_config.auth: the checker then proves no
+ * forgery is installed and replays (every datagram may be delivered again) change nothing.
+ * Keyed states are told apart without the MAC counters and replay windows (which only grow
+ * and would make every state new), so that scenario explores less than the keyless ones; its
+ * keyless twin (tests/model/check.sh) must find a violation, or the forger would be too weak
+ * to prove anything. */
 /* cmocka.h needs these first */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth_int.h"
 #include "keel/keel.h"
 #include "keel/limits.h"
 #include "node_int.h"
@@ -48,9 +60,12 @@ struct mc_bounds {
 	uint32_t rounds;	   /* view-change rounds one coordinator may start */
 	uint32_t depth;		   /* steps in one schedule */
 	bool heavy;		   /* too long for the sanitizer build */
+	uint32_t forgeries;	   /* COMMITs a forger without the key may hand any node */
+	bool keyed;		   /* nodes run with keel_config.auth */
 };
 
-enum mc_kind { MC_DELIVER, MC_SUSPECT, MC_TICK, MC_CRASH, MC_RESTART };
+enum mc_kind { MC_DELIVER, MC_SUSPECT, MC_TICK, MC_CRASH, MC_RESTART, MC_FORGE };
+#define MC_FORGE_VARIANTS 4 /* member set {dst} or {dst, sender}; with a CRC, or wrong key */
 
 struct mc_action {
 	enum mc_kind kind;
@@ -65,7 +80,7 @@ struct mc_msg {
 
 /* What the explorer tracks beside the nodes' memory; part of the state. */
 struct mc_meta {
-	uint32_t crashes, restarts, false_suspicions, ticks;
+	uint32_t crashes, restarts, false_suspicions, ticks, forgeries;
 	bool crashed[MC_NODES_MAX];
 	uint32_t inc[MC_NODES_MAX]; /* incarnation of the process now running each rank */
 	uint64_t views[MC_EPOCHS];  /* signature of the view installed for each epoch, 0: none */
@@ -99,7 +114,11 @@ static struct {
 	uint64_t installs_excluded, installs_readmitted; /* a live process left out, let back in */
 	bool violated;
 	char why[256];
+	struct auth_ctx forger_keys[MC_NODES_MAX]; /* another job's key, per claimed sender */
 } mc;
+
+static const uint8_t mc_key[KEEL_AUTH_KEY_BYTES] = "the model's job key, 32 bytes..";
+static const uint8_t mc_wrong_key[KEEL_AUTH_KEY_BYTES] = "a key the forger made up, 32 b.";
 
 static uint64_t mix(uint64_t h, uint64_t v)
 {
@@ -148,7 +167,8 @@ static int mc_send(struct keel_transport *t, uint64_t now_ns, const struct keel_
 					  .epoch = 0,
 					  .self = d[i].peer,
 					  .world_size = t->world_size,
-					  .transport_src = t->rank};
+					  .transport_src = t->rank,
+					  .auth = mc.b.keyed ? &mc.node[t->rank]->auth_ctx : NULL};
 		struct wire_header h;
 		enum wire_verdict v = wire_decode(d[i].buf, d[i].len, &exp, &h);
 		assert_int_equal(v, WIRE_OK);
@@ -163,12 +183,15 @@ static int mc_send(struct keel_transport *t, uint64_t now_ns, const struct keel_
 				    (mc.meta.inc[t->rank] > 1 || (hb.flags & WIRE_HB_JOINING) != 0);
 		if (h.type != WIRE_VIEW && !join_request && !mc.startup)
 			continue;
-		uint64_t hh = hash_bytes(mix(t->rank, d[i].peer), d[i].buf, d[i].len);
+		/* Keyed: the same message sent again differs only in its MAC trailer (a new
+		 * counter); the set keeps the first copy, which any delivery replays. */
+		uint32_t same = d[i].len - (mc.b.keyed ? KEEL_AUTH_TRAILER_BYTES : 0);
+		uint64_t hh = hash_bytes(mix(t->rank, d[i].peer), d[i].buf, same);
 		bool known = false;
 		for (uint32_t m = 0; m < mc.net_count && !known; m++)
 			known = mc.net[m].hash == hh && mc.net[m].len == d[i].len &&
 				mc.net[m].src == t->rank && mc.net[m].dst == d[i].peer &&
-				memcmp(mc.net[m].bytes, d[i].buf, d[i].len) == 0;
+				memcmp(mc.net[m].bytes, d[i].buf, same) == 0;
 		mc.sends++;
 		if (known)
 			continue; /* the set holds it already: resending adds nothing */
@@ -261,6 +284,9 @@ static void node_config(struct keel_config *c, uint32_t i, bool rejoin)
 	c->rejoin = rejoin;
 	c->on_view = on_view;
 	c->on_view_ctx = (void *)(uintptr_t)i;
+	c->auth = mc.b.keyed;
+	c->mac = KEEL_MAC_CHACHA20POLY1305; /* any CPU */
+	memcpy(c->auth_key, mc_key, sizeof(mc_key));
 }
 
 static void node_start(uint32_t i, bool rejoin, uint64_t now)
@@ -290,7 +316,11 @@ static uint64_t node_hash(uint32_t i)
 		struct fd_peer *p = &n->fd_peers[r];
 		p->suspicions = p->rtt_samples = p->rtt_ns_last = p->hb_srtt_ns = 0;
 	}
+	/* the MAC counter only grows: left out, like the replay windows (not hashed) */
+	struct auth_ctx keys = n->auth_ctx;
+	memset(&n->auth_ctx, 0, sizeof(n->auth_ctx));
 	uint64_t h = hash_bytes(mix(0xabc, i), n, sizeof(*n));
+	n->auth_ctx = keys;
 	h = hash_bytes(h, n->rel_peers, w * sizeof(struct rel_peer));
 	h = hash_bytes(h, n->fd_peers, w * sizeof(struct fd_peer));
 	h = hash_bytes(h, n->mb_peers, w * sizeof(struct mb_peer));
@@ -378,8 +408,55 @@ static bool enabled(const struct mc_action *a)
 		return !mc.meta.crashed[a->a] && mc.meta.crashes < mc.b.crashes;
 	case MC_RESTART:
 		return mc.meta.crashed[a->a] && mc.meta.restarts < mc.b.restarts;
+	case MC_FORGE:
+		if ((a->b & 2) != 0 && auth_pick(KEEL_MAC_CHACHA20POLY1305) == 0)
+			return false; /* built without libsodium: nothing to seal with */
+		return !mc.meta.crashed[a->a] && mc.meta.forgeries < mc.b.forgeries;
 	}
 	return false;
+}
+
+/* The forger's COMMIT to `dst` (see the top of the file), from the lowest other rank. */
+static uint32_t forge_commit(uint8_t *buf, uint32_t dst, uint32_t variant)
+{
+	const struct keel_node *n = mc.node[dst];
+	uint32_t from = dst == 0 ? 1 : 0, nodes = mc.b.nodes, count = 0;
+	uint8_t *p = buf + WIRE_HEADER_SIZE;
+	memset(p, 0, MC_MSG_CAP - WIRE_HEADER_SIZE);
+	p[0] = 5; /* VM_COMMIT */
+	wire_put32(p + 4, n->view.epoch + 1);
+	wire_put64(p + 8, (60ull << 16) | from); /* above any round the explorer allows */
+	for (uint32_t r = 0; r < nodes; r++)
+		if (r != dst)
+			p[16 + r / 8] |=
+			    (uint8_t)(1u << (r % 8)); /* a majority, never the receiver */
+	uint8_t *v = p + 16 + (nodes + 7) / 8;
+	wire_put32(v, n->view.epoch + 1);
+	wire_put32(v + 12, dst); /* donor */
+	for (uint32_t r = 0; r < nodes; r++) {
+		if (r != dst && !(r == from && (variant & 1)))
+			continue;
+		wire_put16(v + 24 + 6 * count, (uint16_t)r);
+		wire_put32(v + 24 + 6 * count + 2, mc.meta.inc[r]);
+		count++;
+	}
+	wire_put32(v + 20, count);
+	uint32_t len = (uint32_t)(v + 24 + 6 * count - p);
+	bool sealed = (variant & 2) != 0;
+	struct wire_header h = {.magic = WIRE_MAGIC,
+				.version = WIRE_VERSION,
+				.type = WIRE_VIEW,
+				.flags = sealed ? WIRE_FLAG_AUTH : 0,
+				.job_id = 42,
+				.epoch = n->epoch,
+				.src = (uint16_t)from,
+				.dst = (uint16_t)dst,
+				.payload_len = len};
+	wire_encode(buf, &h);
+	if (!sealed)
+		return WIRE_HEADER_SIZE + len;
+	auth_seal(&mc.forger_keys[from], buf, WIRE_HEADER_SIZE + len);
+	return WIRE_HEADER_SIZE + len + KEEL_AUTH_TRAILER_BYTES;
 }
 
 /* Apply an enabled action; returns the node whose memory it changed (-1: none). */
@@ -426,6 +503,16 @@ static int apply(const struct mc_action *a)
 		node_step(a->a);
 		return (int)a->a;
 	}
+	case MC_FORGE: {
+		uint8_t buf[MC_MSG_CAP];
+		uint32_t len = forge_commit(buf, a->a, a->b);
+		uint32_t from = a->a == 0 ? 1 : 0;
+		struct keel_datagram d = {.buf = buf, .len = len, .cap = len, .peer = from};
+		mc.meta.forgeries++;
+		node_handle_datagram(mc.node[a->a], &d);
+		node_step(a->a);
+		return (int)a->a;
+	}
 	}
 	return -1;
 }
@@ -461,6 +548,11 @@ static void print_action(const struct mc_action *a)
 	case MC_RESTART:
 		printf("  node %u restarts\n", a->a);
 		break;
+	case MC_FORGE:
+		printf("  a forger hands node %u a COMMIT of %s, %s\n", a->a,
+		       (a->b & 1) ? "it and one more" : "it alone",
+		       (a->b & 2) ? "sealed under another key" : "with a CRC");
+		break;
 	}
 }
 
@@ -484,7 +576,8 @@ static void try_action(const struct mc_action *a, uint32_t depth)
 	if (!enabled(a))
 		return;
 	uint64_t noop_key = 0;
-	if (a->kind == MC_DELIVER) {
+	/* Keyed, a delivery's effect depends on the replay window, which the hash leaves out. */
+	if (a->kind == MC_DELIVER && !mc.b.keyed) {
 		noop_key = mix(mc.net[a->a].hash, mc.node_hash[mc.net[a->a].dst]) | 1;
 		if (*noop_slot(noop_key) == noop_key) {
 			mc.noop_hits++;
@@ -510,7 +603,7 @@ static void try_action(const struct mc_action *a, uint32_t depth)
 	int changed = apply(a);
 	if (changed >= 0)
 		mc.node_hash[changed] = node_hash((uint32_t)changed);
-	if (a->kind == MC_DELIVER && mc.node_hash[who] == hashes[who] && mc.sends == sends &&
+	if (noop_key != 0 && mc.node_hash[who] == hashes[who] && mc.sends == sends &&
 	    memcmp(&meta, &mc.meta, sizeof(meta)) == 0) {
 		/* the receiver ignored it and sent nothing: in that state of its own it always
 		 * will, whatever the rest of the world is */
@@ -555,6 +648,9 @@ static void explore(uint32_t depth)
 		try_action(&(struct mc_action){MC_CRASH, i, 0}, depth);
 	for (uint32_t i = 0; i < nodes && !mc.violated; i++)
 		try_action(&(struct mc_action){MC_RESTART, i, 0}, depth);
+	for (uint32_t i = 0; i < nodes && !mc.violated; i++)
+		for (uint32_t v = 0; v < MC_FORGE_VARIANTS && !mc.violated; v++)
+			try_action(&(struct mc_action){MC_FORGE, i, v}, depth);
 }
 
 static void run_scenario(const struct mc_bounds *b)
@@ -566,6 +662,18 @@ static void run_scenario(const struct mc_bounds *b)
 		mc.tp[i] = (struct keel_transport){
 		    .ops = &mc_ops, .mtu = KEEL_MTU_MIN, .rank = i, .world_size = b->nodes};
 		mc.meta.inc[i] = 1;
+		struct keel_config fc;
+		node_config(&fc, i, false);
+		memcpy(fc.auth_key, mc_wrong_key, sizeof(mc_wrong_key));
+		fc.auth = true;
+		if (auth_pick(fc.mac) != 0) {
+			assert_int_equal(auth_init(&mc.forger_keys[i], &fc), 0);
+			/* counters far above the real ones: no replay window refuses them, the
+			 * MAC alone has to */
+			uint8_t scratch[WIRE_HEADER_SIZE + KEEL_AUTH_TRAILER_BYTES] = {0};
+			for (int c = 0; c < 2000; c++)
+				auth_seal(&mc.forger_keys[i], scratch, WIRE_HEADER_SIZE);
+		}
 	}
 	/* every node's storage has the same size, whatever its rank or incarnation */
 	struct keel_config probe;
@@ -619,15 +727,15 @@ static void run_scenario(const struct mc_bounds *b)
 
 	printf(
 	    "model %s: %u nodes, crashes %u, restarts %u, false suspicions %u, ticks %u, "
-	    "rounds %u, depth %u: %" PRIu64 " states, %" PRIu64 " steps, %" PRIu64
+	    "rounds %u, forgeries %u%s, depth %u: %" PRIu64 " states, %" PRIu64 " steps, %" PRIu64
 	    " views installed (%" PRIu64 " by a restarted process that rejoined, %" PRIu64
 	    " without rank 0, %" PRIu64 " leaving out a live member, %" PRIu64
 	    " readmitting it), %u datagrams sent at most, %zu bytes a node; cut by depth %" PRIu64
 	    ", by rounds %" PRIu64 "\n",
 	    b->name, b->nodes, b->crashes, b->restarts, b->false_suspicions, b->ticks, b->rounds,
-	    b->depth, mc.states, mc.transitions, mc.installs, mc.installs_rejoined,
-	    mc.installs_without_0, mc.installs_excluded, mc.installs_readmitted, mc.net_max,
-	    mc.mem_size, mc.cut_depth, mc.cut_rounds);
+	    b->forgeries, b->keyed ? " (keyed)" : "", b->depth, mc.states, mc.transitions,
+	    mc.installs, mc.installs_rejoined, mc.installs_without_0, mc.installs_excluded,
+	    mc.installs_readmitted, mc.net_max, mc.mem_size, mc.cut_depth, mc.cut_rounds);
 	if (mc.violated) {
 		printf("model %s: VIOLATION: %s\nschedule:\n", b->name, mc.why);
 		for (uint32_t d = 0; d < mc.depth; d++)
@@ -676,6 +784,26 @@ static const struct mc_bounds scenarios[] = {
      * any moment, it learns it was left out and asks to be admitted, and a second round may
      * admit it */
     {.name = "3-pause-rejoin", .nodes = 3, .false_suspicions = 1, .rounds = 2, .depth = 40},
+    /* a forger without the job's key hands out COMMITs while a node dies and the others
+     * change the view: none is installed, and replays of every real datagram change nothing */
+    {.name = "3-forged-commit-keyed",
+     .nodes = 3,
+     .crashes = 1,
+     .false_suspicions = 1,
+     .forgeries = 2,
+     .keyed = true,
+     .rounds = 1,
+     .depth = 40},
+    /* ... and while a process restarts as a new incarnation (its replay window starts over) */
+    {.name = "3-forged-restart-keyed",
+     .nodes = 3,
+     .crashes = 1,
+     .restarts = 1,
+     .ticks = 1,
+     .forgeries = 1,
+     .keyed = true,
+     .rounds = 1,
+     .depth = 40},
 };
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -689,6 +817,10 @@ static const struct mc_bounds scenarios[] = {
 static void test_model_scenario(void **state)
 {
 	const struct mc_bounds *b = *state;
+	if (b->keyed && auth_pick(KEEL_MAC_CHACHA20POLY1305) == 0) {
+		printf("model %s: keel was built without libsodium\n", b->name);
+		skip();
+	}
 #ifdef MC_SANITIZED
 	if (b->heavy) {
 		printf("model %s: not run under the sanitizers (the plain build runs it)\n",
@@ -699,15 +831,18 @@ static void test_model_scenario(void **state)
 	run_scenario(b);
 }
 
-/* `test_membership_model NODES CRASHES RESTARTS FALSE TICKS ROUNDS DEPTH` explores one
- * scenario with other bounds (tests/model/check.sh; MC_STATES=n sizes the state table). */
+/* `test_membership_model NODES CRASHES RESTARTS FALSE TICKS ROUNDS DEPTH [FORGERIES KEYED]`
+ * explores one scenario with other bounds (tests/model/check.sh; MC_STATES=n sizes the state
+ * table). */
 int main(int argc, char **argv)
 {
-	if (argc == 8) {
+	if (argc == 8 || argc == 10) {
 		struct mc_bounds b = {.name = "cli"};
+		uint32_t keyed = 0;
 		uint32_t *f[] = {&b.nodes, &b.crashes, &b.restarts, &b.false_suspicions,
-				 &b.ticks, &b.rounds,  &b.depth};
-		for (int i = 0; i < 7; i++) {
+				 &b.ticks, &b.rounds,  &b.depth,    &b.forgeries,
+				 &keyed};
+		for (int i = 0; i < argc - 1; i++) {
 			char *end;
 			unsigned long v = strtoul(argv[i + 1], &end, 0);
 			if (*end != '\0' || v > 64) {
@@ -718,6 +853,7 @@ int main(int argc, char **argv)
 			}
 			*f[i] = (uint32_t)v;
 		}
+		b.keyed = keyed != 0;
 		if (b.nodes < 2 || b.nodes > MC_NODES_MAX || b.depth > MC_DEPTH_MAX) {
 			fprintf(stderr, "test_membership_model: 2..%d nodes, depth up to %d\n",
 				MC_NODES_MAX, MC_DEPTH_MAX);
