@@ -127,7 +127,9 @@ int main(int argc, char **argv)
 	uint64_t checked = 0;
 	int failures = 0, ops = 0;
 	for (int dt = 0; dt < KEEL_DTYPE_COUNT; dt++) {
-		size_t frag = (b.cfg.mtu - 56) / keel_dtype_size(dt);
+		/* a fragment: the datagram less keel's header (56 bytes) and MAC trailer */
+		size_t overhead = 56 + (b.cfg.auth ? KEEL_AUTH_TRAILER_BYTES : 0);
+		size_t frag = (b.cfg.mtu - overhead) / keel_dtype_size(dt);
 		size_t sizes[KEEL_CHECK_SIZES];
 		keel_check_sizes(sizes, world, frag, large);
 		for (int op = 0; op < KEEL_REDOP_COUNT; op++)
