@@ -15,9 +15,9 @@
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
-#include <stdbool.h>
 #include <netinet/ip.h>
 #include <netinet/udp.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,8 +195,8 @@ static uint32_t forge(const char *mode, uint8_t *d, uint16_t *sport, uint16_t *d
 			p[16] = 0x06; /* "accepted by 1 and 2" */
 			put32(p + 17, epoch + 100);
 			put32(p + 17 + 12, 0);
-			put32(p + 17 + 20, 1);		 /* one member: */
-			put32(p + 17 + 24 + 2, 1);	 /* rank 0, incarnation 1 */
+			put32(p + 17 + 20, 1);	   /* one member: */
+			put32(p + 17 + 24 + 2, 1); /* rank 0, incarnation 1 */
 			len = HDR + 17 + 24 + 6 + trailer;
 		} else {
 			p[0] = 8;
@@ -222,8 +222,8 @@ static int send_all(const char *mode, double seconds, double rate)
 	struct mmsghdr msgs[BATCH];
 	struct iovec iov[BATCH];
 	struct sockaddr_in to = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	const char *modes[] = {"replay", "commit", "data", "leave", "incarnation", "soft",
-			       "garbage"};
+	const char *modes[] = {"replay",      "commit", "data",	  "leave",
+			       "incarnation", "soft",	"garbage"};
 	bool flood = strcmp(mode, "flood") == 0;
 	uint64_t sent = 0;
 	double t0 = now_s();
