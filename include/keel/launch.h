@@ -65,6 +65,10 @@ struct keel_launch {
  * (it cannot prove or check one, and refuses to run unauthenticated when asked not to). */
 KEEL_MUST_USE int keel_launch_from_env(struct keel_launch *out, char *err, size_t err_len);
 
+/* Whether this keel can prove and check a job key (it was built with libsodium). Without it,
+ * keel_launch_from_env refuses a key, and a launcher should not hand out one. */
+bool keel_launch_auth_available(void);
+
 /* A one-rank job: rank 0 of 1, no master, no peers, source "single". */
 void keel_launch_single(struct keel_launch *out);
 

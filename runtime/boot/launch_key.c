@@ -114,6 +114,11 @@ static int key_file_read(const char *path, uint8_t *key, char *err, size_t err_l
 	return rc;
 }
 
+bool keel_launch_auth_available(void)
+{
+	return keel_rv_proof_available();
+}
+
 int keel_launch_read_key(struct keel_launch *out, char *err, size_t err_len)
 {
 	const char *file = getenv("KEEL_JOB_KEY_FILE"), *hex = getenv("KEEL_JOB_KEY");
