@@ -175,9 +175,9 @@ static int client_reject_msg(const struct client *c, char *err, size_t err_len)
 				 world);
 	case RV_ST_JOB:
 		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
-				 "rank 0 at %s belongs to job %u, this rank to job %u (KEEL_JOB_ID "
+				 "rank 0 at %s runs another job than this rank's %u%s (KEEL_JOB_ID "
 				 "differs, or is set on one side only)",
-				 w, detail, c->l->job_id);
+				 w, c->l->job_id, c->l->job_id_fixed ? "" : " (none given)");
 	case RV_ST_FAMILY:
 		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
 				 "rank 0 at %s refused rank %u: unknown address family", w, rank);

@@ -99,9 +99,9 @@ static void refuse(struct server *s, struct conn *c, enum keel_rv_verdict v, boo
 	s->a->refused[v]++;
 	if (tell && status[v] != RV_ST_OK)
 		send_status(s, c, status[v],
-			    v == KEEL_RV_JOB	 ? s->l->job_id
-			    : v == KEEL_RV_WORLD ? s->l->world_size
-						 : h->rank);
+			    v == KEEL_RV_WORLD ? s->l->world_size
+			    : v == KEEL_RV_JOB ? 0
+					       : h->rank);
 	conn_close(s, c);
 }
 

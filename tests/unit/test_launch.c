@@ -1125,6 +1125,31 @@ static void test_launch_rendezvous_world_mismatch(void **state)
 	}
 }
 
+/* A rank with the key but another job id is told so, and never told rank 0's job id. */
+static void test_launch_rendezvous_job_mismatch(void **state)
+{
+	struct rv_rank ranks[2];
+
+	(void)state;
+	if (!keel_launch_auth_available())
+		skip(); /* keys need libsodium */
+	rv_setup(ranks, 2, 2, free_tcp_port(), NULL);
+	rv_key(ranks, 2, ranks[0].l.key);
+	ranks[1].l.job_id = 99;
+	ranks[0].timeout_ns = 400 * MS;
+	rv_run(ranks, 2);
+	rv_expect(&ranks[1], KEEL_ERENDEZVOUS, "runs another job than this rank's 99");
+	assert_null(strstr(ranks[1].err, "1234"));
+	rv_expect(&ranks[0], -ETIMEDOUT, "(1 wrong job)");
+	/* Job id given on one side only. */
+	rv_setup(ranks, 2, 2, free_tcp_port(), NULL);
+	rv_key(ranks, 2, ranks[0].l.key);
+	ranks[1].l.job_id_fixed = false;
+	ranks[0].timeout_ns = 400 * MS;
+	rv_run(ranks, 2);
+	rv_expect(&ranks[1], KEEL_ERENDEZVOUS, "this rank's 1234 (none given)");
+}
+
 /* Connect to 127.0.0.1:port, retrying while nobody listens yet; replies wait at most 3 s. */
 static int tcp_connect(uint16_t port)
 {
@@ -1899,6 +1924,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_rendezvous_missing_rank_times_out, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_duplicate_rank, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_world_mismatch, env_clear),
+	    cmocka_unit_test_setup(test_launch_rendezvous_job_mismatch, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_strays_and_other_jobs, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_attacks, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_idle_deadline, env_clear),
