@@ -50,7 +50,8 @@ rank() { # MODE RANK: one real rank in the background, output in $tmp/MODE.rankN
 run() {
 	local mode=$1 i
 	port=$("$ATTACKER" --free-port)
-	"$ATTACKER" "$port" "$JOB" 3 "$mode" 8000 >"$tmp/$mode.attacker" 2>&1 &
+	: >"$tmp/$mode.attacker" # there before the wait below looks into it
+	"$ATTACKER" "$port" "$JOB" 3 "$mode" 8000 >>"$tmp/$mode.attacker" 2>&1 &
 	local attacker=$!
 	pids+=($attacker)
 	rank "$mode" 0
