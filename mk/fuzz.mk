@@ -17,7 +17,10 @@ FUZZ_CORE_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(sort $(wildcard runtime/
 # What a target links besides the core: the readers it fuzzes.
 FUZZ_PLAN_SRC := tools/keel-plan/plan_parse.c tools/keel-plan/plan_preset.c \
 	tools/keel-plan/plan_xml.c $(sort $(wildcard runtime/plan/*.c))
-FUZZ_PEERS_SRC := runtime/boot/launch.c
+# The rendezvous' pure parts (the hello rank 0 judges, the replies ranks read) and the key
+# reader launch.c calls, with the proofs they need.
+FUZZ_RDV_SRC := runtime/boot/rendezvous_wire.c runtime/boot/rendezvous_proof.c
+FUZZ_PEERS_SRC := runtime/boot/launch.c runtime/boot/launch_key.c $(FUZZ_RDV_SRC)
 FUZZ_CKPT_SRC := runtime/storage/checkpoint.c
 
 .PHONY: fuzz fuzz-build fuzz-check
@@ -32,10 +35,13 @@ $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_plan.o: FUZZ_FLAGS += -Itools/keel-plan
 $(FUZZ_BUILD)/obj/tools/keel-plan/%.o: FUZZ_FLAGS += $(if $(filter 1,$(HAVE_EXPAT)),-DPLAN_HAVE_EXPAT)
 $(FUZZ_BUILD)/obj/runtime/plan/%.o: FUZZ_FLAGS += -Iruntime/plan
 $(FUZZ_BUILD)/obj/runtime/core/auth.o: FUZZ_FLAGS += $(SODIUM_CFLAGS)
+$(FUZZ_BUILD)/obj/runtime/boot/%.o: FUZZ_FLAGS += $(SODIUM_CFLAGS)
+$(FUZZ_BUILD)/obj/tests/fuzz/fuzz_rendezvous.o: FUZZ_FLAGS += -Iruntime/boot
 $(FUZZ_BUILD)/fuzz_plan: $(FUZZ_PLAN_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/fuzz_plan: FUZZ_LIBS := $(EXPAT_LIBS)
 $(FUZZ_BUILD)/fuzz_peers: $(FUZZ_PEERS_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/fuzz_ckpt: $(FUZZ_CKPT_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+$(FUZZ_BUILD)/fuzz_rendezvous: $(FUZZ_RDV_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 
 $(FUZZ_BUILD)/obj/%.o: %.c $(CONFIG_STAMP) | fuzz-check
 	@mkdir -p $(dir $@)

@@ -46,7 +46,12 @@ struct keel_boot {
  *   (auto|ring|rd), KEEL_OP_TIMEOUT_MS (0: derived), KEEL_ENTRY_TIMEOUT_MS, KEEL_PROBES,
  *   KEEL_BIND (address to bind, default 127.0.0.1),
  *   KEEL_CHAOS (a keel_chaos_parse spec), KEEL_RENDEZVOUS_TIMEOUT_MS (default 30000),
- *   KEEL_WAIT / KEEL_SPIN_US (keel/posix.h).
+ *   KEEL_WAIT / KEEL_SPIN_US (keel/posix.h), KEEL_MAC (auto|aes256gcm|chacha20poly1305).
+ * With a job key (KEEL_JOB_KEY_FILE or KEEL_JOB_KEY: keel/launch.h) the rendezvous proves it
+ * and cfg.auth is set with it, so every datagram is authenticated (docs/SECURITY.md); without
+ * one, a job of more than one rank prints one line on stderr (once per process) saying so.
+ * cfg.job_id is the launch's, as the rendezvous settled it (rank 0 picks one when no
+ * KEEL_JOB_ID is given).
  * `tweak`, if not NULL, adjusts the config after the environment. Without any launcher
  * variables the tool runs as a single rank. Returns 0, or a negative error with a message
  * in err naming what was wrong. */

@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,6 +193,49 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 	return rc;
 }
 
+/* Once per process, however many nodes it starts: the one line about running without a key. */
+static void warn_unauthenticated(const struct keel_launch *l)
+{
+	static atomic_flag warned = ATOMIC_FLAG_INIT;
+
+	if (atomic_flag_test_and_set(&warned))
+		return;
+	fprintf(stderr,
+		"keel: warning: no job key, so traffic between ranks is not authenticated "
+		"(anyone who can reach this job's ports can join it or forge its messages)%s; "
+		"give every rank the same key with KEEL_JOB_KEY_FILE (keel-run makes one per job; "
+		"docs/SECURITY.md)\n",
+		l->peers != NULL && !l->job_id_fixed ? " and its job id is 0 (set KEEL_JOB_ID)"
+						     : "");
+}
+
+/* The key (keel_launch_from_env read it) into the node's config, and KEEL_MAC. */
+static int auth_config(struct keel_boot *b, char *err, size_t err_len)
+{
+	const char *mac = getenv("KEEL_MAC");
+
+	if (mac != NULL && *mac != '\0') {
+		if (strcmp(mac, "auto") == 0)
+			b->cfg.mac = KEEL_MAC_AUTO;
+		else if (strcmp(mac, "aes256gcm") == 0)
+			b->cfg.mac = KEEL_MAC_AES256GCM;
+		else if (strcmp(mac, "chacha20poly1305") == 0)
+			b->cfg.mac = KEEL_MAC_CHACHA20POLY1305;
+		else
+			return keel_fail(err, err_len, -EINVAL,
+					 "KEEL_MAC=%.64s: expected auto, aes256gcm or "
+					 "chacha20poly1305",
+					 mac);
+	}
+	if (b->launch.has_key) {
+		b->cfg.auth = true;
+		memcpy(b->cfg.auth_key, b->launch.key, sizeof(b->cfg.auth_key));
+	} else if (b->launch.world_size > 1) {
+		warn_unauthenticated(&b->launch);
+	}
+	return 0;
+}
+
 /* KEEL_TRANSPORT=udp (default), dpdk or verbs (keel-bench --transport sets it). */
 static int transport_choice(bool *dpdk, bool *verbs, char *err, size_t err_len)
 {
@@ -300,6 +344,7 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 	keel_posix_timer_slack_min();
 	b->cfg.transport = b->tp;
 	b->cfg.waiter = keel_posix_waiter_get(&b->waiter);
+	b->cfg.job_id = b->launch.job_id; /* settled now: the rendezvous may have picked it */
 	b->mem_node_len = keel_storage_size(&b->cfg);
 	if (b->mem_node_len == 0) {
 		snprintf(err, err_len,
@@ -332,7 +377,6 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	b->cfg.heartbeat_ns = default_heartbeat_ns(&b->launch, b->cfg.heartbeat_ns);
 	b->cfg.rank = b->launch.rank;
 	b->cfg.world_size = b->launch.world_size;
-	b->cfg.job_id = b->launch.job_id;
 	char host[KEEL_LAUNCH_HOST_LEN];
 	uint16_t port;
 	rc = bind_address(b, host, sizeof(host), &port, err, err_len);
@@ -343,6 +387,8 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	 * network, jumbo frames (KEEL_MTU_DEFAULT) avoid IP fragmentation. */
 	uint32_t mtu = is_loopback(host) ? KEEL_MTU_MAX : KEEL_MTU_DEFAULT;
 	rc = env_config(&b->cfg, &mtu, err, err_len);
+	if (rc == 0)
+		rc = auth_config(b, err, err_len);
 	if (rc == 0 && tweak != NULL)
 		tweak(&b->cfg, ctx);
 	bool dpdk = false, verbs = false;
@@ -479,6 +525,9 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 	free(b->mem_node);
 	free(b->mem_chaos);
 	free(b->mem_udp);
+	/* The node is gone: no copy of the key needs to outlive it. */
+	explicit_bzero(b->cfg.auth_key, sizeof(b->cfg.auth_key));
+	explicit_bzero(b->launch.key, sizeof(b->launch.key));
 	b->node = NULL;
 	b->chaos = b->udp = b->tp = NULL;
 	b->mem_node = b->mem_chaos = b->mem_udp = NULL;

@@ -151,8 +151,7 @@ static int peers_static(const struct keel_launch *l, const char *list, char *err
 
 /* Rank 0's TCP rendezvous (or KEEL_PEERS, which then lacks MACs): each rank's IPv4 address and
  * UDP port as its address, its port's MAC as its blob. */
-static int peers_rendezvous(const struct keel_launch *l, uint64_t timeout_ns, char *err,
-			    size_t err_len)
+static int peers_rendezvous(struct keel_launch *l, uint64_t timeout_ns, char *err, size_t err_len)
 {
 	struct keel_dpdk_addr self;
 	struct sockaddr_in sin;
@@ -213,7 +212,7 @@ static int port_start(const struct keel_launch *l, struct keel_dpdk_config *c, c
 	return 0;
 }
 
-int keel_boot_dpdk_start(const struct keel_launch *l, uint32_t mtu, uint32_t burst,
+int keel_boot_dpdk_start(struct keel_launch *l, uint32_t mtu, uint32_t burst,
 			 uint64_t rendezvous_timeout_ns, struct keel_transport **out, char *err,
 			 size_t err_len)
 {

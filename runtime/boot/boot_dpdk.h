@@ -24,8 +24,9 @@
  *   KEEL_DPDK_PEERS     mac@ip:port,... one per rank: a static table instead of the rendezvous
  *   KEEL_DPDK_STATS=1   print the transport's counters on stderr at stop
  * mtu: the largest keel datagram wanted (0: the port's MTU minus IPv4/UDP); the transport's
- * mtu on return is what the node must use. Returns 0 or a negative error with a message. */
-int keel_boot_dpdk_start(const struct keel_launch *l, uint32_t mtu, uint32_t burst,
+ * mtu on return is what the node must use. The rendezvous may settle l->job_id (rendezvous.h).
+ * Returns 0 or a negative error with a message. */
+int keel_boot_dpdk_start(struct keel_launch *l, uint32_t mtu, uint32_t burst,
 			 uint64_t rendezvous_timeout_ns, struct keel_transport **out, char *err,
 			 size_t err_len);
 

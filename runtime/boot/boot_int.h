@@ -4,9 +4,15 @@
 
 #include <stddef.h>
 
+struct keel_launch;
+
 /* Write a message into err (if not NULL) and return `code`: the one way the start-up fails
  * with a reason. */
 __attribute__((format(printf, 4, 5))) int keel_fail(char *err, size_t err_len, int code,
 						    const char *fmt, ...);
+
+/* KEEL_JOB_KEY_FILE or KEEL_JOB_KEY into out->key (launch_key.c); errors as
+ * keel_launch_from_env's. Without a key variable: 0, and out->has_key stays false. */
+int keel_launch_read_key(struct keel_launch *out, char *err, size_t err_len);
 
 #endif

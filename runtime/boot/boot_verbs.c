@@ -70,7 +70,7 @@ static bool addr_from_blob(const struct keel_rendezvous_blob *b, struct keel_ver
 }
 
 /* One blob round on MASTER_PORT + round (a fresh listener per round). */
-static int round_trip(const struct keel_launch *l, uint32_t round,
+static int round_trip(struct keel_launch *l, uint32_t round,
 		      const struct keel_rendezvous_blob *mine, struct keel_rendezvous_blob *all,
 		      struct sockaddr_storage *peers, uint64_t timeout_ns, char *err,
 		      size_t err_len)
@@ -85,11 +85,15 @@ static int round_trip(const struct keel_launch *l, uint32_t round,
 	sin.sin_family = AF_INET;
 	sin.sin_port = htons((uint16_t)(1 + l->rank % 60000)); /* unused: verbs has no UDP */
 	sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	return keel_rendezvous_blob(&lr, (struct sockaddr *)&sin, sizeof(sin), mine, peers, all,
-				    timeout_ns, err, err_len);
+	int rc = keel_rendezvous_blob(&lr, (struct sockaddr *)&sin, sizeof(sin), mine, peers, all,
+				      timeout_ns, err, err_len);
+	/* The first round may settle the job id: later rounds, and the node, use it. */
+	l->job_id = lr.job_id;
+	l->job_id_fixed = lr.job_id_fixed;
+	return rc;
 }
 
-static int exchange(const struct keel_launch *l, uint64_t timeout_ns, char *err, size_t err_len)
+static int exchange(struct keel_launch *l, uint64_t timeout_ns, char *err, size_t err_len)
 {
 	uint32_t w = l->world_size;
 	struct keel_verbs_addr *addrs = calloc(w, sizeof(*addrs));
@@ -191,7 +195,7 @@ static int env_config(struct keel_verbs_config *c, char *err, size_t err_len)
 	return 0;
 }
 
-int keel_boot_verbs_start(const struct keel_launch *l, uint32_t mtu, uint64_t rendezvous_timeout_ns,
+int keel_boot_verbs_start(struct keel_launch *l, uint32_t mtu, uint64_t rendezvous_timeout_ns,
 			  struct keel_transport **out, char *err, size_t err_len)
 {
 	struct keel_verbs_config c;

@@ -22,10 +22,11 @@
  *   KEEL_VERBS_RETRY    QP retry count (default 7)
  *   KEEL_VERBS_STATS=1  print the transport's counters on stderr at stop
  * The rendezvous carries each rank's address in a first round (MASTER_PORT) and its QPNs in
- * ceil(world / 16) more rounds (MASTER_PORT + 1, + 2, ...). KEEL_PEERS is not supported.
+ * ceil(world / 16) more rounds (MASTER_PORT + 1, + 2, ...); the first may settle l->job_id
+ * (rendezvous.h). KEEL_PEERS is not supported.
  * mtu: the largest keel datagram (slot size; 0: 64 KiB). Returns 0 or a negative error with
  * a message in err. */
-int keel_boot_verbs_start(const struct keel_launch *l, uint32_t mtu, uint64_t rendezvous_timeout_ns,
+int keel_boot_verbs_start(struct keel_launch *l, uint32_t mtu, uint64_t rendezvous_timeout_ns,
 			  struct keel_transport **out, char *err, size_t err_len);
 
 /* Print counters (if asked) and finish the transport. Safe if never started. */

@@ -300,13 +300,16 @@ static int read_job_id(struct keel_launch *out, char *err, size_t err_len)
 					 "0..4294967295",
 					 QUOTE_MAX, s);
 		out->job_id = (uint32_t)v;
+		out->job_id_fixed = true;
 		return 0;
 	}
 	/* Every task of a Slurm job sees the same SLURM_JOB_ID; anything unreadable is ignored,
 	 * since it only narrows which datagrams count as ours. */
 	s = getenv("SLURM_JOB_ID");
-	if (s != NULL && parse_decimal(s, strlen(s), UINT32_MAX, &v))
+	if (s != NULL && parse_decimal(s, strlen(s), UINT32_MAX, &v)) {
 		out->job_id = (uint32_t)v;
+		out->job_id_fixed = true;
+	}
 	return 0;
 }
 
@@ -333,5 +336,7 @@ int keel_launch_from_env(struct keel_launch *out, char *err, size_t err_len)
 		rc = read_master(out, err, err_len);
 	if (rc == 0)
 		rc = read_job_id(out, err, err_len);
+	if (rc == 0)
+		rc = keel_launch_read_key(out, err, err_len);
 	return rc;
 }

@@ -112,6 +112,30 @@ rc=$?
 if [ $rc -ne 7 ]; then fail "after SIGTERM keel-run exited $rc, expected 7"; fi
 has out "^term 0$" && has out "^term 1$"
 
+# The job's key: a fresh one per job, 0600 in a 0700 directory, the same file for every rank
+# and every life of a rank, removed at exit; one given to keel-run is passed on instead. Only
+# where keel was built with libsodium (as the Makefile decides), else no key is made.
+if pkg-config --exists libsodium 2>/dev/null; then
+	show='f=$KEEL_JOB_KEY_FILE; echo "$RANK ${KEEL_INCARNATION:-} $f $(stat -c %a "$f") \
+$(stat -c %a "$(dirname "$f")") $(tr -d "\n" <"$f" | wc -c) $(cat "$f")"'
+	if run 0 -n 2 --restart -- sh -c "$show"'; [ $RANK = 1 ] && [ $KEEL_INCARNATION = 1 ] && exit 75; true'; then
+		[ "$(cut -d' ' -f3- "$tmp/out" | sort -u | wc -l)" -eq 1 ] ||
+			fail "ranks or lives got different keys"
+		[ "$(wc -l <"$tmp/out")" -eq 3 ] || fail "expected 3 lives"
+		has out '^0 1 /.*/keel-run\.[A-Za-z0-9]*/job\.key 600 700 64 [0-9a-f]\{64\}$'
+		has out '^1 2 '
+		key1=$(head -1 "$tmp/out" | cut -d' ' -f7)
+		dir1=$(dirname "$(head -1 "$tmp/out" | cut -d' ' -f3)")
+		[ ! -e "$dir1" ] || fail "keel-run left its key directory $dir1"
+		run 0 -n 1 -- sh -c "$show" && [ "$(cut -d' ' -f7 "$tmp/out")" != "$key1" ] ||
+			fail "the key did not change between jobs"
+	fi
+	if KEEL_JOB_KEY=$(printf '%064d' 7) run 0 -n 1 -- sh -c 'echo "${KEEL_JOB_KEY_FILE:-none} $KEEL_JOB_KEY"'; then
+		has out "^none 0\{63\}7$"
+	fi
+	TMPDIR=/nonexistent/dir run 1 -n 1 -- true && has err "cannot make the job's key in"
+fi
+
 # Usage errors exit 2 with a message; --help exits 0.
 for args in "" "-n" "-n 0 true" "-n x true" "-n 4097 true" "-n 2" "-n 2 --bogus true" \
 	"--timeout 0 -n 1 true" "--timeout -1 -n 1 true" "--master-port 70000 -n 1 true" \

@@ -19,12 +19,14 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "keel/boot.h"
 #include "keel/launch.h"
 #include "keel/limits.h"
 #include "keel/posix.h"
-#include "rendezvous.h"
+#include "rendezvous_int.h"
 
 #define MS 1000000ull
 
@@ -48,6 +50,9 @@ static const char *const env_names[] = {
     "KEEL_JOB_ID",
     "KEEL_WAIT",
     "KEEL_SPIN_US",
+    "KEEL_JOB_KEY_FILE",
+    "KEEL_JOB_KEY",
+    "KEEL_MAC",
 };
 
 static int env_clear(void **state)
@@ -270,10 +275,407 @@ static void test_launch_job_id(void **state)
 	env("KEEL_JOB_ID", "4294967295");
 	assert_int_equal(keel_launch_from_env(&l, NULL, 0), 0);
 	assert_int_equal(l.job_id, 4294967295u);
+	assert_true(l.job_id_fixed);
 	unsetenv("KEEL_JOB_ID");
 	env("SLURM_JOB_ID", "junk"); /* unreadable: ignored */
 	assert_int_equal(keel_launch_from_env(&l, NULL, 0), 0);
 	assert_int_equal(l.job_id, 0);
+	assert_false(l.job_id_fixed); /* rank 0's rendezvous will pick one */
+	env("SLURM_JOB_ID", "4242");
+	assert_int_equal(keel_launch_from_env(&l, NULL, 0), 0);
+	assert_int_equal(l.job_id, 4242);
+	assert_true(l.job_id_fixed);
+}
+
+/* ---- the job key -------------------------------------------------------------------------- */
+
+#define KEY_HEX "00112233445566778899aabbccddeeffF0E1D2C3B4A5968778695A4B3C2D1E0f"
+
+/* The key KEY_HEX spells. */
+static void key_bytes(uint8_t *key)
+{
+	static const uint8_t k[32] = {0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77,
+				      0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff,
+				      0xf0, 0xe1, 0xd2, 0xc3, 0xb4, 0xa5, 0x96, 0x87,
+				      0x78, 0x69, 0x5a, 0x4b, 0x3c, 0x2d, 0x1e, 0x0f};
+
+	memcpy(key, k, sizeof(k));
+}
+
+/* Skip when keel was built without libsodium (every key is then refused: checked here). */
+static void need_sodium(void)
+{
+	if (keel_rv_proof_available())
+		return;
+	torchrun_env("0", "2");
+	env("KEEL_JOB_KEY", KEY_HEX);
+	expect_launch_error(-ENOTSUP, "built without libsodium");
+	skip();
+}
+
+/* Fails with `needle` in the message, which must never quote the key. */
+static void expect_key_error(const char *needle)
+{
+	struct keel_launch l;
+	char err[512] = "";
+	int rc = keel_launch_from_env(&l, err, sizeof(err));
+
+	if (rc != -EINVAL || strstr(err, needle) == NULL)
+		print_error("rc %d, err '%s' (want '%s')\n", rc, err, needle);
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(err, needle));
+	assert_null(strstr(err, "00112233"));
+	assert_null(strstr(err, "0011223344"));
+}
+
+static void test_launch_key_env(void **state)
+{
+	struct keel_launch l;
+	uint8_t want[32];
+	char err[256];
+	uint32_t derived;
+
+	(void)state;
+	need_sodium();
+	key_bytes(want);
+	torchrun_env("1", "2");
+	assert_int_equal(keel_launch_from_env(&l, err, sizeof(err)), 0);
+	assert_false(l.has_key);
+	assert_null(l.key_source);
+	env("KEEL_JOB_KEY", KEY_HEX);
+	assert_int_equal(keel_launch_from_env(&l, err, sizeof(err)), 0);
+	assert_true(l.has_key);
+	assert_memory_equal(l.key, want, 32);
+	assert_string_equal(l.key_source, "KEEL_JOB_KEY");
+	/* No job id given: one derived from the key, the same for every rank of the job. */
+	assert_false(l.job_id_fixed);
+	assert_int_not_equal(l.job_id, 0);
+	derived = l.job_id;
+	assert_int_equal(keel_rv_job_id_from_key(want), derived);
+	want[0] ^= 1;
+	assert_int_not_equal(keel_rv_job_id_from_key(want), derived);
+	env("KEEL_JOB_ID", "12");
+	assert_int_equal(keel_launch_from_env(&l, err, sizeof(err)), 0);
+	assert_true(l.job_id_fixed);
+	assert_int_equal(l.job_id, 12);
+	/* Every way to get it wrong. */
+	env("KEEL_JOB_KEY", "00112233");
+	expect_key_error("KEEL_JOB_KEY: 8 characters where the key needs 64 hex digits");
+	env("KEEL_JOB_KEY", KEY_HEX "0");
+	expect_key_error("KEEL_JOB_KEY: 65 characters");
+	env("KEEL_JOB_KEY", "0011g233445566778899aabbccddeeffF0E1D2C3B4A5968778695A4B3C2D1E0f");
+	expect_key_error("KEEL_JOB_KEY: character 5 is not a hex digit");
+	env("KEEL_JOB_KEY", "0011223344556677 899aabbccddeeffF0E1D2C3B4A5968778695A4B3C2D1E0f");
+	expect_key_error("character 17 is not a hex digit");
+	env("KEEL_JOB_KEY", "");
+	expect_key_error("KEEL_JOB_KEY is set but empty");
+	env("KEEL_JOB_KEY", KEY_HEX);
+	env("KEEL_JOB_KEY_FILE", "/nonexistent");
+	expect_key_error("both KEEL_JOB_KEY_FILE and KEEL_JOB_KEY are set");
+}
+
+/* A file of `len` bytes from `data` with mode `mode` at dir/name; returns its path. */
+static const char *key_file(const char *dir, const char *name, const void *data, size_t len,
+			    mode_t mode)
+{
+	static char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(fwrite(data, 1, len, f), len);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(chmod(path, mode), 0);
+	return path;
+}
+
+static void expect_key_file(const char *path, const uint8_t *want)
+{
+	struct keel_launch l;
+	char err[512] = "";
+	int rc;
+
+	env("KEEL_JOB_KEY_FILE", path);
+	rc = keel_launch_from_env(&l, err, sizeof(err));
+	if (rc != 0)
+		print_error("%s: %s\n", path, err);
+	assert_int_equal(rc, 0);
+	assert_true(l.has_key);
+	assert_string_equal(l.key_source, "KEEL_JOB_KEY_FILE");
+	assert_memory_equal(l.key, want, 32);
+}
+
+static void test_launch_key_file(void **state)
+{
+	char dir[] = "/tmp/keel-key-test.XXXXXX", want_path[300];
+	uint8_t raw[100];
+	const char *p;
+
+	(void)state;
+	need_sodium();
+	assert_non_null(mkdtemp(dir));
+	torchrun_env("0", "2");
+	key_bytes(raw);
+	expect_key_file(key_file(dir, "raw", raw, 32, 0600), raw);
+	expect_key_file(key_file(dir, "hex", KEY_HEX "\n", 65, 0600), raw);
+	expect_key_file(key_file(dir, "hex-no-newline", KEY_HEX, 64, 0400), raw);
+	/* Too open, like ssh says: group or others may read or write it. */
+	static const mode_t loose[] = {0644, 0640, 0604, 0602, 0620, 0660, 0777, 0610};
+	for (size_t i = 0; i < sizeof(loose) / sizeof(loose[0]); i++) {
+		char name[16], want[64];
+
+		snprintf(name, sizeof(name), "loose%zu", i);
+		p = key_file(dir, name, raw, 32, loose[i]);
+		env("KEEL_JOB_KEY_FILE", p);
+		snprintf(want, sizeof(want), "permissions %04o are too open", (unsigned)loose[i]);
+		expect_key_error(want);
+		snprintf(want_path, sizeof(want_path), "chmod 600 %s", p);
+		expect_key_error(want_path);
+	}
+	/* Wrong size or content. */
+	env("KEEL_JOB_KEY_FILE", key_file(dir, "short", raw, 31, 0600));
+	expect_key_error("holds 31 bytes: expected 32 raw bytes, or 64 hex digits");
+	env("KEEL_JOB_KEY_FILE", key_file(dir, "empty", raw, 0, 0600));
+	expect_key_error("holds 0 bytes");
+	env("KEEL_JOB_KEY_FILE", key_file(dir, "crlf", KEY_HEX "\r\n", 66, 0600));
+	expect_key_error("holds 66 bytes");
+	memset(raw + 32, 'a', sizeof(raw) - 32);
+	env("KEEL_JOB_KEY_FILE", key_file(dir, "long", raw, sizeof(raw), 0600));
+	expect_key_error("holds more than 66 bytes");
+	env("KEEL_JOB_KEY_FILE",
+	    key_file(dir, "badhex",
+		     "00112233445566778899aabbccddeeffF0E1D2C3B4A5968778695A4B3C2D1EzZ\n", 65,
+		     0600));
+	expect_key_error("KEEL_JOB_KEY_FILE=");
+	expect_key_error("character 63 is not a hex digit");
+	/* Missing, not a file, empty variable. */
+	snprintf(want_path, sizeof(want_path), "%s/missing", dir);
+	env("KEEL_JOB_KEY_FILE", want_path);
+	expect_key_error("cannot open it: No such file or directory");
+	expect_key_error(want_path);
+	env("KEEL_JOB_KEY_FILE", dir);
+	expect_key_error("is not a regular file");
+	env("KEEL_JOB_KEY_FILE", "");
+	expect_key_error("KEEL_JOB_KEY_FILE is set but empty");
+	for (const char *n = "raw\0hex\0hex-no-newline\0short\0empty\0crlf\0long\0badhex\0"; *n;
+	     n += strlen(n) + 1) {
+		snprintf(want_path, sizeof(want_path), "%s/%s", dir, n);
+		unlink(want_path);
+	}
+	for (size_t i = 0; i < sizeof(loose) / sizeof(loose[0]); i++) {
+		snprintf(want_path, sizeof(want_path), "%s/loose%zu", dir, i);
+		unlink(want_path);
+	}
+	assert_int_equal(rmdir(dir), 0);
+}
+
+/* ---- the proof of the key ------------------------------------------------------------------ */
+
+/* A hello of rank 2 in a world of 4, job 1234, at 127.0.0.1:5000 with a blob. */
+static void proof_hello(uint8_t *hello, const uint8_t *rv_key, const uint8_t *nonce_s)
+{
+	struct keel_rv_hello h = {.version = KEEL_RENDEZVOUS_VERSION,
+				  .flags = RV_FLAG_JOB_FIXED | (rv_key != NULL ? RV_FLAG_KEYED : 0),
+				  .job = 1234,
+				  .world = 4,
+				  .rank = 2};
+	struct keel_rendezvous_blob blob = {.kind = 9, .len = 3, .data = {1, 2, 3}};
+	struct sockaddr_storage at;
+
+	memset(&at, 0, sizeof(at));
+	at.ss_family = AF_INET;
+	((struct sockaddr_in *)&at)->sin_port = htons(5000);
+	((struct sockaddr_in *)&at)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	memset(h.nonce, 0xc1, sizeof(h.nonce));
+	keel_rv_entry_put(h.entry, &at, &blob);
+	keel_rv_hello_encode(&h, hello);
+	if (rv_key != NULL)
+		keel_rv_hello_sign(rv_key, nonce_s, hello);
+}
+
+static enum keel_rv_verdict judge(const uint8_t *hello, const struct keel_rv_policy *p)
+{
+	struct keel_rv_hello h;
+	struct sockaddr_storage addr;
+	struct keel_rendezvous_blob blob;
+
+	return keel_rv_hello_judge(hello, RV_HELLO_LEN, p, &h, &addr, &blob);
+}
+
+static void test_launch_proof_hello(void **state)
+{
+	uint8_t job_key[32], rv_key[32], other_key[32], nonce_s[32], hello[RV_HELLO_LEN];
+	struct keel_rv_policy p = {.keyed = true,
+				   .rv_key = rv_key,
+				   .nonce_s = nonce_s,
+				   .job_fixed = true,
+				   .job = 1234,
+				   .world = 4};
+	struct keel_rv_hello h;
+	struct sockaddr_storage addr;
+	struct keel_rendezvous_blob blob;
+
+	(void)state;
+	if (!keel_rv_proof_available())
+		skip();
+	key_bytes(job_key);
+	keel_rv_key_derive(job_key, rv_key);
+	assert_memory_not_equal(rv_key, job_key, 32); /* never the datagram MACs' key itself */
+	memset(nonce_s, 0x5e, sizeof(nonce_s));
+	proof_hello(hello, rv_key, nonce_s);
+	assert_int_equal(keel_rv_hello_judge(hello, RV_HELLO_LEN, &p, &h, &addr, &blob),
+			 KEEL_RV_ACCEPT);
+	assert_int_equal(h.rank, 2);
+	assert_int_equal(ntohs(((struct sockaddr_in *)&addr)->sin_port), 5000);
+	assert_int_equal(blob.kind, 9);
+	assert_int_equal(blob.len, 3);
+	/* Any bit changed anywhere: magic, version, then the proof fails. */
+	for (size_t i = 0; i < RV_HELLO_LEN; i++) {
+		hello[i] ^= 0x10;
+		assert_int_equal(judge(hello, &p), i < 4   ? KEEL_RV_NOT_KEEL
+						   : i < 6 ? KEEL_RV_VERSION
+							   : KEEL_RV_PROOF);
+		hello[i] ^= 0x10;
+	}
+	assert_int_equal(judge(hello, &p), KEEL_RV_ACCEPT);
+	/* Another nonce (a replay on another connection), another key, no proof at all. */
+	nonce_s[0] ^= 1;
+	assert_int_equal(judge(hello, &p), KEEL_RV_PROOF);
+	nonce_s[0] ^= 1;
+	memcpy(other_key, job_key, 32);
+	other_key[5] ^= 0x80;
+	keel_rv_key_derive(other_key, other_key);
+	proof_hello(hello, other_key, nonce_s);
+	assert_int_equal(judge(hello, &p), KEEL_RV_PROOF);
+	proof_hello(hello, NULL, nonce_s); /* not flagged as proven */
+	assert_int_equal(judge(hello, &p), KEEL_RV_PROOF);
+	hello[7] |= RV_FLAG_KEYED; /* flagged, with a zero mac */
+	assert_int_equal(judge(hello, &p), KEEL_RV_PROOF);
+	/* Rank 0 without a key: a proven hello is not one of its job's. */
+	p.keyed = false;
+	proof_hello(hello, rv_key, nonce_s);
+	assert_int_equal(judge(hello, &p), KEEL_RV_PROOF);
+	proof_hello(hello, NULL, nonce_s);
+	assert_int_equal(judge(hello, &p), KEEL_RV_ACCEPT);
+}
+
+static void test_launch_proof_hello_fields(void **state)
+{
+	uint8_t job_key[32], rv_key[32], nonce_s[32], hello[RV_HELLO_LEN];
+	struct keel_rv_policy p = {.keyed = true,
+				   .rv_key = rv_key,
+				   .nonce_s = nonce_s,
+				   .job_fixed = true,
+				   .job = 1234,
+				   .world = 4};
+
+	(void)state;
+	if (!keel_rv_proof_available())
+		skip();
+	key_bytes(job_key);
+	keel_rv_key_derive(job_key, rv_key);
+	memset(nonce_s, 0x77, sizeof(nonce_s));
+	proof_hello(hello, rv_key, nonce_s);
+	/* Proven, but not of this job: judged field by field, in this order. */
+	p.job = 99;
+	assert_int_equal(judge(hello, &p), KEEL_RV_JOB);
+	p.job = 1234;
+	p.job_fixed = false; /* rank 0 was to pick the id; this rank had one */
+	assert_int_equal(judge(hello, &p), KEEL_RV_JOB);
+	p.job_fixed = true;
+	p.world = 5;
+	assert_int_equal(judge(hello, &p), KEEL_RV_WORLD);
+	p.world = 4;
+	hello[19] = 4; /* rank 4 of 4, re-proven */
+	keel_rv_hello_sign(rv_key, nonce_s, hello);
+	assert_int_equal(judge(hello, &p), KEEL_RV_RANK);
+	hello[19] = 0; /* rank 0 is rank 0's own seat */
+	keel_rv_hello_sign(rv_key, nonce_s, hello);
+	assert_int_equal(judge(hello, &p), KEEL_RV_RANK);
+	hello[19] = 2;
+	hello[20 + RV_NONCE_LEN + 1] = 5; /* address family 5, re-proven */
+	keel_rv_hello_sign(rv_key, nonce_s, hello);
+	assert_int_equal(judge(hello, &p), KEEL_RV_ADDRESS);
+	/* Short, long, empty input. */
+	struct keel_rv_hello h;
+	struct sockaddr_storage addr;
+	struct keel_rendezvous_blob blob;
+	proof_hello(hello, rv_key, nonce_s);
+	assert_int_equal(keel_rv_hello_judge(hello, RV_HELLO_LEN - 1, &p, &h, &addr, &blob),
+			 KEEL_RV_NOT_KEEL);
+	assert_int_equal(keel_rv_hello_judge(hello, 0, &p, &h, &addr, &blob), KEEL_RV_NOT_KEEL);
+	assert_int_equal(keel_rv_hello_prefix(hello, 3), KEEL_RV_ACCEPT);
+	assert_int_equal(keel_rv_hello_prefix((const uint8_t *)"GET / HTTP/1.0", 14),
+			 KEEL_RV_NOT_KEEL);
+}
+
+static void test_launch_proof_reply(void **state)
+{
+	uint8_t job_key[32], rv_key[32], nc[32], ns[32], hdr[RV_REPLY_HDR_LEN];
+	uint8_t entries[3 * RV_ENTRY_LEN], digest[32], mac[32];
+
+	(void)state;
+	if (!keel_rv_proof_available())
+		skip();
+	key_bytes(job_key);
+	keel_rv_key_derive(job_key, rv_key);
+	memset(nc, 1, sizeof(nc));
+	memset(ns, 2, sizeof(ns));
+	memset(entries, 3, sizeof(entries));
+	keel_rv_reply_hdr_encode(hdr, RV_ST_OK, 3, 77);
+	keel_rv_digest(entries, sizeof(entries), digest);
+	keel_rv_reply_mac(rv_key, nc, ns, hdr, digest, mac);
+	assert_true(keel_rv_reply_verify(rv_key, nc, ns, hdr, digest, mac));
+	/* Every input counts: either nonce, any header byte, any table byte, the key. */
+	nc[31] ^= 1;
+	assert_false(keel_rv_reply_verify(rv_key, nc, ns, hdr, digest, mac));
+	nc[31] ^= 1;
+	ns[0] ^= 1;
+	assert_false(keel_rv_reply_verify(rv_key, nc, ns, hdr, digest, mac));
+	ns[0] ^= 1;
+	for (size_t i = 0; i < sizeof(hdr); i++) {
+		hdr[i] ^= 4;
+		assert_false(keel_rv_reply_verify(rv_key, nc, ns, hdr, digest, mac));
+		hdr[i] ^= 4;
+	}
+	for (size_t i = 0; i < sizeof(entries); i += 7) {
+		entries[i] ^= 8;
+		keel_rv_digest(entries, sizeof(entries), digest);
+		assert_false(keel_rv_reply_verify(rv_key, nc, ns, hdr, digest, mac));
+		entries[i] ^= 8;
+	}
+	keel_rv_digest(entries, sizeof(entries), digest);
+	assert_true(keel_rv_reply_verify(rv_key, nc, ns, hdr, digest, mac));
+	rv_key[0] ^= 1;
+	assert_false(keel_rv_reply_verify(rv_key, nc, ns, hdr, digest, mac));
+	/* A hello's proof is not a reply's, whatever the bytes. */
+	rv_key[0] ^= 1;
+	memset(mac, 0, sizeof(mac));
+	assert_false(keel_rv_reply_verify(rv_key, nc, ns, hdr, digest, mac));
+}
+
+static void test_launch_refusals_str(void **state)
+{
+	uint32_t refused[KEEL_RV_VERDICTS] = {0};
+	char buf[256];
+
+	(void)state;
+	assert_int_equal(keel_rv_refusals_str(refused, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "no connection refused");
+	refused[KEEL_RV_PROOF] = 3;
+	refused[KEEL_RV_JOB] = 2;
+	assert_int_equal(keel_rv_refusals_str(refused, buf, sizeof(buf)), 5);
+	assert_string_equal(buf, "5 connections refused (3 bad proof, 2 wrong job)");
+	memset(refused, 0, sizeof(refused));
+	refused[KEEL_RV_IDLE] = 1;
+	keel_rv_refusals_str(refused, buf, sizeof(buf));
+	assert_string_equal(buf, "1 connection refused (1 idle)");
+	for (unsigned v = 1; v < KEEL_RV_VERDICTS; v++)
+		refused[v] = 4000000000u;
+	keel_rv_refusals_str(refused, buf, 40); /* cut short, still terminated */
+	assert_int_equal(strlen(buf), 39);
+	assert_string_equal(keel_rv_verdict_name(KEEL_RV_SEAT), "seat taken");
 }
 
 /* ---- KEEL_PEERS ------------------------------------------------------------------------- */
@@ -461,9 +863,10 @@ struct rv_rank {
 	int fd;
 	struct sockaddr_storage self;
 	struct sockaddr_storage peers[RV_MAX];
+	struct keel_rendezvous_args a;
 	int rc;
 	uint64_t elapsed_ns;
-	char err[256];
+	char err[512];
 	pthread_t thread;
 };
 
@@ -475,8 +878,11 @@ static void *rv_thread(void *arg)
 	if (r->start_delay_ns != 0)
 		usleep((useconds_t)(r->start_delay_ns / 1000));
 	t0 = keel_posix_now_ns();
-	r->rc = keel_rendezvous(&r->l, (struct sockaddr *)&r->self, sizeof(r->self), r->peers,
-				r->timeout_ns, r->err, sizeof(r->err));
+	r->a.self_addr = (struct sockaddr *)&r->self;
+	r->a.self_len = sizeof(r->self);
+	r->a.timeout_ns = r->timeout_ns;
+	r->a.peers = r->peers;
+	r->rc = keel_rendezvous_run(&r->l, &r->a, r->err, sizeof(r->err));
 	r->elapsed_ns = keel_posix_now_ns() - t0;
 	return NULL;
 }
@@ -494,6 +900,7 @@ static void rv_setup(struct rv_rank *ranks, uint32_t n, uint32_t world, uint16_t
 		r->l.local_rank = r->l.rank;
 		r->l.local_world_size = world;
 		r->l.job_id = 1234;
+		r->l.job_id_fixed = true;
 		snprintf(r->l.master_addr, sizeof(r->l.master_addr), "127.0.0.1");
 		r->l.master_port = port;
 		r->l.source = "test";
@@ -606,6 +1013,28 @@ static void test_launch_rendezvous_unreachable_master(void **state)
 	assert_true(r.elapsed_ns < 450 * MS);
 }
 
+/* Every rank of ranks[0..n) holds `key` (NULL: a key of its own index, i.e. all different). */
+static void rv_key(struct rv_rank *ranks, uint32_t n, const uint8_t *key)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		ranks[i].l.has_key = true;
+		ranks[i].l.key_source = "KEEL_JOB_KEY";
+		if (key != NULL)
+			memcpy(ranks[i].l.key, key, 32);
+		else
+			memset(ranks[i].l.key, (int)(0x40 + i), 32);
+	}
+}
+
+static void rv_expect(const struct rv_rank *r, int rc, const char *needle)
+{
+	if (r->rc != rc || strstr(r->err, needle) == NULL)
+		print_error("rank %u: rc %d (want %d), err '%s' (want '%s')\n", r->l.rank, r->rc,
+			    rc, r->err, needle);
+	assert_int_equal(r->rc, rc);
+	assert_non_null(strstr(r->err, needle));
+}
+
 static void test_launch_rendezvous_missing_rank_times_out(void **state)
 {
 	struct rv_rank ranks[2];
@@ -615,12 +1044,10 @@ static void test_launch_rendezvous_missing_rank_times_out(void **state)
 	ranks[0].timeout_ns = 300 * MS;
 	ranks[1].timeout_ns = 3000 * MS;
 	rv_run(ranks, 2);
-	assert_int_equal(ranks[0].rc, -ETIMEDOUT);
-	assert_non_null(strstr(ranks[0].err, "only 2 of 3 ranks"));
-	assert_non_null(strstr(ranks[0].err, "missing ranks 2"));
+	rv_expect(&ranks[0], -ETIMEDOUT,
+		  "only 2 of 3 ranks arrived in time; 1 rank missing (2); no connection refused");
 	/* Rank 1 hears it from rank 0 instead of waiting out its own timeout. */
-	assert_int_equal(ranks[1].rc, -ETIMEDOUT);
-	assert_non_null(strstr(ranks[1].err, "timed out: only 2 of 3 ranks"));
+	rv_expect(&ranks[1], -ETIMEDOUT, "timed out: only 2 of 3 ranks");
 	for (uint32_t i = 0; i < 2; i++)
 		assert_true(ranks[i].elapsed_ns < 450 * MS);
 	/* A rank whose own time runs out first. */
@@ -628,27 +1055,52 @@ static void test_launch_rendezvous_missing_rank_times_out(void **state)
 	ranks[0].timeout_ns = 500 * MS;
 	ranks[1].timeout_ns = 200 * MS;
 	rv_run(ranks, 2);
-	assert_int_equal(ranks[1].rc, -ETIMEDOUT);
-	assert_non_null(strstr(ranks[1].err, "did not come in time"));
+	rv_expect(&ranks[1], -ETIMEDOUT, "did not come in time");
 	assert_true(ranks[1].elapsed_ns < 350 * MS);
+	/* The same with a key: rank 0's word about the timeout is proven too. */
+	if (!keel_launch_auth_available())
+		return;
+	rv_setup(ranks, 2, 3, free_tcp_port(), NULL);
+	rv_key(ranks, 2, ranks[0].l.key);
+	ranks[0].timeout_ns = 300 * MS;
+	rv_run(ranks, 2);
+	rv_expect(&ranks[1], -ETIMEDOUT, "timed out: only 2 of 3 ranks");
 }
 
+/* Ranks {0, 1, 1, 2} of a world of 3, rank 2 late so that both twins ask while the seat is
+ * held: one twin gets the seat, the other is refused without abort of anything. */
 static void test_launch_rendezvous_duplicate_rank(void **state)
 {
-	struct rv_rank ranks[3];
+	struct rv_rank ranks[4];
+	uint8_t key[32];
 
 	(void)state;
-	rv_setup(ranks, 3, 3, free_tcp_port(), (const uint32_t[]){0, 1, 1});
-	rv_run(ranks, 3);
-	assert_int_equal(ranks[0].rc, KEEL_ERENDEZVOUS);
-	assert_non_null(strstr(ranks[0].err, "duplicate rank 1"));
-	/* One twin is told it is a duplicate, the other that the rendezvous was aborted. */
-	assert_int_equal(ranks[1].rc, KEEL_ERENDEZVOUS);
-	assert_int_equal(ranks[2].rc, KEEL_ERENDEZVOUS);
-	assert_true((strstr(ranks[1].err, "duplicate") && strstr(ranks[2].err, "aborted")) ||
-		    (strstr(ranks[2].err, "duplicate") && strstr(ranks[1].err, "aborted")));
-	for (uint32_t i = 0; i < 3; i++)
-		assert_true(ranks[i].elapsed_ns < 2000 * MS); /* fails fast, not by timeout */
+	for (int keyed = 0; keyed < 1 + keel_launch_auth_available(); keyed++) {
+		struct rv_rank *winner, *loser;
+
+		rv_setup(ranks, 4, 3, free_tcp_port(), (const uint32_t[]){0, 1, 1, 2});
+		if (keyed) {
+			memset(key, 7, sizeof(key));
+			rv_key(ranks, 4, key);
+		}
+		ranks[3].start_delay_ns = 300 * MS;
+		for (uint32_t i = 0; i < 4; i++)
+			ranks[i].timeout_ns = 1500 * MS;
+		rv_run(ranks, 4);
+		winner = ranks[1].rc == 0 ? &ranks[1] : &ranks[2];
+		loser = ranks[1].rc == 0 ? &ranks[2] : &ranks[1];
+		assert_int_equal(ranks[0].rc, 0);
+		assert_int_equal(ranks[3].rc, 0);
+		assert_int_equal(winner->rc, 0);
+		assert_int_equal(port_of(&ranks[0].peers[1]), port_of(&winner->self));
+		assert_true(ranks[0].a.refused[KEEL_RV_SEAT] >= 1);
+		if (keyed) { /* it proved the key: told at once */
+			rv_expect(loser, KEEL_ERENDEZVOUS, "another live process holds that rank");
+			assert_true(loser->elapsed_ns < 1000 * MS);
+		} else { /* no word to an unproven hello: it tries until its time is up */
+			rv_expect(loser, -ETIMEDOUT, "closed this rank's connection");
+		}
+	}
 }
 
 static void test_launch_rendezvous_world_mismatch(void **state)
@@ -656,53 +1108,394 @@ static void test_launch_rendezvous_world_mismatch(void **state)
 	struct rv_rank ranks[2];
 
 	(void)state;
+	for (int keyed = 0; keyed < 1 + keel_launch_auth_available(); keyed++) {
+		rv_setup(ranks, 2, 2, free_tcp_port(), NULL);
+		if (keyed)
+			rv_key(ranks, 2, ranks[0].l.key);
+		ranks[1].l.world_size = 3;
+		ranks[0].timeout_ns = 500 * MS;
+		ranks[1].timeout_ns = 500 * MS;
+		rv_run(ranks, 2);
+		rv_expect(&ranks[0], -ETIMEDOUT, "1 rank missing (1)");
+		rv_expect(&ranks[0], -ETIMEDOUT, "wrong world size)");
+		if (keyed)
+			rv_expect(&ranks[1], KEEL_ERENDEZVOUS, "its world size is 2, ours 3");
+		else
+			rv_expect(&ranks[1], -ETIMEDOUT, "closed this rank's connection");
+	}
+}
+
+/* A rank with the key but another job id is told so, and never told rank 0's job id. */
+static void test_launch_rendezvous_job_mismatch(void **state)
+{
+	struct rv_rank ranks[2];
+
+	(void)state;
+	if (!keel_launch_auth_available())
+		skip(); /* keys need libsodium */
 	rv_setup(ranks, 2, 2, free_tcp_port(), NULL);
-	ranks[1].l.world_size = 3;
+	rv_key(ranks, 2, ranks[0].l.key);
+	ranks[1].l.job_id = 99;
+	ranks[0].timeout_ns = 400 * MS;
 	rv_run(ranks, 2);
-	assert_int_equal(ranks[0].rc, KEEL_ERENDEZVOUS);
-	assert_non_null(strstr(ranks[0].err, "world size is 3, ours is 2"));
-	assert_int_equal(ranks[1].rc, KEEL_ERENDEZVOUS);
-	assert_non_null(strstr(ranks[1].err, "world size is 2"));
+	rv_expect(&ranks[1], KEEL_ERENDEZVOUS, "runs another job than this rank's 99");
+	assert_null(strstr(ranks[1].err, "1234"));
+	rv_expect(&ranks[0], -ETIMEDOUT, "(1 wrong job)");
+	/* Job id given on one side only. */
+	rv_setup(ranks, 2, 2, free_tcp_port(), NULL);
+	rv_key(ranks, 2, ranks[0].l.key);
+	ranks[1].l.job_id_fixed = false;
+	ranks[0].timeout_ns = 400 * MS;
+	rv_run(ranks, 2);
+	rv_expect(&ranks[1], KEEL_ERENDEZVOUS, "this rank's 1234 (none given)");
+}
+
+/* Connect to 127.0.0.1:port, retrying while nobody listens yet; replies wait at most 3 s. */
+static int tcp_connect(uint16_t port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct timeval tv = {.tv_sec = 3};
+
+	a.sin_port = htons(port);
+	for (int i = 0; i < 400; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		assert_true(fd >= 0);
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+			setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+			return fd;
+		}
+		close(fd);
+		usleep(5000);
+	}
+	fail_msg("nothing listens on 127.0.0.1:%u", port);
+	return -1;
+}
+
+/* Bytes that come on fd until rank 0 closes it; -1 if it stays open for 3 s. */
+static ssize_t drain(int fd)
+{
+	uint8_t buf[4096];
+	ssize_t total = 0;
+
+	for (;;) {
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+
+		if (n == 0)
+			return total;
+		if (n < 0)
+			return errno == ECONNRESET ? total : -1;
+		total += n;
+	}
+}
+
+/* A stranger's hello: read rank 0's greeting, send a well-formed hello with these fields,
+ * proven with `key` (NULL: none; any key: flagged as proven), and return what came back
+ * before rank 0 closed the connection (it must be nothing). */
+static ssize_t stranger_hello(uint16_t port, uint32_t job, bool job_fixed, uint32_t world,
+			      uint32_t rank, const uint8_t *key)
+{
+	struct keel_rv_hello h = {
+	    .version = KEEL_RENDEZVOUS_VERSION, .job = job, .world = world, .rank = rank};
+	struct sockaddr_storage at;
+	uint8_t greeting[RV_GREETING_LEN], nonce_s[RV_NONCE_LEN], hello[RV_HELLO_LEN], rv_key[32];
+	bool keyed;
+	int fd = tcp_connect(port);
+	ssize_t back;
+
+	assert_int_equal(recv(fd, greeting, sizeof(greeting), MSG_WAITALL), sizeof(greeting));
+	assert_int_equal(keel_rv_greeting_parse(greeting, &keyed, nonce_s), KEEL_RV_ACCEPT);
+	h.flags =
+	    (uint16_t)((key != NULL ? RV_FLAG_KEYED : 0) | (job_fixed ? RV_FLAG_JOB_FIXED : 0));
+	keel_rv_random(h.nonce, sizeof(h.nonce));
+	memset(&at, 0, sizeof(at));
+	at.ss_family = AF_INET;
+	((struct sockaddr_in *)&at)->sin_port = htons(9);
+	keel_rv_entry_put(h.entry, &at, NULL);
+	keel_rv_hello_encode(&h, hello);
+	if (key != NULL) {
+		keel_rv_key_derive(key, rv_key);
+		keel_rv_hello_sign(rv_key, nonce_s, hello);
+	}
+	assert_int_equal(send(fd, hello, sizeof(hello), MSG_NOSIGNAL), sizeof(hello));
+	back = drain(fd);
+	close(fd);
+	return back;
+}
+
+struct attack {
+	uint16_t port;
+	bool keyed;
+	int idle_fds[40];
+	ssize_t back[3];
+};
+
+/* The four attacks of issue 15 on a job of 3 (job id 1234): a hello of another job, one
+ * claiming rank 7, 40 idle connections (left open), and a fake rank 2 that knows the job id
+ * but not the key. */
+static void *attack_thread(void *arg)
+{
+	struct attack *t = arg;
+	uint8_t not_the_key[32];
+
+	memset(not_the_key, 0x5a, sizeof(not_the_key));
+	t->back[0] = stranger_hello(t->port, 99, true, 3, 1, t->keyed ? not_the_key : NULL);
+	t->back[1] = stranger_hello(t->port, 1234, true, 3, 7, t->keyed ? not_the_key : NULL);
+	for (int i = 0; i < 40; i++)
+		t->idle_fds[i] = tcp_connect(t->port);
+	t->back[2] = t->keyed ? stranger_hello(t->port, 1234, true, 3, 2, not_the_key) : 0;
+	return NULL;
+}
+
+static void test_launch_rendezvous_attacks(void **state)
+{
+	struct rv_rank ranks[3];
+	struct attack t;
+	pthread_t at;
+	uint8_t key[32];
+
+	(void)state;
+	for (int keyed = 0; keyed < 1 + keel_launch_auth_available(); keyed++) {
+		memset(&t, 0, sizeof(t));
+		t.port = free_tcp_port();
+		t.keyed = keyed;
+		rv_setup(ranks, 3, 3, t.port, NULL);
+		if (keyed) {
+			memset(key, 0x33, sizeof(key));
+			rv_key(ranks, 3, key);
+		}
+		ranks[1].start_delay_ns = 400 * MS; /* the attacks come first */
+		ranks[2].start_delay_ns = 400 * MS;
+		assert_int_equal(pthread_create(&at, NULL, attack_thread, &t), 0);
+		for (uint32_t i = 0; i < 3; i++) /* not rv_run: the attacker opens sockets too */
+			assert_int_equal(
+			    pthread_create(&ranks[i].thread, NULL, rv_thread, &ranks[i]), 0);
+		for (uint32_t i = 0; i < 3; i++) {
+			assert_int_equal(pthread_join(ranks[i].thread, NULL), 0);
+			close(ranks[i].fd);
+		}
+		assert_int_equal(pthread_join(at, NULL), 0);
+		for (int i = 0; i < 40; i++)
+			close(t.idle_fds[i]);
+		rv_check_tables(ranks, 3);
+		for (int i = 0; i < 3; i++)
+			assert_int_equal(t.back[i], 0); /* closed without a word */
+		if (keyed) {
+			assert_int_equal(ranks[0].a.refused[KEEL_RV_PROOF], 3);
+		} else {
+			assert_int_equal(ranks[0].a.refused[KEEL_RV_JOB], 1);
+			assert_int_equal(ranks[0].a.refused[KEEL_RV_RANK], 1);
+		}
+		for (int i = 0; i < 3; i++) { /* the job's id, from rank 0, on every rank */
+			assert_int_equal(ranks[i].l.job_id, 1234);
+			assert_true(ranks[i].l.job_id_fixed);
+		}
+	}
+}
+
+/* An idle connection is closed at its deadline (timeout / 4), having had only the greeting. */
+static void test_launch_rendezvous_idle_deadline(void **state)
+{
+	struct rv_rank ranks[2];
+	uint8_t greeting[RV_GREETING_LEN];
+	uint64_t t0;
+	int fd;
+
+	(void)state;
+	rv_setup(ranks, 2, 2, free_tcp_port(), NULL);
+	ranks[0].timeout_ns = 2000 * MS;
+	ranks[1].start_delay_ns = 1000 * MS;
+	for (uint32_t i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&ranks[i].thread, NULL, rv_thread, &ranks[i]), 0);
+	fd = tcp_connect(ranks[0].l.master_port);
+	t0 = keel_posix_now_ns();
+	assert_int_equal(recv(fd, greeting, sizeof(greeting), MSG_WAITALL), sizeof(greeting));
+	assert_int_equal(drain(fd), 0);
+	printf("# an idle connection was closed after %.0f ms (deadline 500 ms)\n",
+	       (double)(keel_posix_now_ns() - t0) / 1e6);
+	assert_true(keel_posix_now_ns() - t0 >= 400 * MS);
+	assert_true(keel_posix_now_ns() - t0 < 1500 * MS);
+	close(fd);
+	for (uint32_t i = 0; i < 2; i++) {
+		assert_int_equal(pthread_join(ranks[i].thread, NULL), 0);
+		close(ranks[i].fd);
+	}
+	rv_check_tables(ranks, 2);
+	assert_int_equal(ranks[0].a.refused[KEEL_RV_IDLE], 1);
+}
+
+static void test_launch_rendezvous_keyed(void **state)
+{
+	struct rv_rank ranks[4];
+	uint8_t key[32];
+	uint32_t first = 0;
+
+	(void)state;
+	if (!keel_launch_auth_available())
+		skip(); /* keys need libsodium */
+	memset(key, 0x11, sizeof(key));
+	for (int run = 0; run < 2; run++) {
+		rv_setup(ranks, 4, 4, free_tcp_port(), NULL);
+		rv_key(ranks, 4, key);
+		for (uint32_t i = 0; i < 4; i++) /* no job id given: rank 0 picks one */
+			ranks[i].l.job_id_fixed = false;
+		rv_run(ranks, 4);
+		rv_check_tables(ranks, 4);
+		for (uint32_t i = 0; i < 4; i++) {
+			assert_true(ranks[i].l.job_id_fixed);
+			assert_int_equal(ranks[i].l.job_id, ranks[0].l.job_id);
+		}
+		assert_int_not_equal(ranks[0].l.job_id, 1234);
+		assert_int_not_equal(ranks[0].l.job_id, first); /* random: 2^-32 to collide */
+		first = ranks[0].l.job_id;
+	}
+}
+
+static void test_launch_rendezvous_wrong_key(void **state)
+{
+	struct rv_rank ranks[3];
+	uint8_t key[32];
+
+	(void)state;
+	if (!keel_launch_auth_available())
+		skip(); /* keys need libsodium */
+	memset(key, 0x22, sizeof(key));
+	rv_setup(ranks, 3, 3, free_tcp_port(), NULL);
+	rv_key(ranks, 3, key);
+	ranks[2].l.key[31] ^= 1; /* one bit off */
+	ranks[0].timeout_ns = 600 * MS;
+	ranks[1].timeout_ns = 2000 * MS;
+	ranks[2].timeout_ns = 1000 * MS;
+	rv_run(ranks, 3);
+	rv_expect(&ranks[0], -ETIMEDOUT, "1 rank missing (2)");
+	rv_expect(&ranks[0], -ETIMEDOUT, "bad proof)");
+	assert_true(ranks[0].a.refused[KEEL_RV_PROOF] >= 1);
+	rv_expect(&ranks[1], -ETIMEDOUT, "timed out: only 2 of 3 ranks");
+	rv_expect(&ranks[2], -ETIMEDOUT, "closed this rank's connection");
+}
+
+static void test_launch_rendezvous_key_on_one_side(void **state)
+{
+	struct rv_rank ranks[2];
+
+	(void)state;
+	if (!keel_launch_auth_available())
+		skip(); /* keys need libsodium */
+	rv_setup(ranks, 2, 2, free_tcp_port(), NULL);
+	rv_key(ranks, 1, NULL); /* rank 0 only */
+	ranks[0].timeout_ns = 300 * MS;
+	rv_run(ranks, 2);
+	rv_expect(&ranks[1], KEEL_ERENDEZVOUS, "requires the job key and this rank has none");
+	assert_true(ranks[1].elapsed_ns < 250 * MS);
+	rv_setup(ranks, 2, 2, free_tcp_port(), NULL);
+	rv_key(ranks + 1, 1, NULL); /* rank 1 only */
+	ranks[0].timeout_ns = 300 * MS;
+	rv_run(ranks, 2);
+	rv_expect(&ranks[1], KEEL_ERENDEZVOUS, "has no job key while this rank has one");
+	assert_int_equal(ranks[0].rc, -ETIMEDOUT);
+}
+
+/* A fake rank 0 without the key: it greets, takes the hello and sends a table. */
+struct fake_rank0 {
+	uint16_t port;
+	uint32_t world;
+	bool sign_with_zero_mac;
+};
+
+static void *fake_rank0_thread(void *arg)
+{
+	struct fake_rank0 *f = arg;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	uint8_t nonce[RV_NONCE_LEN], msg[RV_GREETING_LEN], hello[RV_HELLO_LEN];
+	uint8_t reply[RV_REPLY_HDR_LEN + RV_MAX * RV_ENTRY_LEN + RV_MAC_LEN];
+	size_t len = RV_REPLY_HDR_LEN + f->world * RV_ENTRY_LEN + RV_MAC_LEN;
+	int one = 1, lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), fd;
+
+	a.sin_port = htons(f->port);
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lfd, 4) != 0)
+		return NULL;
+	fd = accept(lfd, NULL, NULL);
+	keel_rv_random(nonce, sizeof(nonce));
+	keel_rv_greeting_encode(msg, true, nonce);
+	if (fd >= 0 && send(fd, msg, sizeof(msg), MSG_NOSIGNAL) == (ssize_t)sizeof(msg) &&
+	    recv(fd, hello, sizeof(hello), MSG_WAITALL) == (ssize_t)sizeof(hello)) {
+		/* Every rank at the hello's own address: a table a stranger would like taken. */
+		keel_rv_reply_hdr_encode(reply, RV_ST_OK, f->world, 5);
+		for (uint32_t r = 0; r < f->world; r++)
+			memcpy(reply + RV_REPLY_HDR_LEN + r * RV_ENTRY_LEN,
+			       hello + 20 + RV_NONCE_LEN, RV_ENTRY_LEN);
+		if (f->sign_with_zero_mac)
+			memset(reply + len - RV_MAC_LEN, 0, RV_MAC_LEN);
+		else
+			keel_rv_random(reply + len - RV_MAC_LEN, RV_MAC_LEN);
+		send(fd, reply, len, MSG_NOSIGNAL);
+		drain(fd);
+	}
+	if (fd >= 0)
+		close(fd);
+	close(lfd);
+	return NULL;
+}
+
+static void test_launch_rendezvous_forged_table(void **state)
+{
+	struct rv_rank r;
+	pthread_t t;
+
+	(void)state;
+	if (!keel_launch_auth_available())
+		skip(); /* keys need libsodium */
+	for (int zero = 0; zero < 2; zero++) {
+		struct fake_rank0 f = {
+		    .port = free_tcp_port(), .world = 3, .sign_with_zero_mac = zero};
+
+		rv_setup(&r, 1, 3, f.port, (const uint32_t[]){1});
+		rv_key(&r, 1, NULL);
+		r.timeout_ns = 2000 * MS;
+		assert_int_equal(pthread_create(&t, NULL, fake_rank0_thread, &f), 0);
+		rv_thread(&r);
+		assert_int_equal(pthread_join(t, NULL), 0);
+		close(r.fd);
+		if (r.rc != KEEL_ERENDEZVOUS)
+			print_error("%d %s\n", r.rc, r.err);
+		rv_expect(&r, KEEL_ERENDEZVOUS, "did not prove the job key in its reply");
+		assert_int_equal(r.l.job_id, 1234); /* nothing of the forged reply was taken */
+	}
 }
 
 static void test_launch_rendezvous_strays_and_other_jobs(void **state)
 {
 	struct rv_rank ranks[2], other;
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	uint8_t junk[44];
+	uint8_t junk[44], greeting[RV_GREETING_LEN];
 	uint16_t port = free_tcp_port();
-	int fd = -1;
+	int fd;
 
 	(void)state;
 	rv_setup(ranks, 2, 2, port, NULL);
 	rv_setup(&other, 1, 2, port, (const uint32_t[]){1});
 	other.l.job_id = 99;
+	other.timeout_ns = 300 * MS;
 	assert_int_equal(pthread_create(&ranks[0].thread, NULL, rv_thread, &ranks[0]), 0);
 	/* Garbage from a port scanner: dropped, the rendezvous goes on. */
-	a.sin_port = htons(port);
-	for (int i = 0; i < 200 && fd < 0; i++) {
-		fd = socket(AF_INET, SOCK_STREAM, 0);
-		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-			close(fd);
-			fd = -1;
-			usleep(5000);
-		}
-	}
-	assert_true(fd >= 0);
+	fd = tcp_connect(port);
 	memset(junk, 0xab, sizeof(junk));
 	assert_int_equal(send(fd, junk, sizeof(junk), 0), (ssize_t)sizeof(junk));
-	/* Another job on our port: turned away, the rendezvous goes on. */
+	assert_int_equal(recv(fd, greeting, sizeof(greeting), MSG_WAITALL), sizeof(greeting));
+	assert_int_equal(drain(fd), 0); /* nothing but the greeting */
+	close(fd);
+	/* Another job on our port: closed without a word, the rendezvous goes on. */
 	rv_thread(&other);
 	close(other.fd);
-	assert_int_equal(other.rc, KEEL_ERENDEZVOUS);
-	assert_non_null(strstr(other.err, "another job"));
+	rv_expect(&other, -ETIMEDOUT, "closed this rank's connection");
 	assert_int_equal(pthread_create(&ranks[1].thread, NULL, rv_thread, &ranks[1]), 0);
 	for (uint32_t i = 0; i < 2; i++) {
 		assert_int_equal(pthread_join(ranks[i].thread, NULL), 0);
 		close(ranks[i].fd);
 	}
-	close(fd);
 	rv_check_tables(ranks, 2);
+	assert_int_equal(ranks[0].a.refused[KEEL_RV_NOT_KEEL], 1);
+	assert_true(ranks[0].a.refused[KEEL_RV_JOB] >= 1);
 }
 
 static void test_launch_rendezvous_world_one(void **state)
@@ -842,6 +1635,75 @@ static void test_launch_rendezvous_bad_self(void **state)
 					 sizeof(err)),
 			 -EINVAL);
 	assert_non_null(strstr(err, "MASTER_ADDR and MASTER_PORT"));
+}
+
+/* ---- keel_boot: the key into the node's config ---------------------------------------------- */
+
+/* Run keel_boot_start with stderr going to a file; returns its rc, the file's text in out. */
+static int boot_capture(struct keel_boot *b, char *err, size_t err_len, char *out, size_t out_len)
+{
+	char path[] = "/tmp/keel-boot-stderr.XXXXXX";
+	int fd = mkstemp(path), saved = dup(2), rc;
+	ssize_t n;
+
+	assert_true(fd >= 0 && saved >= 0);
+	fflush(stderr);
+	assert_int_equal(dup2(fd, 2), 2);
+	rc = keel_boot_start(b, NULL, NULL, err, err_len);
+	if (rc == 0)
+		keel_boot_stop(b, 0);
+	fflush(stderr);
+	assert_int_equal(dup2(saved, 2), 2);
+	close(saved);
+	n = pread(fd, out, out_len - 1, 0);
+	out[n > 0 ? n : 0] = '\0';
+	close(fd);
+	unlink(path);
+	return rc;
+}
+
+static void test_launch_boot_auth(void **state)
+{
+	struct keel_boot b;
+	char err[256], out[2048], peers[64];
+	uint8_t want[32];
+	uint16_t p0 = free_tcp_port();
+
+	(void)state;
+	/* Two ranks through KEEL_PEERS (no rendezvous to wait for), no key: one warning per
+	 * process, however many nodes it starts, naming the job id 0 it falls back to. */
+	snprintf(peers, sizeof(peers), "127.0.0.1:%u,127.0.0.1:%u", p0, p0 + 1u);
+	env("KEEL_PEERS", peers);
+	env("RANK", "0");
+	assert_int_equal(boot_capture(&b, err, sizeof(err), out, sizeof(out)), 0);
+	assert_non_null(strstr(out, "keel: warning: no job key"));
+	assert_non_null(strstr(out, "KEEL_JOB_KEY_FILE"));
+	assert_non_null(strstr(out, "job id is 0 (set KEEL_JOB_ID)"));
+	assert_false(b.cfg.auth);
+	assert_int_equal(boot_capture(&b, err, sizeof(err), out, sizeof(out)), 0);
+	assert_null(strstr(out, "no job key")); /* said once */
+	if (!keel_launch_auth_available())
+		skip();
+	/* With a key: the node authenticates, under the key, with the MAC asked for. */
+	env("KEEL_JOB_KEY", KEY_HEX);
+	env("KEEL_MAC", "chacha20poly1305");
+	key_bytes(want);
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_true(b.cfg.auth);
+	assert_memory_equal(b.cfg.auth_key, want, 32);
+	assert_int_equal(b.cfg.mac, KEEL_MAC_CHACHA20POLY1305);
+	assert_int_equal(b.cfg.job_id,
+			 keel_rv_job_id_from_key(want)); /* KEEL_PEERS: from the key */
+	keel_boot_stop(&b, 0);
+	for (size_t i = 0; i < 32; i++) /* no copy of the key outlives the node */
+		assert_int_equal(b.cfg.auth_key[i] | b.launch.key[i], 0);
+	env("KEEL_MAC", "aes256gcm");
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_int_equal(b.cfg.mac, KEEL_MAC_AES256GCM);
+	keel_boot_stop(&b, 0);
+	env("KEEL_MAC", "md5");
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "KEEL_MAC=md5: expected auto, aes256gcm or chacha20poly1305"));
 }
 
 /* ---- waiter ----------------------------------------------------------------------------- */
@@ -1045,6 +1907,12 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_missing_partner, env_clear),
 	    cmocka_unit_test_setup(test_launch_master, env_clear),
 	    cmocka_unit_test_setup(test_launch_job_id, env_clear),
+	    cmocka_unit_test_setup(test_launch_key_env, env_clear),
+	    cmocka_unit_test_setup(test_launch_key_file, env_clear),
+	    cmocka_unit_test_setup(test_launch_proof_hello, env_clear),
+	    cmocka_unit_test_setup(test_launch_proof_hello_fields, env_clear),
+	    cmocka_unit_test_setup(test_launch_proof_reply, env_clear),
+	    cmocka_unit_test_setup(test_launch_refusals_str, env_clear),
 	    cmocka_unit_test_setup(test_launch_peers_env, env_clear),
 	    cmocka_unit_test_setup(test_launch_peers_entries, env_clear),
 	    cmocka_unit_test_setup(test_launch_peers_bad_entries, env_clear),
@@ -1056,12 +1924,20 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_rendezvous_missing_rank_times_out, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_duplicate_rank, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_world_mismatch, env_clear),
+	    cmocka_unit_test_setup(test_launch_rendezvous_job_mismatch, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_strays_and_other_jobs, env_clear),
+	    cmocka_unit_test_setup(test_launch_rendezvous_attacks, env_clear),
+	    cmocka_unit_test_setup(test_launch_rendezvous_idle_deadline, env_clear),
+	    cmocka_unit_test_setup(test_launch_rendezvous_keyed, env_clear),
+	    cmocka_unit_test_setup(test_launch_rendezvous_wrong_key, env_clear),
+	    cmocka_unit_test_setup(test_launch_rendezvous_key_on_one_side, env_clear),
+	    cmocka_unit_test_setup(test_launch_rendezvous_forged_table, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_world_one, env_clear),
 	    cmocka_unit_test_setup(test_launch_sockaddr_str, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_peers_list, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_peers_ipv6, env_clear),
 	    cmocka_unit_test_setup(test_launch_rendezvous_bad_self, env_clear),
+	    cmocka_unit_test_setup(test_launch_boot_auth, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_block, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_block_pipe_and_no_fd, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_busy, env_clear),

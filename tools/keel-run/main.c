@@ -3,6 +3,8 @@
  * Each rank leads its own process group so that stopping it stops its children too; the
  * price is that a rank reading the terminal gets SIGTTIN (ranks should not read stdin). */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -20,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "keel/launch.h"
 #include "keel/limits.h"
 #include "keel/posix.h"
 
@@ -89,6 +92,11 @@ struct job {
 	uint64_t start_ns;
 	char peers[KEEL_WORLD_MAX * 22]; /* KEEL_PEERS when ranks may restart, else "" */
 	int sfd;			 /* signalfd: SIGCHLD, SIGINT, SIGTERM, SIGHUP */
+	/* The job's key, made by keel-run: a private directory and the file in it ("" when the
+	 * key comes from keel-run's own environment, or this keel cannot use one). */
+	char key_dir[PATH_MAX];
+	char key_file[PATH_MAX + 16];
+	pid_t owner; /* the keel-run process that made them and alone removes them; 0: none */
 };
 
 static struct job job;
@@ -329,6 +337,65 @@ static uint32_t random_job_id(void)
 	return id != 0 ? id : 1;
 }
 
+static void remove_job_key(void)
+{
+	if (job.owner == 0 || getpid() != job.owner)
+		return; /* nothing made, or a child that got here by mistake */
+	unlink(job.key_file);
+	rmdir(job.key_dir);
+}
+
+/* 32 bytes from the kernel's generator, or -errno: never a weaker key. */
+static int random_key(uint8_t *key, size_t len)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = getrandom(key + done, len - done, 0);
+
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		done += n > 0 ? (size_t)n : 0;
+	}
+	return 0;
+}
+
+/* A fresh key for this job, as 64 hex digits in a 0600 file in a new 0700 directory. */
+static int make_job_key(void)
+{
+	const char *tmp = getenv("TMPDIR");
+	uint8_t key[KEEL_AUTH_KEY_BYTES];
+	char hex[2 * KEEL_AUTH_KEY_BYTES + 2];
+	int fd, rc;
+
+	if ((size_t)snprintf(job.key_dir, sizeof(job.key_dir), "%s/keel-run.XXXXXX",
+			     tmp != NULL && *tmp != '\0' ? tmp : "/tmp") >= sizeof(job.key_dir)) {
+		snprintf(job.key_dir, sizeof(job.key_dir), "$TMPDIR (too long a path)");
+		return -ENAMETOOLONG;
+	}
+	if (mkdtemp(job.key_dir) == NULL) /* mode 0700 */
+		return -errno;
+	job.owner = getpid();
+	atexit(remove_job_key);
+	snprintf(job.key_file, sizeof(job.key_file), "%s/job.key", job.key_dir);
+	rc = random_key(key, sizeof(key));
+	for (size_t i = 0; rc == 0 && i < sizeof(key); i++)
+		snprintf(hex + 2 * i, 3, "%02x", key[i]);
+	hex[2 * KEEL_AUTH_KEY_BYTES] = '\n';
+	fd = rc == 0
+		 ? open(job.key_file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)
+		 : -1;
+	if (rc == 0 && fd < 0)
+		rc = -errno;
+	if (rc == 0 && write(fd, hex, sizeof(hex) - 1) != (ssize_t)sizeof(hex) - 1)
+		rc = -EIO;
+	if (fd >= 0)
+		close(fd);
+	explicit_bzero(key, sizeof(key));
+	explicit_bzero(hex, sizeof(hex));
+	return rc;
+}
+
 static void set_env_u32(const char *name, uint32_t v)
 {
 	char buf[16];
@@ -358,6 +425,8 @@ static _Noreturn void child_exec(uint32_t rank, pid_t parent, const sigset_t *ol
 	if (job.ranks[rank].restarts > 0 && setenv("KEEL_REJOIN", "1", 1) != 0)
 		_exit(127);
 	if (job.peers[0] != '\0' && setenv("KEEL_PEERS", job.peers, 1) != 0)
+		_exit(127);
+	if (job.key_file[0] != '\0' && setenv("KEEL_JOB_KEY_FILE", job.key_file, 1) != 0)
 		_exit(127);
 	if (setenv("MASTER_ADDR", "127.0.0.1", 1) != 0)
 		_exit(127);
@@ -646,6 +715,16 @@ static int setup(sigset_t *old_mask)
 			return rc;
 	}
 	job.job_id = random_job_id();
+	/* The same key for every life of every rank: the file lives as long as keel-run. */
+	if (getenv("KEEL_JOB_KEY_FILE") == NULL && getenv("KEEL_JOB_KEY") == NULL &&
+	    keel_launch_auth_available()) {
+		rc = make_job_key();
+		if (rc != 0) {
+			fprintf(stderr, "keel-run: cannot make the job's key in %s: %s\n",
+				job.key_dir, strerror(-rc));
+			return rc;
+		}
+	}
 	job.start_ns = keel_posix_now_ns();
 	if (job.o.restart || job.o.kill_count > 0) {
 		rc = pick_peer_ports();
