@@ -7,9 +7,10 @@
  * rank 0 alone), data (sniffed DATA with later sequence numbers and other bytes), leave (an
  * ACK turned into a LEAVE), incarnation (a heartbeat with a new incarnation), soft (a
  * "collective stalled" report to the coordinator), garbage (random bytes and bit flips), flood
- * (all of them in turn). Forgeries get a correct CRC32C; a datagram that carried a MAC trailer
- * keeps one (it cannot make a valid one). RATE: datagrams a second (default 20000).
- * Prints what it sniffed and sent; exits 77 when it may not open raw sockets. */
+ * (all of them in turn, from datagrams of at most 1472 bytes). Forgeries get a correct CRC32C; a
+ * datagram that carried a MAC trailer keeps one (it cannot make a valid one). RATE: datagrams a
+ * second (default 20000). Prints what it sniffed and sent; exits 77 when it may not open raw
+ * sockets. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <linux/if_ether.h>
@@ -147,14 +148,36 @@ static void sniff(double seconds)
 	close(fd);
 }
 
-/* One forgery of `mode` into d (from a sample); returns its length, 0 if none fits. */
-static uint32_t forge(const char *mode, uint8_t *d, uint16_t *sport, uint16_t *dport)
+/* Whether sample s can be made into a forgery of `mode` (before copying it). */
+static bool fits(const char *mode, const struct sample *s, uint32_t len_max)
+{
+	uint32_t type = s->b[5];
+	if (s->len > len_max)
+		return false;
+	if (strcmp(mode, "data") == 0)
+		return type == T_DATA;
+	if (strcmp(mode, "leave") == 0)
+		return type == T_ACK;
+	if (strcmp(mode, "incarnation") == 0)
+		return type == T_HEARTBEAT;
+	if (strcmp(mode, "commit") == 0 || strcmp(mode, "soft") == 0)
+		return type == T_HEARTBEAT &&
+		       (strcmp(mode, "soft") == 0) == (get16(s->b + 18) == 0);
+	return true;
+}
+
+/* One forgery of `mode` into d (from a sample no longer than len_max); returns its length, 0
+ * if the sample drawn does not fit. */
+static uint32_t forge(const char *mode, uint8_t *d, uint16_t *sport, uint16_t *dport,
+		      uint32_t len_max)
 {
 	const struct sample *s = &g_samples[rnd() % g_nsamples];
+	if (!fits(mode, s, len_max))
+		return 0;
 	memcpy(d, s->b, s->len);
 	*sport = s->sport;
 	*dport = s->dport;
-	uint32_t len = s->len, type = d[5];
+	uint32_t len = s->len;
 	uint32_t trailer = (get16(d + 6) & F_AUTH) != 0 ? 32u : 0u;
 	if (strcmp(mode, "replay") == 0)
 		return len;
@@ -168,23 +191,15 @@ static uint32_t forge(const char *mode, uint8_t *d, uint16_t *sport, uint16_t *d
 		return len;
 	}
 	if (strcmp(mode, "data") == 0) {
-		if (type != T_DATA)
-			return 0;
 		put32(d + 20, get32(d + 20) + 1 + (uint32_t)(rnd() % 8)); /* a later seq */
 		for (uint32_t i = HDR; i < len - trailer; i++)
 			d[i] = (uint8_t)rnd();
 	} else if (strcmp(mode, "leave") == 0) {
-		if (type != T_ACK)
-			return 0;
 		d[5] = T_LEAVE;
 	} else if (strcmp(mode, "incarnation") == 0) {
-		if (type != T_HEARTBEAT)
-			return 0;
 		put32(d + HDR + 24, get32(d + HDR + 24) + 1);
 	} else if (strcmp(mode, "commit") == 0 || strcmp(mode, "soft") == 0) {
 		/* a VIEW message from rank 0 (commit) or to it (soft), on a heartbeat's header */
-		if (type != T_HEARTBEAT || (strcmp(mode, "soft") == 0) != (get16(d + 18) == 0))
-			return 0;
 		uint8_t *p = d + HDR;
 		memset(p, 0, 64);
 		d[5] = T_VIEW;
@@ -233,7 +248,8 @@ static int send_all(const char *mode, double seconds, double rate)
 			uint8_t *pk = pkts[n];
 			uint16_t sport, dport;
 			const char *m = flood ? modes[rnd() % 7] : mode;
-			uint32_t len = forge(m, pk + 28, &sport, &dport);
+			/* a flood is of datagrams that fit an Ethernet frame, as a real one */
+			uint32_t len = forge(m, pk + 28, &sport, &dport, flood ? 1472 : DGRAM_MAX);
 			if (len == 0)
 				continue;
 			struct iphdr *ip = (struct iphdr *)pk;
