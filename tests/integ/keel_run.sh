@@ -134,6 +134,9 @@ $(stat -c %a "$(dirname "$f")") $(tr -d "\n" <"$f" | wc -c) $(cat "$f")"'
 		has out "^none 0\{63\}7$"
 	fi
 	TMPDIR=/nonexistent/dir run 1 -n 1 -- true && has err "cannot make the job's key in"
+	# --no-key: no key at all, not even one from keel-run's own environment
+	KEEL_JOB_KEY=$(printf '%064d' 7) run 0 -n 1 --no-key -- \
+		sh -c 'echo "${KEEL_JOB_KEY_FILE:-none} ${KEEL_JOB_KEY:-none}"' && has out "^none none$"
 fi
 
 # Usage errors exit 2 with a message; --help exits 0.

@@ -72,6 +72,7 @@ struct opts {
 	uint64_t grace_ns;    /* SIGTERM to SIGKILL */
 	bool keep_going;
 	bool restart; /* start a rank again when a signal killed it */
+	bool no_key;  /* --no-key: no job key (unauthenticated traffic, e.g. to measure its cost) */
 	struct kill_entry kills[KILLS_MAX];
 	uint32_t kill_count;
 	char **argv; /* the program and its arguments */
@@ -121,6 +122,8 @@ static void usage(FILE *f)
 	    "  --restart            start a rank again when a signal killed it, or when it\n"
 	    "                       exited %d (excluded from the view), as a new incarnation\n"
 	    "                       (KEEL_INCARNATION, KEEL_REJOIN=1)\n"
+	    "  --no-key             give the ranks no job key: their traffic is not authenticated\n"
+	    "                       (by default a fresh key per job, KEEL_JOB_KEY_FILE)\n"
 	    "  -h, --help           this text\n"
 	    "\n"
 	    "SIGINT, SIGTERM and SIGHUP are passed to every rank. Each rank runs in its own\n"
@@ -255,6 +258,8 @@ static void parse_args(int argc, char **argv, struct opts *o)
 			o->keep_going = true;
 		else if (strcmp(a, "--restart") == 0)
 			o->restart = true;
+		else if (strcmp(a, "--no-key") == 0)
+			o->no_key = true;
 		else if ((v = opt_value(argc, argv, &i, "--kill")) != NULL)
 			parse_kill(o, v);
 		else if ((v = opt_value(argc, argv, &i, "--pause")) != NULL)
@@ -716,8 +721,11 @@ static int setup(sigset_t *old_mask)
 	}
 	job.job_id = random_job_id();
 	/* The same key for every life of every rank: the file lives as long as keel-run. */
-	if (getenv("KEEL_JOB_KEY_FILE") == NULL && getenv("KEEL_JOB_KEY") == NULL &&
-	    keel_launch_auth_available()) {
+	if (job.o.no_key) {
+		unsetenv("KEEL_JOB_KEY_FILE");
+		unsetenv("KEEL_JOB_KEY");
+	} else if (getenv("KEEL_JOB_KEY_FILE") == NULL && getenv("KEEL_JOB_KEY") == NULL &&
+		   keel_launch_auth_available()) {
 		rc = make_job_key();
 		if (rc != 0) {
 			fprintf(stderr, "keel-run: cannot make the job's key in %s: %s\n",
