@@ -227,44 +227,94 @@ int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value,
 	return rc;
 }
 
-/* One "key = value" or "key value" per line; '#' starts a comment. */
+/* One line of a scenario (NUL-terminated, its newline gone); blank and comment lines pass. */
+static int scenario_line(struct sim_scenario *s, const char *name, unsigned no, char *line,
+			 char *err, size_t err_len)
+{
+	char *hash = strchr(line, '#'), *key, *val, *save = NULL;
+
+	if (hash != NULL)
+		*hash = '\0';
+	key = strtok_r(line, " \t=\r\n", &save);
+	if (key == NULL)
+		return 0;
+	/* "define gpu NAME rate=..." keeps the rest of its line. */
+	val = strcmp(key, "define") == 0 ? save : strtok_r(NULL, " \t=\r\n", &save);
+	if (val != NULL)
+		val[strcspn(val, "\r\n")] = '\0';
+	if (val != NULL && val[0] == '\0')
+		val = NULL;
+	if (val == NULL) {
+		snprintf(err, err_len, "scenario '%s' line %u: '%s' has no value", name, no, key);
+		return -EINVAL;
+	}
+	char sub[256];
+	if (sim_scenario_set(s, key, val, sub, sizeof(sub)) != 0) {
+		snprintf(err, err_len, "scenario '%s' line %u: %s", name, no, sub);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int sim_scenario_parse(struct sim_scenario *s, const char *name, const char *text, size_t len,
+		       char *err, size_t err_len)
+{
+	unsigned no = 0;
+
+	for (size_t at = 0; at < len;) {
+		const char *nl = memchr(text + at, '\n', len - at);
+		size_t n = nl != NULL ? (size_t)(nl - (text + at)) : len - at;
+		char line[SIM_SCENARIO_LINE_MAX + 1];
+
+		no++;
+		if (n > SIM_SCENARIO_LINE_MAX) {
+			snprintf(err, err_len, "scenario '%s' line %u: longer than %u characters",
+				 name, no, SIM_SCENARIO_LINE_MAX);
+			return -EINVAL;
+		}
+		/* a NUL byte ends the line's text, as it did when lines were read with fgets */
+		memcpy(line, text + at, n);
+		line[n] = '\0';
+		at += n + (nl != NULL);
+		int rc = scenario_line(s, name, no, line, err, err_len);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* The whole file, then sim_scenario_parse (a pipe works too: read until its end). */
 int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_t err_len)
 {
 	FILE *f = fopen(path, "r");
-	char line[512];
-	unsigned no = 0;
+	char *text = NULL;
+	size_t len = 0, cap = 0;
+	int rc;
 
 	if (f == NULL) {
 		snprintf(err, err_len, "scenario '%s': %s", path, strerror(errno));
 		return -EINVAL;
 	}
-	while (fgets(line, sizeof(line), f) != NULL) {
-		char *hash = strchr(line, '#'), *key, *val, *save = NULL;
-		no++;
-		if (hash != NULL)
-			*hash = '\0';
-		key = strtok_r(line, " \t=\r\n", &save);
-		if (key == NULL)
-			continue;
-		/* "define gpu NAME rate=..." keeps the rest of its line. */
-		val = strcmp(key, "define") == 0 ? save : strtok_r(NULL, " \t=\r\n", &save);
-		if (val != NULL)
-			val[strcspn(val, "\r\n")] = '\0';
-		if (val != NULL && val[0] == '\0')
-			val = NULL;
-		if (val == NULL) {
-			snprintf(err, err_len, "scenario '%s' line %u: '%s' has no value", path, no,
-				 key);
-			fclose(f);
-			return -EINVAL;
+	for (;;) {
+		if (len == cap) {
+			char *more = realloc(text, cap = cap * 2 + 4096);
+			if (more == NULL)
+				break;
+			text = more;
 		}
-		char sub[256];
-		if (sim_scenario_set(s, key, val, sub, sizeof(sub)) != 0) {
-			snprintf(err, err_len, "scenario '%s' line %u: %s", path, no, sub);
-			fclose(f);
-			return -EINVAL;
-		}
+		size_t got = fread(text + len, 1, cap - len, f);
+		len += got;
+		if (got == 0)
+			break;
+	}
+	if (ferror(f) || len == cap) {
+		snprintf(err, err_len, "scenario '%s': %s", path,
+			 ferror(f) ? "read error" : strerror(ENOMEM));
+		rc = -EINVAL;
+	} else {
+		rc = sim_scenario_parse(s, path, text, len, err, err_len);
 	}
 	fclose(f);
-	return 0;
+	free(text);
+	return rc;
 }
