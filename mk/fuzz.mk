@@ -19,6 +19,9 @@ FUZZ_PLAN_SRC := tools/keel-plan/plan_parse.c tools/keel-plan/plan_preset.c \
 	tools/keel-plan/plan_xml.c $(sort $(wildcard runtime/plan/*.c))
 FUZZ_PEERS_SRC := runtime/boot/launch.c
 FUZZ_CKPT_SRC := runtime/storage/checkpoint.c
+# keel-sim's scenario reader with the cluster specs and presets it hands on to; no SimGrid.
+FUZZ_SCENARIO_SRC := sim/scenario.c sim/platform.c tools/keel-plan/plan_preset.c \
+	$(sort $(wildcard runtime/plan/*.c))
 
 .PHONY: fuzz fuzz-build fuzz-check
 # Probed only when a fuzz target is asked for, not each time make reads this file.
@@ -36,6 +39,9 @@ $(FUZZ_BUILD)/fuzz_plan: $(FUZZ_PLAN_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/fuzz_plan: FUZZ_LIBS := $(EXPAT_LIBS)
 $(FUZZ_BUILD)/fuzz_peers: $(FUZZ_PEERS_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/fuzz_ckpt: $(FUZZ_CKPT_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+$(FUZZ_BUILD)/obj/tests/fuzz/fuzz_scenario.o $(FUZZ_BUILD)/obj/sim/%.o: FUZZ_FLAGS += -Isim \
+	-Itools/keel-plan
+$(FUZZ_BUILD)/fuzz_scenario: $(FUZZ_SCENARIO_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 
 $(FUZZ_BUILD)/obj/%.o: %.c $(CONFIG_STAMP) | fuzz-check
 	@mkdir -p $(dir $@)
@@ -57,3 +63,4 @@ fuzz: fuzz-build
 -include $(FUZZ_CORE_OBJ:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/%.d) \
 	$(patsubst %.c,$(FUZZ_BUILD)/obj/%.d,$(FUZZ_PLAN_SRC) $(FUZZ_PEERS_SRC) \
 	$(FUZZ_CKPT_SRC))
+-include $(patsubst %.c,$(FUZZ_BUILD)/obj/%.d,$(FUZZ_SCENARIO_SRC))
