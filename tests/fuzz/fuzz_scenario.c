@@ -6,6 +6,7 @@
  * The first byte picks the way in: bit 0 clear, the rest is a scenario file's text; set, it is
  * one knob as a flag or a --sweep value gives it (key, a newline, then the value).
  * Built and run by `make fuzz` (mk/fuzz.mk); `make test` runs a smoke of it. */
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,13 +48,19 @@ static void check_scenario(const struct sim_scenario *s)
 	if (s->heartbeat_ns == 0 || s->miss_limit == 0 || s->mtu < KEEL_MTU_MIN ||
 	    s->mtu > KEEL_MTU_MAX || s->ranks > SIM_HOSTS_MAX)
 		fail("a knob out of its bounds", "heartbeat, miss-limit, mtu or ranks");
+	double reals[] = {s->horizon_s, s->model_params, s->flops_per_sample, s->mfu, s->ckpt_Bps,
+			  s->restart_s, s->mtbf_s};
+	for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++)
+		if (!isfinite(reals[i]) || reals[i] < 0)
+			fail("a quantity that is infinite or negative", "horizon, model, ...");
 	if (s->fault_count > SIM_FAULTS_MAX)
 		fail("more faults than fit", "fault_count");
 	for (uint32_t i = 0; i < s->fault_count; i++) {
 		const struct sim_fault *f = &s->faults[i];
 		check_string(f->link, sizeof(f->link), "fault link");
-		if (f->kind > SIM_FAULT_PAUSE || !(f->at_s >= 0))
-			fail("a fault of no kind, or before the start", "faults");
+		if (f->kind > SIM_FAULT_PAUSE || !(f->at_s >= 0) || !isfinite(f->at_s) ||
+		    !isfinite(f->factor))
+			fail("a fault of no kind, or not at a finite time", "faults");
 		if ((f->kind == SIM_FAULT_SLOW && !(f->factor >= 1)) ||
 		    (f->kind == SIM_FAULT_PAUSE && !(f->factor > 0)))
 			fail("a slowdown below 1 or a pause of no length", "faults");
