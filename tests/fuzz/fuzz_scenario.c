@@ -3,8 +3,10 @@
  * without SimGrid. Any text is applied or refused with a message, never a crash or a read past
  * it; what it accepts stays within the knobs' documented bounds (a kept cluster spec parses
  * again, every fault is whole), and the same text gives the same scenario twice.
- * The first byte picks the way in: bit 0 clear, the rest is a scenario file's text; set, it is
- * one knob as a flag or a --sweep value gives it (key, a newline, then the value).
+ * The first byte picks the way in: bit 0 set, the rest is one knob as a flag or a --sweep
+ * value gives it (key, a newline, then the value); else bit 7 set, every line is such a knob
+ * ("key=value"), and a refusal does not stop the next (so one input reaches many refusals);
+ * else the rest is a scenario file's text.
  * Built and run by `make fuzz` (mk/fuzz.mk); `make test` runs a smoke of it. */
 #include <math.h>
 #include <stddef.h>
@@ -85,12 +87,44 @@ static void clean_faults(struct sim_scenario *s)
 	}
 }
 
+static void check_refusal(int rc, const char *err, size_t err_len)
+{
+	check_string(err, err_len, "the message");
+	if (rc != -EINVAL || err[0] == '\0')
+		fail("refused without -EINVAL and a message", err);
+}
+
+/* Each line "key=value" (or a key alone) set on its own; refusals are checked and passed. */
+static void apply_lines(struct sim_scenario *s, const char *text, size_t len)
+{
+	static char line[4096 + 1];
+	char err[512];
+	for (size_t at = 0; at < len;) {
+		const char *nl = memchr(text + at, '\n', len - at);
+		size_t n = nl != NULL ? (size_t)(nl - (text + at)) : len - at;
+		memcpy(line, text + at, n < sizeof(line) ? n : sizeof(line) - 1);
+		line[n < sizeof(line) ? n : sizeof(line) - 1] = '\0';
+		at += n + 1;
+		char *eq = strchr(line, '=');
+		if (eq != NULL)
+			*eq = '\0';
+		memset(err, 0x55, sizeof(err));
+		int rc = sim_scenario_set(s, line, eq != NULL ? eq + 1 : "", err, sizeof(err));
+		if (rc != 0)
+			check_refusal(rc, err, sizeof(err));
+	}
+}
+
 /* One way in, from defaults and no definitions: the text's return code and message. */
 static int apply(struct sim_scenario *s, uint8_t how, const char *text, size_t len, char *err,
 		 size_t err_len)
 {
 	sim_define_reset();
 	sim_scenario_default(s);
+	if (!(how & 1u) && (how & 0x80u)) {
+		apply_lines(s, text, len);
+		return 0;
+	}
 	if (!(how & 1u))
 		return sim_scenario_parse(s, "fuzz", text, len, err, err_len);
 	/* the text is NUL-terminated one byte past len (LLVMFuzzerTestOneInput) */
@@ -117,13 +151,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char err_a[512], err_b[512];
 	memset(err_a, 0x55, sizeof(err_a));
 	int rc = apply(&g_a, data[0], text, len, err_a, sizeof(err_a));
-	if (rc != 0) {
-		check_string(err_a, sizeof(err_a), "the message");
-		if (rc != -EINVAL || err_a[0] == '\0')
-			fail("refused without -EINVAL and a message", err_a);
-	} else {
+	if (rc != 0)
+		check_refusal(rc, err_a, sizeof(err_a));
+	else
 		check_scenario(&g_a);
-	}
 	/* Deterministic: nothing of the last text (a definition, a fault) is left behind. */
 	int rc_b = apply(&g_b, data[0], text, len, err_b, sizeof(err_b));
 	clean_faults(&g_a);
