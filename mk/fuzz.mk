@@ -22,6 +22,9 @@ FUZZ_CKPT_SRC := runtime/storage/checkpoint.c
 # keel-sim's scenario reader with the cluster specs and presets it hands on to; no SimGrid.
 FUZZ_SCENARIO_SRC := sim/scenario.c sim/platform.c tools/keel-plan/plan_preset.c \
 	$(sort $(wildcard runtime/plan/*.c))
+# The DPDK backend's frame checks are plain C: built without DPDK. Where DPDK is found, the
+# target also compares their checksums with DPDK's helpers (inline in its headers: no library).
+FUZZ_DPDK_FRAME_SRC := dpdk/frame.c
 
 .PHONY: fuzz fuzz-build fuzz-check
 # Probed only when a fuzz target is asked for, not each time make reads this file.
@@ -42,6 +45,9 @@ $(FUZZ_BUILD)/fuzz_ckpt: $(FUZZ_CKPT_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_scenario.o $(FUZZ_BUILD)/obj/sim/%.o: FUZZ_FLAGS += -Isim \
 	-Itools/keel-plan
 $(FUZZ_BUILD)/fuzz_scenario: $(FUZZ_SCENARIO_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+$(FUZZ_BUILD)/obj/tests/fuzz/fuzz_dpdk_frame.o: FUZZ_FLAGS += -Idpdk \
+	$(if $(filter 1,$(HAVE_DPDK)),$(DPDK_CFLAGS) -DKEEL_HAVE_DPDK=1)
+$(FUZZ_BUILD)/fuzz_dpdk_frame: $(FUZZ_DPDK_FRAME_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 
 $(FUZZ_BUILD)/obj/%.o: %.c $(CONFIG_STAMP) | fuzz-check
 	@mkdir -p $(dir $@)
@@ -63,4 +69,4 @@ fuzz: fuzz-build
 -include $(FUZZ_CORE_OBJ:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/%.d) \
 	$(patsubst %.c,$(FUZZ_BUILD)/obj/%.d,$(FUZZ_PLAN_SRC) $(FUZZ_PEERS_SRC) \
 	$(FUZZ_CKPT_SRC))
--include $(patsubst %.c,$(FUZZ_BUILD)/obj/%.d,$(FUZZ_SCENARIO_SRC))
+-include $(patsubst %.c,$(FUZZ_BUILD)/obj/%.d,$(FUZZ_SCENARIO_SRC) $(FUZZ_DPDK_FRAME_SRC))
