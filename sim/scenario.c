@@ -351,10 +351,12 @@ int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_
 	}
 	for (;;) {
 		if (len == cap) {
-			char *more = realloc(text, cap = cap * 2 + 4096);
+			size_t want = cap * 2 + 4096;
+			char *more = realloc(text, want);
 			if (more == NULL)
-				break;
+				break; /* len == cap: reported below */
 			text = more;
+			cap = want;
 		}
 		size_t got = fread(text + len, 1, cap - len, f);
 		len += got;
