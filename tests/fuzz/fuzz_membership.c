@@ -1,11 +1,12 @@
 /* libFuzzer entry point over membership alone, white-box: a node of a 3 to 5 rank world is put
  * in a chosen state through membership's own entry point (mb_on_view_msg, fed well-formed
  * messages), then fed VIEW payloads from its peers, with time passing and mb_poll between them.
- * Whatever arrives, after every step: the installed epoch never goes back, every view the node
- * holds has as many members as bits, the acceptor's accepted ballot stays at or below its
- * promise and names the next epoch, what the node sends decodes and its answers report its
- * acceptor state truly, and no read goes past a payload (each one is an exactly sized heap
- * copy, so ASan sees it). A broken rule prints why and aborts.
+ * Whatever arrives, after every step: the installed epoch never goes back, the promise never
+ * goes down within an epoch, every view the node holds has as many members as bits, the
+ * acceptor's accepted ballot stays at or below its promise and names the next epoch, what the
+ * node sends decodes and its answers report its acceptor state truly, and no read goes past a
+ * payload (each one is an exactly sized heap copy, so ASan sees it). A broken rule prints why
+ * and aborts.
  *
  * Input: byte 0, the world (3 + b % 3); byte 1, the node's rank; byte 2, its state (enum setup).
  * Then steps of 1 control byte (bits 0-1: 0, a payload built from fields, so that most inputs
