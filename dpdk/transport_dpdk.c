@@ -19,6 +19,7 @@
 #include <rte_udp.h>
 
 #include "assert_int.h"
+#include "frame.h"
 #include "keel/limits.h"
 #include "keel/transport_dpdk.h"
 
@@ -680,81 +681,58 @@ static int dpdk_send_burst(struct keel_transport *t, uint64_t now_ns, const stru
 
 /* ---- receive ---------------------------------------------------------------------------- */
 
-static bool ip_cksum_ok(const struct dpdk *p, const struct rte_mbuf *m,
-			const struct rte_ipv4_hdr *ip)
+/* What the NIC said of a checksum: its receive offload flags, when it checks them. */
+static enum dpdk_frame_hw hw_said(const struct dpdk *p, uint64_t flags, uint64_t good, uint64_t bad)
 {
-	uint64_t f = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
-
-	if (p->rx_cksum_hw && f == RTE_MBUF_F_RX_IP_CKSUM_GOOD)
-		return true;
-	if (p->rx_cksum_hw && f == RTE_MBUF_F_RX_IP_CKSUM_BAD)
-		return false;
-	return rte_ipv4_cksum(ip) == 0;
+	if (!p->rx_cksum_hw)
+		return DPDK_FRAME_HW_UNKNOWN;
+	return flags == good  ? DPDK_FRAME_HW_GOOD
+	       : flags == bad ? DPDK_FRAME_HW_BAD
+			      : DPDK_FRAME_HW_UNKNOWN;
 }
 
-/* UDP checksum over the payload already copied to `payload` (one pass, cache-hot). */
-static bool udp_cksum_ok(const struct dpdk *p, const struct rte_mbuf *m,
-			 const struct rte_ipv4_hdr *ip, const struct rte_udp_hdr *udp,
-			 const uint8_t *payload, uint32_t len)
+static void count_drop(struct dpdk *p, enum dpdk_frame_verdict v)
 {
-	uint64_t f = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
-	uint32_t sum;
-
-	if (udp->dgram_cksum == 0)
-		return true; /* IPv4 UDP without a checksum */
-	if (p->rx_cksum_hw && f == RTE_MBUF_F_RX_L4_CKSUM_GOOD)
-		return true;
-	if (p->rx_cksum_hw && f == RTE_MBUF_F_RX_L4_CKSUM_BAD)
-		return false;
-	if (!p->verify_udp)
-		return true;
-	sum = rte_ipv4_phdr_cksum(ip, 0);
-	sum += rte_raw_cksum(udp, sizeof(*udp));
-	sum += rte_raw_cksum(payload, len);
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return sum == 0xffff;
+	switch (v) {
+	case DPDK_FRAME_TRUNCATED:
+		p->stats.rx_truncated++;
+		break;
+	case DPDK_FRAME_BAD_ETHERTYPE:
+		p->stats.rx_bad_ethertype++;
+		break;
+	case DPDK_FRAME_NOT_FOR_US:
+		p->stats.rx_not_for_us++;
+		break;
+	case DPDK_FRAME_BAD_IP:
+		p->stats.rx_bad_ip++;
+		break;
+	case DPDK_FRAME_BAD_CKSUM:
+		p->stats.rx_bad_cksum++;
+		break;
+	case DPDK_FRAME_OK:
+		KEEL_ASSERT(!"a frame that passed counted as dropped");
+		break;
+	}
 }
 
-/* Check the headers of frame m (peeked into hdr). Returns the sender's rank and the keel
- * payload length, or -1 after counting why the frame was dropped. */
+/* Check the headers of frame m (peeked into hdr; frame.c reads them). Returns the sender's
+ * rank and the keel payload length, or -1 after counting why the frame was dropped. */
 static int frame_check(struct dpdk *p, const struct rte_mbuf *m, const uint8_t *hdr,
 		       uint32_t *payload_len)
 {
-	const struct rte_ether_hdr *eth = (const struct rte_ether_hdr *)hdr;
-	const struct rte_ipv4_hdr *ip = (const struct rte_ipv4_hdr *)(hdr + ETH_BYTES);
-	const struct rte_udp_hdr *udp = (const struct rte_udp_hdr *)(hdr + ETH_BYTES + 20);
-	uint32_t pkt = rte_pktmbuf_pkt_len(m), ip_len, udp_len;
+	enum dpdk_frame_hw ip_hw = hw_said(p, m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK,
+					   RTE_MBUF_F_RX_IP_CKSUM_GOOD, RTE_MBUF_F_RX_IP_CKSUM_BAD);
+	struct dpdk_frame_from from;
+	enum dpdk_frame_verdict v =
+	    dpdk_frame_check(hdr, rte_pktmbuf_pkt_len(m), &p->self, ip_hw, &from);
 	int rank;
 
-	if (pkt < ETH_BYTES || eth->ether_type != rte_cpu_to_be_16(RTE_ETHER_TYPE_IPV4))
-		return pkt < ETH_BYTES ? (p->stats.rx_truncated++, -1)
-				       : (p->stats.rx_bad_ethertype++, -1);
-	if (pkt < KEEL_DPDK_FRAME_OVERHEAD)
-		return p->stats.rx_truncated++, -1;
-	ip_len = rte_be_to_cpu_16(ip->total_length);
-	/* TCP, ICMP...: on a port the kernel shares (af_packet) that is someone else's traffic. */
-	if (ip->next_proto_id != IPPROTO_UDP)
-		return p->stats.rx_not_for_us++, -1;
-	if (ip->version_ihl != RTE_IPV4_VHL_DEF ||
-	    (rte_be_to_cpu_16(ip->fragment_offset) & ~RTE_IPV4_HDR_DF_FLAG) != 0 ||
-	    ip_len < IP_UDP_BYTES)
-		return p->stats.rx_bad_ip++, -1;
-	if (pkt < ETH_BYTES + ip_len)
-		return p->stats.rx_truncated++, -1;
-	if (!ip_cksum_ok(p, m, ip))
-		return p->stats.rx_bad_cksum++, -1;
-	if (memcmp(eth->dst_addr.addr_bytes, p->self.mac, 6) != 0 ||
-	    memcmp(&ip->dst_addr, p->self.ip, 4) != 0 ||
-	    rte_be_to_cpu_16(udp->dst_port) != p->self.udp_port)
-		return p->stats.rx_not_for_us++, -1;
-	udp_len = rte_be_to_cpu_16(udp->dgram_len);
-	if (udp_len < 8 || udp_len > ip_len - 20)
-		return p->stats.rx_bad_ip++, -1;
-	rank = peer_lookup(p, (const uint8_t *)&ip->src_addr, rte_be_to_cpu_16(udp->src_port));
+	if (v != DPDK_FRAME_OK)
+		return count_drop(p, v), -1;
+	rank = peer_lookup(p, from.ip, from.udp_port);
 	if (rank < 0)
 		return p->stats.rx_unknown_source++, -1;
-	*payload_len = udp_len - 8;
+	*payload_len = from.payload_len;
 	return rank;
 }
 
@@ -785,8 +763,10 @@ static bool frame_deliver(struct dpdk *p, const struct rte_mbuf *m, struct keel_
 		return p->stats.rx_truncated++, false;
 	if (src != g->buf)
 		memcpy(g->buf, src, len);
-	if (!udp_cksum_ok(p, m, (const struct rte_ipv4_hdr *)(h + ETH_BYTES),
-			  (const struct rte_udp_hdr *)(h + ETH_BYTES + 20), g->buf, len))
+	if (!dpdk_frame_udp_ok(h, g->buf, len,
+			       hw_said(p, m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK,
+				       RTE_MBUF_F_RX_L4_CKSUM_GOOD, RTE_MBUF_F_RX_L4_CKSUM_BAD),
+			       p->verify_udp))
 		return p->stats.rx_bad_cksum++, false;
 	g->len = len;
 	g->peer = (uint32_t)rank;

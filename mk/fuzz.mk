@@ -22,6 +22,12 @@ FUZZ_PLAN_SRC := tools/keel-plan/plan_parse.c tools/keel-plan/plan_preset.c \
 FUZZ_RDV_SRC := runtime/boot/rendezvous_wire.c runtime/boot/rendezvous_proof.c
 FUZZ_PEERS_SRC := runtime/boot/launch.c runtime/boot/launch_key.c $(FUZZ_RDV_SRC)
 FUZZ_CKPT_SRC := runtime/storage/checkpoint.c
+# keel-sim's scenario reader with the cluster specs and presets it hands on to; no SimGrid.
+FUZZ_SCENARIO_SRC := sim/scenario.c sim/platform.c tools/keel-plan/plan_preset.c \
+	$(sort $(wildcard runtime/plan/*.c))
+# The DPDK backend's frame checks are plain C: built without DPDK. Where DPDK is found, the
+# target also compares their checksums with DPDK's helpers (inline in its headers: no library).
+FUZZ_DPDK_FRAME_SRC := dpdk/frame.c
 
 .PHONY: fuzz fuzz-build fuzz-check
 # Probed only when a fuzz target is asked for, not each time make reads this file.
@@ -42,6 +48,12 @@ $(FUZZ_BUILD)/fuzz_plan: FUZZ_LIBS := $(EXPAT_LIBS)
 $(FUZZ_BUILD)/fuzz_peers: $(FUZZ_PEERS_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/fuzz_ckpt: $(FUZZ_CKPT_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/fuzz_rendezvous: $(FUZZ_RDV_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+$(FUZZ_BUILD)/obj/tests/fuzz/fuzz_scenario.o $(FUZZ_BUILD)/obj/sim/%.o: FUZZ_FLAGS += -Isim \
+	-Itools/keel-plan
+$(FUZZ_BUILD)/fuzz_scenario: $(FUZZ_SCENARIO_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
+$(FUZZ_BUILD)/obj/tests/fuzz/fuzz_dpdk_frame.o: FUZZ_FLAGS += -Idpdk \
+	$(if $(filter 1,$(HAVE_DPDK)),$(DPDK_CFLAGS) -DKEEL_HAVE_DPDK=1)
+$(FUZZ_BUILD)/fuzz_dpdk_frame: $(FUZZ_DPDK_FRAME_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 
 $(FUZZ_BUILD)/obj/%.o: %.c $(CONFIG_STAMP) | fuzz-check
 	@mkdir -p $(dir $@)
@@ -63,3 +75,4 @@ fuzz: fuzz-build
 -include $(FUZZ_CORE_OBJ:.o=.d) $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/obj/tests/fuzz/%.d) \
 	$(patsubst %.c,$(FUZZ_BUILD)/obj/%.d,$(FUZZ_PLAN_SRC) $(FUZZ_PEERS_SRC) \
 	$(FUZZ_CKPT_SRC))
+-include $(patsubst %.c,$(FUZZ_BUILD)/obj/%.d,$(FUZZ_SCENARIO_SRC) $(FUZZ_DPDK_FRAME_SRC))

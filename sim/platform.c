@@ -25,6 +25,11 @@ int sim_define(const char *def, char *err, size_t err_len)
 	return 0;
 }
 
+void sim_define_reset(void)
+{
+	memset(&defs, 0, sizeof(defs));
+}
+
 void sim_models_print(FILE *f)
 {
 	fprintf(f, "Each GPU is a host whose speed is its dense BF16 peak, with its own scale-up "

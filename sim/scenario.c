@@ -1,6 +1,7 @@
 /* Scenario knobs: one "key=value" setter shared by command-line flags, scenario files and
  * --sweep values, so every knob can be swept. Tool-side; never touches a keel node. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +64,49 @@ static int parse_double(const char *v, double *out)
 	else
 		return -EINVAL;
 	*out = d;
-	return d >= 0 ? 0 : -EINVAL;
+	return d >= 0 && isfinite(d) ? 0 : -EINVAL;
+}
+
+/* Knobs kept as integers: a value past the type's range is refused (converting it would be
+ * undefined behaviour, and a wrapped number in practice). */
+static bool fits_u32(double d)
+{
+	return d >= 0 && d < 0x1p32;
+}
+
+static bool fits_u64(double d)
+{
+	return d >= 0 && d < 0x1p64;
+}
+
+/* A duration in nanoseconds: at least one (0 would mean "the default" to keel), and it fits. */
+static bool ns_fits(double ns)
+{
+	return ns >= 1 && fits_u64(ns);
+}
+
+/* A text knob: refused when it does not fit, rather than cut short. */
+static int set_text(char *dst, size_t cap, const char *key, const char *value, char *err,
+		    size_t err_len)
+{
+	size_t n = strlen(value);
+	if (n >= cap) {
+		snprintf(err, err_len, "'%s' takes at most %zu characters", key, cap - 1);
+		return -EINVAL;
+	}
+	memcpy(dst, value, n + 1);
+	return 0;
+}
+
+/* A host or rank index of a fault. */
+static int parse_index(const char *v, uint32_t *out)
+{
+	char *end;
+	unsigned long i = strtoul(v, &end, 10);
+	if (end == v || *end != '\0' || i > UINT32_MAX)
+		return -EINVAL;
+	*out = (uint32_t)i;
+	return 0;
 }
 
 /* "T:HOST" or "T:HOST:X" (X: SLOW's factor, PAUSE's seconds) */
@@ -88,11 +131,8 @@ static int parse_fault(struct sim_scenario *s, enum sim_fault_kind kind, const c
 		if (p[0] == '\0' || strlen(p) >= sizeof(f.link))
 			return -EINVAL;
 		strcpy(f.link, p);
-	} else {
-		char *end;
-		f.a = (uint32_t)strtoul(p, &end, 10);
-		if (end == p || *end != '\0')
-			return -EINVAL;
+	} else if (parse_index(p, &f.a) != 0) {
+		return -EINVAL;
 	}
 	if (kind == SIM_FAULT_SLOW &&
 	    (q == NULL || parse_double(q, &f.factor) != 0 || f.factor < 1))
@@ -100,15 +140,77 @@ static int parse_fault(struct sim_scenario *s, enum sim_fault_kind kind, const c
 	if (kind == SIM_FAULT_PAUSE &&
 	    (q == NULL || parse_double(q, &f.factor) != 0 || !(f.factor > 0)))
 		return -EINVAL;
-	if (kind == SIM_FAULT_CUT) {
-		char *end;
-		if (q == NULL)
-			return -EINVAL;
-		f.b = (uint32_t)strtoul(q, &end, 10);
-		if (end == q || *end != '\0')
-			return -EINVAL;
-	}
+	if (kind == SIM_FAULT_CUT && (q == NULL || parse_index(q, &f.b) != 0))
+		return -EINVAL;
 	s->faults[s->fault_count++] = f;
+	return 0;
+}
+
+/* "keel", "restart", "timeout" or "timeout=SECONDS". */
+static int set_recovery(struct sim_scenario *s, const char *value)
+{
+	double d;
+
+	if (strcmp(value, "keel") == 0) {
+		s->recovery = SIM_RECOVER_KEEL;
+	} else if (strcmp(value, "restart") == 0) {
+		s->recovery = SIM_RECOVER_RESTART;
+	} else if (strncmp(value, "timeout", 7) == 0) {
+		s->recovery = SIM_RECOVER_TIMEOUT;
+		s->op_timeout_ns = 600000000000ull; /* PyTorch's NCCL default: 10 min */
+		if (value[7] == '=' && parse_double(value + 8, &d) == 0 && ns_fits(d * 1e9))
+			s->op_timeout_ns = (uint64_t)(d * 1e9);
+		else if (value[7] != '\0')
+			return -EINVAL;
+	} else {
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The knobs that take a number; -EINVAL for another key or a value out of its range. */
+static int set_number(struct sim_scenario *s, const char *key, double d)
+{
+	if (strcmp(key, "heartbeat") == 0 && d > 0 && ns_fits(d * 1e9 + 0.5))
+		s->heartbeat_ns = (uint64_t)(d * 1e9 + 0.5);
+	else if (strcmp(key, "miss-limit") == 0 && d >= 1 && fits_u32(d))
+		s->miss_limit = (uint32_t)d;
+	else if (strcmp(key, "window") == 0 && fits_u32(d))
+		s->window = (uint32_t)d;
+	else if (strcmp(key, "mtu") == 0 && d >= KEEL_MTU_MIN && d <= KEEL_MTU_MAX)
+		s->mtu = (uint32_t)d;
+	else if (strcmp(key, "op-timeout") == 0 && ns_fits(d * 1e9))
+		s->op_timeout_ns = (uint64_t)(d * 1e9);
+	else if (strcmp(key, "ranks") == 0 && d <= SIM_HOSTS_MAX)
+		s->ranks = (uint32_t)d;
+	else if (strcmp(key, "horizon") == 0 && d > 0)
+		s->horizon_s = d;
+	else if (strcmp(key, "model") == 0 && d >= 1)
+		s->model_params = d;
+	else if (strcmp(key, "flops-per-sample") == 0 && d > 0)
+		s->flops_per_sample = d;
+	else if (strcmp(key, "batch") == 0 && d >= 1 && fits_u32(d))
+		s->batch = (uint32_t)d;
+	else if (strcmp(key, "mfu") == 0 && d > 0 && d <= 1)
+		s->mfu = d;
+	else if (strcmp(key, "grad-scale") == 0 && fits_u32(d))
+		s->grad_scale = (uint32_t)d;
+	else if (strcmp(key, "ckpt-every") == 0 && fits_u32(d))
+		s->ckpt_every = (uint32_t)d;
+	else if (strcmp(key, "ckpt-bw") == 0 && d > 0)
+		s->ckpt_Bps = d;
+	else if (strcmp(key, "restart") == 0)
+		s->restart_s = d;
+	else if (strcmp(key, "bytes") == 0 && fits_u64(d))
+		s->allreduce_bytes = (uint64_t)d;
+	else if (strcmp(key, "repeat") == 0 && d >= 1 && fits_u32(d))
+		s->repeat = (uint32_t)d;
+	else if (strcmp(key, "mtbf") == 0)
+		s->mtbf_s = d;
+	else if (strcmp(key, "seed") == 0 && fits_u64(d))
+		s->seed = (uint64_t)d;
+	else
+		return -EINVAL;
 	return 0;
 }
 
@@ -122,18 +224,20 @@ int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value,
 	if (strcmp(key, "cluster") == 0) {
 		struct sim_cluster c;
 		rc = sim_cluster_parse(value, &c, err, err_len);
-		if (rc != 0)
-			return rc;
-		snprintf(s->cluster_spec, sizeof(s->cluster_spec), "%s", value);
-		s->platform_file[0] = '\0';
-		return 0;
+		if (rc == 0)
+			rc = set_text(s->cluster_spec, sizeof(s->cluster_spec), key, value, err,
+				      err_len);
+		if (rc == 0)
+			s->platform_file[0] = '\0';
+		return rc;
 	}
 	if (strcmp(key, "define") == 0)
 		return sim_define(value, err, err_len);
 	if (strcmp(key, "platform") == 0) {
-		snprintf(s->platform_file, sizeof(s->platform_file), "%s", value);
-		s->cluster_spec[0] = '\0';
-		return 0;
+		rc = set_text(s->platform_file, sizeof(s->platform_file), key, value, err, err_len);
+		if (rc == 0)
+			s->cluster_spec[0] = '\0';
+		return rc;
 	}
 	if (strcmp(key, "mode") == 0) {
 		if (strcmp(value, "train") != 0 && strcmp(value, "heartbeat") != 0 &&
@@ -142,21 +246,9 @@ int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value,
 		else
 			snprintf(s->mode, sizeof(s->mode), "%s", value);
 	} else if (strcmp(key, "recovery") == 0) {
-		if (strcmp(value, "keel") == 0)
-			s->recovery = SIM_RECOVER_KEEL;
-		else if (strcmp(value, "restart") == 0)
-			s->recovery = SIM_RECOVER_RESTART;
-		else if (strncmp(value, "timeout", 7) == 0) {
-			s->recovery = SIM_RECOVER_TIMEOUT;
-			s->op_timeout_ns = 600000000000ull; /* PyTorch's NCCL default: 10 min */
-			if (value[7] == '=' && parse_double(value + 8, &d) == 0 && d > 0)
-				s->op_timeout_ns = (uint64_t)(d * 1e9);
-			else if (value[7] != '\0')
-				rc = -EINVAL;
-		} else
-			rc = -EINVAL;
+		rc = set_recovery(s, value);
 	} else if (strcmp(key, "chaos") == 0) {
-		snprintf(s->chaos, sizeof(s->chaos), "%s", value);
+		return set_text(s->chaos, sizeof(s->chaos), key, value, err, err_len);
 	} else if (strcmp(key, "fail") == 0) {
 		rc = parse_fault(s, SIM_FAULT_HOST_OFF, value);
 	} else if (strcmp(key, "recover") == 0) {
@@ -181,90 +273,104 @@ int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value,
 		s->check = strcmp(value, "0") != 0 && strcmp(value, "no") != 0;
 	} else if (!num) {
 		rc = -EINVAL;
-	} else if (strcmp(key, "heartbeat") == 0 && d > 0) {
-		s->heartbeat_ns = (uint64_t)(d * 1e9 + 0.5);
-	} else if (strcmp(key, "miss-limit") == 0 && d >= 1) {
-		s->miss_limit = (uint32_t)d;
-	} else if (strcmp(key, "window") == 0) {
-		s->window = (uint32_t)d;
-	} else if (strcmp(key, "mtu") == 0 && d >= KEEL_MTU_MIN && d <= KEEL_MTU_MAX) {
-		s->mtu = (uint32_t)d;
-	} else if (strcmp(key, "op-timeout") == 0 && d > 0) {
-		s->op_timeout_ns = (uint64_t)(d * 1e9);
-	} else if (strcmp(key, "ranks") == 0 && d <= SIM_HOSTS_MAX) {
-		s->ranks = (uint32_t)d;
-	} else if (strcmp(key, "horizon") == 0 && d > 0) {
-		s->horizon_s = d;
-	} else if (strcmp(key, "model") == 0 && d >= 1) {
-		s->model_params = d;
-	} else if (strcmp(key, "flops-per-sample") == 0 && d > 0) {
-		s->flops_per_sample = d;
-	} else if (strcmp(key, "batch") == 0 && d >= 1) {
-		s->batch = (uint32_t)d;
-	} else if (strcmp(key, "mfu") == 0 && d > 0 && d <= 1) {
-		s->mfu = d;
-	} else if (strcmp(key, "grad-scale") == 0) {
-		s->grad_scale = (uint32_t)d;
-	} else if (strcmp(key, "ckpt-every") == 0) {
-		s->ckpt_every = (uint32_t)d;
-	} else if (strcmp(key, "ckpt-bw") == 0 && d > 0) {
-		s->ckpt_Bps = d;
-	} else if (strcmp(key, "restart") == 0) {
-		s->restart_s = d;
-	} else if (strcmp(key, "bytes") == 0) {
-		s->allreduce_bytes = (uint64_t)d;
-	} else if (strcmp(key, "repeat") == 0 && d >= 1) {
-		s->repeat = (uint32_t)d;
-	} else if (strcmp(key, "mtbf") == 0) {
-		s->mtbf_s = d;
-	} else if (strcmp(key, "seed") == 0) {
-		s->seed = (uint64_t)d;
 	} else {
-		rc = -EINVAL;
+		rc = set_number(s, key, d);
 	}
 	if (rc != 0)
 		snprintf(err, err_len, "bad value '%s' for '%s' (see keel-sim --help)", value, key);
 	return rc;
 }
 
-/* One "key = value" or "key value" per line; '#' starts a comment. */
+/* One line of a scenario (NUL-terminated, its newline gone); blank and comment lines pass. */
+static int scenario_line(struct sim_scenario *s, const char *name, unsigned no, char *line,
+			 char *err, size_t err_len)
+{
+	char *hash = strchr(line, '#'), *key, *val, *save = NULL;
+
+	if (hash != NULL)
+		*hash = '\0';
+	key = strtok_r(line, " \t=\r\n", &save);
+	if (key == NULL)
+		return 0;
+	/* "define gpu NAME rate=..." keeps the rest of its line. */
+	val = strcmp(key, "define") == 0 ? save : strtok_r(NULL, " \t=\r\n", &save);
+	if (val != NULL)
+		val[strcspn(val, "\r\n")] = '\0';
+	if (val != NULL && val[0] == '\0')
+		val = NULL;
+	if (val == NULL) {
+		snprintf(err, err_len, "scenario '%s' line %u: '%s' has no value", name, no, key);
+		return -EINVAL;
+	}
+	char sub[256];
+	if (sim_scenario_set(s, key, val, sub, sizeof(sub)) != 0) {
+		snprintf(err, err_len, "scenario '%s' line %u: %s", name, no, sub);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int sim_scenario_parse(struct sim_scenario *s, const char *name, const char *text, size_t len,
+		       char *err, size_t err_len)
+{
+	unsigned no = 0;
+
+	for (size_t at = 0; at < len;) {
+		const char *nl = memchr(text + at, '\n', len - at);
+		size_t n = nl != NULL ? (size_t)(nl - (text + at)) : len - at;
+		char line[SIM_SCENARIO_LINE_MAX + 1];
+
+		no++;
+		if (n > SIM_SCENARIO_LINE_MAX) {
+			snprintf(err, err_len, "scenario '%s' line %u: longer than %u characters",
+				 name, no, SIM_SCENARIO_LINE_MAX);
+			return -EINVAL;
+		}
+		/* a NUL byte ends the line's text, as it did when lines were read with fgets */
+		memcpy(line, text + at, n);
+		line[n] = '\0';
+		at += n + (nl != NULL);
+		int rc = scenario_line(s, name, no, line, err, err_len);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* The whole file, then sim_scenario_parse (a pipe works too: read until its end). */
 int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_t err_len)
 {
 	FILE *f = fopen(path, "r");
-	char line[512];
-	unsigned no = 0;
+	char *text = NULL;
+	size_t len = 0, cap = 0;
+	int rc;
 
 	if (f == NULL) {
 		snprintf(err, err_len, "scenario '%s': %s", path, strerror(errno));
 		return -EINVAL;
 	}
-	while (fgets(line, sizeof(line), f) != NULL) {
-		char *hash = strchr(line, '#'), *key, *val, *save = NULL;
-		no++;
-		if (hash != NULL)
-			*hash = '\0';
-		key = strtok_r(line, " \t=\r\n", &save);
-		if (key == NULL)
-			continue;
-		/* "define gpu NAME rate=..." keeps the rest of its line. */
-		val = strcmp(key, "define") == 0 ? save : strtok_r(NULL, " \t=\r\n", &save);
-		if (val != NULL)
-			val[strcspn(val, "\r\n")] = '\0';
-		if (val != NULL && val[0] == '\0')
-			val = NULL;
-		if (val == NULL) {
-			snprintf(err, err_len, "scenario '%s' line %u: '%s' has no value", path, no,
-				 key);
-			fclose(f);
-			return -EINVAL;
+	for (;;) {
+		if (len == cap) {
+			size_t want = cap * 2 + 4096;
+			char *more = realloc(text, want);
+			if (more == NULL)
+				break; /* len == cap: reported below */
+			text = more;
+			cap = want;
 		}
-		char sub[256];
-		if (sim_scenario_set(s, key, val, sub, sizeof(sub)) != 0) {
-			snprintf(err, err_len, "scenario '%s' line %u: %s", path, no, sub);
-			fclose(f);
-			return -EINVAL;
-		}
+		size_t got = fread(text + len, 1, cap - len, f);
+		len += got;
+		if (got == 0)
+			break;
+	}
+	if (ferror(f) || len == cap) {
+		snprintf(err, err_len, "scenario '%s': %s", path,
+			 ferror(f) ? "read error" : strerror(ENOMEM));
+		rc = -EINVAL;
+	} else {
+		rc = sim_scenario_parse(s, path, text, len, err, err_len);
 	}
 	fclose(f);
-	return 0;
+	free(text);
+	return rc;
 }

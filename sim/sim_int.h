@@ -35,6 +35,8 @@ struct sim_cluster {
 /* A GPU or link described by the user ("gpu NAME rate=... mem=... link=..." or "link NAME
  * bw=... lat=..."), usable in --cluster items after it. 0, or -EINVAL with a message. */
 int sim_define(const char *def, char *err, size_t err_len);
+/* Forget them (the scenario fuzz target parses many scenarios in one process). */
+void sim_define_reset(void);
 /* The presets and the user's definitions, with their sources (--list-models). */
 void sim_models_print(FILE *f);
 /* Parse "48xH100:ib,16xA100:eth/4". Returns 0, or -EINVAL with a message naming the
@@ -115,6 +117,13 @@ void sim_scenario_default(struct sim_scenario *s);
  * all come here). Returns 0 or -EINVAL with a message. */
 int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value, char *err,
 		     size_t err_len);
+#define SIM_SCENARIO_LINE_MAX 511u
+/* Apply a scenario's text, `len` bytes named `name` in messages: one "key = value" or
+ * "key value" per line ('#' starts a comment, a line holds at most SIM_SCENARIO_LINE_MAX
+ * characters). Returns 0, or -EINVAL with a message naming the line. No SimGrid in it. */
+int sim_scenario_parse(struct sim_scenario *s, const char *name, const char *text, size_t len,
+		       char *err, size_t err_len);
+/* The same for the file at `path`. */
 int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_t err_len);
 
 /* ---- results (run.c fills, report.c prints) ---- */
