@@ -41,7 +41,10 @@ enum vmsg { VM_PREPARE = 1, VM_PROMISE, VM_ACCEPT, VM_ACCEPTED, VM_COMMIT, VM_NA
 #define VALUE_ENTRY   6u
 #define PROMISE_EXTRA 20u
 #define ENTRIES_MAX   8u
-#define MSG_MAX	      (WIRE_VIEW_MIN + PROMISE_EXTRA + VALUE_HEADER + ENTRIES_MAX * VALUE_ENTRY)
+/* a COMMIT's acceptor set: ceil(world / 8) bytes, one for the worlds here */
+#define ACCEPTOR_BYTES 1u
+#define MSG_MAX                                                                                    \
+	(WIRE_VIEW_MIN + PROMISE_EXTRA + ACCEPTOR_BYTES + VALUE_HEADER + ENTRIES_MAX * VALUE_ENTRY)
 
 enum setup {
 	ST_MEMBER,    /* a member of the first view (epoch 1, every rank) */
@@ -107,8 +110,15 @@ static void check_sent_view(const uint8_t *p, size_t len)
 	size_t xlen = len - WIRE_VIEW_MIN;
 	if (kind < VM_PREPARE || kind > VM_KINDS || p[1] != 0 || p[2] != 0 || p[3] != 0)
 		fail("sent a view message of no kind", kind, 0);
-	if (kind == VM_ACCEPT || kind == VM_COMMIT)
+	if (kind == VM_ACCEPT)
 		check_sent_value(x, xlen, target);
+	if (kind == VM_COMMIT) {
+		/* its proof: the deciding ballot (none only for the first view) and acceptors */
+		if (xlen < ACCEPTOR_BYTES || (ballot == 0 && target != 1) ||
+		    (x[0] >> g_world) != 0 || (ballot != 0 && x[0] == 0))
+			fail("a commit without its proof", kind, ballot);
+		check_sent_value(x + ACCEPTOR_BYTES, xlen - ACCEPTOR_BYTES, target);
+	}
 	if (kind == VM_PROMISE) {
 		if (xlen < PROMISE_EXTRA || ballot != n->acc_promised ||
 		    wire_get64(x) != n->acc_ballot || wire_get64(x) > ballot)
@@ -404,9 +414,13 @@ static size_t build_msg(uint8_t *p, const uint8_t *f, uint32_t from)
 	case VM_PROMISE:
 		return len + promise_put(p + len, x, from, target);
 	case VM_ACCEPT:
-	case VM_COMMIT:
 		pick_value(&v, x, target);
 		return len + value_put(p + len, &v);
+	case VM_COMMIT:
+		/* acceptors from x[12]: world ranks, or (x[13] bit 0) any bits */
+		p[len] = (x[13] & 1u) ? x[12] : (uint8_t)(x[12] & ((1u << g_world) - 1u));
+		pick_value(&v, x, target);
+		return len + ACCEPTOR_BYTES + value_put(p + len + ACCEPTOR_BYTES, &v);
 	case VM_NACK:
 		wire_put64(p + len, pick_ballot(x, from));
 		return len + ((x[10] & 1u) ? 4u : 8u);
@@ -465,12 +479,15 @@ static uint32_t lowest_other(void)
 	return g_self == 0 ? 1u : 0u;
 }
 
+/* A decision of `from`'s first round, accepted by every rank but this node. */
 static void send_commit(uint32_t from, uint32_t epoch, uint32_t mask)
 {
 	uint8_t msg[MSG_MAX];
 	struct value v;
 	value_of(&v, epoch, mask);
-	size_t len = msg_head(msg, VM_COMMIT, epoch, 0);
+	size_t len = msg_head(msg, VM_COMMIT, epoch, 1u << 16 | from);
+	msg[len] = (uint8_t)(((1u << g_world) - 1u) & ~(1u << g_self));
+	len += ACCEPTOR_BYTES;
 	deliver(from, msg, len + value_put(msg + len, &v));
 }
 
