@@ -104,6 +104,11 @@ EXTRA_SYS_LIBS :=
 EXTRA_UNDEFINED :=
 .DEFAULT_GOAL := all
 -include $(sort $(wildcard mk/*.mk))
+# keel-sim links the optional backends' archives too; they are added to EXTRA_LIBS by mk files
+# read after sim.mk, so its dependency on them is stated here, once all are known.
+ifneq ($(KEEL_SIM),)
+$(KEEL_SIM): $(EXTRA_LIBS)
+endif
 
 .PHONY: all tools tests test unit demo deps clean format format-check san model-check
 all: $(LIBKEEL) $(LIBBOOT) $(TOOLS) $(EXTRA_ALL)

@@ -1012,9 +1012,16 @@ static void on_round_msg(struct keel_node *n, uint32_t peer, enum vmsg kind, uin
 		break;
 	case VM_NACK:
 		if (len >= 8 && n->prop_phase != PROP_IDLE && ballot == n->prop_ballot) {
-			uint32_t round = (uint32_t)(wire_get64(x) >> 16);
-			if (round >= n->prop_round)
-				n->prop_round = round; /* the next try outbids it */
+			uint64_t promised_round = wire_get64(x) >> 16;
+			/* A round no coordinator can outbid is no real promise (rounds grow by one
+			 * a try): it would wrap ours to 0 and stall every round after. */
+			if (promised_round >= UINT32_MAX) {
+				n->ctr.drop_view++;
+				break;
+			}
+			if ((uint32_t)promised_round >= n->prop_round)
+				n->prop_round =
+				    (uint32_t)promised_round; /* the next try outbids it */
 			n->prop_started_ns = n->now_ns - 2 * n->cfg.view_timeout_ns;
 		}
 		break;
