@@ -269,6 +269,49 @@ static void test_node_idle_after_traffic_is_acknowledged(void **state)
 	cluster_fini(&c);
 }
 
+static void big_window(struct keel_config *cfg)
+{
+	cfg->window = 1024; /* 9 MB in flight: more than one poll may take */
+}
+
+/* One poll moves at most about 1 MiB of data, then asks to be called again at once: a node
+ * with a long backlog still beats and checks its peers between polls. */
+static void test_node_poll_work_is_bounded(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, big_window), 0);
+	static float buf[2][2u << 20]; /* 8 MiB each */
+	struct keel_op *ops[2];
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(keel_allreduce_start(c.node[r], buf[r], buf[r], 2u << 20, KEEL_F32,
+						      KEEL_SUM, &ops[r]),
+				 0);
+	uint64_t dl;
+	for (int i = 0; i < 3; i++) /* both start: rank 0 tells rank 1 its window */
+		cluster_round(&c);
+	for (int i = 0; i < 50; i++) /* rank 1 sends what the window allows; rank 0 waits */
+		assert_int_equal(keel_poll(c.node[1], c.now_ns, &dl), 0);
+	struct keel_counters before, after;
+	keel_counters_get(c.node[1], &before);
+	keel_counters_get(c.node[0], &before);
+	assert_int_equal(keel_poll(c.node[0], c.now_ns, &dl), 0);
+	keel_counters_get(c.node[0], &after);
+	uint64_t got = after.rx_datagrams - before.rx_datagrams;
+	uint32_t mtu = c.cfg[0].mtu, burst = c.cfg[0].burst;
+	printf("# one poll took %" PRIu64 " datagrams of %u bytes\n", got, mtu);
+	/* Received and reduced bytes both count against the budget: at most 1 MiB received
+	 * plus the burst that spent the last of it, and more left waiting, so it asks to be
+	 * called again at once. */
+	assert_true(got >= 1 && got <= (1u << 20) / mtu + burst);
+	assert_int_equal(dl, c.now_ns);
+	int rc[2];
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 200000), 0);
+	assert_int_equal(rc[0], 0);
+	assert_int_equal(rc[1], 0);
+	cluster_fini(&c);
+}
+
 int main(void)
 {
 	g_seed = cluster_seed(1);
@@ -279,6 +322,7 @@ int main(void)
 	    cmocka_unit_test(test_node_counts_every_drop_reason),
 	    cmocka_unit_test(test_node_random_view_messages_are_rejected),
 	    cmocka_unit_test(test_node_idle_after_traffic_is_acknowledged),
+	    cmocka_unit_test(test_node_poll_work_is_bounded),
 	};
 	return cmocka_run_group_tests_name("node", tests, NULL, NULL);
 }
