@@ -793,7 +793,8 @@ static const struct mc_bounds scenarios[] = {
      .forgeries = 2,
      .keyed = true,
      .rounds = 1,
-     .depth = 40},
+     .depth = 40,
+     .heavy = true},
     /* ... and while a process restarts as a new incarnation (its replay window starts over) */
     {.name = "3-forged-restart-keyed",
      .nodes = 3,
@@ -803,7 +804,8 @@ static const struct mc_bounds scenarios[] = {
      .forgeries = 1,
      .keyed = true,
      .rounds = 1,
-     .depth = 40},
+     .depth = 40,
+     .heavy = true},
 };
 
 #if defined(__SANITIZE_ADDRESS__)
