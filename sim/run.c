@@ -38,9 +38,10 @@ struct node {
 	size_t arena_len;
 	struct keel_node *kn;
 	struct keel_transport *tp, *chaos;
-	double *suspect_s; /* [endpoints]: first suspicion of each endpoint this generation */
-	bool *via_view;	   /* [endpoints]: learnt from a view, not from its own detector (ring
-			    * monitoring: it did not watch that endpoint) */
+	double *suspect_s;  /* [endpoints]: first suspicion of each endpoint this generation */
+	bool *via_view;	    /* [endpoints]: learnt from a view, not from its own detector (ring
+			     * monitoring: it did not watch that endpoint) */
+	double *excluded_s; /* [endpoints]: first view this generation installed without it */
 	/* compute worker */
 	sg_sem_t work_sem;
 	double work_flops;
@@ -66,7 +67,9 @@ struct failure_rec {
 	uint32_t host;
 	uint32_t gen; /* generation it hit */
 	double first_arrive_s, release_s, step_start_s;
-	double view_s; /* the last survivor installed a view without the failed host */
+	double
+	    view_s; /* the last survivor's first view without the failed host (a later view,
+		     * for another failure, also lacks it: that one is not this failure's cost) */
 	double first_suspect_s;
 	uint64_t steps_lost;
 };
@@ -182,10 +185,15 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 			nd->via_view[W.fail[f].host] = true;
 		}
 	/* (not the paused process itself: it installs that view only once it is back) */
-	for (uint32_t f = 0; f < W.fail_count; f++)
-		if (!has_failed[f] && W.fail[f].gen == nd->gen && W.fail[f].host != nd->e &&
-		    (double)now_ns * 1e-9 > W.fail[f].view_s)
-			W.fail[f].view_s = (double)now_ns * 1e-9;
+	for (uint32_t f = 0; f < W.fail_count; f++) {
+		uint32_t host = W.fail[f].host;
+		if (has_failed[f] || W.fail[f].gen != nd->gen || host == nd->e ||
+		    nd->excluded_s[host] >= 0)
+			continue;
+		nd->excluded_s[host] = (double)now_ns * 1e-9;
+		if (nd->excluded_s[host] > W.fail[f].view_s)
+			W.fail[f].view_s = nd->excluded_s[host];
+	}
 }
 
 static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t now_ns)
@@ -244,6 +252,7 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 	for (uint32_t e = 0; e < W.n; e++) {
 		nd->suspect_s[e] = -1;
 		nd->via_view[e] = false;
+		nd->excluded_s[e] = -1;
 	}
 	rc = sim_transport_init(&nd->tp, nd->tp_mem, sim_transport_storage_size(W.net, W.n), W.net,
 				nd->e, rank, W.members, W.map, W.mtu);
@@ -1161,10 +1170,12 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 		nd->slow = 1.0;
 		nd->suspect_s = calloc(W.n, sizeof(double));
 		nd->via_view = calloc(W.n, sizeof(bool));
+		nd->excluded_s = calloc(W.n, sizeof(double));
 		nd->op_members = calloc(W.n, sizeof(uint32_t));
 		nd->tp_mem = malloc(sim_transport_storage_size(W.net, W.n));
 		nd->work_sem = sg_sem_init(0);
-		if (nd->suspect_s == NULL || nd->via_view == NULL || nd->tp_mem == NULL)
+		if (nd->suspect_s == NULL || nd->via_view == NULL || nd->excluded_s == NULL ||
+		    nd->tp_mem == NULL)
 			return -ENOMEM;
 		sim_net_start_receiver(W.net, e);
 		nd->actor = spawn("node", e, node_main, nd, false);

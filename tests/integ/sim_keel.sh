@@ -31,6 +31,14 @@ cmp -s "$tmp/a.csv" "$tmp/b.csv" && echo "sim: same seed, same output ($(wc -c <
 [ "$(col "$tmp/a.csv" view_epochs)" -ge 2 ] || no "no new view after the failure"
 [ "$(col "$tmp/a.csv" false_suspicions)" = 0 ] ||
 	no "$(col "$tmp/a.csv" false_suspicions) false suspicions in a training run"
+# Two failures half a second apart: each is charged its own view change (tens of microseconds),
+# not the gap until the next one (a later view also lacks the first failed host).
+"$SIM" --cluster 4xH100:ib,4xA100:eth --horizon 2.5 --fail 1:3 --fail 1.5:5 --model 20M --batch 96 \
+	--flops-per-sample 2e11 --heartbeat 1ms --seed "$SEED" --format csv >"$tmp/two.csv" 2>/dev/null ||
+	no "two-failure run exited $?"
+awk -v v="$(col "$tmp/two.csv" lost_view_s)" 'BEGIN { exit !(v > 0 && v < 0.01) }' &&
+	echo "sim: two failures 0.5 s apart: $(col "$tmp/two.csv" lost_view_s) s of view changes in all" ||
+	no "two failures 0.5 s apart charged $(col "$tmp/two.csv" lost_view_s) s of view changes"
 # The README's example (24 ranks training, 1 ms heartbeats, scaled gradient datagrams): heartbeats
 # must not queue behind gradients in the simulated receiver (once 66 false suspicions did).
 "$SIM" --scenario sim/examples/mixed24.scenario --format csv >"$tmp/m.csv" 2>/dev/null ||
