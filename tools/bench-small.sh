@@ -13,10 +13,10 @@
 # Exit 1 when a size slid; 2 on a usage or run error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROUNDS=5 FACTOR=1.5 BUILD=build AGAINST= RECORD=0 FILE=docs/perf-small.txt
+ROUNDS=5 FACTOR=1.5 BUILD=build AGAINST='' RECORD=0 FILE=docs/perf-small.txt
 RANKS="2 4"
 # Iterations per size: enough for a stable mean at 2 ranks, short enough at 4 on 2 cores.
-ITERS_2=2000 ITERS_4=500
+iters_for() { if [ "$1" -le 2 ]; then echo 2000; else echo 500; fi; }
 
 usage() {
 	sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
@@ -38,15 +38,15 @@ done
 # in-place. The job key is left out where keel-run has --no-key: old builds had no key, and
 # authentication costs ~0.5 us per small op (docs/PERF.md), not what this check looks for.
 run_one() {
-	local bin=$1/bin n=$2 nokey= iters=ITERS_$2
-	"$bin/keel-run" --help 2>&1 | grep -q -- --no-key && nokey=--no-key
-	"$bin/keel-run" -n "$n" $nokey -- "$bin/keel-bench" allreduce -b 8 -e 512 -f 4 \
-		-n "${!iters}" -w 200 2>/dev/null |
+	local bin=$1/bin n=$2 nokey=()
+	if "$bin/keel-run" --help 2>&1 | grep -q -- --no-key; then nokey=(--no-key); fi
+	"$bin/keel-run" -n "$n" "${nokey[@]}" -- "$bin/keel-bench" allreduce -b 8 -e 512 -f 4 \
+		-n "$(iters_for "$n")" -w 200 2>/dev/null |
 		awk '/^ +[0-9]+ +[0-9]+ +f32/ { printf "%s %.2f\n", $1, ($6 + $10) / 2 }'
 }
 
 for b in "$BUILD" ${AGAINST:+"$AGAINST/build"}; do
-	[ -x "$b/bin/keel-run" ] && [ -x "$b/bin/keel-bench" ] ||
+	[[ -x $b/bin/keel-run && -x $b/bin/keel-bench ]] ||
 		{ echo "bench-small: no $b/bin/keel-run or keel-bench (make first)" >&2; exit 2; }
 done
 [ $RECORD -eq 1 ] || [ -n "$AGAINST" ] || [ -r "$FILE" ] ||
@@ -56,12 +56,19 @@ done
 samples=$(mktemp)
 trap 'rm -f "$samples"' EXIT
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+# A failed run exits 2, not 1: a crash is not a slide.
+sample() {
+	local out
+	out=$(run_one "$1" "$4") || { echo "bench-small: $1 failed at $4 ranks" >&2; exit 2; }
+	[ -n "$out" ] || { echo "bench-small: no table from $1 at $4 ranks" >&2; exit 2; }
+	awk -v p="$2 $3 $4" '{ print p, $0 }' <<<"$out" >>"$samples"
+}
 for r in $(seq "$ROUNDS"); do
 	for n in $RANKS; do
 		if [ -n "$AGAINST" ]; then
-			run_one "$AGAINST/build" "$n" | sed "s/^/ref $r $n /" >>"$samples"
+			sample "$AGAINST/build" ref "$r" "$n"
 		fi
-		run_one "$BUILD" "$n" | sed "s/^/new $r $n /" >>"$samples"
+		sample "$BUILD" new "$r" "$n"
 	done
 done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
