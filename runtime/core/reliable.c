@@ -187,7 +187,9 @@ void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 	struct rel_peer *p = &n->rel_peers[peer];
 	window_check(n, p); /* so the advertised window below is 0..window */
 	uint32_t sack = 0;
-	for (uint32_t i = 0; i < 32u && i + 1u < n->window; i++) {
+	/* A slot is used only while it holds a datagram (rx_held counts them): with none held,
+	 * nothing past rcv_ack arrived, so skip the scan (every header is built here). */
+	for (uint32_t i = 0; p->rx_held != 0 && i < 32u && i + 1u < n->window; i++) {
 		uint32_t seq = p->rcv_ack + 1u + i;
 		if (seq - p->rcv_nxt >= n->window)
 			break;

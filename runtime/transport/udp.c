@@ -50,6 +50,10 @@ struct udp {
 	struct mmsghdr *msgs;	/* [burst], shared by send and receive (never both at once) */
 	struct iovec *iovs;	/* [burst] */
 	union peer_addr *srcs;	/* [burst]: source addresses recvmmsg fills in */
+	/* msgs[msgs_dirty..burst) hold the receive layout (all but the iovecs' targets), so a
+	 * receive rewrites only the headers a send or the kernel touched since: rewriting all
+	 * burst headers was most of an idle poll's cost (docs/PERF.md, issue 16). */
+	uint32_t msgs_dirty;
 	struct keel_udp_stats stats;
 };
 
@@ -64,6 +68,11 @@ static const struct keel_transport_ops udp_ops;
 static size_t align_up(size_t n)
 {
 	return (n + CACHE_LINE_BYTES - 1) & ~(size_t)(CACHE_LINE_BYTES - 1);
+}
+
+static uint32_t max_u32(uint32_t a, uint32_t b)
+{
+	return a > b ? a : b;
 }
 
 static uint32_t min_u32(uint32_t a, uint32_t b)
@@ -302,6 +311,7 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 	u->srcs = (union peer_addr *)(base + l.srcs);
 	u->hash_mask = l.hash_slots - 1;
 	u->burst = cfg->burst;
+	u->msgs_dirty = u->burst; /* no header has the receive layout yet */
 	err = parse_host(cfg->bind_host, &bind_addr);
 	KEEL_ASSERT(err == 0); /* config_valid parsed it already */
 	u->family = bind_addr.sa.sa_family;
@@ -442,6 +452,7 @@ static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uin
 		h->msg_iov = &u->iovs[i];
 		h->msg_iovlen = 1;
 	}
+	u->msgs_dirty = max_u32(u->msgs_dirty, i);
 	return i;
 }
 
@@ -479,23 +490,31 @@ static int udp_send_burst(struct keel_transport *t, uint64_t now_ns, const struc
 	return (int)done;
 }
 
-/* Point msgs at the caller's buffers: the kernel copies each datagram straight into them. */
+/* Point msgs at the caller's buffers: the kernel copies each datagram straight into them.
+ * Only the headers below msgs_dirty are rewritten; the rest kept the receive layout. */
 static void fill_recv_msgs(struct udp *u, struct keel_datagram *d, uint32_t n)
 {
-	uint32_t i;
+	uint32_t i, dirty = min_u32(u->msgs_dirty, n);
 
-	for (i = 0; i < n; i++) {
+	KEEL_ASSERT(u->msgs_dirty <= u->burst && n <= u->burst);
+	for (i = 0; i < dirty; i++) {
 		struct msghdr *h = &u->msgs[i].msg_hdr;
 
-		u->iovs[i].iov_base = d[i].buf;
-		u->iovs[i].iov_len = d[i].cap;
 		memset(h, 0, sizeof(*h));
 		h->msg_name = &u->srcs[i];
 		h->msg_namelen = sizeof(u->srcs[i]);
 		h->msg_iov = &u->iovs[i];
 		h->msg_iovlen = 1;
-		u->msgs[i].msg_len = 0;
 	}
+	for (i = 0; i < n; i++) {
+		u->iovs[i].iov_base = d[i].buf;
+		u->iovs[i].iov_len = d[i].cap;
+	}
+	if (u->msgs_dirty <= n)
+		u->msgs_dirty = 0;
+	KEEL_ASSERT_DEBUG(n == 0 || (u->msgs[n - 1].msg_hdr.msg_name == &u->srcs[n - 1] &&
+				     u->msgs[n - 1].msg_hdr.msg_iov == &u->iovs[n - 1] &&
+				     u->msgs[n - 1].msg_hdr.msg_control == NULL));
 }
 
 static int udp_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel_datagram *d,
@@ -517,6 +536,9 @@ static int udp_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel
 
 		r = recvmmsg(u->fd, u->msgs, n, MSG_DONTWAIT, NULL);
 		u->stats.rx_syscalls++;
+		/* The kernel wrote back msg_namelen, msg_flags, msg_len of the first r; one more
+		 * (the one that failed, if any) is counted as touched too, to be safe. */
+		u->msgs_dirty = max_u32(u->msgs_dirty, min_u32(n, (r > 0 ? (uint32_t)r : 0u) + 1u));
 		if (r >= 0)
 			break;
 		err = errno;
