@@ -417,6 +417,12 @@ static uint32_t run_copy(struct shm *s, struct ring_hdr *r, const struct keel_da
 		uint32_t need = record_bytes(d[i].len);
 		uint32_t hdr[2] = {d[i].len, ~d[i].len};
 
+		if (need > room && (d[i].flags & KEEL_DGRAM_CONTROL) != 0) {
+			/* Lossy anyway, and refusing it would hold back every datagram behind
+			 * it in the burst, for live peers too, while this receiver is stopped. */
+			s->stats.tx_control_dropped++;
+			continue;
+		}
 		if (need > room)
 			break;
 		ring_put(s, r, *pos, hdr, sizeof(hdr));
@@ -424,6 +430,7 @@ static uint32_t run_copy(struct shm *s, struct ring_hdr *r, const struct keel_da
 			ring_put(s, r, *pos + RECORD_HDR_BYTES, d[i].buf, d[i].len);
 		*pos = (*pos + need) & POS_MASK;
 		room -= need;
+		s->stats.tx_datagrams++;
 	}
 	return i;
 }
@@ -479,7 +486,6 @@ static int shm_send_burst(struct keel_transport *t, uint64_t now_ns, const struc
 			return done > 0 ? (int)done : -EINVAL;
 		n = run_send(s, d + done, count - done);
 		done += n;
-		s->stats.tx_datagrams += n;
 		if (n == 0 || (done < count && d[done].peer == d[done - 1].peer &&
 			       datagram_ok(s, &d[done]))) {
 			s->stats.tx_ring_full++;

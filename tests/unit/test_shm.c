@@ -155,6 +155,39 @@ static void test_shm_full_ring_partial(void **state)
 	munmap(reg, cfg.region_len);
 }
 
+/* A control datagram for a full ring is dropped, and the burst goes on to the other peers. */
+static void test_shm_full_ring_drops_control(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o[4], d[4];
+	struct keel_shm_stats st;
+	struct keel_transport *t[3];
+	(void)state;
+	cfg_make(&cfg, 3, SMALL_MTU, SMALL_RING);
+	void *reg = region_new(&cfg);
+	for (uint32_t r = 0; r < 3; r++)
+		t[r] = shm_open_rank((int)r, &cfg, r);
+	for (uint32_t i = 0; i < 3; i++)
+		o[i] = out_make(i, 1, SMALL_MTU, i);
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, o, 3), 3); /* rank 1's ring is full */
+	o[0] = out_make(0, 1, SMALL_MTU, 3);
+	o[0].flags = KEEL_DGRAM_CONTROL;
+	o[1] = out_make(1, 2, 16, 4);
+	o[2] = out_make(2, 1, SMALL_MTU, 5); /* reliable: refused */
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, o, 3), 2);
+	keel_shm_stats_get(t[0], &st);
+	assert_int_equal(st.tx_control_dropped, 1);
+	assert_int_equal(st.tx_datagrams, 4);
+	recv_setup(d, 4, SMALL_MTU);
+	assert_int_equal(t[2]->ops->recv_burst(t[2], 0, d, 4), 1);
+	assert_int_equal(check(d[0].buf, 16, 4), 0);
+	recv_setup(d, 4, SMALL_MTU);
+	assert_int_equal(t[1]->ops->recv_burst(t[1], 0, d, 4), 3);
+	for (uint32_t r = 0; r < 3; r++)
+		t[r]->ops->fini(t[r]);
+	munmap(reg, cfg.region_len);
+}
+
 /* The largest datagram, an empty one, one too large, and one too long for its buffer. */
 static void test_shm_mtu_and_empty(void **state)
 {
@@ -480,7 +513,7 @@ int main(void)
 	    cmocka_unit_test(test_shm_mtu_and_empty),	 cmocka_unit_test(test_shm_bad_config),
 	    cmocka_unit_test(test_shm_burst_in_order),	 cmocka_unit_test(test_shm_named_region_attach),
 	    cmocka_unit_test(test_shm_restarted_receiver), cmocka_unit_test(test_shm_fork_exchange),
-	    cmocka_unit_test(test_shm_sleeper_woken),
+	    cmocka_unit_test(test_shm_sleeper_woken),	 cmocka_unit_test(test_shm_full_ring_drops_control),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
