@@ -30,9 +30,9 @@
  * of at least (window + 2) x (mtu + 8) bytes never refuses reliable data: the core has at most
  * a window of it unacknowledged per peer (keel_boot sizes rings so). send_burst returns
  * -EINVAL when d[0] names a bad peer (itself, out of range) or is longer than mtu, and
- * KEEL_ETRANSPORT after fini. recv_burst takes records from the inbound rings, round-robin, into the caller's
- * buffers; one longer than its buffer's cap is dropped and counted (rx_truncated). A dead peer
- * simply stops producing: the failure detector notices its silence, as over UDP. */
+ * KEEL_ETRANSPORT after fini. recv_burst takes records from the inbound rings, round-robin, into
+ * the caller's buffers; one longer than its buffer's cap is dropped and counted (rx_truncated). A
+ * dead peer simply stops producing: the failure detector notices its silence, as over UDP. */
 #ifndef KEEL_TRANSPORT_SHM_H
 #define KEEL_TRANSPORT_SHM_H
 
@@ -46,9 +46,9 @@
 extern "C" {
 #endif
 
-#define KEEL_SHM_NAME_MAX	  64u
+#define KEEL_SHM_NAME_MAX	    64u
 #define KEEL_SHM_RING_BYTES_DEFAULT (1u << 20)
-#define KEEL_SHM_RING_BYTES_MAX	  (1u << 30)
+#define KEEL_SHM_RING_BYTES_MAX	    (1u << 30)
 
 struct keel_shm_config {
 	uint32_t rank;
@@ -91,13 +91,13 @@ KEEL_MUST_USE int keel_shm_unlink(const char *name);
 
 struct keel_shm_stats {
 	uint64_t rx_datagrams, tx_datagrams;
-	uint64_t rx_truncated;	    /* longer than the buffer given: dropped */
-	uint64_t rx_bad_records;    /* a record header another process corrupted: ring emptied */
-	uint64_t tx_ring_full;	    /* bursts cut short by a full ring */
+	uint64_t rx_truncated;	     /* longer than the buffer given: dropped */
+	uint64_t rx_bad_records;     /* a record header another process corrupted: ring emptied */
+	uint64_t tx_ring_full;	     /* bursts cut short by a full ring */
 	uint64_t tx_control_dropped; /* control datagrams for a full ring: dropped */
-	uint64_t tx_reattach;	    /* a receiver restarted: its new rings were taken up */
-	uint64_t doorbells_sent;    /* wake-ups sent to a sleeping receiver */
-	uint64_t doorbells_drained; /* wake-ups read from this rank's doorbell */
+	uint64_t tx_reattach;	     /* a receiver restarted: its new rings were taken up */
+	uint64_t doorbells_sent;     /* wake-ups sent to a sleeping receiver */
+	uint64_t doorbells_drained;  /* wake-ups read from this rank's doorbell */
 };
 void keel_shm_stats_get(struct keel_transport *t, struct keel_shm_stats *out);
 

@@ -318,7 +318,8 @@ static int start_shm(struct keel_boot *b, char *err, size_t err_len)
 		return keel_fail(err, err_len, rc,
 				 "KEEL_TRANSPORT=shm: region %s (%u ranks, KEEL_SHM_RING_KB=%llu, "
 				 "a power of two of at least twice the mtu): %s",
-				 name, c.world_size, (unsigned long long)ring_kb, keel_strerror(rc));
+				 name, c.world_size, (unsigned long long)ring_kb,
+				 keel_strerror(rc));
 	rc = shm_attach_wait(b, timeout_ms, err, err_len);
 	if (rc != 0)
 		return rc;
@@ -597,8 +598,9 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 	}
 	if (b->chaos != NULL && b->chaos->ops->fini != NULL)
 		b->chaos->ops->fini(b->chaos);
+	/* The region's name stays: a restarted rank must find it; keel-run removes it. */
 	if (b->shm != NULL)
-		b->shm->ops->fini(b->shm); /* the name stays: keel-run removes it at the job's end */
+		b->shm->ops->fini(b->shm);
 	if (b->udp != NULL && b->udp->ops->fini != NULL)
 		b->udp->ops->fini(b->udp);
 	if (keel_boot_dpdk_stop != NULL)

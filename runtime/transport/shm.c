@@ -57,8 +57,8 @@ struct shm {
 	bool mapped; /* by init (munmap at fini), or the caller's */
 	int bell_fd;
 	uint32_t ring_bytes;
-	uint32_t rr;	      /* the inbound ring recv_burst starts at, for fairness */
-	uint64_t bells_seen;  /* this rank's rank_hdr.bells when its socket was last drained */
+	uint32_t rr;	     /* the inbound ring recv_burst starts at, for fairness */
+	uint64_t bells_seen; /* this rank's rank_hdr.bells when its socket was last drained */
 	char name[KEEL_SHM_NAME_MAX + 1];
 	struct keel_shm_stats stats;
 };
@@ -115,9 +115,8 @@ size_t keel_shm_region_size(const struct keel_shm_config *cfg)
 {
 	if (!config_valid(cfg))
 		return 0;
-	return rings_offset(cfg->world_size) + (size_t)cfg->world_size *
-						   (cfg->world_size - 1) *
-						   ring_stride(cfg->ring_bytes);
+	return rings_offset(cfg->world_size) +
+	       (size_t)cfg->world_size * (cfg->world_size - 1) * ring_stride(cfg->ring_bytes);
 }
 
 size_t keel_shm_storage_size(const struct keel_shm_config *cfg)
@@ -212,8 +211,7 @@ static void bell_ring(struct shm *s, uint32_t to)
 	uint8_t byte = 1;
 
 	atomic_fetch_add_explicit(&rank_of(s, to)->bells, 1, memory_order_relaxed);
-	(void)sendto(s->bell_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a,
-		     len);
+	(void)sendto(s->bell_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len);
 	s->stats.doorbells_sent++;
 }
 
@@ -271,8 +269,7 @@ static int region_check(struct shm *s)
 	struct region_hdr *h = (struct region_hdr *)s->region;
 	uint32_t w = 0, rb = 0;
 
-	if (!atomic_compare_exchange_strong(&h->world, &w, s->t.world_size) &&
-	    w != s->t.world_size)
+	if (!atomic_compare_exchange_strong(&h->world, &w, s->t.world_size) && w != s->t.world_size)
 		return -EINVAL;
 	if (!atomic_compare_exchange_strong(&h->ring_bytes, &rb, s->ring_bytes) &&
 	    rb != s->ring_bytes)
@@ -455,8 +452,7 @@ static uint32_t run_send(struct shm *s, const struct keel_datagram *d, uint32_t 
 			return 0;
 		/* seq_cst: ordered before the load of `sleeping` below (the receiver stores
 		 * `sleeping`, then loads `tail`): one of the two sees the other. */
-		if (!atomic_compare_exchange_strong(&r->tail, &tail,
-						    (tail & ~POS_MASK) | pos)) {
+		if (!atomic_compare_exchange_strong(&r->tail, &tail, (tail & ~POS_MASK) | pos)) {
 			s->stats.tx_reattach++;
 			continue;
 		}
@@ -507,8 +503,7 @@ static bool ring_empty_arm(struct ring_hdr *r, uint64_t head)
 }
 
 /* Take records from one ring into d[0..count_max). Returns how many were delivered. */
-static uint32_t ring_recv(struct shm *s, uint32_t from, struct keel_datagram *d,
-			  uint32_t count_max)
+static uint32_t ring_recv(struct shm *s, uint32_t from, struct keel_datagram *d, uint32_t count_max)
 {
 	struct ring_hdr *r = ring_of(s, s->t.rank, from);
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);

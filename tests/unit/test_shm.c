@@ -20,12 +20,12 @@
 #include "keel/limits.h"
 #include "keel/transport_shm.h"
 
-#define MEM_BYTES 4096u
-#define SLOTS	  4
-#define SMALL_MTU 256u
+#define MEM_BYTES  4096u
+#define SLOTS	   4
+#define SMALL_MTU  256u
 #define SMALL_RING 1024u /* holds 3 records of SMALL_MTU (264 bytes each) */
-#define EXCHANGE  100000u
-#define BURST	  32u
+#define EXCHANGE   100000u
+#define BURST	   32u
 
 static _Alignas(64) uint8_t g_mem[SLOTS][MEM_BYTES];
 static uint8_t g_bufs[BURST][KEEL_MTU_MAX];
@@ -324,7 +324,6 @@ static void test_shm_named_region_attach(void **state)
 	assert_int_equal(keel_shm_unlink(cfg.name), -ENOENT);
 }
 
-
 /* A receiver that restarts (same rank, new life) never reads what was sent to its old life. */
 static void test_shm_restarted_receiver(void **state)
 {
@@ -416,8 +415,8 @@ static int exchange(struct keel_transport *t)
 
 		for (uint32_t i = 0; i < n; i++) {
 			xfill(g_out[i], sent + i, t->rank);
-			o[i] = (struct keel_datagram){.buf = g_out[i], .len = xlen(sent + i),
-						      .peer = peer};
+			o[i] = (struct keel_datagram){
+			    .buf = g_out[i], .len = xlen(sent + i), .peer = peer};
 		}
 		s = n > 0 ? t->ops->send_burst(t, 0, o, n) : 0;
 		r = xrecv(t, &next);
@@ -488,7 +487,7 @@ static void test_shm_sleeper_woken(void **state)
 	}
 	struct keel_transport *t = shm_open_rank(0, &cfg, 0);
 	assert_int_equal(read(fds[0], &c, 1), 1); /* the child found its ring empty */
-	usleep(50000);				   /* and is asleep in poll by now */
+	usleep(50000);				  /* and is asleep in poll by now */
 	struct keel_datagram o = out_make(0, 1, 20, 5);
 	assert_int_equal(t->ops->send_burst(t, 0, &o, 1), 1);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -509,11 +508,16 @@ static void test_shm_sleeper_woken(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test(test_shm_wrap_around),	 cmocka_unit_test(test_shm_full_ring_partial),
-	    cmocka_unit_test(test_shm_mtu_and_empty),	 cmocka_unit_test(test_shm_bad_config),
-	    cmocka_unit_test(test_shm_burst_in_order),	 cmocka_unit_test(test_shm_named_region_attach),
-	    cmocka_unit_test(test_shm_restarted_receiver), cmocka_unit_test(test_shm_fork_exchange),
-	    cmocka_unit_test(test_shm_sleeper_woken),	 cmocka_unit_test(test_shm_full_ring_drops_control),
+	    cmocka_unit_test(test_shm_wrap_around),
+	    cmocka_unit_test(test_shm_full_ring_partial),
+	    cmocka_unit_test(test_shm_mtu_and_empty),
+	    cmocka_unit_test(test_shm_bad_config),
+	    cmocka_unit_test(test_shm_burst_in_order),
+	    cmocka_unit_test(test_shm_named_region_attach),
+	    cmocka_unit_test(test_shm_restarted_receiver),
+	    cmocka_unit_test(test_shm_fork_exchange),
+	    cmocka_unit_test(test_shm_sleeper_woken),
+	    cmocka_unit_test(test_shm_full_ring_drops_control),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
