@@ -210,15 +210,17 @@ static void bell_ring(struct shm *s, uint32_t to)
 	socklen_t len = bell_addr(s, to, &a);
 	uint8_t byte = 1;
 
-	atomic_fetch_add_explicit(&rank_of(s, to)->bells, 1, memory_order_relaxed);
 	(void)sendto(s->bell_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len);
+	/* Counted after it is queued: a receiver that saw the count also finds the byte, and
+	 * never leaves one behind that keeps its socket readable. */
+	atomic_fetch_add_explicit(&rank_of(s, to)->bells, 1, memory_order_release);
 	s->stats.doorbells_sent++;
 }
 
 /* Read the wake-ups senders rang, so the socket polls readable only for new ones. */
 static void bell_drain(struct shm *s)
 {
-	uint64_t bells = atomic_load_explicit(&rank_of(s, s->t.rank)->bells, memory_order_relaxed);
+	uint64_t bells = atomic_load_explicit(&rank_of(s, s->t.rank)->bells, memory_order_acquire);
 	uint8_t buf[DRAIN_BYTES];
 	uint32_t i;
 
