@@ -58,6 +58,7 @@ struct shm {
 	int bell_fd;
 	uint32_t ring_bytes;
 	uint32_t rr;	     /* the inbound ring recv_burst starts at, for fairness */
+	bool more;	     /* the last recv_burst filled the caller's array */
 	uint64_t bells_seen; /* this rank's rank_hdr.bells when its socket was last drained */
 	char name[KEEL_SHM_NAME_MAX + 1];
 	struct keel_shm_stats stats;
@@ -504,27 +505,34 @@ static bool ring_empty_arm(struct ring_hdr *r, uint64_t head)
 	return (atomic_load(&r->tail) & POS_MASK) == head;
 }
 
-/* Take records from one ring into d[0..count_max). Returns how many were delivered. */
+/* Take records from one ring into d[0..count_max). Returns how many were delivered. A ring
+ * left behind is either marked sleeping (empty: its next record rings the doorbell) or has
+ * records left only because d is full (recv_burst then asks to be called again at once). */
 static uint32_t ring_recv(struct shm *s, uint32_t from, struct keel_datagram *d, uint32_t count_max)
 {
 	struct ring_hdr *r = ring_of(s, s->t.rank, from);
 	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-	uint64_t tail;
+	uint64_t tail = head;
 	uint32_t n = 0;
 
-	if (ring_empty_arm(r, head))
-		return 0;
-	tail = atomic_load_explicit(&r->tail, memory_order_acquire) & POS_MASK;
-	while (head != tail && n < count_max) {
+	/* Bounded: each pass delivers or drops a record, or reloads the tail after a failed
+	 * arm (so the next pass finds a record), or ends. */
+	while (n < count_max) {
 		uint32_t hdr[2];
 
+		if (head == tail) {
+			if (ring_empty_arm(r, head))
+				break;
+			tail = atomic_load_explicit(&r->tail, memory_order_acquire) & POS_MASK;
+			continue;
+		}
 		ring_get(s, r, head, hdr, sizeof(hdr));
 		if (hdr[0] != ~hdr[1] || record_bytes(hdr[0]) > ((tail - head) & POS_MASK)) {
 			/* Another process scribbled on the region: nothing after it can be
 			 * trusted, so the ring is emptied (its datagrams count as lost). */
 			s->stats.rx_bad_records++;
 			head = tail;
-			break;
+			continue;
 		}
 		if (hdr[0] > d[n].cap) {
 			s->stats.rx_truncated++;
@@ -563,13 +571,14 @@ static int shm_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel
 	}
 	s->rr = (s->rr + 1) % t->world_size;
 	s->stats.rx_datagrams += n;
+	/* Full: a ring may hold more, unmarked, so no doorbell would wake a sleep now. */
+	s->more = n == count_max;
 	return (int)n;
 }
 
 static uint64_t shm_next_deadline_ns(struct keel_transport *t)
 {
-	(void)shm_of(t);
-	return UINT64_MAX; /* nothing is ever held back */
+	return shm_of(t)->more ? 0 : UINT64_MAX;
 }
 
 static int shm_wait_fd(struct keel_transport *t)

@@ -188,6 +188,41 @@ static void test_shm_full_ring_drops_control(void **state)
 	munmap(reg, cfg.region_len);
 }
 
+/* A receive that empties a ring leaves it marked sleeping (the next record rings the doorbell);
+ * one that fills the caller's array asks to be called again at once. */
+static void test_shm_recv_leaves_rings_armed(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o[3], d[3];
+	struct keel_shm_stats st;
+	struct pollfd p;
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	void *reg = region_new(&cfg);
+	struct keel_transport *a = shm_open_rank(0, &cfg, 0), *b = shm_open_rank(1, &cfg, 1);
+
+	for (uint32_t i = 0; i < 3; i++)
+		o[i] = out_make(i, 1, 8, i);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 3), 3);
+	recv_setup(d, 3, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 2), 2);
+	assert_int_equal(b->ops->next_deadline_ns(b), 0);
+	recv_setup(d, 3, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 3), 1); /* found data, then emptied it */
+	assert_int_equal(b->ops->next_deadline_ns(b), UINT64_MAX);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 1), 1);
+	keel_shm_stats_get(a, &st);
+	assert_int_equal(st.doorbells_sent, 1);
+	p = (struct pollfd){.fd = b->ops->wait_fd(b), .events = POLLIN};
+	assert_int_equal(poll(&p, 1, 1000), 1);
+	recv_setup(d, 3, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 3), 1);
+	assert_int_equal(poll(&p, 1, 0), 0); /* the doorbell was drained */
+	a->ops->fini(a);
+	b->ops->fini(b);
+	munmap(reg, cfg.region_len);
+}
+
 /* The largest datagram, an empty one, one too large, and one too long for its buffer. */
 static void test_shm_mtu_and_empty(void **state)
 {
@@ -516,6 +551,7 @@ int main(void)
 	    cmocka_unit_test(test_shm_named_region_attach),
 	    cmocka_unit_test(test_shm_restarted_receiver),
 	    cmocka_unit_test(test_shm_fork_exchange),
+	    cmocka_unit_test(test_shm_recv_leaves_rings_armed),
 	    cmocka_unit_test(test_shm_sleeper_woken),
 	    cmocka_unit_test(test_shm_full_ring_drops_control),
 	};
