@@ -59,7 +59,8 @@ struct shm {
 	uint32_t ring_bytes;
 	uint32_t rr;	     /* the inbound ring recv_burst starts at, for fairness */
 	bool more;	     /* the last recv_burst filled the caller's array */
-	uint64_t bells_seen; /* this rank's rank_hdr.bells when its socket was last drained */
+	uint64_t bells_read; /* doorbell bytes read from this rank's socket (rank_hdr.bells counts
+			      * those sent) */
 	char name[KEEL_SHM_NAME_MAX + 1];
 	struct keel_shm_stats stats;
 };
@@ -204,35 +205,38 @@ static int bell_open(struct shm *s)
 	return 0;
 }
 
-/* Best effort: a full socket already holds a wake-up, and a dead receiver needs none. */
+/* Counted before it is sent, so a byte in a receiver's socket is always counted and the
+ * receiver reads its socket until the counts agree: a byte left unread would keep the socket
+ * readable, and the receiver spinning in its waiter. One that could not be sent (a full
+ * socket already holds a wake-up; a dead receiver needs none) is uncounted. */
 static void bell_ring(struct shm *s, uint32_t to)
 {
 	struct sockaddr_un a;
 	socklen_t len = bell_addr(s, to, &a);
+	_Atomic uint64_t *bells = &rank_of(s, to)->bells;
 	uint8_t byte = 1;
 
-	(void)sendto(s->bell_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len);
-	/* Counted after it is queued: a receiver that saw the count also finds the byte, and
-	 * never leaves one behind that keeps its socket readable. */
-	atomic_fetch_add_explicit(&rank_of(s, to)->bells, 1, memory_order_release);
-	s->stats.doorbells_sent++;
+	atomic_fetch_add_explicit(bells, 1, memory_order_relaxed);
+	if (sendto(s->bell_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len) !=
+	    1)
+		atomic_fetch_sub_explicit(bells, 1, memory_order_relaxed);
+	else
+		s->stats.doorbells_sent++;
 }
 
-/* Read the wake-ups senders rang, so the socket polls readable only for new ones. */
+/* Read the wake-ups senders rang, so the socket polls readable only for new ones. A byte
+ * counted but not yet sent is read on a later call (a syscall each until it arrives). */
 static void bell_drain(struct shm *s)
 {
-	uint64_t bells = atomic_load_explicit(&rank_of(s, s->t.rank)->bells, memory_order_acquire);
+	uint64_t bells = atomic_load_explicit(&rank_of(s, s->t.rank)->bells, memory_order_relaxed);
 	uint8_t buf[DRAIN_BYTES];
 	uint32_t i;
 
-	if (bells == s->bells_seen)
-		return;
-	s->bells_seen = bells;
-	/* Bounded: what arrived before the count was read is at most `bells` bytes; later
-	 * ones are counted again and drained next time. */
-	for (i = 0; i < 1024u; i++) {
+	/* Bounded: at most one recv per byte counted, and one that finds the socket empty. */
+	for (i = 0; s->bells_read != bells && i <= KEEL_WORLD_MAX; i++) {
 		if (recv(s->bell_fd, buf, sizeof(buf), MSG_DONTWAIT) < 0)
 			break;
+		s->bells_read++;
 		s->stats.doorbells_drained++;
 	}
 }
@@ -364,6 +368,8 @@ int keel_shm_init(struct keel_transport **out, void *mem, size_t mem_len,
 		return err;
 	}
 	rings_reset(s);
+	/* A new socket holds nothing, whatever was sent to an earlier life. */
+	s->bells_read = atomic_load(&rank_of(s, s->t.rank)->bells);
 	*out = &s->t;
 	return 0;
 }
