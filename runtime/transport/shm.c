@@ -38,12 +38,6 @@ struct ring_hdr {
 	_Atomic uint32_t sleeping; /* set by the receiver when it found the ring empty */
 };
 
-/* One line per rank: senders count the doorbells they rang, so the receiver reads its socket
- * only when there is something to read. */
-struct rank_hdr {
-	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t bells;
-};
-
 /* The region's first line: a region mapped by name must have been made for the same job shape. */
 struct region_hdr {
 	_Alignas(CACHE_LINE_BYTES) _Atomic uint32_t world;
@@ -57,10 +51,8 @@ struct shm {
 	bool mapped; /* by init (munmap at fini), or the caller's */
 	int bell_fd;
 	uint32_t ring_bytes;
-	uint32_t rr;	     /* the inbound ring recv_burst starts at, for fairness */
-	bool more;	     /* the last recv_burst filled the caller's array */
-	uint64_t bells_read; /* doorbell bytes read from this rank's socket (rank_hdr.bells counts
-			      * those sent) */
+	uint32_t rr; /* the inbound ring recv_burst starts at, for fairness */
+	bool more;   /* the last recv_burst filled the caller's array */
 	char name[KEEL_SHM_NAME_MAX + 1];
 	struct keel_shm_stats stats;
 };
@@ -101,7 +93,8 @@ static size_t ring_stride(uint32_t ring_bytes)
 
 static size_t rings_offset(uint32_t world)
 {
-	return align_up(sizeof(struct region_hdr)) + (size_t)world * sizeof(struct rank_hdr);
+	(void)world; /* no per-rank header: the rings follow the region's */
+	return align_up(sizeof(struct region_hdr));
 }
 
 void keel_shm_config_default(struct keel_shm_config *cfg)
@@ -147,11 +140,6 @@ static struct ring_hdr *ring_of(const struct shm *s, uint32_t to, uint32_t from)
 static uint8_t *ring_data(struct ring_hdr *r)
 {
 	return (uint8_t *)(r + 1);
-}
-
-static struct rank_hdr *rank_of(const struct shm *s, uint32_t rank)
-{
-	return (struct rank_hdr *)(s->region + align_up(sizeof(struct region_hdr))) + rank;
 }
 
 /* Copy into the ring at byte position pos, wrapping at its end. */
@@ -205,38 +193,32 @@ static int bell_open(struct shm *s)
 	return 0;
 }
 
-/* Counted before it is sent, so a byte in a receiver's socket is always counted and the
- * receiver reads its socket until the counts agree: a byte left unread would keep the socket
- * readable, and the receiver spinning in its waiter. One that could not be sent (a full
- * socket already holds a wake-up; a dead receiver needs none) is uncounted. */
+/* Best effort: a full socket already holds a wake-up, and a dead receiver needs none. */
 static void bell_ring(struct shm *s, uint32_t to)
 {
 	struct sockaddr_un a;
 	socklen_t len = bell_addr(s, to, &a);
-	_Atomic uint64_t *bells = &rank_of(s, to)->bells;
 	uint8_t byte = 1;
 
-	atomic_fetch_add_explicit(bells, 1, memory_order_relaxed);
-	if (sendto(s->bell_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len) !=
+	if (sendto(s->bell_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len) ==
 	    1)
-		atomic_fetch_sub_explicit(bells, 1, memory_order_relaxed);
-	else
 		s->stats.doorbells_sent++;
 }
 
-/* Read the wake-ups senders rang, so the socket polls readable only for new ones. A byte
- * counted but not yet sent is read on a later call (a syscall each until it arrives). */
+/* Read every wake-up waiting, so the socket polls readable only for new ones. Every call
+ * reads (one syscall when there is none): a count of doorbells kept beside the socket, to
+ * skip that syscall, went wrong around a restart (a byte sent to the new socket but counted
+ * before it existed), and a byte left unread keeps the waiter spinning on a readable socket. */
 static void bell_drain(struct shm *s)
 {
-	uint64_t bells = atomic_load_explicit(&rank_of(s, s->t.rank)->bells, memory_order_relaxed);
 	uint8_t buf[DRAIN_BYTES];
 	uint32_t i;
 
-	/* Bounded: at most one recv per byte counted, and one that finds the socket empty. */
-	for (i = 0; s->bells_read != bells && i <= KEEL_WORLD_MAX; i++) {
+	/* Bounded: the socket holds at most its queue length of bytes (net.unix.max_dgram_qlen)
+	 * plus what senders add meanwhile; the rest is read on the next call. */
+	for (i = 0; i <= KEEL_WORLD_MAX; i++) {
 		if (recv(s->bell_fd, buf, sizeof(buf), MSG_DONTWAIT) < 0)
 			break;
-		s->bells_read++;
 		s->stats.doorbells_drained++;
 	}
 }
@@ -370,8 +352,6 @@ int keel_shm_init(struct keel_transport **out, void *mem, size_t mem_len,
 		return err;
 	}
 	rings_reset(s);
-	/* A new socket holds nothing, whatever was sent to an earlier life. */
-	s->bells_read = atomic_load(&rank_of(s, s->t.rank)->bells);
 	*out = &s->t;
 	return 0;
 }
