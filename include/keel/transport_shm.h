@@ -1,6 +1,7 @@
 /* The shared-memory transport: ranks on one host exchange datagrams through one region, with a
  * lock-free single-producer/single-consumer ring per (sender, receiver) direction.
- * Reliable and ordered (caps KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED): the core never resends.
+ * Ordered, and lossless: caps KEEL_CAP_ORDERED, plus KEEL_CAP_RELIABLE when cfg.reliable asks
+ * (then the core never resends; see there why it is off by default).
  *
  * The region: given by the caller (cfg.region, e.g. MAP_SHARED memory mapped before fork), or
  * opened by name (shm_open(cfg.name), created if absent, sized by keel_shm_region_size) and
@@ -38,6 +39,7 @@
 #ifndef KEEL_TRANSPORT_SHM_H
 #define KEEL_TRANSPORT_SHM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -60,13 +62,20 @@ struct keel_shm_config {
 	const char *name;
 	uint32_t mtu;	     /* largest datagram, KEEL_MTU_MIN..KEEL_MTU_MAX */
 	uint32_t ring_bytes; /* per direction: a power of two, >= 2 x (mtu + 8), <= _MAX */
+	/* Report KEEL_CAP_RELIABLE (the rings lose nothing), so the core never resends. Off:
+	 * caps are KEEL_CAP_ORDERED alone and the core keeps its retransmission timer, which
+	 * also covers datagrams the receiving core itself drops (measured: around a restarted
+	 * rank, a datagram dropped by the new life was never resent, and a collective waited
+	 * for its op timeout). keel_shm_config_default leaves it off. */
+	bool reliable;
 	/* Optional: the region, already shared between the ranks (keel_shm_region_size bytes,
 	 * 64-byte aligned, zeroed before the first rank initialises). NULL: map cfg.name. */
 	void *region;
 	size_t region_len;
 };
 
-/* Fill defaults: rank 0 of 1, no name, mtu KEEL_MTU_MAX, KEEL_SHM_RING_BYTES_DEFAULT. */
+/* Fill defaults: rank 0 of 1, no name, mtu KEEL_MTU_MAX, KEEL_SHM_RING_BYTES_DEFAULT,
+ * reliable off. */
 void keel_shm_config_default(struct keel_shm_config *cfg);
 
 /* Bytes of the shared region for this world and ring size; 0 if the config is invalid. */

@@ -291,12 +291,14 @@ static uint64_t shm_ring_kb_default(const struct keel_config *cfg)
 static int start_shm(struct keel_boot *b, char *err, size_t err_len)
 {
 	char name[KEEL_SHM_NAME_MAX];
-	uint64_t timeout_ms = 30000, ring_kb = shm_ring_kb_default(&b->cfg);
+	uint64_t timeout_ms = 30000, ring_kb = shm_ring_kb_default(&b->cfg), reliable = 0;
 	struct keel_shm_config c;
 	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
 	if (rc == 0)
 		rc = env_u64("KEEL_SHM_RING_KB", 1, KEEL_SHM_RING_BYTES_MAX / 1024, &ring_kb, err,
 			     err_len);
+	if (rc == 0)
+		rc = env_u64("KEEL_SHM_RELIABLE", 0, 1, &reliable, err, err_len);
 	if (rc != 0)
 		return rc;
 	if (b->launch.local_world_size != b->launch.world_size)
@@ -311,6 +313,7 @@ static int start_shm(struct keel_boot *b, char *err, size_t err_len)
 	c.name = name;
 	c.mtu = b->cfg.mtu;
 	c.ring_bytes = (uint32_t)(ring_kb * 1024);
+	c.reliable = reliable == 1;
 	size_t sz = keel_shm_storage_size(&c);
 	b->mem_shm = sz != 0 ? calloc(1, sz) : NULL;
 	rc = b->mem_shm == NULL ? -EINVAL : keel_shm_init(&b->shm, b->mem_shm, sz, &c);

@@ -299,7 +299,7 @@ static void state_init(struct shm *s, const struct keel_shm_config *cfg)
 	s->t = (struct keel_transport){
 	    .ops = &shm_ops,
 	    .state = s,
-	    .caps = KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED,
+	    .caps = KEEL_CAP_ORDERED | (cfg->reliable ? KEEL_CAP_RELIABLE : 0u),
 	    .mtu = cfg->mtu,
 	    .rank = cfg->rank,
 	    .world_size = cfg->world_size,
