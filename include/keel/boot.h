@@ -35,9 +35,10 @@ struct keel_boot {
 	struct keel_launch launch;
 	struct keel_config cfg;
 	struct keel_transport *udp, *chaos, *tp;
+	struct keel_transport *shm; /* KEEL_TRANSPORT=shm: the UDP socket served the rendezvous */
 	struct keel_node *node;
 	struct keel_posix_waiter waiter;
-	void *mem_udp, *mem_chaos, *mem_node;
+	void *mem_udp, *mem_chaos, *mem_node, *mem_shm;
 	size_t mem_node_len;
 };
 
@@ -46,7 +47,9 @@ struct keel_boot {
  *   (auto|ring|rd), KEEL_OP_TIMEOUT_MS (0: derived), KEEL_ENTRY_TIMEOUT_MS, KEEL_PROBES,
  *   KEEL_BIND (address to bind, default 127.0.0.1),
  *   KEEL_CHAOS (a keel_chaos_parse spec), KEEL_RENDEZVOUS_TIMEOUT_MS (default 30000),
- *   KEEL_WAIT / KEEL_SPIN_US (keel/posix.h), KEEL_MAC (auto|aes256gcm|chacha20poly1305).
+ *   KEEL_WAIT / KEEL_SPIN_US (keel/posix.h), KEEL_MAC (auto|aes256gcm|chacha20poly1305),
+ *   KEEL_TRANSPORT (udp|shm|dpdk|verbs), KEEL_SHM_RING_KB (shm: bytes per direction / 1024),
+ *   KEEL_SHM_RELIABLE (0|1: shm reports KEEL_CAP_RELIABLE; keel/transport_shm.h).
  * With a job key (KEEL_JOB_KEY_FILE or KEEL_JOB_KEY: keel/launch.h) the rendezvous proves it
  * and cfg.auth is set with it, so every datagram is authenticated (docs/SECURITY.md); without
  * one, a job of more than one rank prints one line on stderr (once per process) saying so.
@@ -55,6 +58,10 @@ struct keel_boot {
  * `tweak`, if not NULL, adjusts the config after the environment. Without any launcher
  * variables the tool runs as a single rank. Returns 0, or a negative error with a message
  * in err naming what was wrong. */
+/* KEEL_TRANSPORT=shm: the job's region and doorbell name on this host, "/keel-JOB-PORT" (job id
+ * and MASTER_PORT). keel-run removes it when the job ends (keel_shm_unlink). */
+void keel_boot_shm_name(uint32_t job_id, uint16_t master_port, char *name, size_t name_len);
+
 KEEL_MUST_USE int keel_boot_start(struct keel_boot *b,
 				  void (*tweak)(struct keel_config *cfg, void *ctx), void *ctx,
 				  char *err, size_t err_len);

@@ -7,12 +7,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "boot_dpdk.h"
 #include "boot_int.h"
 #include "boot_verbs.h"
 #include "keel/boot.h"
 #include "keel/transport_chaos.h"
+#include "keel/transport_shm.h"
 #include "keel/transport_udp.h"
 #include "rendezvous.h"
 
@@ -236,16 +238,97 @@ static int auth_config(struct keel_boot *b, char *err, size_t err_len)
 	return 0;
 }
 
-/* KEEL_TRANSPORT=udp (default), dpdk or verbs (keel-bench --transport sets it). */
-static int transport_choice(bool *dpdk, bool *verbs, char *err, size_t err_len)
+/* KEEL_TRANSPORT=udp (default), shm, dpdk or verbs (keel-bench --transport sets it). */
+static int transport_choice(bool *dpdk, bool *verbs, bool *shm, char *err, size_t err_len)
 {
 	const char *t = getenv("KEEL_TRANSPORT");
 	*dpdk = t != NULL && strcmp(t, "dpdk") == 0;
 	*verbs = t != NULL && strcmp(t, "verbs") == 0;
-	if (t == NULL || *t == '\0' || strcmp(t, "udp") == 0 || *dpdk || *verbs)
+	*shm = t != NULL && strcmp(t, "shm") == 0;
+	if (t == NULL || *t == '\0' || strcmp(t, "udp") == 0 || *dpdk || *verbs || *shm)
 		return 0;
-	snprintf(err, err_len, "KEEL_TRANSPORT=%s: expected udp, dpdk or verbs", t);
+	snprintf(err, err_len, "KEEL_TRANSPORT=%s: expected udp, shm, dpdk or verbs", t);
 	return -EINVAL;
+}
+
+void keel_boot_shm_name(uint32_t job_id, uint16_t master_port, char *name, size_t name_len)
+{
+	snprintf(name, name_len, "/keel-%u-%u", job_id, master_port);
+}
+
+/* Every rank has initialised its inbound rings: the others' shm_init may still be under way
+ * when the rendezvous ends, and a record written before it would be reset away. */
+static int shm_attach_wait(struct keel_boot *b, uint64_t timeout_ms, char *err, size_t err_len)
+{
+	uint64_t end = keel_posix_now_ns() + timeout_ms * 1000000ull;
+	const struct timespec ms = {0, 1000000};
+	int rc;
+
+	while ((rc = keel_shm_attach(b->shm)) == -EAGAIN && keel_posix_now_ns() < end)
+		nanosleep(&ms, NULL);
+	if (rc != 0)
+		snprintf(err, err_len,
+			 "KEEL_TRANSPORT=shm: not every rank mapped its rings within %llu ms "
+			 "(%s)",
+			 (unsigned long long)timeout_ms, keel_strerror(rc));
+	return rc;
+}
+
+/* A ring holds the node's whole reliable window and some control traffic, so reliable data
+ * never meets a full ring (transport_shm.h). */
+static uint64_t shm_ring_kb_default(const struct keel_config *cfg)
+{
+	uint64_t need = (uint64_t)(cfg->window + 2) * (((cfg->mtu + 7u) & ~7u) + 8u);
+	uint64_t ring = KEEL_SHM_RING_BYTES_DEFAULT;
+
+	while (ring < need && ring < KEEL_SHM_RING_BYTES_MAX)
+		ring *= 2;
+	return ring / 1024;
+}
+
+/* After the UDP rendezvous (it settled the job id, proved the key and gathered the ranks):
+ * the job's region on this host, then the UDP socket is closed. */
+static int start_shm(struct keel_boot *b, char *err, size_t err_len)
+{
+	char name[KEEL_SHM_NAME_MAX];
+	uint64_t timeout_ms = 30000, ring_kb = shm_ring_kb_default(&b->cfg), reliable = 0;
+	struct keel_shm_config c;
+	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
+	if (rc == 0)
+		rc = env_u64("KEEL_SHM_RING_KB", 1, KEEL_SHM_RING_BYTES_MAX / 1024, &ring_kb, err,
+			     err_len);
+	if (rc == 0)
+		rc = env_u64("KEEL_SHM_RELIABLE", 0, 1, &reliable, err, err_len);
+	if (rc != 0)
+		return rc;
+	if (b->launch.local_world_size != b->launch.world_size)
+		return keel_fail(err, err_len, -EINVAL,
+				 "KEEL_TRANSPORT=shm: all %u ranks must run on one host "
+				 "(LOCAL_WORLD_SIZE is %u)",
+				 b->launch.world_size, b->launch.local_world_size);
+	keel_boot_shm_name(b->launch.job_id, b->launch.master_port, name, sizeof(name));
+	keel_shm_config_default(&c);
+	c.rank = b->launch.rank;
+	c.world_size = b->launch.world_size;
+	c.name = name;
+	c.mtu = b->cfg.mtu;
+	c.ring_bytes = (uint32_t)(ring_kb * 1024);
+	c.reliable = reliable == 1;
+	size_t sz = keel_shm_storage_size(&c);
+	b->mem_shm = sz != 0 ? calloc(1, sz) : NULL;
+	rc = b->mem_shm == NULL ? -EINVAL : keel_shm_init(&b->shm, b->mem_shm, sz, &c);
+	if (rc != 0)
+		return keel_fail(err, err_len, rc,
+				 "KEEL_TRANSPORT=shm: region %s (%u ranks, KEEL_SHM_RING_KB=%llu, "
+				 "a power of two of at least twice the mtu): %s",
+				 name, c.world_size, (unsigned long long)ring_kb,
+				 keel_strerror(rc));
+	rc = shm_attach_wait(b, timeout_ms, err, err_len);
+	if (rc != 0)
+		return rc;
+	b->udp->ops->fini(b->udp); /* stays allocated; keel_boot_stop finis it again (a no-op) */
+	b->tp = b->shm;
+	return 0;
 }
 
 /* The verbs device (boot_verbs.c does QPs and the QPN exchange). Its slots carry
@@ -391,9 +474,9 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 		rc = auth_config(b, err, err_len);
 	if (rc == 0 && tweak != NULL)
 		tweak(&b->cfg, ctx);
-	bool dpdk = false, verbs = false;
+	bool dpdk = false, verbs = false, shm = false;
 	if (rc == 0)
-		rc = transport_choice(&dpdk, &verbs, err, err_len);
+		rc = transport_choice(&dpdk, &verbs, &shm, err, err_len);
 	if (rc == 0 && dpdk)
 		rc = start_dpdk(b, err, err_len);
 	if (rc == 0 && verbs)
@@ -402,6 +485,8 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 		rc = start_udp(b, host, port, err, err_len);
 	if (rc == 0 && !dpdk && !verbs)
 		rc = rendezvous(b, err, err_len);
+	if (rc == 0 && shm)
+		rc = start_shm(b, err, err_len);
 	if (rc == 0)
 		rc = start_chaos(b, err, err_len);
 	if (rc == 0)
@@ -516,6 +601,9 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 	}
 	if (b->chaos != NULL && b->chaos->ops->fini != NULL)
 		b->chaos->ops->fini(b->chaos);
+	/* The region's name stays: a restarted rank must find it; keel-run removes it. */
+	if (b->shm != NULL)
+		b->shm->ops->fini(b->shm);
 	if (b->udp != NULL && b->udp->ops->fini != NULL)
 		b->udp->ops->fini(b->udp);
 	if (keel_boot_dpdk_stop != NULL)
@@ -525,10 +613,11 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 	free(b->mem_node);
 	free(b->mem_chaos);
 	free(b->mem_udp);
+	free(b->mem_shm);
 	/* The node is gone: no copy of the key needs to outlive it. */
 	explicit_bzero(b->cfg.auth_key, sizeof(b->cfg.auth_key));
 	explicit_bzero(b->launch.key, sizeof(b->launch.key));
 	b->node = NULL;
-	b->chaos = b->udp = b->tp = NULL;
-	b->mem_node = b->mem_chaos = b->mem_udp = NULL;
+	b->chaos = b->udp = b->tp = b->shm = NULL;
+	b->mem_node = b->mem_chaos = b->mem_udp = b->mem_shm = NULL;
 }

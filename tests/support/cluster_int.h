@@ -1,5 +1,6 @@
 /* Test scaffolding: N keel nodes in one process, each on its own UDP socket on 127.0.0.1
- * (optionally behind the chaos transport), driven by one manual clock. Real sockets, real
+ * (optionally behind the chaos transport) or on the shared-memory transport, driven by one
+ * manual clock. Real sockets, real
  * wire format; only time is injected, so runs are repeatable. */
 #ifndef KEEL_TEST_CLUSTER_INT_H
 #define KEEL_TEST_CLUSTER_INT_H
@@ -8,9 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "keel/keel.h"
 #include "keel/transport_chaos.h"
+#include "keel/transport_shm.h"
 #include "keel/transport_udp.h"
 
 #define CLUSTER_MAX 40 /* above KEEL_FD_ALL_TO_ALL_MAX: ring monitoring is tested too */
@@ -24,6 +27,7 @@ struct cluster {
 	void *mem_udp[CLUSTER_MAX], *mem_chaos[CLUSTER_MAX], *mem_node[CLUSTER_MAX];
 	struct keel_config cfg[CLUSTER_MAX];
 	bool paused[CLUSTER_MAX]; /* not polled: a stopped or dead process */
+	void *shm_region;	  /* cluster_init_shm: udp[] are shm transports in it */
 };
 
 /* Seed from SEED=n or the given default; printed so a failure replays. */
@@ -36,14 +40,44 @@ static inline uint64_t cluster_seed(uint64_t dflt)
 	return seed;
 }
 
-/* Build `world` nodes. `tweak` may adjust each config; chaos_spec NULL means plain UDP. */
-static inline int cluster_init(struct cluster *c, uint32_t world, const char *chaos_spec,
-			       uint64_t seed, void (*tweak)(struct keel_config *cfg))
+/* The nodes over the transports in c->tp. */
+static inline int cluster_nodes_init(struct cluster *c, void (*tweak)(struct keel_config *cfg))
+{
+	for (uint32_t r = 0; r < c->world; r++) {
+		struct keel_config *cfg = &c->cfg[r];
+		keel_config_default(cfg);
+		cfg->rank = r;
+		cfg->world_size = c->world;
+		cfg->job_id = 42;
+		cfg->transport = c->tp[r];
+		cfg->heartbeat_ns = 1000000;
+		cfg->join_timeout_ns = 1; /* no start-up grace: tests time suspicion exactly */
+		if (tweak != NULL)
+			tweak(cfg);
+		size_t sz = keel_storage_size(cfg);
+		if (sz == 0)
+			return -EINVAL;
+		c->mem_node[r] = calloc(1, sz);
+		int rc = keel_init(&c->node[r], c->mem_node[r], sz, cfg, c->now_ns);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+static inline void cluster_clock_init(struct cluster *c, uint32_t world)
 {
 	memset(c, 0, sizeof(*c));
 	c->world = world;
 	c->now_ns = 1000000000ull;
 	c->step_ns = 10000;
+}
+
+/* Build `world` nodes. `tweak` may adjust each config; chaos_spec NULL means plain UDP. */
+static inline int cluster_init(struct cluster *c, uint32_t world, const char *chaos_spec,
+			       uint64_t seed, void (*tweak)(struct keel_config *cfg))
+{
+	cluster_clock_init(c, world);
 	for (uint32_t r = 0; r < world; r++) {
 		struct keel_udp_config u;
 		keel_udp_config_default(&u);
@@ -78,25 +112,46 @@ static inline int cluster_init(struct cluster *c, uint32_t world, const char *ch
 				return rc;
 			c->tp[r] = c->chaos[r];
 		}
-		struct keel_config *cfg = &c->cfg[r];
-		keel_config_default(cfg);
-		cfg->rank = r;
-		cfg->world_size = world;
-		cfg->job_id = 42;
-		cfg->transport = c->tp[r];
-		cfg->heartbeat_ns = 1000000;
-		cfg->join_timeout_ns = 1; /* no start-up grace: tests time suspicion exactly */
-		if (tweak != NULL)
-			tweak(cfg);
-		size_t sz = keel_storage_size(cfg);
-		if (sz == 0)
-			return -EINVAL;
-		c->mem_node[r] = calloc(1, sz);
-		int rc = keel_init(&c->node[r], c->mem_node[r], sz, cfg, c->now_ns);
+	}
+	return cluster_nodes_init(c, tweak);
+}
+
+/* The same over the shared-memory transport (one region in this process's memory; rings
+ * large enough for a reliable window of mtu-sized datagrams). The mtu is the one `tweak` sets
+ * (KEEL_MTU_MAX if it leaves the default). */
+static inline int cluster_init_shm(struct cluster *c, uint32_t world, uint32_t mtu,
+				   void (*tweak)(struct keel_config *cfg))
+{
+	struct keel_shm_config sc;
+	char name[KEEL_SHM_NAME_MAX];
+	cluster_clock_init(c, world);
+	snprintf(name, sizeof(name), "/keel-cluster-%d-%p", (int)getpid(), (void *)c);
+	keel_shm_config_default(&sc);
+	sc.world_size = world;
+	sc.name = name;
+	sc.mtu = mtu;
+	sc.reliable = true; /* the core skips retransmission: tested here in steady state */
+	while (sc.ring_bytes < (KEEL_WINDOW_DEFAULT + 2) * (mtu + 16))
+		sc.ring_bytes *= 2;
+	sc.region_len = keel_shm_region_size(&sc);
+	sc.region = aligned_alloc(64, (sc.region_len + 63) & ~(size_t)63);
+	if (sc.region_len == 0 || sc.region == NULL)
+		return -EINVAL;
+	memset(sc.region, 0, sc.region_len);
+	c->shm_region = sc.region;
+	for (uint32_t r = 0; r < world; r++) {
+		sc.rank = r;
+		size_t sz = keel_shm_storage_size(&sc);
+		c->mem_udp[r] = calloc(1, sz);
+		int rc = keel_shm_init(&c->udp[r], c->mem_udp[r], sz, &sc);
 		if (rc != 0)
 			return rc;
+		c->tp[r] = c->udp[r];
 	}
-	return 0;
+	for (uint32_t r = 0; r < world; r++)
+		if (keel_shm_attach(c->udp[r]) != 0)
+			return -EIO;
+	return cluster_nodes_init(c, tweak);
 }
 
 static inline void cluster_fini(struct cluster *c)
@@ -112,6 +167,7 @@ static inline void cluster_fini(struct cluster *c)
 		free(c->mem_chaos[r]);
 		free(c->mem_udp[r]);
 	}
+	free(c->shm_region);
 	memset(c, 0, sizeof(*c));
 }
 

@@ -103,6 +103,40 @@ static void all_combinations(enum keel_algo algo)
 	}
 }
 
+/* Over the shared-memory transport (reliable and ordered): every dtype, op and boundary size,
+ * and the core never resends (it skips retransmission for such a transport). */
+static void shm_combinations(enum keel_algo algo)
+{
+	for (uint32_t world = 2; world <= 4; world++) {
+		struct cluster c;
+		g_mtu = 1024;
+		g_algo = algo;
+		assert_int_equal(cluster_init_shm(&c, world, g_mtu, tweak), 0);
+		for (int dt = 0; dt < KEEL_DTYPE_COUNT; dt++) {
+			size_t frag = (g_mtu - 56) / keel_dtype_size(dt);
+			size_t sizes[KEEL_CHECK_SIZES];
+			keel_check_sizes(sizes, world, frag, 5000);
+			for (int op = 0; op < KEEL_REDOP_COUNT; op++)
+				for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+					run_one(&c, sizes[s], dt, op, (s + op) % 2 == 0);
+		}
+		check_clean(&c);
+		for (uint32_t r = 0; r < world; r++) {
+			struct keel_counters k;
+			keel_counters_get(c.node[r], &k);
+			assert_int_equal(k.retransmits, 0);
+		}
+		cluster_fini(&c);
+	}
+}
+
+static void test_allreduce_shm_every_dtype_op_size(void **state)
+{
+	(void)state;
+	shm_combinations(KEEL_ALGO_RING);
+	shm_combinations(KEEL_ALGO_RD);
+}
+
 static void test_allreduce_ring_every_dtype_op_size(void **state)
 {
 	(void)state;
@@ -546,6 +580,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_allreduce_ring_every_dtype_op_size),
 	    cmocka_unit_test(test_allreduce_rd_every_dtype_op_size),
+	    cmocka_unit_test(test_allreduce_shm_every_dtype_op_size),
 	    cmocka_unit_test(test_allreduce_auto_large),
 	    cmocka_unit_test(test_allreduce_chaos_no_loss),
 	    cmocka_unit_test(test_allreduce_chaos_1pct_loss),

@@ -41,8 +41,8 @@ static void usage(FILE *f)
 	    "  -w, --warmup N        untimed iterations first (default 5)\n"
 	    "  -c, --check           verify every element against a reference\n"
 	    "common options:\n"
-	    "  --transport T         udp (default), dpdk or verbs (KEEL_DPDK_*, KEEL_VERBS_*: "
-	    "README)\n"
+	    "  --transport T         udp (default), shm (ranks on one host), dpdk or verbs\n"
+	    "                        (KEEL_SHM_RING_KB, KEEL_DPDK_*, KEEL_VERBS_*: README)\n"
 	    "rdma-lat options: -b/-e/-f sizes (default 2..4096 bytes), -n iterations (default "
 	    "1000)\n"
 	    "heartbeat options:\n"
@@ -308,9 +308,9 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	uint32_t n = b->launch.world_size;
 	bool lead = b->launch.rank == 0;
 	if (lead) {
-		printf("# keel-bench allreduce: %u ranks (%s), transport udp, algo %s, mtu %u, "
+		printf("# keel-bench allreduce: %u ranks (%s), transport %s, algo %s, mtu %u, "
 		       "window %u, wait %s, heartbeat %llu us\n",
-		       n, b->launch.source,
+		       n, b->launch.source, b->tp->ops->name,
 		       b->cfg.algo == KEEL_ALGO_RING ? "ring"
 		       : b->cfg.algo == KEEL_ALGO_RD ? "rd"
 						     : "auto",

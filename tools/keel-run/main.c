@@ -22,9 +22,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "keel/boot.h"
 #include "keel/launch.h"
 #include "keel/limits.h"
 #include "keel/posix.h"
+#include "keel/transport_shm.h"
 
 #define EXIT_USAGE   2
 #define EXIT_TIMEOUT 124
@@ -747,6 +749,23 @@ static int setup(sigset_t *old_mask)
 	return 0;
 }
 
+/* KEEL_TRANSPORT=shm: the ranks leave the job's region named so that a restarted rank finds
+ * it; once every rank has ended, nobody needs it. */
+static void shm_cleanup(void)
+{
+	const char *t = getenv("KEEL_TRANSPORT");
+	char name[KEEL_SHM_NAME_MAX];
+	int rc;
+
+	if (t == NULL || strcmp(t, "shm") != 0)
+		return;
+	keel_boot_shm_name(job.job_id, job.master_port, name, sizeof(name));
+	rc = keel_shm_unlink(name);
+	if (rc != 0 && rc != -ENOENT)
+		fprintf(stderr, "keel-run: cannot remove the shared-memory region %s: %s\n", name,
+			strerror(-rc));
+}
+
 int main(int argc, char **argv)
 {
 	sigset_t old_mask;
@@ -779,5 +798,6 @@ int main(int argc, char **argv)
 		check_timers();
 		run_kills_and_restarts(keel_posix_now_ns(), &old_mask);
 	}
+	shm_cleanup();
 	return exit_code();
 }

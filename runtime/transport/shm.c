@@ -1,0 +1,591 @@
+/* The shared-memory transport: one region per job on a host, one single-producer/single-consumer
+ * ring of length-prefixed records per (sender, receiver), a doorbell socket per rank for waking
+ * a receiver that went idle. No allocation: private state lives in the caller's `mem`, rings in
+ * the shared region. The rules every rank follows are in keel/transport_shm.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "assert_int.h"
+#include "keel/limits.h"
+#include "keel/transport_shm.h"
+
+#define CACHE_LINE_BYTES 64u
+#define RECORD_HDR_BYTES 8u
+/* tail = generation << POS_BITS | position: a publish names the generation it wrote for. */
+#define POS_BITS 48u
+#define POS_MASK ((1ull << POS_BITS) - 1)
+#define GEN_MAX	 ((1ull << (64 - POS_BITS)) - 1)
+/* A publish that races a receiver's restart is tried again on the new rings, once. */
+#define PUBLISH_TRIES 2u
+#define DRAIN_BYTES   64u
+
+_Static_assert(KEEL_MTU_MAX + RECORD_HDR_BYTES < KEEL_SHM_RING_BYTES_MAX / 2, "a ring holds two");
+
+/* Head and tail on separate cache lines: the sender writes one, the receiver the other. */
+struct ring_hdr {
+	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t tail; /* written by the sender */
+	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t head; /* written by the receiver */
+	_Atomic uint32_t sleeping; /* set by the receiver when it found the ring empty */
+};
+
+/* The region's first line: a region mapped by name must have been made for the same job shape. */
+struct region_hdr {
+	_Alignas(CACHE_LINE_BYTES) _Atomic uint32_t world;
+	_Atomic uint32_t ring_bytes;
+};
+
+struct shm {
+	struct keel_transport t;
+	uint8_t *region;
+	size_t region_len;
+	bool mapped; /* by init (munmap at fini), or the caller's */
+	int bell_fd;
+	uint32_t ring_bytes;
+	uint32_t rr; /* the inbound ring recv_burst starts at, for fairness */
+	bool more;   /* the last recv_burst filled the caller's array */
+	char name[KEEL_SHM_NAME_MAX + 1];
+	struct keel_shm_stats stats;
+};
+
+static const struct keel_transport_ops shm_ops;
+
+static size_t align_up(size_t n)
+{
+	return (n + CACHE_LINE_BYTES - 1) & ~(size_t)(CACHE_LINE_BYTES - 1);
+}
+
+static uint32_t record_bytes(uint32_t len)
+{
+	return RECORD_HDR_BYTES + ((len + 7u) & ~7u);
+}
+
+static bool name_valid(const char *name)
+{
+	size_t len = name != NULL ? strnlen(name, KEEL_SHM_NAME_MAX + 1) : 0;
+
+	return len >= 2 && len <= KEEL_SHM_NAME_MAX && name[0] == '/' &&
+	       strchr(name + 1, '/') == NULL;
+}
+
+static bool config_valid(const struct keel_shm_config *cfg)
+{
+	return cfg != NULL && cfg->world_size >= 1 && cfg->world_size <= KEEL_WORLD_MAX &&
+	       cfg->rank < cfg->world_size && cfg->mtu >= KEEL_MTU_MIN &&
+	       cfg->mtu <= KEEL_MTU_MAX && cfg->ring_bytes <= KEEL_SHM_RING_BYTES_MAX &&
+	       (cfg->ring_bytes & (cfg->ring_bytes - 1)) == 0 &&
+	       cfg->ring_bytes >= 2 * record_bytes(cfg->mtu) && name_valid(cfg->name);
+}
+
+static size_t ring_stride(uint32_t ring_bytes)
+{
+	return sizeof(struct ring_hdr) + ring_bytes;
+}
+
+static size_t rings_offset(uint32_t world)
+{
+	(void)world; /* no per-rank header: the rings follow the region's */
+	return align_up(sizeof(struct region_hdr));
+}
+
+void keel_shm_config_default(struct keel_shm_config *cfg)
+{
+	KEEL_ASSERT(cfg != NULL);
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->world_size = 1;
+	cfg->mtu = KEEL_MTU_MAX;
+	cfg->ring_bytes = KEEL_SHM_RING_BYTES_DEFAULT;
+}
+
+size_t keel_shm_region_size(const struct keel_shm_config *cfg)
+{
+	if (!config_valid(cfg))
+		return 0;
+	return rings_offset(cfg->world_size) +
+	       (size_t)cfg->world_size * (cfg->world_size - 1) * ring_stride(cfg->ring_bytes);
+}
+
+size_t keel_shm_storage_size(const struct keel_shm_config *cfg)
+{
+	if (!config_valid(cfg))
+		return 0;
+	return align_up(sizeof(struct shm)) + CACHE_LINE_BYTES - 1;
+}
+
+static struct shm *shm_of(struct keel_transport *t)
+{
+	KEEL_ASSERT(t != NULL && t->ops == &shm_ops && t->state != NULL);
+	return t->state;
+}
+
+/* The ring that `to` reads and `from` writes; there is none from a rank to itself. */
+static struct ring_hdr *ring_of(const struct shm *s, uint32_t to, uint32_t from)
+{
+	size_t idx = (size_t)to * (s->t.world_size - 1) + (from < to ? from : from - 1);
+
+	KEEL_ASSERT_DEBUG(to != from && to < s->t.world_size && from < s->t.world_size);
+	return (struct ring_hdr *)(s->region + rings_offset(s->t.world_size) +
+				   idx * ring_stride(s->ring_bytes));
+}
+
+static uint8_t *ring_data(struct ring_hdr *r)
+{
+	return (uint8_t *)(r + 1);
+}
+
+/* Copy into the ring at byte position pos, wrapping at its end. */
+static void ring_put(struct shm *s, struct ring_hdr *r, uint64_t pos, const void *src, uint32_t n)
+{
+	uint32_t off = (uint32_t)(pos & (s->ring_bytes - 1));
+	uint32_t first = n < s->ring_bytes - off ? n : s->ring_bytes - off;
+
+	memcpy(ring_data(r) + off, src, first);
+	if (first < n)
+		memcpy(ring_data(r), (const uint8_t *)src + first, n - first);
+}
+
+static void ring_get(struct shm *s, struct ring_hdr *r, uint64_t pos, void *dst, uint32_t n)
+{
+	uint32_t off = (uint32_t)(pos & (s->ring_bytes - 1));
+	uint32_t first = n < s->ring_bytes - off ? n : s->ring_bytes - off;
+
+	memcpy(dst, ring_data(r) + off, first);
+	if (first < n)
+		memcpy((uint8_t *)dst + first, ring_data(r), n - first);
+}
+
+/* Abstract-namespace address: no file to clean up, released when its process dies. */
+static socklen_t bell_addr(const struct shm *s, uint32_t rank, struct sockaddr_un *a)
+{
+	int n;
+
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "keel-shm%s.%u", s->name, rank);
+	KEEL_ASSERT(n > 0 && (size_t)n < sizeof(a->sun_path) - 1); /* names are short */
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static int bell_open(struct shm *s)
+{
+	struct sockaddr_un a;
+	socklen_t len = bell_addr(s, s->t.rank, &a);
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int err;
+
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&a, len) != 0) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	s->bell_fd = fd;
+	return 0;
+}
+
+/* Best effort: a full socket already holds a wake-up, and a dead receiver needs none. */
+static void bell_ring(struct shm *s, uint32_t to)
+{
+	struct sockaddr_un a;
+	socklen_t len = bell_addr(s, to, &a);
+	uint8_t byte = 1;
+
+	if (sendto(s->bell_fd, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len) ==
+	    1)
+		s->stats.doorbells_sent++;
+}
+
+/* Read every wake-up waiting, so the socket polls readable only for new ones. Every call
+ * reads (one syscall when there is none): a count of doorbells kept beside the socket, to
+ * skip that syscall, went wrong around a restart (a byte sent to the new socket but counted
+ * before it existed), and a byte left unread keeps the waiter spinning on a readable socket. */
+static void bell_drain(struct shm *s)
+{
+	uint8_t buf[DRAIN_BYTES];
+	uint32_t i;
+
+	/* Bounded: the socket holds at most its queue length of bytes (net.unix.max_dgram_qlen)
+	 * plus what senders add meanwhile; the rest is read on the next call. */
+	for (i = 0; i <= KEEL_WORLD_MAX; i++) {
+		if (recv(s->bell_fd, buf, sizeof(buf), MSG_DONTWAIT) < 0)
+			break;
+		s->stats.doorbells_drained++;
+	}
+}
+
+/* A region mapped by name: created if absent (every rank sizes it alike), else checked. */
+static int region_map(struct shm *s, const struct keel_shm_config *cfg, size_t len)
+{
+	int fd = shm_open(cfg->name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	struct stat st;
+	void *p;
+	int err = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) != 0)
+		err = -errno;
+	else if (st.st_size != 0 && (size_t)st.st_size != len)
+		err = -EINVAL; /* made for another world size or ring size */
+	else if (st.st_size == 0 && ftruncate(fd, (off_t)len) != 0)
+		err = -errno;
+	if (err == 0) {
+		/* Populated now: a first touch later costs a page fault in the middle of a copy
+		 * (measured: 32 KiB AllReduces 60 % slower until the rings had wrapped once). */
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+		if (p == MAP_FAILED)
+			err = -errno;
+		else
+			s->region = p;
+	}
+	close(fd); /* the mapping keeps the memory */
+	s->mapped = err == 0;
+	s->region_len = len;
+	return err;
+}
+
+/* The first rank to arrive stamps the shape; the others must match it. */
+static int region_check(struct shm *s)
+{
+	struct region_hdr *h = (struct region_hdr *)s->region;
+	uint32_t w = 0, rb = 0;
+
+	if (!atomic_compare_exchange_strong(&h->world, &w, s->t.world_size) && w != s->t.world_size)
+		return -EINVAL;
+	if (!atomic_compare_exchange_strong(&h->ring_bytes, &rb, s->ring_bytes) &&
+	    rb != s->ring_bytes)
+		return -EINVAL;
+	return 0;
+}
+
+/* Empty this rank's inbound rings under a new generation: records a sender wrote for the
+ * previous life are never read, and a publish racing this fails its compare-and-swap. */
+static void rings_reset(struct shm *s)
+{
+	uint32_t from;
+
+	for (from = 0; from < s->t.world_size; from++) {
+		struct ring_hdr *r;
+		uint64_t gen;
+
+		if (from == s->t.rank)
+			continue;
+		r = ring_of(s, s->t.rank, from);
+		gen = (atomic_load(&r->tail) >> POS_BITS) + 1;
+		if (gen > GEN_MAX) /* wrap, skipping 0 ("never initialised") */
+			gen = 1;
+		atomic_store(&r->head, 0);
+		atomic_store(&r->sleeping, 0);
+		atomic_store(&r->tail, gen << POS_BITS);
+	}
+}
+
+static void state_init(struct shm *s, const struct keel_shm_config *cfg)
+{
+	memset(s, 0, sizeof(*s));
+	s->bell_fd = -1;
+	s->ring_bytes = cfg->ring_bytes;
+	memcpy(s->name, cfg->name, strlen(cfg->name) + 1);
+	s->t = (struct keel_transport){
+	    .ops = &shm_ops,
+	    .state = s,
+	    .caps = KEEL_CAP_ORDERED | (cfg->reliable ? KEEL_CAP_RELIABLE : 0u),
+	    .mtu = cfg->mtu,
+	    .rank = cfg->rank,
+	    .world_size = cfg->world_size,
+	};
+}
+
+static void release(struct shm *s)
+{
+	if (s->bell_fd >= 0)
+		close(s->bell_fd);
+	s->bell_fd = -1;
+	if (s->mapped && s->region != NULL)
+		(void)munmap(s->region, s->region_len);
+	s->region = NULL;
+	s->mapped = false;
+}
+
+int keel_shm_init(struct keel_transport **out, void *mem, size_t mem_len,
+		  const struct keel_shm_config *cfg)
+{
+	size_t len;
+	struct shm *s;
+	int err;
+
+	KEEL_ASSERT(out != NULL);
+	*out = NULL;
+	if (!config_valid(cfg))
+		return -EINVAL;
+	if (mem == NULL || mem_len < keel_shm_storage_size(cfg))
+		return -ENOSPC;
+	len = keel_shm_region_size(cfg);
+	if (cfg->region != NULL &&
+	    (cfg->region_len < len || ((uintptr_t)cfg->region & (CACHE_LINE_BYTES - 1)) != 0))
+		return -EINVAL;
+	s = (struct shm *)align_up((uintptr_t)mem);
+	state_init(s, cfg);
+	if (cfg->region != NULL) {
+		s->region = cfg->region;
+		s->region_len = len;
+		err = 0;
+	} else {
+		err = region_map(s, cfg, len);
+	}
+	if (err == 0)
+		err = region_check(s);
+	if (err == 0)
+		err = bell_open(s); /* first: a second live copy of this rank must not reset */
+	if (err != 0) {
+		release(s);
+		return err;
+	}
+	rings_reset(s);
+	*out = &s->t;
+	return 0;
+}
+
+int keel_shm_attach(struct keel_transport *t)
+{
+	struct shm *s = shm_of(t);
+	uint32_t to;
+
+	if (s->region == NULL)
+		return KEEL_ETRANSPORT;
+	for (to = 0; to < t->world_size; to++) {
+		if (to != t->rank &&
+		    atomic_load_explicit(&ring_of(s, to, t->rank)->tail, memory_order_acquire) >>
+			    POS_BITS ==
+			0)
+			return -EAGAIN;
+	}
+	return 0;
+}
+
+int keel_shm_unlink(const char *name)
+{
+	if (!name_valid(name))
+		return -EINVAL;
+	return shm_unlink(name) == 0 ? 0 : -errno;
+}
+
+void keel_shm_stats_get(struct keel_transport *t, struct keel_shm_stats *out)
+{
+	struct shm *s = shm_of(t);
+
+	KEEL_ASSERT(out != NULL);
+	*out = s->stats;
+}
+
+static bool datagram_ok(const struct shm *s, const struct keel_datagram *g)
+{
+	return g->peer < s->t.world_size && g->peer != s->t.rank && g->len <= s->t.mtu &&
+	       (g->buf != NULL || g->len == 0);
+}
+
+/* Copy the run of d[0..count) bound for d[0].peer that fits, after position pos of a ring with
+ * `room` free bytes. Returns how many; *pos moves past them. */
+static uint32_t run_copy(struct shm *s, struct ring_hdr *r, const struct keel_datagram *d,
+			 uint32_t count, uint64_t *pos, uint64_t room)
+{
+	uint32_t i;
+
+	for (i = 0; i < count && d[i].peer == d[0].peer && datagram_ok(s, &d[i]); i++) {
+		uint32_t need = record_bytes(d[i].len);
+		uint32_t hdr[2] = {d[i].len, ~d[i].len};
+
+		if (need > room && (d[i].flags & KEEL_DGRAM_CONTROL) != 0) {
+			/* Lossy anyway, and refusing it would hold back every datagram behind
+			 * it in the burst, for live peers too, while this receiver is stopped. */
+			s->stats.tx_control_dropped++;
+			continue;
+		}
+		if (need > room)
+			break;
+		ring_put(s, r, *pos, hdr, sizeof(hdr));
+		if (d[i].len > 0)
+			ring_put(s, r, *pos + RECORD_HDR_BYTES, d[i].buf, d[i].len);
+		*pos = (*pos + need) & POS_MASK;
+		room -= need;
+		s->stats.tx_datagrams++;
+	}
+	return i;
+}
+
+/* Write a run for one receiver and publish it. Returns how many were taken (0: ring full). */
+static uint32_t run_send(struct shm *s, const struct keel_datagram *d, uint32_t count)
+{
+	struct ring_hdr *r = ring_of(s, d[0].peer, s->t.rank);
+	uint32_t tries;
+
+	for (tries = 0; tries < PUBLISH_TRIES; tries++) {
+		uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+		uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+		uint64_t pos = tail & POS_MASK;
+		uint64_t used = (pos - head) & POS_MASK;
+		uint32_t n;
+
+		if (used > s->ring_bytes)
+			return 0; /* the receiver is resetting: its new head with our old tail */
+		n = run_copy(s, r, d, count, &pos, s->ring_bytes - used);
+		if (n == 0)
+			return 0;
+		/* seq_cst: ordered before the load of `sleeping` below (the receiver stores
+		 * `sleeping`, then loads `tail`): one of the two sees the other. */
+		if (!atomic_compare_exchange_strong(&r->tail, &tail, (tail & ~POS_MASK) | pos)) {
+			s->stats.tx_reattach++;
+			continue;
+		}
+		if (atomic_load(&r->sleeping) != 0 && atomic_exchange(&r->sleeping, 0) != 0)
+			bell_ring(s, d[0].peer);
+		return n;
+	}
+	return 0;
+}
+
+static int shm_send_burst(struct keel_transport *t, uint64_t now_ns, const struct keel_datagram *d,
+			  uint32_t count)
+{
+	struct shm *s = shm_of(t);
+	uint32_t done = 0;
+
+	(void)now_ns;
+	KEEL_ASSERT(d != NULL || count == 0);
+	KEEL_ASSERT(count <= INT32_MAX);
+	if (s->region == NULL)
+		return KEEL_ETRANSPORT;
+	/* Bounded by count: each pass takes a run or returns. */
+	while (done < count) {
+		uint32_t n;
+
+		if (!datagram_ok(s, &d[done]))
+			return done > 0 ? (int)done : -EINVAL;
+		n = run_send(s, d + done, count - done);
+		done += n;
+		if (n == 0 || (done < count && d[done].peer == d[done - 1].peer &&
+			       datagram_ok(s, &d[done]))) {
+			s->stats.tx_ring_full++;
+			break;
+		}
+	}
+	return (int)done;
+}
+
+/* Is the ring empty? If so, mark it sleeping and look again, so that a sender publishing now
+ * either is seen here or sees the mark and rings the doorbell. */
+static bool ring_empty_arm(struct ring_hdr *r, uint64_t head)
+{
+	if ((atomic_load_explicit(&r->tail, memory_order_acquire) & POS_MASK) != head)
+		return false;
+	if (atomic_load_explicit(&r->sleeping, memory_order_relaxed) == 0)
+		atomic_store(&r->sleeping, 1);
+	return (atomic_load(&r->tail) & POS_MASK) == head;
+}
+
+/* Take records from one ring into d[0..count_max). Returns how many were delivered. A ring
+ * left behind is either marked sleeping (empty: its next record rings the doorbell) or has
+ * records left only because d is full (recv_burst then asks to be called again at once). */
+static uint32_t ring_recv(struct shm *s, uint32_t from, struct keel_datagram *d, uint32_t count_max)
+{
+	struct ring_hdr *r = ring_of(s, s->t.rank, from);
+	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+	uint64_t tail = head;
+	uint32_t n = 0;
+
+	/* Bounded: each pass delivers or drops a record, or reloads the tail after a failed
+	 * arm (so the next pass finds a record), or ends. */
+	while (n < count_max) {
+		uint32_t hdr[2];
+
+		if (head == tail) {
+			if (ring_empty_arm(r, head))
+				break;
+			tail = atomic_load_explicit(&r->tail, memory_order_acquire) & POS_MASK;
+			continue;
+		}
+		ring_get(s, r, head, hdr, sizeof(hdr));
+		if (hdr[0] != ~hdr[1] || record_bytes(hdr[0]) > ((tail - head) & POS_MASK)) {
+			/* Another process scribbled on the region: nothing after it can be
+			 * trusted, so the ring is emptied (its datagrams count as lost). */
+			s->stats.rx_bad_records++;
+			head = tail;
+			continue;
+		}
+		if (hdr[0] > d[n].cap) {
+			s->stats.rx_truncated++;
+		} else {
+			ring_get(s, r, head + RECORD_HDR_BYTES, d[n].buf, hdr[0]);
+			d[n].len = hdr[0];
+			d[n].peer = from;
+			n++;
+		}
+		head = (head + record_bytes(hdr[0])) & POS_MASK;
+	}
+	/* release: the sender may overwrite the bytes only after they were copied out */
+	atomic_store_explicit(&r->head, head, memory_order_release);
+	return n;
+}
+
+static int shm_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel_datagram *d,
+			  uint32_t count_max)
+{
+	struct shm *s = shm_of(t);
+	uint32_t n = 0, i;
+
+	(void)now_ns;
+	KEEL_ASSERT(d != NULL || count_max == 0);
+	if (s->region == NULL)
+		return KEEL_ETRANSPORT;
+	if (count_max == 0 || t->world_size == 1)
+		return 0;
+	bell_drain(s);
+	/* Round-robin from a moving start: a busy sender cannot starve the others. */
+	for (i = 0; i < t->world_size && n < count_max; i++) {
+		uint32_t from = (s->rr + i) % t->world_size;
+
+		if (from != t->rank)
+			n += ring_recv(s, from, d + n, count_max - n);
+	}
+	s->rr = (s->rr + 1) % t->world_size;
+	s->stats.rx_datagrams += n;
+	/* Full: a ring may hold more, unmarked, so no doorbell would wake a sleep now. */
+	s->more = n == count_max;
+	return (int)n;
+}
+
+static uint64_t shm_next_deadline_ns(struct keel_transport *t)
+{
+	return shm_of(t)->more ? 0 : UINT64_MAX;
+}
+
+static int shm_wait_fd(struct keel_transport *t)
+{
+	return shm_of(t)->bell_fd;
+}
+
+static void shm_fini(struct keel_transport *t)
+{
+	if (t == NULL)
+		return; /* a failed init leaves *out NULL */
+	release(shm_of(t));
+}
+
+static const struct keel_transport_ops shm_ops = {
+    .name = "shm",
+    .send_burst = shm_send_burst,
+    .recv_burst = shm_recv_burst,
+    .next_deadline_ns = shm_next_deadline_ns,
+    .wait_fd = shm_wait_fd,
+    .fini = shm_fini,
+};

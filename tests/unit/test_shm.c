@@ -1,0 +1,562 @@
+/* Unit tests for the shared-memory transport: rings in a MAP_SHARED anonymous region (shared
+ * with forked children), or in a named region this test unlinks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h> /* after the four headers it needs */
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "keel/limits.h"
+#include "keel/transport_shm.h"
+
+#define MEM_BYTES  4096u
+#define SLOTS	   4
+#define SMALL_MTU  256u
+#define SMALL_RING 1024u /* holds 3 records of SMALL_MTU (264 bytes each) */
+#define EXCHANGE   100000u
+#define BURST	   32u
+
+static _Alignas(64) uint8_t g_mem[SLOTS][MEM_BYTES];
+static uint8_t g_bufs[BURST][KEEL_MTU_MAX];
+static uint8_t g_out[BURST][KEEL_MTU_MAX];
+static char g_name[KEEL_SHM_NAME_MAX];
+static unsigned g_name_seq;
+
+/* A fresh name per test: the doorbells of a finished test must not be reused. */
+static void cfg_make(struct keel_shm_config *cfg, uint32_t world, uint32_t mtu, uint32_t ring)
+{
+	keel_shm_config_default(cfg);
+	snprintf(g_name, sizeof(g_name), "/keel-ut-%d-%u", (int)getpid(), g_name_seq++);
+	cfg->name = g_name;
+	cfg->world_size = world;
+	cfg->mtu = mtu;
+	cfg->ring_bytes = ring;
+}
+
+/* A shared anonymous region that forked children see too. */
+static void *region_new(struct keel_shm_config *cfg)
+{
+	size_t len = keel_shm_region_size(cfg);
+	void *p;
+
+	assert_true(len > 0);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(p != MAP_FAILED);
+	cfg->region = p;
+	cfg->region_len = len;
+	return p;
+}
+
+static struct keel_transport *shm_open_rank(int slot, struct keel_shm_config *cfg, uint32_t rank)
+{
+	struct keel_transport *t = NULL;
+	size_t need;
+
+	cfg->rank = rank;
+	need = keel_shm_storage_size(cfg);
+	assert_true(need > 0 && need <= MEM_BYTES);
+	assert_int_equal(keel_shm_init(&t, g_mem[slot], need, cfg), 0);
+	assert_non_null(t);
+	assert_int_equal(t->caps, KEEL_CAP_ORDERED | (cfg->reliable ? KEEL_CAP_RELIABLE : 0u));
+	assert_int_equal(t->mtu, cfg->mtu);
+	assert_true(t->ops->wait_fd(t) >= 0);
+	return t;
+}
+
+static void recv_setup(struct keel_datagram *d, uint32_t n, uint32_t cap)
+{
+	for (uint32_t i = 0; i < n; i++)
+		d[i] = (struct keel_datagram){.buf = g_bufs[i], .cap = cap};
+}
+
+static void fill(uint8_t *buf, uint32_t len, uint32_t seq)
+{
+	for (uint32_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(seq * 13 + i * 7 + (i >> 8));
+}
+
+static int check(const uint8_t *buf, uint32_t len, uint32_t seq)
+{
+	for (uint32_t i = 0; i < len; i++)
+		if (buf[i] != (uint8_t)(seq * 13 + i * 7 + (i >> 8)))
+			return -1;
+	return 0;
+}
+
+static struct keel_datagram out_make(uint32_t slot, uint32_t peer, uint32_t len, uint32_t seq)
+{
+	fill(g_out[slot], len, seq);
+	return (struct keel_datagram){.buf = g_out[slot], .len = len, .peer = peer};
+}
+
+/* Many records of varying length through a small ring: positions wrap, records split. */
+static void test_shm_wrap_around(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o, d[1];
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	void *reg = region_new(&cfg);
+	struct keel_transport *a = shm_open_rank(0, &cfg, 0), *b = shm_open_rank(1, &cfg, 1);
+
+	for (uint32_t seq = 0; seq < 1000; seq++) {
+		uint32_t len = (seq * 37) % (SMALL_MTU + 1);
+
+		o = out_make(0, 1, len, seq);
+		assert_int_equal(a->ops->send_burst(a, 0, &o, 1), 1);
+		recv_setup(d, 1, SMALL_MTU);
+		assert_int_equal(b->ops->recv_burst(b, 0, d, 1), 1);
+		assert_int_equal(d[0].len, len);
+		assert_int_equal(d[0].peer, 0);
+		assert_int_equal(check(d[0].buf, len, seq), 0);
+	}
+	a->ops->fini(a);
+	b->ops->fini(b);
+	munmap(reg, cfg.region_len);
+}
+
+/* A burst larger than the ring: the prefix that fits is taken, the rest later. */
+static void test_shm_full_ring_partial(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o[10], d[10];
+	struct keel_shm_stats st;
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	void *reg = region_new(&cfg);
+	struct keel_transport *a = shm_open_rank(0, &cfg, 0), *b = shm_open_rank(1, &cfg, 1);
+
+	for (uint32_t i = 0; i < 10; i++)
+		o[i] = out_make(i, 1, SMALL_MTU, i);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 10), 3);
+	keel_shm_stats_get(a, &st);
+	assert_int_equal(st.tx_ring_full, 1);
+	assert_int_equal(a->ops->send_burst(a, 0, o + 3, 7), 0); /* still full */
+	recv_setup(d, 10, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 10), 3);
+	assert_int_equal(a->ops->send_burst(a, 0, o + 3, 7), 3);
+	recv_setup(d, 10, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 10), 3);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(check(d[i].buf, SMALL_MTU, 3 + i), 0);
+	a->ops->fini(a);
+	b->ops->fini(b);
+	munmap(reg, cfg.region_len);
+}
+
+/* A control datagram for a full ring is dropped, and the burst goes on to the other peers. */
+static void test_shm_full_ring_drops_control(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o[4], d[4];
+	struct keel_shm_stats st;
+	struct keel_transport *t[3];
+	(void)state;
+	cfg_make(&cfg, 3, SMALL_MTU, SMALL_RING);
+	void *reg = region_new(&cfg);
+	for (uint32_t r = 0; r < 3; r++)
+		t[r] = shm_open_rank((int)r, &cfg, r);
+	for (uint32_t i = 0; i < 3; i++)
+		o[i] = out_make(i, 1, SMALL_MTU, i);
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, o, 3), 3); /* rank 1's ring is full */
+	o[0] = out_make(0, 1, SMALL_MTU, 3);
+	o[0].flags = KEEL_DGRAM_CONTROL;
+	o[1] = out_make(1, 2, 16, 4);
+	o[2] = out_make(2, 1, SMALL_MTU, 5); /* reliable: refused */
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, o, 3), 2);
+	keel_shm_stats_get(t[0], &st);
+	assert_int_equal(st.tx_control_dropped, 1);
+	assert_int_equal(st.tx_datagrams, 4);
+	recv_setup(d, 4, SMALL_MTU);
+	assert_int_equal(t[2]->ops->recv_burst(t[2], 0, d, 4), 1);
+	assert_int_equal(check(d[0].buf, 16, 4), 0);
+	recv_setup(d, 4, SMALL_MTU);
+	assert_int_equal(t[1]->ops->recv_burst(t[1], 0, d, 4), 3);
+	for (uint32_t r = 0; r < 3; r++)
+		t[r]->ops->fini(t[r]);
+	munmap(reg, cfg.region_len);
+}
+
+/* A receive that empties a ring leaves it marked sleeping (the next record rings the doorbell);
+ * one that fills the caller's array asks to be called again at once. */
+static void test_shm_recv_leaves_rings_armed(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o[3], d[3];
+	struct keel_shm_stats st;
+	struct pollfd p;
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	void *reg = region_new(&cfg);
+	struct keel_transport *a = shm_open_rank(0, &cfg, 0), *b = shm_open_rank(1, &cfg, 1);
+
+	for (uint32_t i = 0; i < 3; i++)
+		o[i] = out_make(i, 1, 8, i);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 3), 3);
+	recv_setup(d, 3, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 2), 2);
+	assert_int_equal(b->ops->next_deadline_ns(b), 0);
+	recv_setup(d, 3, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 3), 1); /* found data, then emptied it */
+	assert_int_equal(b->ops->next_deadline_ns(b), UINT64_MAX);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 1), 1);
+	keel_shm_stats_get(a, &st);
+	assert_int_equal(st.doorbells_sent, 1);
+	p = (struct pollfd){.fd = b->ops->wait_fd(b), .events = POLLIN};
+	assert_int_equal(poll(&p, 1, 1000), 1);
+	recv_setup(d, 3, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 3), 1);
+	assert_int_equal(poll(&p, 1, 0), 0); /* the doorbell was drained */
+	a->ops->fini(a);
+	b->ops->fini(b);
+	munmap(reg, cfg.region_len);
+}
+
+/* The largest datagram, an empty one, one too large, and one too long for its buffer. */
+static void test_shm_mtu_and_empty(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o[3], d[3];
+	struct keel_shm_stats st;
+	(void)state;
+	cfg_make(&cfg, 2, KEEL_MTU_MAX, 1u << 18);
+	void *reg = region_new(&cfg);
+	struct keel_transport *a = shm_open_rank(0, &cfg, 0), *b = shm_open_rank(1, &cfg, 1);
+
+	o[0] = out_make(0, 1, KEEL_MTU_MAX, 1);
+	o[1] = (struct keel_datagram){.buf = NULL, .len = 0, .peer = 1};
+	o[2] = out_make(2, 1, KEEL_MTU_MAX, 2);
+	o[2].len = KEEL_MTU_MAX + 1;
+	assert_int_equal(a->ops->send_burst(a, 0, o, 3), 2); /* stops at the oversized one */
+	assert_int_equal(a->ops->send_burst(a, 0, o + 2, 1), -EINVAL);
+	recv_setup(d, 3, KEEL_MTU_MAX);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 3), 2);
+	assert_int_equal(d[0].len, KEEL_MTU_MAX);
+	assert_int_equal(check(d[0].buf, KEEL_MTU_MAX, 1), 0);
+	assert_int_equal(d[1].len, 0);
+	o[0] = out_make(0, 1, 300, 3);
+	o[1] = out_make(1, 1, 100, 4);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 2), 2);
+	recv_setup(d, 3, 200);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 3), 1); /* 300 > cap 200: dropped */
+	assert_int_equal(d[0].len, 100);
+	keel_shm_stats_get(b, &st);
+	assert_int_equal(st.rx_truncated, 1);
+	a->ops->fini(a);
+	b->ops->fini(b);
+	munmap(reg, cfg.region_len);
+}
+
+/* Bad peers and configurations are refused with -EINVAL; small memory with -ENOSPC. */
+static void test_shm_bad_config(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_transport *t = (struct keel_transport *)1;
+	struct keel_datagram o;
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, 1000);
+	assert_int_equal(keel_shm_storage_size(&cfg), 0); /* not a power of two */
+	assert_int_equal(keel_shm_init(&t, g_mem[0], MEM_BYTES, &cfg), -EINVAL);
+	assert_null(t);
+	cfg_make(&cfg, 2, SMALL_MTU, 512); /* two records do not fit */
+	assert_int_equal(keel_shm_region_size(&cfg), 0);
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	cfg.name = "no-slash";
+	assert_int_equal(keel_shm_storage_size(&cfg), 0);
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	assert_int_equal(keel_shm_init(&t, g_mem[0], 8, &cfg), -ENOSPC);
+	void *reg = region_new(&cfg);
+	cfg.region_len = 64; /* too small */
+	assert_int_equal(keel_shm_init(&t, g_mem[0], MEM_BYTES, &cfg), -EINVAL);
+	cfg.region_len = keel_shm_region_size(&cfg);
+	t = shm_open_rank(0, &cfg, 0);
+	o = out_make(0, 0, 10, 0); /* to itself */
+	assert_int_equal(t->ops->send_burst(t, 0, &o, 1), -EINVAL);
+	o.peer = 2;
+	assert_int_equal(t->ops->send_burst(t, 0, &o, 1), -EINVAL);
+	/* The same rank twice on one host: its doorbell is taken. */
+	struct keel_transport *t2 = NULL;
+	assert_int_equal(keel_shm_init(&t2, g_mem[1], MEM_BYTES, &cfg), -EADDRINUSE);
+	t->ops->fini(t);
+	t->ops->fini(t); /* twice is safe */
+	assert_int_equal(t->ops->send_burst(t, 0, &o, 1), KEEL_ETRANSPORT);
+	munmap(reg, cfg.region_len);
+}
+
+/* Datagrams for several peers in one burst keep their order per peer. */
+static void test_shm_burst_in_order(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o[BURST], d[BURST];
+	struct keel_transport *t[3];
+	(void)state;
+	cfg_make(&cfg, 3, 1024, 1u << 16);
+	cfg.reliable = true; /* the caps say so */
+	void *reg = region_new(&cfg);
+	for (uint32_t r = 0; r < 3; r++)
+		t[r] = shm_open_rank((int)r, &cfg, r);
+	for (uint32_t r = 0; r < 3; r++)
+		assert_int_equal(keel_shm_attach(t[r]), 0);
+	for (uint32_t i = 0; i < BURST; i++)
+		o[i] = out_make(i, 1 + (i / 4) % 2, 4 + i, i); /* runs of 4 for 1, then 2, ... */
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, o, BURST), BURST);
+	for (uint32_t r = 1; r < 3; r++) {
+		uint32_t last = 0, n;
+
+		recv_setup(d, BURST, 1024);
+		n = (uint32_t)t[r]->ops->recv_burst(t[r], 0, d, BURST);
+		assert_int_equal(n, BURST / 2);
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t seq = d[i].len - 4;
+
+			assert_int_equal(d[i].peer, 0);
+			assert_int_equal(1 + (seq / 4) % 2, r);
+			assert_true(i == 0 || seq > last);
+			assert_int_equal(check(d[i].buf, d[i].len, seq), 0);
+			last = seq;
+		}
+	}
+	for (uint32_t r = 0; r < 3; r++)
+		t[r]->ops->fini(t[r]);
+	munmap(reg, cfg.region_len);
+}
+
+/* attach waits for every peer's rings; a named region is created once and checked after. */
+static void test_shm_named_region_attach(void **state)
+{
+	struct keel_shm_config cfg, other;
+	struct keel_transport *a, *b, *c = NULL;
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	a = shm_open_rank(0, &cfg, 0);
+	assert_int_equal(keel_shm_attach(a), -EAGAIN);
+	b = shm_open_rank(1, &cfg, 1);
+	assert_int_equal(keel_shm_attach(a), 0);
+	assert_int_equal(keel_shm_attach(b), 0);
+	other = cfg;
+	other.world_size = 3;
+	other.rank = 2;
+	assert_int_equal(keel_shm_init(&c, g_mem[2], MEM_BYTES, &other), -EINVAL);
+	assert_null(c);
+	struct keel_datagram o = out_make(0, 1, 50, 9), d[1];
+	assert_int_equal(a->ops->send_burst(a, 0, &o, 1), 1);
+	recv_setup(d, 1, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 1), 1);
+	assert_int_equal(check(d[0].buf, 50, 9), 0);
+	a->ops->fini(a);
+	b->ops->fini(b);
+	assert_int_equal(keel_shm_unlink(cfg.name), 0);
+	assert_int_equal(keel_shm_unlink(cfg.name), -ENOENT);
+}
+
+/* A receiver that restarts (same rank, new life) never reads what was sent to its old life. */
+static void test_shm_restarted_receiver(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o[2], d[4];
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	void *reg = region_new(&cfg);
+	struct keel_transport *a = shm_open_rank(0, &cfg, 0), *b = shm_open_rank(1, &cfg, 1);
+
+	o[0] = out_make(0, 1, 40, 1);
+	o[1] = out_make(1, 1, 40, 2);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 2), 2);
+	b->ops->fini(b); /* dies with two records unread */
+	b = shm_open_rank(1, &cfg, 1);
+	assert_int_equal(keel_shm_attach(a), 0);
+	recv_setup(d, 4, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 4), 0);
+	o[0] = out_make(0, 1, 41, 7);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 1), 1);
+	recv_setup(d, 4, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 4), 1);
+	assert_int_equal(d[0].len, 41);
+	assert_int_equal(check(d[0].buf, 41, 7), 0);
+	a->ops->fini(a);
+	b->ops->fini(b);
+	munmap(reg, cfg.region_len);
+}
+
+/* FNV-1a over the payload after the 8-byte header (seq, hash). */
+static uint32_t fnv(const uint8_t *p, uint32_t n)
+{
+	uint32_t h = 2166136261u;
+
+	for (uint32_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 16777619u;
+	return h;
+}
+
+static uint32_t xlen(uint32_t seq)
+{
+	return 8 + (seq * 131u) % 4000u;
+}
+
+static void xfill(uint8_t *buf, uint32_t seq, uint32_t rank)
+{
+	uint32_t len = xlen(seq), h;
+
+	for (uint32_t i = 8; i < len; i++)
+		buf[i] = (uint8_t)(seq * 7 + i + rank);
+	h = fnv(buf + 8, len - 8);
+	memcpy(buf, &seq, 4);
+	memcpy(buf + 4, &h, 4);
+}
+
+/* Returns how many in-order datagrams with good checksums arrived; -1 on a bad one. */
+static int xrecv(struct keel_transport *t, uint32_t *next)
+{
+	struct keel_datagram d[BURST];
+	int n;
+
+	recv_setup(d, BURST, 4096);
+	n = t->ops->recv_burst(t, 0, d, BURST);
+	for (int i = 0; i < n; i++) {
+		uint32_t seq, h;
+
+		memcpy(&seq, d[i].buf, 4);
+		memcpy(&h, d[i].buf + 4, 4);
+		if (seq != *next || d[i].len != xlen(seq) || h != fnv(d[i].buf + 8, d[i].len - 8))
+			return -1;
+		(*next)++;
+	}
+	return n;
+}
+
+/* Both directions at once until each side sent and received EXCHANGE; idle sides sleep on
+ * the doorbell. Returns 0 on success. */
+static int exchange(struct keel_transport *t)
+{
+	struct keel_datagram o[BURST];
+	uint32_t sent = 0, next = 0, peer = 1 - t->rank;
+	struct pollfd p = {.fd = t->ops->wait_fd(t), .events = POLLIN};
+
+	while (keel_shm_attach(t) == -EAGAIN)
+		usleep(1000);
+	while (sent < EXCHANGE || next < EXCHANGE) {
+		uint32_t n = EXCHANGE - sent < BURST ? EXCHANGE - sent : BURST;
+		int s, r;
+
+		for (uint32_t i = 0; i < n; i++) {
+			xfill(g_out[i], sent + i, t->rank);
+			o[i] = (struct keel_datagram){
+			    .buf = g_out[i], .len = xlen(sent + i), .peer = peer};
+		}
+		s = n > 0 ? t->ops->send_burst(t, 0, o, n) : 0;
+		r = xrecv(t, &next);
+		if (s < 0 || r < 0)
+			return -1;
+		sent += (uint32_t)s;
+		if (s == 0 && r == 0 && poll(&p, 1, 10) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static void test_shm_fork_exchange(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_shm_stats st;
+	int status;
+	(void)state;
+	cfg_make(&cfg, 2, 4096, 1u << 16);
+	void *reg = region_new(&cfg);
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(60);
+		struct keel_transport *t = shm_open_rank(1, &cfg, 1);
+		_exit(exchange(t) == 0 ? 0 : 1);
+	}
+	struct keel_transport *t = shm_open_rank(0, &cfg, 0);
+	assert_int_equal(exchange(t), 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	keel_shm_stats_get(t, &st);
+	assert_int_equal(st.rx_datagrams, EXCHANGE);
+	assert_int_equal(st.tx_datagrams, EXCHANGE);
+	printf("fork exchange: %llu ring-full bursts, %llu doorbells sent\n",
+	       (unsigned long long)st.tx_ring_full, (unsigned long long)st.doorbells_sent);
+	t->ops->fini(t);
+	munmap(reg, cfg.region_len);
+}
+
+/* A receiver blocked in poll on wait_fd is woken by a sender in another process. */
+static void test_shm_sleeper_woken(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_shm_stats st;
+	int fds[2], status;
+	char c;
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	void *reg = region_new(&cfg);
+	assert_int_equal(pipe(fds), 0);
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct keel_datagram d[1];
+		alarm(20);
+		struct keel_transport *t = shm_open_rank(1, &cfg, 1);
+		struct pollfd p = {.fd = t->ops->wait_fd(t), .events = POLLIN};
+		recv_setup(d, 1, SMALL_MTU);
+		if (t->ops->recv_burst(t, 0, d, 1) != 0 || write(fds[1], "r", 1) != 1)
+			_exit(2);
+		if (poll(&p, 1, 10000) != 1) /* only the doorbell can end this early */
+			_exit(3);
+		recv_setup(d, 1, SMALL_MTU);
+		_exit(t->ops->recv_burst(t, 0, d, 1) == 1 && check(d[0].buf, 20, 5) == 0 ? 0 : 4);
+	}
+	struct keel_transport *t = shm_open_rank(0, &cfg, 0);
+	assert_int_equal(read(fds[0], &c, 1), 1); /* the child found its ring empty */
+	usleep(50000);				  /* and is asleep in poll by now */
+	struct keel_datagram o = out_make(0, 1, 20, 5);
+	assert_int_equal(t->ops->send_burst(t, 0, &o, 1), 1);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	keel_shm_stats_get(t, &st);
+	assert_int_equal(st.doorbells_sent, 1);
+	/* A second datagram finds the ring no longer marked sleeping: no doorbell. */
+	assert_int_equal(t->ops->send_burst(t, 0, &o, 1), 1);
+	keel_shm_stats_get(t, &st);
+	assert_int_equal(st.doorbells_sent, 1);
+	close(fds[0]);
+	close(fds[1]);
+	t->ops->fini(t);
+	munmap(reg, cfg.region_len);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_shm_wrap_around),
+	    cmocka_unit_test(test_shm_full_ring_partial),
+	    cmocka_unit_test(test_shm_mtu_and_empty),
+	    cmocka_unit_test(test_shm_bad_config),
+	    cmocka_unit_test(test_shm_burst_in_order),
+	    cmocka_unit_test(test_shm_named_region_attach),
+	    cmocka_unit_test(test_shm_restarted_receiver),
+	    cmocka_unit_test(test_shm_fork_exchange),
+	    cmocka_unit_test(test_shm_recv_leaves_rings_armed),
+	    cmocka_unit_test(test_shm_sleeper_woken),
+	    cmocka_unit_test(test_shm_full_ring_drops_control),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
