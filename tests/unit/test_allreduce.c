@@ -83,6 +83,19 @@ static void check_clean(struct cluster *c)
 	}
 }
 
+/* Every dtype and op at the fragment and chunk boundary sizes, in place and out of place. */
+static void every_dtype_op_size(struct cluster *c, uint32_t world)
+{
+	for (int dt = 0; dt < KEEL_DTYPE_COUNT; dt++) {
+		size_t frag = (g_mtu - 56) / keel_dtype_size(dt);
+		size_t sizes[KEEL_CHECK_SIZES];
+		keel_check_sizes(sizes, world, frag, 5000);
+		for (int op = 0; op < KEEL_REDOP_COUNT; op++)
+			for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
+				run_one(c, sizes[s], dt, op, (s + op) % 2 == 0);
+	}
+}
+
 static void all_combinations(enum keel_algo algo)
 {
 	for (uint32_t world = 2; world <= 5; world++) {
@@ -90,14 +103,7 @@ static void all_combinations(enum keel_algo algo)
 		g_mtu = 1024;
 		g_algo = algo;
 		assert_int_equal(cluster_init(&c, world, NULL, g_seed, tweak), 0);
-		for (int dt = 0; dt < KEEL_DTYPE_COUNT; dt++) {
-			size_t frag = (g_mtu - 56) / keel_dtype_size(dt);
-			size_t sizes[KEEL_CHECK_SIZES];
-			keel_check_sizes(sizes, world, frag, 5000);
-			for (int op = 0; op < KEEL_REDOP_COUNT; op++)
-				for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
-					run_one(&c, sizes[s], dt, op, (s + op) % 2 == 0);
-		}
+		every_dtype_op_size(&c, world);
 		check_clean(&c);
 		cluster_fini(&c);
 	}
@@ -112,14 +118,7 @@ static void shm_combinations(enum keel_algo algo)
 		g_mtu = 1024;
 		g_algo = algo;
 		assert_int_equal(cluster_init_shm(&c, world, g_mtu, tweak), 0);
-		for (int dt = 0; dt < KEEL_DTYPE_COUNT; dt++) {
-			size_t frag = (g_mtu - 56) / keel_dtype_size(dt);
-			size_t sizes[KEEL_CHECK_SIZES];
-			keel_check_sizes(sizes, world, frag, 5000);
-			for (int op = 0; op < KEEL_REDOP_COUNT; op++)
-				for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
-					run_one(&c, sizes[s], dt, op, (s + op) % 2 == 0);
-		}
+		every_dtype_op_size(&c, world);
 		check_clean(&c);
 		for (uint32_t r = 0; r < world; r++) {
 			struct keel_counters k;
