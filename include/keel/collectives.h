@@ -32,6 +32,9 @@ struct keel_op_info {
 	uint32_t epoch; /* the view the result belongs to */
 	uint32_t member_count;
 	uint32_t restarts; /* times it was restarted on a new view (view change or soft fault) */
+	/* What computed it: for an AllReduce RING, RD or HIER, never AUTO (on the view of
+	 * `epoch`); a broadcast is a pipelined ring: RING. */
+	enum keel_algo algo;
 };
 
 /* Has `handle` finished? Never blocks; progress is made by keel_poll.

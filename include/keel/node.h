@@ -20,9 +20,18 @@ extern "C" {
 struct keel_node;
 
 enum keel_algo {
-	KEEL_ALGO_AUTO = 0, /* recursive doubling up to rd_max_bytes, ring above */
+	/* Recursive doubling up to rd_max_bytes (or fewer elements than members); above, the
+	 * hierarchical algorithm where it applies (see KEEL_ALGO_HIER), else the ring. */
+	KEEL_ALGO_AUTO = 0,
 	KEEL_ALGO_RING,
 	KEEL_ALGO_RD, /* recursive doubling */
+	/* Two levels, by host (keel_config.host_of): a ring reduce-scatter among the members of
+	 * each host, an AllReduce of each member's slice among the members with the same local
+	 * index on the other hosts (recursive doubling for slices up to rd_max_bytes, ring above),
+	 * a ring all-gather inside each host. Runs when the view has at least 2 hosts and every
+	 * host has the same number of members, at least 2; on any other view (uneven hosts after
+	 * a failure, one rank per host) the operation runs as AUTO's flat choice instead. */
+	KEEL_ALGO_HIER,
 };
 
 /* The caller's time and waiting, used only by the blocking calls (keel_allreduce).
@@ -85,6 +94,11 @@ struct keel_config {
 	uint32_t soft_retries;
 	enum keel_algo algo;
 	uint32_t rd_max_bytes;
+	/* Which ranks share a host (shared memory, NVLink): world_size entries, host_of[r] the
+	 * host number of rank r, each in 0..world_size-1 (e.g. the lowest rank on that host);
+	 * equal numbers mean the same host. NULL: every rank is a host of its own. keel_init
+	 * copies it into the node's storage. Only the collectives read it (KEEL_ALGO_HIER). */
+	const uint32_t *host_of;
 	struct keel_transport *transport; /* required; owned by the caller */
 	struct keel_waiter waiter;	  /* required only for blocking calls */
 	keel_peer_fn on_peer;		  /* optional */
@@ -129,13 +143,14 @@ void keel_config_default(struct keel_config *cfg);
 uint64_t keel_detect_bound_ns(const struct keel_config *cfg);
 
 /* Bytes of caller memory keel_init needs for `cfg`, or 0 if cfg is invalid.
- * The figure depends on world_size, window, mtu, burst and ops_max only. */
+ * The figure depends on world_size, window, mtu, burst, ops_max, streams, auth and
+ * restart_copy_bytes only. */
 size_t keel_storage_size(const struct keel_config *cfg);
 
 /* Validate `cfg` and build a node inside `mem` (at least keel_storage_size bytes,
  * 64-byte alignment recommended; no other memory is used).
  * Errors: -EINVAL (a field out of range: rank >= world, window not a power of two,
- * missing transport, mtu below KEEL_MTU_MIN...), -ENOSPC (mem_len too small), -ENOTSUP (auth
+ * missing transport, mtu below KEEL_MTU_MIN, a host_of entry >= world_size...), -ENOSPC (mem_len too small), -ENOTSUP (auth
  * set, but keel was built without libsodium, or mac is KEEL_MAC_AES256GCM on a CPU without
  * AES-NI). The transport must outlive the node. `now_ns` starts the failure detector. */
 KEEL_MUST_USE int keel_init(struct keel_node **out, void *mem, size_t mem_len,

@@ -36,8 +36,8 @@ static void op_set_state(struct keel_op *op, enum op_state to)
 	op->state = to;
 }
 
-/* Step indices travel as 16 bits: the longest plan (ring AllReduce, 2 x (world - 1) steps)
- * must fit. */
+/* Step indices travel as 16 bits: the longest plan (ring AllReduce, 2 x (world - 1) steps;
+ * the hierarchy's 2 x (local - 1) + 2 x (hosts - 1) is no longer) must fit. */
 _Static_assert(2 * (KEEL_WORLD_MAX - 1) <= UINT16_MAX, "step numbers fit the wire's 16 bits");
 
 static uint32_t wire_id(const struct keel_node *n, const struct keel_op *op)
@@ -97,6 +97,26 @@ static bool send_passed(const struct keel_op *op, uint32_t t, uint64_t end)
 	return op->send_step > t || (op->send_step == t && op->send_off >= end);
 }
 
+/* May step t send bytes [lo, hi) of the output? They hold what earlier steps received: ready
+ * once every earlier receive is complete or, when step t - 1 receives a region that contains
+ * them (the pipelined ring, recursive doubling, a slice cut into parts), as soon as its
+ * receive has passed them. */
+static bool out_ready(const struct keel_node *n, const struct keel_op *op, uint32_t t, uint64_t lo,
+		      uint64_t hi)
+{
+	/* only a later step sends from the output */
+	KEEL_ASSERT(t > 0 && t < op->step_count && lo < hi && hi <= op->bytes);
+	if (op->recv_step >= t)
+		return true;
+	if (op->recv_step + 1 < t)
+		return false;
+	struct step p;
+	op_step(n, op, t - 1, &p);
+	if (p.recv_peer < 0 || lo < p.recv_off || hi > p.recv_off + p.recv_len)
+		return false;
+	return recv_passed(op, t - 1, hi - p.recv_off);
+}
+
 static void skip_empty_recv(const struct keel_node *n, struct keel_op *op)
 {
 	struct step s;
@@ -116,6 +136,7 @@ static void skip_empty_recv(const struct keel_node *n, struct keel_op *op)
 static void pump_sends(struct keel_node *n, struct keel_op *op)
 {
 	struct step s;
+	skip_empty_recv(n, op); /* out_ready reads the receive cursor */
 	while (op->send_step < op->step_count) {
 		op_step(n, op, op->send_step, &s);
 		if (s.send_peer < 0 || op->send_off >= s.send_len) {
@@ -131,8 +152,9 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		KEEL_ASSERT(s.send_off + op->send_off + len <= op->bytes);
 		/* ...and only a later step sends from the output, so send_step - 1 is a step. */
 		KEEL_ASSERT(!s.send_from_out || op->send_step > 0);
-		/* Data this step sends from the output is what the previous step received. */
-		if (s.send_from_out && !recv_passed(op, op->send_step - 1, op->send_off + len))
+		/* Data this step sends from the output is what earlier steps received. */
+		uint64_t lo = s.send_off + op->send_off;
+		if (s.send_from_out && !out_ready(n, op, op->send_step, lo, lo + len))
 			return;
 		if (!rel_can_send(n, (uint32_t)s.send_peer) || n->budget_bytes == 0)
 			return;
@@ -167,15 +189,23 @@ static void op_finish(struct keel_node *n, struct keel_op *op, int status)
 	n->op_run_id++;
 }
 
-static enum keel_algo choose_algo(const struct keel_node *n, const struct keel_op *op)
+/* AUTO: recursive doubling for small messages (latency), the hierarchy for large ones when
+ * the view suits it (the bytes crossing hosts shrink by the host's member count), else the
+ * ring. HIER on a view that does not suit it runs as AUTO's flat choice. Every member sees
+ * the same view and config, so every member chooses alike. */
+static enum keel_algo choose_algo(struct keel_node *n, const struct keel_op *op)
 {
 	KEEL_ASSERT(op->kind == OPK_ALLREDUCE);
 	enum keel_algo algo = n->cfg.algo;
-	if (algo == KEEL_ALGO_AUTO) {
-		bool small = op->bytes <= n->cfg.rd_max_bytes || op->count < n->view.count;
+	bool small = op->bytes <= n->cfg.rd_max_bytes || op->count < n->view.count;
+	if (algo == KEEL_ALGO_HIER && !coll_hier_view_ok(n))
+		algo = KEEL_ALGO_AUTO;
+	else if (algo == KEEL_ALGO_AUTO && !small && coll_hier_view_ok(n))
+		algo = KEEL_ALGO_HIER;
+	if (algo == KEEL_ALGO_AUTO)
 		algo = small ? KEEL_ALGO_RD : KEEL_ALGO_RING;
-	}
-	KEEL_ASSERT(algo == KEEL_ALGO_RD || algo == KEEL_ALGO_RING); /* config_valid saw to it */
+	/* config_valid saw to the range */
+	KEEL_ASSERT(algo == KEEL_ALGO_RD || algo == KEEL_ALGO_RING || algo == KEEL_ALGO_HIER);
 	return algo;
 }
 
@@ -221,8 +251,9 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 	KEEL_ASSERT(!op->has_copy || op->bytes <= n->cfg.restart_copy_bytes);
 	op->root_pos = op->kind == OPK_BROADCAST ? n->pos_of[op->root] : 0;
 	KEEL_ASSERT(op->root_pos < op->world);
-	if (op->kind == OPK_ALLREDUCE)
-		op->algo = choose_algo(n, op);
+	op->algo = op->kind == OPK_ALLREDUCE ? choose_algo(n, op) : KEEL_ALGO_RING;
+	if (op->algo == KEEL_ALGO_HIER)
+		coll_hier_begin(n, op);
 	op->step_count = coll_step_count(op);
 	op->send_step = op->recv_step = 0;
 	op->send_off = op->recv_off = 0;
@@ -451,6 +482,7 @@ void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier, boo
 	KEEL_ASSERT(op == NULL || op->state == OP_QUEUED);
 	n->op_base = n->op_run_id;
 	n->ops_done_local = 0;
+	n->hier_valid = false; /* the hosts' shape is the new view's, computed when needed */
 	coll_progress(n);
 }
 
@@ -569,9 +601,11 @@ int keel_allreduce_start(struct keel_node *node, const void *send, void *recv, s
 	if (count != 0 && overlap(send, recv, bytes))
 		return -EINVAL;
 	/* Offsets travel as 32 bits: a step's message (a ring chunk, or the whole buffer for
-	 * recursive doubling) must stay below 4 GiB, in the smallest view it could run on. */
+	 * recursive doubling) must stay below 4 GiB, in the smallest view it could run on. The
+	 * hierarchy's messages are parts of half the buffer at most (2 members a host or more),
+	 * and so are those of its flat fallback above rd_max_bytes (the ring). */
 	bool ring = node->cfg.algo == KEEL_ALGO_RING ||
-		    (node->cfg.algo == KEEL_ALGO_AUTO && bytes > node->cfg.rd_max_bytes);
+		    (node->cfg.algo != KEEL_ALGO_RD && bytes > node->cfg.rd_max_bytes);
 	uint64_t step_bytes = ring ? bytes / 2 + esize : bytes;
 	if (step_bytes > UINT32_MAX)
 		return -EMSGSIZE;
@@ -682,6 +716,7 @@ int keel_op_test_info(struct keel_node *node, struct keel_op *handle, struct kee
 		info->epoch = handle->done_epoch;
 		info->member_count = handle->done_count;
 		info->restarts = handle->restarts;
+		info->algo = handle->algo;
 	}
 	int status = handle->status;
 	op_set_state(handle, OP_FREE);

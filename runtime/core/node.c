@@ -87,7 +87,7 @@ static bool config_valid(const struct keel_config *cfg)
 		return false;
 	if (cfg->ack_delay_ns >= cfg->rto_min_ns)
 		return false;
-	if ((unsigned)cfg->algo > (unsigned)KEEL_ALGO_RD)
+	if ((unsigned)cfg->algo > (unsigned)KEEL_ALGO_HIER || !coll_hier_config_valid(cfg))
 		return false;
 	if (cfg->incarnation == 0)
 		return false;
@@ -101,7 +101,7 @@ static bool config_valid(const struct keel_config *cfg)
 struct layout {
 	size_t node, rel_peers, fd_peers, mb_peers, auth_peers, fd_lists, owners, tx_slots,
 	    rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq, rx_burst, ops, op_bits, views, msg,
-	    copy, total;
+	    copy, hier, total;
 };
 
 static size_t align_up(size_t v, size_t a)
@@ -158,13 +158,15 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	PLACE(views, 5 * mb_view_bytes(cfg->world_size) + 2 * align_up(world * 4, 8) + 64);
 	PLACE(msg, mb_ctrl_size(cfg->world_size));
 	PLACE(copy, cfg->restart_copy_bytes);
+	PLACE(hier, coll_hier_bytes(cfg->world_size)); /* host map and per-view tables */
 #undef PLACE
 	l->total = off + 64; /* slack to align the caller's base */
 	/* each module's per-peer records in their own carve-out, in this order */
 	KEEL_ASSERT(l->node < l->rel_peers && l->rel_peers < l->fd_peers &&
 		    l->fd_peers < l->mb_peers && l->mb_peers < l->fd_lists &&
 		    l->auth_peers <= l->fd_lists);
-	KEEL_ASSERT(l->copy + cfg->restart_copy_bytes + 64 <= l->total);
+	KEEL_ASSERT(l->copy + cfg->restart_copy_bytes <= l->hier);
+	KEEL_ASSERT(l->hier + coll_hier_bytes(cfg->world_size) + 64 <= l->total);
 }
 
 size_t keel_storage_size(const struct keel_config *cfg)
@@ -215,6 +217,7 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	KEEL_ASSERT(cursor <= base + l->msg);
 	n->msg_buf = base + l->msg;
 	n->restart_copy = base + l->copy;
+	coll_hier_carve(n, base + l->hier, &n->cfg);
 }
 
 int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct keel_config *cfg,

@@ -136,7 +136,13 @@ struct keel_op {
 	uint32_t done_epoch, done_count; /* the view the result was computed over */
 	uint8_t *done_bits;		 /* its members (world bits, in the node's storage) */
 	uint32_t root_pos;
-	enum keel_algo algo;
+	enum keel_algo algo; /* never AUTO once begun */
+	/* KEEL_ALGO_HIER (coll_hier.c): `hosts` hosts of `local` members each, this node's
+	 * host and local index, the algorithm across hosts (RING or RD), and the view positions
+	 * host-major (hier_pos[host * local + index], the node's table for this view). */
+	uint32_t hosts, local, host_idx, local_idx;
+	enum keel_algo inter;
+	const uint32_t *hier_pos;
 	enum keel_dtype dtype;
 	enum keel_redop redop;
 	uint32_t elem_size;
@@ -230,6 +236,13 @@ struct keel_node {
 	struct view view;  /* installed */
 	uint32_t *rank_at; /* position -> rank, view.count entries */
 	uint32_t *pos_of;  /* rank -> position, UINT32_MAX for non-members */
+	/* The view by host (coll_hier.c): host_of (world entries, copied from the config), and
+	 * for the view of epoch hier_epoch, when hier_ok (every host has hier_local >= 2 members,
+	 * hier_hosts >= 2 hosts), the positions host-major; hier_tmp is scratch (2 x world). */
+	uint32_t *host_of, *hier_pos, *hier_tmp;
+	uint32_t hier_epoch, hier_hosts, hier_local, hier_host_self, hier_local_self;
+	bool hier_valid; /* the fields above describe the view of epoch hier_epoch */
+	bool hier_ok;
 	uint32_t donor, joined_count;
 	uint64_t acc_promised, acc_ballot; /* acceptor state for epoch view.epoch + 1 */
 	struct view acc_value;
@@ -371,6 +384,31 @@ static inline void mb_touch(struct keel_node *n)
 /* coll_steps.c */
 uint32_t coll_step_count(const struct keel_op *op);
 void coll_step(const struct keel_op *op, uint32_t t, struct step *s); /* in view positions */
+/* Ring AllReduce step t (0..2(w-1)-1) of member r of w over elements [first, first + count):
+ * peers as member indexes (r - 1, r + 1). Shared by the flat ring and the hierarchy. */
+void coll_ring_part(const struct keel_op *op, uint32_t w, uint32_t r, uint32_t t, uint64_t first,
+		    uint64_t count, struct step *s);
+/* Recursive doubling step t of member r of w over [first, first + count); `in_out`: the
+ * input already lies in the output (a slice the hierarchy reduced within the host). */
+void coll_rd_part(const struct keel_op *op, uint32_t w, uint32_t r, uint32_t t, uint64_t first,
+		  uint64_t count, bool in_out, struct step *s);
+uint32_t coll_flat_steps(enum keel_algo algo, uint32_t world);
+/* Part c of `count` elements cut into w as evenly as possible: its first element and size. */
+void coll_part(uint64_t count, uint32_t w, uint32_t c, uint64_t *first, uint64_t *n);
+
+/* coll_hier.c */
+/* Storage for the host map and the per-view tables: world x 16 bytes. */
+size_t coll_hier_bytes(uint32_t world);
+bool coll_hier_config_valid(const struct keel_config *cfg); /* host_of entries < world */
+/* Carve `mem` (coll_hier_bytes) and copy cfg->host_of into it (NULL: rank r is host r). */
+void coll_hier_carve(struct keel_node *n, uint8_t *mem, const struct keel_config *cfg);
+/* The installed view's shape by host (computed once per view): true when it suits
+ * KEEL_ALGO_HIER (>= 2 hosts, each with the same number >= 2 of members). */
+bool coll_hier_view_ok(struct keel_node *n);
+/* Fill op's hierarchy fields from the view's shape (coll_hier_view_ok returned true). */
+void coll_hier_begin(const struct keel_node *n, struct keel_op *op);
+uint32_t coll_hier_step_count(const struct keel_op *op);
+void coll_hier_step(const struct keel_op *op, uint32_t t, struct step *s);
 
 /* collectives.c */
 /* A view was installed: finish the collectives complete everywhere, restart the next one;
