@@ -1,6 +1,7 @@
-/* AllReduce in one process: 2..5 nodes on loopback UDP (and behind the chaos transport), a
- * manual clock, every dtype x op, sizes at the fragment and chunk boundaries, both algorithms,
- * in place and out of place; results checked bit for bit against a reference. */
+/* AllReduce in one process: 2..6 nodes on loopback UDP (and behind the chaos transport), a
+ * manual clock, every dtype x op, sizes at the fragment and chunk boundaries, every algorithm
+ * (ring, recursive doubling, hierarchical over host maps), in place and out of place; results
+ * checked bit for bit against a reference. */
 /* cmocka.h needs these first */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +25,9 @@ static uint32_t g_mtu;
 static enum keel_algo g_algo;
 static uint32_t g_miss_limit = KEEL_MISS_LIMIT_DEFAULT;
 static uint32_t g_streams;
+static const uint32_t *g_host_of; /* the cluster's hosts (NULL: a host per rank) */
+/* The algorithm each AllReduce of run_one must report (keel_op_info.algo); AUTO: any. */
+static enum keel_algo g_expect = KEEL_ALGO_AUTO;
 
 static void tweak(struct keel_config *cfg)
 {
@@ -32,6 +36,32 @@ static void tweak(struct keel_config *cfg)
 	cfg->miss_limit = g_miss_limit;
 	cfg->op_timeout_ns = 5000000000ull;
 	cfg->streams = g_streams;
+	cfg->host_of = g_host_of;
+}
+
+/* cluster_wait_ops, keeping what keel_op_test_info says of each op. */
+static int wait_ops_info(struct cluster *c, struct keel_op **ops, int *rc,
+			 struct keel_op_info *info, uint32_t rounds_max)
+{
+	bool done[CLUSTER_MAX] = {false};
+	for (uint32_t round = 0; round < rounds_max; round++) {
+		uint32_t left = 0;
+		for (uint32_t r = 0; r < c->world; r++) {
+			if (ops[r] == NULL || done[r])
+				continue;
+			int st = keel_op_test_info(c->node[r], ops[r], &info[r], NULL, 0);
+			if (st == -EINPROGRESS) {
+				left++;
+				continue;
+			}
+			rc[r] = st;
+			done[r] = true;
+		}
+		if (left == 0)
+			return 0;
+		cluster_round(c);
+	}
+	return -ETIMEDOUT;
 }
 
 /* One AllReduce on every rank of the cluster, checked. */
@@ -41,6 +71,7 @@ static void run_one(struct cluster *c, size_t count, enum keel_dtype dt, enum ke
 	size_t es = keel_dtype_size(dt), bytes = count * es + 1;
 	uint8_t *in[CLUSTER_MAX], *out[CLUSTER_MAX], *ref = malloc(bytes), *in_copy = malloc(bytes);
 	struct keel_op *ops[CLUSTER_MAX];
+	struct keel_op_info info[CLUSTER_MAX];
 	int rc[CLUSTER_MAX];
 	keel_check_reference(ref, 0, count, c->world, dt, op);
 	for (uint32_t r = 0; r < c->world; r++) {
@@ -51,8 +82,13 @@ static void run_one(struct cluster *c, size_t count, enum keel_dtype dt, enum ke
 		    keel_allreduce_start(c->node[r], in[r], out[r], count, dt, op, &ops[r]), 0);
 	}
 	memcpy(in_copy, in[0], count * es);
-	assert_int_equal(cluster_wait_ops(c, ops, rc, 2000000), 0);
+	assert_int_equal(wait_ops_info(c, ops, rc, info, 2000000), 0);
 	for (uint32_t r = 0; r < c->world; r++) {
+		if (rc[r] == 0 && g_expect != KEEL_ALGO_AUTO && info[r].algo != g_expect) {
+			print_error("world %u rank %u count %zu: ran algo %d, expected %d\n",
+				    c->world, r, count, info[r].algo, g_expect);
+			fail();
+		}
 		if (rc[r] != 0 || memcmp(out[r], ref, count * es) != 0) {
 			print_error("world %u rank %u count %zu %s %s %s: rc %d (%s)\n", c->world,
 				    r, count, keel_dtype_name(dt), keel_redop_name(op),
@@ -525,6 +561,261 @@ static void test_allreduce_in_place_without_copy_reports_view_change(void **stat
 	restart_run(true, false);
 }
 
+/* ---- hierarchical AllReduce (KEEL_ALGO_HIER): host maps, world <= CLUSTER_MAX ---- */
+
+/* Shapes: 2 hosts x 2 (blocked), 2 x 3 (interleaved: hosts need not be contiguous ranks),
+ * 3 x 2 (host numbers neither dense nor ordered), and uneven 3 + 1 (runs flat). */
+static const uint32_t hosts_2x2[] = {0, 0, 1, 1};
+static const uint32_t hosts_2x3_mixed[] = {0, 1, 0, 1, 0, 1};
+static const uint32_t hosts_3x2[] = {5, 5, 2, 2, 0, 0};
+static const uint32_t hosts_3p1[] = {1, 1, 1, 3};
+
+static void hier_combinations(const uint32_t *host_of, uint32_t world, enum keel_algo expect)
+{
+	struct cluster c;
+	g_mtu = 1024;
+	g_algo = KEEL_ALGO_HIER;
+	g_host_of = host_of;
+	g_expect = expect;
+	assert_int_equal(cluster_init(&c, world, NULL, g_seed, tweak), 0);
+	every_dtype_op_size(&c, world);
+	check_clean(&c);
+	cluster_fini(&c);
+	g_host_of = NULL;
+	g_expect = KEEL_ALGO_AUTO;
+}
+
+/* Every dtype, op and boundary size, exact, on every shape; the even ones report HIER. */
+static void test_allreduce_hier_every_dtype_op_size(void **state)
+{
+	(void)state;
+	hier_combinations(hosts_2x2, 4, KEEL_ALGO_HIER);
+	hier_combinations(hosts_2x3_mixed, 6, KEEL_ALGO_HIER);
+	hier_combinations(hosts_3x2, 6, KEEL_ALGO_HIER);
+	hier_combinations(hosts_3p1, 4, KEEL_ALGO_AUTO); /* uneven: flat, whichever fits */
+}
+
+/* The same over the shared-memory transport (reliable, ordered: no retransmission). */
+static void test_allreduce_hier_shm(void **state)
+{
+	(void)state;
+	struct cluster c;
+	g_mtu = 1024;
+	g_algo = KEEL_ALGO_HIER;
+	g_host_of = hosts_2x2;
+	g_expect = KEEL_ALGO_HIER;
+	assert_int_equal(cluster_init_shm(&c, 4, g_mtu, tweak), 0);
+	every_dtype_op_size(&c, 4);
+	check_clean(&c);
+	cluster_fini(&c);
+	g_host_of = NULL;
+	g_expect = KEEL_ALGO_AUTO;
+}
+
+/* One AllReduce of inputs no reference predicts (seeded noise), results kept in out[]. */
+static void run_noise(enum keel_algo algo, const uint32_t *host_of, uint32_t world, size_t count,
+		      enum keel_dtype dt, enum keel_redop op, uint8_t **out)
+{
+	struct cluster c;
+	size_t es = keel_dtype_size(dt);
+	uint8_t *in[CLUSTER_MAX];
+	struct keel_op *ops[CLUSTER_MAX];
+	struct keel_op_info info[CLUSTER_MAX];
+	int rc[CLUSTER_MAX];
+	g_mtu = 1024;
+	g_algo = algo;
+	g_host_of = host_of;
+	assert_int_equal(cluster_init(&c, world, NULL, g_seed, tweak), 0);
+	uint64_t x = g_seed * 0x9E3779B97F4A7C15ull + 1;
+	for (uint32_t r = 0; r < world; r++) {
+		in[r] = malloc(count * es);
+		for (size_t i = 0; i < count * es; i++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			in[r][i] = (uint8_t)(x >> 24);
+		}
+		/* floats finite (no NaN, whose min/max is order-dependent): clear an exponent bit */
+		for (size_t i = 0; dt != KEEL_I32 && dt != KEEL_I64 && dt != KEEL_U8 && i < count;
+		     i++)
+			in[r][i * es + es - 1] &= 0xBF;
+		assert_int_equal(
+		    keel_allreduce_start(c.node[r], in[r], out[r], count, dt, op, &ops[r]), 0);
+	}
+	assert_int_equal(wait_ops_info(&c, ops, rc, info, 2000000), 0);
+	for (uint32_t r = 0; r < world; r++) {
+		assert_int_equal(rc[r], 0);
+		assert_int_equal(info[r].algo, algo);
+		free(in[r]);
+	}
+	cluster_fini(&c);
+	g_host_of = NULL;
+}
+
+/* Where the order of reduction cannot change the result (integers wrap alike in any order;
+ * min and max pick an input), the hierarchy gives the flat ring's bits exactly, on any input. */
+static void test_allreduce_hier_same_bits_as_ring(void **state)
+{
+	(void)state;
+	enum { WORLD = 6, COUNT = 3001 };
+	const enum keel_dtype types[] = {KEEL_I32, KEEL_I64, KEEL_U8, KEEL_F32,
+					 KEEL_F64, KEEL_F16, KEEL_BF16};
+	uint8_t *hier[CLUSTER_MAX], *ring[CLUSTER_MAX];
+	for (uint32_t r = 0; r < WORLD; r++) {
+		hier[r] = malloc(COUNT * 8);
+		ring[r] = malloc(COUNT * 8);
+	}
+	for (int k = 0; k < 7; k++) {
+		enum keel_dtype dt = types[k];
+		for (int op = 0; op < KEEL_REDOP_COUNT; op++) {
+			if (k >= 3 && op != KEEL_MIN && op != KEEL_MAX)
+				continue; /* a float sum's bits depend on the order */
+			run_noise(KEEL_ALGO_HIER, hosts_2x3_mixed, WORLD, COUNT, dt, op, hier);
+			run_noise(KEEL_ALGO_RING, hosts_2x3_mixed, WORLD, COUNT, dt, op, ring);
+			for (uint32_t r = 0; r < WORLD; r++)
+				assert_memory_equal(hier[r], ring[0],
+						    COUNT * keel_dtype_size(dt));
+		}
+	}
+	for (uint32_t r = 0; r < WORLD; r++) {
+		free(hier[r]);
+		free(ring[r]);
+	}
+}
+
+/* AUTO: recursive doubling for small messages; above rd_max_bytes the hierarchy when every
+ * host has the same member count >= 2, else the ring. HIER on a view that does not suit it
+ * runs as AUTO would. */
+static void auto_case(enum keel_algo algo, const uint32_t *host_of, uint32_t world, size_t count,
+		      enum keel_algo expect)
+{
+	struct cluster c;
+	g_mtu = KEEL_MTU_DEFAULT;
+	g_algo = algo;
+	g_host_of = host_of;
+	g_expect = expect;
+	assert_int_equal(cluster_init(&c, world, NULL, g_seed, tweak), 0);
+	run_one(&c, count, KEEL_F32, KEEL_SUM, false);
+	cluster_fini(&c);
+	g_host_of = NULL;
+	g_expect = KEEL_ALGO_AUTO;
+}
+
+static void test_allreduce_hier_auto_choice(void **state)
+{
+	(void)state;
+	size_t large = KEEL_RD_MAX_BYTES_DEFAULT / 4 + 1, small = 3;
+	auto_case(KEEL_ALGO_AUTO, hosts_2x2, 4, large, KEEL_ALGO_HIER);
+	auto_case(KEEL_ALGO_AUTO, hosts_2x2, 4, small, KEEL_ALGO_RD);
+	auto_case(KEEL_ALGO_AUTO, hosts_3p1, 4, large, KEEL_ALGO_RING);
+	auto_case(KEEL_ALGO_AUTO, NULL, 4, large, KEEL_ALGO_RING);
+	auto_case(KEEL_ALGO_HIER, hosts_3p1, 4, large, KEEL_ALGO_RING);
+	auto_case(KEEL_ALGO_HIER, hosts_3p1, 4, small, KEEL_ALGO_RD);
+	auto_case(KEEL_ALGO_HIER, NULL, 4, large, KEEL_ALGO_RING);
+	auto_case(KEEL_ALGO_HIER, hosts_2x2, 4, small, KEEL_ALGO_HIER); /* asked for: it runs */
+	auto_case(KEEL_ALGO_RING, hosts_2x2, 4, large, KEEL_ALGO_RING); /* explicit stays flat */
+	auto_case(KEEL_ALGO_RD, hosts_2x2, 4, large, KEEL_ALGO_RD);
+}
+
+/* host_of is checked (a host number must be below world_size) and copied: the caller's array
+ * may change or go once keel_init returned. */
+static void test_allreduce_hier_host_of_checked_and_copied(void **state)
+{
+	(void)state;
+	struct cluster c;
+	uint32_t hosts[4] = {0, 0, 1, 1};
+	g_mtu = KEEL_MTU_DEFAULT;
+	g_algo = KEEL_ALGO_HIER;
+	g_host_of = hosts;
+	assert_int_equal(cluster_init(&c, 4, NULL, g_seed, tweak), 0);
+	struct keel_config bad = c.cfg[0];
+	uint32_t out_of_range[4] = {0, 0, 4, 4};
+	bad.host_of = out_of_range;
+	assert_int_equal(keel_storage_size(&bad), 0);
+	size_t sz = keel_storage_size(&c.cfg[0]);
+	void *mem = calloc(1, sz);
+	struct keel_node *n;
+	assert_int_equal(keel_init(&n, mem, sz, &bad, c.now_ns), -EINVAL);
+	free(mem);
+	memset(hosts, 0, sizeof(hosts)); /* one host now, for the caller; the nodes kept theirs */
+	g_expect = KEEL_ALGO_HIER;
+	run_one(&c, 5000, KEEL_I32, KEEL_SUM, false);
+	cluster_fini(&c);
+	g_host_of = NULL;
+	g_expect = KEEL_ALGO_AUTO;
+}
+
+/* Under loss, duplication, reordering and delay: exact, and still hierarchical. */
+static void test_allreduce_hier_chaos(void **state)
+{
+	(void)state;
+	g_host_of = hosts_2x2;
+	g_expect = KEEL_ALGO_HIER;
+	chaos_run("loss=0,dup=0.01,reorder=0.01", KEEL_ALGO_HIER);
+	chaos_run("loss=0.01,dup=0.01,reorder=0.01,delay_us=30", KEEL_ALGO_HIER);
+	chaos_run("loss=0.1,dup=0.02,reorder=0.05,delay_us=50", KEEL_ALGO_HIER);
+	g_host_of = NULL;
+	g_expect = KEEL_ALGO_AUTO;
+}
+
+/* 3 hosts x 2 ranks; `dead` ranks stop in the middle of a hierarchical AllReduce. The
+ * survivors restart it on the new view from their untouched inputs: exact over exactly that
+ * view's members, by the algorithm that view allows (`expect`). */
+static void hier_restart_run(const uint32_t *dead, uint32_t dead_count, enum keel_algo expect)
+{
+	enum { WORLD = 6, N = 400000 };
+	static float in[WORLD][N], out[WORLD][N], ref[N];
+	struct cluster c;
+	g_mtu = KEEL_MTU_DEFAULT;
+	g_algo = KEEL_ALGO_HIER;
+	g_host_of = hosts_3x2;
+	assert_int_equal(cluster_init(&c, WORLD, NULL, g_seed, tweak), 0);
+	g_host_of = NULL;
+	for (int i = 0; i < 5; i++) /* everyone has heard everyone */
+		cluster_round(&c);
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	struct keel_op_info info[CLUSTER_MAX];
+	int rc[CLUSTER_MAX] = {0};
+	for (uint32_t r = 0; r < WORLD; r++) {
+		keel_check_fill(in[r], 0, N, r, KEEL_F32, KEEL_SUM);
+		assert_int_equal(keel_allreduce_start(c.node[r], in[r], out[r], N, KEEL_F32,
+						      KEEL_SUM, &ops[r]),
+				 0);
+	}
+	for (int i = 0; i < 1; i++) /* some data moves, then they die */
+		cluster_round(&c);
+	for (uint32_t k = 0; k < dead_count; k++) {
+		c.paused[dead[k]] = true;
+		ops[dead[k]] = NULL;
+	}
+	uint32_t live = c.paused[0] ? 5 : 0;
+	assert_int_equal(keel_op_test(c.node[live], ops[live]), -EINPROGRESS); /* mid-operation */
+	assert_int_equal(wait_ops_info(&c, ops, rc, info, 200000), 0);
+	uint32_t members[WORLD], count = 0;
+	for (uint32_t r = 0; r < WORLD; r++)
+		if (!c.paused[r])
+			members[count++] = r;
+	keel_check_reference_members(ref, 0, N, members, count, KEEL_F32, KEEL_SUM);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		if (c.paused[r])
+			continue;
+		assert_int_equal(rc[r], 0);
+		assert_int_equal(info[r].member_count, count);
+		assert_true(info[r].restarts >= 1);
+		assert_int_equal(info[r].algo, expect);
+		assert_int_equal(keel_check_wrong(out[r], ref, 0, N, KEEL_F32), 0);
+	}
+	cluster_fini(&c);
+}
+
+/* One rank of three hosts dies: 2 + 2 + 1 is uneven, the restart runs flat (the ring). The
+ * whole of a host dies: 2 x 2 is even, the restart is hierarchical again. */
+static void test_allreduce_hier_restarts_on_new_view(void **state)
+{
+	(void)state;
+	const uint32_t one[] = {5}, host[] = {0, 1};
+	hier_restart_run(one, 1, KEEL_ALGO_RING);
+	hier_restart_run(host, 2, KEEL_ALGO_HIER);
+}
+
 /* The blocking call: rank 0 blocks in keel_allreduce while its waiter drives the others. */
 struct drive {
 	struct cluster *c;
@@ -596,6 +887,13 @@ int main(void)
 	    cmocka_unit_test(test_allreduce_in_place_restarts_from_its_copy),
 	    cmocka_unit_test(test_allreduce_in_place_without_copy_reports_view_change),
 	    cmocka_unit_test(test_allreduce_blocking_call),
+	    cmocka_unit_test(test_allreduce_hier_every_dtype_op_size),
+	    cmocka_unit_test(test_allreduce_hier_shm),
+	    cmocka_unit_test(test_allreduce_hier_same_bits_as_ring),
+	    cmocka_unit_test(test_allreduce_hier_auto_choice),
+	    cmocka_unit_test(test_allreduce_hier_host_of_checked_and_copied),
+	    cmocka_unit_test(test_allreduce_hier_chaos),
+	    cmocka_unit_test(test_allreduce_hier_restarts_on_new_view),
 	};
 	return cmocka_run_group_tests_name("allreduce", tests, NULL, NULL);
 }
