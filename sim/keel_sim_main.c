@@ -19,7 +19,8 @@ static void usage(FILE *f)
 	    f,
 	    "usage: keel-sim [--cluster 48xH100:ib,16xA100:eth | --platform FILE.xml]\n"
 	    "  [--mode train|heartbeat|allreduce] [--horizon 60s] [--ranks N] [--seed N]\n"
-	    "  [--heartbeat 1ms] [--miss-limit 3] [--window 16] [--mtu 8972] [--algo ring]\n"
+	    "  [--heartbeat 1ms] [--miss-limit 3] [--window 16] [--mtu 8972]\n"
+	    "  [--algo auto|ring|rd|hier]\n"
 	    "  [--model 1.3B] [--batch 512] [--mfu 0.4] [--ckpt-every 100] [--ckpt-bw 2e9]\n"
 	    "  [--recovery keel|restart|timeout[=600s]] [--restart 60s] [--grad-scale N]\n"
 	    "  [--fail T:HOST] [--recover T:HOST] [--slow T:HOST:FACTOR] [--link-off T:LINK]\n"
@@ -102,11 +103,11 @@ static void allreduce_row(const struct sim_scenario *s, const struct sim_result 
 	if (strcmp(fmt, "table") == 0)
 		printf(
 		    "allreduce: %u ranks, %llu bytes: keel %.9f s, ring model %.9f s (%+.1f %%); "
-		    "alpha %.3e s, beta %.4e B/s; %llu ops, %llu wrong, %llu failed\n",
+		    "alpha %.3e s, beta %.4e B/s; %llu ops, %llu wrong, %llu failed, %llu hier\n",
 		    r->ranks, (unsigned long long)s->allreduce_bytes, r->allreduce_s,
 		    r->allreduce_model_s, err * 100, r->alpha_s, r->beta_Bps,
 		    (unsigned long long)r->allreduce_ops, (unsigned long long)r->allreduce_wrong,
-		    (unsigned long long)r->allreduce_failed);
+		    (unsigned long long)r->allreduce_failed, (unsigned long long)r->allreduce_hier);
 }
 
 /* --list-hosts: load the platform with SimGrid and print what its engine holds. */

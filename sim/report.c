@@ -28,7 +28,8 @@ void sim_report_header(FILE *f, const char *format, const char *sweep_key)
 			"lost_rollback_s,lost_redo_s,detect_n,detect_p50_s,detect_p99_s,"
 			"detect_max_s,detect_bound_s,detect_late,undetected,false_suspicions,"
 			"views_agree,view_epochs,allreduce_ops,allreduce_wrong,allreduce_failed,"
-			"allreduce_s,allreduce_model_s,messages,bytes,rx_drops,live_excluded\n",
+			"allreduce_s,allreduce_model_s,messages,bytes,rx_drops,live_excluded,"
+			"allreduce_hier\n",
 			k);
 	else if (strcmp(format, "json") == 0)
 		fprintf(f, "[\n");
@@ -52,7 +53,7 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    f,
 		    "%s,%u,%.6f,%llu,%.3f,%.6f,%.4f,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%u,%.9f,"
 		    "%.9f,%.9f,%.9f,%llu,%llu,%llu,%s,%u,%llu,%llu,%llu,%.9f,%.9f,%llu,%llu,"
-		    "%llu,%llu\n",
+		    "%llu,%llu,%llu\n",
 		    v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
 		    r->step_s, r->goodput, r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5],
 		    r->detect_count, r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
@@ -62,7 +63,8 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    (unsigned long long)r->allreduce_ops, (unsigned long long)r->allreduce_wrong,
 		    (unsigned long long)r->allreduce_failed, r->allreduce_s, r->allreduce_model_s,
 		    (unsigned long long)r->messages, (unsigned long long)r->bytes,
-		    (unsigned long long)r->rx_queue_drops, (unsigned long long)r->live_excluded);
+		    (unsigned long long)r->rx_queue_drops, (unsigned long long)r->live_excluded,
+		    (unsigned long long)r->allreduce_hier);
 	} else if (strcmp(format, "json") == 0) {
 		(void)first;
 		fprintf(
@@ -74,8 +76,9 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    "%.6f}, \"detect\": {\"n\": %u, \"p50_s\": %.9f, \"p99_s\": %.9f, "
 		    "\"max_s\": %.9f, \"bound_s\": %.9f, \"late\": %llu, \"undetected\": %llu}, "
 		    "\"false_suspicions\": %llu, \"views_agree\": %s, \"view_epochs\": %u, "
-		    "\"allreduce\": {\"ops\": %llu, \"wrong\": %llu, \"failed\": %llu, \"mean_s\": "
-		    "%.9f, \"model_s\": %.9f}, \"messages\": %llu, \"bytes\": %llu, "
+		    "\"allreduce\": {\"ops\": %llu, \"wrong\": %llu, \"failed\": %llu, \"hier\": "
+		    "%llu, \"mean_s\": %.9f, \"model_s\": %.9f}, \"messages\": %llu, \"bytes\": "
+		    "%llu, "
 		    "\"rx_drops\": %llu, \"live_excluded\": %llu}%s\n",
 		    sweep_key != NULL ? sweep_key : "run", v, r->ranks, r->sim_s,
 		    (unsigned long long)r->steps, r->samples_per_s, r->step_s, r->goodput,
@@ -85,9 +88,10 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    (unsigned long long)r->false_suspicions, r->views_agree ? "true" : "false",
 		    r->view_epochs, (unsigned long long)r->allreduce_ops,
 		    (unsigned long long)r->allreduce_wrong, (unsigned long long)r->allreduce_failed,
-		    r->allreduce_s, r->allreduce_model_s, (unsigned long long)r->messages,
-		    (unsigned long long)r->bytes, (unsigned long long)r->rx_queue_drops,
-		    (unsigned long long)r->live_excluded, last ? "" : ",");
+		    (unsigned long long)r->allreduce_hier, r->allreduce_s, r->allreduce_model_s,
+		    (unsigned long long)r->messages, (unsigned long long)r->bytes,
+		    (unsigned long long)r->rx_queue_drops, (unsigned long long)r->live_excluded,
+		    last ? "" : ",");
 		if (last)
 			fprintf(f, "]\n");
 	} else {

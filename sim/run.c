@@ -52,7 +52,7 @@ struct node {
 	bool was_paused;	  /* ever: its exclusions were expected */
 	/* accumulated counters of finished generations */
 	uint64_t false_suspicions, self_exclusions;
-	uint64_t ar_ops, ar_wrong, ar_failed;
+	uint64_t ar_ops, ar_wrong, ar_failed, ar_hier;
 	uint8_t *in, *out, *ref;
 	size_t buf_count;
 	/* the core's view of this generation */
@@ -85,6 +85,11 @@ static struct {
 	uint32_t gen;
 	uint32_t *map; /* rank -> endpoint */
 	uint32_t members;
+	/* Servers: each endpoint's (the platform's "server" property, else its own index), and
+	 * host_of for the current generation's ranks (the lowest rank on the same server);
+	 * host_first (2n entries): the lowest rank seen on each server. */
+	uint32_t *server, *host_of, *host_first;
+	uint32_t host_of_gen; /* generation host_of was built for, + 1 (0: none yet) */
 	uint64_t view_sig;
 	uint64_t epoch_sig[EPOCHS_MAX]; /* first member set seen per epoch, this generation */
 	uint32_t epoch_max;
@@ -234,6 +239,23 @@ static void node_teardown(struct node *nd)
 	nd->tp = nd->chaos = NULL;
 }
 
+/* host_of for this generation's ranks: ranks on one server share the lowest one's number. */
+static const uint32_t *host_map(void)
+{
+	if (W.host_of_gen == W.gen + 1)
+		return W.host_of;
+	for (uint32_t e = 0; e < 2 * W.n; e++)
+		W.host_first[e] = UINT32_MAX;
+	for (uint32_t r = 0; r < W.members; r++) {
+		uint32_t s = W.server[W.map[r]];
+		if (W.host_first[s] == UINT32_MAX)
+			W.host_first[s] = r;
+		W.host_of[r] = W.host_first[s];
+	}
+	W.host_of_gen = W.gen + 1;
+	return W.host_of;
+}
+
 static int node_setup(struct node *nd, char *err, size_t err_len)
 {
 	const struct sim_scenario *s = W.s;
@@ -287,6 +309,7 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 	cfg.op_timeout_ns = s->op_timeout_ns;
 	cfg.join_timeout_ns = s->join_timeout_ns;
 	cfg.algo = s->algo;
+	cfg.host_of = host_map();
 	if (W.scale > 1) /* a scaled datagram is slow to serialise: learn the RTT first */
 		cfg.rto_initial_ns = cfg.rto_max_ns;
 	if (s->recovery == SIM_RECOVER_TIMEOUT) {
@@ -479,6 +502,7 @@ static int allreduce_once(struct node *nd, size_t count, int *op_rc)
 		nd->ar_failed++;
 		return 0;
 	}
+	nd->ar_hier += nd->op_info.algo == KEEL_ALGO_HIER;
 	if (W.s->check) {
 		keel_check_reference_members(nd->ref, 0, count, nd->op_members,
 					     nd->op_info.member_count, KEEL_F32, KEEL_SUM);
@@ -965,6 +989,20 @@ static int platform_load(const struct sim_scenario *s, char *err, size_t err_len
 	return 0;
 }
 
+/* Each endpoint's server: the "server" property keel-sim's platforms give every GPU (a
+ * user's file may too), a number below the host count; a host without one (or with another
+ * value) is a server of its own, numbered from n up. */
+static void servers_read(void)
+{
+	for (uint32_t e = 0; e < W.n; e++) {
+		const char *v = sg_host_get_property_value(W.hosts[e], "server");
+		char *end = NULL;
+		unsigned long num = v != NULL ? strtoul(v, &end, 10) : 0;
+		bool ok = v != NULL && *v != '\0' && *end == '\0' && num < W.n;
+		W.server[e] = ok ? (uint32_t)num : W.n + e;
+	}
+}
+
 /* The smallest datagram size the core accepts for this world (its views travel in one). */
 static uint32_t mtu_smallest(uint32_t world, uint32_t window)
 {
@@ -1076,6 +1114,7 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 		r->allreduce_ops += nd->ar_ops;
 		r->allreduce_wrong += nd->ar_wrong;
 		r->allreduce_failed += nd->ar_failed;
+		r->allreduce_hier += nd->ar_hier;
 		if (nd->alive && !nd->done)
 			r->deadlock = true;
 	}
@@ -1148,12 +1187,17 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	W.net = sim_net_create(&nc, (void *const *)W.hosts);
 	W.nodes = calloc(W.n, sizeof(*W.nodes));
 	W.map = calloc(W.n, sizeof(*W.map));
+	W.server = calloc(W.n, sizeof(*W.server));
+	W.host_of = calloc(W.n, sizeof(*W.host_of));
+	W.host_first = calloc(2 * (size_t)W.n, sizeof(*W.host_first));
 	ar_end_s = calloc(s->repeat + 1, sizeof(double));
-	if (W.net == NULL || W.nodes == NULL || W.map == NULL || ar_end_s == NULL)
+	if (W.net == NULL || W.nodes == NULL || W.map == NULL || ar_end_s == NULL ||
+	    W.server == NULL || W.host_of == NULL || W.host_first == NULL)
 		return -ENOMEM;
 	W.members = W.n;
 	for (uint32_t e = 0; e < W.n; e++)
 		W.map[e] = e;
+	servers_read();
 	if (s->chaos[0] != '\0') {
 		struct keel_chaos_config cc;
 		keel_chaos_config_default(&cc);

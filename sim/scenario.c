@@ -264,11 +264,14 @@ int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value,
 	} else if (strcmp(key, "pause") == 0) {
 		rc = parse_fault(s, SIM_FAULT_PAUSE, value);
 	} else if (strcmp(key, "algo") == 0) {
-		s->algo = strcmp(value, "ring") == 0 ? KEEL_ALGO_RING
-			  : strcmp(value, "rd") == 0 ? KEEL_ALGO_RD
-						     : KEEL_ALGO_AUTO;
-		rc = strcmp(value, "ring") && strcmp(value, "rd") && strcmp(value, "auto") ? -EINVAL
-											   : 0;
+		s->algo = strcmp(value, "ring") == 0   ? KEEL_ALGO_RING
+			  : strcmp(value, "rd") == 0   ? KEEL_ALGO_RD
+			  : strcmp(value, "hier") == 0 ? KEEL_ALGO_HIER
+						       : KEEL_ALGO_AUTO;
+		rc = strcmp(value, "ring") && strcmp(value, "rd") && strcmp(value, "hier") &&
+			     strcmp(value, "auto")
+			 ? -EINVAL
+			 : 0;
 	} else if (strcmp(key, "check") == 0) {
 		s->check = strcmp(value, "0") != 0 && strcmp(value, "no") != 0;
 	} else if (!num) {

@@ -42,7 +42,8 @@ void sim_models_print(FILE *f);
 /* Parse "48xH100:ib,16xA100:eth/4". Returns 0, or -EINVAL with a message naming the
  * faulty item in err. */
 int sim_cluster_parse(const char *spec, struct sim_cluster *c, char *err, size_t err_len);
-/* Write the SimGrid platform XML of `c` to `f`. Hosts are gpu-NNNN, in group order. */
+/* Write the SimGrid platform XML of `c` to `f`. Hosts are gpu-NNNN, in group order; each
+ * has a property "server" (its server's number): keel-sim gives the nodes host_of from it. */
 int sim_cluster_write_xml(const struct sim_cluster *c, FILE *f);
 /* ---- the scenario (scenario.c parses it, run.c plays it) ---- */
 
@@ -161,6 +162,7 @@ struct sim_result {
 	bool views_agree;
 	uint32_t view_epochs;
 	uint64_t allreduce_ops, allreduce_wrong, allreduce_failed;
+	uint64_t allreduce_hier;  /* of the ops, those computed by KEEL_ALGO_HIER */
 	double allreduce_s;	  /* mode allreduce: mean time of one */
 	double allreduce_model_s; /* 2(n-1)(alpha + S/(n beta)) */
 	double alpha_s, beta_Bps;

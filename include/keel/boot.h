@@ -44,7 +44,8 @@ struct keel_boot {
 
 /* Knobs read from the environment (each optional), applied before the tool's own settings:
  *   KEEL_HEARTBEAT_US, KEEL_MISS_LIMIT, KEEL_MTU, KEEL_WINDOW, KEEL_BURST, KEEL_ALGO
- *   (auto|ring|rd), KEEL_OP_TIMEOUT_MS (0: derived), KEEL_ENTRY_TIMEOUT_MS, KEEL_PROBES,
+ *   (auto|ring|rd|hier: hier runs flat unless cfg.host_of groups ranks by host),
+ *   KEEL_OP_TIMEOUT_MS (0: derived), KEEL_ENTRY_TIMEOUT_MS, KEEL_PROBES,
  *   KEEL_BIND (address to bind, default 127.0.0.1),
  *   KEEL_CHAOS (a keel_chaos_parse spec), KEEL_RENDEZVOUS_TIMEOUT_MS (default 30000),
  *   KEEL_WAIT / KEEL_SPIN_US (keel/posix.h), KEEL_MAC (auto|aes256gcm|chacha20poly1305),

@@ -150,9 +150,10 @@ size_t keel_storage_size(const struct keel_config *cfg);
 /* Validate `cfg` and build a node inside `mem` (at least keel_storage_size bytes,
  * 64-byte alignment recommended; no other memory is used).
  * Errors: -EINVAL (a field out of range: rank >= world, window not a power of two,
- * missing transport, mtu below KEEL_MTU_MIN, a host_of entry >= world_size...), -ENOSPC (mem_len too small), -ENOTSUP (auth
- * set, but keel was built without libsodium, or mac is KEEL_MAC_AES256GCM on a CPU without
- * AES-NI). The transport must outlive the node. `now_ns` starts the failure detector. */
+ * missing transport, mtu below KEEL_MTU_MIN, a host_of entry >= world_size...), -ENOSPC (mem_len
+ * too small), -ENOTSUP (auth set, but keel was built without libsodium, or mac is
+ * KEEL_MAC_AES256GCM on a CPU without AES-NI). The transport must outlive the node. `now_ns` starts
+ * the failure detector. */
 KEEL_MUST_USE int keel_init(struct keel_node **out, void *mem, size_t mem_len,
 			    const struct keel_config *cfg, uint64_t now_ns);
 

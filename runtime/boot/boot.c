@@ -108,8 +108,11 @@ static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t 
 			cfg->algo = KEEL_ALGO_RING;
 		else if (strcmp(algo, "rd") == 0)
 			cfg->algo = KEEL_ALGO_RD;
+		else if (strcmp(algo, "hier") == 0)
+			cfg->algo = KEEL_ALGO_HIER;
 		else {
-			snprintf(err, err_len, "KEEL_ALGO=%s: expected auto, ring or rd", algo);
+			snprintf(err, err_len, "KEEL_ALGO=%s: expected auto, ring, rd or hier",
+				 algo);
 			return -EINVAL;
 		}
 	}

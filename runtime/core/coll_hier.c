@@ -47,7 +47,7 @@ void coll_hier_carve(struct keel_node *n, uint8_t *mem, const struct keel_config
 static void shape_compute(struct keel_node *n)
 {
 	uint32_t count = n->view.count;
-	uint32_t *index_of = n->hier_tmp;	       /* host number -> host index */
+	uint32_t *index_of = n->hier_tmp;	 /* host number -> host index */
 	uint32_t *fill = n->hier_tmp + n->world; /* members met so far, by host index */
 	KEEL_ASSERT(count >= 1 && count <= n->world);
 	n->hier_valid = true;

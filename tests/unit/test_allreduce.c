@@ -633,7 +633,8 @@ static void run_noise(enum keel_algo algo, const uint32_t *host_of, uint32_t wor
 			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 			in[r][i] = (uint8_t)(x >> 24);
 		}
-		/* floats finite (no NaN, whose min/max is order-dependent): clear an exponent bit */
+		/* floats finite (no NaN, whose min/max is order-dependent): clear an exponent bit
+		 */
 		for (size_t i = 0; dt != KEEL_I32 && dt != KEEL_I64 && dt != KEEL_U8 && i < count;
 		     i++)
 			in[r][i * es + es - 1] &= 0xBF;
@@ -656,7 +657,7 @@ static void test_allreduce_hier_same_bits_as_ring(void **state)
 {
 	(void)state;
 	enum { WORLD = 6, COUNT = 3001 };
-	const enum keel_dtype types[] = {KEEL_I32, KEEL_I64, KEEL_U8, KEEL_F32,
+	const enum keel_dtype types[] = {KEEL_I32, KEEL_I64, KEEL_U8,  KEEL_F32,
 					 KEEL_F64, KEEL_F16, KEEL_BF16};
 	uint8_t *hier[CLUSTER_MAX], *ring[CLUSTER_MAX];
 	for (uint32_t r = 0; r < WORLD; r++) {
@@ -671,8 +672,7 @@ static void test_allreduce_hier_same_bits_as_ring(void **state)
 			run_noise(KEEL_ALGO_HIER, hosts_2x3_mixed, WORLD, COUNT, dt, op, hier);
 			run_noise(KEEL_ALGO_RING, hosts_2x3_mixed, WORLD, COUNT, dt, op, ring);
 			for (uint32_t r = 0; r < WORLD; r++)
-				assert_memory_equal(hier[r], ring[0],
-						    COUNT * keel_dtype_size(dt));
+				assert_memory_equal(hier[r], ring[0], COUNT * keel_dtype_size(dt));
 		}
 	}
 	for (uint32_t r = 0; r < WORLD; r++) {
@@ -776,9 +776,9 @@ static void hier_restart_run(const uint32_t *dead, uint32_t dead_count, enum kee
 	int rc[CLUSTER_MAX] = {0};
 	for (uint32_t r = 0; r < WORLD; r++) {
 		keel_check_fill(in[r], 0, N, r, KEEL_F32, KEEL_SUM);
-		assert_int_equal(keel_allreduce_start(c.node[r], in[r], out[r], N, KEEL_F32,
-						      KEEL_SUM, &ops[r]),
-				 0);
+		assert_int_equal(
+		    keel_allreduce_start(c.node[r], in[r], out[r], N, KEEL_F32, KEEL_SUM, &ops[r]),
+		    0);
 	}
 	for (int i = 0; i < 1; i++) /* some data moves, then they die */
 		cluster_round(&c);

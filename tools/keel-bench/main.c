@@ -311,9 +311,10 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 		printf("# keel-bench allreduce: %u ranks (%s), transport %s, algo %s, mtu %u, "
 		       "window %u, wait %s, heartbeat %llu us\n",
 		       n, b->launch.source, b->tp->ops->name,
-		       b->cfg.algo == KEEL_ALGO_RING ? "ring"
-		       : b->cfg.algo == KEEL_ALGO_RD ? "rd"
-						     : "auto",
+		       b->cfg.algo == KEEL_ALGO_RING   ? "ring"
+		       : b->cfg.algo == KEEL_ALGO_RD   ? "rd"
+		       : b->cfg.algo == KEEL_ALGO_HIER ? "hier"
+						       : "auto",
 		       b->cfg.mtu, b->cfg.window, keel_posix_wait_mode_name(b->waiter.mode),
 		       (unsigned long long)(b->cfg.heartbeat_ns / 1000));
 		printf("#%61s%32s\n", "out-of-place", "in-place");
