@@ -3,7 +3,8 @@
 # latency with every survivor agreeing on the view; a paused GPU excluded and readmitted; a
 # lossy link excluding nobody; AllReduce results exact inside the
 # simulation; heterogeneity in the model's proportions; fidelity against SMPI's ring
-# MPI_Allreduce and the analytical ring cost; clear errors for bad input. About a minute.
+# MPI_Allreduce and the analytical ring cost; the hierarchical AllReduce used and not slower
+# than the ring on servers of 8 GPUs; clear errors for bad input. About a minute.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 SIM=${BUILD:-build}/bin/keel-sim
@@ -148,7 +149,30 @@ else
 	echo "sim: smpicc/smpirun not found: SMPI fidelity part skipped"
 fi
 
-# 5. Bad input names what is wrong.
+# 5. Hierarchical AllReduce (issue 16). 4 servers of 8 H100 (NVLink inside, NDR InfiniBand
+# between), a 125M-parameter model: AUTO picks the hierarchy (the platform's servers become
+# host_of), and its step is not slower than the flat ring's (simulated time: deterministic).
+hstep() { "$SIM" --cluster 32xH100:ib --model 125M --flops-per-sample 1.536e12 --batch 256 \
+	--heartbeat 100ms --horizon 0.3 --ckpt-every 0 --algo "$1" --seed "$SEED" --format csv \
+	>"$tmp/h-$1.csv" 2>/dev/null || no "hier run --algo $1 exited $?"; }
+hstep ring; hstep auto
+hr=$(col "$tmp/h-ring.csv" step_s); ha=$(col "$tmp/h-auto.csv" step_s)
+[ "$(col "$tmp/h-ring.csv" allreduce_hier)" = 0 ] &&
+	[ "$(col "$tmp/h-auto.csv" allreduce_hier)" = "$(col "$tmp/h-auto.csv" allreduce_ops)" ] &&
+	[ "$(col "$tmp/h-auto.csv" allreduce_ops)" -gt 0 ] || no "auto did not run every AllReduce hierarchically"
+awk -v r="$hr" -v h="$ha" 'BEGIN{printf "sim: 4 x 8 H100, 125M model: step %.6f s hierarchical (auto), %.6f s flat ring (%.2fx)\n",
+	h, r, r/h; exit !(h > 0 && h <= r)}' || no "hierarchical step $ha s slower than the ring's $hr s"
+# Exact inside the simulation, and a failure (2 servers of 4, one GPU lost: uneven) goes on flat.
+"$SIM" --cluster 8xH100:ib/4 --model 5M --batch 96 --flops-per-sample 2e11 --heartbeat 1ms \
+	--horizon 0.3 --fail 0.15:6 --algo hier --check 1 --seed "$SEED" --format csv >"$tmp/hf.csv" \
+	2>/dev/null || no "hier failure run exited $?"
+n=$(col "$tmp/hf.csv" allreduce_ops); h=$(col "$tmp/hf.csv" allreduce_hier)
+[ "$(col "$tmp/hf.csv" allreduce_wrong)" = 0 ] && [ "$(col "$tmp/hf.csv" allreduce_failed)" = 0 ] &&
+	[ "$h" -gt 0 ] && [ "$h" -lt "$n" ] && [ "$(col "$tmp/hf.csv" views_agree)" = yes ] &&
+	echo "sim: hier with a failure: $n AllReduce results exact, $h hierarchical, the rest flat" ||
+	no "hier failure run: ops $n, hier $h, wrong $(col "$tmp/hf.csv" allreduce_wrong)"
+
+# 6. Bad input names what is wrong.
 err=$("$SIM" --cluster 8xX100:ib 2>&1); [ $? = 2 ] && grep -q "unknown GPU type 'X100'" <<<"$err" &&
 	echo "sim: error: $err" || no "bad GPU type: $err"
 err=$("$SIM" --cluster 8xH100:fddi 2>&1); grep -q "unknown fabric 'fddi'" <<<"$err" || no "bad fabric: $err"
