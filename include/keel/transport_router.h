@@ -8,8 +8,10 @@
  * failed for it; received datagrams come from every route, their senders renamed to job ranks.
  *
  * Failing over: a route fails for a peer when its peer_ok op says it can no longer reach it
- * (a verbs QP in error, a DPDK port down, a shared-memory region unmapped), and for every
- * peer when its send_burst returns an error other than -EINVAL. The router then sends that
+ * (a verbs QP in error, a DPDK port down) after it carried traffic to it, and for every peer
+ * when its send_burst or recv_burst returns an error other than -EINVAL. A route that does
+ * not reach a peer yet (shared memory whose peer has not mapped its rings) is not given up:
+ * the next route carries the traffic until it does. The router then sends that
  * peer's traffic on the next route, counts it (keel_router_stats.fallbacks), and calls
  * cfg.on_fallback once per peer and route so the program can say so. A failed route is not
  * taken up again for that peer: it may be failing intermittently, and the next one works.
@@ -57,7 +59,7 @@ typedef void (*keel_router_fallback_fn)(void *ctx, uint32_t peer, uint32_t from,
 struct keel_router_config {
 	uint32_t rank;
 	uint32_t world_size;
-	uint32_t routes; /* 1..KEEL_ROUTER_ROUTES_MAX */
+	uint32_t routes;					/* 1..KEEL_ROUTER_ROUTES_MAX */
 	struct keel_router_route route[KEEL_ROUTER_ROUTES_MAX]; /* best first */
 	keel_router_fallback_fn on_fallback;			/* optional */
 	void *on_fallback_ctx;
@@ -82,9 +84,9 @@ uint32_t keel_router_peer_route(struct keel_transport *t, uint32_t peer);
 struct keel_router_stats {
 	uint64_t tx_datagrams[KEEL_ROUTER_ROUTES_MAX]; /* accepted by each route */
 	uint64_t rx_datagrams[KEEL_ROUTER_ROUTES_MAX];
-	uint64_t fallbacks;	 /* (peer, route) pairs given up */
-	uint64_t tx_unroutable;	 /* datagrams for a peer no route reaches: dropped */
-	uint64_t rx_unknown;	 /* from a route's rank that maps to no job rank: dropped */
+	uint64_t fallbacks;	/* (peer, route) pairs given up */
+	uint64_t tx_unroutable; /* datagrams for a peer no route reaches: dropped */
+	uint64_t rx_unknown;	/* from a route's rank that maps to no job rank: dropped */
 };
 void keel_router_stats_get(struct keel_transport *t, struct keel_router_stats *out);
 

@@ -25,6 +25,7 @@ struct router {
 	uint32_t *to_route;			  /* [world x routes]: job rank -> route rank */
 	uint8_t *cur;				  /* [world]: route carrying the peer, NO_ROUTE8 */
 	uint8_t *failed;			  /* [world]: bit per route given up for the peer */
+	uint8_t *used;				  /* [world]: bit per route that carried the peer */
 	int epfd;
 	bool closed;
 	uint32_t rx_next; /* the route polled first next time: no route starves the others */
@@ -35,7 +36,7 @@ struct router {
 };
 
 struct layout {
-	size_t to_route, cur, failed, to_job[KEEL_ROUTER_ROUTES_MAX], total;
+	size_t to_route, cur, failed, used, to_job[KEEL_ROUTER_ROUTES_MAX], total;
 };
 
 static const struct keel_transport_ops router_ops;
@@ -98,6 +99,8 @@ static size_t layout_of(const struct keel_router_config *cfg, struct layout *l)
 	off = align_up(off + cfg->world_size);
 	l->failed = off;
 	off = align_up(off + cfg->world_size);
+	l->used = off;
+	off = align_up(off + cfg->world_size);
 	for (uint32_t r = 0; r < cfg->routes; r++) {
 		l->to_job[r] = off;
 		off = align_up(off + (size_t)cfg->route[r].t->world_size * sizeof(uint32_t));
@@ -153,17 +156,31 @@ static void fail_route_all(struct router *x, uint32_t r, int err)
 			fail_route(x, p, r, err);
 }
 
-/* The route for peer now, after asking the current one whether it still reaches it. */
+static bool reaches(struct router *x, uint32_t r, uint32_t peer)
+{
+	struct keel_transport *t = x->rt[r];
+	return t->ops->peer_ok == NULL || t->ops->peer_ok(t, x->to_route[peer * x->routes + r]);
+}
+
+/* The route for peer now, after asking the current one whether it still reaches it. One that
+ * never carried the peer and does not reach it yet (a peer still mapping its rings) is not
+ * given up: a later route carries the traffic until it does. */
 static uint32_t route_for(struct router *x, uint32_t peer)
 {
 	uint32_t r;
 	while ((r = x->cur[peer]) != NO_ROUTE8) {
-		struct keel_transport *t = x->rt[r];
-		if (t->ops->peer_ok == NULL ||
-		    t->ops->peer_ok(t, x->to_route[peer * x->routes + r]))
+		if (reaches(x, r, peer)) {
+			x->used[peer] |= (uint8_t)(1u << r);
 			return r;
+		}
+		if (!(x->used[peer] & (1u << r)))
+			break;
 		fail_route(x, peer, r, 0);
 	}
+	for (r = r == NO_ROUTE8 ? x->routes : r + 1; r < x->routes; r++)
+		if (x->to_route[peer * x->routes + r] != NONE && !(x->failed[peer] & (1u << r)) &&
+		    reaches(x, r, peer))
+			return r; /* for now */
 	return NONE;
 }
 
@@ -343,6 +360,7 @@ int keel_router_init(struct keel_transport **out, void *mem, size_t mem_len,
 	x->to_route = (uint32_t *)(void *)(base + l.to_route);
 	x->cur = base + l.cur;
 	x->failed = base + l.failed;
+	x->used = base + l.used;
 	x->on_fallback = cfg->on_fallback;
 	x->on_fallback_ctx = cfg->on_fallback_ctx;
 	for (size_t k = 0; k < (size_t)cfg->world_size * cfg->routes; k++)

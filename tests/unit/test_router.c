@@ -14,7 +14,7 @@
 #include "keel/transport_router.h"
 #include "refcheck.h"
 
-#define MTU 1024u
+#define MTU	  1024u
 #define HOSTS_MAX 4u
 
 /* ---- the breaker: an inner transport that can be made to fail -------------------------- */
@@ -190,8 +190,8 @@ static int shm_per_host(struct routed *x)
 
 /* world ranks on hosts host_of[] (0..hosts-1): rank r's router has its host's shared memory
  * (behind a breaker) first, then (with_udp) UDP to everyone. Nodes on top when with_nodes. */
-static int routed_init(struct routed *x, uint32_t world, const uint32_t *host_of,
-		       bool with_nodes, bool with_udp)
+static int routed_init(struct routed *x, uint32_t world, const uint32_t *host_of, bool with_nodes,
+		       bool with_udp)
 {
 	memset(x, 0, sizeof(*x));
 	memset(g_records, 0, sizeof(g_records));
@@ -216,7 +216,8 @@ static int routed_init(struct routed *x, uint32_t world, const uint32_t *host_of
 		rc_cfg.on_fallback_ctx = g_records[r];
 		size_t sz = keel_router_storage_size(&rc_cfg);
 		x->mem_router[r] = calloc(1, sz);
-		rc = sz == 0 ? -EINVAL : keel_router_init(&x->c.tp[r], x->mem_router[r], sz, &rc_cfg);
+		rc = sz == 0 ? -EINVAL
+			     : keel_router_init(&x->c.tp[r], x->mem_router[r], sz, &rc_cfg);
 	}
 	if (rc == 0 && with_nodes)
 		rc = cluster_nodes_init(&x->c, node_tweak);
@@ -325,6 +326,26 @@ static void test_router_falls_back_when_a_route_fails_for_one_peer(void **state)
 	keel_router_stats_get(x.c.tp[0], &st);
 	assert_int_equal(st.fallbacks, 1);
 	assert_int_equal(st.tx_unroutable, 0);
+	routed_fini(&x);
+}
+
+/* A route that does not reach a peer yet (its rings not mapped) is waited for, not given up:
+ * the next route carries the traffic meanwhile, and nothing is said. */
+static void test_router_uses_a_route_once_it_is_up(void **state)
+{
+	(void)state;
+	static const uint32_t hosts[] = {0, 0};
+	struct routed x;
+	assert_int_equal(routed_init(&x, 2, hosts, false, true), 0);
+	x.brk[0].cut[1] = true; /* before any traffic: not up yet */
+	assert_int_equal(send_one(&x, 0, 1, 1), 1);
+	assert_int_equal(send_one(&x, 0, 1, 2), 1);
+	x.brk[0].cut[1] = false;
+	assert_int_equal(send_one(&x, 0, 1, 3), 0);
+	assert_int_equal(g_records[0][0], 0);
+	x.brk[0].cut[1] = true; /* it carried the peer: now it has failed */
+	assert_int_equal(send_one(&x, 0, 1, 4), 1);
+	assert_int_equal(g_records[0][0], 1);
 	routed_fini(&x);
 }
 
@@ -532,6 +553,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_router_routes_each_peer_by_host),
 	    cmocka_unit_test(test_router_falls_back_when_a_route_fails_for_one_peer),
+	    cmocka_unit_test(test_router_uses_a_route_once_it_is_up),
 	    cmocka_unit_test(test_router_falls_back_when_a_route_breaks),
 	    cmocka_unit_test(test_router_drops_for_a_peer_no_route_reaches),
 	    cmocka_unit_test(test_router_config_errors),

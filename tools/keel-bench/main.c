@@ -10,6 +10,7 @@
 
 #include "bench_failover.h"
 #include "keel/boot.h"
+#include "keel/transport_router.h"
 #include "refcheck.h"
 
 struct bench_opts {
@@ -365,10 +366,20 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	double sent = across(b, (double)k.tx_datagrams, KEEL_SUM);
 	double susp = across(b, (double)k.suspicions, KEEL_SUM);
 	double late = across(b, (double)k.local_pauses, KEEL_SUM);
+	struct keel_router_stats rs = {0};
+	if (b->router != NULL)
+		keel_router_stats_get(b->router, &rs);
+	double on_shm = across(b, (double)rs.tx_datagrams[0], KEEL_SUM);
+	double on_udp = across(b, (double)rs.tx_datagrams[1], KEEL_SUM);
+	double fallbacks = across(b, (double)rs.fallbacks, KEEL_SUM);
 	if (lead) {
 		printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f, late "
 		       "polls %.0f\n",
 		       sent, retx, sent > 0 ? 100.0 * retx / sent : 0.0, susp, late);
+		if (b->router != NULL)
+			printf("# Routes: %.0f datagrams over shared memory, %.0f over UDP, %.0f "
+			       "fallbacks\n",
+			       on_shm, on_udp, fallbacks);
 		printf("# Out of bounds values : %.0f %s\n", wrong_total,
 		       o->check ? (wrong_total == 0 ? "OK" : "FAILED")
 				: "(not checked: use --check)");

@@ -749,21 +749,20 @@ static int setup(sigset_t *old_mask)
 	return 0;
 }
 
-/* KEEL_TRANSPORT=shm: the ranks leave the job's region named so that a restarted rank finds
- * it; once every rank has ended, nobody needs it. */
+/* With KEEL_PEERS the ranks leave each host's shared-memory region named, so that a
+ * restarted rank finds it; once every rank has ended, nobody needs it. A host's region is
+ * named after its lowest rank: try them all. */
 static void shm_cleanup(void)
 {
-	const char *t = getenv("KEEL_TRANSPORT");
 	char name[KEEL_SHM_NAME_MAX];
-	int rc;
 
-	if (t == NULL || strcmp(t, "shm") != 0)
-		return;
-	keel_boot_shm_name(job.job_id, job.master_port, name, sizeof(name));
-	rc = keel_shm_unlink(name);
-	if (rc != 0 && rc != -ENOENT)
-		fprintf(stderr, "keel-run: cannot remove the shared-memory region %s: %s\n", name,
-			strerror(-rc));
+	for (uint32_t r = 0; r < job.o.nproc; r++) {
+		keel_boot_shm_name(job.job_id, job.master_port, r, name, sizeof(name));
+		int rc = keel_shm_unlink(name);
+		if (rc != 0 && rc != -ENOENT)
+			fprintf(stderr, "keel-run: cannot remove the shared-memory region %s: %s\n",
+				name, strerror(-rc));
+	}
 }
 
 int main(int argc, char **argv)
