@@ -21,10 +21,9 @@ routes() {
 	local per_host=$1 n=$2
 	"$RUN" -n "$n" --timeout 120 -- sh -c \
 		"KEEL_HOST=h\$((RANK / $per_host)) exec $BENCH allreduce -b 4 -e 1048576 -f 8 -n 20 -w 3 --check" \
-		>"$tmp/out" 2>&1 || { cat "$tmp/out"; echo "router_hosts: $n ranks, $per_host per host failed"; exit 1; }
+		>"$tmp/out" 2>&1 || { cat "$tmp/out"; echo "router_hosts: $n ranks, $per_host per host failed"; exit 1; } >&2
 	grep -q '^# Out of bounds values : 0 OK' "$tmp/out" ||
-		{ cat "$tmp/out"; echo "router_hosts: wrong results ($n ranks, $per_host per host)"; exit 1; }
-	grep -q 'transport router\|transport udp' "$tmp/out" || { cat "$tmp/out"; exit 1; }
+		{ cat "$tmp/out"; echo "router_hosts: wrong results ($n ranks, $per_host per host)"; exit 1; } >&2
 	sed -n 's/^# Routes: \([0-9]*\) datagrams over shared memory, \([0-9]*\) over UDP, \([0-9]*\) fallbacks$/\1 \2 \3/p' "$tmp/out"
 }
 
