@@ -177,8 +177,8 @@ enum prop_phase { PROP_IDLE = 0, PROP_PREPARE, PROP_ACCEPT };
 
 struct keel_node {
 	struct keel_config cfg;
-	struct keel_transport *tp;
-	bool reliable_tp; /* the transport neither loses nor reorders: no retransmission */
+	struct keel_transport *tp; /* even a reliable one runs the retransmission timer:
+				    * what its receiving core dropped must come again (reliable.c) */
 
 	uint32_t self, world, epoch;
 	uint32_t mtu, window, burst;
