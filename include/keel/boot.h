@@ -49,7 +49,8 @@ struct keel_boot {
  *   KEEL_CHAOS (a keel_chaos_parse spec), KEEL_RENDEZVOUS_TIMEOUT_MS (default 30000),
  *   KEEL_WAIT / KEEL_SPIN_US (keel/posix.h), KEEL_MAC (auto|aes256gcm|chacha20poly1305),
  *   KEEL_TRANSPORT (udp|shm|dpdk|verbs), KEEL_SHM_RING_KB (shm: bytes per direction / 1024),
- *   KEEL_SHM_RELIABLE (0|1: shm reports KEEL_CAP_RELIABLE; keel/transport_shm.h).
+ *   KEEL_SHM_RELIABLE (1, the default: shm reports KEEL_CAP_RELIABLE; 0: ORDERED alone;
+ *   keel/transport_shm.h).
  * With a job key (KEEL_JOB_KEY_FILE or KEEL_JOB_KEY: keel/launch.h) the rendezvous proves it
  * and cfg.auth is set with it, so every datagram is authenticated (docs/SECURITY.md); without
  * one, a job of more than one rank prints one line on stderr (once per process) saying so.
