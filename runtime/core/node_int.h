@@ -177,8 +177,9 @@ enum prop_phase { PROP_IDLE = 0, PROP_PREPARE, PROP_ACCEPT };
 
 struct keel_node {
 	struct keel_config cfg;
-	struct keel_transport *tp; /* even a reliable one runs the retransmission timer:
-				    * what its receiving core dropped must come again (reliable.c) */
+	/* Even a reliable one gets the retransmission timer: what this node's receive path
+	 * dropped must come again (reliable.c). */
+	struct keel_transport *tp;
 
 	uint32_t self, world, epoch;
 	uint32_t mtu, window, burst;

@@ -157,8 +157,8 @@ static void test_reliable_window_bounds_a_stalled_receiver(void **state)
  * one sender sends to this rank: the view change that sender commits then reaches this rank
  * after data of the new view from a faster neighbour, which the receiving core drops. */
 #define SLOW_WORLD 4
-#define SLOW_MTU 1024
-#define SLOW_HELD 512 /* per sender; the test's traffic stays far below */
+#define SLOW_MTU   1024
+#define SLOW_HELD  512 /* per sender; the test's traffic stays far below */
 #define SLOW_BURST 16
 
 struct slow_held {
@@ -271,9 +271,9 @@ static void allreduce_on(struct cluster *c, uint32_t ranks, uint32_t rounds_max,
 	keel_check_reference(ref, 0, 3000, ranks, KEEL_F32, KEEL_SUM);
 	for (uint32_t r = 0; r < ranks; r++) {
 		keel_check_fill(in[r], 0, 3000, r, KEEL_F32, KEEL_SUM);
-		assert_int_equal(
-		    keel_allreduce_start(c->node[r], in[r], out[r], 3000, KEEL_F32, KEEL_SUM, &h[r]),
-		    0);
+		assert_int_equal(keel_allreduce_start(c->node[r], in[r], out[r], 3000, KEEL_F32,
+						      KEEL_SUM, &h[r]),
+				 0);
 	}
 	assert_int_equal(cluster_wait_ops(c, h, rc, rounds_max), 0);
 	for (uint32_t r = 0; r < ranks; r++)
