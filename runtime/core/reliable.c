@@ -4,7 +4,8 @@
  * Delivery to the collectives is in order; data they cannot take yet stays in the window.
  * A transport that promises KEEL_CAP_RELIABLE loses nothing, but the receiving core may still
  * drop what it delivered (data of a view it has not installed yet, no buffer to hold it), so
- * the same timer and hole repair run there too: they only fire when something is missing. */
+ * the same timer and hole repair run there too. Sacks come only after such a drop; the timer
+ * also fires for a receiver slow to poll, and then costs one duplicate that it drops. */
 #include <string.h>
 
 #include "assert_int.h"
