@@ -57,7 +57,8 @@ struct keel_boot {
  *   this host and UDP to the others, through the router of keel/transport_router.h, which
  *   falls back to UDP for a peer whose shared memory fails), KEEL_HOST (this rank's host
  *   name for that choice; keel/launch.h), KEEL_SHM_RING_KB (shm: bytes per direction / 1024),
- *   KEEL_SHM_RELIABLE (0|1: shm reports KEEL_CAP_RELIABLE; keel/transport_shm.h).
+ *   KEEL_SHM_RELIABLE (1, the default: shm reports KEEL_CAP_RELIABLE; 0: ORDERED alone;
+ *   keel/transport_shm.h).
  * With a job key (KEEL_JOB_KEY_FILE or KEEL_JOB_KEY: keel/launch.h) the rendezvous proves it
  * and cfg.auth is set with it, so every datagram is authenticated (docs/SECURITY.md); without
  * one, a job of more than one rank prints one line on stderr (once per process) saying so.

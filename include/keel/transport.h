@@ -17,7 +17,8 @@ extern "C" {
 
 /* What a backend promises. The core adds what is missing (retransmission, ordering). */
 enum keel_transport_caps {
-	KEEL_CAP_RELIABLE = 1u << 0, /* no loss, no duplicates: the core skips retransmission */
+	KEEL_CAP_RELIABLE = 1u << 0, /* no loss, no duplicates (the core still resends what its
+				      * own receive path dropped) */
 	KEEL_CAP_ORDERED = 1u << 1,  /* per-peer FIFO */
 	KEEL_CAP_RDMA_WRITE = 1u << 2,
 };

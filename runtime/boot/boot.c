@@ -318,7 +318,7 @@ static int start_shm(struct keel_boot *b, const uint32_t *local, uint32_t count,
 		     char *err, size_t err_len)
 {
 	char name[KEEL_SHM_NAME_MAX];
-	uint64_t timeout_ms = 30000, ring_kb = shm_ring_kb_default(&b->cfg), reliable = 0;
+	uint64_t timeout_ms = 30000, ring_kb = shm_ring_kb_default(&b->cfg), reliable = 1;
 	struct keel_shm_config c;
 	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
 	if (rc == 0)

@@ -235,8 +235,6 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 		n->cfg.view_timeout_ns = (uint64_t)cfg->miss_limit * cfg->heartbeat_ns;
 	n->cfg.op_timeout_ns = keel_op_timeout_ns(cfg); /* 0: derived from the detector */
 	n->tp = cfg->transport;
-	n->reliable_tp = (cfg->transport->caps & (KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED)) ==
-			 (KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED);
 	n->self = cfg->rank;
 	n->world = cfg->world_size;
 

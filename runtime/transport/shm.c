@@ -104,6 +104,7 @@ void keel_shm_config_default(struct keel_shm_config *cfg)
 	cfg->world_size = 1;
 	cfg->mtu = KEEL_MTU_MAX;
 	cfg->ring_bytes = KEEL_SHM_RING_BYTES_DEFAULT;
+	cfg->reliable = true; /* the rings lose nothing (what the core drops, it resends) */
 }
 
 size_t keel_shm_region_size(const struct keel_shm_config *cfg)
