@@ -21,6 +21,7 @@
 
 #include "bench_failover.h"
 #include "keel/boot.h"
+#include "keel/transport_shm.h"
 
 #define RANKS_MAX 64u
 
@@ -408,6 +409,12 @@ int keel_bench_failover(int argc, char **argv)
 		kill(pids[r], SIGKILL);
 		waitpid(pids[r], NULL, 0);
 	}
+	/* With KEEL_PEERS the ranks leave their host's shared-memory region for restarted lives
+	 * (keel/boot.h): the job is over, remove it. */
+	char name[KEEL_SHM_NAME_MAX];
+	keel_boot_shm_name((uint32_t)getpid(), 0, 0, name, sizeof(name));
+	int rc = keel_shm_unlink(name);
+	(void)rc; /* -ENOENT with KEEL_TRANSPORT=udp */
 	free(detect);
 	free(first);
 	free(install);
