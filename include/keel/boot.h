@@ -45,6 +45,7 @@ struct keel_boot {
 	 * (keel_launch.host_id) and the host's number, its lowest rank (world_size entries). */
 	uint64_t *hosts;
 	uint32_t *host_of;
+	uint16_t host_port; /* the UDP port of this host's first rank: names its region */
 };
 
 /* Knobs read from the environment (each optional), applied before the tool's own settings:
@@ -68,10 +69,12 @@ struct keel_boot {
  * variables the tool runs as a single rank. Returns 0, or a negative error with a message
  * in err naming what was wrong. */
 /* The shared-memory region and doorbell name of the ranks on one host, "/keel-JOB-PORT-FIRST"
- * (job id, MASTER_PORT, the host's lowest rank). The ranks remove it once all have mapped it,
- * except with KEEL_PEERS (a restarted rank must find it): keel-run removes it when the job
- * ends (keel_shm_unlink). */
-void keel_boot_shm_name(uint32_t job_id, uint16_t master_port, uint32_t first_rank, char *name,
+ * (job id, the UDP port of the host's lowest rank, that rank: no two running jobs on a host
+ * share it). The ranks remove it once all have mapped it, except with KEEL_PEERS (a restarted
+ * rank must find it): keel-run removes it when the job ends (keel_shm_unlink). Under
+ * KEEL_TRANSPORT=auto a region that cannot be made (e.g. a stale one of another size under the
+ * same name) is said on stderr, and UDP carries all traffic. */
+void keel_boot_shm_name(uint32_t job_id, uint16_t port, uint32_t first_rank, char *name,
 			size_t name_len);
 
 KEEL_MUST_USE int keel_boot_start(struct keel_boot *b,

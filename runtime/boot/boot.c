@@ -201,6 +201,14 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 			}
 	}
 	free(blobs);
+	/* The UDP port of this host's first rank: bound by that rank while the job runs, so no
+	 * other running job on this host names its region with it. */
+	if (rc == 0) {
+		const struct sockaddr_storage *first = &peers[b->host_of[b->launch.rank]];
+		b->host_port = ntohs(first->ss_family == AF_INET6
+					 ? ((const struct sockaddr_in6 *)first)->sin6_port
+					 : ((const struct sockaddr_in *)first)->sin_port);
+	}
 	for (uint32_t r = 0; rc == 0 && r < world; r++) {
 		socklen_t len = peers[r].ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 							       : sizeof(struct sockaddr_in);
@@ -275,10 +283,10 @@ static int transport_choice(enum tp_choice *c, char *err, size_t err_len)
 			 "KEEL_TRANSPORT=%.64s: expected auto, udp, shm, dpdk or verbs", t);
 }
 
-void keel_boot_shm_name(uint32_t job_id, uint16_t master_port, uint32_t first_rank, char *name,
+void keel_boot_shm_name(uint32_t job_id, uint16_t port, uint32_t first_rank, char *name,
 			size_t name_len)
 {
-	snprintf(name, name_len, "/keel-%u-%u-%u", job_id, master_port, first_rank);
+	snprintf(name, name_len, "/keel-%u-%u-%u", job_id, port, first_rank);
 }
 
 /* Every rank has initialised its inbound rings: the others' shm_init may still be under way
@@ -331,7 +339,7 @@ static int start_shm(struct keel_boot *b, const uint32_t *local, uint32_t count,
 	uint32_t self = 0;
 	while (local[self] != b->launch.rank)
 		self++;
-	keel_boot_shm_name(b->launch.job_id, b->launch.master_port, local[0], name, sizeof(name));
+	keel_boot_shm_name(b->launch.job_id, b->host_port, local[0], name, sizeof(name));
 	keel_shm_config_default(&c);
 	c.rank = self;
 	c.world_size = count;
@@ -414,6 +422,19 @@ static int start_auto(struct keel_boot *b, char *err, size_t err_len)
 		if (b->host_of[r] == b->host_of[b->launch.rank])
 			local[count++] = r;
 	int rc = count >= 2 ? start_shm(b, local, count, b->launch.peers == NULL, err, err_len) : 0;
+	if (rc != 0) { /* best effort: UDP reaches every peer */
+		fprintf(stderr,
+			"keel: rank %u: no shared memory with the %u ranks on this host (%s); "
+			"UDP carries all traffic\n",
+			b->launch.rank, count - 1, err);
+		if (b->shm != NULL)
+			b->shm->ops->fini(b->shm);
+		b->shm = NULL;
+		free(b->mem_shm);
+		b->mem_shm = NULL;
+		err[0] = '\0';
+		count = rc = 0;
+	}
 	if (rc == 0 && count >= 2) {
 		struct keel_router_config rc_cfg = {
 		    .rank = b->launch.rank,
