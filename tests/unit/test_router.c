@@ -102,6 +102,7 @@ struct routed {
 	uint32_t hosts;
 	void *region[HOSTS_MAX];
 	struct keel_transport *shm[CLUSTER_MAX];
+	struct keel_transport *router[CLUSTER_MAX]; /* routed_init_chaos: c.tp is the chaos */
 	void *mem_shm[CLUSTER_MAX], *mem_router[CLUSTER_MAX];
 	uint32_t local_ranks[HOSTS_MAX][CLUSTER_MAX]; /* per host: its job ranks in order */
 	uint32_t local_count[HOSTS_MAX];
@@ -224,14 +225,36 @@ static int routed_init(struct routed *x, uint32_t world, const uint32_t *host_of
 	return rc;
 }
 
+/* The same, with the chaos transport between each router and its node. */
+static int routed_init_chaos(struct routed *x, uint32_t world, const uint32_t *host_of,
+			     const char *spec, uint64_t seed)
+{
+	int rc = routed_init(x, world, host_of, false, true);
+	for (uint32_t r = 0; rc == 0 && r < world; r++) {
+		struct keel_chaos_config cc;
+		keel_chaos_config_default(&cc);
+		if (keel_chaos_parse(spec, &cc) != 0)
+			return -EINVAL;
+		cc.inner = x->c.tp[r];
+		cc.seed = seed * 1000003u + r;
+		size_t sz = keel_chaos_storage_size(&cc);
+		x->c.mem_chaos[r] = calloc(1, sz);
+		rc = keel_chaos_init(&x->c.chaos[r], x->c.mem_chaos[r], sz, &cc);
+		x->router[r] = x->c.tp[r];
+		x->c.tp[r] = x->c.chaos[r];
+	}
+	return rc == 0 ? cluster_nodes_init(&x->c, node_tweak) : rc;
+}
+
 static void routed_fini(struct routed *x)
 {
 	for (uint32_t r = 0; r < x->c.world; r++) {
 		if (x->c.node[r] != NULL)
 			keel_fini(x->c.node[r]);
 		x->c.node[r] = NULL;
-		if (x->c.tp[r] != NULL)
-			x->c.tp[r]->ops->fini(x->c.tp[r]);
+		struct keel_transport *router = x->router[r] != NULL ? x->router[r] : x->c.tp[r];
+		if (router != NULL)
+			router->ops->fini(router); /* cluster_fini finis the chaos */
 		if (x->shm[r] != NULL)
 			x->shm[r]->ops->fini(x->shm[r]);
 		free(x->mem_shm[r]);
@@ -548,6 +571,24 @@ static void test_router_peer_without_route_is_left_out(void **state)
 	routed_fini(&x);
 }
 
+/* Loss, duplicates and reordering on top of the routes: the core repairs them, exact results. */
+static void test_router_allreduce_under_chaos(void **state)
+{
+	(void)state;
+	static const uint32_t hosts[] = {0, 0, 1, 1};
+	uint64_t seed = cluster_seed(7);
+	struct routed x;
+	assert_int_equal(routed_init_chaos(&x, 4, hosts, "loss=0.02,dup=0.01,reorder=0.02", seed),
+			 0);
+	for (int dt = 0; dt < KEEL_DTYPE_COUNT; dt += 3)
+		for (size_t count = 1; count <= 20000; count *= 7)
+			run_allreduce(&x, count, dt, KEEL_SUM, 4);
+	struct keel_counters k;
+	keel_counters_get(x.c.node[0], &k);
+	assert_true(k.retransmits > 0); /* the chaos did drop something */
+	routed_fini(&x);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -559,6 +600,7 @@ int main(void)
 	    cmocka_unit_test(test_router_config_errors),
 	    cmocka_unit_test(test_router_allreduce_exact_across_failovers),
 	    cmocka_unit_test(test_router_peer_without_route_is_left_out),
+	    cmocka_unit_test(test_router_allreduce_under_chaos),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
