@@ -28,7 +28,8 @@
 
 #include "peer_common.h"
 
-namespace {
+namespace
+{
 
 using Ctx = std::shared_ptr<gloo::Context>;
 
@@ -46,21 +47,20 @@ template <typename A> Setup algo_class(const Ctx &ctx, float *buf, size_t count)
 	return Setup{[a] { a->run(); }, true};
 }
 
-Setup algo_function(const Ctx &ctx, gloo::AllreduceOptions::Algorithm which, float *in,
-		    float *out, size_t count)
+Setup algo_function(const Ctx &ctx, gloo::AllreduceOptions::Algorithm which, float *in, float *out,
+		    size_t count)
 {
 	auto opts = std::make_shared<gloo::AllreduceOptions>(ctx);
 	opts->setAlgorithm(which);
 	opts->setInput(in, count);
 	opts->setOutput(out, count);
-	opts->setReduceFunction([](void *c, const void *a, const void *b, size_t n) {
-		gloo::sum<float>(c, a, b, n);
-	});
+	opts->setReduceFunction(
+	    [](void *c, const void *a, const void *b, size_t n) { gloo::sum<float>(c, a, b, n); });
 	return Setup{[opts] { gloo::allreduce(*opts); }, false};
 }
 
-const char *const ALGOS[] = {"ring",	 "ring_chunked",   "halving_doubling",
-			     "bcube",	 "allreduce_ring", "allreduce_bcube"};
+const char *const ALGOS[] = {"ring",  "ring_chunked",	"halving_doubling",
+			     "bcube", "allreduce_ring", "allreduce_bcube"};
 
 Setup make_algo(const std::string &name, const Ctx &ctx, float *in, float *buf, float *out,
 		size_t count)
@@ -99,8 +99,8 @@ struct Bufs {
 };
 
 // One algorithm at one size; returns the median (us), adds wrong elements to *wrong.
-double run_algo(const Ctx &ctx, const peer_opts &o, const std::string &name, Bufs &b,
-		size_t count, double *wrong)
+double run_algo(const Ctx &ctx, const peer_opts &o, const std::string &name, Bufs &b, size_t count,
+		double *wrong)
 {
 	Setup s = make_algo(name, ctx, b.in.data(), b.buf.data(), b.out.data(), count);
 	float *res = s.in_place ? b.buf.data() : b.out.data();
@@ -195,7 +195,8 @@ int bench(const peer_opts &o, const std::vector<std::string> &algos, const Ctx &
 		}
 		wrong_total += wrong;
 		if (ctx->rank == 0) {
-			std::printf("# %llu B, median (us) per algorithm:%s\n", (unsigned long long)bytes, each.c_str());
+			std::printf("# %llu B, median (us) per algorithm:%s\n",
+				    (unsigned long long)bytes, each.c_str());
 			peer_print_row(bytes, count, o.iters, best, best_sorted.data(), (long)wrong,
 				       best_name.c_str());
 		}
@@ -215,8 +216,9 @@ int main(int argc, char **argv)
 	int rank = env_int("RANK", "OMPI_COMM_WORLD_RANK");
 	int size = env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE");
 	if (o.store == nullptr || rank < 0 || size < 1 || rank >= size) {
-		std::fprintf(stderr, "gloo-allreduce: needs -s STORE_DIR (an empty folder all ranks "
-				     "share) and RANK, WORLD_SIZE from a launcher (keel-run)\n");
+		std::fprintf(stderr,
+			     "gloo-allreduce: needs -s STORE_DIR (an empty folder all ranks "
+			     "share) and RANK, WORLD_SIZE from a launcher (keel-run)\n");
 		return 2;
 	}
 	try {

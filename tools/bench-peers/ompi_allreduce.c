@@ -4,13 +4,10 @@
  *   mpirun -n 2 ompi-allreduce [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] */
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 #include "peer_common.h"
 
@@ -23,16 +20,16 @@ static void fail(const char *what, int code)
 
 /* One size: warm-up, then `iters` timed calls; returns the median of the per-iteration maxima
  * across ranks (us) and counts wrong elements on every rank into *wrong (summed). */
-static double run_size(const struct peer_opts *o, size_t count, float *in, float *out,
-		       double *mine, double *slowest, uint32_t iters, long *wrong)
+static double run_size(const struct peer_opts *o, size_t count, float *in, float *out, double *mine,
+		       double *slowest, uint32_t iters, long *wrong)
 {
 	int rank, size, rc;
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	peer_fill(in, count, (uint32_t)rank);
 	for (uint32_t i = 0; i < o->warmup; i++)
-		if ((rc = MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM,
-					MPI_COMM_WORLD)) != MPI_SUCCESS)
+		if ((rc = MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)) !=
+		    MPI_SUCCESS)
 			fail("MPI_Allreduce (warm-up)", rc);
 	peer_poison(out, count); /* the check then sees what the timed calls wrote */
 	MPI_Barrier(MPI_COMM_WORLD);
@@ -66,7 +63,8 @@ int main(int argc, char **argv)
 	}
 	size_t cap = (size_t)(o.max_bytes / sizeof(float)) + 1;
 	float *in = malloc(cap * sizeof(float)), *out = malloc(cap * sizeof(float));
-	double *mine = malloc(o.iters * sizeof(double)), *slowest = malloc(o.iters * sizeof(double));
+	double *mine = malloc(o.iters * sizeof(double)),
+	       *slowest = malloc(o.iters * sizeof(double));
 	if (in == NULL || out == NULL || mine == NULL || slowest == NULL)
 		fail("malloc", -ENOMEM);
 	if (rank == 0)

@@ -39,7 +39,8 @@ static int usage(const char *prog, const char *why)
 		"%s: %s\nusage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]%s\n"
 		"  sizes in bytes (K, M suffixes), multiples of 4 (f32); defaults -b 4 -e 64M "
 		"-f 4 -n 20 -w 5\n",
-		prog, why, prog, strcmp(prog, "gloo-allreduce") == 0 ? " -s STORE_DIR [-a ALGOS]" : "");
+		prog, why, prog,
+		strcmp(prog, "gloo-allreduce") == 0 ? " -s STORE_DIR [-a ALGOS]" : "");
 	return -EINVAL;
 }
 
@@ -96,10 +97,11 @@ uint64_t peer_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* Below 2^11 per rank: 2^12 ranks keep every sum below 2^23, exact in f32. */
+/* 1..2039, below 2^11: 2^12 ranks keep every sum below 2^23, exact in f32. Never 0, so that
+ * a max or a lost contribution cannot pass for the sum. */
 static float input_of(size_t i, uint32_t rank)
 {
-	return (float)((i * 7u + rank * 131u + rank / 3u) % 2039u);
+	return (float)((i * 7u + rank * 131u + rank / 3u) % 2039u + 1u);
 }
 
 void peer_fill(float *in, size_t count, uint32_t rank)
@@ -158,6 +160,7 @@ void peer_print_row(uint64_t bytes, size_t count, uint32_t iters, double median_
 
 void peer_print_footer(long wrong_total)
 {
-	printf("# Out of bounds values : %ld %s\n", wrong_total, wrong_total == 0 ? "OK" : "FAILED");
+	printf("# Out of bounds values : %ld %s\n", wrong_total,
+	       wrong_total == 0 ? "OK" : "FAILED");
 	fflush(stdout);
 }
