@@ -16,6 +16,8 @@
 #   --gloo-algos L   Gloo algorithms to try (default all the program knows)
 #   --hosts H        keel ranks pretend to be H hosts (KEEL_HOST=h0.., by rank); peers unchanged
 #   --auth           keel with its job key (default --no-key: the peers authenticate nothing)
+#   --keel-wait M    KEEL_WAIT for keel's ranks: busy, adaptive or block (default: keel's own,
+#                    adaptive; Open MPI busy-polls, yielding only when ranks outnumber cores)
 #   --force          run on a busy machine; the table is marked "busy machine, not quotable"
 #   --load-max X     the 1-min load average above which it refuses (default 0.5 x cores)
 #   --build DIR      keel's build folder (default build; peer programs in DIR/bench-peers)
@@ -23,10 +25,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD=build RANKS=2,4 SIZES='' QUICK=0 ONLY='' GLOO_ALGOS='' HOSTS=1 AUTH=0 FORCE=0 LOAD_MAX=''
+BUILD=build RANKS=2,4 SIZES='' QUICK=0 ONLY='' GLOO_ALGOS='' HOSTS=1 AUTH=0 FORCE=0
+LOAD_MAX='' KEEL_WAIT_MODE=''
 COLUMNS_ALL="keel-shm keel-udp ompi-vader ompi-tcp gloo"
 usage() {
-	sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 }
 while [ $# -gt 0 ]; do
@@ -38,6 +41,7 @@ while [ $# -gt 0 ]; do
 	--gloo-algos) GLOO_ALGOS=$2; shift 2 ;;
 	--hosts) HOSTS=$2; shift 2 ;;
 	--auth) AUTH=1; shift ;;
+	--keel-wait) KEEL_WAIT_MODE=$2; shift 2 ;;
 	--force) FORCE=1; shift ;;
 	--load-max) LOAD_MAX=$2; shift 2 ;;
 	--build) BUILD=$2; shift 2 ;;
@@ -85,6 +89,7 @@ if [ -n "$ONLY" ]; then
 	for c in $COLUMNS; do [[ " $COLUMNS_ALL " == *" $c "* ]] || die "unknown column '$c'"; done
 fi
 [[ $HOSTS =~ ^[1-9][0-9]*$ ]] || die "bad --hosts '$HOSTS'"
+[[ $KEEL_WAIT_MODE =~ ^(|busy|adaptive|block)$ ]] || die "bad --keel-wait '$KEEL_WAIT_MODE'"
 for n in $RANKS; do [ $((n % HOSTS)) -eq 0 ] || die "--hosts $HOSTS does not divide $n ranks"; done
 
 # Iterations per size: about 64 MiB of data per rank and program for mid sizes (a few hundred
@@ -133,7 +138,9 @@ run_keel() { # transport ranks bytes iters warmup
 		cmd=(env PER_HOST=$((n / HOSTS)) sh -c \
 			'KEEL_HOST=h$((RANK / PER_HOST)) exec "$0" "$@"' "${cmd[@]}")
 	fi
-	KEEL_TRANSPORT=$tp timeout 600 "$RUN" -n "$n" "${nokey[@]}" --timeout 300 -- "${cmd[@]}"
+	local envs=("KEEL_TRANSPORT=$tp")
+	if [ -n "$KEEL_WAIT_MODE" ]; then envs+=("KEEL_WAIT=$KEEL_WAIT_MODE"); fi
+	env "${envs[@]}" timeout 600 "$RUN" -n "$n" "${nokey[@]}" --timeout 300 -- "${cmd[@]}"
 }
 run_ompi() { # btl ranks bytes iters warmup
 	local btl=(--mca btl "self,$1")
@@ -182,8 +189,10 @@ echo "# machine: $cores cores, $cpu; $(uname -r)"
 echo "# load average before: $load_before (limit for quoting: 1-min <= $LOAD_MAX)"
 [ "$busy" = 1 ] && echo "# BUSY MACHINE, NOT QUOTABLE (--force)"
 echo "# time: median over iterations of the slowest rank's time in each, us; checked exactly"
-echo "# keel: keel-bench allreduce --median --check$([ $AUTH -eq 0 ] && echo ", no job key")" \
-	"$([ "$HOSTS" -gt 1 ] && echo "; KEEL_HOST: $HOSTS pretend hosts")"
+keel_note="keel-bench allreduce --median --check, wait ${KEEL_WAIT_MODE:-${KEEL_WAIT:-default}}"
+if [ $AUTH -eq 0 ]; then keel_note="$keel_note, no job key"; fi
+if [ "$HOSTS" -gt 1 ]; then keel_note="$keel_note, KEEL_HOST: $HOSTS pretend hosts"; fi
+echo "# keel: $keel_note"
 echo "# ompi: $(mpirun --version 2>&1 | head -1); btl self,vader and self,tcp (lo)"
 echo "# gloo: tcp on 127.0.0.1, best of: ${GLOO_ALGOS:-all algorithms} (algorithm named)"
 echo "# logs: $LOGS"
