@@ -15,8 +15,9 @@ PEERS_MISSING := $(strip $(if $(HAVE_OMPI),,libopenmpi-dev) $(if $(HAVE_GLOO),,l
 PEERS_BINS := $(PEERS_DIR)/ompi-allreduce $(PEERS_DIR)/gloo-allreduce
 BENCH_PEERS_ARGS ?=
 
-# Built by `make tests` where the packages are, so the smoke test finds them ready.
-ifeq ($(PEERS_MISSING),)
+# Built by `make tests` where the packages are (not again by the sanitizer build), so the smoke
+# test finds them ready.
+ifeq ($(PEERS_MISSING)$(SAN),)
 EXTRA_TESTS += $(PEERS_BINS)
 endif
 
