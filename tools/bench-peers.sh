@@ -27,6 +27,7 @@ cd "$(dirname "$0")/.."
 
 BUILD=build RANKS=2,4 SIZES='' QUICK=0 ONLY='' GLOO_ALGOS='' HOSTS=1 AUTH=0 FORCE=0
 LOAD_MAX='' KEEL_WAIT_MODE=''
+MEASURED=''
 COLUMNS_ALL="keel-shm keel-udp ompi-vader ompi-tcp gloo"
 usage() {
 	sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
@@ -128,7 +129,8 @@ nokey=(--no-key)
 if [ $AUTH -eq 1 ]; then nokey=(); fi
 mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 
-# One program at one size: prints "median_us algorithm" or "FAIL"; its output is kept in
+# One program at one size: sets MEASURED to "median_us algorithm" or "FAIL" (not a subshell:
+# run_gloo's list of algorithms carries over); its output is kept in
 # $LOGS/<column>-<ranks>-<bytes>.txt.
 run_keel() { # transport ranks bytes iters warmup
 	local tp=$1 n=$2 b=$3 it=$4 w=$5
@@ -148,11 +150,14 @@ run_ompi() { # btl ranks bytes iters warmup
 	timeout 300 "${mpi[@]}" -n "$2" "${btl[@]}" "$PEERS/ompi-allreduce" -b "$3" -e "$3" \
 		-n "$4" -w "$5"
 }
+# Gloo's algorithms still tried at this rank count: one far slower than the best at a size
+# (gloo-allreduce says "dropped: ...; left: LIST") is not run at larger ones.
+gloo_live=''
 run_gloo() { # ranks bytes iters warmup
 	local store
 	store=$(mktemp -d "$STORE_ROOT/store.XXXXXX")
 	timeout 600 "$RUN" -n "$1" --timeout 300 -- "$PEERS/gloo-allreduce" -s "$store" \
-		-b "$2" -e "$2" -n "$3" -w "$4" ${GLOO_ALGOS:+-a "$GLOO_ALGOS"}
+		-b "$2" -e "$2" -n "$3" -w "$4" ${gloo_live:+-a "$gloo_live"}
 }
 measure() { # column ranks bytes iters warmup
 	local col=$1 log="$LOGS/$1-$2-$3.txt" rc=0
@@ -163,6 +168,9 @@ measure() { # column ranks bytes iters warmup
 	ompi-tcp) run_ompi tcp "${@:2}" >"$log" 2>&1 || rc=$? ;;
 	gloo) run_gloo "${@:2}" >"$log" 2>&1 || rc=$? ;;
 	esac
+	local left
+	left=$(sed -n 's/^# dropped: .*; left: //p' "$log")
+	if [ -n "$left" ]; then gloo_live=$left; fi
 	local row
 	if [[ $col == keel-* ]]; then # keel-bench's nccl-tests row: out-of-place time, #wrong
 		row=$(awk '/^ +[0-9]+ +[0-9]+ +f32 / { print $6, "-", $9 + $13 }' "$log")
@@ -173,10 +181,10 @@ measure() { # column ranks bytes iters warmup
 		! grep -q "^# Out of bounds values : 0 OK" "$log"; then
 		echo "bench-peers: $col, $2 ranks, $3 B: failed (exit $rc${row:+, row: $row});" \
 			"see $log" >&2
-		echo FAIL
+		MEASURED=FAIL
 		return
 	fi
-	echo "${row% *}"
+	MEASURED=${row% *}
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b;
@@ -199,6 +207,7 @@ echo "# logs: $LOGS"
 printf '%5s %8s %10s %10s %10s %10s %10s %-16s %9s %9s %9s\n' ranks size keel-shm keel-udp \
 	ompi-vader ompi-tcp gloo gloo-algo shm/vader udp/tcp udp/gloo
 for n in $RANKS; do
+	gloo_live=$GLOO_ALGOS
 	for b in $SIZES; do
 		it=$(iters_for "$b")
 		w=$(warmup_for "$it")
@@ -207,7 +216,8 @@ for n in $RANKS; do
 		for c in $COLUMNS_ALL; do
 			t[$c]=-
 			[[ " $COLUMNS " == *" $c "* ]] || continue
-			r=$(measure "$c" "$n" "$b" "$it" "$w")
+			measure "$c" "$n" "$b" "$it" "$w"
+			r=$MEASURED
 			if [ "$r" = FAIL ]; then
 				failed=1
 				t[$c]=FAIL

@@ -98,16 +98,40 @@ struct Bufs {
 	std::vector<double> t;
 };
 
-// One algorithm at one size; returns the median (us), adds wrong elements to *wrong.
+// An algorithm this many times slower than the best at a size is not measured at larger ones:
+// on 2 cores with 4 ranks gloo::allreduce's ring takes seconds per call from 1 MiB up (hundreds
+// of times the best), which alone would exceed a bench's time limit. Within a size, one whose
+// second warm-up call (the first sets up connections) is PROBE_FACTOR x the best median so far
+// is skipped: a single call is noisier than a median. Either only when the call also takes over
+// SLOW_US: pruning saves time, and on a busy machine a fast algorithm can look 16x slow once.
+constexpr double DROP_FACTOR = 16.0;
+constexpr double PROBE_FACTOR = 32.0;
+constexpr double SLOW_US = 50000.0;
+
+// One algorithm at one size; returns the median (us), adds wrong elements to *wrong. Its second
+// warm-up call is timed (slowest rank): above limit_us (when > 0) the algorithm is not measured
+// further, *skipped is set and that time returned. Every rank sees the same maxima, so all
+// decide alike.
 double run_algo(const Ctx &ctx, const peer_opts &o, const std::string &name, Bufs &b, size_t count,
-		double *wrong)
+		double limit_us, double *wrong, bool *skipped)
 {
 	Setup s = make_algo(name, ctx, b.in.data(), b.buf.data(), b.out.data(), count);
 	float *res = s.in_place ? b.buf.data() : b.out.data();
-	for (uint32_t i = 0; i < o.warmup; i++) {
+	uint32_t warmup = o.warmup > 2 ? o.warmup : 2; // the second is the probe
+	for (uint32_t i = 0; i < warmup; i++) {
 		if (s.in_place)
 			std::memcpy(b.buf.data(), b.in.data(), count * sizeof(float));
+		uint64_t t0 = peer_now_ns();
 		s.call();
+		double probe = (double)(peer_now_ns() - t0) / 1e3;
+		if (i == 1) {
+			max_across(ctx, &probe, 1);
+			*skipped = limit_us > 0 && probe > limit_us && probe > SLOW_US;
+			if (*skipped) {
+				gloo::BarrierAllToAll(ctx).run(); // before its buffers go
+				return probe;
+			}
+		}
 	}
 	peer_poison(res, count);
 	gloo::BarrierAllToAll(ctx).run();
@@ -120,6 +144,7 @@ double run_algo(const Ctx &ctx, const peer_opts &o, const std::string &name, Buf
 	}
 	max_across(ctx, b.t.data(), o.iters);
 	*wrong += sum_across(ctx, (double)peer_check(res, count, (uint32_t)ctx->size));
+	gloo::BarrierAllToAll(ctx).run(); // no peer still sends into this algorithm's buffers
 	return peer_median(b.t.data(), o.iters);
 }
 
@@ -168,6 +193,55 @@ Ctx connect(const peer_opts &o, int rank, int size)
 	return ctx;
 }
 
+// One size: every live algorithm, the best kept; those over DROP_FACTOR x the best leave `live`
+// (larger sizes only get slower). Returns the wrong elements seen.
+double bench_size(const Ctx &ctx, const peer_opts &o, Bufs &b, uint64_t bytes,
+		  std::vector<std::string> &live)
+{
+	size_t count = (size_t)(bytes / sizeof(float));
+	peer_fill(b.in.data(), count, (uint32_t)ctx->rank);
+	double best = -1, wrong = 0;
+	std::string best_name, each, dropped;
+	std::vector<double> best_sorted(o.iters), med(live.size());
+	std::vector<bool> skipped(live.size());
+	for (size_t a = 0; a < live.size(); a++) {
+		bool skip = false;
+		med[a] = run_algo(ctx, o, live[a], b, count, best > 0 ? PROBE_FACTOR * best : 0,
+				  &wrong, &skip);
+		skipped[a] = skip;
+		char one[128];
+		std::snprintf(one, sizeof(one), " %s %s%.2f", live[a].c_str(),
+			      skip ? "skipped, one call " : "", med[a]);
+		each += one;
+		if (!skip && (best < 0 || med[a] < best)) {
+			best = med[a];
+			best_name = live[a];
+			best_sorted = b.t;
+		}
+	}
+	std::vector<std::string> keep;
+	for (size_t a = 0; a < live.size(); a++) {
+		if (skipped[a] || (med[a] > DROP_FACTOR * best && med[a] > SLOW_US))
+			dropped += (dropped.empty() ? "" : ",") + live[a];
+		else
+			keep.push_back(live[a]);
+	}
+	live = keep;
+	if (ctx->rank == 0) {
+		std::printf("# %llu B, median (us) per algorithm:%s\n", (unsigned long long)bytes,
+			    each.c_str());
+		std::string left;
+		for (const std::string &name : keep)
+			left += (left.empty() ? "" : ",") + name;
+		if (!dropped.empty()) // tools/bench-peers.sh passes `left` on to the next size
+			std::printf("# dropped: %s (over %.0fx the best and %.0f ms); left: %s\n",
+				    dropped.c_str(), DROP_FACTOR, SLOW_US / 1e3, left.c_str());
+		peer_print_row(bytes, count, o.iters, best, best_sorted.data(), (long)wrong,
+			       best_name.c_str());
+	}
+	return wrong;
+}
+
 int bench(const peer_opts &o, const std::vector<std::string> &algos, const Ctx &ctx)
 {
 	size_t cap = (size_t)(o.max_bytes / sizeof(float));
@@ -176,31 +250,9 @@ int bench(const peer_opts &o, const std::vector<std::string> &algos, const Ctx &
 	if (ctx->rank == 0)
 		peer_print_header("gloo-allreduce (tcp, loopback)", (uint32_t)ctx->size, &o);
 	double wrong_total = 0;
-	std::vector<double> best_sorted(o.iters);
-	for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
-		size_t count = (size_t)(bytes / sizeof(float));
-		peer_fill(b.in.data(), count, (uint32_t)ctx->rank);
-		double best = -1, wrong = 0;
-		std::string best_name, each;
-		for (const std::string &name : algos) {
-			double med = run_algo(ctx, o, name, b, count, &wrong);
-			char one[96];
-			std::snprintf(one, sizeof(one), " %s %.2f", name.c_str(), med);
-			each += one;
-			if (best < 0 || med < best) {
-				best = med;
-				best_name = name;
-				best_sorted = b.t;
-			}
-		}
-		wrong_total += wrong;
-		if (ctx->rank == 0) {
-			std::printf("# %llu B, median (us) per algorithm:%s\n",
-				    (unsigned long long)bytes, each.c_str());
-			peer_print_row(bytes, count, o.iters, best, best_sorted.data(), (long)wrong,
-				       best_name.c_str());
-		}
-	}
+	std::vector<std::string> live = algos;
+	for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor)
+		wrong_total += bench_size(ctx, o, b, bytes, live);
 	if (ctx->rank == 0)
 		peer_print_footer((long)wrong_total);
 	return wrong_total == 0 ? 0 : 1;
