@@ -1,5 +1,6 @@
 # keel — one Makefile. `make` builds build/libkeel.a and build/bin/keel-*.
 # `make test` runs everything (unit, sanitizer, multi-process); `make demo` runs the main job.
+# `make bench-peers` runs keel beside Open MPI and Gloo (mk/bench-peers.mk, tools/bench-peers.sh).
 # BUILD=dir puts objects elsewhere (the sanitizer build uses build-san).
 
 BUILD ?= build

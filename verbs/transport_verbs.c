@@ -1073,6 +1073,14 @@ static void verbs_fini(struct keel_transport *t)
 	release(of(t));
 }
 
+/* A QP in error (peer_fail) or a device gone: the router sends this peer's traffic on
+ * another transport. */
+static bool verbs_peer_ok(struct keel_transport *t, uint32_t peer)
+{
+	struct verbs *v = of(t);
+	return !v->down && v->ctx != NULL && !keel_verbs_peer_failed(t, peer);
+}
+
 static const struct keel_transport_ops verbs_ops = {
     .name = "verbs",
     .send_burst = verbs_send_burst,
@@ -1080,4 +1088,5 @@ static const struct keel_transport_ops verbs_ops = {
     .next_deadline_ns = verbs_next_deadline_ns,
     .wait_fd = verbs_wait_fd,
     .fini = verbs_fini,
+    .peer_ok = verbs_peer_ok,
 };

@@ -35,11 +35,17 @@ struct keel_boot {
 	struct keel_launch launch;
 	struct keel_config cfg;
 	struct keel_transport *udp, *chaos, *tp;
-	struct keel_transport *shm; /* KEEL_TRANSPORT=shm: the UDP socket served the rendezvous */
+	struct keel_transport *shm;    /* this host's ranks (KEEL_TRANSPORT=auto or shm) */
+	struct keel_transport *router; /* auto, with ranks on this host: shm first, then UDP */
 	struct keel_node *node;
 	struct keel_posix_waiter waiter;
-	void *mem_udp, *mem_chaos, *mem_node, *mem_shm;
+	void *mem_udp, *mem_chaos, *mem_node, *mem_shm, *mem_router;
 	size_t mem_node_len;
+	/* After a UDP rendezvous (auto, udp, shm; NULL with dpdk and verbs): each rank's host
+	 * (keel_launch.host_id) and the host's number, its lowest rank (world_size entries). */
+	uint64_t *hosts;
+	uint32_t *host_of;
+	uint16_t host_port; /* the UDP port of this host's first rank: names its region */
 };
 
 /* Knobs read from the environment (each optional), applied before the tool's own settings:
@@ -49,8 +55,12 @@ struct keel_boot {
  *   KEEL_BIND (address to bind, default 127.0.0.1),
  *   KEEL_CHAOS (a keel_chaos_parse spec), KEEL_RENDEZVOUS_TIMEOUT_MS (default 30000),
  *   KEEL_WAIT / KEEL_SPIN_US (keel/posix.h), KEEL_MAC (auto|aes256gcm|chacha20poly1305),
- *   KEEL_TRANSPORT (udp|shm|dpdk|verbs), KEEL_SHM_RING_KB (shm: bytes per direction / 1024),
- *   KEEL_SHM_RELIABLE (0|1: shm reports KEEL_CAP_RELIABLE; keel/transport_shm.h).
+ *   KEEL_TRANSPORT (auto|udp|shm|dpdk|verbs; auto, the default: shared memory to the ranks on
+ *   this host and UDP to the others, through the router of keel/transport_router.h, which
+ *   falls back to UDP for a peer whose shared memory fails), KEEL_HOST (this rank's host
+ *   name for that choice; keel/launch.h), KEEL_SHM_RING_KB (shm: bytes per direction / 1024),
+ *   KEEL_SHM_RELIABLE (1, the default: shm reports KEEL_CAP_RELIABLE; 0: ORDERED alone;
+ *   keel/transport_shm.h).
  * With a job key (KEEL_JOB_KEY_FILE or KEEL_JOB_KEY: keel/launch.h) the rendezvous proves it
  * and cfg.auth is set with it, so every datagram is authenticated (docs/SECURITY.md); without
  * one, a job of more than one rank prints one line on stderr (once per process) saying so.
@@ -59,9 +69,14 @@ struct keel_boot {
  * `tweak`, if not NULL, adjusts the config after the environment. Without any launcher
  * variables the tool runs as a single rank. Returns 0, or a negative error with a message
  * in err naming what was wrong. */
-/* KEEL_TRANSPORT=shm: the job's region and doorbell name on this host, "/keel-JOB-PORT" (job id
- * and MASTER_PORT). keel-run removes it when the job ends (keel_shm_unlink). */
-void keel_boot_shm_name(uint32_t job_id, uint16_t master_port, char *name, size_t name_len);
+/* The shared-memory region and doorbell name of the ranks on one host, "/keel-JOB-PORT-FIRST"
+ * (job id, the UDP port of the host's lowest rank, that rank: no two running jobs on a host
+ * share it). The ranks remove it once all have mapped it, except with KEEL_PEERS (a restarted
+ * rank must find it): keel-run removes it when the job ends (keel_shm_unlink). Under
+ * KEEL_TRANSPORT=auto a region that cannot be made (e.g. a stale one of another size under the
+ * same name) is said on stderr, and UDP carries all traffic. */
+void keel_boot_shm_name(uint32_t job_id, uint16_t port, uint32_t first_rank, char *name,
+			size_t name_len);
 
 KEEL_MUST_USE int keel_boot_start(struct keel_boot *b,
 				  void (*tweak)(struct keel_config *cfg, void *ctx), void *ctx,

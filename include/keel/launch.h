@@ -40,6 +40,12 @@ struct keel_launch {
 	bool has_key;
 	uint8_t key[KEEL_AUTH_KEY_BYTES];
 	const char *key_source; /* "KEEL_JOB_KEY_FILE" or "KEEL_JOB_KEY"; NULL without a key */
+	/* Which machine this rank runs on: ranks with the same host_id can share memory (the
+	 * rendezvous hands every rank's to every rank). From KEEL_HOST when set (a name: tests
+	 * pretend to be several hosts on one machine), else this machine's host name and boot
+	 * id. Never 0. With KEEL_PEERS, each rank's host is its entry's host as written
+	 * instead, and KEEL_HOST is refused. */
+	uint64_t host_id;
 };
 
 /* Fill `out` from the environment. Precedence (the first whose rank variable is set wins; a

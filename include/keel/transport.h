@@ -1,5 +1,6 @@
 /* The transport vtable: how the core moves framed datagrams without knowing the backend.
- * The core includes no backend header; backends (udp, chaos, dpdk, verbs, sim) fill this table.
+ * The core includes no backend header; backends (udp, shm, chaos, router, dpdk, verbs, sim) fill
+ * this table.
  * No op ever blocks, allocates after init, or reads a clock: time arrives as now_ns. */
 #ifndef KEEL_TRANSPORT_H
 #define KEEL_TRANSPORT_H
@@ -16,7 +17,8 @@ extern "C" {
 
 /* What a backend promises. The core adds what is missing (retransmission, ordering). */
 enum keel_transport_caps {
-	KEEL_CAP_RELIABLE = 1u << 0, /* no loss, no duplicates: the core skips retransmission */
+	KEEL_CAP_RELIABLE = 1u << 0, /* no loss, no duplicates (the core still resends what its
+				      * own receive path dropped) */
 	KEEL_CAP_ORDERED = 1u << 1,  /* per-peer FIFO */
 	KEEL_CAP_RDMA_WRITE = 1u << 2,
 };
@@ -68,6 +70,11 @@ struct keel_transport_ops {
 	/* Release OS resources (sockets, ports). Safe after a failed init and twice. May be NULL.
 	 */
 	void (*fini)(struct keel_transport *t);
+	/* false once the backend knows it can no longer reach `peer` (a verbs QP in error, a
+	 * DPDK port down): the router (keel/transport_router.h) then sends that peer's traffic
+	 * on another transport. Cheap and never blocks: called per burst. May be NULL (always
+	 * true). */
+	bool (*peer_ok)(struct keel_transport *t, uint32_t peer);
 };
 
 /* A transport instance. Backends embed or point to their private state;

@@ -1,7 +1,7 @@
 /* The shared-memory transport: ranks on one host exchange datagrams through one region, with a
  * lock-free single-producer/single-consumer ring per (sender, receiver) direction.
- * Ordered, and lossless: caps KEEL_CAP_ORDERED, plus KEEL_CAP_RELIABLE when cfg.reliable asks
- * (then the core never resends; see there why it is off by default).
+ * Ordered, and lossless: caps KEEL_CAP_ORDERED, plus KEEL_CAP_RELIABLE unless cfg.reliable is
+ * turned off.
  *
  * The region: given by the caller (cfg.region, e.g. MAP_SHARED memory mapped before fork), or
  * opened by name (shm_open(cfg.name), created if absent, sized by keel_shm_region_size) and
@@ -62,11 +62,10 @@ struct keel_shm_config {
 	const char *name;
 	uint32_t mtu;	     /* largest datagram, KEEL_MTU_MIN..KEEL_MTU_MAX */
 	uint32_t ring_bytes; /* per direction: a power of two, >= 2 x (mtu + 8), <= _MAX */
-	/* Report KEEL_CAP_RELIABLE (the rings lose nothing), so the core never resends. Off:
-	 * caps are KEEL_CAP_ORDERED alone and the core keeps its retransmission timer, which
-	 * also covers datagrams the receiving core itself drops (measured: around a restarted
-	 * rank, a datagram dropped by the new life was never resent, and a collective waited
-	 * for its op timeout). keel_shm_config_default leaves it off. */
+	/* Report KEEL_CAP_RELIABLE (the rings lose nothing). The core keeps its retransmission
+	 * timer either way: its own receive path may drop a datagram the rings delivered (data
+	 * of a view it has not installed yet, around a restarted rank), and that one must come
+	 * again. keel_shm_config_default turns it on; off leaves caps KEEL_CAP_ORDERED. */
 	bool reliable;
 	/* Optional: the region, already shared between the ranks (keel_shm_region_size bytes,
 	 * 64-byte aligned, zeroed before the first rank initialises). NULL: map cfg.name. */
@@ -75,7 +74,7 @@ struct keel_shm_config {
 };
 
 /* Fill defaults: rank 0 of 1, no name, mtu KEEL_MTU_MAX, KEEL_SHM_RING_BYTES_DEFAULT,
- * reliable off. */
+ * reliable on. */
 void keel_shm_config_default(struct keel_shm_config *cfg);
 
 /* Bytes of the shared region for this world and ring size; 0 if the config is invalid. */

@@ -14,6 +14,7 @@
 #include "boot_verbs.h"
 #include "keel/boot.h"
 #include "keel/transport_chaos.h"
+#include "keel/transport_router.h"
 #include "keel/transport_shm.h"
 #include "keel/transport_udp.h"
 #include "rendezvous.h"
@@ -182,10 +183,35 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 		return rc;
 	uint32_t world = b->launch.world_size;
 	struct sockaddr_storage *peers = calloc(world, sizeof(*peers));
-	if (peers == NULL)
+	struct keel_rendezvous_blob *blobs = calloc(world, sizeof(*blobs));
+	b->hosts = calloc(world, sizeof(*b->hosts));
+	b->host_of = calloc(world, sizeof(*b->host_of));
+	if (peers == NULL || blobs == NULL || b->hosts == NULL || b->host_of == NULL) {
+		free(peers);
+		free(blobs);
 		return -ENOMEM;
-	rc = keel_rendezvous(&b->launch, (struct sockaddr *)&self, self_len, peers,
-			     timeout_ms * 1000000ull, err, err_len);
+	}
+	rc = keel_rendezvous_blob(&b->launch, (struct sockaddr *)&self, self_len, NULL, peers,
+				  blobs, timeout_ms * 1000000ull, err, err_len);
+	/* Hosts by their first rank: the same numbering on every rank. */
+	for (uint32_t r = 0; rc == 0 && r < world; r++) {
+		b->hosts[r] = blobs[r].host;
+		b->host_of[r] = r;
+		for (uint32_t q = 0; q < r; q++)
+			if (blobs[q].host == blobs[r].host) {
+				b->host_of[r] = b->host_of[q];
+				break;
+			}
+	}
+	free(blobs);
+	/* The UDP port of this host's first rank: bound by that rank while the job runs, so no
+	 * other running job on this host names its region with it. */
+	if (rc == 0) {
+		const struct sockaddr_storage *first = &peers[b->host_of[b->launch.rank]];
+		b->host_port = ntohs(first->ss_family == AF_INET6
+					 ? ((const struct sockaddr_in6 *)first)->sin6_port
+					 : ((const struct sockaddr_in *)first)->sin_port);
+	}
 	for (uint32_t r = 0; rc == 0 && r < world; r++) {
 		socklen_t len = peers[r].ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
 							       : sizeof(struct sockaddr_in);
@@ -241,22 +267,29 @@ static int auth_config(struct keel_boot *b, char *err, size_t err_len)
 	return 0;
 }
 
-/* KEEL_TRANSPORT=udp (default), shm, dpdk or verbs (keel-bench --transport sets it). */
-static int transport_choice(bool *dpdk, bool *verbs, bool *shm, char *err, size_t err_len)
+/* KEEL_TRANSPORT: auto (default), udp, shm, dpdk or verbs (keel-bench --transport sets it). */
+enum tp_choice { TP_AUTO, TP_UDP, TP_SHM, TP_DPDK, TP_VERBS };
+
+static int transport_choice(enum tp_choice *c, char *err, size_t err_len)
 {
+	static const char *const names[] = {"auto", "udp", "shm", "dpdk", "verbs"};
 	const char *t = getenv("KEEL_TRANSPORT");
-	*dpdk = t != NULL && strcmp(t, "dpdk") == 0;
-	*verbs = t != NULL && strcmp(t, "verbs") == 0;
-	*shm = t != NULL && strcmp(t, "shm") == 0;
-	if (t == NULL || *t == '\0' || strcmp(t, "udp") == 0 || *dpdk || *verbs || *shm)
+	*c = TP_AUTO;
+	if (t == NULL || *t == '\0')
 		return 0;
-	snprintf(err, err_len, "KEEL_TRANSPORT=%s: expected udp, shm, dpdk or verbs", t);
-	return -EINVAL;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(t, names[i]) == 0) {
+			*c = (enum tp_choice)i;
+			return 0;
+		}
+	return keel_fail(err, err_len, -EINVAL,
+			 "KEEL_TRANSPORT=%.64s: expected auto, udp, shm, dpdk or verbs", t);
 }
 
-void keel_boot_shm_name(uint32_t job_id, uint16_t master_port, char *name, size_t name_len)
+void keel_boot_shm_name(uint32_t job_id, uint16_t port, uint32_t first_rank, char *name,
+			size_t name_len)
 {
-	snprintf(name, name_len, "/keel-%u-%u", job_id, master_port);
+	snprintf(name, name_len, "/keel-%u-%u-%u", job_id, port, first_rank);
 }
 
 /* Every rank has initialised its inbound rings: the others' shm_init may still be under way
@@ -290,11 +323,13 @@ static uint64_t shm_ring_kb_default(const struct keel_config *cfg)
 }
 
 /* After the UDP rendezvous (it settled the job id, proved the key and gathered the ranks):
- * the job's region on this host, then the UDP socket is closed. */
-static int start_shm(struct keel_boot *b, char *err, size_t err_len)
+ * the region of this host's ranks (local[0..count), in rank order, this one among them),
+ * mapped by each. */
+static int start_shm(struct keel_boot *b, const uint32_t *local, uint32_t count, bool wait_all,
+		     char *err, size_t err_len)
 {
 	char name[KEEL_SHM_NAME_MAX];
-	uint64_t timeout_ms = 30000, ring_kb = shm_ring_kb_default(&b->cfg), reliable = 0;
+	uint64_t timeout_ms = 30000, ring_kb = shm_ring_kb_default(&b->cfg), reliable = 1;
 	struct keel_shm_config c;
 	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
 	if (rc == 0)
@@ -304,15 +339,13 @@ static int start_shm(struct keel_boot *b, char *err, size_t err_len)
 		rc = env_u64("KEEL_SHM_RELIABLE", 0, 1, &reliable, err, err_len);
 	if (rc != 0)
 		return rc;
-	if (b->launch.local_world_size != b->launch.world_size)
-		return keel_fail(err, err_len, -EINVAL,
-				 "KEEL_TRANSPORT=shm: all %u ranks must run on one host "
-				 "(LOCAL_WORLD_SIZE is %u)",
-				 b->launch.world_size, b->launch.local_world_size);
-	keel_boot_shm_name(b->launch.job_id, b->launch.master_port, name, sizeof(name));
+	uint32_t self = 0;
+	while (local[self] != b->launch.rank)
+		self++;
+	keel_boot_shm_name(b->launch.job_id, b->host_port, local[0], name, sizeof(name));
 	keel_shm_config_default(&c);
-	c.rank = b->launch.rank;
-	c.world_size = b->launch.world_size;
+	c.rank = self;
+	c.world_size = count;
 	c.name = name;
 	c.mtu = b->cfg.mtu;
 	c.ring_bytes = (uint32_t)(ring_kb * 1024);
@@ -326,12 +359,106 @@ static int start_shm(struct keel_boot *b, char *err, size_t err_len)
 				 "a power of two of at least twice the mtu): %s",
 				 name, c.world_size, (unsigned long long)ring_kb,
 				 keel_strerror(rc));
+	/* Under the router (a peer's rings not mapped yet: UDP carries its traffic meanwhile)
+	 * only a job that met at the rendezvous waits: its ranks are all alive. With KEEL_PEERS
+	 * a rank may not be started yet, or never. */
+	if (!wait_all)
+		return 0;
 	rc = shm_attach_wait(b, timeout_ms, err, err_len);
+	if (rc != 0)
+		return rc;
+	/* Every local rank has mapped the region. Without KEEL_PEERS no rank can come back
+	 * (a restarted one could not meet at rank 0's rendezvous): nobody needs the name, and
+	 * it leaves nothing in /dev/shm. With it, keel-run removes it when the job ends. */
+	if (b->launch.peers == NULL) {
+		rc = keel_shm_unlink(name);
+		(void)rc; /* another local rank removed it first */
+	}
+	return 0;
+}
+
+/* KEEL_TRANSPORT=shm: every rank on this host, the UDP socket closed once the region is up. */
+static int start_shm_only(struct keel_boot *b, char *err, size_t err_len)
+{
+	uint32_t world = b->launch.world_size;
+	for (uint32_t r = 0; r < world; r++)
+		if (b->hosts[r] != b->hosts[b->launch.rank])
+			return keel_fail(err, err_len, -EINVAL,
+					 "KEEL_TRANSPORT=shm: all %u ranks must run on one host "
+					 "(rank %u is on another; KEEL_TRANSPORT=auto uses shared "
+					 "memory where it can and UDP elsewhere)",
+					 world, r);
+	uint32_t *all = malloc(world * sizeof(*all));
+	if (all == NULL)
+		return -ENOMEM;
+	for (uint32_t r = 0; r < world; r++)
+		all[r] = r;
+	int rc = start_shm(b, all, world, true, err, err_len);
+	free(all);
 	if (rc != 0)
 		return rc;
 	b->udp->ops->fini(b->udp); /* stays allocated; keel_boot_stop finis it again (a no-op) */
 	b->tp = b->shm;
 	return 0;
+}
+
+/* Said once per peer and route, from keel_poll: the job goes on over the next route. */
+static void say_fallback(void *ctx, uint32_t peer, uint32_t from, uint32_t to, int err)
+{
+	const struct keel_boot *b = ctx;
+	static const char *const route_names[] = {"shared memory", "UDP"};
+	fprintf(stderr, "keel: rank %u: %s can no longer reach rank %u (%s); %s\n", b->launch.rank,
+		route_names[from < 2 ? from : 1], peer, err != 0 ? keel_strerror(err) : "peer lost",
+		to == KEEL_ROUTER_NONE ? "no other way is left: it will be suspected"
+				       : "its traffic goes over UDP now");
+}
+
+/* KEEL_TRANSPORT=auto: shared memory to the ranks on this host, UDP to the others (and to
+ * them too, should shared memory fail). A rank alone on its host uses UDP only. */
+static int start_auto(struct keel_boot *b, char *err, size_t err_len)
+{
+	uint32_t world = b->launch.world_size, count = 0;
+	uint32_t *local = malloc(world * sizeof(*local));
+	if (local == NULL)
+		return -ENOMEM;
+	for (uint32_t r = 0; r < world; r++)
+		if (b->host_of[r] == b->host_of[b->launch.rank])
+			local[count++] = r;
+	int rc = count >= 2 ? start_shm(b, local, count, b->launch.peers == NULL, err, err_len) : 0;
+	if (rc != 0) { /* best effort: UDP reaches every peer */
+		fprintf(stderr,
+			"keel: rank %u: no shared memory with the %u ranks on this host (%s); "
+			"UDP carries all traffic\n",
+			b->launch.rank, count - 1, err);
+		if (b->shm != NULL)
+			b->shm->ops->fini(b->shm);
+		b->shm = NULL;
+		free(b->mem_shm);
+		b->mem_shm = NULL;
+		err[0] = '\0';
+		count = rc = 0;
+	}
+	if (rc == 0 && count >= 2) {
+		struct keel_router_config rc_cfg = {
+		    .rank = b->launch.rank,
+		    .world_size = world,
+		    .routes = 2,
+		    .route = {{.t = b->shm, .ranks = local}, {.t = b->udp}},
+		    .on_fallback = say_fallback,
+		    .on_fallback_ctx = b,
+		};
+		size_t sz = keel_router_storage_size(&rc_cfg);
+		b->mem_router = sz != 0 ? calloc(1, sz) : NULL;
+		rc = b->mem_router == NULL
+			 ? -ENOMEM
+			 : keel_router_init(&b->router, b->mem_router, sz, &rc_cfg);
+		if (rc != 0)
+			rc = keel_fail(err, err_len, rc, "router transport: %s", keel_strerror(rc));
+		else
+			b->tp = b->router;
+	}
+	free(local);
+	return rc;
 }
 
 /* The verbs device (boot_verbs.c does QPs and the QPN exchange). Its slots carry
@@ -477,19 +604,22 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 		rc = auth_config(b, err, err_len);
 	if (rc == 0 && tweak != NULL)
 		tweak(&b->cfg, ctx);
-	bool dpdk = false, verbs = false, shm = false;
+	enum tp_choice tp = TP_AUTO;
 	if (rc == 0)
-		rc = transport_choice(&dpdk, &verbs, &shm, err, err_len);
-	if (rc == 0 && dpdk)
+		rc = transport_choice(&tp, err, err_len);
+	bool on_udp = tp != TP_DPDK && tp != TP_VERBS; /* its socket serves the rendezvous */
+	if (rc == 0 && tp == TP_DPDK)
 		rc = start_dpdk(b, err, err_len);
-	if (rc == 0 && verbs)
+	if (rc == 0 && tp == TP_VERBS)
 		rc = start_verbs(b, err, err_len);
-	if (rc == 0 && !dpdk && !verbs)
+	if (rc == 0 && on_udp)
 		rc = start_udp(b, host, port, err, err_len);
-	if (rc == 0 && !dpdk && !verbs)
+	if (rc == 0 && on_udp)
 		rc = rendezvous(b, err, err_len);
-	if (rc == 0 && shm)
-		rc = start_shm(b, err, err_len);
+	if (rc == 0 && tp == TP_SHM)
+		rc = start_shm_only(b, err, err_len);
+	if (rc == 0 && tp == TP_AUTO)
+		rc = start_auto(b, err, err_len);
 	if (rc == 0)
 		rc = start_chaos(b, err, err_len);
 	if (rc == 0)
@@ -604,6 +734,8 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 	}
 	if (b->chaos != NULL && b->chaos->ops->fini != NULL)
 		b->chaos->ops->fini(b->chaos);
+	if (b->router != NULL)
+		b->router->ops->fini(b->router); /* before its routes */
 	/* The region's name stays: a restarted rank must find it; keel-run removes it. */
 	if (b->shm != NULL)
 		b->shm->ops->fini(b->shm);
@@ -617,10 +749,15 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 	free(b->mem_chaos);
 	free(b->mem_udp);
 	free(b->mem_shm);
+	free(b->mem_router);
+	free(b->hosts);
+	free(b->host_of);
 	/* The node is gone: no copy of the key needs to outlive it. */
 	explicit_bzero(b->cfg.auth_key, sizeof(b->cfg.auth_key));
 	explicit_bzero(b->launch.key, sizeof(b->launch.key));
 	b->node = NULL;
-	b->chaos = b->udp = b->tp = b->shm = NULL;
-	b->mem_node = b->mem_chaos = b->mem_udp = b->mem_shm = NULL;
+	b->chaos = b->udp = b->tp = b->shm = b->router = NULL;
+	b->mem_node = b->mem_chaos = b->mem_udp = b->mem_shm = b->mem_router = NULL;
+	b->hosts = NULL;
+	b->host_of = NULL;
 }

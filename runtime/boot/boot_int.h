@@ -3,6 +3,7 @@
 #define KEEL_BOOT_INT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct keel_launch;
 
@@ -10,6 +11,9 @@ struct keel_launch;
  * with a reason. */
 __attribute__((format(printf, 4, 5))) int keel_fail(char *err, size_t err_len, int code,
 						    const char *fmt, ...);
+
+/* A host identity from a name (launch.c): FNV-1a over `space` and `name`, never 0. */
+uint64_t keel_launch_host_hash(const char *space, const char *name);
 
 /* KEEL_JOB_KEY_FILE or KEEL_JOB_KEY into out->key (launch_key.c); errors as
  * keel_launch_from_env's. Without a key variable: 0, and out->has_key stays false. */

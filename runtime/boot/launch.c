@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "assert_int.h"
 #include "boot_int.h"
@@ -199,6 +200,7 @@ void keel_launch_single(struct keel_launch *out)
 	out->world_size = 1;
 	out->local_world_size = 1;
 	out->source = "single";
+	out->host_id = 1;
 }
 
 /* Rank, world and local values of one launcher whose rank variable is set. */
@@ -313,6 +315,51 @@ static int read_job_id(struct keel_launch *out, char *err, size_t err_len)
 	return 0;
 }
 
+uint64_t keel_launch_host_hash(const char *space, const char *name)
+{
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, 64 bits */
+	for (const char *s = space; *s != '\0'; s++)
+		h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+	h = (h ^ 0xffu) * 0x100000001b3ull; /* "ab"+"c" and "a"+"bc" differ */
+	for (const char *s = name; *s != '\0'; s++)
+		h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+	return h != 0 ? h : 1;
+}
+
+/* KEEL_HOST, else the host name and the kernel's boot id: two containers of one machine with
+ * the same host name share a boot id, and may share /dev/shm; two machines given the same
+ * name do not. */
+static int read_host(struct keel_launch *out, char *err, size_t err_len)
+{
+	const char *s = getenv("KEEL_HOST");
+	char name[320] = "", boot_id[64] = "";
+
+	if (s != NULL && out->peers != NULL)
+		return keel_fail(err, err_len, -EINVAL,
+				 "KEEL_HOST=%.64s: with KEEL_PEERS each rank's host is its entry's "
+				 "host; unset KEEL_HOST or use the TCP rendezvous (MASTER_ADDR)",
+				 s);
+	if (s != NULL) {
+		if (*s == '\0' || strlen(s) > 255)
+			return keel_fail(err, err_len, -EINVAL,
+					 "KEEL_HOST: expected a name of 1 to 255 characters");
+		out->host_id = keel_launch_host_hash("KEEL_HOST", s);
+		return 0;
+	}
+	if (gethostname(name, 256) != 0)
+		name[0] = '\0';
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (f != NULL) {
+		if (fgets(boot_id, sizeof(boot_id), f) == NULL)
+			boot_id[0] = '\0';
+		fclose(f);
+	}
+	size_t n = strlen(name);
+	snprintf(name + n, sizeof(name) - n, "/%s", boot_id);
+	out->host_id = keel_launch_host_hash("machine", name);
+	return 0;
+}
+
 int keel_launch_from_env(struct keel_launch *out, char *err, size_t err_len)
 {
 	const struct env_source *src = NULL;
@@ -338,5 +385,7 @@ int keel_launch_from_env(struct keel_launch *out, char *err, size_t err_len)
 		rc = read_job_id(out, err, err_len);
 	if (rc == 0)
 		rc = keel_launch_read_key(out, err, err_len);
+	if (rc == 0)
+		rc = read_host(out, err, err_len);
 	return rc;
 }

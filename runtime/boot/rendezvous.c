@@ -150,8 +150,11 @@ int rv_resolve(const char *host, uint16_t port, int family, int socktype, struct
 
 /* ---- KEEL_PEERS ---------------------------------------------------------------------- */
 
+/* The addresses, and each rank's host: ranks whose entries name the same host (as written)
+ * share one. */
 static int peers_from_list(const struct keel_launch *l, const struct sockaddr_storage *self,
-			   struct sockaddr_storage *peers, char *err, size_t err_len)
+			   struct sockaddr_storage *peers, struct keel_rendezvous_blob *blobs,
+			   char *err, size_t err_len)
 {
 	char host[KEEL_LAUNCH_HOST_LEN];
 
@@ -172,6 +175,8 @@ static int peers_from_list(const struct keel_launch *l, const struct sockaddr_st
 					 "KEEL_PEERS entry %u: cannot resolve '%s' as %s: %s", i,
 					 host, self->ss_family == AF_INET ? "IPv4" : "IPv6",
 					 gai_strerror(rc));
+		if (blobs != NULL)
+			blobs[i].host = keel_launch_host_hash("KEEL_PEERS", host);
 		KEEL_ASSERT(ai->ai_addrlen <= sizeof(peers[i]));
 		memset(&peers[i], 0, sizeof(peers[i]));
 		memcpy(&peers[i], ai->ai_addr, ai->ai_addrlen);
@@ -224,11 +229,17 @@ int keel_rendezvous_run(struct keel_launch *l, struct keel_rendezvous_args *a, c
 	if (a->blobs != NULL)
 		memset(a->blobs, 0, (size_t)l->world_size * sizeof(*a->blobs));
 	if (l->peers != NULL)
-		return peers_from_list(l, &self, a->peers, err, err_len);
+		return peers_from_list(l, &self, a->peers, a->blobs, err, err_len);
+	/* This rank's record goes out with its host, whatever the backend put in it. */
+	const struct keel_rendezvous_blob *caller_blob = a->self_blob;
+	struct keel_rendezvous_blob me = {0};
+	if (caller_blob != NULL)
+		me = *caller_blob;
+	me.host = l->host_id;
 	if (l->world_size == 1) {
 		a->peers[0] = self;
-		if (a->blobs != NULL && a->self_blob != NULL)
-			a->blobs[0] = *a->self_blob;
+		if (a->blobs != NULL)
+			a->blobs[0] = me;
 		return 0;
 	}
 	if (l->master_addr[0] == '\0' || l->master_port == 0)
@@ -240,9 +251,13 @@ int keel_rendezvous_run(struct keel_launch *l, struct keel_rendezvous_args *a, c
 		return keel_fail(err, err_len, -ENOTSUP,
 				 "this keel was built without libsodium: it cannot prove the "
 				 "job key in the rendezvous");
+	a->self_blob = &me;
 	if (l->rank == 0)
-		return rv_run_server(l, &self, a, deadline_ns, err, err_len);
-	return rv_run_client(l, &self, a, deadline_ns, err, err_len);
+		rc = rv_run_server(l, &self, a, deadline_ns, err, err_len);
+	else
+		rc = rv_run_client(l, &self, a, deadline_ns, err, err_len);
+	a->self_blob = caller_blob;
+	return rc;
 }
 
 int keel_rendezvous_blob(struct keel_launch *l, const struct sockaddr *self_addr,

@@ -15,17 +15,20 @@
 /* Version of the TCP rendezvous messages; a rank 0 of another version ignores us.
  * 2: each table entry carries a keel_rendezvous_blob.
  * 3: rank 0 greets each connection with a nonce; hello and reply carry a proof of the job
- *    key (zero without one); rank 0 hands out the job id; refused hellos get no answer. */
-#define KEEL_RENDEZVOUS_VERSION 3u
+ *    key (zero without one); rank 0 hands out the job id; refused hellos get no answer.
+ * 4: each blob carries its rank's host identity (which ranks can share memory). */
+#define KEEL_RENDEZVOUS_VERSION 4u
 
-/* An opaque per-rank record exchanged beside the address (a backend's own addressing: the
- * DPDK port's MAC, a verbs GID/QPN...). `kind` says whose it is (0: none); rank 0 checks only
- * that len <= KEEL_RENDEZVOUS_BLOB_MAX. */
+/* A per-rank record exchanged beside the address: the rank's host (keel_launch.host_id, filled
+ * in by the rendezvous itself), and an opaque record of a backend's own addressing (the DPDK
+ * port's MAC, a verbs GID/QPN...): `kind` says whose it is (0: none); rank 0 checks only that
+ * len <= KEEL_RENDEZVOUS_BLOB_MAX. */
 #define KEEL_RENDEZVOUS_BLOB_MAX 64u
 struct keel_rendezvous_blob {
 	uint8_t kind;
 	uint8_t len;
 	uint8_t data[KEEL_RENDEZVOUS_BLOB_MAX];
+	uint64_t host; /* ranks with the same host share a machine (its memory) */
 };
 
 /* What rank 0 made of a connection; every refusal is counted by its reason. */

@@ -99,6 +99,8 @@ static void blob_put(uint8_t *p, const struct keel_rendezvous_blob *b)
 	p[0] = b->kind;
 	p[1] = b->len;
 	memcpy(p + 4, b->data, b->len);
+	rv_put32(p + 4 + KEEL_RENDEZVOUS_BLOB_MAX, (uint32_t)(b->host >> 32));
+	rv_put32(p + 8 + KEEL_RENDEZVOUS_BLOB_MAX, (uint32_t)b->host);
 }
 
 /* Untrusted input: false for a length beyond the blob. */
@@ -110,6 +112,8 @@ static bool blob_get(const uint8_t *p, struct keel_rendezvous_blob *b)
 	b->kind = p[0];
 	b->len = p[1];
 	memcpy(b->data, p + 4, b->len);
+	b->host = (uint64_t)rv_get32(p + 4 + KEEL_RENDEZVOUS_BLOB_MAX) << 32 |
+		  rv_get32(p + 8 + KEEL_RENDEZVOUS_BLOB_MAX);
 	return true;
 }
 

@@ -238,8 +238,6 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 		n->cfg.view_timeout_ns = (uint64_t)cfg->miss_limit * cfg->heartbeat_ns;
 	n->cfg.op_timeout_ns = keel_op_timeout_ns(cfg); /* 0: derived from the detector */
 	n->tp = cfg->transport;
-	n->reliable_tp = (cfg->transport->caps & (KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED)) ==
-			 (KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED);
 	n->self = cfg->rank;
 	n->world = cfg->world_size;
 
@@ -355,33 +353,59 @@ static void seal_all(struct keel_node *n)
 	}
 }
 
-/* Hand the queue to the transport. What it refuses: reliable datagrams stay in their window
- * and are sent again next poll; control datagrams (heartbeats, acks) are simply lost. */
+/* A queued datagram the transport did not take: a reliable one stays in its window and is
+ * sent again next poll; a control one (heartbeat, ack) is simply lost. */
+static void txq_refused(struct keel_node *n, uint32_t i)
+{
+	n->ctr.tx_blocked++;
+	if (n->txq_tag[i] != 0)
+		rel_txq_refused(n, n->txq[i].peer, n->txq_tag[i]);
+}
+
+/* The transport stopped at txq[from]: the way to its peer is full (a shared-memory ring, a
+ * NIC queue). Set aside every queued datagram for that peer (its order is kept) and close the
+ * gap, so that the others' traffic, heartbeats first of all, is not held behind it. Returns
+ * the new queue length. */
+static uint32_t txq_set_aside(struct keel_node *n, uint32_t from, uint32_t count)
+{
+	uint32_t blocked = n->txq[from].peer, w = from;
+	for (uint32_t j = from; j < count; j++) {
+		if (n->txq[j].peer == blocked) {
+			txq_refused(n, j);
+			continue;
+		}
+		n->txq[w] = n->txq[j];
+		n->txq_tag[w++] = n->txq_tag[j];
+	}
+	KEEL_ASSERT(w < count); /* txq[from] at least was set aside */
+	return w;
+}
+
+/* Hand the queue to the transport, in as many calls as it takes peers whose way is full: each
+ * call either takes the rest or stops at a peer, which is then set aside. */
 void node_txq_flush(struct keel_node *n)
 {
-	uint32_t count = n->txq_count;
+	uint32_t count = n->txq_count, done = 0;
 	KEEL_ASSERT(count <= n->burst && n->ctrl_used <= count);
-	int sent = 0;
 	if (n->auth)
 		seal_all(n);
-	if (count != 0 && n->fatal == 0) {
-		sent = n->tp->ops->send_burst(n->tp, n->now_ns, n->txq, count);
+	while (done < count && n->fatal == 0) { /* bounded: each pass shrinks count - done */
+		int sent = n->tp->ops->send_burst(n->tp, n->now_ns, n->txq + done, count - done);
 		if (sent < 0) {
 			if (sent != -EINVAL)
 				n->fatal = KEEL_ETRANSPORT;
-			sent = 0;
+			break;
 		}
+		KEEL_ASSERT((uint32_t)sent <= count - done);
+		n->ctr.tx_datagrams += (uint64_t)sent;
+		done += (uint32_t)sent;
+		if (done < count)
+			count = txq_set_aside(n, done, count);
 	}
-	KEEL_ASSERT((uint32_t)sent <= count);
-	n->ctr.tx_datagrams += (uint64_t)sent;
-	for (uint32_t i = (uint32_t)sent; i < count; i++) {
-		n->ctr.tx_blocked++;
-		if (n->txq_tag[i] != 0)
-			rel_txq_refused(n, n->txq[i].peer, n->txq_tag[i]);
-	}
+	for (uint32_t i = done; i < count; i++) /* a fatal or -EINVAL answer: the rest */
+		txq_refused(n, i);
 	n->txq_count = 0;
 	n->ctrl_used = 0;
-	KEEL_ASSERT(n->ctr.tx_blocked >= count - (uint32_t)sent);
 }
 
 static void count_drop(struct keel_node *n, enum wire_verdict v)

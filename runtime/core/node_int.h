@@ -183,8 +183,9 @@ enum prop_phase { PROP_IDLE = 0, PROP_PREPARE, PROP_ACCEPT };
 
 struct keel_node {
 	struct keel_config cfg;
+	/* Even a reliable one gets the retransmission timer: what this node's receive path
+	 * dropped must come again (reliable.c). */
 	struct keel_transport *tp;
-	bool reliable_tp; /* the transport neither loses nor reorders: no retransmission */
 
 	uint32_t self, world, epoch;
 	uint32_t mtu, window, burst;

@@ -1,7 +1,11 @@
 /* Reliable delivery over transports that lose, duplicate and reorder: a per-peer sliding
  * window with sequence numbers, cumulative + selective acks, a receive window advertised in
  * every header, and retransmission timed from measured RTT (RFC 6298 style, Karn's rule).
- * Delivery to the collectives is in order; data they cannot take yet stays in the window. */
+ * Delivery to the collectives is in order; data they cannot take yet stays in the window.
+ * A transport that promises KEEL_CAP_RELIABLE loses nothing, but the receiving core may still
+ * drop what it delivered (data of a view it has not installed yet, no buffer to hold it), so
+ * the same timer and hole repair run there too. Sacks come only after such a drop; the timer
+ * also fires for a receiver slow to poll, and then costs one duplicate that it drops. */
 #include <string.h>
 
 #include "assert_int.h"
@@ -324,7 +328,9 @@ static void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
 /* A hole below the highest selectively acked seq is resent before its timer when it has been
  * out for longer than a round trip plus a quarter (RACK's reordering window, RFC 8985): a later
  * datagram got through, and this one had time to. Counting later datagrams instead (TCP's
- * three dupacks) resends whatever a jittery path merely reordered. */
+ * three dupacks) resends whatever a jittery path merely reordered. On a reliable, ordered
+ * transport a hole is a datagram the receiving core dropped; sacks never come otherwise, so
+ * this costs nothing while nothing is dropped. */
 static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest)
 {
 	KEEL_ASSERT(peer < n->world && peer != n->self);
@@ -332,8 +338,8 @@ static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest
 	uint32_t mask = n->window - 1;
 	/* `highest` was selectively acked, so it lies in the send window */
 	KEEL_ASSERT(p->tx != NULL && highest - p->snd_una < p->snd_nxt - p->snd_una);
-	if (p->srtt_ns == 0 || n->reliable_tp)
-		return; /* no round trip measured yet (leave it to the timer), or nothing is lost */
+	if (p->srtt_ns == 0)
+		return; /* no round trip measured yet: leave it to the timer */
 	uint64_t reo_wnd = p->srtt_ns + p->srtt_ns / 4;
 	for (uint32_t seq = p->snd_una; seq_before(seq, highest); seq++) {
 		struct tx_slot *s = &p->tx[seq & mask];
@@ -498,7 +504,11 @@ void rel_redeliver(struct keel_node *n)
 /* Send what the transport refused earlier and resend what timed out. When the timer fires,
  * only the oldest datagram and the holes the receiver's sacks revealed go out again; the rest
  * of the window gets a fresh timer. Resending a whole window because the receiver was slow
- * (descheduled, busy reducing) would double the traffic exactly when it is least welcome. */
+ * (descheduled, busy reducing) would double the traffic exactly when it is least welcome.
+ * A reliable transport gets the same timer: the network lost nothing, but the receiving core
+ * may have dropped a datagram it could take later (a view change reaching it after the data
+ * of the new view), and never hearing of it again would hold the collective for its whole
+ * op timeout. Acked in time, nothing fires; the per-peer deadline is all the bookkeeping. */
 void rel_timers(struct keel_node *n)
 {
 	uint32_t mask = n->window - 1;
@@ -536,12 +546,6 @@ void rel_timers(struct keel_node *n)
 				due = n->now_ns + backoff_rto(n, p, s->tries);
 				if (due < p->rtx_deadline_ns)
 					p->rtx_deadline_ns = due;
-				continue;
-			}
-			if (s->sent_ns != 0 && n->reliable_tp) {
-				/* the transport delivers or reports the peer failed: never resend;
-				 * the window stays only for flow control */
-				s->sent_ns = n->now_ns;
 				continue;
 			}
 			if (s->sent_ns != 0) {

@@ -104,6 +104,7 @@ void keel_shm_config_default(struct keel_shm_config *cfg)
 	cfg->world_size = 1;
 	cfg->mtu = KEEL_MTU_MAX;
 	cfg->ring_bytes = KEEL_SHM_RING_BYTES_DEFAULT;
+	cfg->reliable = true; /* the rings lose nothing (what the core drops, it resends) */
 }
 
 size_t keel_shm_region_size(const struct keel_shm_config *cfg)
@@ -373,6 +374,18 @@ int keel_shm_attach(struct keel_transport *t)
 	return 0;
 }
 
+/* Reached once the peer has initialised its inbound rings (keel_shm_attach's test, per peer):
+ * before, a record could be reset away by its init. */
+static bool shm_peer_ok(struct keel_transport *t, uint32_t peer)
+{
+	struct shm *s = shm_of(t);
+
+	return s->region != NULL && peer < t->world_size && peer != t->rank &&
+	       atomic_load_explicit(&ring_of(s, peer, t->rank)->tail, memory_order_acquire) >>
+		       POS_BITS !=
+		   0;
+}
+
 int keel_shm_unlink(const char *name)
 {
 	if (!name_valid(name))
@@ -588,4 +601,5 @@ static const struct keel_transport_ops shm_ops = {
     .next_deadline_ns = shm_next_deadline_ns,
     .wait_fd = shm_wait_fd,
     .fini = shm_fini,
+    .peer_ok = shm_peer_ok,
 };

@@ -8,6 +8,9 @@ BUILD=${BUILD:-build}
 BENCH=$BUILD/bin/keel-bench
 [ -x "$BENCH" ] || { echo "peers_list: build first"; exit 1; }
 base=$((20000 + RANDOM % 20000))
+# Ranks on one host with KEEL_PEERS leave their shared-memory region for restarted lives
+# (keel-run removes it; these are started by hand): named after rank 0's port.
+trap 'rm -f /dev/shm/keel-*-"$base"-0' EXIT
 export KEEL_PEERS="127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
 export WORLD_SIZE=3 KEEL_HEARTBEAT_US=20000 KEEL_WAIT=block
 pids=()

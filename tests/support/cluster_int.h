@@ -130,7 +130,7 @@ static inline int cluster_init_shm(struct cluster *c, uint32_t world, uint32_t m
 	sc.world_size = world;
 	sc.name = name;
 	sc.mtu = mtu;
-	sc.reliable = true; /* the core skips retransmission: tested here in steady state */
+	sc.reliable = true; /* the default: KEEL_CAP_RELIABLE, as keel-run jobs get it */
 	while (sc.ring_bytes < (KEEL_WINDOW_DEFAULT + 2) * (mtu + 16))
 		sc.ring_bytes *= 2;
 	sc.region_len = keel_shm_region_size(&sc);

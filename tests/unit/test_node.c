@@ -312,6 +312,62 @@ static void test_node_poll_work_is_bounded(void **state)
 	cluster_fini(&c);
 }
 
+/* A transport whose way to one peer is full (a shared-memory ring nobody drains): it takes
+ * every datagram up to the first for that peer and stops there, as transports do. */
+struct jammed {
+	struct keel_transport t;
+	struct keel_transport *inner;
+	uint32_t peer;
+};
+
+static int jammed_send(struct keel_transport *t, uint64_t now, const struct keel_datagram *d,
+		       uint32_t count)
+{
+	struct jammed *j = t->state;
+	uint32_t n = 0;
+	while (n < count && d[n].peer != j->peer)
+		n++;
+	return n == 0 ? 0 : j->inner->ops->send_burst(j->inner, now, d, n);
+}
+
+static int jammed_recv(struct keel_transport *t, uint64_t now, struct keel_datagram *d,
+		       uint32_t count)
+{
+	struct jammed *j = t->state;
+	return j->inner->ops->recv_burst(j->inner, now, d, count);
+}
+
+static const struct keel_transport_ops jammed_ops = {
+    .name = "jammed", .send_burst = jammed_send, .recv_burst = jammed_recv};
+
+/* Rank 0's way to rank 1 is jammed: rank 2 must still hear rank 0's heartbeats, which are
+ * queued behind those for rank 1 (rank 1 may suspect rank 0; rank 2 never does). */
+static void test_node_a_full_peer_does_not_hold_back_the_others(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, NULL), 0);
+	static struct jammed j;
+	j.inner = c.tp[0];
+	j.peer = 1;
+	j.t = *c.tp[0];
+	j.t.ops = &jammed_ops;
+	j.t.state = &j;
+	keel_fini(c.node[0]);
+	c.cfg[0].transport = &j.t;
+	assert_int_equal(
+	    keel_init(&c.node[0], c.mem_node[0], keel_storage_size(&c.cfg[0]), &c.cfg[0], c.now_ns),
+	    0);
+	for (int i = 0; i < 20000; i++) /* 200 ms: 200 heartbeat intervals */
+		cluster_round(&c);
+	struct keel_counters k0, k2;
+	keel_counters_get(c.node[0], &k0);
+	keel_counters_get(c.node[2], &k2);
+	assert_true(k0.tx_blocked > 0);
+	assert_int_equal(k2.suspicions, 0); /* rank 2 always heard rank 0 */
+	cluster_fini(&c);
+}
+
 int main(void)
 {
 	g_seed = cluster_seed(1);
@@ -323,6 +379,7 @@ int main(void)
 	    cmocka_unit_test(test_node_random_view_messages_are_rejected),
 	    cmocka_unit_test(test_node_idle_after_traffic_is_acknowledged),
 	    cmocka_unit_test(test_node_poll_work_is_bounded),
+	    cmocka_unit_test(test_node_a_full_peer_does_not_hold_back_the_others),
 	};
 	return cmocka_run_group_tests_name("node", tests, NULL, NULL);
 }

@@ -21,6 +21,7 @@
 
 #include "bench_failover.h"
 #include "keel/boot.h"
+#include "keel/transport_shm.h"
 
 #define RANKS_MAX 64u
 
@@ -289,12 +290,18 @@ static int parse(int argc, char **argv, struct fo_opts *o)
 	return optind == argc ? 0 : -EINVAL;
 }
 
+/* Rank 0's UDP port; the others follow it. */
+static uint16_t first_port(void)
+{
+	return (uint16_t)(20000 + ((uint32_t)getpid() * 131u) % 20000);
+}
+
 /* Fixed ports through KEEL_PEERS, so a restarted rank binds its old one again. */
 static int setup_env(const struct fo_opts *o)
 {
 	char peers[RANKS_MAX * 24] = "", v[32];
 	size_t off = 0;
-	uint16_t base = (uint16_t)(20000 + (getpid() * 131u) % 20000);
+	uint16_t base = first_port();
 	for (uint32_t r = 0; r < o->ranks; r++)
 		off += (size_t)snprintf(peers + off, sizeof(peers) - off, "%s127.0.0.1:%u",
 					r ? "," : "", base + r);
@@ -408,6 +415,12 @@ int keel_bench_failover(int argc, char **argv)
 		kill(pids[r], SIGKILL);
 		waitpid(pids[r], NULL, 0);
 	}
+	/* With KEEL_PEERS the ranks leave their host's shared-memory region for restarted lives
+	 * (keel/boot.h): the job is over, remove it. */
+	char name[KEEL_SHM_NAME_MAX];
+	keel_boot_shm_name((uint32_t)getpid(), first_port(), 0, name, sizeof(name));
+	int rc = keel_shm_unlink(name);
+	(void)rc; /* -ENOENT with KEEL_TRANSPORT=udp */
 	free(detect);
 	free(first);
 	free(install);

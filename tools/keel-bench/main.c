@@ -10,6 +10,7 @@
 
 #include "bench_failover.h"
 #include "keel/boot.h"
+#include "keel/transport_router.h"
 #include "refcheck.h"
 
 struct bench_opts {
@@ -18,6 +19,7 @@ struct bench_opts {
 	int dtype, op;
 	uint32_t iters, warmup;
 	bool check;
+	bool median; /* --median: per-iteration slowest rank, median over iterations */
 	double seconds;
 };
 
@@ -40,6 +42,9 @@ static void usage(FILE *f)
 	    "  -n, --iters N         timed iterations per size (default 20)\n"
 	    "  -w, --warmup N        untimed iterations first (default 5)\n"
 	    "  -c, --check           verify every element against a reference\n"
+	    "  -m, --median          time each iteration alone; report the median over\n"
+	    "                        iterations of the slowest rank's time (default: the\n"
+	    "                        slowest rank's mean)\n"
 	    "common options:\n"
 	    "  --transport T         udp (default), shm (ranks on one host), dpdk or verbs\n"
 	    "                        (KEEL_SHM_RING_KB, KEEL_DPDK_*, KEEL_VERBS_*: README)\n"
@@ -102,6 +107,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 					      {"iters", required_argument, 0, 'n'},
 					      {"warmup", required_argument, 0, 'w'},
 					      {"check", no_argument, 0, 'c'},
+					      {"median", no_argument, 0, 'm'},
 					      {"seconds", required_argument, 0, 't'},
 					      {"transport", required_argument, 0, 'T'},
 					      {"help", no_argument, 0, 'h'},
@@ -115,7 +121,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 				 .warmup = 5,
 				 .seconds = 2.0};
 	int c;
-	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:ct:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:cmt:h", longs, NULL)) != -1) {
 		uint64_t v;
 		switch (c) {
 		case 'b':
@@ -157,6 +163,9 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 			break;
 		case 'c':
 			o->check = true;
+			break;
+		case 'm':
+			o->median = true;
 			break;
 		case 't':
 			o->seconds = strtod(optarg, NULL);
@@ -258,6 +267,40 @@ static double time_allreduce(struct keel_boot *b, const struct bench_opts *o, vo
 	return across(b, us, KEEL_MAX);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* --median: each iteration timed alone, the slowest rank's time per iteration (an AllReduce
+ * MAX over the per-iteration times, after the timed loop), and the median of those, in
+ * microseconds. The method of tools/bench-peers/, so keel and its peers compare alike.
+ * `mine` and `slowest` hold o->iters values each. */
+static double time_allreduce_median(struct keel_boot *b, const struct bench_opts *o, void *in,
+				    void *out, size_t count, double *mine, double *slowest)
+{
+	for (uint32_t i = 0; i < o->warmup; i++) {
+		int rc = keel_allreduce(b->node, in, out, count, o->dtype, o->op);
+		if (rc != 0)
+			die(b, "allreduce (warmup)", rc);
+	}
+	across(b, 0, KEEL_MAX); /* line the ranks up */
+	for (uint32_t i = 0; i < o->iters; i++) {
+		uint64_t t0 = keel_posix_now_ns();
+		int rc = keel_allreduce(b->node, in, out, count, o->dtype, o->op);
+		if (rc != 0)
+			die(b, "allreduce", rc);
+		mine[i] = (double)(keel_posix_now_ns() - t0) / 1e3;
+	}
+	int rc = keel_allreduce(b->node, mine, slowest, o->iters, KEEL_F64, KEEL_MAX);
+	if (rc != 0)
+		die(b, "allreduce of per-iteration times", rc);
+	qsort(slowest, o->iters, sizeof(*slowest), cmp_double);
+	uint32_t h = o->iters / 2;
+	return o->iters % 2 ? slowest[h] : (slowest[h - 1] + slowest[h]) / 2;
+}
+
 /* Checking works in pieces with a poll between them: a rank that stops polling for longer
  * than the failure detector allows looks dead to its peers. */
 #define CHECK_PIECE 16384u
@@ -303,7 +346,10 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	size_t cap = (size_t)o->max_bytes + es;
 	uint8_t *in = calloc(1, cap), *out = calloc(1, cap),
 		*ref = o->check ? calloc(1, cap) : NULL;
-	if (in == NULL || out == NULL || (o->check && ref == NULL))
+	double *mine = o->median ? calloc(o->iters, sizeof(double)) : NULL,
+	       *slowest = o->median ? calloc(o->iters, sizeof(double)) : NULL;
+	if (in == NULL || out == NULL || (o->check && ref == NULL) ||
+	    (o->median && (mine == NULL || slowest == NULL)))
 		die(b, "buffers", -ENOMEM);
 	uint32_t n = b->launch.world_size;
 	bool lead = b->launch.rank == 0;
@@ -317,6 +363,10 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 						       : "auto",
 		       b->cfg.mtu, b->cfg.window, keel_posix_wait_mode_name(b->waiter.mode),
 		       (unsigned long long)(b->cfg.heartbeat_ns / 1000));
+		if (o->median)
+			printf("# time: median over %u iterations of the slowest rank's time in "
+			       "each\n",
+			       o->iters);
 		printf("#%61s%32s\n", "out-of-place", "in-place");
 		printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count",
 		       "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
@@ -333,7 +383,9 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 		size_t count = bytes / es;
 		double t[2], wrong[2] = {-1, -1};
 		for (int ip = 0; ip < 2; ip++) {
-			t[ip] = time_allreduce(b, o, in, ip ? in : out, count);
+			t[ip] = o->median ? time_allreduce_median(b, o, in, ip ? in : out, count,
+								  mine, slowest)
+					  : time_allreduce(b, o, in, ip ? in : out, count);
 			if (o->check)
 				wrong[ip] =
 				    check_allreduce(b, o, in, out, ref, count, ip, &smaller);
@@ -366,10 +418,20 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	double sent = across(b, (double)k.tx_datagrams, KEEL_SUM);
 	double susp = across(b, (double)k.suspicions, KEEL_SUM);
 	double late = across(b, (double)k.local_pauses, KEEL_SUM);
+	struct keel_router_stats rs = {0};
+	if (b->router != NULL)
+		keel_router_stats_get(b->router, &rs);
+	double on_shm = across(b, (double)rs.tx_datagrams[0], KEEL_SUM);
+	double on_udp = across(b, (double)rs.tx_datagrams[1], KEEL_SUM);
+	double fallbacks = across(b, (double)rs.fallbacks, KEEL_SUM);
 	if (lead) {
 		printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f, late "
 		       "polls %.0f\n",
 		       sent, retx, sent > 0 ? 100.0 * retx / sent : 0.0, susp, late);
+		if (b->router != NULL)
+			printf("# Routes: %.0f datagrams over shared memory, %.0f over UDP, %.0f "
+			       "fallbacks\n",
+			       on_shm, on_udp, fallbacks);
 		printf("# Out of bounds values : %.0f %s\n", wrong_total,
 		       o->check ? (wrong_total == 0 ? "OK" : "FAILED")
 				: "(not checked: use --check)");
@@ -382,6 +444,8 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	free(in);
 	free(out);
 	free(ref);
+	free(mine);
+	free(slowest);
 	return wrong_total == 0 ? 0 : 1;
 }
 

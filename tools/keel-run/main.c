@@ -92,6 +92,7 @@ struct job {
 	uint64_t kill_ns;     /* SIGKILL whatever still runs; UINT64_MAX when not stopping */
 	uint32_t job_id;
 	uint16_t master_port;
+	uint16_t peer_port0; /* rank 0's UDP port in KEEL_PEERS */
 	uint64_t start_ns;
 	char peers[KEEL_WORLD_MAX * 22]; /* KEEL_PEERS when ranks may restart, else "" */
 	int sfd;			 /* signalfd: SIGCHLD, SIGINT, SIGTERM, SIGHUP */
@@ -329,6 +330,8 @@ static int pick_peer_ports(void)
 			rc = -errno;
 		off += (size_t)snprintf(job.peers + off, sizeof(job.peers) - off, "%s127.0.0.1:%u",
 					r ? "," : "", ntohs(a.sin_port));
+		if (r == 0)
+			job.peer_port0 = ntohs(a.sin_port);
 	}
 	for (uint32_t r = 0; r < opened; r++)
 		close(fds[r]);
@@ -749,21 +752,20 @@ static int setup(sigset_t *old_mask)
 	return 0;
 }
 
-/* KEEL_TRANSPORT=shm: the ranks leave the job's region named so that a restarted rank finds
- * it; once every rank has ended, nobody needs it. */
+/* With KEEL_PEERS (--restart) the ranks leave their shared-memory region named, so that a
+ * restarted rank finds it; once every rank has ended, nobody needs it. The ranks are on one
+ * host: the region is named after rank 0 and its port. */
 static void shm_cleanup(void)
 {
-	const char *t = getenv("KEEL_TRANSPORT");
 	char name[KEEL_SHM_NAME_MAX];
-	int rc;
 
-	if (t == NULL || strcmp(t, "shm") != 0)
-		return;
-	keel_boot_shm_name(job.job_id, job.master_port, name, sizeof(name));
-	rc = keel_shm_unlink(name);
-	if (rc != 0 && rc != -ENOENT)
-		fprintf(stderr, "keel-run: cannot remove the shared-memory region %s: %s\n", name,
-			strerror(-rc));
+	if (job.peers[0] != '\0') {
+		keel_boot_shm_name(job.job_id, job.peer_port0, 0, name, sizeof(name));
+		int rc = keel_shm_unlink(name);
+		if (rc != 0 && rc != -ENOENT)
+			fprintf(stderr, "keel-run: cannot remove the shared-memory region %s: %s\n",
+				name, strerror(-rc));
+	}
 }
 
 int main(int argc, char **argv)

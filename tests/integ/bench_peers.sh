@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# make bench-peers' programs give exact results: the Open MPI program (vader and tcp), the Gloo
+# program (every algorithm it tries) and keel-bench --median, at 2 ranks on two small sizes,
+# each checked by its own exact comparison. No timing is asserted (a shared machine). Skips
+# (77) without libopenmpi-dev, libgloo-dev or mpirun.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+PEERS=$BUILD/bench-peers
+if ! out=$(make -s --no-print-directory BUILD="$BUILD" bench-peers-check 2>/dev/null); then
+	echo "bench_peers: skipped: $(sed -n 's/^keel: make bench-peers needs/needs/p' <<<"$out")"
+	exit 77
+fi
+make -s --no-print-directory BUILD="$BUILD" bench-peers-build >/dev/null
+[ -x "$BUILD/bin/keel-run" ] && [ -x "$BUILD/bin/keel-bench" ] ||
+	{ echo "bench_peers: build first (make all)"; exit 1; }
+store=$(mktemp -d /tmp/keel-bench-peers-test.XXXXXX)
+trap 'rm -rf "$store"' EXIT
+sizes=(-b 4 -e 4K -f 1024)
+mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2)
+
+# Every row has 0 wrong elements and the summary says OK; the program exited 0.
+check() { # name, wrong-column, command...
+	local name=$1 col=$2 out rc=0
+	shift 2
+	out=$("$@" 2>&1) || rc=$?
+	local rows bad
+	rows=$(awk '/^ +[0-9]+ +[0-9]+ /' <<<"$out" | wc -l)
+	bad=$(awk -v c="$col" '/^ +[0-9]+ +[0-9]+ / && $c != 0' <<<"$out")
+	if [ $rc -ne 0 ] || [ "$rows" -ne 2 ] || [ -n "$bad" ] ||
+		! grep -q "^# Out of bounds values : 0 OK" <<<"$out"; then
+		echo "bench_peers: $name: exit $rc, $rows rows, wrong rows: ${bad:-none}"
+		tail -20 <<<"$out"
+		exit 1
+	fi
+	echo "bench_peers: $name: 2 sizes exact"
+}
+check ompi-vader 7 "${mpi[@]}" --mca btl self,vader "$PEERS/ompi-allreduce" "${sizes[@]}" -n 5 -w 1
+check ompi-tcp 7 "${mpi[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo \
+	"$PEERS/ompi-allreduce" "${sizes[@]}" -n 5 -w 1
+check gloo 7 timeout 60 "$BUILD/bin/keel-run" -n 2 --timeout 50 -- "$PEERS/gloo-allreduce" \
+	-s "$store" "${sizes[@]}" -n 5 -w 1
+check keel-median 9 env KEEL_TRANSPORT=shm timeout 60 "$BUILD/bin/keel-run" -n 2 --no-key \
+	--timeout 50 -- "$BUILD/bin/keel-bench" allreduce --median --check "${sizes[@]}" -n 5 -w 1

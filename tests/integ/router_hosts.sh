@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Per-peer transport selection (KEEL_TRANSPORT=auto, the default): 4 ranks that pretend to be
+# two hosts of 2 (KEEL_HOST) talk shared memory inside a host and UDP across, every element
+# checked; 4 ranks of one host use shared memory only; a rank alone on its host uses UDP only;
+# KEEL_HOST beside KEEL_PEERS is refused with a message naming both; nothing is left in
+# /dev/shm.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+RUN=$BUILD/bin/keel-run
+BENCH=$BUILD/bin/keel-bench
+[ -x "$RUN" ] && [ -x "$BENCH" ] || { echo "router_hosts: build first (make all)"; exit 1; }
+export KEEL_HEARTBEAT_US=20000 KEEL_OP_TIMEOUT_MS=20000
+unset KEEL_TRANSPORT
+before=$(ls /dev/shm | grep -c '^keel-' || true)
+tmp=$(mktemp -d /tmp/keel-router-hosts.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+# ranks-per-host ranks: "shm udp" datagram counts from keel-bench's routes line, results checked
+routes() {
+	local per_host=$1 n=$2
+	"$RUN" -n "$n" --timeout 120 -- sh -c \
+		"KEEL_HOST=h\$((RANK / $per_host)) exec $BENCH allreduce -b 4 -e 1048576 -f 8 -n 20 -w 3 --check" \
+		>"$tmp/out" 2>&1 || { cat "$tmp/out"; echo "router_hosts: $n ranks, $per_host per host failed"; exit 1; } >&2
+	grep -q '^# Out of bounds values : 0 OK' "$tmp/out" ||
+		{ cat "$tmp/out"; echo "router_hosts: wrong results ($n ranks, $per_host per host)"; exit 1; } >&2
+	sed -n 's/^# Routes: \([0-9]*\) datagrams over shared memory, \([0-9]*\) over UDP, \([0-9]*\) fallbacks$/\1 \2 \3/p' "$tmp/out"
+}
+
+routes 2 4 >"$tmp/routes"
+read -r shm udp fb <"$tmp/routes"
+echo "router_hosts: 2 hosts x 2 ranks: $shm datagrams over shared memory, $udp over UDP"
+[ "$shm" -gt 0 ] && [ "$udp" -gt 0 ] && [ "$fb" -eq 0 ] ||
+	{ echo "router_hosts: expected both routes in use, no fallback"; exit 1; }
+
+routes 4 4 >"$tmp/routes"
+read -r shm udp fb <"$tmp/routes"
+echo "router_hosts: 1 host x 4 ranks: $shm over shared memory, $udp over UDP"
+[ "$shm" -gt 0 ] && [ "$udp" -eq 0 ] || { echo "router_hosts: expected shared memory only"; exit 1; }
+
+# every rank on a host of its own: no region, no router
+"$RUN" -n 2 --timeout 60 -- sh -c \
+	"KEEL_HOST=h\$RANK exec $BENCH allreduce -b 4 -e 4096 -f 8 -n 10 -w 2 --check" >"$tmp/out" 2>&1 ||
+	{ cat "$tmp/out"; exit 1; }
+grep -q 'transport udp' "$tmp/out" && grep -q '^# Out of bounds values : 0 OK' "$tmp/out" ||
+	{ cat "$tmp/out"; echo "router_hosts: a rank alone on its host should use UDP only"; exit 1; }
+echo "router_hosts: 2 hosts x 1 rank: UDP only"
+
+# KEEL_HOST needs the rendezvous: with a static list each rank's host is its entry's
+rc=0
+KEEL_PEERS=127.0.0.1:1,127.0.0.1:2 RANK=0 KEEL_HOST=x "$BENCH" allreduce -b 4 -e 4 -n 1 \
+	>"$tmp/out" 2>&1 || rc=$?
+[ $rc -ne 0 ] && grep -q 'KEEL_HOST=x: with KEEL_PEERS' "$tmp/out" ||
+	{ cat "$tmp/out"; echo "router_hosts: KEEL_HOST with KEEL_PEERS was not refused"; exit 1; }
+echo "router_hosts: KEEL_HOST beside KEEL_PEERS refused: $(head -1 "$tmp/out")"
+
+after=$(ls /dev/shm | grep -c '^keel-' || true)
+[ "$after" -le "$before" ] || { echo "router_hosts: $((after - before)) region(s) left in /dev/shm"; exit 1; }
+echo "router_hosts: passed"

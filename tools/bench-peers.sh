@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# keel's AllReduce beside Open MPI's and Gloo's on this host (issue 16), one method for all:
+# f32 sum, each iteration timed alone, the slowest rank per iteration (gathered after the timed
+# loop), the median over iterations, the result checked exactly. keel: keel-bench allreduce
+# --median --check over shm and udp; Open MPI: MPI_Allreduce over vader (shared memory) and tcp
+# (loopback); Gloo: its TCP transport on loopback, best algorithm per size. For each size every
+# program runs back to back, so all see the same machine. Prints one table with keel/peer
+# ratios. Refuses to quote figures on a busy machine (1-min load above --load-max).
+#
+#   tools/bench-peers.sh [options]       (make bench-peers builds first, then runs this)
+# Options:
+#   --ranks LIST     rank counts, e.g. 2,4 (default 2,4)
+#   --sizes LIST     sizes in bytes, e.g. 4,4K,1M (default 4 B .. 64 MiB, x4)
+#   --quick          fewer sizes (4 B .. 4 MiB, x16) and iterations: a minute or two
+#   --only LIST      run only these columns: keel-shm,keel-udp,ompi-vader,ompi-tcp,gloo
+#   --gloo-algos L   Gloo algorithms to try (default all the program knows)
+#   --hosts H        keel ranks pretend to be H hosts (KEEL_HOST=h0.., by rank); peers unchanged
+#   --auth           keel with its job key (default --no-key: the peers authenticate nothing)
+#   --keel-wait M    KEEL_WAIT for keel's ranks: busy, adaptive or block (default: keel's own,
+#                    adaptive; Open MPI busy-polls, yielding only when ranks outnumber cores)
+#   --force          run on a busy machine; the table is marked "busy machine, not quotable"
+#   --load-max X     the 1-min load average above which it refuses (default 0.5 x cores)
+#   --build DIR      keel's build folder (default build; peer programs in DIR/bench-peers)
+# Exit 0; 1 if a result was wrong or a run failed; 2 on usage; 3 refused (busy machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD=build RANKS=2,4 SIZES='' QUICK=0 ONLY='' GLOO_ALGOS='' HOSTS=1 AUTH=0 FORCE=0
+LOAD_MAX='' KEEL_WAIT_MODE=''
+MEASURED=''
+COLUMNS_ALL="keel-shm keel-udp ompi-vader ompi-tcp gloo"
+usage() {
+	sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+	exit 2
+}
+while [ $# -gt 0 ]; do
+	case $1 in
+	--ranks) RANKS=$2; shift 2 ;;
+	--sizes) SIZES=$2; shift 2 ;;
+	--quick) QUICK=1; shift ;;
+	--only) ONLY=$2; shift 2 ;;
+	--gloo-algos) GLOO_ALGOS=$2; shift 2 ;;
+	--hosts) HOSTS=$2; shift 2 ;;
+	--auth) AUTH=1; shift ;;
+	--keel-wait) KEEL_WAIT_MODE=$2; shift 2 ;;
+	--force) FORCE=1; shift ;;
+	--load-max) LOAD_MAX=$2; shift 2 ;;
+	--build) BUILD=$2; shift 2 ;;
+	-h | --help) usage ;;
+	*) echo "bench-peers: unknown option '$1'" >&2; usage ;;
+	esac
+done
+
+RUN=$BUILD/bin/keel-run KEEL_BENCH=$BUILD/bin/keel-bench PEERS=$BUILD/bench-peers
+die() { echo "bench-peers: $*" >&2; exit 2; }
+for f in "$RUN" "$KEEL_BENCH" "$PEERS/ompi-allreduce" "$PEERS/gloo-allreduce"; do
+	[ -x "$f" ] || die "no $f (run 'make bench-peers', which builds everything first)"
+done
+command -v mpirun >/dev/null || die "no mpirun (apt-get install openmpi-bin)"
+
+# Sizes: "4K" -> 4096.
+to_bytes() {
+	local v=$1 m=1
+	case $v in
+	*[kK]) m=1024; v=${v%?} ;;
+	*[mM]) m=$((1024 * 1024)); v=${v%?} ;;
+	esac
+	[[ $v =~ ^[0-9]+$ ]] || die "bad size '$1'"
+	echo $((v * m))
+}
+if [ -z "$SIZES" ]; then
+	step=4 top=$((64 << 20))
+	if [ $QUICK -eq 1 ]; then step=16 top=$((4 << 20)); fi
+	s=4 SIZES=''
+	while [ $s -le $top ]; do
+		SIZES="$SIZES $s"
+		s=$((s * step))
+	done
+else
+	list=''
+	for v in ${SIZES//,/ }; do list="$list $(to_bytes "$v")"; done
+	SIZES=$list
+fi
+for s in $SIZES; do [ $((s % 4)) -eq 0 ] && [ "$s" -ge 4 ] || die "size $s: not a multiple of 4"; done
+RANKS=${RANKS//,/ }
+for n in $RANKS; do [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] || die "bad rank count '$n'"; done
+COLUMNS=$COLUMNS_ALL
+if [ -n "$ONLY" ]; then
+	COLUMNS=${ONLY//,/ }
+	for c in $COLUMNS; do [[ " $COLUMNS_ALL " == *" $c "* ]] || die "unknown column '$c'"; done
+fi
+[[ $HOSTS =~ ^[1-9][0-9]*$ ]] || die "bad --hosts '$HOSTS'"
+[[ $KEEL_WAIT_MODE =~ ^(|busy|adaptive|block)$ ]] || die "bad --keel-wait '$KEEL_WAIT_MODE'"
+for n in $RANKS; do [ $((n % HOSTS)) -eq 0 ] || die "--hosts $HOSTS does not divide $n ranks"; done
+
+# Iterations per size: about 64 MiB of data per rank and program for mid sizes (a few hundred
+# ms at loopback speeds), at least 5 for the largest, at most 500 for the smallest (their
+# median is steady by then); warm-up a tenth. --quick: a quarter of that.
+iters_for() {
+	local budget=$((64 << 20)) lo=5 hi=500
+	if [ $QUICK -eq 1 ]; then budget=$((16 << 20)) hi=200; fi
+	local i=$((budget / $1))
+	if [ $i -lt $lo ]; then i=$lo; fi
+	if [ $i -gt $hi ]; then i=$hi; fi
+	echo $i
+}
+warmup_for() { local w=$(($1 / 10)); if [ $w -lt 2 ]; then w=2; fi; echo $w; }
+
+# The machine, and whether its figures may be quoted.
+cores=$(nproc)
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+LOAD_MAX=${LOAD_MAX:-$(awk -v c="$cores" 'BEGIN { printf "%.2f", c * 0.5 }')}
+busy=$(awk -v l="${load_before%% *}" -v m="$LOAD_MAX" 'BEGIN { print (l > m) ? 1 : 0 }')
+if [ "$busy" = 1 ] && [ $FORCE -eq 0 ]; then
+	echo "bench-peers: refused: 1-min load average ${load_before%% *} is above $LOAD_MAX" \
+		"($cores cores): other work would be in the figures. Run when the machine is idle," \
+		"or with --force for figures marked not quotable." >&2
+	exit 3
+fi
+
+LOGS=$PEERS/last-run
+rm -rf "$LOGS"
+mkdir -p "$LOGS"
+STORE_ROOT=$(mktemp -d /tmp/keel-bench-peers.XXXXXX)
+trap 'rm -rf "$STORE_ROOT"' EXIT
+failed=0
+nokey=(--no-key)
+if [ $AUTH -eq 1 ]; then nokey=(); fi
+mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+
+# One program at one size: sets MEASURED to "median_us algorithm" or "FAIL" (not a subshell:
+# run_gloo's list of algorithms carries over); its output is kept in
+# $LOGS/<column>-<ranks>-<bytes>.txt.
+run_keel() { # transport ranks bytes iters warmup
+	local tp=$1 n=$2 b=$3 it=$4 w=$5
+	local cmd=("$KEEL_BENCH" allreduce --median --check -b "$b" -e "$b" -n "$it" -w "$w")
+	if [ "$HOSTS" -gt 1 ]; then
+		# RANK is keel-run's; every PER_HOST ranks in a row share one pretend host.
+		cmd=(env PER_HOST=$((n / HOSTS)) sh -c \
+			'KEEL_HOST=h$((RANK / PER_HOST)) exec "$0" "$@"' "${cmd[@]}")
+	fi
+	local envs=("KEEL_TRANSPORT=$tp")
+	if [ -n "$KEEL_WAIT_MODE" ]; then envs+=("KEEL_WAIT=$KEEL_WAIT_MODE"); fi
+	env "${envs[@]}" timeout 600 "$RUN" -n "$n" "${nokey[@]}" --timeout 300 -- "${cmd[@]}"
+}
+run_ompi() { # btl ranks bytes iters warmup
+	local btl=(--mca btl "self,$1")
+	[ "$1" = tcp ] && btl+=(--mca btl_tcp_if_include lo)
+	timeout 300 "${mpi[@]}" -n "$2" "${btl[@]}" "$PEERS/ompi-allreduce" -b "$3" -e "$3" \
+		-n "$4" -w "$5"
+}
+# Gloo's algorithms still tried at this rank count: one far slower than the best at a size
+# (gloo-allreduce says "dropped: ...; left: LIST") is not run at larger ones.
+gloo_live=''
+run_gloo() { # ranks bytes iters warmup
+	local store
+	store=$(mktemp -d "$STORE_ROOT/store.XXXXXX")
+	timeout 600 "$RUN" -n "$1" --timeout 300 -- "$PEERS/gloo-allreduce" -s "$store" \
+		-b "$2" -e "$2" -n "$3" -w "$4" ${gloo_live:+-a "$gloo_live"}
+}
+measure() { # column ranks bytes iters warmup
+	local col=$1 log="$LOGS/$1-$2-$3.txt" rc=0
+	case $col in
+	keel-shm) run_keel shm "${@:2}" >"$log" 2>&1 || rc=$? ;;
+	keel-udp) run_keel udp "${@:2}" >"$log" 2>&1 || rc=$? ;;
+	ompi-vader) run_ompi vader "${@:2}" >"$log" 2>&1 || rc=$? ;;
+	ompi-tcp) run_ompi tcp "${@:2}" >"$log" 2>&1 || rc=$? ;;
+	gloo) run_gloo "${@:2}" >"$log" 2>&1 || rc=$? ;;
+	esac
+	local left
+	left=$(sed -n 's/^# dropped: .*; left: //p' "$log")
+	if [ -n "$left" ]; then gloo_live=$left; fi
+	local row
+	if [[ $col == keel-* ]]; then # keel-bench's nccl-tests row: out-of-place time, #wrong
+		row=$(awk '/^ +[0-9]+ +[0-9]+ +f32 / { print $6, "-", $9 + $13 }' "$log")
+	else # size count iters median min max #wrong algorithm
+		row=$(awk '/^ +[0-9]+ +[0-9]+ +[0-9]+ / { print $4, $8, $7 }' "$log")
+	fi
+	if [ $rc -ne 0 ] || [ -z "$row" ] || [ "${row##* }" != 0 ] ||
+		! grep -q "^# Out of bounds values : 0 OK" "$log"; then
+		echo "bench-peers: $col, $2 ranks, $3 B: failed (exit $rc${row:+, row: $row});" \
+			"see $log" >&2
+		MEASURED=FAIL
+		return
+	fi
+	MEASURED=${row% *}
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b;
+	else printf "-" }'; }
+human() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%gM", b / 1048576;
+	else if (b >= 1024) printf "%gK", b / 1024; else printf "%d", b }'; }
+
+echo "# bench-peers: keel vs Open MPI and Gloo, AllReduce f32 sum, same host"
+echo "# machine: $cores cores, $cpu; $(uname -r)"
+echo "# load average before: $load_before (limit for quoting: 1-min <= $LOAD_MAX)"
+[ "$busy" = 1 ] && echo "# BUSY MACHINE, NOT QUOTABLE (--force)"
+echo "# time: median over iterations of the slowest rank's time in each, us; checked exactly"
+keel_note="keel-bench allreduce --median --check, wait ${KEEL_WAIT_MODE:-${KEEL_WAIT:-default}}"
+if [ $AUTH -eq 0 ]; then keel_note="$keel_note, no job key"; fi
+if [ "$HOSTS" -gt 1 ]; then keel_note="$keel_note, KEEL_HOST: $HOSTS pretend hosts"; fi
+echo "# keel: $keel_note"
+echo "# ompi: $(mpirun --version 2>&1 | head -1); btl self,vader and self,tcp (lo)"
+echo "# gloo: tcp on 127.0.0.1, best of: ${GLOO_ALGOS:-all algorithms} (algorithm named)"
+echo "# logs: $LOGS"
+printf '%5s %8s %10s %10s %10s %10s %10s %-16s %9s %9s %9s\n' ranks size keel-shm keel-udp \
+	ompi-vader ompi-tcp gloo gloo-algo shm/vader udp/tcp udp/gloo
+for n in $RANKS; do
+	gloo_live=$GLOO_ALGOS
+	for b in $SIZES; do
+		it=$(iters_for "$b")
+		w=$(warmup_for "$it")
+		declare -A t=()
+		galgo=-
+		for c in $COLUMNS_ALL; do
+			t[$c]=-
+			[[ " $COLUMNS " == *" $c "* ]] || continue
+			measure "$c" "$n" "$b" "$it" "$w"
+			r=$MEASURED
+			if [ "$r" = FAIL ]; then
+				failed=1
+				t[$c]=FAIL
+				continue
+			fi
+			t[$c]=${r%% *}
+			if [ "$c" = gloo ]; then galgo=${r#* }; fi
+		done
+		printf '%5s %8s %10s %10s %10s %10s %10s %-16s %9s %9s %9s\n' "$n" "$(human "$b")" \
+			"${t[keel-shm]}" "${t[keel-udp]}" "${t[ompi-vader]}" "${t[ompi-tcp]}" \
+			"${t[gloo]}" "$galgo" "$(ratio "${t[keel-shm]}" "${t[ompi-vader]}")" \
+			"$(ratio "${t[keel-udp]}" "${t[ompi-tcp]}")" \
+			"$(ratio "${t[keel-udp]}" "${t[gloo]}")"
+		unset t
+	done
+done
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+[ "$busy" = 1 ] && echo "# BUSY MACHINE, NOT QUOTABLE (--force)"
+[ $failed -eq 0 ] || { echo "# SOME RUNS FAILED OR WERE WRONG (see above)"; exit 1; }
+exit 0

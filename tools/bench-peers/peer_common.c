@@ -1,0 +1,166 @@
+/* The peer benchmarks' shared part (peer_common.h). It must stay free of MPI and Gloo so that
+ * both programs measure and check exactly alike. */
+#include "peer_common.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno != 0 || end == s || s[0] == '-')
+		return -EINVAL;
+	uint64_t mul = 1;
+	if (*end == 'K' || *end == 'k')
+		mul = 1ull << 10;
+	else if (*end == 'M' || *end == 'm')
+		mul = 1ull << 20;
+	else if (*end == 'G' || *end == 'g')
+		mul = 1ull << 30;
+	else if (*end != '\0')
+		return -EINVAL;
+	if (mul != 1 && end[1] != '\0')
+		return -EINVAL;
+	*out = v * mul;
+	return 0;
+}
+
+static int usage(const char *prog, const char *why)
+{
+	fprintf(stderr,
+		"%s: %s\nusage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]%s\n"
+		"  sizes in bytes (K, M suffixes), multiples of 4 (f32); defaults -b 4 -e 64M "
+		"-f 4 -n 20 -w 5\n",
+		prog, why, prog,
+		strcmp(prog, "gloo-allreduce") == 0 ? " -s STORE_DIR [-a ALGOS]" : "");
+	return -EINVAL;
+}
+
+int peer_parse_opts(int argc, char **argv, const char *prog, struct peer_opts *o)
+{
+	*o = (struct peer_opts){
+	    .min_bytes = 4, .max_bytes = 64ull << 20, .factor = 4, .iters = 20, .warmup = 5};
+	int c;
+	while ((c = getopt(argc, argv, "b:e:f:n:w:a:s:")) != -1) {
+		uint64_t v = 0;
+		if (strchr("befnw", c) != NULL && parse_size(optarg, &v) != 0)
+			return usage(prog, "bad number");
+		switch (c) {
+		case 'b':
+			o->min_bytes = v;
+			break;
+		case 'e':
+			o->max_bytes = v;
+			break;
+		case 'f':
+			o->factor = v;
+			break;
+		case 'n':
+		case 'w':
+			if (v > 10000000 || (c == 'n' && v == 0))
+				return usage(prog, "iterations: 1..10000000 (warm-up 0..)");
+			*(c == 'n' ? &o->iters : &o->warmup) = (uint32_t)v;
+			break;
+		case 'a':
+			o->algos = optarg;
+			break;
+		case 's':
+			o->store = optarg;
+			break;
+		default:
+			return usage(prog, "unknown option");
+		}
+	}
+	if (optind != argc)
+		return usage(prog, "unexpected argument");
+	if (o->min_bytes < 4 || o->min_bytes % 4 || o->max_bytes % 4 || o->min_bytes > o->max_bytes)
+		return usage(prog, "sizes must be multiples of 4, at least 4, MIN <= MAX");
+	if (o->max_bytes > (1ull << 31) - 4)
+		return usage(prog, "largest size: below 2 GiB (an int count of floats)");
+	if (o->factor < 2)
+		return usage(prog, "FACTOR must be at least 2");
+	return 0;
+}
+
+uint64_t peer_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* 1..2039, below 2^11: 2^12 ranks keep every sum below 2^23, exact in f32. Never 0, so that
+ * a max or a lost contribution cannot pass for the sum. */
+static float input_of(size_t i, uint32_t rank)
+{
+	return (float)((i * 7u + rank * 131u + rank / 3u) % 2039u + 1u);
+}
+
+void peer_fill(float *in, size_t count, uint32_t rank)
+{
+	for (size_t i = 0; i < count; i++)
+		in[i] = input_of(i, rank);
+}
+
+void peer_poison(float *out, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		out[i] = NAN;
+}
+
+size_t peer_check(const float *out, size_t count, uint32_t ranks)
+{
+	size_t wrong = 0;
+	for (size_t i = 0; i < count; i++) {
+		float want = 0;
+		for (uint32_t r = 0; r < ranks; r++)
+			want += input_of(i, r);
+		wrong += !(out[i] == want);
+	}
+	return wrong;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+double peer_median(double *t, uint32_t n)
+{
+	qsort(t, n, sizeof(*t), cmp_double);
+	uint32_t h = n / 2;
+	return n % 2 ? t[h] : (t[h - 1] + t[h]) / 2;
+}
+
+void peer_print_header(const char *prog, uint32_t ranks, const struct peer_opts *o)
+{
+	printf("# %s: %u ranks, f32 sum, warm-up %u\n", prog, ranks, o->warmup);
+	printf("# time: median over the iterations of the slowest rank's time in each\n");
+	printf("#%11s %12s %8s %10s %10s %10s %7s %s\n", "size(B)", "count", "iters", "median(us)",
+	       "min(us)", "max(us)", "#wrong", "algorithm");
+	fflush(stdout);
+}
+
+void peer_print_row(uint64_t bytes, size_t count, uint32_t iters, double median_us,
+		    const double *sorted, long wrong, const char *algo)
+{
+	printf(" %11" PRIu64 " %12zu %8u %10.2f %10.2f %10.2f %7ld %s\n", bytes, count, iters,
+	       median_us, sorted[0], sorted[iters - 1], wrong, algo);
+	fflush(stdout);
+}
+
+void peer_print_footer(long wrong_total)
+{
+	printf("# Out of bounds values : %ld %s\n", wrong_total,
+	       wrong_total == 0 ? "OK" : "FAILED");
+	fflush(stdout);
+}
