@@ -558,7 +558,7 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 	b->cfg.transport = b->tp;
 	b->cfg.waiter = keel_posix_waiter_get(&b->waiter);
 	b->cfg.job_id = b->launch.job_id; /* settled now: the rendezvous may have picked it */
-	b->cfg.host_of = b->host_of; /* hierarchical AllReduce by host; NULL with dpdk/verbs */
+	b->cfg.host_of = b->host_of;	  /* hierarchical AllReduce by host; NULL with dpdk/verbs */
 	b->mem_node_len = keel_storage_size(&b->cfg);
 	if (b->mem_node_len == 0) {
 		snprintf(err, err_len,

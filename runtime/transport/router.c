@@ -15,6 +15,11 @@
 #define NONE	  UINT32_MAX
 #define NO_ROUTE8 0xffu
 #define ALIGN	  64u
+/* A route that carries no peer and delivered nothing lately (UDP behind shared memory on one
+ * host) is a backup: polled every BACKUP_POLL_EVERY calls, not every call, which spares a
+ * failed receive syscall per poll. A peer that sends on it anyway (its own shared memory
+ * failed) is heard within that many polls; from then on the route is polled every call. */
+#define BACKUP_POLL_EVERY 64u
 
 struct router {
 	struct keel_transport t;
@@ -29,6 +34,9 @@ struct router {
 	int epfd;
 	bool closed;
 	uint32_t rx_next; /* the route polled first next time: no route starves the others */
+	uint64_t rx_calls;
+	uint32_t carrying[KEEL_ROUTER_ROUTES_MAX];     /* peers whose cur is the route */
+	uint64_t last_rx_call[KEEL_ROUTER_ROUTES_MAX]; /* rx_calls when it last delivered */
 	keel_router_fallback_fn on_fallback;
 	void *on_fallback_ctx;
 	struct keel_router_stats st;
@@ -132,8 +140,12 @@ static void fail_route(struct router *x, uint32_t peer, uint32_t r, int err)
 		return;
 	x->failed[peer] |= (uint8_t)(1u << r);
 	bool carried = x->cur[peer] == r;
-	if (carried)
+	if (carried) {
+		x->carrying[r]--;
 		x->cur[peer] = first_route(x, peer);
+		if (x->cur[peer] != NO_ROUTE8)
+			x->carrying[x->cur[peer]]++;
+	}
 	if (!carried)
 		return; /* a route the peer was not on: nothing changes for it */
 	x->st.fallbacks++;
@@ -179,8 +191,10 @@ static uint32_t route_for(struct router *x, uint32_t peer)
 	}
 	for (r = r == NO_ROUTE8 ? x->routes : r + 1; r < x->routes; r++)
 		if (x->to_route[peer * x->routes + r] != NONE && !(x->failed[peer] & (1u << r)) &&
-		    reaches(x, r, peer))
-			return r; /* for now */
+		    reaches(x, r, peer)) {
+			x->last_rx_call[r] = x->rx_calls; /* its answers come back on it: listen */
+			return r;			  /* for now */
+		}
 	return NONE;
 }
 
@@ -237,16 +251,23 @@ static int router_recv_burst(struct keel_transport *t, uint64_t now_ns, struct k
 	if (x->closed)
 		return KEEL_ETRANSPORT;
 	uint32_t got = 0, live = 0;
+	x->rx_calls++;
 	for (uint32_t k = 0; k < x->routes && got < count_max; k++) {
 		uint32_t r = (x->rx_next + k) % x->routes;
 		if (x->dead[r])
 			continue;
+		live++;
+		if (x->carrying[r] == 0 && x->rx_calls - x->last_rx_call[r] >= BACKUP_POLL_EVERY &&
+		    x->rx_calls % BACKUP_POLL_EVERY != 0)
+			continue; /* a backup, quiet lately */
 		int rc = x->rt[r]->ops->recv_burst(x->rt[r], now_ns, d + got, count_max - got);
 		if (rc < 0) {
 			fail_route_all(x, r, rc);
+			live--;
 			continue;
 		}
-		live++;
+		if (rc > 0)
+			x->last_rx_call[r] = x->rx_calls;
 		uint32_t kept = got;
 		for (uint32_t j = got; j < got + (uint32_t)rc; j++) {
 			uint32_t from = d[j].peer;
@@ -378,8 +399,11 @@ int keel_router_init(struct keel_transport **out, void *mem, size_t mem_len,
 		caps &= rt->t->caps;
 		mtu = rt->t->mtu < mtu ? rt->t->mtu : mtu;
 	}
-	for (uint32_t p = 0; p < cfg->world_size; p++)
+	for (uint32_t p = 0; p < cfg->world_size; p++) {
 		x->cur[p] = p == cfg->rank ? NO_ROUTE8 : first_route(x, p);
+		if (x->cur[p] != NO_ROUTE8)
+			x->carrying[x->cur[p]]++;
+	}
 	if (cfg->routes > 1) /* see the header: a failover may lose or overtake */
 		caps &= ~(uint32_t)(KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED);
 	x->t = (struct keel_transport){
