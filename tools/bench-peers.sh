@@ -90,6 +90,10 @@ if [ -n "$ONLY" ]; then
 	for c in $COLUMNS; do [[ " $COLUMNS_ALL " == *" $c "* ]] || die "unknown column '$c'"; done
 fi
 [[ $HOSTS =~ ^[1-9][0-9]*$ ]] || die "bad --hosts '$HOSTS'"
+# Pretend hosts cannot share one region: keel's shared-memory column becomes the default
+# (auto), shared memory inside each pretend host and UDP between them.
+SHM_TP=shm
+[ "$HOSTS" -eq 1 ] || SHM_TP=auto
 [[ $KEEL_WAIT_MODE =~ ^(|busy|adaptive|block)$ ]] || die "bad --keel-wait '$KEEL_WAIT_MODE'"
 for n in $RANKS; do [ $((n % HOSTS)) -eq 0 ] || die "--hosts $HOSTS does not divide $n ranks"; done
 
@@ -162,7 +166,7 @@ run_gloo() { # ranks bytes iters warmup
 measure() { # column ranks bytes iters warmup
 	local col=$1 log="$LOGS/$1-$2-$3.txt" rc=0
 	case $col in
-	keel-shm) run_keel shm "${@:2}" >"$log" 2>&1 || rc=$? ;;
+	keel-shm) run_keel "$SHM_TP" "${@:2}" >"$log" 2>&1 || rc=$? ;;
 	keel-udp) run_keel udp "${@:2}" >"$log" 2>&1 || rc=$? ;;
 	ompi-vader) run_ompi vader "${@:2}" >"$log" 2>&1 || rc=$? ;;
 	ompi-tcp) run_ompi tcp "${@:2}" >"$log" 2>&1 || rc=$? ;;
@@ -199,7 +203,9 @@ echo "# load average before: $load_before (limit for quoting: 1-min <= $LOAD_MAX
 echo "# time: median over iterations of the slowest rank's time in each, us; checked exactly"
 keel_note="keel-bench allreduce --median --check, wait ${KEEL_WAIT_MODE:-${KEEL_WAIT:-default}}"
 if [ $AUTH -eq 0 ]; then keel_note="$keel_note, no job key"; fi
-if [ "$HOSTS" -gt 1 ]; then keel_note="$keel_note, KEEL_HOST: $HOSTS pretend hosts"; fi
+if [ "$HOSTS" -gt 1 ]; then
+	keel_note="$keel_note, KEEL_HOST: $HOSTS pretend hosts (keel-shm column: KEEL_TRANSPORT=auto, shared memory inside a host and UDP across)"
+fi
 echo "# keel: $keel_note"
 echo "# ompi: $(mpirun --version 2>&1 | head -1); btl self,vader and self,tcp (lo)"
 echo "# gloo: tcp on 127.0.0.1, best of: ${GLOO_ALGOS:-all algorithms} (algorithm named)"
