@@ -56,9 +56,10 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 INTEG_BINS := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ-%,$(INTEG_SRC))
 # The exact-result oracle: keel-bench --check, keel-sim and the tests share it.
 REFCHECK_OBJ := $(BUILD)/obj/tests/support/refcheck.o
+SIZE_ARG_OBJ := $(BUILD)/obj/tests/support/size_arg.o
 # A tool is its folder: tools/<tool>/*.c (main.c and what that tool alone uses).
 tool_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tools/$(1)/*.c)))
-KEEL_BENCH_OBJ := $(call tool_obj,keel-bench) $(REFCHECK_OBJ)
+KEEL_BENCH_OBJ := $(call tool_obj,keel-bench) $(REFCHECK_OBJ) $(SIZE_ARG_OBJ)
 
 LIBKEEL := $(BUILD)/libkeel.a
 LIBBOOT := $(BUILD)/libkeel_boot.a
@@ -214,5 +215,5 @@ clean:
 
 -include $(RUNTIME_OBJ:.o=.d) $(BOOT_OBJ:.o=.d) \
 	$(foreach t,$(TOOL_NAMES),$(patsubst %.o,%.d,$(call tool_obj,$(t)))) \
-	$(UNIT_SRC:%.c=$(BUILD)/obj/%.d) $(INTEG_SRC:%.c=$(BUILD)/obj/%.d) $(REFCHECK_OBJ:.o=.d)
+	$(UNIT_SRC:%.c=$(BUILD)/obj/%.d) $(INTEG_SRC:%.c=$(BUILD)/obj/%.d) $(REFCHECK_OBJ:.o=.d) $(SIZE_ARG_OBJ:.o=.d)
 .SECONDARY:

@@ -6,7 +6,7 @@
 # tests/integ/bench_peers.sh skips.
 #   make bench-peers [BENCH_PEERS_ARGS="--quick --ranks 2"]
 PEERS_DIR := $(BUILD)/bench-peers
-PEERS_CFLAGS := -O2 -g $(WARN) -D_GNU_SOURCE -Itools/bench-peers
+PEERS_CFLAGS := -O2 -g $(WARN) -D_GNU_SOURCE -Itools/bench-peers -Itests/support
 HAVE_OMPI := $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1)
 HAVE_GLOO := $(if $(wildcard /usr/include/gloo/allreduce_ring.h),$(if $(wildcard \
 	/usr/lib/libgloo.so /usr/lib/*/libgloo.so),1))
@@ -31,16 +31,23 @@ bench-peers-build: bench-peers-check $(PEERS_BINS)
 bench-peers: all bench-peers-build
 	tools/bench-peers.sh --build $(BUILD) $(BENCH_PEERS_ARGS)
 
-$(PEERS_DIR)/peer_common.o: tools/bench-peers/peer_common.c tools/bench-peers/peer_common.h
+$(PEERS_DIR)/peer_common.o: tools/bench-peers/peer_common.c tools/bench-peers/peer_common.h \
+	tests/support/size_arg.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(PEERS_CFLAGS) -c $< -o $@
+
+$(PEERS_DIR)/size_arg.o: tests/support/size_arg.c tests/support/size_arg.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 $(PEERS_CFLAGS) -c $< -o $@
 
 $(PEERS_DIR)/ompi-allreduce: tools/bench-peers/ompi_allreduce.c $(PEERS_DIR)/peer_common.o \
+	$(PEERS_DIR)/size_arg.o \
 	| bench-peers-check
 	$(CC) -std=c11 $(PEERS_CFLAGS) $(shell pkg-config --cflags ompi-c 2>/dev/null) -o $@ $^ \
 		$(shell pkg-config --libs ompi-c 2>/dev/null) -lm
 
 $(PEERS_DIR)/gloo-allreduce: tools/bench-peers/gloo_allreduce.cc $(PEERS_DIR)/peer_common.o \
+	$(PEERS_DIR)/size_arg.o \
 	| bench-peers-check
 	$(CXX) -std=c++17 $(filter-out -Wmissing-prototypes -Wstrict-prototypes -Wvla,\
 		$(PEERS_CFLAGS)) -o $@ $^ -lgloo -lpthread -lm

@@ -73,16 +73,17 @@ static inline void cluster_clock_init(struct cluster *c, uint32_t world)
 	c->step_ns = 10000;
 }
 
-/* Build `world` nodes. `tweak` may adjust each config; chaos_spec NULL means plain UDP. */
-static inline int cluster_init(struct cluster *c, uint32_t world, const char *chaos_spec,
-			       uint64_t seed, void (*tweak)(struct keel_config *cfg))
+/* c->udp[0 .. c->world): UDP transports on loopback wired to each other (mtu 0: the
+ * default), also in c->tp. */
+static inline int cluster_udp_init(struct cluster *c, uint32_t mtu)
 {
-	cluster_clock_init(c, world);
-	for (uint32_t r = 0; r < world; r++) {
+	for (uint32_t r = 0; r < c->world; r++) {
 		struct keel_udp_config u;
 		keel_udp_config_default(&u);
 		u.rank = r;
-		u.world_size = world;
+		u.world_size = c->world;
+		if (mtu != 0)
+			u.mtu = mtu;
 		size_t sz = keel_udp_storage_size(&u);
 		c->mem_udp[r] = calloc(1, sz);
 		int rc = keel_udp_init(&c->udp[r], c->mem_udp[r], sz, &u);
@@ -90,14 +91,26 @@ static inline int cluster_init(struct cluster *c, uint32_t world, const char *ch
 			return rc;
 		c->tp[r] = c->udp[r];
 	}
-	for (uint32_t r = 0; r < world; r++) {
-		for (uint32_t q = 0; q < world; q++) {
+	for (uint32_t r = 0; r < c->world; r++)
+		for (uint32_t q = 0; q < c->world; q++) {
 			struct sockaddr_storage a;
 			socklen_t al = sizeof(a);
 			if (keel_udp_local_addr(c->udp[q], &a, &al) != 0 ||
 			    keel_udp_set_peer(c->udp[r], q, (struct sockaddr *)&a, al) != 0)
 				return -EIO;
 		}
+	return 0;
+}
+
+/* Build `world` nodes. `tweak` may adjust each config; chaos_spec NULL means plain UDP. */
+static inline int cluster_init(struct cluster *c, uint32_t world, const char *chaos_spec,
+			       uint64_t seed, void (*tweak)(struct keel_config *cfg))
+{
+	cluster_clock_init(c, world);
+	int urc = cluster_udp_init(c, 0);
+	if (urc != 0)
+		return urc;
+	for (uint32_t r = 0; r < world; r++) {
 		if (chaos_spec != NULL) {
 			struct keel_chaos_config cc;
 			keel_chaos_config_default(&cc);
@@ -185,9 +198,10 @@ static inline void cluster_round(struct cluster *c)
 }
 
 /* Poll until every op in ops[] (one per rank, NULL for ranks not taking part) is done, or
- * rounds_max rounds pass. Statuses go to rc[]; returns 0 if all finished. */
-static inline int cluster_wait_ops(struct cluster *c, struct keel_op **ops, int *rc,
-				   uint32_t rounds_max)
+ * rounds_max rounds pass. Statuses go to rc[], and what keel_op_test_info says of each op to
+ * info[] (may be NULL); returns 0 if all finished. */
+static inline int cluster_wait_ops_info(struct cluster *c, struct keel_op **ops, int *rc,
+					struct keel_op_info *info, uint32_t rounds_max)
 {
 	bool done[CLUSTER_MAX] = {false};
 	for (uint32_t round = 0; round < rounds_max; round++) {
@@ -195,7 +209,8 @@ static inline int cluster_wait_ops(struct cluster *c, struct keel_op **ops, int 
 		for (uint32_t r = 0; r < c->world; r++) {
 			if (ops[r] == NULL || done[r])
 				continue;
-			int st = keel_op_test(c->node[r], ops[r]);
+			int st = keel_op_test_info(c->node[r], ops[r],
+						   info != NULL ? &info[r] : NULL, NULL, 0);
 			if (st == -EINPROGRESS) {
 				left++;
 				continue;
@@ -208,6 +223,12 @@ static inline int cluster_wait_ops(struct cluster *c, struct keel_op **ops, int 
 		cluster_round(c);
 	}
 	return -ETIMEDOUT;
+}
+
+static inline int cluster_wait_ops(struct cluster *c, struct keel_op **ops, int *rc,
+				   uint32_t rounds_max)
+{
+	return cluster_wait_ops_info(c, ops, rc, NULL, rounds_max);
 }
 
 #endif

@@ -39,31 +39,6 @@ static void tweak(struct keel_config *cfg)
 	cfg->host_of = g_host_of;
 }
 
-/* cluster_wait_ops, keeping what keel_op_test_info says of each op. */
-static int wait_ops_info(struct cluster *c, struct keel_op **ops, int *rc,
-			 struct keel_op_info *info, uint32_t rounds_max)
-{
-	bool done[CLUSTER_MAX] = {false};
-	for (uint32_t round = 0; round < rounds_max; round++) {
-		uint32_t left = 0;
-		for (uint32_t r = 0; r < c->world; r++) {
-			if (ops[r] == NULL || done[r])
-				continue;
-			int st = keel_op_test_info(c->node[r], ops[r], &info[r], NULL, 0);
-			if (st == -EINPROGRESS) {
-				left++;
-				continue;
-			}
-			rc[r] = st;
-			done[r] = true;
-		}
-		if (left == 0)
-			return 0;
-		cluster_round(c);
-	}
-	return -ETIMEDOUT;
-}
-
 /* One AllReduce on every rank of the cluster, checked. */
 static void run_one(struct cluster *c, size_t count, enum keel_dtype dt, enum keel_redop op,
 		    bool in_place)
@@ -82,7 +57,7 @@ static void run_one(struct cluster *c, size_t count, enum keel_dtype dt, enum ke
 		    keel_allreduce_start(c->node[r], in[r], out[r], count, dt, op, &ops[r]), 0);
 	}
 	memcpy(in_copy, in[0], count * es);
-	assert_int_equal(wait_ops_info(c, ops, rc, info, 2000000), 0);
+	assert_int_equal(cluster_wait_ops_info(c, ops, rc, info, 2000000), 0);
 	for (uint32_t r = 0; r < c->world; r++) {
 		if (rc[r] == 0 && g_expect != KEEL_ALGO_AUTO && info[r].algo != g_expect) {
 			print_error("world %u rank %u count %zu: ran algo %d, expected %d\n",
@@ -641,7 +616,7 @@ static void run_noise(enum keel_algo algo, const uint32_t *host_of, uint32_t wor
 		assert_int_equal(
 		    keel_allreduce_start(c.node[r], in[r], out[r], count, dt, op, &ops[r]), 0);
 	}
-	assert_int_equal(wait_ops_info(&c, ops, rc, info, 2000000), 0);
+	assert_int_equal(cluster_wait_ops_info(&c, ops, rc, info, 2000000), 0);
 	for (uint32_t r = 0; r < world; r++) {
 		assert_int_equal(rc[r], 0);
 		assert_int_equal(info[r].algo, algo);
@@ -788,7 +763,7 @@ static void hier_restart_run(const uint32_t *dead, uint32_t dead_count, enum kee
 	}
 	uint32_t live = c.paused[0] ? 5 : 0;
 	assert_int_equal(keel_op_test(c.node[live], ops[live]), -EINPROGRESS); /* mid-operation */
-	assert_int_equal(wait_ops_info(&c, ops, rc, info, 200000), 0);
+	assert_int_equal(cluster_wait_ops_info(&c, ops, rc, info, 200000), 0);
 	uint32_t members[WORLD], count = 0;
 	for (uint32_t r = 0; r < WORLD; r++)
 		if (!c.paused[r])

@@ -129,31 +129,6 @@ static void node_tweak(struct keel_config *cfg)
 	cfg->op_timeout_ns = 5000000000ull;
 }
 
-/* The UDP transports of `world` ranks on loopback, wired to each other. */
-static int udp_all(struct cluster *c, uint32_t world)
-{
-	for (uint32_t r = 0; r < world; r++) {
-		struct keel_udp_config u;
-		keel_udp_config_default(&u);
-		u.rank = r;
-		u.world_size = world;
-		u.mtu = MTU;
-		size_t sz = keel_udp_storage_size(&u);
-		c->mem_udp[r] = calloc(1, sz);
-		if (keel_udp_init(&c->udp[r], c->mem_udp[r], sz, &u) != 0)
-			return -EIO;
-	}
-	for (uint32_t r = 0; r < world; r++)
-		for (uint32_t q = 0; q < world; q++) {
-			struct sockaddr_storage a;
-			socklen_t al = sizeof(a);
-			if (keel_udp_local_addr(c->udp[q], &a, &al) != 0 ||
-			    keel_udp_set_peer(c->udp[r], q, (struct sockaddr *)&a, al) != 0)
-				return -EIO;
-		}
-	return 0;
-}
-
 /* One region per host, one shared-memory transport per rank among its host's ranks. */
 static int shm_per_host(struct routed *x)
 {
@@ -203,7 +178,7 @@ static int routed_init(struct routed *x, uint32_t world, const uint32_t *host_of
 		x->hosts = h + 1 > x->hosts ? h + 1 : x->hosts;
 		x->local_ranks[h][x->local_count[h]++] = r;
 	}
-	int rc = udp_all(&x->c, world);
+	int rc = cluster_udp_init(&x->c, MTU);
 	if (rc == 0)
 		rc = shm_per_host(x);
 	for (uint32_t r = 0; rc == 0 && r < world; r++) {

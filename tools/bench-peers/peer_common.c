@@ -1,6 +1,7 @@
 /* The peer benchmarks' shared part (peer_common.h). It must stay free of MPI and Gloo so that
  * both programs measure and check exactly alike. */
 #include "peer_common.h"
+#include "size_arg.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -10,28 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno != 0 || end == s || s[0] == '-')
-		return -EINVAL;
-	uint64_t mul = 1;
-	if (*end == 'K' || *end == 'k')
-		mul = 1ull << 10;
-	else if (*end == 'M' || *end == 'm')
-		mul = 1ull << 20;
-	else if (*end == 'G' || *end == 'g')
-		mul = 1ull << 30;
-	else if (*end != '\0')
-		return -EINVAL;
-	if (mul != 1 && end[1] != '\0')
-		return -EINVAL;
-	*out = v * mul;
-	return 0;
-}
 
 static int usage(const char *prog, const char *why)
 {
@@ -51,7 +30,7 @@ int peer_parse_opts(int argc, char **argv, const char *prog, struct peer_opts *o
 	int c;
 	while ((c = getopt(argc, argv, "b:e:f:n:w:a:s:")) != -1) {
 		uint64_t v = 0;
-		if (strchr("befnw", c) != NULL && parse_size(optarg, &v) != 0)
+		if (strchr("befnw", c) != NULL && keel_size_arg(optarg, &v) != 0)
 			return usage(prog, "bad number");
 		switch (c) {
 		case 'b':

@@ -12,6 +12,7 @@
 #include "keel/boot.h"
 #include "keel/transport_router.h"
 #include "refcheck.h"
+#include "size_arg.h"
 
 struct bench_opts {
 	uint64_t min_bytes, max_bytes;
@@ -54,28 +55,6 @@ static void usage(FILE *f)
 	    "  -t, --seconds S       how long to measure (default 2)\n"
 	    "environment: KEEL_HEARTBEAT_US, KEEL_ALGO=auto|ring|rd, KEEL_MTU, KEEL_WINDOW,\n"
 	    "  KEEL_CHAOS=loss=0.01,..., KEEL_WAIT=busy|adaptive|block (see README)\n");
-}
-
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno != 0 || end == s)
-		return -EINVAL;
-	uint64_t mul = 1;
-	if (*end == 'K' || *end == 'k')
-		mul = 1ull << 10;
-	else if (*end == 'M' || *end == 'm')
-		mul = 1ull << 20;
-	else if (*end == 'G' || *end == 'g')
-		mul = 1ull << 30;
-	else if (*end != '\0')
-		return -EINVAL;
-	if (mul != 1 && end[1] != '\0')
-		return -EINVAL;
-	*out = v * mul;
-	return 0;
 }
 
 static int parse_name(const char *s, const char *(*name)(int), int count)
@@ -127,7 +106,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 		case 'b':
 		case 'e':
 		case 'i':
-			if (parse_size(optarg, &v) != 0) {
+			if (keel_size_arg(optarg, &v) != 0) {
 				fprintf(stderr, "keel-bench: bad size '%s'\n", optarg);
 				return -EINVAL;
 			}
@@ -136,7 +115,8 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 		case 'f':
 		case 'n':
 		case 'w':
-			if (parse_size(optarg, &v) != 0 || (c != 'w' && v == 0) || v > 100000000) {
+			if (keel_size_arg(optarg, &v) != 0 || (c != 'w' && v == 0) ||
+			    v > 100000000) {
 				fprintf(stderr, "keel-bench: bad number '%s' for -%c\n", optarg, c);
 				return -EINVAL;
 			}
