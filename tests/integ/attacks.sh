@@ -17,7 +17,9 @@ ATTACKER=$BUILD/tests/integ-attacker
 	exit 1
 }
 [ "$(id -u)" = 0 ] || { echo "attacks: skipped (raw sockets need root)"; exit 77; }
-export KEEL_WAIT=block
+# The attacks come over the network: the ranks talk UDP, not the shared memory the default
+# (auto) would pick for ranks on one host, which a process on the network cannot reach.
+export KEEL_WAIT=block KEEL_TRANSPORT=udp
 LOG=$(mktemp -d /tmp/keel-attacks.XXXXXX)
 trap 'rm -rf "$LOG"' EXIT
 fail=0
