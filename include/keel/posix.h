@@ -31,8 +31,15 @@ enum keel_wait_mode {
  * loops, so an infinite deadline (UINT64_MAX) costs one wakeup per second. */
 #define KEEL_POSIX_BLOCK_NS_MAX 1000000000ull
 
+#define KEEL_POSIX_WAIT_FDS_MAX 4u
+
 struct keel_posix_waiter {
 	int fd; /* waited for readability; -1 waits for the deadline only */
+	/* More descriptors waited on beside fd (keel_posix_waiter_add_fd): a router's routes,
+	 * each polled by the kernel directly (measured: waiting on an epoll descriptor over them
+	 * instead delayed failover views by ~0.9 ms at the median; docs/PERF.md). */
+	int more_fds[KEEL_POSIX_WAIT_FDS_MAX - 1];
+	uint32_t more_count;
 	enum keel_wait_mode mode;
 	uint64_t spin_ns;	   /* adaptive mode: how long to spin before blocking */
 	int fd_is_socket;	   /* readability is checked with recv(MSG_PEEK) when set */
@@ -51,6 +58,11 @@ struct keel_posix_waiter {
  * spin_ns is used by KEEL_WAIT_ADAPTIVE only. Counters start at 0. */
 void keel_posix_waiter_init(struct keel_posix_waiter *w, int fd, enum keel_wait_mode mode,
 			    uint64_t spin_ns);
+
+/* Wait on `fd` too (after keel_posix_waiter_init, which has one). -ENOSPC past
+ * KEEL_POSIX_WAIT_FDS_MAX descriptors in all, -EINVAL for a negative fd or a waiter without
+ * one. */
+KEEL_MUST_USE int keel_posix_waiter_add_fd(struct keel_posix_waiter *w, int fd);
 
 /* The keel_waiter view of `w`, for keel_config.waiter. `w` must outlive its use.
  * wait(ctx, deadline_ns) returns when deadline_ns (keel_posix_now_ns time) has passed or the fd

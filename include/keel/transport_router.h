@@ -77,6 +77,12 @@ size_t keel_router_storage_size(const struct keel_router_config *cfg);
 KEEL_MUST_USE int keel_router_init(struct keel_transport **out, void *mem, size_t mem_len,
 				   const struct keel_router_config *cfg);
 
+/* The routes' own wait descriptors, for a waiter that polls several at once (keel_posix's):
+ * fills fds[0 .. return) in route order, one per route that has not failed as a whole. 0 when
+ * a route can only be polled (then so must the router be), or max is too small. A waiter on
+ * these wakes sooner than one on wait_fd's epoll descriptor (docs/PERF.md). */
+uint32_t keel_router_wait_fds(struct keel_transport *t, int *fds, uint32_t max);
+
 /* The route now carrying traffic to `peer`, or KEEL_ROUTER_NONE (none left, or peer is this
  * rank or out of range). */
 uint32_t keel_router_peer_route(struct keel_transport *t, uint32_t peer);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "assert_int.h"
 #include "boot_dpdk.h"
 #include "boot_int.h"
 #include "boot_verbs.h"
@@ -553,7 +554,15 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 				keel_strerror(prc));
 	}
 	int fd = b->tp->ops->wait_fd != NULL ? b->tp->ops->wait_fd(b->tp) : -1;
-	keel_posix_waiter_init(&b->waiter, fd, mode, spin_ns);
+	int fds[KEEL_POSIX_WAIT_FDS_MAX];
+	uint32_t nfds = b->tp == b->router && b->router != NULL
+			    ? keel_router_wait_fds(b->router, fds, KEEL_POSIX_WAIT_FDS_MAX)
+			    : 0;
+	keel_posix_waiter_init(&b->waiter, nfds != 0 ? fds[0] : fd, mode, spin_ns);
+	for (uint32_t i = 1; i < nfds; i++) { /* the routes' own: no epoll hop on each wake-up */
+		rc = keel_posix_waiter_add_fd(&b->waiter, fds[i]);
+		KEEL_ASSERT(rc == 0); /* nfds <= KEEL_POSIX_WAIT_FDS_MAX */
+	}
 	keel_posix_timer_slack_min();
 	b->cfg.transport = b->tp;
 	b->cfg.waiter = keel_posix_waiter_get(&b->waiter);

@@ -421,6 +421,21 @@ int keel_router_init(struct keel_transport **out, void *mem, size_t mem_len,
 	return 0;
 }
 
+uint32_t keel_router_wait_fds(struct keel_transport *t, int *fds, uint32_t max)
+{
+	struct router *x = of(t);
+	uint32_t n = 0;
+	for (uint32_t r = 0; r < x->routes; r++) {
+		if (x->dead[r])
+			continue;
+		int fd = x->rt[r]->ops->wait_fd != NULL ? x->rt[r]->ops->wait_fd(x->rt[r]) : -1;
+		if (fd < 0 || n == max)
+			return 0;
+		fds[n++] = fd;
+	}
+	return n;
+}
+
 uint32_t keel_router_peer_route(struct keel_transport *t, uint32_t peer)
 {
 	struct router *x = of(t);

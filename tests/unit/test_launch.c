@@ -1805,6 +1805,46 @@ static void test_launch_waiter_block_pipe_and_no_fd(void **state)
 	/* A deadline in the past returns at once. */
 	kw.wait(kw.ctx, 1);
 	assert_int_equal(w.waits, 2);
+	assert_int_equal(keel_posix_waiter_add_fd(&w, 0), -EINVAL); /* a waiter without fd */
+}
+
+/* Several descriptors (a router's routes): input on any one ends the wait, blocking or spinning
+ * (socket or not); the number is bounded. */
+static void test_launch_waiter_more_fds(void **state)
+{
+	struct keel_posix_waiter w;
+	struct keel_waiter kw;
+	int a[2], b[2], c[2];
+	uint64_t t0;
+
+	(void)state;
+	assert_int_equal(pipe(a), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM, 0, b), 0);
+	assert_int_equal(pipe(c), 0);
+	for (int mode = 0; mode < 2; mode++) {
+		keel_posix_waiter_init(&w, b[0], mode == 0 ? KEEL_WAIT_BLOCK : KEEL_WAIT_BUSY, 0);
+		assert_int_equal(keel_posix_waiter_add_fd(&w, a[0]), 0);
+		assert_int_equal(keel_posix_waiter_add_fd(&w, -1), -EINVAL);
+		kw = keel_posix_waiter_get(&w);
+		t0 = keel_posix_now_ns();
+		kw.wait(kw.ctx, t0 + 20 * MS); /* nothing: the deadline */
+		assert_true(keel_posix_now_ns() - t0 >= 20 * MS);
+		assert_int_equal(write(a[1], "x", 1), 1); /* input on the second descriptor */
+		t0 = keel_posix_now_ns();
+		kw.wait(kw.ctx, t0 + 1000 * MS);
+		assert_true(keel_posix_now_ns() - t0 < 500 * MS);
+		assert_int_equal(w.wakeups_input, 1);
+		char byte;
+		assert_int_equal(read(a[0], &byte, 1), 1);
+	}
+	assert_int_equal(keel_posix_waiter_add_fd(&w, c[0]), 0);
+	assert_int_equal(keel_posix_waiter_add_fd(&w, c[1]), 0);
+	assert_int_equal(keel_posix_waiter_add_fd(&w, c[0]), -ENOSPC); /* 4 in all */
+	for (int i = 0; i < 2; i++) {
+		close(a[i]);
+		close(b[i]);
+		close(c[i]);
+	}
 }
 
 static void test_launch_waiter_busy(void **state)
@@ -1945,6 +1985,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_waiter_block, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_block_pipe_and_no_fd, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_busy, env_clear),
+	    cmocka_unit_test_setup(test_launch_waiter_more_fds, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_adaptive, env_clear),
 	    cmocka_unit_test_setup(test_launch_wait_mode_from_env, env_clear),
 	    cmocka_unit_test_setup(test_launch_timer_slack_min, env_clear),

@@ -297,8 +297,13 @@ static void test_router_routes_each_peer_by_host(void **state)
 	assert_int_equal(x.c.tp[0]->ops->send_burst(x.c.tp[0], 1, &d, 1), -EINVAL);
 	d.peer = 9;
 	assert_int_equal(x.c.tp[0]->ops->send_burst(x.c.tp[0], 1, &d, 1), -EINVAL);
-	/* one descriptor to wait on, readable when a route has something */
+	/* one descriptor to wait on, readable when a route has something; or the routes' own */
 	assert_true(x.c.tp[0]->ops->wait_fd(x.c.tp[0]) >= 0);
+	int fds[KEEL_ROUTER_ROUTES_MAX];
+	assert_int_equal(keel_router_wait_fds(x.c.tp[0], fds, KEEL_ROUTER_ROUTES_MAX), 2);
+	assert_int_equal(fds[0], x.shm[0]->ops->wait_fd(x.shm[0]));
+	assert_int_equal(fds[1], x.c.udp[0]->ops->wait_fd(x.c.udp[0]));
+	assert_int_equal(keel_router_wait_fds(x.c.tp[0], fds, 1), 0); /* no room: poll */
 	routed_fini(&x);
 }
 
