@@ -309,6 +309,9 @@ part_slurm() {
 		--kill-on-bad-exit=0 --no-kill --wait=0 "$TRAIN" "${TRAIN_ARGS[@]}" \
 		>"$tmp/peers.log" 2>&1
 	rc=$?
+	# With KEEL_PEERS the ranks leave their host's shared-memory region for restarted lives
+	# (keel-run removes it; srun does not): named after the first rank's port.
+	rm -f /dev/shm/keel-*-"$base"-0
 	if check_train "srun with KEEL_PEERS" "$tmp/peers.log" &&
 		check_srun_tasks "$tmp/peers.log" $rc; then
 		echo "  ok: $((SECONDS - t0)) s"
