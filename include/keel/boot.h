@@ -45,7 +45,9 @@ struct keel_boot {
 	 * (keel_launch.host_id) and the host's number, its lowest rank (world_size entries). */
 	uint64_t *hosts;
 	uint32_t *host_of;
-	uint16_t host_port; /* the UDP port of this host's first rank: names its region */
+	uint16_t host_port;    /* the UDP port of this host's first rank: names its region */
+	uint16_t offers;       /* what this rank set up for its host's ranks (rendezvous.h) */
+	uint16_t *peer_offers; /* each rank's, from the rendezvous (world_size entries) */
 };
 
 /* Knobs read from the environment (each optional), applied before the tool's own settings:

@@ -187,16 +187,21 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 	struct keel_rendezvous_blob *blobs = calloc(world, sizeof(*blobs));
 	b->hosts = calloc(world, sizeof(*b->hosts));
 	b->host_of = calloc(world, sizeof(*b->host_of));
-	if (peers == NULL || blobs == NULL || b->hosts == NULL || b->host_of == NULL) {
+	b->peer_offers = calloc(world, sizeof(*b->peer_offers));
+	if (peers == NULL || blobs == NULL || b->hosts == NULL || b->host_of == NULL ||
+	    b->peer_offers == NULL) {
 		free(peers);
 		free(blobs);
 		return -ENOMEM;
 	}
-	rc = keel_rendezvous_blob(&b->launch, (struct sockaddr *)&self, self_len, NULL, peers,
+	struct keel_rendezvous_blob mine = {.offers = b->offers};
+	rc = keel_rendezvous_blob(&b->launch, (struct sockaddr *)&self, self_len, &mine, peers,
 				  blobs, timeout_ms * 1000000ull, err, err_len);
 	/* Hosts by their first rank: the same numbering on every rank. */
 	for (uint32_t r = 0; rc == 0 && r < world; r++) {
 		b->hosts[r] = blobs[r].host;
+		/* KEEL_PEERS exchanges nothing: every rank is taken to run as this one does */
+		b->peer_offers[r] = b->launch.peers != NULL ? b->offers : blobs[r].offers;
 		b->host_of[r] = r;
 		for (uint32_t q = 0; q < r; q++)
 			if (blobs[q].host == blobs[r].host) {
@@ -422,8 +427,9 @@ static int start_auto(struct keel_boot *b, char *err, size_t err_len)
 	uint32_t *local = malloc(world * sizeof(*local));
 	if (local == NULL)
 		return -ENOMEM;
-	for (uint32_t r = 0; r < world; r++)
-		if (b->host_of[r] == b->host_of[b->launch.rank])
+	for (uint32_t r = 0; r < world; r++) /* this host's ranks that map its region */
+		if (b->host_of[r] == b->host_of[b->launch.rank] &&
+		    (b->peer_offers[r] & KEEL_RV_OFFER_SHM))
 			local[count++] = r;
 	int rc = count >= 2 ? start_shm(b, local, count, b->launch.peers == NULL, err, err_len) : 0;
 	if (rc != 0) { /* best effort: UDP reaches every peer */
@@ -618,6 +624,7 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	if (rc == 0)
 		rc = transport_choice(&tp, err, err_len);
 	bool on_udp = tp != TP_DPDK && tp != TP_VERBS; /* its socket serves the rendezvous */
+	b->offers = tp == TP_AUTO || tp == TP_SHM ? KEEL_RV_OFFER_SHM : 0;
 	if (rc == 0 && tp == TP_DPDK)
 		rc = start_dpdk(b, err, err_len);
 	if (rc == 0 && tp == TP_VERBS)
@@ -762,6 +769,7 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 	free(b->mem_router);
 	free(b->hosts);
 	free(b->host_of);
+	free(b->peer_offers);
 	/* The node is gone: no copy of the key needs to outlive it. */
 	explicit_bzero(b->cfg.auth_key, sizeof(b->cfg.auth_key));
 	explicit_bzero(b->launch.key, sizeof(b->launch.key));
@@ -770,4 +778,5 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 	b->mem_node = b->mem_chaos = b->mem_udp = b->mem_shm = b->mem_router = NULL;
 	b->hosts = NULL;
 	b->host_of = NULL;
+	b->peer_offers = NULL;
 }

@@ -16,7 +16,8 @@
  * 2: each table entry carries a keel_rendezvous_blob.
  * 3: rank 0 greets each connection with a nonce; hello and reply carry a proof of the job
  *    key (zero without one); rank 0 hands out the job id; refused hellos get no answer.
- * 4: each blob carries its rank's host identity (which ranks can share memory). */
+ * 4: each blob carries its rank's host identity (which ranks can share memory) and the
+ *    transports it offers its host's ranks. */
 #define KEEL_RENDEZVOUS_VERSION 4u
 
 /* A per-rank record exchanged beside the address: the rank's host (keel_launch.host_id, filled
@@ -28,8 +29,10 @@ struct keel_rendezvous_blob {
 	uint8_t kind;
 	uint8_t len;
 	uint8_t data[KEEL_RENDEZVOUS_BLOB_MAX];
-	uint64_t host; /* ranks with the same host share a machine (its memory) */
+	uint64_t host;	 /* ranks with the same host share a machine (its memory) */
+	uint16_t offers; /* KEEL_RV_OFFER_* bits: what the rank sets up (the caller's to fill) */
 };
+#define KEEL_RV_OFFER_SHM 1u /* maps its host's shared-memory region */
 
 /* What rank 0 made of a connection; every refusal is counted by its reason. */
 enum keel_rv_verdict {

@@ -29,7 +29,7 @@
 #define RV_MAC_LEN   32u
 #define RV_KEY_LEN   32u
 /* entry: family u16, port u16, scope_id u32, address 16 bytes, then the rank's blob: kind u8,
- * length u8, zero u16, KEEL_RENDEZVOUS_BLOB_MAX bytes, host u64. */
+ * length u8, offers u16, KEEL_RENDEZVOUS_BLOB_MAX bytes, host u64. */
 #define RV_ADDR_LEN	  24u
 #define RV_BLOB_LEN	  (12u + KEEL_RENDEZVOUS_BLOB_MAX)
 #define RV_ENTRY_LEN	  (RV_ADDR_LEN + RV_BLOB_LEN)

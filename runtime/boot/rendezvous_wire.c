@@ -98,6 +98,7 @@ static void blob_put(uint8_t *p, const struct keel_rendezvous_blob *b)
 	KEEL_ASSERT(b->len <= KEEL_RENDEZVOUS_BLOB_MAX);
 	p[0] = b->kind;
 	p[1] = b->len;
+	rv_put16(p + 2, b->offers);
 	memcpy(p + 4, b->data, b->len);
 	rv_put32(p + 4 + KEEL_RENDEZVOUS_BLOB_MAX, (uint32_t)(b->host >> 32));
 	rv_put32(p + 8 + KEEL_RENDEZVOUS_BLOB_MAX, (uint32_t)b->host);
@@ -111,6 +112,7 @@ static bool blob_get(const uint8_t *p, struct keel_rendezvous_blob *b)
 		return false;
 	b->kind = p[0];
 	b->len = p[1];
+	b->offers = rv_get16(p + 2);
 	memcpy(b->data, p + 4, b->len);
 	b->host = (uint64_t)rv_get32(p + 4 + KEEL_RENDEZVOUS_BLOB_MAX) << 32 |
 		  rv_get32(p + 8 + KEEL_RENDEZVOUS_BLOB_MAX);

@@ -46,6 +46,18 @@ grep -q 'transport udp' "$tmp/out" && grep -q '^# Out of bounds values : 0 OK' "
 	{ cat "$tmp/out"; echo "router_hosts: a rank alone on its host should use UDP only"; exit 1; }
 echo "router_hosts: 2 hosts x 1 rank: UDP only"
 
+# A rank that does not offer shared memory (KEEL_TRANSPORT=udp) on a host of 3: the other two
+# share memory between them and reach it over UDP; nobody waits for it to map the region.
+t0=$SECONDS
+"$RUN" -n 3 --timeout 60 -- sh -c \
+	"[ \$RANK = 2 ] && export KEEL_TRANSPORT=udp; exec $BENCH allreduce -b 4 -e 65536 -f 16 -n 10 -w 2 --check" \
+	>"$tmp/out" 2>&1 || { cat "$tmp/out"; echo "router_hosts: a rank on UDP among shm ranks failed"; exit 1; }
+grep -q '^# Out of bounds values : 0 OK' "$tmp/out" || { cat "$tmp/out"; exit 1; }
+read -r shm udp fb < <(sed -n 's/^# Routes: \([0-9]*\) datagrams over shared memory, \([0-9]*\) over UDP, \([0-9]*\) fallbacks$/\1 \2 \3/p' "$tmp/out")
+[ "${shm:-0}" -gt 0 ] && [ "${udp:-0}" -gt 0 ] && [ $((SECONDS - t0)) -lt 20 ] ||
+	{ cat "$tmp/out"; echo "router_hosts: expected shm between ranks 0-1 and UDP to rank 2, quickly"; exit 1; }
+echo "router_hosts: 1 host, rank 2 on UDP only: $shm over shared memory, $udp over UDP, $((SECONDS - t0)) s"
+
 # KEEL_HOST needs the rendezvous: with a static list each rank's host is its entry's
 rc=0
 KEEL_PEERS=127.0.0.1:1,127.0.0.1:2 RANK=0 KEEL_HOST=x "$BENCH" allreduce -b 4 -e 4 -n 1 \
