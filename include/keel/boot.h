@@ -42,8 +42,7 @@ struct keel_boot {
 	void *mem_udp, *mem_chaos, *mem_node, *mem_shm, *mem_router;
 	size_t mem_node_len;
 	/* After a UDP rendezvous (auto, udp, shm; NULL with dpdk and verbs): each rank's host
-	 * (keel_launch.host_id) and the host's number, its lowest rank (world_size entries). */
-	uint64_t *hosts;
+	 * (keel_launch.host_id) as the host's number, its lowest rank (world_size entries). */
 	uint32_t *host_of;
 	uint16_t host_port;    /* the UDP port of this host's first rank: names its region */
 	uint16_t offers;       /* what this rank set up for its host's ranks (rendezvous.h) */

@@ -185,11 +185,9 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 	uint32_t world = b->launch.world_size;
 	struct sockaddr_storage *peers = calloc(world, sizeof(*peers));
 	struct keel_rendezvous_blob *blobs = calloc(world, sizeof(*blobs));
-	b->hosts = calloc(world, sizeof(*b->hosts));
 	b->host_of = calloc(world, sizeof(*b->host_of));
 	b->peer_offers = calloc(world, sizeof(*b->peer_offers));
-	if (peers == NULL || blobs == NULL || b->hosts == NULL || b->host_of == NULL ||
-	    b->peer_offers == NULL) {
+	if (peers == NULL || blobs == NULL || b->host_of == NULL || b->peer_offers == NULL) {
 		free(peers);
 		free(blobs);
 		return -ENOMEM;
@@ -199,7 +197,6 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 				  blobs, timeout_ms * 1000000ull, err, err_len);
 	/* Hosts by their first rank: the same numbering on every rank. */
 	for (uint32_t r = 0; rc == 0 && r < world; r++) {
-		b->hosts[r] = blobs[r].host;
 		/* KEEL_PEERS exchanges nothing: every rank is taken to run as this one does */
 		b->peer_offers[r] = b->launch.peers != NULL ? b->offers : blobs[r].offers;
 		b->host_of[r] = r;
@@ -388,7 +385,7 @@ static int start_shm_only(struct keel_boot *b, char *err, size_t err_len)
 {
 	uint32_t world = b->launch.world_size;
 	for (uint32_t r = 0; r < world; r++)
-		if (b->hosts[r] != b->hosts[b->launch.rank])
+		if (b->host_of[r] != b->host_of[b->launch.rank])
 			return keel_fail(err, err_len, -EINVAL,
 					 "KEEL_TRANSPORT=shm: all %u ranks must run on one host "
 					 "(rank %u is on another; KEEL_TRANSPORT=auto uses shared "
@@ -767,7 +764,6 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 	free(b->mem_udp);
 	free(b->mem_shm);
 	free(b->mem_router);
-	free(b->hosts);
 	free(b->host_of);
 	free(b->peer_offers);
 	/* The node is gone: no copy of the key needs to outlive it. */
@@ -776,7 +772,6 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 	b->node = NULL;
 	b->chaos = b->udp = b->tp = b->shm = b->router = NULL;
 	b->mem_node = b->mem_chaos = b->mem_udp = b->mem_shm = b->mem_router = NULL;
-	b->hosts = NULL;
 	b->host_of = NULL;
 	b->peer_offers = NULL;
 }

@@ -382,10 +382,13 @@ static uint32_t txq_set_aside(struct keel_node *n, uint32_t from, uint32_t count
 }
 
 /* Hand the queue to the transport, in as many calls as it takes peers whose way is full: each
- * call either takes the rest or stops at a peer, which is then set aside. */
+ * call either takes the rest or stops at a peer, which is then set aside. A call after a set
+ * aside that takes nothing means the transport as a whole is full (a UDP socket buffer): the
+ * rest waits for the next poll rather than costing a call per peer. */
 void node_txq_flush(struct keel_node *n)
 {
 	uint32_t count = n->txq_count, done = 0;
+	bool retry = false;
 	KEEL_ASSERT(count <= n->burst && n->ctrl_used <= count);
 	if (n->auth)
 		seal_all(n);
@@ -399,8 +402,10 @@ void node_txq_flush(struct keel_node *n)
 		KEEL_ASSERT((uint32_t)sent <= count - done);
 		n->ctr.tx_datagrams += (uint64_t)sent;
 		done += (uint32_t)sent;
-		if (done < count)
-			count = txq_set_aside(n, done, count);
+		if (done == count || (sent == 0 && retry))
+			break;
+		count = txq_set_aside(n, done, count);
+		retry = true;
 	}
 	for (uint32_t i = done; i < count; i++) /* a fatal or -EINVAL answer: the rest */
 		txq_refused(n, i);

@@ -250,20 +250,18 @@ static int router_recv_burst(struct keel_transport *t, uint64_t now_ns, struct k
 	struct router *x = of(t);
 	if (x->closed)
 		return KEEL_ETRANSPORT;
-	uint32_t got = 0, live = 0;
+	uint32_t got = 0;
 	x->rx_calls++;
 	for (uint32_t k = 0; k < x->routes && got < count_max; k++) {
 		uint32_t r = (x->rx_next + k) % x->routes;
 		if (x->dead[r])
 			continue;
-		live++;
 		if (x->carrying[r] == 0 && x->rx_calls - x->last_rx_call[r] >= BACKUP_POLL_EVERY &&
 		    x->rx_calls % BACKUP_POLL_EVERY != 0)
 			continue; /* a backup, quiet lately */
 		int rc = x->rt[r]->ops->recv_burst(x->rt[r], now_ns, d + got, count_max - got);
 		if (rc < 0) {
 			fail_route_all(x, r, rc);
-			live--;
 			continue;
 		}
 		if (rc > 0)
@@ -287,14 +285,10 @@ static int router_recv_burst(struct keel_transport *t, uint64_t now_ns, struct k
 		got = kept;
 	}
 	x->rx_next = (x->rx_next + 1) % x->routes;
-	if (got == 0 && live == 0) {
-		bool any = false;
-		for (uint32_t r = 0; r < x->routes; r++)
-			any |= !x->dead[r];
-		if (!any)
-			return KEEL_ETRANSPORT;
-	}
-	return (int)got;
+	for (uint32_t r = 0; got == 0 && r < x->routes; r++)
+		if (!x->dead[r])
+			return 0;
+	return got == 0 ? KEEL_ETRANSPORT : (int)got; /* every route broke */
 }
 
 static uint64_t router_next_deadline_ns(struct keel_transport *t)

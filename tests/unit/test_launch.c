@@ -53,6 +53,7 @@ static const char *const env_names[] = {
     "KEEL_JOB_KEY_FILE",
     "KEEL_JOB_KEY",
     "KEEL_MAC",
+    "KEEL_HOST",
 };
 
 static int env_clear(void **state)
@@ -94,6 +95,37 @@ static void expect_launch_error(int code, const char *needle)
 }
 
 /* ---- environment ------------------------------------------------------------------------ */
+
+/* KEEL_HOST names this rank's host: equal names, equal ids; a machine's id otherwise; refused
+ * when empty, too long, or beside KEEL_PEERS (no exchange would tell the others). */
+static void test_launch_host(void **state)
+{
+	struct keel_launch a, b;
+	char err[256], longname[300];
+
+	(void)state;
+	torchrun_env("1", "4");
+	assert_int_equal(keel_launch_from_env(&a, err, sizeof(err)), 0);
+	assert_int_not_equal(a.host_id, 0);
+	env("KEEL_HOST", "h0");
+	assert_int_equal(keel_launch_from_env(&b, err, sizeof(err)), 0);
+	assert_int_not_equal(b.host_id, a.host_id);
+	assert_int_not_equal(b.host_id, 0);
+	assert_int_equal(keel_launch_from_env(&a, err, sizeof(err)), 0);
+	assert_int_equal(a.host_id, b.host_id);
+	env("KEEL_HOST", "h1");
+	assert_int_equal(keel_launch_from_env(&a, err, sizeof(err)), 0);
+	assert_int_not_equal(a.host_id, b.host_id);
+	env("KEEL_HOST", "");
+	expect_launch_error(-EINVAL, "KEEL_HOST: expected a name of 1 to 255 characters");
+	memset(longname, 'x', 256);
+	longname[256] = '\0';
+	env("KEEL_HOST", longname);
+	expect_launch_error(-EINVAL, "KEEL_HOST: expected a name of 1 to 255 characters");
+	env("KEEL_HOST", "h0");
+	env("KEEL_PEERS", "127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4");
+	expect_launch_error(-EINVAL, "KEEL_HOST=h0: with KEEL_PEERS");
+}
 
 static void test_launch_torchrun_env(void **state)
 {
@@ -1701,6 +1733,10 @@ static void test_launch_boot_auth(void **state)
 	keel_boot_stop(&b, 0);
 	for (size_t i = 0; i < 32; i++) /* no copy of the key outlives the node */
 		assert_int_equal(b.cfg.auth_key[i] | b.launch.key[i], 0);
+	env("KEEL_TRANSPORT", "tcp"); /* an unknown transport, named with the choices */
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "KEEL_TRANSPORT=tcp: expected auto, udp, shm, dpdk or verbs"));
+	env("KEEL_TRANSPORT", "udp");
 	env("KEEL_MAC", "aes256gcm");
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
 	assert_int_equal(b.cfg.mac, KEEL_MAC_AES256GCM);
@@ -1986,6 +2022,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_waiter_block_pipe_and_no_fd, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_busy, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_more_fds, env_clear),
+	    cmocka_unit_test_setup(test_launch_host, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_adaptive, env_clear),
 	    cmocka_unit_test_setup(test_launch_wait_mode_from_env, env_clear),
 	    cmocka_unit_test_setup(test_launch_timer_slack_min, env_clear),
