@@ -5,21 +5,28 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 pass=0; fail=0; skip=0; failed=(); skipped=(); partly=()
+# Each test's output is also kept, so that the end of a failed test's output is printed again
+# beside the summary: a CI log that shows only its last lines still says why a test failed.
+test_log=$(mktemp /tmp/keel-test.XXXXXX)
+fail_tails=$(mktemp /tmp/keel-fail-tails.XXXXXX)
 run() { # name, command...
 	local name=$1; shift
 	local t0=$SECONDS
-	"$@"
-	local rc=$?
+	"$@" 2>&1 | tee "$test_log"
+	local rc=${PIPESTATUS[0]}
 	local dt=$((SECONDS - t0))
 	if [ $rc -eq 0 ]; then pass=$((pass + 1)); echo "== PASS $name (${dt}s)"
 	elif [ $rc -eq 77 ]; then skip=$((skip + 1)); skipped+=("$name"); echo "== SKIP $name"
-	else fail=$((fail + 1)); failed+=("$name (rc $rc)"); echo "== FAIL $name (rc $rc)"; fi
+	else
+		fail=$((fail + 1)); failed+=("$name (rc $rc)"); echo "== FAIL $name (rc $rc)"
+		{ echo "---- last lines of $name ----"; tail -n 40 "$test_log"; } >>"$fail_tails"
+	fi
 }
 # A CMocka binary whose tests all pass but some were skipped (skip(): a file system without
 # O_DIRECT, a model scenario too long for the sanitizers) passes, and the summary says which
 # of its tests did not run.
 unit_log=$(mktemp /tmp/keel-unit.XXXXXX)
-trap 'rm -f "$unit_log"' EXIT
+trap 'rm -f "$unit_log" "$test_log" "$fail_tails"' EXIT
 unit() { # binary, env...
 	local t=$1
 	shift
@@ -48,6 +55,7 @@ for t in tests/integ/*.sh; do
 	run "integ/$(basename "$t" .sh)" bash "$t"
 done
 echo
+cat "$fail_tails"
 echo "==================== keel test summary ===================="
 echo "passed: $pass   failed: $fail   skipped: $skip"
 for s in "${skipped[@]+"${skipped[@]}"}"; do echo "  skipped: $s"; done

@@ -24,8 +24,10 @@ if [ -x "$TRAIN" ] && [ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/
 	KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --restart --kill 2@1.0 -- \
 		"$TRAIN" --epochs 20 --batch 8 --lr 0.1 --ckpt-dir "$tmp/ckpt" --quiet >"$tmp/log" 2>&1 ||
 		{ cat "$tmp/log"; echo "shm_allreduce: keel-train with a restarted rank failed"; exit 1; }
-	grep -q 'rank 2 (restarted' "$tmp/log" || { echo "shm_allreduce: rank 2 did not come back"; exit 1; }
-	grep -q 'within 1 point' "$tmp/log" || { echo "shm_allreduce: accuracy not within 1 point"; exit 1; }
+	grep -q 'rank 2 (restarted' "$tmp/log" ||
+		{ cat "$tmp/log"; echo "shm_allreduce: rank 2 did not come back"; exit 1; }
+	grep -q 'within 1 point' "$tmp/log" ||
+		{ cat "$tmp/log"; echo "shm_allreduce: accuracy not within 1 point"; exit 1; }
 	echo "shm_allreduce: keel-train, rank 2 killed and restarted: rejoined, accuracy within 1 point"
 else
 	echo "shm_allreduce: keel-train or the digits data set missing: restart leg skipped"

@@ -556,12 +556,20 @@ static void summary(struct trainer *t)
 		       t->rank, t->exclusions);
 		return;
 	}
-	if (t->t_admitted_ns != 0 && t->exclusions > 0)
+	/* A restarted rank that was later excluded too is still a restarted rank: say both. */
+	if (t->t_admitted_ns != 0 && t->exclusions > 0 && !t->b.cfg.rejoin)
 		printf(
 		    "rank %u (excluded %u times, same life): readmitted; model (%zu bytes) from a "
 		    "live member by live recovery %.1f ms after admission, at step %" PRIu64 "\n",
 		    t->rank, t->exclusions, sizeof(t->w), ms(t->t_admitted_ns, t->t_synced_ns),
 		    t->synced_step);
+	else if (t->t_admitted_ns != 0 && t->exclusions > 0)
+		printf(
+		    "rank %u (restarted, life %u, then excluded %u times): readmitted; model "
+		    "(%zu bytes) from a live member by live recovery %.1f ms after admission, at "
+		    "step %" PRIu64 "\n",
+		    t->rank, t->b.cfg.incarnation, t->exclusions, sizeof(t->w),
+		    ms(t->t_admitted_ns, t->t_synced_ns), t->synced_step);
 	else if (t->t_admitted_ns != 0)
 		printf(
 		    "rank %u (restarted, life %u): admitted %.0f ms after start; model (%zu bytes)"
