@@ -10,6 +10,7 @@
 
 #include "keel/errors.h"
 #include "keel/limits.h"
+#include "keel/trace.h"
 #include "keel/transport.h"
 #include "keel/types.h"
 
@@ -115,6 +116,9 @@ struct keel_config {
 				      * fail with KEEL_EVIEWCHANGED instead (0: none) */
 	keel_view_fn on_view;	     /* optional */
 	void *on_view_ctx;
+	/* Trace events (keel/trace.h): collectives, suspicions, view rounds and views. */
+	keel_event_fn on_event; /* optional */
+	void *on_event_ctx;
 	/* Peers that hold reliable-window buffers at once (window x mtu each way). 0: every
 	 * peer has its own, fixed (world x window x mtu x 2 bytes). Fewer, for large worlds: a
 	 * peer takes a free one when it has data in flight or held, and gives it back when idle.
@@ -194,6 +198,7 @@ struct keel_peer_info {
 	uint64_t rtt_ns_last; /* last heartbeat round trip */
 	uint64_t rto_ns;      /* retransmission timeout, from data acks (includes peer polling) */
 	uint64_t rtt_samples; /* heartbeat round trips measured so far */
+	uint64_t data_sent;   /* reliable datagrams sent to this peer for the first time */
 	uint64_t retransmits; /* datagrams sent again to this peer */
 	uint64_t suspicions;
 	bool left; /* it announced a clean exit (keel_leave) and no later life has spoken since */
@@ -206,7 +211,8 @@ bool keel_peer_is_alive(const struct keel_node *node, uint32_t peer);
 /* Datagrams dropped, by reason, and other event counts. Monotonic since init. */
 struct keel_counters {
 	uint64_t rx_datagrams, tx_datagrams;
-	uint64_t drop_truncated; /* shorter than the header */
+	uint64_t rx_bytes, tx_bytes; /* of those datagrams, headers included */
+	uint64_t drop_truncated;     /* shorter than the header */
 	uint64_t drop_magic;
 	uint64_t drop_version;
 	uint64_t drop_type;

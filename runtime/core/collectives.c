@@ -187,6 +187,19 @@ static void op_finish(struct keel_node *n, struct keel_op *op, int status)
 	else
 		n->ctr.ops_failed++;
 	n->op_run_id++;
+	uint64_t took = n->now_ns > op->queued_ns ? n->now_ns - op->queued_ns : 0;
+	if (status == 0 && op->kind == OPK_ALLREDUCE)
+		metrics_observe(n, KEEL_HIST_ALLREDUCE + keel_size_class(op->bytes), took);
+	struct keel_event ev = {.kind = KEEL_EV_COLL_END,
+				.t_ns = op->queued_ns,
+				.dur_ns = took,
+				.bytes = op->bytes,
+				.peer = op->kind == OPK_BROADCAST ? op->root : UINT32_MAX,
+				.op = op->id,
+				.algo = op->began ? (uint32_t)op->algo : (uint32_t)KEEL_ALGO_AUTO,
+				.restarts = op->restarts,
+				.status = status};
+	node_event(n, &ev);
 }
 
 /* AUTO: recursive doubling for small messages (latency), the hierarchy for large ones when
@@ -259,6 +272,13 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 	op->send_off = op->recv_off = 0;
 	if (op->world == 1 && op->bytes != 0 && op->in != op->out)
 		memcpy(op->out, op->in, op->bytes);
+	struct keel_event ev = {.kind = KEEL_EV_COLL_BEGIN,
+				.bytes = op->bytes,
+				.peer = op->kind == OPK_BROADCAST ? op->root : UINT32_MAX,
+				.op = op->id,
+				.algo = (uint32_t)op->algo,
+				.restarts = op->restarts};
+	node_event(n, &ev);
 	return true;
 }
 

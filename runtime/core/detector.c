@@ -204,6 +204,8 @@ void fd_suspect(struct keel_node *n, uint32_t peer)
 	n->fd_peers[peer].probe_ns = 0;
 	n->fd_peers[peer].suspicions++;
 	n->ctr.suspicions++;
+	uint64_t heard = n->fd_peers[peer].last_heard_ns;
+	metrics_on_suspect(n, peer, n->now_ns > heard ? n->now_ns - heard : 0);
 	set_state(n, peer, KEEL_PEER_SUSPECTED);
 	KEEL_ASSERT(n->fd_peers[peer].probe_ns == 0);
 }
@@ -229,6 +231,7 @@ void fd_on_heartbeat(struct keel_node *n, uint32_t peer, const struct wire_heade
 		KEEL_ASSERT(rtt <= n->now_ns); /* the checks above keep it from wrapping */
 		p->rtt_ns_last = rtt;
 		p->rtt_samples++;
+		metrics_observe(n, KEEL_HIST_HEARTBEAT_RTT, rtt);
 		/* Smoothed like RFC 6298's SRTT and RTTVAR. Not fed to the retransmission timer:
 		 * a heartbeat measures the path alone, while an ack also waits for the peer's next
 		 * poll. They size the silence margin (suspect_at). */

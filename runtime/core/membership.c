@@ -366,6 +366,7 @@ static void install(struct keel_node *n, const struct view *v)
 	coll_on_install(n, was_member && v->epoch == old_epoch + 1, v->frontier, excluded);
 	if (old_epoch != 0)
 		n->ctr.view_changes++;
+	metrics_on_view(n, v->count);
 	if (n->cfg.on_view != NULL) {
 		struct keel_view kv;
 		int rc = keel_view_get(n, &kv, NULL, 0);
@@ -388,6 +389,9 @@ static void start_prepare(struct keel_node *n)
 	mb_touch(n);
 	n->prop_round++;
 	n->prop_ballot = ((uint64_t)n->prop_round << 16) | n->self;
+	struct keel_event ev = {
+	    .kind = KEEL_EV_VIEW_ROUND, .peer = UINT32_MAX, .op = n->prop_round};
+	node_event(n, &ev);
 	/* the low bits name the coordinator: no other one can use this ballot (the round came
 	 * partly from a NACK, so its size is a peer's claim and is not asserted) */
 	KEEL_ASSERT((n->prop_ballot & 0xffffu) == n->self);

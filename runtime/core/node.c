@@ -401,6 +401,8 @@ void node_txq_flush(struct keel_node *n)
 		}
 		KEEL_ASSERT((uint32_t)sent <= count - done);
 		n->ctr.tx_datagrams += (uint64_t)sent;
+		for (uint32_t i = done; i < done + (uint32_t)sent; i++)
+			n->ctr.tx_bytes += n->txq[i].len;
 		done += (uint32_t)sent;
 		if (done == count || (sent == 0 && retry))
 			break;
@@ -454,6 +456,7 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 		return;
 	}
 	n->ctr.rx_datagrams++;
+	n->ctr.rx_bytes += d->len;
 	/* what the decoder guarantees; everything else in h is still the peer's claim */
 	KEEL_ASSERT_DEBUG(h.src < n->world && h.src != n->self && h.dst == n->self);
 	if (h.type != WIRE_HEARTBEAT)
@@ -603,6 +606,7 @@ int keel_peer_get(const struct keel_node *node, uint32_t peer, struct keel_peer_
 	info->rtt_ns = f->hb_srtt_ns;
 	info->rto_ns = r->rto_ns;
 	info->rtt_ns_last = f->rtt_ns_last;
+	info->data_sent = r->data_sent;
 	info->rtt_samples = f->rtt_samples;
 	info->retransmits = r->retransmits;
 	info->suspicions = f->suspicions;

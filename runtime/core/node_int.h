@@ -11,6 +11,7 @@
 
 #include "assert_int.h"
 #include "keel/collectives.h"
+#include "keel/metrics.h"
 #include "keel/node.h"
 #include "wire_int.h"
 
@@ -53,6 +54,7 @@ struct rel_peer {
 	bool sack_any;		  /* the last ack selectively acknowledged something... */
 	uint32_t sack_high;	  /* ...up to this seq: unacked seqs below it are holes */
 	uint64_t retransmits;
+	uint64_t data_sent; /* first transmissions (metrics: loss ratio) */
 	struct tx_slot *tx;
 	uint8_t *tx_buf;
 	/* receive */
@@ -268,6 +270,10 @@ struct keel_node {
 	int fatal;	       /* sticky transport error */
 	uint32_t budget_bytes; /* data this poll may still move (POLL_BUDGET_BYTES per poll) */
 	struct keel_counters ctr;
+	/* metrics.c: histograms, and when this node first suspected a peer since the last view
+	 * (0: none), which the next view's install measures against */
+	struct keel_histogram hist[KEEL_HIST_COUNT];
+	uint64_t first_suspect_ns;
 };
 
 /* Read-only views of each module's per-peer record, for the other modules. */
@@ -423,5 +429,11 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 		  const uint8_t *payload);
 void coll_progress(struct keel_node *n);
 uint64_t coll_next_deadline(const struct keel_node *n);
+
+/* metrics.c: observations from the modules, and trace events to the caller's hook */
+void metrics_observe(struct keel_node *n, enum keel_hist h, uint64_t ns);
+void metrics_on_suspect(struct keel_node *n, uint32_t peer, uint64_t silent_ns);
+void metrics_on_view(struct keel_node *n, uint32_t members);
+void node_event(struct keel_node *n, struct keel_event *ev); /* fills t_ns if 0, epoch */
 
 #endif

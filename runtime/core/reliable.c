@@ -284,6 +284,7 @@ int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const vo
 	memset(s, 0, sizeof(*s));
 	s->len = WIRE_HEADER_SIZE + len;
 	n->ctr.data_sent++;
+	p->data_sent++;
 	transmit(n, peer, seq);
 	window_check(n, p);
 	return 0;
