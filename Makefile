@@ -21,6 +21,9 @@ HAVE_EXPAT := $(shell pkg-config --exists expat 2>/dev/null && echo 1)
 # libsodium: the MAC on every datagram (keel_config.auth) and the start-up library's keys and
 # challenge-response. Without it keel builds, and a node or rank asked for auth refuses to start.
 HAVE_SODIUM := $(shell pkg-config --exists libsodium 2>/dev/null && echo 1)
+# NVTX ranges around collectives for Nsight Systems: the CUDA toolkit's header-only nvtx3.
+CUDA_HOME ?= /usr/local/cuda
+HAVE_NVTX := $(shell test -f $(CUDA_HOME)/include/nvtx3/nvToolsExt.h && echo 1)
 ifeq ($(MAKELEVEL),0)
 ifneq ($(HAVE_DPDK),1)
 $(info keel: DPDK backend skipped (pkg-config libdpdk not found; install libdpdk-dev))
@@ -33,6 +36,9 @@ $(info keel: SimGrid simulator skipped (pkg-config simgrid not found; install li
 endif
 ifneq ($(HAVE_SODIUM),1)
 $(info keel: authentication skipped (pkg-config libsodium not found; install libsodium-dev))
+endif
+ifneq ($(HAVE_NVTX),1)
+$(info keel: NVTX ranges skipped ($(CUDA_HOME)/include/nvtx3 not found; install the CUDA Toolkit or set CUDA_HOME))
 endif
 ifneq ($(HAVE_EXPAT),1)
 $(info keel: keel-plan --cluster-xml skipped (pkg-config expat not found; install libexpat1-dev))
@@ -94,6 +100,9 @@ SODIUM_STATIC_LIBS := $(shell pkg-config --static --libs libsodium | sed 's/-lso
 endif
 $(BUILD)/obj/runtime/core/auth.o $(BUILD)/obj/runtime/boot/%.o $(BUILD)/obj/tests/unit/test_auth.o: \
 	INC += $(SODIUM_CFLAGS)
+ifeq ($(HAVE_NVTX),1)
+$(BUILD)/obj/runtime/boot/trace_nvtx.o: INC += -DKEEL_NVTX -isystem $(CUDA_HOME)/include
+endif
 
 # Optional parts (DPDK, verbs, the simulator...) bring their own rules in mk/<part>.mk and
 # add their outputs to EXTRA_ALL (built by `make`) and EXTRA_TESTS (built for `make test`).

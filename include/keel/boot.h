@@ -31,6 +31,8 @@ extern "C" {
  * rejoin: keel-run does not count it as a failure, and with --restart starts it again. */
 #define KEEL_EXIT_EXCLUDED 75 /* EX_TEMPFAIL (sysexits.h): out for now, may come back */
 
+struct boot_trace;
+
 struct keel_boot {
 	struct keel_launch launch;
 	struct keel_config cfg;
@@ -44,9 +46,10 @@ struct keel_boot {
 	/* After a UDP rendezvous (auto, udp, shm; NULL with dpdk and verbs): each rank's host
 	 * (keel_launch.host_id) as the host's number, its lowest rank (world_size entries). */
 	uint32_t *host_of;
-	uint16_t host_port;    /* the UDP port of this host's first rank: names its region */
-	uint16_t offers;       /* what this rank set up for its host's ranks (rendezvous.h) */
-	uint16_t *peer_offers; /* each rank's, from the rendezvous (world_size entries) */
+	uint16_t host_port;	  /* the UDP port of this host's first rank: names its region */
+	uint16_t offers;	  /* what this rank set up for its host's ranks (rendezvous.h) */
+	uint16_t *peer_offers;	  /* each rank's, from the rendezvous (world_size entries) */
+	struct boot_trace *trace; /* KEEL_TRACE file and NVTX ranges; NULL when neither */
 };
 
 /* Knobs read from the environment (each optional), applied before the tool's own settings:
@@ -61,7 +64,10 @@ struct keel_boot {
  *   falls back to UDP for a peer whose shared memory fails), KEEL_HOST (this rank's host
  *   name for that choice; keel/launch.h), KEEL_SHM_RING_KB (shm: bytes per direction / 1024),
  *   KEEL_SHM_RELIABLE (1, the default: shm reports KEEL_CAP_RELIABLE; 0: ORDERED alone;
- *   keel/transport_shm.h).
+ *   keel/transport_shm.h),
+ *   KEEL_TRACE (a file for this rank's trace events, Chrome trace-event JSON for Perfetto:
+ *   "%r" in it becomes the rank, else ".RANK" is appended when there are several ranks; set
+ *   only when the program left cfg.on_event NULL).
  * With a job key (KEEL_JOB_KEY_FILE or KEEL_JOB_KEY: keel/launch.h) the rendezvous proves it
  * and cfg.auth is set with it, so every datagram is authenticated (docs/SECURITY.md); without
  * one, a job of more than one rank prints one line on stderr (once per process) saying so.
@@ -106,6 +112,12 @@ bool keel_boot_others_left(const struct keel_boot *b);
  * timeout_ns; or keel_poll's error. Live members answer a join within a few heartbeats; a rank
  * that heard members before (excluded while cut off) keeps trying until timeout_ns. */
 KEEL_MUST_USE int keel_boot_wait_member(struct keel_boot *b, uint64_t timeout_ns);
+
+/* Record an event of the program's own (KEEL_EV_CKPT_WRITE, KEEL_EV_CKPT_RESTORE) in the
+ * trace, beside the node's: written to the KEEL_TRACE file and marked for NVTX when those are
+ * on, else nothing. A checkpoint write's time also goes to keel_checkpoint_write_seconds
+ * (keel_metrics_observe). t_ns is keel_posix_now_ns time. */
+void keel_boot_note(struct keel_boot *b, const struct keel_event *ev);
 
 /* Keep polling until everything this node sent is acknowledged (at most `linger_ns`), then
  * release everything. */

@@ -12,6 +12,7 @@
 #include "assert_int.h"
 #include "boot_dpdk.h"
 #include "boot_int.h"
+#include "boot_trace.h"
 #include "boot_verbs.h"
 #include "keel/boot.h"
 #include "keel/transport_chaos.h"
@@ -408,8 +409,11 @@ static int start_shm_only(struct keel_boot *b, char *err, size_t err_len)
 /* Said once per peer and route, from keel_poll: the job goes on over the next route. */
 static void say_fallback(void *ctx, uint32_t peer, uint32_t from, uint32_t to, int err)
 {
-	const struct keel_boot *b = ctx;
+	struct keel_boot *b = ctx;
 	static const char *const route_names[] = {"shared memory", "UDP"};
+	struct keel_event ev = {
+	    .kind = KEEL_EV_FALLBACK, .t_ns = keel_posix_now_ns(), .peer = peer};
+	keel_boot_note(b, &ev);
 	fprintf(stderr, "keel: rank %u: %s can no longer reach rank %u (%s); %s\n", b->launch.rank,
 		route_names[from < 2 ? from : 1], peer, err != 0 ? keel_strerror(err) : "peer lost",
 		to == KEEL_ROUTER_NONE ? "no other way is left: it will be suspected"
@@ -588,6 +592,36 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 	return rc;
 }
 
+/* KEEL_TRACE and NVTX: the node's events go to the trace unless the program has a hook. */
+static int start_trace(struct keel_boot *b, char *err, size_t err_len)
+{
+	if (b->cfg.on_event != NULL)
+		return 0;
+	int rc = boot_trace_start(&b->trace, b->launch.rank, b->launch.world_size, err, err_len);
+	if (rc == 0 && b->trace != NULL) {
+		b->cfg.on_event = boot_trace_event;
+		b->cfg.on_event_ctx = b->trace;
+	}
+	return rc;
+}
+
+void keel_boot_note(struct keel_boot *b, const struct keel_event *ev)
+{
+	if (ev->kind == KEEL_EV_CKPT_WRITE && b->node != NULL) {
+		int rc = keel_metrics_observe(b->node, KEEL_HIST_CKPT_WRITE, ev->dur_ns);
+		KEEL_ASSERT(rc == 0);
+	}
+	if (b->trace == NULL)
+		return;
+	struct keel_event e = *ev;
+	if (b->node != NULL) {
+		struct keel_view v;
+		if (keel_view_get(b->node, &v, NULL, 0) == 0)
+			e.epoch = v.epoch;
+	}
+	boot_trace_event(b->trace, &e);
+}
+
 int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, void *ctx),
 		    void *ctx, char *err, size_t err_len)
 {
@@ -636,6 +670,8 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 		rc = start_auto(b, err, err_len);
 	if (rc == 0)
 		rc = start_chaos(b, err, err_len);
+	if (rc == 0)
+		rc = start_trace(b, err, err_len);
 	if (rc == 0)
 		rc = start_node(b, err, err_len);
 	if (rc != 0)
@@ -746,6 +782,9 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 		(void)rc; /* leaving anyway: peers that miss it notice the silence */
 		keel_fini(b->node);
 	}
+	boot_trace_stop(b->trace); /* after the node's last events */
+	b->trace = NULL;
+	b->cfg.on_event = NULL;
 	if (b->chaos != NULL && b->chaos->ops->fini != NULL)
 		b->chaos->ops->fini(b->chaos);
 	if (b->router != NULL)

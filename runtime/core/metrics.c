@@ -296,17 +296,10 @@ static void histogram(struct ctx *c, const char *name, const char *help, enum ke
 	histogram_series(c, name, NULL, &c->n->hist[h]);
 }
 
-static void render_counters(struct ctx *c)
+/* Datagrams dropped, one series per reason. */
+static void render_drops(struct ctx *c)
 {
 	const struct keel_counters *k = &c->n->ctr;
-	counter(c, "keel_datagrams_received_total", "Datagrams received and accepted.",
-		k->rx_datagrams);
-	counter(c, "keel_datagrams_sent_total", "Datagrams handed to the transport.",
-		k->tx_datagrams);
-	counter(c, "keel_received_bytes_total", "Bytes of accepted datagrams, headers included.",
-		k->rx_bytes);
-	counter(c, "keel_sent_bytes_total", "Bytes of datagrams sent, headers included.",
-		k->tx_bytes);
 	static const struct {
 		const char *reason;
 		size_t off;
@@ -346,6 +339,20 @@ static void render_counters(struct ctx *c)
 		put_u64(c->o, v);
 		put(c->o, "\n", 1);
 	}
+}
+
+static void render_counters(struct ctx *c)
+{
+	const struct keel_counters *k = &c->n->ctr;
+	counter(c, "keel_datagrams_received_total", "Datagrams received and accepted.",
+		k->rx_datagrams);
+	counter(c, "keel_datagrams_sent_total", "Datagrams handed to the transport.",
+		k->tx_datagrams);
+	counter(c, "keel_received_bytes_total", "Bytes of accepted datagrams, headers included.",
+		k->rx_bytes);
+	counter(c, "keel_sent_bytes_total", "Bytes of datagrams sent, headers included.",
+		k->tx_bytes);
+	render_drops(c);
 	counter(c, "keel_retransmits_total", "Reliable datagrams sent again.", k->retransmits);
 	counter(c, "keel_fast_retransmits_total", "Retransmissions on a selective ack's hole.",
 		k->fast_retransmits);

@@ -2,7 +2,7 @@
  * histograms land in the right buckets, a killed node shows as a detection, a view change and
  * peer_up 0, the rendered text follows the Prometheus format line by line (names, labels,
  * cumulative buckets), a small buffer says how much it needs, and the trace ring keeps the
- * newest events. promtool checks the same text from a live job in tests/integ/metrics.sh. */
+ * newest events. (promtool checks the text of a live job over HTTP: the integration tests.) */
 /* cmocka.h needs these first */
 #include <setjmp.h>
 #include <stdarg.h>

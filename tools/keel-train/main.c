@@ -309,7 +309,15 @@ static void after_step(struct trainer *t, uint64_t now)
 		t->epoch_loss = 0;
 	}
 	if (t->ck != NULL && t->step % t->o.ckpt_every == 0) {
+		uint64_t t0 = keel_posix_now_ns();
 		int rc = keel_ckpt_write(t->ck, t->step, t->plan_epoch, now);
+		/* its time for keel_checkpoint_write_seconds and the trace */
+		struct keel_event ev = {.kind = KEEL_EV_CKPT_WRITE,
+					.t_ns = t0,
+					.dur_ns = keel_posix_now_ns() - t0,
+					.bytes = sizeof(t->w)};
+		if (rc == 0)
+			keel_boot_note(&t->b, &ev);
 		if (rc != 0)
 			fprintf(stderr, "rank %u: checkpoint at step %" PRIu64 ": %s\n", t->rank,
 				t->step, keel_strerror(rc));
@@ -337,7 +345,14 @@ static void do_rollback(struct trainer *t)
 	uint64_t from = t->step;
 	if (rc == 0 && t->ck != NULL) {
 		struct keel_ckpt_report rep;
+		uint64_t t0 = keel_posix_now_ns();
 		rc = keel_ckpt_restore(t->ck, step, &rep);
+		struct keel_event ev = {.kind = KEEL_EV_CKPT_RESTORE,
+					.t_ns = t0,
+					.dur_ns = keel_posix_now_ns() - t0,
+					.bytes = sizeof(t->w)};
+		if (rc == 0)
+			keel_boot_note(&t->b, &ev);
 		if (rc == 0 && rep.step != step)
 			rc = -ENOENT;
 	}
@@ -616,8 +631,8 @@ static void summary(struct trainer *t)
 	struct keel_counters k;
 	keel_counters_get(t->b.node, &k);
 	printf("keel: view changes %" PRIu64 ", suspicions %" PRIu64 " (false %" PRIu64
-	       "), collectives restarted %" PRIu64 "\n",
-	       k.view_changes, k.suspicions, k.false_suspicions, k.ops_restarted);
+	       "), collectives restarted %" PRIu64 ", completed %" PRIu64 "\n",
+	       k.view_changes, k.suspicions, k.false_suspicions, k.ops_restarted, k.ops_completed);
 }
 
 static int dump_weights(const struct trainer *t)
