@@ -102,6 +102,12 @@ $(BUILD)/obj/runtime/core/auth.o $(BUILD)/obj/runtime/boot/%.o $(BUILD)/obj/test
 	INC += $(SODIUM_CFLAGS)
 ifeq ($(HAVE_NVTX),1)
 $(BUILD)/obj/runtime/boot/trace_nvtx.o: INC += -DKEEL_NVTX -isystem $(CUDA_HOME)/include
+# A stand-in NVTX tool for tests/integ/nvtx.sh: logs the ranges keel opens.
+NVTX_INJECT := $(BUILD)/tests/libnvtx_inject.so
+$(NVTX_INJECT): tests/support/nvtx_inject.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_KEEL) -Wno-missing-prototypes -isystem $(CUDA_HOME)/include -fPIC -shared \
+		-o $@ $<
 endif
 
 # Optional parts (DPDK, verbs, the simulator...) bring their own rules in mk/<part>.mk and
@@ -124,7 +130,7 @@ endif
 .PHONY: all tools tests test unit demo deps clean format format-check san model-check
 all: $(LIBKEEL) $(LIBBOOT) $(TOOLS) $(EXTRA_ALL)
 tools: $(TOOLS)
-tests: $(UNIT_TESTS) $(INTEG_BINS) $(EXTRA_TESTS)
+tests: $(UNIT_TESTS) $(INTEG_BINS) $(EXTRA_TESTS) $(NVTX_INJECT)
 
 # Which optional parts this build found. Every object depends on it, so installing a package
 # (tools/deps.sh) rebuilds what its presence changes instead of keeping stale objects.
