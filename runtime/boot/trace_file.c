@@ -119,6 +119,28 @@ static const char *algo_name(uint32_t a)
 	}
 }
 
+static int event_line(const struct boot_trace *t, const char *name, const char *cat, const char *ph,
+		      int tid, uint64_t start, uint64_t dur, const char *args, char *o, size_t cap);
+
+/* A collective's args: bytes, algorithm, restarts, status, op id, epoch. */
+static void coll_args(const struct keel_event *e, char *args, size_t cap)
+{
+	struct line a = {.p = args, .end = args + cap - 1};
+	add(&a, "\"bytes\":");
+	add_u64(&a, e->bytes);
+	add(&a, ",\"algo\":\"");
+	add(&a, algo_name(e->algo));
+	add(&a, "\",\"restarts\":");
+	add_u64(&a, e->restarts);
+	add(&a, ",\"status\":\"");
+	add(&a, e->status == 0 ? "ok" : keel_strerror(e->status));
+	add(&a, "\",\"op\":");
+	add_u64(&a, e->op);
+	add(&a, ",\"epoch\":");
+	add_u64(&a, e->epoch);
+	*a.p = '\0';
+}
+
 /* One event as a JSON object (with a leading comma after the first); 0 when it shows nothing
  * (a collective's first begin: its end carries the whole span). */
 static int event_json(const struct boot_trace *t, const struct keel_event *e, char *o, size_t cap)
@@ -141,20 +163,7 @@ static int event_json(const struct boot_trace *t, const struct keel_event *e, ch
 		cat = "collective";
 		tid = TID_COLL;
 		memcpy(name, e->peer == UINT32_MAX ? "allreduce" : "broadcast", 10);
-		struct line a = {.p = args, .end = args + sizeof(args) - 1};
-		add(&a, "\"bytes\":");
-		add_u64(&a, e->bytes);
-		add(&a, ",\"algo\":\"");
-		add(&a, algo_name(e->algo));
-		add(&a, "\",\"restarts\":");
-		add_u64(&a, e->restarts);
-		add(&a, ",\"status\":\"");
-		add(&a, e->status == 0 ? "ok" : keel_strerror(e->status));
-		add(&a, "\",\"op\":");
-		add_u64(&a, e->op);
-		add(&a, ",\"epoch\":");
-		add_u64(&a, e->epoch);
-		*a.p = '\0';
+		coll_args(e, args, sizeof(args));
 		break;
 	case KEEL_EV_SUSPECT:
 		snprintf(name, sizeof(name), "suspect rank %u", e->peer);
@@ -184,6 +193,14 @@ static int event_json(const struct boot_trace *t, const struct keel_event *e, ch
 	default:
 		return 0;
 	}
+	return event_line(t, name, cat, ph, tid, start, dur, args, o, cap);
+}
+
+/* The event's JSON object on one line (with a leading comma after the first); 0 if it did
+ * not fit. */
+static int event_line(const struct boot_trace *t, const char *name, const char *cat, const char *ph,
+		      int tid, uint64_t start, uint64_t dur, const char *args, char *o, size_t cap)
+{
 	struct line l = {.p = o, .end = o + cap - 1};
 	add(&l, t->written == 0 ? "{\"name\":\"" : ",{\"name\":\"");
 	add(&l, name);
