@@ -65,6 +65,9 @@ REFCHECK_OBJ := $(BUILD)/obj/tests/support/refcheck.o
 SIZE_ARG_OBJ := $(BUILD)/obj/tests/support/size_arg.o
 # A tool is its folder: tools/<tool>/*.c (main.c and what that tool alone uses).
 tool_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tools/$(1)/*.c)))
+# What several tools share (tools/common/: the gnuplot runner behind --plot); a tool that uses
+# it links the object and gets -Itools/common.
+PLOT_OBJ := $(BUILD)/obj/tools/common/plot.o
 KEEL_BENCH_OBJ := $(call tool_obj,keel-bench) $(REFCHECK_OBJ) $(SIZE_ARG_OBJ)
 
 LIBKEEL := $(BUILD)/libkeel.a
@@ -79,6 +82,7 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 INC := -Iinclude
 $(BUILD)/obj/runtime/%.o $(BUILD)/obj/dpdk/%.o $(BUILD)/obj/verbs/%.o: INC += -Iruntime/base
 $(BUILD)/obj/tools/keel-bench/%.o: INC += -Itests/support
+$(BUILD)/obj/tools/keel-train/%.o: INC += -Itools/common
 $(BUILD)/obj/tests/%.o: INC += -Itests/support
 # White-box tests reach into the core and the start-up library; tests of one tool's code, into
 # that tool's folder.
@@ -178,6 +182,7 @@ $(BUILD)/bin/$(1): $(call tool_obj,$(1)) $(LIBBOOT) $(LIBKEEL) $(EXTRA_LIBS)
 endef
 $(foreach t,$(TOOL_NAMES),$(eval $(call tool_rule,$(t))))
 $(BUILD)/bin/keel-bench: $(KEEL_BENCH_OBJ)
+$(BUILD)/bin/keel-train: $(PLOT_OBJ)
 $(BUILD)/bin/keel-plan: TOOL_LIBS := $(EXPAT_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBBOOT) $(LIBKEEL_WHITEBOX) $(EXTRA_LIBS) \
@@ -230,5 +235,6 @@ clean:
 
 -include $(RUNTIME_OBJ:.o=.d) $(BOOT_OBJ:.o=.d) \
 	$(foreach t,$(TOOL_NAMES),$(patsubst %.o,%.d,$(call tool_obj,$(t)))) \
-	$(UNIT_SRC:%.c=$(BUILD)/obj/%.d) $(INTEG_SRC:%.c=$(BUILD)/obj/%.d) $(REFCHECK_OBJ:.o=.d) $(SIZE_ARG_OBJ:.o=.d)
+	$(UNIT_SRC:%.c=$(BUILD)/obj/%.d) $(INTEG_SRC:%.c=$(BUILD)/obj/%.d) $(REFCHECK_OBJ:.o=.d) $(SIZE_ARG_OBJ:.o=.d) \
+	$(PLOT_OBJ:.o=.d)
 .SECONDARY:

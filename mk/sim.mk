@@ -3,19 +3,20 @@
 # Actor code is compiled with -fexceptions: SimGrid unwinds killed actors with an exception.
 ifeq ($(HAVE_SIMGRID),1)
 ifeq ($(SAN),)
-SIM_SRC := sim/keel_sim_main.c sim/platform.c sim/report.c sim/run.c sim/scenario.c \
+SIM_SRC := sim/keel_sim_main.c sim/platform.c sim/plots.c sim/report.c sim/run.c sim/scenario.c \
 	sim/transport_sim.c
 # The presets and `define` lines are read by keel-plan's plan_preset.c (no expat in it), so both
 # tools read them alike; SimGrid platform files by SimGrid itself (sim/platform_load.cc).
 SIM_OBJ := $(SIM_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/sim/comm_wait.o \
-	$(BUILD)/obj/sim/platform_load.o $(BUILD)/obj/tools/keel-plan/plan_preset.o
+	$(BUILD)/obj/sim/platform_load.o $(BUILD)/obj/tools/keel-plan/plan_preset.o $(PLOT_OBJ)
 SIM_CFLAGS := $(shell pkg-config --cflags simgrid) -fexceptions
 SIM_LIBS := $(shell pkg-config --libs simgrid)
 KEEL_SIM := $(BUILD)/bin/keel-sim
 
 $(BUILD)/obj/sim/%.o: sim/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_KEEL) $(INC) -Itests/support -Itools/keel-plan $(SIM_CFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_KEEL) $(INC) -Itests/support -Itools/keel-plan -Itools/common $(SIM_CFLAGS) \
+		-MMD -MP -c $< -o $@
 
 # C++ only to catch SimGrid's exceptions: a failed comm (sim/comm_wait.cc says why) and a
 # platform file SimGrid refuses (sim/platform_load.cc).

@@ -11,6 +11,7 @@
 #include <simgrid/engine.h>
 
 #include "platform_load.h"
+#include "plot.h"
 #include "sim_int.h"
 
 static void usage(FILE *f)
@@ -28,12 +29,16 @@ static void usage(FILE *f)
 	    "  [--chaos loss=0.01,seed=3]\n"
 	    "  [--bytes 4M --repeat 5] [--check 1] [--scenario FILE]\n"
 	    "  [--sweep KEY=V1,V2,...] [--format table|csv|json] [--progress]\n"
+	    "  [--plot FILE.svg|FILE.png]\n"
 	    "  [--write-platform FILE] [--list-models] [--cfg=simgrid/option:value ...]\n"
 	    "  [--define 'gpu NAME rate=FLOP/s [mem=BYTES] [link=LINK]' | 'link NAME bw=B/s "
 	    "lat=T']\n"
 	    "       keel-sim --platform FILE.xml --list-hosts   (what SimGrid made of the file)\n"
 	    "Cluster items: COUNTxGPU[:FABRIC][/GPUS_PER_NODE] (8 per node by default); GPU and\n"
-	    "FABRIC are presets (--list-models) or names defined before the --cluster.\n");
+	    "FABRIC are presets (--list-models) or names defined before the --cluster.\n"
+	    "--plot draws, with gnuplot (gnuplot-nox), the step time over simulated time with\n"
+	    "failures and new views marked, the CDF of detection times (several failures or a\n"
+	    "sweep) and a sweep's curve (goodput; detection or AllReduce time by --mode).\n");
 }
 
 /* SimGrid options keel-sim always sets (a user --cfg after them wins):
@@ -89,10 +94,19 @@ static int run_one(const struct sim_scenario *s, struct sim_result *r, char **sg
 		_exit(run_child(s, p[1], sg_args, sg_count));
 	}
 	close(p[1]);
-	ssize_t got = read(p[0], r, sizeof(*r));
+	/* The result is larger than PIPE_BUF: it may arrive in pieces. */
+	size_t got = 0;
+	while (got < sizeof(*r)) {
+		ssize_t n = read(p[0], (char *)r + got, sizeof(*r) - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
 	close(p[0]);
 	waitpid(pid, &status, 0);
-	if (got != (ssize_t)sizeof(*r) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+	if (got != sizeof(*r) || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		return -EIO;
 	return 0;
 }
@@ -133,11 +147,32 @@ static int list_platform(const struct sim_scenario *s, char *prog, char **sg_arg
 	return 0;
 }
 
+/* --plot, once every run is done: drawn only when all of them succeeded. */
+static int plot_finish(struct sim_plot *sp, const char *path, bool failed)
+{
+	char err[512] = "";
+
+	if (sp == NULL)
+		return 0;
+	if (failed) {
+		sim_plot_discard(sp);
+		fprintf(stderr, "keel-sim: no plot written to %s: a run failed\n", path);
+		return 0;
+	}
+	if (sim_plot_render(sp, err, sizeof(err)) != 0) {
+		fprintf(stderr, "keel-sim: %s\n", err);
+		return 1;
+	}
+	fprintf(stderr, "keel-sim: plot written to %s\n", path);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct sim_scenario s;
 	char err[512] = "", *sg_args[ARGS_MAX], *sweep = NULL;
-	const char *fmt = "table", *write_platform = NULL;
+	const char *fmt = "table", *write_platform = NULL, *plot_path = NULL;
+	struct sim_plot *plot = NULL;
 	int sg_count = 0;
 	bool list_models = false, list_hosts = false;
 
@@ -194,6 +229,10 @@ int main(int argc, char **argv)
 			snprintf(err, sizeof(err), "format '%s': table, csv or json", val);
 		} else if (strcmp(key, "sweep") == 0) {
 			sweep = strdup(val);
+		} else if (strcmp(key, "plot") == 0) {
+			enum plot_kind kind;
+			plot_path = val;
+			rc = plot_kind_of(val, &kind, err, sizeof(err));
 		} else if (strcmp(key, "write-platform") == 0) {
 			write_platform = val;
 		} else if (strcmp(key, "scenario") == 0) {
@@ -240,6 +279,12 @@ int main(int argc, char **argv)
 		key = sweep;
 		vals = eq + 1;
 	}
+	/* Before any run: a missing gnuplot or folder is said now, not after the simulation. */
+	if (plot_path != NULL &&
+	    sim_plot_open(&plot, plot_path, s.mode, key, err, sizeof(err)) != 0) {
+		fprintf(stderr, "keel-sim: %s\n", err);
+		return 2;
+	}
 	char *save = NULL;
 	char *v = vals != NULL ? strtok_r(vals, ",", &save) : NULL;
 	char *next = v != NULL ? strtok_r(NULL, ",", &save) : NULL;
@@ -252,6 +297,7 @@ int main(int argc, char **argv)
 		struct sim_result r;
 		if (v != NULL && sim_scenario_set(&run, key, v, err, sizeof(err)) != 0) {
 			fprintf(stderr, "keel-sim: --sweep: %s\n", err);
+			sim_plot_discard(plot);
 			return 2;
 		}
 		if (run_one(&run, &r, sg_args, sg_count) != 0) {
@@ -267,10 +313,16 @@ int main(int argc, char **argv)
 		else
 			sim_report_row(stdout, fmt, key, v, &r, first, next == NULL);
 		fflush(stdout);
+		if (plot != NULL && sim_plot_add(plot, v, &r) != 0) {
+			fprintf(stderr, "keel-sim: cannot write the plot's data\n");
+			failed = 1;
+			break;
+		}
 		first = false;
 		v = next;
 		next = v != NULL ? strtok_r(NULL, ",", &save) : NULL;
 	} while (v != NULL);
+	failed |= plot_finish(plot, plot_path, failed);
 	free(sweep);
 	return failed ? 1 : 0;
 }

@@ -102,6 +102,7 @@ static struct {
 	double step_time_sum;
 	uint64_t step_time_count;
 	double last_step_end_s;
+	bool step_ended; /* last_step_end_s is a step's (the first step is timed from its start) */
 	/* failures */
 	struct failure_rec fail[SIM_FAILURES_MAX];
 	uint32_t fail_count;
@@ -607,12 +608,30 @@ static int regen(struct node *nd)
 	return rc;
 }
 
+/* Every step into its slot of the plotted series: the time since the previous step ended, so
+ * what a failure, a restart or a checkpoint cost shows where it happened. */
+static void step_slot_add(double start_s, double end_s)
+{
+	double at = end_s / W.horizon_s * SIM_STEP_SLOTS;
+	uint32_t i = at < SIM_STEP_SLOTS - 1 ? (uint32_t)at : SIM_STEP_SLOTS - 1;
+	struct sim_step_slot *slot = &W.r->step_slots[i];
+
+	slot->end_s_sum += end_s;
+	slot->step_s_sum += end_s - start_s;
+	if (end_s - start_s > slot->step_s_max)
+		slot->step_s_max = end_s - start_s;
+	slot->count++;
+}
+
 static void train_step_record(const struct node *nd, double start_s)
 {
 	if (nd->rank != 0)
 		return;
+	double end_s = simgrid_get_clock();
+	step_slot_add(W.step_ended ? W.last_step_end_s : start_s, end_s);
+	W.step_ended = true;
 	W.steps++;
-	W.last_step_end_s = simgrid_get_clock();
+	W.last_step_end_s = end_s;
 	if (!W.pending) {
 		W.step_time_sum += W.last_step_end_s - start_s;
 		W.step_time_count++;
@@ -1068,6 +1087,20 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* The CDF of the sorted detection samples in at most SIM_DETECT_CDF_MAX points. */
+static void detect_cdf(struct sim_result *r)
+{
+	uint32_t n = W.detect_count;
+	uint32_t points = n < SIM_DETECT_CDF_MAX ? n : SIM_DETECT_CDF_MAX;
+
+	for (uint32_t k = 0; k < points; k++) {
+		size_t i = points == n ? k : (size_t)((double)k * (n - 1) / (points - 1) + 0.5);
+		r->detect_cdf_s[k] = W.detect[i];
+		r->detect_cdf_frac[k] = (double)(i + 1) / n;
+	}
+	r->detect_cdf_count = points;
+}
+
 static void results(const struct sim_scenario *s, struct sim_result *r)
 {
 	r->ranks = W.n;
@@ -1091,6 +1124,7 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 			c->view_s =
 			    f->view_s > f->first_suspect_s ? f->view_s - f->first_suspect_s : 0;
 		}
+		c->view_at_s = f->release_s > 0 ? f->release_s : f->view_s;
 		c->repartition_s = 0; /* even split today: nothing to recompute */
 		c->restart_s =
 		    s->recovery != SIM_RECOVER_KEEL && f->release_s > 0 ? s->restart_s : 0;
@@ -1105,6 +1139,7 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 		r->detect_p50_s = W.detect[(W.detect_count - 1) / 2];
 		r->detect_p99_s = W.detect[(size_t)((W.detect_count - 1) * 0.99)];
 		r->detect_max_s = W.detect[W.detect_count - 1];
+		detect_cdf(r);
 	}
 	r->view_epochs = W.epoch_max > 0 ? W.epoch_max : 1;
 	for (uint32_t e = 0; e < W.n; e++) {

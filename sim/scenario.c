@@ -67,6 +67,11 @@ static int parse_double(const char *v, double *out)
 	return d >= 0 && isfinite(d) ? 0 : -EINVAL;
 }
 
+int sim_value_number(const char *value, double *out)
+{
+	return parse_double(value, out);
+}
+
 /* Knobs kept as integers: a value past the type's range is refused (converting it would be
  * undefined behaviour, and a wrapped number in practice). */
 static bool fits_u32(double d)

@@ -134,13 +134,34 @@ int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_
 struct sim_failure_cost {
 	double at_s;
 	uint32_t host;
-	double detect_s; /* failure to the last survivor's suspicion (or timeout) */
-	double view_s;	 /* last detection to the new view on every survivor */
+	double detect_s; /* failure to the first survivor's suspicion (restart modes: to the
+			  * first survivor giving up on it, or its collective's timeout) */
+	double view_s;	 /* first detection to the new view on every survivor */
 	double repartition_s;
 	double restart_s;  /* relaunch, restart modes */
 	double rollback_s; /* steps recomputed after a restart from a checkpoint */
 	double redo_s;	   /* work of the step in flight, lost */
+	double view_at_s;  /* when the last survivor installed a view without it (restart modes:
+			    * when the last survivor gave up and the relaunch began); 0: never */
 };
+
+/* Step times over simulated time, for plots, in bounded memory: the horizon is cut into
+ * SIM_STEP_SLOTS equal slots and each keeps the steps that ended in it. A slot as long as
+ * a step or shorter holds at most one: the series is then every step exactly. A step's time
+ * runs from the previous step's end (the first one's: from its start), so it includes a
+ * failed attempt, a recovery, a restart or a checkpoint write before it. */
+#define SIM_STEP_SLOTS 512u
+struct sim_step_slot {
+	double end_s_sum;  /* the steps' end times, summed */
+	double step_s_sum; /* their times, summed */
+	double step_s_max;
+	uint32_t count;
+};
+
+/* The distribution of detection times (each survivor's suspicion of each failure), kept as at
+ * most SIM_DETECT_CDF_MAX points of its CDF: every sample when there are that few, else
+ * evenly spaced order statistics (first and last included). */
+#define SIM_DETECT_CDF_MAX 256u
 
 struct sim_result {
 	char label[64];
@@ -154,6 +175,10 @@ struct sim_result {
 	struct sim_failure_cost failures[SIM_FAILURES_MAX];
 	uint32_t detect_count;
 	double detect_p50_s, detect_p99_s, detect_max_s;
+	double detect_cdf_s[SIM_DETECT_CDF_MAX];    /* ascending */
+	double detect_cdf_frac[SIM_DETECT_CDF_MAX]; /* the fraction of samples <= it */
+	uint32_t detect_cdf_count;
+	struct sim_step_slot step_slots[SIM_STEP_SLOTS]; /* mode train */
 	double detect_bound_s; /* miss_limit x heartbeat + largest one-way latency */
 	uint64_t detect_late;  /* detections slower than the bound */
 	uint64_t false_suspicions;
@@ -184,6 +209,27 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 void sim_report_header(FILE *f, const char *format, const char *sweep_key);
 void sim_report_row(FILE *f, const char *format, const char *sweep_key, const char *sweep_val,
 		    const struct sim_result *r, bool first, bool last);
+
+/* ---- --plot (plots.c; tools/common/plot.c runs gnuplot) ---- */
+
+/* The number in a knob's value, in the scenario's units ("1ms" is 0.001, "1h" 3600, "4M"
+ * 4194304): a sweep's x axis. 0, or -EINVAL when it is not one ("keel", "8xH100:ib"). */
+int sim_value_number(const char *value, double *out);
+
+struct sim_plot; /* the data of every run so far, in a temporary folder */
+
+/* Start the plot `path` (FILE.svg or FILE.png) of runs in `mode`, swept over `sweep_key`
+ * (NULL: one run). 0, or a negative errno with a message (bad extension, no gnuplot, the
+ * folder); on failure *out is NULL and nothing is left behind. */
+int sim_plot_open(struct sim_plot **out, const char *path, const char *mode, const char *sweep_key,
+		  char *err, size_t err_len);
+/* Add one run's results (its sweep value, NULL for a single run). 0 or -EIO. */
+int sim_plot_add(struct sim_plot *sp, const char *sweep_val, const struct sim_result *r);
+/* Draw what was added into the plot's path and free sp. 0, or a negative errno with a
+ * message (nothing to draw, gnuplot failed); no file is left on failure. */
+int sim_plot_render(struct sim_plot *sp, char *err, size_t err_len);
+/* Free sp and its temporary folder without drawing; NULL is fine. */
+void sim_plot_discard(struct sim_plot *sp);
 
 /* ---- the transport over SimGrid mailboxes (transport_sim.c) ---- */
 

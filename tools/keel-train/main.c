@@ -25,6 +25,7 @@
 #include "keel/boot.h"
 #include "keel/checkpoint.h"
 #include "keel/partition.h"
+#include "plot.h"
 #include "train_model.h"
 
 #define RANKS_MAX  64u /* keel-train's own cap: per-rank flag slots in every vector */
@@ -65,10 +66,17 @@ struct opts {
 	double stall_s;
 	bool reference, quiet;
 	uint64_t bench_mib; /* --bench-state: measure checkpoint and live-recovery paths */
+	const char *plot;   /* --plot FILE.svg|png: the leader draws the curves at the end */
+};
+
+struct epoch_point { /* one epoch's end, as this rank saw it */
+	double loss, accuracy;
+	bool seen;
 };
 
 struct event { /* a failure seen by this rank */
 	uint32_t rank;
+	uint64_t step; /* this rank's step when it suspected the peer */
 	uint64_t suspected_ns, last_heard_ns, view_ns, resumed_ns;
 	uint32_t steps_lost;
 };
@@ -94,9 +102,12 @@ struct trainer {
 	bool job_ended;	     /* training ended while this rank waited to be admitted back */
 	uint64_t epoch_t0_ns, epoch_samples;
 	double epoch_loss;
+	struct epoch_point *curve; /* --plot: [epochs]; an epoch redone is written again */
 	uint64_t rollback_to;
 	struct event ev[EVENTS_MAX];
 	uint32_t ev_count;
+	uint64_t view_step[EVENTS_MAX]; /* --plot: this rank's step at each view it installed */
+	uint32_t view_step_count;
 	bool ev_open;	/* the latest event still waits for its next completed step */
 	bool recording; /* failures are counted while training, not while ranks leave at the end */
 	uint64_t heard_ns[RANKS_MAX]; /* when each peer was last heard, sampled after each poll */
@@ -120,6 +131,7 @@ static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t 
 	struct event *e = &t->ev[t->ev_count++];
 	memset(e, 0, sizeof(*e));
 	e->rank = peer;
+	e->step = t->step;
 	e->suspected_ns = now_ns;
 	e->last_heard_ns = peer < RANKS_MAX ? t->heard_ns[peer] : 0;
 	t->ev_open = true;
@@ -131,6 +143,8 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *m, uin
 	(void)m;
 	if (v->self_joined && t->t_admitted_ns == 0)
 		t->t_admitted_ns = now_ns;
+	if (t->recording && t->view_step_count < EVENTS_MAX)
+		t->view_step[t->view_step_count++] = t->step;
 	for (uint32_t i = 0; i < t->ev_count; i++)
 		if (t->ev[i].view_ns == 0)
 			t->ev[i].view_ns = now_ns;
@@ -294,8 +308,18 @@ static void after_step(struct trainer *t, uint64_t now)
 	}
 	if (t->step % t->spe == 0) {
 		double dt = (double)(now - t->epoch_t0_ns) / 1e9;
-		if (is_leader(t) && !t->o.quiet) {
-			double acc = train_model_accuracy(t->w, t->d, t->d->test, t->d->test_count);
+		bool log = is_leader(t) && !t->o.quiet;
+		/* With --plot every rank keeps the curve: whoever leads at the end draws it. */
+		double acc = log || t->curve != NULL
+				 ? train_model_accuracy(t->w, t->d, t->d->test, t->d->test_count)
+				 : 0;
+		uint64_t epoch = t->step / t->spe;
+		if (t->curve != NULL && epoch >= 1 && epoch <= t->o.epochs)
+			t->curve[epoch - 1] =
+			    (struct epoch_point){.loss = t->epoch_loss / (double)t->epoch_samples,
+						 .accuracy = acc,
+						 .seen = true};
+		if (log) {
 			printf("epoch %3" PRIu64
 			       "/%u  loss %.4f  test acc %5.2f %%  view %u (%u ranks)"
 			       "  %.0f samples/s\n",
@@ -644,6 +668,68 @@ static int dump_weights(const struct trainer *t)
 	return fclose(f) == 0 && n == TRAIN_PARAMS ? 0 : -EIO;
 }
 
+/* --plot: the loss and accuracy of each epoch this rank saw end; a line where it suspected a
+ * failed peer and one where it installed a new view (a death a transport reported, a leave or
+ * a rejoin: no suspicion needed). */
+static int curve_write(const struct trainer *t, struct plot *p)
+{
+	FILE *f = plot_data(p, "curve.dat");
+	if (f == NULL)
+		return -errno;
+	fprintf(f, "# epoch loss test_accuracy_pct\n");
+	for (uint32_t e = 0; e < t->o.epochs; e++)
+		if (t->curve[e].seen)
+			fprintf(f, "%u %.9g %.6g\n", e + 1, t->curve[e].loss,
+				100 * t->curve[e].accuracy);
+	int rc = ferror(f) ? -EIO : 0;
+	return fclose(f) != 0 || rc != 0 ? -EIO : 0;
+}
+
+static int write_plot(const struct trainer *t, char *err, size_t err_len)
+{
+	struct plot p;
+	int rc = plot_open(&p, t->o.plot, err, err_len);
+	if (rc != 0)
+		return rc;
+	FILE *f = (rc = curve_write(t, &p)) == 0 ? plot_script(&p, 900, 480) : NULL;
+	if (f == NULL) {
+		rc = rc != 0 ? rc : -errno;
+		snprintf(err, err_len, "cannot write the plot's data: %s", strerror(-rc));
+		plot_discard(&p);
+		return rc;
+	}
+	fprintf(f,
+		"set title 'keel-train: %u ranks at the start, batch %u, lr %g; rank %u saw %u "
+		"suspicion%s, %u new view%s'\n"
+		"set xlabel 'epoch'\nset ylabel 'training loss (mean per sample)'\n"
+		"set y2label 'test accuracy (%%)'\nset ytics nomirror\nset y2tics\n"
+		"set yrange [0:*]\nset y2range [*:100]\nset xrange [0:%u]\nset grid\n"
+		"set key below horizontal nobox height 1\n",
+		t->world, t->o.batch, (double)t->o.lr, t->rank, t->ev_count,
+		t->ev_count == 1 ? "" : "s", t->view_step_count, t->view_step_count == 1 ? "" : "s",
+		t->o.epochs);
+	for (uint32_t i = 0; i < t->ev_count + t->view_step_count; i++) {
+		bool ev = i < t->ev_count;
+		double at =
+		    (double)(ev ? t->ev[i].step : t->view_step[i - t->ev_count]) / (double)t->spe;
+		fprintf(f,
+			"set arrow from %.6g, graph 0 to %.6g, graph 1 nohead front lw 1.5 %s lc "
+			"rgb '%s'\n",
+			at, at, ev ? "dt 2" : "dt 3", ev ? "#d62728" : "#2ca02c");
+	}
+	fprintf(f, "plot 'curve.dat' using 1:2 axes x1y1 with linespoints lw 2 pt 7 ps 0.6 lc "
+		   "rgb '#1f77b4' title 'training loss', '' using 1:3 axes x1y2 with linespoints "
+		   "lw 2 pt 5 ps 0.6 lc rgb '#2ca02c' title 'test accuracy'");
+	if (t->ev_count > 0)
+		fprintf(f, ", NaN with lines dt 2 lw 1.5 lc rgb '#d62728' title 'failure "
+			   "suspected'");
+	if (t->view_step_count > 0)
+		fprintf(f, ", NaN with lines dt 3 lw 1.5 lc rgb '#2ca02c' title 'new view "
+			   "installed'");
+	fprintf(f, "\n");
+	return plot_render(&p, err, err_len);
+}
+
 /* --bench-state MiB: checkpoint write/restore (page cache, O_DIRECT) on rank 0, then live
  * recovery of the same state from rank 0 to every rank with keel_broadcast. */
 #define BENCH_SCRATCH (8u << 20)
@@ -747,7 +833,9 @@ static void usage(void)
 		"                  [--ckpt-dir DIR] [--ckpt-every STEPS] [--fault-at RANK@STEP]\n"
 		"                  [--crash-at RANK@STEP] [--stall-at RANK@STEP:SECONDS]\n"
 		"                  [--no-reference] [--dump-weights FILE] [--quiet]\n"
-		"                  [--bench-state MIB]\n"
+		"                  [--bench-state MIB] [--plot FILE.svg|FILE.png]\n"
+		"--plot: the leader draws the training loss and test accuracy of each epoch, with\n"
+		"failures marked, with gnuplot (gnuplot-nox).\n"
 		"Run under keel-run (or any launcher keel understands); see README.\n");
 }
 
@@ -763,15 +851,23 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			   .crash_step = UINT64_MAX,
 			   .stall_step = UINT64_MAX,
 			   .reference = true};
-	static const struct option longs[] = {
-	    {"epochs", 1, NULL, 'E'},	    {"batch", 1, NULL, 'B'},
-	    {"lr", 1, NULL, 'l'},	    {"seed", 1, NULL, 's'},
-	    {"data", 1, NULL, 'd'},	    {"ckpt-dir", 1, NULL, 'c'},
-	    {"ckpt-every", 1, NULL, 'k'},   {"fault-at", 1, NULL, 'f'},
-	    {"dump-weights", 1, NULL, 'w'}, {"no-reference", 0, NULL, 'R'},
-	    {"quiet", 0, NULL, 'q'},	    {"bench-state", 1, NULL, 'b'},
-	    {"crash-at", 1, NULL, 'K'},	    {"stall-at", 1, NULL, 'S'},
-	    {"help", 0, NULL, 'h'},	    {NULL, 0, NULL, 0}};
+	static const struct option longs[] = {{"epochs", 1, NULL, 'E'},
+					      {"batch", 1, NULL, 'B'},
+					      {"lr", 1, NULL, 'l'},
+					      {"seed", 1, NULL, 's'},
+					      {"data", 1, NULL, 'd'},
+					      {"ckpt-dir", 1, NULL, 'c'},
+					      {"ckpt-every", 1, NULL, 'k'},
+					      {"fault-at", 1, NULL, 'f'},
+					      {"dump-weights", 1, NULL, 'w'},
+					      {"no-reference", 0, NULL, 'R'},
+					      {"quiet", 0, NULL, 'q'},
+					      {"bench-state", 1, NULL, 'b'},
+					      {"crash-at", 1, NULL, 'K'},
+					      {"stall-at", 1, NULL, 'S'},
+					      {"plot", 1, NULL, 'P'},
+					      {"help", 0, NULL, 'h'},
+					      {NULL, 0, NULL, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		switch (c) {
@@ -808,6 +904,16 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 		case 'b':
 			o->bench_mib = strtoull(optarg, NULL, 10);
 			break;
+		case 'P': {
+			/* Checked now (gnuplot, extension, folder), not after the training. */
+			char err[PLOT_PATH_MAX + 256];
+			if (plot_check(optarg, err, sizeof(err)) != 0) {
+				fprintf(stderr, "keel-train: %s\n", err);
+				return -EINVAL;
+			}
+			o->plot = optarg;
+			break;
+		}
 		case 'f':
 			if (sscanf(optarg, "%u@%" SCNu64, &o->fault_rank, &o->fault_step) != 2)
 				return -EINVAL;
@@ -877,6 +983,10 @@ static int start(struct trainer *t, char *err, size_t err_len)
 	if (t->spe == 0)
 		return -EINVAL;
 	t->total_steps = t->spe * t->o.epochs;
+	if (t->o.plot != NULL && (t->curve = calloc(t->o.epochs, sizeof(*t->curve))) == NULL) {
+		snprintf(err, err_len, "--plot: no memory for %u epochs", t->o.epochs);
+		return -ENOMEM;
+	}
 	struct keel_plan_config pc = {.workers_max = RANKS_MAX, .items_max = SHARDS};
 	rc = keel_plan_init(&t->plan, plan_mem, sizeof(plan_mem), &pc);
 	struct keel_item items[SHARDS];
@@ -964,6 +1074,13 @@ int main(int argc, char **argv)
 		summary(t);
 	if (rc == 0 && t->o.dump != NULL && is_leader(t) && dump_weights(t) != 0)
 		fprintf(stderr, "keel-train: cannot write %s\n", t->o.dump);
+	if (rc == 0 && t->o.plot != NULL && is_leader(t) && !t->job_ended) {
+		rc = write_plot(t, err, sizeof(err));
+		if (rc != 0)
+			fprintf(stderr, "keel-train: %s\n", err);
+		else
+			printf("keel-train: plot written to %s\n", t->o.plot);
+	}
 	fflush(stdout);
 	keel_boot_stop(&t->b, 2000000000ull);
 	if (t->ck != NULL)
