@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "boot_trace.h"
+#include "fmt_int.h"
 #include "keel/boot.h"
 
 #define TRACE_RING_EVENTS 4096u /* ~200 KB */
@@ -77,14 +78,10 @@ static void add(struct line *l, const char *s)
 
 static void add_u64(struct line *l, uint64_t v)
 {
-	char d[20];
-	int i = 0;
-	do {
-		d[i++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v != 0);
-	while (i > 0 && l->p < l->end)
-		*l->p++ = d[--i];
+	char d[FMT_U64_MAX];
+	unsigned n = fmt_u64(d, v);
+	for (unsigned i = 0; i < n && l->p < l->end; i++)
+		*l->p++ = d[i];
 }
 
 /* ns as microseconds with three decimals */

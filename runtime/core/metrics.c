@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "fmt_int.h"
 #include "node_int.h"
 
 const uint64_t keel_hist_bounds_ns[KEEL_HIST_BUCKETS] = {
@@ -138,16 +139,8 @@ static void puts_(struct out *o, const char *s)
 
 static void put_u64(struct out *o, uint64_t v)
 {
-	char d[20];
-	int i = 0;
-	do {
-		d[i++] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v != 0);
-	char r[20];
-	for (int k = 0; k < i; k++)
-		r[k] = d[i - 1 - k];
-	put(o, r, (size_t)i);
+	char d[FMT_U64_MAX];
+	put(o, d, fmt_u64(d, v));
 }
 
 /* num / den as a decimal with up to 9 digits after the point, trailing zeros dropped:
@@ -341,44 +334,71 @@ static void render_drops(struct ctx *c)
 	}
 }
 
+/* keel_counters as Prometheus counters: name, help, field. */
+struct counter_row {
+	const char *name, *help;
+	size_t off;
+};
+
+static const struct counter_row traffic_rows[] = {
+    {"keel_datagrams_received_total", "Datagrams received and accepted.",
+     offsetof(struct keel_counters, rx_datagrams)},
+    {"keel_datagrams_sent_total", "Datagrams handed to the transport.",
+     offsetof(struct keel_counters, tx_datagrams)},
+    {"keel_received_bytes_total", "Bytes of accepted datagrams, headers included.",
+     offsetof(struct keel_counters, rx_bytes)},
+    {"keel_sent_bytes_total", "Bytes of datagrams sent, headers included.",
+     offsetof(struct keel_counters, tx_bytes)},
+};
+
+static const struct counter_row event_rows[] = {
+    {"keel_retransmits_total", "Reliable datagrams sent again.",
+     offsetof(struct keel_counters, retransmits)},
+    {"keel_fast_retransmits_total", "Retransmissions on a selective ack's hole.",
+     offsetof(struct keel_counters, fast_retransmits)},
+    {"keel_transmit_blocked_total", "Datagrams the transport refused for now.",
+     offsetof(struct keel_counters, tx_blocked)},
+    {"keel_heartbeats_sent_total", "Heartbeats sent.",
+     offsetof(struct keel_counters, heartbeats_sent)},
+    {"keel_heartbeats_received_total", "Heartbeats received.",
+     offsetof(struct keel_counters, heartbeats_received)},
+    {"keel_probes_sent_total", "Direct probes of silent peers.",
+     offsetof(struct keel_counters, probes_sent)},
+    {"keel_suspicions_total", "Peers this node suspected.",
+     offsetof(struct keel_counters, suspicions)},
+    {"keel_false_suspicions_total", "Suspected peers heard from again before they were removed.",
+     offsetof(struct keel_counters, false_suspicions)},
+    {"keel_local_pauses_total",
+     "Polls that came two or more heartbeat intervals after the previous one.",
+     offsetof(struct keel_counters, local_pauses)},
+    {"keel_view_changes_total", "Views installed after the first.",
+     offsetof(struct keel_counters, view_changes)},
+    {"keel_view_rounds_total", "View-change rounds this node started as coordinator.",
+     offsetof(struct keel_counters, view_proposals)},
+    {"keel_self_exclusions_total", "Views that left this node out after it was a member.",
+     offsetof(struct keel_counters, self_exclusions)},
+    {"keel_collectives_completed_total", "Collectives that ended with a result.",
+     offsetof(struct keel_counters, ops_completed)},
+    {"keel_collectives_failed_total", "Collectives that ended with an error.",
+     offsetof(struct keel_counters, ops_failed)},
+    {"keel_collectives_restarted_total", "Collective restarts on a new view.",
+     offsetof(struct keel_counters, ops_restarted)},
+};
+
+static void counter_rows(struct ctx *c, const struct counter_row *rows, size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		uint64_t v;
+		memcpy(&v, (const uint8_t *)&c->n->ctr + rows[i].off, sizeof(v));
+		counter(c, rows[i].name, rows[i].help, v);
+	}
+}
+
 static void render_counters(struct ctx *c)
 {
-	const struct keel_counters *k = &c->n->ctr;
-	counter(c, "keel_datagrams_received_total", "Datagrams received and accepted.",
-		k->rx_datagrams);
-	counter(c, "keel_datagrams_sent_total", "Datagrams handed to the transport.",
-		k->tx_datagrams);
-	counter(c, "keel_received_bytes_total", "Bytes of accepted datagrams, headers included.",
-		k->rx_bytes);
-	counter(c, "keel_sent_bytes_total", "Bytes of datagrams sent, headers included.",
-		k->tx_bytes);
+	counter_rows(c, traffic_rows, sizeof(traffic_rows) / sizeof(traffic_rows[0]));
 	render_drops(c);
-	counter(c, "keel_retransmits_total", "Reliable datagrams sent again.", k->retransmits);
-	counter(c, "keel_fast_retransmits_total", "Retransmissions on a selective ack's hole.",
-		k->fast_retransmits);
-	counter(c, "keel_transmit_blocked_total", "Datagrams the transport refused for now.",
-		k->tx_blocked);
-	counter(c, "keel_heartbeats_sent_total", "Heartbeats sent.", k->heartbeats_sent);
-	counter(c, "keel_heartbeats_received_total", "Heartbeats received.",
-		k->heartbeats_received);
-	counter(c, "keel_probes_sent_total", "Direct probes of silent peers.", k->probes_sent);
-	counter(c, "keel_suspicions_total", "Peers this node suspected.", k->suspicions);
-	counter(c, "keel_false_suspicions_total",
-		"Suspected peers heard from again before they were removed.", k->false_suspicions);
-	counter(c, "keel_local_pauses_total",
-		"Polls that came two or more heartbeat intervals after the previous one.",
-		k->local_pauses);
-	counter(c, "keel_view_changes_total", "Views installed after the first.", k->view_changes);
-	counter(c, "keel_view_rounds_total", "View-change rounds this node started as coordinator.",
-		k->view_proposals);
-	counter(c, "keel_self_exclusions_total",
-		"Views that left this node out after it was a member.", k->self_exclusions);
-	counter(c, "keel_collectives_completed_total", "Collectives that ended with a result.",
-		k->ops_completed);
-	counter(c, "keel_collectives_failed_total", "Collectives that ended with an error.",
-		k->ops_failed);
-	counter(c, "keel_collectives_restarted_total", "Collective restarts on a new view.",
-		k->ops_restarted);
+	counter_rows(c, event_rows, sizeof(event_rows) / sizeof(event_rows[0]));
 }
 
 static void render_gauges(struct ctx *c)
