@@ -50,6 +50,8 @@ struct keel_boot {
 	uint16_t offers;	  /* what this rank set up for its host's ranks (rendezvous.h) */
 	uint16_t *peer_offers;	  /* each rank's, from the rendezvous (world_size entries) */
 	struct boot_trace *trace; /* KEEL_TRACE file and NVTX ranges; NULL when neither */
+	/* KEEL_METRICS_ADDR: this rank's /metrics server, served from its waits (NULL when off) */
+	struct keel_boot_metrics *metrics;
 };
 
 /* Knobs read from the environment (each optional), applied before the tool's own settings:
@@ -67,7 +69,13 @@ struct keel_boot {
  *   keel/transport_shm.h),
  *   KEEL_TRACE (a file for this rank's trace events, Chrome trace-event JSON for Perfetto:
  *   "%r" in it becomes the rank, else ".RANK" is appended when there are several ranks; set
- *   only when the program left cfg.on_event NULL).
+ *   only when the program left cfg.on_event NULL),
+ *   KEEL_METRICS_ADDR (HOST:PORT, e.g. 127.0.0.1:9400: each rank serves GET /metrics over HTTP
+ *   on PORT + its local rank, from the same waits as its transport, without a thread; the
+ *   node's metrics (keel/metrics.h) plus the router's, the waiter's, the server's own and,
+ *   where NVIDIA's driver is installed, each GPU's utilisation and memory; a bad address or a
+ *   port in use fails the start; keel/metrics_http.h), KEEL_METRICS_JOB (the job label of
+ *   those series, at most 63 bytes; default: the job id in decimal).
  * With a job key (KEEL_JOB_KEY_FILE or KEEL_JOB_KEY: keel/launch.h) the rendezvous proves it
  * and cfg.auth is set with it, so every datagram is authenticated (docs/SECURITY.md); without
  * one, a job of more than one rank prints one line on stderr (once per process) saying so.

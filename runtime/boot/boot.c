@@ -12,6 +12,7 @@
 #include "assert_int.h"
 #include "boot_dpdk.h"
 #include "boot_int.h"
+#include "boot_metrics.h"
 #include "boot_trace.h"
 #include "boot_verbs.h"
 #include "keel/boot.h"
@@ -573,6 +574,7 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 	keel_posix_timer_slack_min();
 	b->cfg.transport = b->tp;
 	b->cfg.waiter = keel_posix_waiter_get(&b->waiter);
+	keel_boot_metrics_wrap(b);	  /* KEEL_METRICS_ADDR: every wait serves /metrics too */
 	b->cfg.job_id = b->launch.job_id; /* settled now: the rendezvous may have picked it */
 	b->cfg.host_of = b->host_of;	  /* hierarchical AllReduce by host; NULL with dpdk/verbs */
 	b->mem_node_len = keel_storage_size(&b->cfg);
@@ -651,6 +653,8 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 		rc = auth_config(b, err, err_len);
 	if (rc == 0 && tweak != NULL)
 		tweak(&b->cfg, ctx);
+	if (rc == 0) /* KEEL_METRICS_ADDR: a bad address fails here, before the rendezvous */
+		rc = keel_boot_metrics_open(b, err, err_len);
 	enum tp_choice tp = TP_AUTO;
 	if (rc == 0)
 		rc = transport_choice(&tp, err, err_len);
@@ -674,6 +678,8 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 		rc = start_trace(b, err, err_len);
 	if (rc == 0)
 		rc = start_node(b, err, err_len);
+	if (rc == 0)
+		rc = keel_boot_metrics_start(b, err, err_len);
 	if (rc != 0)
 		keel_boot_stop(b, 0);
 	return rc;
@@ -762,6 +768,7 @@ int keel_boot_wait_member(struct keel_boot *b, uint64_t timeout_ns)
 int keel_boot_poll(struct keel_boot *b)
 {
 	uint64_t next;
+	keel_boot_metrics_poll(b);
 	return keel_poll(b->node, keel_posix_now_ns(), &next);
 }
 
@@ -785,6 +792,7 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 	boot_trace_stop(b->trace); /* after the node's last events */
 	b->trace = NULL;
 	b->cfg.on_event = NULL;
+	keel_boot_metrics_stop(b); /* after the linger above, which still serves /metrics */
 	if (b->chaos != NULL && b->chaos->ops->fini != NULL)
 		b->chaos->ops->fini(b->chaos);
 	if (b->router != NULL)

@@ -1,0 +1,45 @@
+/* /metrics over HTTP in the start-up library (boot_metrics.c): what boot.c calls, and the GPU
+ * readings (gpu_nvml.c) the metrics text includes. Private to runtime/boot/. */
+#ifndef KEEL_BOOT_METRICS_H
+#define KEEL_BOOT_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct keel_boot;
+
+/* KEEL_METRICS_ADDR set: listen on its PORT + the local rank (before the rendezvous, so a bad
+ * address or a port in use stops the start at once). 0 when unset; else -errno with a message
+ * naming the variable. */
+int keel_boot_metrics_open(struct keel_boot *b, char *err, size_t err_len);
+/* Once the POSIX waiter is set in b->cfg (before keel_init copies it): wrap it so that every
+ * wait also serves HTTP. No-op without KEEL_METRICS_ADDR. */
+void keel_boot_metrics_wrap(struct keel_boot *b);
+/* Once the node runs: size and allocate the response buffer, start serving. */
+int keel_boot_metrics_start(struct keel_boot *b, char *err, size_t err_len);
+/* Serve what is ready, if it is time to look (keel_boot_poll). */
+void keel_boot_metrics_poll(struct keel_boot *b);
+/* Close the server and free its memory; b->cfg.waiter is the POSIX waiter again. */
+void keel_boot_metrics_stop(struct keel_boot *b);
+
+/* GPUs seen through NVML (libnvidia-ml.so.1, loaded with dlopen when metrics are on). */
+#define KEEL_NVML_GPUS_MAX 64u
+struct keel_nvml {
+	void *lib;
+	uint32_t count;
+	void *dev[KEEL_NVML_GPUS_MAX];
+	void *utilization, *memory, *shutdown; /* NVML functions (dlsym), typed in gpu_nvml.c */
+};
+struct keel_nvml_reading {
+	uint32_t utilization_pct; /* 0..100, over the driver's last sample period */
+	uint64_t memory_used_bytes, memory_total_bytes;
+};
+/* Load NVML and find the GPUs. 0, or -ENOENT (no library: no driver), -EIO (NVML failed or
+ * sees no GPU) with the reason in why. g is zeroed first; keel_nvml_close is safe after either. */
+int keel_nvml_open(struct keel_nvml *g, char *why, size_t why_len);
+/* GPU i now; false when NVML cannot say (the GPU fell off the bus, a driver reload). */
+bool keel_nvml_read(const struct keel_nvml *g, uint32_t i, struct keel_nvml_reading *out);
+void keel_nvml_close(struct keel_nvml *g);
+
+#endif
