@@ -40,6 +40,10 @@ struct keel_posix_waiter {
 	 * instead delayed failover views by ~0.9 ms at the median; docs/PERF.md). */
 	int more_fds[KEEL_POSIX_WAIT_FDS_MAX - 1];
 	uint32_t more_count;
+	/* Waited for only while blocking (keel_posix_waiter_set_wake_fd), never checked by the
+	 * spin: a descriptor its owner services after each wait, such as the /metrics endpoint
+	 * (keel/metrics_http.h), costs a spinning wait nothing. -1: none. */
+	int wake_fd;
 	enum keel_wait_mode mode;
 	uint64_t spin_ns;	   /* adaptive mode: how long to spin before blocking */
 	int fd_is_socket;	   /* readability is checked with recv(MSG_PEEK) when set */
@@ -50,6 +54,7 @@ struct keel_posix_waiter {
 	uint64_t wakeups_early;	   /* ppoll returned with no input before the deadline (signal,
 				    * timer rounding); the waiter returns early, as allowed */
 	uint64_t wakeups_late;	   /* blocking waits that returned after the deadline */
+	uint64_t wakeups_wake_fd;  /* blocking waits that found wake_fd readable */
 	uint64_t oversleep_ns_max; /* worst lateness of a blocking wait past its deadline */
 	uint64_t oversleep_ns_sum; /* total lateness, for an average over wakeups_late */
 };
@@ -63,6 +68,12 @@ void keel_posix_waiter_init(struct keel_posix_waiter *w, int fd, enum keel_wait_
  * KEEL_POSIX_WAIT_FDS_MAX descriptors in all, -EINVAL for a negative fd or a waiter without
  * one. */
 KEEL_MUST_USE int keel_posix_waiter_add_fd(struct keel_posix_waiter *w, int fd);
+
+/* End blocking waits when `fd` is readable too (-1: none; not owned). Spins do not check it:
+ * a caller that looks at it after every wait sees it by the end of the spin (KEEL_WAIT_ADAPTIVE)
+ * or by the wait's deadline (KEEL_WAIT_BUSY, which never blocks). Measured here: one more
+ * descriptor in the spin's ppoll costs ~170 ns a check (docs/PERF.md). */
+void keel_posix_waiter_set_wake_fd(struct keel_posix_waiter *w, int fd);
 
 /* The keel_waiter view of `w`, for keel_config.waiter. `w` must outlive its use.
  * wait(ctx, deadline_ns) returns when deadline_ns (keel_posix_now_ns time) has passed or the fd

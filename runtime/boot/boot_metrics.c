@@ -16,12 +16,18 @@
 #include "keel/metrics_http.h"
 #include "keel/transport_router.h"
 
-/* Look at the HTTP server at most this often: one epoll_wait (~0.2 us here) per look, so a
- * loop woken every few microseconds by the transport pays for at most one in 250 wake-ups. A
- * scrape waits this much longer at worst. */
-#define LOOK_NS 50000ull
-/* Without room for the server's descriptor in the waiter (KEEL_POSIX_WAIT_FDS_MAX) or with a
- * transport that has none, waits are cut to this so a scrape is still answered soon. */
+/* How often the server is looked at (one epoll_wait, ~0.2 us here) from the waits:
+ * - a blocking wait ended by its descriptor (the POSIX waiter's wake_fd): at once;
+ * - with connections open (their deadlines, a request waiting for the buffer) or a rank that
+ *   never blocks (KEEL_WAIT=busy): after every wait, at most every LOOK_NS, reading the clock;
+ * - otherwise every LOOK_WAITS waits: a rank kept busy by its transport returns from its spin
+ *   without blocking, so it is never woken by the descriptor, and must look now and then.
+ * The common wait (no connection open, no scrape) then costs a counter: reading the clock after
+ * every wait cost ~0.5 us per 8 B AllReduce of 2 ranks (docs/PERF.md). */
+#define LOOK_NS	   50000ull
+#define LOOK_WAITS 64u
+/* A busy-waiting rank never blocks, so the server's descriptor never ends its spin: its waits
+ * are cut to this, so that an idle rank still answers a scrape soon. */
 #define POLL_NS 10000000ull
 /* Room for numbers to grow after the size was measured at start: any value is at most 27
  * characters (a u64, or seconds with 9 decimals, or a ratio with 6) and was at least 1. */
@@ -35,8 +41,8 @@ struct keel_boot_metrics {
 	struct keel_metrics_http *srv;
 	void *mem;
 	struct keel_waiter inner;    /* the POSIX waiter */
-	bool fd_waited;		     /* the server's descriptor is in the POSIX waiter */
 	uint64_t look_ns;	     /* no look before this */
+	uint32_t waits;		     /* since the last look */
 	char addr[96];		     /* KEEL_METRICS_ADDR, for messages */
 	char job_raw[JOB_LABEL_MAX]; /* the job label, for keel_metrics_render (it escapes) */
 	char job[JOB_LABEL_MAX];     /* escaped, for the series added here */
@@ -329,28 +335,43 @@ static uint64_t wrapped_now_ns(void *ctx)
 
 static void look(struct keel_boot_metrics *m, uint64_t now_ns)
 {
+	m->waits = 0;
 	if (m->srv == NULL || now_ns < m->look_ns)
 		return;
 	m->look_ns = now_ns + LOOK_NS;
 	(void)keel_metrics_http_service(m->srv, now_ns);
 }
 
-/* The POSIX waiter, woken by the server's descriptor too; then a look at the server. Its
- * deadlines (a connection to cut, a request waiting for the buffer) shorten the wait. */
+/* The wait's deadline, cut by the server's (a connection to cut, a request waiting for the
+ * buffer) and, for a rank that never blocks, by POLL_NS. */
+static uint64_t deadline_with_server(struct keel_boot_metrics *m, uint64_t deadline_ns)
+{
+	uint64_t next = keel_metrics_http_next_ns(m->srv);
+	if (m->b->waiter.mode == KEEL_WAIT_BUSY) {
+		uint64_t cap = m->inner.now_ns(m->inner.ctx) + POLL_NS;
+		next = next < cap ? next : cap;
+	}
+	next = next > m->look_ns ? next : m->look_ns;
+	return next < deadline_ns ? next : deadline_ns;
+}
+
+/* The POSIX waiter (its blocking also ended by the server's descriptor), then a look at the
+ * server when one is due (LOOK_NS above). */
 static void wait_and_serve(void *ctx, uint64_t deadline_ns)
 {
 	struct keel_boot_metrics *m = ctx;
-	if (m->srv != NULL) {
-		uint64_t next = keel_metrics_http_next_ns(m->srv);
-		if (!m->fd_waited) {
-			uint64_t cap = m->inner.now_ns(m->inner.ctx) + POLL_NS;
-			next = next < cap ? next : cap;
-		}
-		next = next > m->look_ns ? next : m->look_ns;
-		deadline_ns = next < deadline_ns ? next : deadline_ns;
+	const struct keel_posix_waiter *w = &m->b->waiter;
+	if (m->srv == NULL) {
+		m->inner.wait(m->inner.ctx, deadline_ns);
+		return;
 	}
+	bool timed = w->mode == KEEL_WAIT_BUSY || keel_metrics_http_next_ns(m->srv) != UINT64_MAX;
+	if (timed)
+		deadline_ns = deadline_with_server(m, deadline_ns);
+	uint64_t woken = w->wakeups_wake_fd;
 	m->inner.wait(m->inner.ctx, deadline_ns);
-	look(m, m->inner.now_ns(m->inner.ctx));
+	if (timed || w->wakeups_wake_fd != woken || ++m->waits >= LOOK_WAITS)
+		look(m, m->inner.now_ns(m->inner.ctx));
 }
 
 void keel_boot_metrics_wrap(struct keel_boot *b)
@@ -422,9 +443,8 @@ int keel_boot_metrics_start(struct keel_boot *b, char *err, size_t err_len)
 		return keel_fail(err, err_len, rc, "KEEL_METRICS_ADDR=%.64s: %s", m->addr,
 				 keel_strerror(rc));
 	m->listen_fd = -1; /* the server's now */
-	/* Woken by a scrape even while blocked; when the waiter has no room for it (or waits on
-	 * no descriptor at all), waits are cut to POLL_NS instead. */
-	m->fd_waited = keel_posix_waiter_add_fd(&b->waiter, keel_metrics_http_fd(m->srv)) == 0;
+	/* A blocked rank wakes for a scrape; a spinning one looks when its spin ends. */
+	keel_posix_waiter_set_wake_fd(&b->waiter, keel_metrics_http_fd(m->srv));
 	return 0;
 }
 
@@ -442,10 +462,8 @@ void keel_boot_metrics_stop(struct keel_boot *b)
 	keel_metrics_http_fini(m->srv); /* closes the listening socket too */
 	if (m->srv == NULL && m->listen_fd >= 0)
 		close(m->listen_fd);
-	/* the waiter keeps no closed descriptor (a later wait would poll a reused number): ours
-	 * was the last one added */
-	if (m->fd_waited && b->waiter.more_count > 0)
-		b->waiter.more_count--;
+	/* the waiter keeps no closed descriptor: a later wait would poll a reused number */
+	keel_posix_waiter_set_wake_fd(&b->waiter, -1);
 	if (b->cfg.waiter.ctx == m)
 		b->cfg.waiter = m->inner;
 	if (m->gpu_on)

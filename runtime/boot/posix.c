@@ -35,6 +35,7 @@ void keel_posix_waiter_init(struct keel_posix_waiter *w, int fd, enum keel_wait_
 		    mode == KEEL_WAIT_BLOCK);
 	memset(w, 0, sizeof(*w));
 	w->fd = fd;
+	w->wake_fd = -1;
 	w->mode = mode;
 	w->spin_ns = spin_ns;
 	/* recv(MSG_PEEK) works on sockets only; pipes and eventfds fall back to ppoll. */
@@ -70,6 +71,12 @@ static int fd_readable_now(const struct keel_posix_waiter *w)
 	struct timespec zero = {0, 0};
 
 	return ppoll(p, pollfds(w, p), &zero, NULL) > 0;
+}
+
+void keel_posix_waiter_set_wake_fd(struct keel_posix_waiter *w, int fd)
+{
+	KEEL_ASSERT(w != NULL && fd >= -1);
+	w->wake_fd = fd;
 }
 
 int keel_posix_waiter_add_fd(struct keel_posix_waiter *w, int fd)
@@ -109,13 +116,15 @@ static void block_until(struct keel_posix_waiter *w, uint64_t deadline_ns)
 {
 	uint64_t now_ns = keel_posix_now_ns();
 	uint64_t left_ns;
-	struct pollfd p[KEEL_POSIX_WAIT_FDS_MAX];
+	struct pollfd p[KEEL_POSIX_WAIT_FDS_MAX + 1];
 	nfds_t n = pollfds(w, p);
 	struct timespec ts;
 	int rc;
 
 	if (now_ns >= deadline_ns)
 		return;
+	if (w->wake_fd >= 0) /* blocking only: the spin never checks it */
+		p[n++] = (struct pollfd){.fd = w->wake_fd, .events = POLLIN};
 	left_ns = deadline_ns - now_ns;
 	if (left_ns > KEEL_POSIX_BLOCK_NS_MAX)
 		left_ns = KEEL_POSIX_BLOCK_NS_MAX;
@@ -127,6 +136,8 @@ static void block_until(struct keel_posix_waiter *w, uint64_t deadline_ns)
 	now_ns = keel_posix_now_ns();
 	if (rc > 0) {
 		w->wakeups_input++;
+		if (w->wake_fd >= 0 && p[n - 1].revents != 0)
+			w->wakeups_wake_fd++;
 		return;
 	}
 	if (now_ns < deadline_ns) {

@@ -1883,6 +1883,55 @@ static void test_launch_waiter_more_fds(void **state)
 	}
 }
 
+/* wake_fd (the /metrics endpoint's): it ends a blocking wait, never a spin. */
+static void test_launch_waiter_wake_fd(void **state)
+{
+	struct keel_posix_waiter w;
+	struct keel_waiter kw;
+	int b[2], e[2];
+	uint64_t t0, dt;
+
+	(void)state;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM, 0, b), 0);
+	assert_int_equal(pipe(e), 0);
+	assert_int_equal(write(e[1], "x", 1), 1); /* readable throughout */
+	/* blocking: at once */
+	keel_posix_waiter_init(&w, b[0], KEEL_WAIT_BLOCK, 0);
+	assert_int_equal(w.wake_fd, -1);
+	keel_posix_waiter_set_wake_fd(&w, e[0]);
+	kw = keel_posix_waiter_get(&w);
+	t0 = keel_posix_now_ns();
+	kw.wait(kw.ctx, t0 + 1000 * MS);
+	assert_true(keel_posix_now_ns() - t0 < 500 * MS);
+	assert_int_equal(w.wakeups_wake_fd, 1);
+	/* busy: the spin does not look at it, the deadline ends the wait */
+	keel_posix_waiter_init(&w, b[0], KEEL_WAIT_BUSY, 0);
+	keel_posix_waiter_set_wake_fd(&w, e[0]);
+	kw = keel_posix_waiter_get(&w);
+	t0 = keel_posix_now_ns();
+	kw.wait(kw.ctx, t0 + 20 * MS);
+	assert_true(keel_posix_now_ns() - t0 >= 20 * MS);
+	assert_int_equal(w.wakeups_wake_fd, 0);
+	/* adaptive: the spin runs its course, then the block ends at once */
+	keel_posix_waiter_init(&w, b[0], KEEL_WAIT_ADAPTIVE, 10 * MS);
+	keel_posix_waiter_set_wake_fd(&w, e[0]);
+	kw = keel_posix_waiter_get(&w);
+	t0 = keel_posix_now_ns();
+	kw.wait(kw.ctx, t0 + 1000 * MS);
+	dt = keel_posix_now_ns() - t0;
+	assert_true(dt >= 10 * MS && dt < 500 * MS);
+	assert_int_equal(w.wakeups_wake_fd, 1);
+	/* none again */
+	keel_posix_waiter_set_wake_fd(&w, -1);
+	t0 = keel_posix_now_ns();
+	kw.wait(kw.ctx, t0 + 20 * MS);
+	assert_true(keel_posix_now_ns() - t0 >= 20 * MS);
+	for (int i = 0; i < 2; i++) {
+		close(b[i]);
+		close(e[i]);
+	}
+}
+
 static void test_launch_waiter_busy(void **state)
 {
 	struct keel_posix_waiter w;
@@ -2022,6 +2071,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_waiter_block_pipe_and_no_fd, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_busy, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_more_fds, env_clear),
+	    cmocka_unit_test_setup(test_launch_waiter_wake_fd, env_clear),
 	    cmocka_unit_test_setup(test_launch_host, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_adaptive, env_clear),
 	    cmocka_unit_test_setup(test_launch_wait_mode_from_env, env_clear),
