@@ -12,6 +12,7 @@
 #include "keel/node.h"
 #include "keel/partition.h"
 #include "keel/sched.h"
+#include "keel/straggler.h"
 #include "keel/trace.h"
 #include "keel/transport.h"
 #include "keel/types.h"
