@@ -31,6 +31,11 @@ struct keel_straggler_config {
 	uint32_t hold_steps;	/* steps after a repair before the next may come (default 20) */
 	double smoothing;	/* weight of the newest step in the averages, (0, 1] (0.5) */
 	double rate_step_max;	/* a repair changes a member's rate by at most this factor (4) */
+	/* While the fastest member's smoothed step time is below this, no step counts as over
+	 * (0: all count): compute that short is lost in the step's communication and in
+	 * scheduling noise (one descheduled member looks 100x slower), and not worth moving
+	 * work for. */
+	double time_floor_s;
 };
 
 void keel_straggler_config_default(struct keel_straggler_config *cfg);
@@ -57,7 +62,8 @@ KEEL_MUST_USE int keel_straggler_init(struct keel_straggler *s, double *mem, siz
 				      uint32_t workers_max,
 				      const struct keel_straggler_config *cfg);
 
-/* Forget what was measured: after a view change (the plan's workers changed). */
+/* Forget what was measured, and the repairs: after a view change (the plan's workers
+ * changed). */
 void keel_straggler_reset(struct keel_straggler *s);
 
 struct keel_straggler_decision {

@@ -29,7 +29,8 @@ static bool config_ok(const struct keel_straggler_config *c)
 {
 	return c->skew_max > 1 && isfinite(c->skew_max) && c->load_max > 0 && c->load_max <= 1 &&
 	       c->smoothing > 0 && c->smoothing <= 1 && c->rate_step_max >= 1 &&
-	       isfinite(c->rate_step_max) && c->persist_steps > 0;
+	       isfinite(c->rate_step_max) && c->persist_steps > 0 && c->time_floor_s >= 0 &&
+	       isfinite(c->time_floor_s);
 }
 
 int keel_straggler_init(struct keel_straggler *s, double *mem, size_t mem_doubles,
@@ -56,6 +57,9 @@ void keel_straggler_reset(struct keel_straggler *s)
 	memset(s->load, 0, s->cap * sizeof(double));
 	s->above = 0;
 	s->workers = 0;
+	s->steps = s->last_repair = 0;
+	s->repaired = false;
+	s->promised_s = 0;
 }
 
 static double smooth(double old, double x, double a)
@@ -104,17 +108,41 @@ static double predicted(const struct keel_straggler *s, const struct keel_plan *
 	return step;
 }
 
-/* Rates from the smoothed times, each within rate_step_max of the plan's current one, and
- * the task times that give them to keel_plan_repair; the old plan's predicted step time. */
+/* The fastest member's smoothed step time: a scheduling spike on one member moves only its
+ * own, so this says whether the compute is long enough to be worth balancing. */
+static double fastest(const struct keel_straggler *s, const struct keel_plan *p)
+{
+	double step = INFINITY;
+	for (uint32_t w = 0; w < s->workers; w++) {
+		struct keel_plan_load pl;
+		int rc = keel_plan_worker_load(p, w, &pl);
+		KEEL_ASSERT(rc == 0);
+		if (pl.work > 0 && s->spu[w] > 0)
+			step = fmin(step, pl.work * s->spu[w]);
+	}
+	return step < INFINITY ? step : 0;
+}
+
+/* Rates from the smoothed times, and the task times that give them to keel_plan_repair;
+ * returns the old plan's predicted step time. The plan's rates and the measured ones may be
+ * in different units (a nominal 1.0 against shards per second): each member's share of the
+ * total rate changes by at most rate_step_max per repair. A member not measured keeps its
+ * share. */
 static double set_rates(struct keel_straggler *s, struct keel_plan *p)
 {
-	double before = predicted(s, p);
+	double before = predicted(s, p), old_sum = 0, new_sum = 0;
+	for (uint32_t w = 0; w < s->workers; w++)
+		if (s->spu[w] > 0) {
+			old_sum += keel_worker_rate(keel_plan_worker(p, w));
+			new_sum += 1.0 / s->spu[w];
+		}
+	double scale = old_sum > 0 ? new_sum / old_sum : 1.0; /* plan units to measured ones */
 	for (uint32_t w = 0; w < s->workers; w++) {
 		struct keel_plan_load pl;
 		int rc = keel_plan_worker_load(p, w, &pl);
 		KEEL_ASSERT(rc == 0);
 		const struct keel_worker *wk = keel_plan_worker(p, w);
-		double old = keel_worker_rate(wk), rate = old;
+		double old = keel_worker_rate(wk) * scale, rate = old;
 		if (s->spu[w] > 0) {
 			rate = 1.0 / s->spu[w];
 			rate = fmin(fmax(rate, old / s->cfg.rate_step_max),
@@ -144,7 +172,7 @@ int keel_straggler_step(struct keel_straggler *s, struct keel_plan *p, const dou
 	}
 	bool overloaded;
 	d->skew = observe(s, p, time_s, load, &overloaded);
-	d->over = d->skew > s->cfg.skew_max || overloaded;
+	d->over = (d->skew > s->cfg.skew_max && fastest(s, p) >= s->cfg.time_floor_s) || overloaded;
 	s->above = d->over ? s->above + 1 : 0;
 	uint64_t step = s->steps++;
 	bool held = s->repaired && step - s->last_repair < s->cfg.hold_steps;

@@ -315,7 +315,11 @@ static uint64_t node_hash(uint32_t i)
 	for (uint32_t r = 0; r < w; r++) {
 		struct fd_peer *p = &n->fd_peers[r];
 		p->suspicions = p->rtt_samples = p->rtt_ns_last = p->hb_srtt_ns = 0;
+		n->rel_peers[r].data_sent = 0;
 	}
+	/* metrics: histograms and the time of the first suspicion they measure from */
+	memset(n->hist, 0, sizeof(n->hist));
+	n->first_suspect_ns = 0;
 	/* the MAC counter only grows: left out, like the replay windows (not hashed) */
 	struct auth_ctx keys = n->auth_ctx;
 	memset(&n->auth_ctx, 0, sizeof(n->auth_ctx));

@@ -25,6 +25,7 @@
 #include "keel/boot.h"
 #include "keel/checkpoint.h"
 #include "keel/partition.h"
+#include "keel/straggler.h"
 #include "plot.h"
 #include "train_model.h"
 
@@ -45,7 +46,8 @@ enum {
 	S_SYNCED,	       /* synced members */
 	S_NEED,		       /* + rank: this rank needs the state (just restarted) */
 	S_VOTED = S_NEED + RANKS_MAX, /* + rank: this rank voted (VOTE) */
-	VEC_LEN = S_VOTED + RANKS_MAX,
+	S_TIME = S_VOTED + RANKS_MAX, /* + rank: GRAD: its compute time for the step, seconds */
+	VEC_LEN = S_TIME + RANKS_MAX,
 };
 _Static_assert(RANKS_MAX *KEEP <= TRAIN_PARAMS, "a rollback vote fits the payload");
 
@@ -67,6 +69,14 @@ struct opts {
 	bool reference, quiet;
 	uint64_t bench_mib; /* --bench-state: measure checkpoint and live-recovery paths */
 	const char *plot;   /* --plot FILE.svg|png: the leader draws the curves at the end */
+	/* --slow RANK:FACTOR[@STEP]: that rank computes FACTOR times slower from STEP on;
+	 * --compute-us N: each sample's gradient costs N us more (a model heavier than this one,
+	 * so that compute, not the network, sets the step time) */
+	uint32_t slow_rank; /* UINT32_MAX: none */
+	double slow_factor;
+	uint64_t slow_step;
+	double compute_us;
+	bool no_repair; /* --no-repair: measure, never re-partition (the static split) */
 };
 
 struct epoch_point { /* one epoch's end, as this rank saw it */
@@ -114,6 +124,12 @@ struct trainer {
 	/* rejoins seen by the members: who, when their flag was first seen, when the state went */
 	uint32_t rejoin_rank, rejoin_count;
 	uint64_t rejoin_seen_ns, rejoin_done_ns, rejoin_step, synced_step;
+	/* stragglers: every member feeds the same measured times to the same controller */
+	struct keel_straggler strag;
+	double strag_mem[3 * RANKS_MAX];
+	uint32_t repairs;
+	uint64_t after_repair_steps; /* steps since the last repair (or the start) ... */
+	double after_repair_max_s;   /* ... and the slowest rank's compute over them */
 };
 
 static struct train_data g_data;
@@ -169,7 +185,11 @@ static uint64_t config_hash(const struct opts *o)
 	return h;
 }
 
-/* Shards to the members of the view: weighted rendezvous, equal rates (minimal movement). */
+/* Shards to the members of the view, equal rates: LPT, balanced by count (64 shards hashed
+ * over 4 ranks by rendezvous came out 21/13/16/14). Made afresh at each view, from the view
+ * alone, so a restarted rank gets the plan the others have (every rank holds all the data:
+ * nothing needs to stay put). Straggler repairs then re-weigh it by measured speed, at the
+ * same step on every member. */
 static int replan(struct trainer *t, const uint32_t *members, uint32_t count)
 {
 	struct keel_worker wk[RANKS_MAX];
@@ -183,7 +203,10 @@ static int replan(struct trainer *t, const uint32_t *members, uint32_t count)
 	struct keel_plan_result res;
 	int rc = keel_plan_set_workers(t->plan, wk, count);
 	if (rc == 0)
-		rc = keel_plan_items_rendezvous(t->plan, &res);
+		rc = keel_plan_items_lpt(t->plan, &res);
+	keel_straggler_reset(&t->strag); /* new members: measure afresh */
+	t->after_repair_steps = 0;
+	t->after_repair_max_s = 0;
 	return rc;
 }
 
@@ -203,9 +226,17 @@ static const uint32_t *batch_of(struct trainer *t, uint64_t step)
 	return t->order + (step % t->spe) * t->o.batch;
 }
 
-/* This rank's part of the gradient of `step`: the batch samples whose shard it holds. */
+static void spin_until(uint64_t end_ns)
+{
+	while (keel_posix_now_ns() < end_ns)
+		;
+}
+
+/* This rank's part of the gradient of `step`: the batch samples whose shard it holds, and the
+ * time it took (with --compute-us and --slow applied), which travels with the gradient. */
 static void fill_grad(struct trainer *t)
 {
+	uint64_t t0 = keel_posix_now_ns();
 	const uint32_t *b = batch_of(t, t->step);
 	for (uint32_t i = 0; i < t->o.batch; i++) {
 		uint32_t ti = b[i];
@@ -217,6 +248,61 @@ static void fill_grad(struct trainer *t)
 		t->in[S_CORRECT] += ok;
 		t->in[S_SAMPLES] += 1;
 	}
+	spin_until(t0 + (uint64_t)(t->in[S_SAMPLES] * t->o.compute_us * 1000.0));
+	uint64_t took = keel_posix_now_ns() - t0;
+	if (t->rank == t->o.slow_rank && t->step >= t->o.slow_step && t->o.slow_factor > 1) {
+		took = (uint64_t)((double)took * t->o.slow_factor);
+		spin_until(t0 + took);
+	}
+	/* The step's samples fall on the shards at random (about batch / SHARDS each): the time
+	 * is scaled to this rank's expected count, so that the members' times compare speeds
+	 * and not luck. No sample this step: not measured (0). */
+	uint32_t owned = 0;
+	for (uint32_t i = 0; i < SHARDS; i++)
+		owned += shard_rank(t, i) == t->rank;
+	double expected = (double)owned * t->o.batch / SHARDS, got = t->in[S_SAMPLES];
+	t->in[S_TIME + t->rank] = got > 0 ? (double)took / 1e9 * expected / got : 0;
+}
+
+/* A hash of who holds which shard: every member prints it with each repair, so a test can
+ * check they all hold the same plan. */
+static uint64_t plan_digest(const struct trainer *t)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (uint32_t i = 0; i < SHARDS; i++) {
+		h ^= shard_rank(t, i);
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+/* After a gradient step every member has the same times: the same controller decides the
+ * same thing. A repair moves shards from the next step on. */
+static void straggler_step(struct trainer *t)
+{
+	double time_s[RANKS_MAX], slowest = 0;
+	for (uint32_t w = 0; w < t->member_count; w++) {
+		time_s[w] = t->out[S_TIME + t->members[w]];
+		slowest = fmax(slowest, time_s[w]);
+	}
+	t->after_repair_steps++;
+	t->after_repair_max_s += slowest;
+	struct keel_straggler_decision d;
+	int rc = keel_straggler_step(&t->strag, t->plan, time_s, NULL, &d);
+	if (rc != 0) {
+		fprintf(stderr, "rank %u: straggler repair: %s\n", t->rank, keel_strerror(rc));
+		return;
+	}
+	if (!d.repaired)
+		return;
+	t->repairs++;
+	t->after_repair_steps = 0;
+	t->after_repair_max_s = 0;
+	printf("rank %u: repair at step %" PRIu64 ": compute skew %.2f; predicted step %.3f ms -> "
+	       "%.3f ms; %u shards moved; plan %016" PRIx64 "\n",
+	       t->rank, t->step, d.skew, d.before_s * 1e3, d.after_s * 1e3, d.moved,
+	       plan_digest(t));
+	fflush(stdout);
 }
 
 static uint32_t donor_of(const struct trainer *t)
@@ -437,6 +523,11 @@ static void on_result(struct trainer *t, const struct keel_op_info *info, const 
 				t->ev[t->ev_count - 1].steps_lost++;
 		}
 	}
+	/* Every member feeds every whole gradient step to its controller, synced or not (a rank
+	 * getting the state still sees the results): their controllers stay alike. */
+	if (kind == K_GRAD && agreed && !changed && !rollback &&
+	    fabs(t->out[S_SAMPLES] - t->o.batch) < 0.5)
+		straggler_step(t);
 	if (kind == K_VOTE && agreed)
 		do_rollback(t);
 	bool need = false;
@@ -581,6 +672,30 @@ static void reference_weights(struct trainer *t, float *w)
 	}
 }
 
+/* The slowest rank's compute per step since the last repair, against the ideal for the
+ * measured speeds: all the work over the sum of the rates (the smoothed time per shard). */
+static void straggler_summary(const struct trainer *t)
+{
+	if (t->o.slow_rank == UINT32_MAX && t->repairs == 0)
+		return;
+	double work = 0, rate = 0;
+	for (uint32_t w = 0; w < t->strag.workers; w++) {
+		struct keel_plan_load pl;
+		if (keel_plan_worker_load(t->plan, w, &pl) != 0 || !(t->strag.spu[w] > 0))
+			return;
+		work += pl.work;
+		rate += 1.0 / t->strag.spu[w];
+	}
+	double mean =
+	    t->after_repair_steps > 0 ? t->after_repair_max_s / (double)t->after_repair_steps : 0;
+	double ideal = rate > 0 ? work / rate : 0;
+	printf(
+	    "stragglers: %u repair%s%s; slowest rank's compute %.3f ms per step over the %" PRIu64
+	    " steps since, ideal for the measured speeds %.3f ms (%.2fx)\n",
+	    t->repairs, t->repairs == 1 ? "" : "s", t->o.no_repair ? " (--no-repair)" : "",
+	    mean * 1e3, t->after_repair_steps, ideal * 1e3, ideal > 0 ? mean / ideal : 0.0);
+}
+
 static double ms(uint64_t a, uint64_t b)
 {
 	return b > a ? (double)(b - a) / 1e6 : 0.0;
@@ -652,6 +767,7 @@ static void summary(struct trainer *t)
 		    t->rejoin_rank, ms(t->rejoin_seen_ns, t->rejoin_done_ns), t->rejoin_step);
 	printf("steps lost (redone) in all:    %" PRIu64 "; rollbacks %" PRIu64 "\n", t->steps_lost,
 	       t->rollbacks);
+	straggler_summary(t);
 	struct keel_counters k;
 	keel_counters_get(t->b.node, &k);
 	printf("keel: view changes %" PRIu64 ", suspicions %" PRIu64 " (false %" PRIu64
@@ -828,15 +944,21 @@ static int bench_state(struct trainer *t)
 
 static void usage(void)
 {
-	fprintf(stderr,
-		"usage: keel-train [--epochs N] [--batch B] [--lr X] [--seed S] [--data PATH]\n"
-		"                  [--ckpt-dir DIR] [--ckpt-every STEPS] [--fault-at RANK@STEP]\n"
-		"                  [--crash-at RANK@STEP] [--stall-at RANK@STEP:SECONDS]\n"
-		"                  [--no-reference] [--dump-weights FILE] [--quiet]\n"
-		"                  [--bench-state MIB] [--plot FILE.svg|FILE.png]\n"
-		"--plot: the leader draws the training loss and test accuracy of each epoch, with\n"
-		"failures marked, with gnuplot (gnuplot-nox).\n"
-		"Run under keel-run (or any launcher keel understands); see README.\n");
+	fprintf(
+	    stderr,
+	    "usage: keel-train [--epochs N] [--batch B] [--lr X] [--seed S] [--data PATH]\n"
+	    "                  [--ckpt-dir DIR] [--ckpt-every STEPS] [--fault-at RANK@STEP]\n"
+	    "                  [--crash-at RANK@STEP] [--stall-at RANK@STEP:SECONDS]\n"
+	    "                  [--no-reference] [--dump-weights FILE] [--quiet]\n"
+	    "                  [--bench-state MIB] [--plot FILE.svg|FILE.png]\n"
+	    "                  [--slow RANK:FACTOR[@STEP]] [--compute-us N] [--no-repair]\n"
+	    "--slow: that rank computes FACTOR times slower (from STEP); every step's compute\n"
+	    "times travel with its gradient, and when the slowest stays over twice the fastest\n"
+	    "the members re-partition the shards by measured speed (--no-repair: never).\n"
+	    "--compute-us: each sample costs N us more (compute-bound steps, for the demo).\n"
+	    "--plot: the leader draws the training loss and test accuracy of each epoch, with\n"
+	    "failures marked, with gnuplot (gnuplot-nox).\n"
+	    "Run under keel-run (or any launcher keel understands); see README.\n");
 }
 
 static int parse_opts(struct opts *o, int argc, char **argv)
@@ -850,24 +972,19 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			   .fault_step = UINT64_MAX,
 			   .crash_step = UINT64_MAX,
 			   .stall_step = UINT64_MAX,
+			   .slow_rank = UINT32_MAX,
 			   .reference = true};
-	static const struct option longs[] = {{"epochs", 1, NULL, 'E'},
-					      {"batch", 1, NULL, 'B'},
-					      {"lr", 1, NULL, 'l'},
-					      {"seed", 1, NULL, 's'},
-					      {"data", 1, NULL, 'd'},
-					      {"ckpt-dir", 1, NULL, 'c'},
-					      {"ckpt-every", 1, NULL, 'k'},
-					      {"fault-at", 1, NULL, 'f'},
-					      {"dump-weights", 1, NULL, 'w'},
-					      {"no-reference", 0, NULL, 'R'},
-					      {"quiet", 0, NULL, 'q'},
-					      {"bench-state", 1, NULL, 'b'},
-					      {"crash-at", 1, NULL, 'K'},
-					      {"stall-at", 1, NULL, 'S'},
-					      {"plot", 1, NULL, 'P'},
-					      {"help", 0, NULL, 'h'},
-					      {NULL, 0, NULL, 0}};
+	static const struct option longs[] = {
+	    {"epochs", 1, NULL, 'E'},	    {"batch", 1, NULL, 'B'},
+	    {"lr", 1, NULL, 'l'},	    {"seed", 1, NULL, 's'},
+	    {"data", 1, NULL, 'd'},	    {"ckpt-dir", 1, NULL, 'c'},
+	    {"ckpt-every", 1, NULL, 'k'},   {"fault-at", 1, NULL, 'f'},
+	    {"dump-weights", 1, NULL, 'w'}, {"no-reference", 0, NULL, 'R'},
+	    {"quiet", 0, NULL, 'q'},	    {"bench-state", 1, NULL, 'b'},
+	    {"crash-at", 1, NULL, 'K'},	    {"stall-at", 1, NULL, 'S'},
+	    {"plot", 1, NULL, 'P'},	    {"slow", 1, NULL, 'L'},
+	    {"compute-us", 1, NULL, 'C'},   {"no-repair", 0, NULL, 'N'},
+	    {"help", 0, NULL, 'h'},	    {NULL, 0, NULL, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		switch (c) {
@@ -914,6 +1031,32 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			o->plot = optarg;
 			break;
 		}
+		case 'L': {
+			/* RANK:FACTOR, optionally @STEP */
+			int n = sscanf(optarg, "%u:%lf@%" SCNu64, &o->slow_rank, &o->slow_factor,
+				       &o->slow_step);
+			if (n < 2 || !(o->slow_factor >= 1 && o->slow_factor <= 1000)) {
+				fprintf(
+				    stderr,
+				    "keel-train: --slow %s: expected RANK:FACTOR[@STEP], FACTOR "
+				    "1..1000\n",
+				    optarg);
+				return -EINVAL;
+			}
+			break;
+		}
+		case 'C':
+			o->compute_us = strtod(optarg, NULL);
+			if (!(o->compute_us >= 0 && o->compute_us <= 1e6)) {
+				fprintf(stderr,
+					"keel-train: --compute-us %s: expected 0..1000000\n",
+					optarg);
+				return -EINVAL;
+			}
+			break;
+		case 'N':
+			o->no_repair = true;
+			break;
 		case 'f':
 			if (sscanf(optarg, "%u@%" SCNu64, &o->fault_rank, &o->fault_step) != 2)
 				return -EINVAL;
@@ -986,6 +1129,16 @@ static int start(struct trainer *t, char *err, size_t err_len)
 	if (t->o.plot != NULL && (t->curve = calloc(t->o.epochs, sizeof(*t->curve))) == NULL) {
 		snprintf(err, err_len, "--plot: no memory for %u epochs", t->o.epochs);
 		return -ENOMEM;
+	}
+	struct keel_straggler_config sc;
+	keel_straggler_config_default(&sc);
+	sc.time_floor_s = 100e-6; /* this model's own compute (~10 us a step) is noise */
+	if (t->o.no_repair)
+		sc.persist_steps = UINT32_MAX; /* measures, never decides */
+	rc = keel_straggler_init(&t->strag, t->strag_mem, 3 * RANKS_MAX, RANKS_MAX, &sc);
+	if (rc != 0) {
+		snprintf(err, err_len, "straggler controller: %s", keel_strerror(rc));
+		return rc;
 	}
 	struct keel_plan_config pc = {.workers_max = RANKS_MAX, .items_max = SHARDS};
 	rc = keel_plan_init(&t->plan, plan_mem, sizeof(plan_mem), &pc);

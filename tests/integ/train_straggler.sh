@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Stragglers in the running job: keel-train on 4 ranks, each sample costing 20 us more
+# (compute-bound steps), rank 2 computing 4x slower from step 30. Every rank's compute time
+# travels with each step's gradient; every rank must print the same repair (same step, same
+# plan digest) within 5 steps of the slowdown, and none after it (no oscillation); the slowest
+# rank's compute per step after the repair must be within 15 % of the ideal for the measured
+# speeds; the accuracy must stay within 1 point of the run without failure. With --no-repair
+# (the static split) nothing is repaired and the step stays ~3x the ideal.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+RUN=$BUILD/bin/keel-run
+TRAIN=$BUILD/bin/keel-train
+[ -x "$RUN" ] && [ -x "$TRAIN" ] || { echo "train_straggler: build first (make all)"; exit 1; }
+[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
+	{ echo "train_straggler: digits data set missing (python3-sklearn): skipped"; exit 77; }
+tmp=$(mktemp -d /tmp/keel-straggler.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+args=(--epochs 10 --batch 64 --compute-us 20 --slow 2:4@30 --quiet)
+
+KEEL_HEARTBEAT_US=10000 timeout 120 "$RUN" -n 4 --timeout 100 -- "$TRAIN" "${args[@]}" \
+	>"$tmp/log" 2>&1 || { cat "$tmp/log"; echo "train_straggler: keel-train failed"; exit 1; }
+grep -E 'repair|stragglers|within' "$tmp/log"
+for r in 0 1 2 3; do
+	grep "^rank $r: repair at step" "$tmp/log" | sed 's/^rank [0-9]*: //' >"$tmp/r$r"
+done
+[ -s "$tmp/r0" ] || { echo "train_straggler: no repair"; exit 1; }
+for r in 1 2 3; do
+	cmp -s "$tmp/r0" "$tmp/r$r" ||
+		{ echo "train_straggler: rank $r repaired differently from rank 0"; exit 1; }
+done
+[ "$(wc -l <"$tmp/r0")" -eq 1 ] || { echo "train_straggler: more than one repair"; exit 1; }
+step=$(sed -n 's/^repair at step \([0-9]*\):.*/\1/p' "$tmp/r0")
+[ "$step" -ge 30 ] && [ "$step" -le 35 ] ||
+	{ echo "train_straggler: repair at step $step, slowdown at 30"; exit 1; }
+ratio=$(sed -n 's/^stragglers: .*(\([0-9.]*\)x)$/\1/p' "$tmp/log")
+awk -v x="$ratio" 'BEGIN { exit !(x > 0 && x <= 1.15) }' ||
+	{ echo "train_straggler: after the repair ${ratio}x the ideal (over 1.15)"; exit 1; }
+grep -q 'within 1 point' "$tmp/log" || { echo "train_straggler: accuracy not within 1 point"; exit 1; }
+echo "train_straggler: repaired at step $step by every rank alike; ${ratio}x the ideal after"
+
+KEEL_HEARTBEAT_US=10000 timeout 120 "$RUN" -n 4 --timeout 100 -- "$TRAIN" "${args[@]}" \
+	--no-repair >"$tmp/static" 2>&1 || { cat "$tmp/static"; echo "train_straggler: --no-repair failed"; exit 1; }
+if grep -q 'repair at step' "$tmp/static"; then echo "train_straggler: --no-repair repaired"; exit 1; fi
+sratio=$(sed -n 's/^stragglers: .*(\([0-9.]*\)x)$/\1/p' "$tmp/static")
+awk -v x="$sratio" 'BEGIN { exit !(x >= 2) }' ||
+	{ echo "train_straggler: the static split at ${sratio}x the ideal (expected >= 2)"; exit 1; }
+echo "train_straggler: the static split stays at ${sratio}x the ideal"
+echo "train_straggler: passed"
