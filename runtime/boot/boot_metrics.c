@@ -11,10 +11,10 @@
 #include "assert_int.h"
 #include "boot_int.h"
 #include "boot_metrics.h"
-#include "fmt_int.h"
 #include "keel/boot.h"
 #include "keel/metrics_http.h"
 #include "keel/transport_router.h"
+#include "text_out.h"
 
 /* How often the server is looked at (one epoll_wait, ~0.2 us here) from the waits:
  * - a blocking wait ended by its descriptor (the POSIX waiter's wake_fd): at once;
@@ -52,97 +52,62 @@ struct keel_boot_metrics {
 
 /* ---- the text boot adds after keel_metrics_render's ---- */
 
-/* Appends what fits and counts all of it, like keel_metrics_render: len is what it needs. */
+/* The text so far, and what it reports on. */
 struct out {
-	char *buf;
-	size_t cap, len;
+	struct text_out t;
 	const struct keel_boot_metrics *m;
 };
-
-static void put(struct out *o, const char *s, size_t n)
-{
-	if (o->len < o->cap)
-		memcpy(o->buf + o->len, s, n < o->cap - o->len ? n : o->cap - o->len);
-	o->len += n;
-}
-
-static void puts_(struct out *o, const char *s)
-{
-	put(o, s, strlen(s));
-}
-
-static void put_u64(struct out *o, uint64_t v)
-{
-	char d[FMT_U64_MAX];
-	put(o, d, fmt_u64(d, v));
-}
-
-/* ns as seconds, exactly, trailing zeros dropped: 1500 is "0.0000015". */
-static void put_seconds(struct out *o, uint64_t ns)
-{
-	put_u64(o, ns / 1000000000ull);
-	uint64_t frac = ns % 1000000000ull;
-	if (frac == 0)
-		return;
-	char d[10] = {'.'};
-	for (unsigned i = 9; i >= 1; i--, frac /= 10)
-		d[i] = (char)('0' + frac % 10);
-	unsigned n = 9;
-	while (d[n] == '0')
-		n--;
-	put(o, d, n + 1);
-}
 
 /* A percentage as a ratio: 45 is "0.45", 5 is "0.05", 50 is "0.5". */
 static void put_ratio_pct(struct out *o, uint32_t pct)
 {
 	KEEL_ASSERT(pct <= 100);
 	if (pct == 100 || pct == 0) {
-		put(o, pct == 0 ? "0" : "1", 1);
+		text_put(&o->t, pct == 0 ? "0" : "1", 1);
 		return;
 	}
 	const char d[4] = {'0', '.', (char)('0' + pct / 10), (char)('0' + pct % 10)};
-	put(o, d, pct % 10 == 0 ? 3 : 4);
+	text_put(&o->t, d, pct % 10 == 0 ? 3 : 4);
 }
 
 static void family(struct out *o, const char *name, const char *type, const char *help)
 {
-	puts_(o, "# HELP ");
-	puts_(o, name);
-	put(o, " ", 1);
-	puts_(o, help);
-	puts_(o, "\n# TYPE ");
-	puts_(o, name);
-	put(o, " ", 1);
-	puts_(o, type);
-	put(o, "\n", 1);
+	text_puts(&o->t, "# HELP ");
+	text_puts(&o->t, name);
+	text_put(&o->t, " ", 1);
+	text_puts(&o->t, help);
+	text_puts(&o->t, "\n# TYPE ");
+	text_puts(&o->t, name);
+	text_put(&o->t, " ", 1);
+	text_puts(&o->t, type);
+	text_put(&o->t, "\n", 1);
 }
 
 /* name{job="..",rank="N"[,key="value"]} — the job label escaped at start. */
 static void series(struct out *o, const char *name, const char *key, const char *value)
 {
-	puts_(o, name);
-	puts_(o, "{job=\"");
-	puts_(o, o->m->job);
-	puts_(o, "\",rank=\"");
-	put_u64(o, o->m->b->launch.rank);
-	put(o, "\"", 1);
+	text_puts(&o->t, name);
+	text_puts(&o->t, "{job=\"");
+	text_puts(&o->t, o->m->job);
+	text_puts(&o->t, "\",rank=\"");
+	text_u64(&o->t, o->m->b->launch.rank);
+	text_put(&o->t, "\"", 1);
 	if (key != NULL) {
-		put(o, ",", 1);
-		puts_(o, key);
-		puts_(o, "=\"");
-		puts_(o, value);
-		put(o, "\"", 1);
+		text_put(&o->t, ",", 1);
+		text_puts(&o->t, key);
+		text_puts(&o->t, "=\"");
+		text_puts(&o->t, value);
+		text_put(&o->t, "\"", 1);
 	}
-	puts_(o, "} ");
+	text_puts(&o->t, "} ");
 }
 
 static void line_u64(struct out *o, const char *name, const char *key, const char *value,
 		     uint64_t v)
 {
 	series(o, name, key, value);
-	put_u64(o, v);
-	put(o, "\n", 1);
+	text_u64(&o->t, v);
+	text_put(&o->t, "\n", 1);
 }
 
 static void one(struct out *o, const char *name, const char *type, const char *help, uint64_t v)
@@ -166,13 +131,13 @@ static void render_waiter(struct out *o)
 	family(o, "keel_waiter_oversleep_seconds_total", "counter",
 	       "Time blocking waits ran past their deadline, summed (a sign of CPU contention).");
 	series(o, "keel_waiter_oversleep_seconds_total", NULL, NULL);
-	put_seconds(o, w->oversleep_ns_sum);
-	put(o, "\n", 1);
+	text_seconds(&o->t, w->oversleep_ns_sum);
+	text_put(&o->t, "\n", 1);
 	family(o, "keel_waiter_oversleep_seconds_max", "gauge",
 	       "The longest a blocking wait ran past its deadline.");
 	series(o, "keel_waiter_oversleep_seconds_max", NULL, NULL);
-	put_seconds(o, w->oversleep_ns_max);
-	put(o, "\n", 1);
+	text_seconds(&o->t, w->oversleep_ns_max);
+	text_put(&o->t, "\n", 1);
 }
 
 static void render_router(struct out *o)
@@ -249,9 +214,9 @@ static void render_gpus(struct out *o)
 			if (f == 0)
 				put_ratio_pct(o, r[i].utilization_pct);
 			else
-				put_u64(o,
-					f == 1 ? r[i].memory_used_bytes : r[i].memory_total_bytes);
-			put(o, "\n", 1);
+				text_u64(&o->t,
+					 f == 1 ? r[i].memory_used_bytes : r[i].memory_total_bytes);
+			text_put(&o->t, "\n", 1);
 		}
 	}
 }
@@ -264,15 +229,15 @@ static int render(void *ctx, char *buf, size_t cap, size_t *len)
 	int rc = keel_metrics_render(m->b->node, m->job_raw, buf, cap, &core);
 	if (rc != 0 && rc != -ENOSPC)
 		return rc;
-	struct out o = {.buf = buf, .cap = cap, .len = core, .m = m};
+	struct out o = {.t = {.buf = buf, .cap = cap, .len = core}, .m = m};
 	render_waiter(&o);
 	if (m->b->router != NULL)
 		render_router(&o);
 	render_http(&o);
 	if (m->gpu_on)
 		render_gpus(&o);
-	*len = o.len;
-	return o.len <= cap ? 0 : -ENOSPC;
+	*len = o.t.len;
+	return o.t.len <= cap ? 0 : -ENOSPC;
 }
 
 /* ---- start, wait, stop ---- */

@@ -5,8 +5,8 @@
 #include <errno.h>
 #include <string.h>
 
-#include "fmt_int.h"
 #include "node_int.h"
+#include "text_out.h"
 
 const uint64_t keel_hist_bounds_ns[KEEL_HIST_BUCKETS] = {
     1000ull,	   2500ull,	  5000ull,	 10000ull,	 25000ull,     50000ull,
@@ -117,94 +117,38 @@ const char *keel_event_kind_name(uint32_t kind)
 
 /* ---- rendering ---- */
 
-/* Appends what fits, and counts all of it: `len` is what the whole text needs. */
-struct out {
-	char *buf;
-	size_t cap, len;
-};
-
-static void put(struct out *o, const char *s, size_t n)
-{
-	if (o->len < o->cap) {
-		size_t room = o->cap - o->len;
-		memcpy(o->buf + o->len, s, n < room ? n : room);
-	}
-	o->len += n;
-}
-
-static void puts_(struct out *o, const char *s)
-{
-	put(o, s, strlen(s));
-}
-
-static void put_u64(struct out *o, uint64_t v)
-{
-	char d[FMT_U64_MAX];
-	put(o, d, fmt_u64(d, v));
-}
-
-/* num / den as a decimal with up to 9 digits after the point, trailing zeros dropped:
- * 1500000 / 1e9 is "0.0015". Exact when den is a power of ten. */
-static void put_frac(struct out *o, uint64_t num, uint64_t den)
-{
-	KEEL_ASSERT(den != 0 && den <= 1000000000ull);
-	put_u64(o, num / den);
-	uint64_t rem = num % den;
-	if (rem == 0)
-		return;
-	char d[9];
-	int k = 0;
-	for (; k < 9 && rem != 0; k++) {
-		rem *= 10; /* rem < den <= 1e9: no overflow */
-		d[k] = (char)('0' + rem / den);
-		rem %= den;
-	}
-	int last = k;
-	while (last > 0 && d[last - 1] == '0')
-		last--;
-	if (last == 0)
-		return;
-	put(o, ".", 1);
-	put(o, d, (size_t)last);
-}
-
-static void put_seconds(struct out *o, uint64_t ns)
-{
-	put_frac(o, ns, 1000000000ull);
-}
-
 /* A label value: backslash, double quote and newline escaped, as the format asks. */
-static void put_label_value(struct out *o, const char *v)
+static void put_label_value(struct text_out *o, const char *v)
 {
 	for (const char *p = v; *p != '\0'; p++) {
 		if (*p == '\\')
-			puts_(o, "\\\\");
+			text_puts(o, "\\\\");
 		else if (*p == '"')
-			puts_(o, "\\\"");
+			text_puts(o, "\\\"");
 		else if (*p == '\n')
-			puts_(o, "\\n");
+			text_puts(o, "\\n");
 		else
-			put(o, p, 1);
+			text_put(o, p, 1);
 	}
 }
 
 struct ctx {
-	struct out *o;
+	struct text_out *o;
 	const struct keel_node *n;
 	const char *job;
 };
 
 static void family(struct ctx *c, const char *name, const char *type, const char *help)
 {
-	puts_(c->o, "# HELP ");
-	puts_(c->o, name);
-	put(c->o, " ", 1);
-	puts_(c->o, help);
-	puts_(c->o, "\n# TYPE ");
-	puts_(c->o, name);
-	put(c->o, " ", 1);
-	puts_(c->o, type);
-	put(c->o, "\n", 1);
+	text_puts(c->o, "# HELP ");
+	text_puts(c->o, name);
+	text_put(c->o, " ", 1);
+	text_puts(c->o, help);
+	text_puts(c->o, "\n# TYPE ");
+	text_puts(c->o, name);
+	text_put(c->o, " ", 1);
+	text_puts(c->o, type);
+	text_put(c->o, "\n", 1);
 }
 
 /* name{job="..",rank="N"[,extra]} — extra is "key=\"value\"" pairs already formatted, or a
@@ -212,30 +156,30 @@ static void family(struct ctx *c, const char *name, const char *type, const char
 static void series(struct ctx *c, const char *name, const char *suffix, const char *extra,
 		   uint32_t peer)
 {
-	puts_(c->o, name);
-	puts_(c->o, suffix);
-	puts_(c->o, "{job=\"");
+	text_puts(c->o, name);
+	text_puts(c->o, suffix);
+	text_puts(c->o, "{job=\"");
 	put_label_value(c->o, c->job);
-	puts_(c->o, "\",rank=\"");
-	put_u64(c->o, c->n->self);
-	put(c->o, "\"", 1);
+	text_puts(c->o, "\",rank=\"");
+	text_u64(c->o, c->n->self);
+	text_put(c->o, "\"", 1);
 	if (peer != UINT32_MAX) {
-		puts_(c->o, ",peer=\"");
-		put_u64(c->o, peer);
-		put(c->o, "\"", 1);
+		text_puts(c->o, ",peer=\"");
+		text_u64(c->o, peer);
+		text_put(c->o, "\"", 1);
 	}
 	if (extra != NULL) {
-		put(c->o, ",", 1);
-		puts_(c->o, extra);
+		text_put(c->o, ",", 1);
+		text_puts(c->o, extra);
 	}
-	puts_(c->o, "} ");
+	text_puts(c->o, "} ");
 }
 
 static void value_line(struct ctx *c, const char *name, uint64_t v)
 {
 	series(c, name, "", NULL, UINT32_MAX);
-	put_u64(c->o, v);
-	put(c->o, "\n", 1);
+	text_u64(c->o, v);
+	text_put(c->o, "\n", 1);
 }
 
 static void counter(struct ctx *c, const char *name, const char *help, uint64_t v)
@@ -258,29 +202,29 @@ static void histogram_series(struct ctx *c, const char *name, const char *extra,
 	for (uint32_t b = 0; b <= KEEL_HIST_BUCKETS; b++) {
 		cum += h->bucket[b];
 		/* the extra labels, then le="..." (last, as is usual), in a scratch buffer */
-		struct out lo = {.buf = le, .cap = sizeof(le) - 1, .len = 0};
+		struct text_out lo = {.buf = le, .cap = sizeof(le) - 1, .len = 0};
 		if (extra != NULL) {
-			puts_(&lo, extra);
-			put(&lo, ",", 1);
+			text_puts(&lo, extra);
+			text_put(&lo, ",", 1);
 		}
-		puts_(&lo, "le=\"");
+		text_puts(&lo, "le=\"");
 		if (b < KEEL_HIST_BUCKETS)
-			put_seconds(&lo, keel_hist_bounds_ns[b]);
+			text_seconds(&lo, keel_hist_bounds_ns[b]);
 		else
-			puts_(&lo, "+Inf");
-		put(&lo, "\"", 1);
+			text_puts(&lo, "+Inf");
+		text_put(&lo, "\"", 1);
 		KEEL_ASSERT(lo.len < sizeof(le));
 		le[lo.len] = '\0';
 		series(c, name, "_bucket", le, UINT32_MAX);
-		put_u64(c->o, cum);
-		put(c->o, "\n", 1);
+		text_u64(c->o, cum);
+		text_put(c->o, "\n", 1);
 	}
 	series(c, name, "_sum", extra, UINT32_MAX);
-	put_seconds(c->o, h->sum_ns);
-	put(c->o, "\n", 1);
+	text_seconds(c->o, h->sum_ns);
+	text_put(c->o, "\n", 1);
 	series(c, name, "_count", extra, UINT32_MAX);
-	put_u64(c->o, h->count);
-	put(c->o, "\n", 1);
+	text_u64(c->o, h->count);
+	text_put(c->o, "\n", 1);
 }
 
 static void histogram(struct ctx *c, const char *name, const char *help, enum keel_hist h)
@@ -320,17 +264,17 @@ static void render_drops(struct ctx *c)
 	       "Datagrams received and dropped, by reason.");
 	for (size_t i = 0; i < sizeof(drops) / sizeof(drops[0]); i++) {
 		char extra[40];
-		struct out lo = {.buf = extra, .cap = sizeof(extra) - 1, .len = 0};
-		puts_(&lo, "reason=\"");
-		puts_(&lo, drops[i].reason);
-		put(&lo, "\"", 1);
+		struct text_out lo = {.buf = extra, .cap = sizeof(extra) - 1, .len = 0};
+		text_puts(&lo, "reason=\"");
+		text_puts(&lo, drops[i].reason);
+		text_put(&lo, "\"", 1);
 		KEEL_ASSERT(lo.len < sizeof(extra));
 		extra[lo.len] = '\0';
 		uint64_t v;
 		memcpy(&v, (const uint8_t *)k + drops[i].off, sizeof(v));
 		series(c, "keel_datagrams_dropped_total", "", extra, UINT32_MAX);
-		put_u64(c->o, v);
-		put(c->o, "\n", 1);
+		text_u64(c->o, v);
+		text_put(c->o, "\n", 1);
 	}
 }
 
@@ -431,8 +375,8 @@ static void render_gauges(struct ctx *c)
 	family(c, "keel_window_occupancy_ratio", "gauge",
 	       "In-flight datagrams over the windows of the view's other members.");
 	series(c, "keel_window_occupancy_ratio", "", NULL, UINT32_MAX);
-	put_frac(c->o, flight * 1000000ull / (peers * n->window), 1000000ull);
-	put(c->o, "\n", 1);
+	text_frac(c->o, flight * 1000000ull / (peers * n->window), 1000000ull);
+	text_put(c->o, "\n", 1);
 }
 
 /* Per peer: every rank but this one (a rank outside the view reads up = 0). */
@@ -459,32 +403,32 @@ static void render_peers(struct ctx *c)
 			series(c, fams[f][0], "", NULL, r);
 			switch (f) {
 			case 0:
-				put_u64(c->o, n->member && view_has(&n->view, r) &&
-						      fp->state == KEEL_PEER_ALIVE
-						  ? 1
-						  : 0);
+				text_u64(c->o, n->member && view_has(&n->view, r) &&
+						       fp->state == KEEL_PEER_ALIVE
+						   ? 1
+						   : 0);
 				break;
 			case 1:
-				put_seconds(c->o, fp->hb_srtt_ns);
+				text_seconds(c->o, fp->hb_srtt_ns);
 				break;
 			case 2:
-				put_u64(c->o, rp->data_sent);
+				text_u64(c->o, rp->data_sent);
 				break;
 			case 3:
-				put_u64(c->o, rp->retransmits);
+				text_u64(c->o, rp->retransmits);
 				break;
 			case 4:
-				put_frac(c->o,
-					 rp->data_sent == 0
-					     ? 0
-					     : rp->retransmits * 1000000ull / rp->data_sent,
-					 1000000ull);
+				text_frac(c->o,
+					  rp->data_sent == 0
+					      ? 0
+					      : rp->retransmits * 1000000ull / rp->data_sent,
+					  1000000ull);
 				break;
 			default:
-				put_u64(c->o, fp->suspicions);
+				text_u64(c->o, fp->suspicions);
 				break;
 			}
-			put(c->o, "\n", 1);
+			text_put(c->o, "\n", 1);
 		}
 	}
 }
@@ -504,10 +448,10 @@ static void render_histograms(struct ctx *c)
 	       "AllReduce from its start to its result, by size class (largest size in it).");
 	for (uint32_t s = 0; s < KEEL_SIZE_CLASSES; s++) {
 		char extra[32];
-		struct out lo = {.buf = extra, .cap = sizeof(extra) - 1, .len = 0};
-		puts_(&lo, "size_class=\"");
-		puts_(&lo, size_class_label[s]);
-		put(&lo, "\"", 1);
+		struct text_out lo = {.buf = extra, .cap = sizeof(extra) - 1, .len = 0};
+		text_puts(&lo, "size_class=\"");
+		text_puts(&lo, size_class_label[s]);
+		text_put(&lo, "\"", 1);
 		KEEL_ASSERT(lo.len < sizeof(extra));
 		extra[lo.len] = '\0';
 		histogram_series(c, "keel_allreduce_seconds", extra,
@@ -520,7 +464,7 @@ int keel_metrics_render(const struct keel_node *node, const char *job, char *buf
 {
 	if (node == NULL || job == NULL || len == NULL || (buf == NULL && cap != 0))
 		return -EINVAL;
-	struct out o = {.buf = buf, .cap = cap, .len = 0};
+	struct text_out o = {.buf = buf, .cap = cap, .len = 0};
 	struct ctx c = {.o = &o, .n = node, .job = job};
 	render_counters(&c);
 	render_gauges(&c);
