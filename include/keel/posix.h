@@ -44,6 +44,10 @@ struct keel_posix_waiter {
 	 * spin: a descriptor its owner services after each wait, such as the /metrics endpoint
 	 * (keel/metrics_http.h), costs a spinning wait nothing. -1: none. */
 	int wake_fd;
+	/* The transport behind fd (keel_posix_waiter_set_transport), or NULL: its rx_ready op
+	 * replaces the descriptor checks of the spin, and its arm_wait op runs before each block.
+	 */
+	struct keel_transport *tp;
 	enum keel_wait_mode mode;
 	uint64_t spin_ns;	   /* adaptive mode: how long to spin before blocking */
 	int fd_is_socket;	   /* readability is checked with recv(MSG_PEEK) when set */
@@ -74,6 +78,12 @@ KEEL_MUST_USE int keel_posix_waiter_add_fd(struct keel_posix_waiter *w, int fd);
  * or by the wait's deadline (KEEL_WAIT_BUSY, which never blocks). Measured here: one more
  * descriptor in the spin's ppoll costs ~170 ns a check (docs/PERF.md). */
 void keel_posix_waiter_set_wake_fd(struct keel_posix_waiter *w, int fd);
+
+/* Wait for `tp` (not owned; NULL: none), whose wait_fd (or a router's route descriptors) the
+ * waiter was given: a spin asks tp's rx_ready, when it has one, instead of polling descriptors
+ * (a shared-memory ring is a load, not a syscall), and a block first calls tp's arm_wait, when it
+ * has one, returning at once if input is already there (keel/transport.h). */
+void keel_posix_waiter_set_transport(struct keel_posix_waiter *w, struct keel_transport *tp);
 
 /* The keel_waiter view of `w`, for keel_config.waiter. `w` must outlive its use.
  * wait(ctx, deadline_ns) returns when deadline_ns (keel_posix_now_ns time) has passed or the fd

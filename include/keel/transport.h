@@ -75,6 +75,18 @@ struct keel_transport_ops {
 	 * on another transport. Cheap and never blocks: called per burst. May be NULL (always
 	 * true). */
 	bool (*peer_ok)(struct keel_transport *t, uint32_t peer);
+	/* For a spinning waiter: true when recv_burst would find work now. Cheaper than a poll of
+	 * wait_fd where the backend can look at memory (shared-memory rings); never blocks. May be
+	 * NULL (the waiter then polls wait_fd). */
+	bool (*rx_ready)(struct keel_transport *t);
+	/* For a waiter about to block on wait_fd: make sure that input arriving from now on makes
+	 * wait_fd readable. Returns false when it saw input already waiting (do not block; call
+	 * recv_burst); true does not promise there is none (a descriptor may be readable). Never
+	 * blocks. A backend with this op may skip that work on every receive (a shared-memory
+	 * sender rings no doorbell for a receiver that is spinning), so once a caller has called
+	 * it, it must call it before every later block on wait_fd. May be NULL: wait_fd is then
+	 * always armed. */
+	bool (*arm_wait)(struct keel_transport *t);
 };
 
 /* A transport instance. Backends embed or point to their private state;

@@ -17,6 +17,11 @@
  * in ppoll on one descriptor (a futex cannot be polled), and another process cannot open an
  * eventfd without having it passed over a socket at start-up, again after every restart. A
  * doorbell's name survives restarts: the new process binds it again and senders need nothing.
+ * A waiter that calls arm_wait before it blocks (keel_boot's does) changes when the marks are
+ * set: from the first arm_wait on, recv_burst leaves rings unmarked and takes the marks off
+ * after a wake-up, and arm_wait marks every inbound ring and looks at each again, so a spinning
+ * receiver costs its senders no doorbell (a syscall each) and finds records through rx_ready, a
+ * load per ring (measured: docs/PERF.md, "shared memory without doorbells while spinning").
  *
  * Start-up order: every rank calls keel_shm_init (maps, resets its own inbound rings, binds its
  * doorbell); then every rank calls keel_shm_attach until it returns 0 (-EAGAIN while a peer has
@@ -33,7 +38,7 @@
  * -EINVAL when d[0] names a bad peer (itself, out of range) or is longer than mtu, and
  * KEEL_ETRANSPORT after fini. recv_burst takes records from the inbound rings, round-robin, into
  * the caller's buffers; one longer than its buffer's cap is dropped and counted (rx_truncated).
- * It leaves every ring it emptied marked sleeping; when it filled the caller's array (records
+ * Until a caller arms, it leaves every ring it emptied marked sleeping; when it filled the caller's array (records
  * may be left that no doorbell announces) next_deadline_ns says "now" until the next call. A
  * dead peer simply stops producing: the failure detector notices its silence, as over UDP. */
 #ifndef KEEL_TRANSPORT_SHM_H

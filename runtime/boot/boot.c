@@ -571,6 +571,7 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 		rc = keel_posix_waiter_add_fd(&b->waiter, fds[i]);
 		KEEL_ASSERT(rc == 0); /* nfds <= KEEL_POSIX_WAIT_FDS_MAX */
 	}
+	keel_posix_waiter_set_transport(&b->waiter, b->tp);
 	keel_posix_timer_slack_min();
 	b->cfg.transport = b->tp;
 	b->cfg.waiter = keel_posix_waiter_get(&b->waiter);

@@ -56,6 +56,8 @@ static nfds_t pollfds(const struct keel_posix_waiter *w, struct pollfd *p)
 
 static int fd_readable_now(const struct keel_posix_waiter *w)
 {
+	if (w->tp != NULL && w->tp->ops->rx_ready != NULL)
+		return w->tp->ops->rx_ready(w->tp);
 	if (w->fd < 0)
 		return 0;
 	if (w->fd_is_socket && w->more_count == 0) {
@@ -71,6 +73,13 @@ static int fd_readable_now(const struct keel_posix_waiter *w)
 	struct timespec zero = {0, 0};
 
 	return ppoll(p, pollfds(w, p), &zero, NULL) > 0;
+}
+
+void keel_posix_waiter_set_transport(struct keel_posix_waiter *w, struct keel_transport *tp)
+{
+	KEEL_ASSERT(w != NULL);
+	KEEL_ASSERT(tp == NULL || tp->ops != NULL);
+	w->tp = tp;
 }
 
 void keel_posix_waiter_set_wake_fd(struct keel_posix_waiter *w, int fd)
@@ -123,6 +132,10 @@ static void block_until(struct keel_posix_waiter *w, uint64_t deadline_ns)
 
 	if (now_ns >= deadline_ns)
 		return;
+	if (w->tp != NULL && w->tp->ops->arm_wait != NULL && !w->tp->ops->arm_wait(w->tp)) {
+		w->wakeups_input++; /* input came while arming: the caller polls at once */
+		return;
+	}
 	if (w->wake_fd >= 0) /* blocking only: the spin never checks it */
 		p[n++] = (struct pollfd){.fd = w->wake_fd, .events = POLLIN};
 	left_ns = deadline_ns - now_ns;

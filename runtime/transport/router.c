@@ -2,6 +2,7 @@
  * reaches it. It renames peers between the job's ranks and each route's own, and moves
  * nothing itself: the routes copy the bytes. */
 #include <errno.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -244,6 +245,14 @@ static int router_send_burst(struct keel_transport *t, uint64_t now_ns,
 	return (int)i;
 }
 
+/* Would route r be asked this call? A backup, quiet lately, only every BACKUP_POLL_EVERY. */
+static bool route_polled(const struct router *x, uint32_t r)
+{
+	return !x->dead[r] &&
+	       (x->carrying[r] != 0 || x->rx_calls - x->last_rx_call[r] < BACKUP_POLL_EVERY ||
+		x->rx_calls % BACKUP_POLL_EVERY == 0);
+}
+
 static int router_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel_datagram *d,
 			     uint32_t count_max)
 {
@@ -256,9 +265,8 @@ static int router_recv_burst(struct keel_transport *t, uint64_t now_ns, struct k
 		uint32_t r = (x->rx_next + k) % x->routes;
 		if (x->dead[r])
 			continue;
-		if (x->carrying[r] == 0 && x->rx_calls - x->last_rx_call[r] >= BACKUP_POLL_EVERY &&
-		    x->rx_calls % BACKUP_POLL_EVERY != 0)
-			continue; /* a backup, quiet lately */
+		if (!route_polled(x, r))
+			continue; /* dead, or a backup quiet lately */
 		int rc = x->rt[r]->ops->recv_burst(x->rt[r], now_ns, d + got, count_max - got);
 		if (rc < 0) {
 			fail_route_all(x, r, rc);
@@ -304,6 +312,41 @@ static uint64_t router_next_deadline_ns(struct keel_transport *t)
 	return next;
 }
 
+/* Input on a route: its own cheap check, else a poll of its descriptor (a syscall), else yes
+ * (a route that can only be polled). */
+static bool route_rx_ready(struct keel_transport *t)
+{
+	if (t->ops->rx_ready != NULL)
+		return t->ops->rx_ready(t);
+	int fd = t->ops->wait_fd != NULL ? t->ops->wait_fd(t) : -1;
+	if (fd < 0)
+		return true;
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	return poll(&p, 1, 0) != 0;
+}
+
+static bool router_rx_ready(struct keel_transport *t)
+{
+	struct router *x = of(t);
+	if (x->closed)
+		return true; /* recv_burst has an error to give */
+	for (uint32_t r = 0; r < x->routes; r++)
+		if (route_polled(x, r) && route_rx_ready(x->rt[r]))
+			return true;
+	return false;
+}
+
+/* Every live route armed; a route without the op is always armed. */
+static bool router_arm_wait(struct keel_transport *t)
+{
+	struct router *x = of(t);
+	bool quiet = !x->closed;
+	for (uint32_t r = 0; r < x->routes && quiet; r++)
+		if (!x->dead[r] && x->rt[r]->ops->arm_wait != NULL)
+			quiet = x->rt[r]->ops->arm_wait(x->rt[r]);
+	return quiet;
+}
+
 static int router_wait_fd(struct keel_transport *t)
 {
 	return of(t)->epfd;
@@ -332,6 +375,8 @@ static const struct keel_transport_ops router_ops = {
     .wait_fd = router_wait_fd,
     .fini = router_fini,
     .peer_ok = router_peer_ok,
+    .rx_ready = router_rx_ready,
+    .arm_wait = router_arm_wait,
 };
 
 /* One epoll descriptor over every route's wait_fd; -1 (and 0) when a route has none. */

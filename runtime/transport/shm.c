@@ -53,6 +53,10 @@ struct shm {
 	uint32_t ring_bytes;
 	uint32_t rr; /* the inbound ring recv_burst starts at, for fairness */
 	bool more;   /* the last recv_burst filled the caller's array */
+	/* The caller arms before it blocks (shm_arm_wait has been called): a receive no longer
+	 * marks empty rings sleeping, so senders ring no doorbell for a receiver that spins. */
+	bool caller_arms;
+	bool armed; /* rings were marked since the last receive: doorbells may be waiting */
 	char name[KEEL_SHM_NAME_MAX + 1];
 	struct keel_shm_stats stats;
 };
@@ -221,6 +225,26 @@ static void bell_drain(struct shm *s)
 		if (recv(s->bell_fd, buf, sizeof(buf), MSG_DONTWAIT) < 0)
 			break;
 		s->stats.doorbells_drained++;
+	}
+}
+
+/* Awake again after the rings were armed: read the doorbells, and, where the caller arms
+ * before each block, take the marks off so that senders stop ringing until the next arm. A
+ * sender that saw a mark before it went rings once more: one spurious wake-up, never a lost
+ * one (the next arm looks at every ring again). */
+static void wake_settle(struct shm *s)
+{
+	uint32_t from;
+
+	bell_drain(s);
+	if (!s->caller_arms)
+		return;
+	s->armed = false;
+	for (from = 0; from < s->t.world_size; from++) {
+		struct ring_hdr *r = ring_of(s, s->t.rank, from);
+
+		if (from != s->t.rank && atomic_load_explicit(&r->sleeping, memory_order_relaxed))
+			atomic_store_explicit(&r->sleeping, 0, memory_order_relaxed);
 	}
 }
 
@@ -495,12 +519,14 @@ static int shm_send_burst(struct keel_transport *t, uint64_t now_ns, const struc
 	return (int)done;
 }
 
-/* Is the ring empty? If so, mark it sleeping and look again, so that a sender publishing now
- * either is seen here or sees the mark and rings the doorbell. */
-static bool ring_empty_arm(struct ring_hdr *r, uint64_t head)
+/* Is the ring empty? If so, and `arm`, mark it sleeping and look again, so that a sender
+ * publishing now either is seen here or sees the mark and rings the doorbell. */
+static bool ring_empty_arm(struct ring_hdr *r, uint64_t head, bool arm)
 {
 	if ((atomic_load_explicit(&r->tail, memory_order_acquire) & POS_MASK) != head)
 		return false;
+	if (!arm)
+		return true;
 	if (atomic_load_explicit(&r->sleeping, memory_order_relaxed) == 0)
 		atomic_store(&r->sleeping, 1);
 	return (atomic_load(&r->tail) & POS_MASK) == head;
@@ -522,7 +548,7 @@ static uint32_t ring_recv(struct shm *s, uint32_t from, struct keel_datagram *d,
 		uint32_t hdr[2];
 
 		if (head == tail) {
-			if (ring_empty_arm(r, head))
+			if (ring_empty_arm(r, head, !s->caller_arms))
 				break;
 			tail = atomic_load_explicit(&r->tail, memory_order_acquire) & POS_MASK;
 			continue;
@@ -562,7 +588,8 @@ static int shm_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel
 		return KEEL_ETRANSPORT;
 	if (count_max == 0 || t->world_size == 1)
 		return 0;
-	bell_drain(s);
+	if (!s->caller_arms || s->armed)
+		wake_settle(s);
 	/* Round-robin from a moving start: a busy sender cannot starve the others. */
 	for (i = 0; i < t->world_size && n < count_max; i++) {
 		uint32_t from = (s->rr + i) % t->world_size;
@@ -575,6 +602,50 @@ static int shm_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel
 	/* Full: a ring may hold more, unmarked, so no doorbell would wake a sleep now. */
 	s->more = n == count_max;
 	return (int)n;
+}
+
+static bool shm_rx_ready(struct keel_transport *t)
+{
+	struct shm *s = shm_of(t);
+	uint32_t from;
+
+	if (s->region == NULL || s->more)
+		return true; /* recv_burst has something to say: an error, or records left */
+	for (from = 0; from < t->world_size; from++) {
+		struct ring_hdr *r;
+
+		if (from == t->rank)
+			continue;
+		r = ring_of(s, t->rank, from);
+		if ((atomic_load_explicit(&r->tail, memory_order_acquire) & POS_MASK) !=
+		    atomic_load_explicit(&r->head, memory_order_relaxed))
+			return true;
+	}
+	return false;
+}
+
+/* Mark every inbound ring sleeping and look at each again (ring_empty_arm): a record published
+ * from now on rings the doorbell, one published before is found here. */
+static bool shm_arm_wait(struct keel_transport *t)
+{
+	struct shm *s = shm_of(t);
+	bool empty = true;
+	uint32_t from;
+
+	if (s->region == NULL || s->more)
+		return false;
+	s->caller_arms = true;
+	s->armed = true;
+	for (from = 0; from < t->world_size && empty; from++) {
+		struct ring_hdr *r;
+
+		if (from == t->rank)
+			continue;
+		r = ring_of(s, t->rank, from);
+		empty =
+		    ring_empty_arm(r, atomic_load_explicit(&r->head, memory_order_relaxed), true);
+	}
+	return empty;
 }
 
 static uint64_t shm_next_deadline_ns(struct keel_transport *t)
@@ -602,4 +673,6 @@ static const struct keel_transport_ops shm_ops = {
     .wait_fd = shm_wait_fd,
     .fini = shm_fini,
     .peer_ok = shm_peer_ok,
+    .rx_ready = shm_rx_ready,
+    .arm_wait = shm_arm_wait,
 };

@@ -1883,6 +1883,86 @@ static void test_launch_waiter_more_fds(void **state)
 	}
 }
 
+/* A stand-in transport for the waiter: rx_ready and arm_wait answer from fields and count. */
+struct fake_tp {
+	struct keel_transport t;
+	bool ready, arm_quiet;
+	uint32_t ready_calls, arm_calls;
+};
+
+static bool fake_rx_ready(struct keel_transport *t)
+{
+	struct fake_tp *f = t->state;
+	f->ready_calls++;
+	return f->ready;
+}
+
+static bool fake_arm_wait(struct keel_transport *t)
+{
+	struct fake_tp *f = t->state;
+	f->arm_calls++;
+	return f->arm_quiet;
+}
+
+static const struct keel_transport_ops fake_tp_ops = {
+    .name = "fake",
+    .rx_ready = fake_rx_ready,
+    .arm_wait = fake_arm_wait,
+};
+
+/* With a transport set, a spin asks its rx_ready (not the descriptor, which stays readable
+ * here), and a block first arms it: an arm that finds input ends the wait at once. */
+static void test_launch_waiter_transport(void **state)
+{
+	struct keel_posix_waiter w;
+	struct keel_waiter kw;
+	struct fake_tp f = {.t = {.ops = &fake_tp_ops, .world_size = 2}};
+	int b[2];
+	uint64_t t0;
+
+	(void)state;
+	f.t.state = &f;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM, 0, b), 0);
+	assert_int_equal(write(b[1], "x", 1), 1); /* the descriptor is readable throughout */
+	keel_posix_waiter_init(&w, b[0], KEEL_WAIT_BUSY, 0);
+	keel_posix_waiter_set_transport(&w, &f.t);
+	kw = keel_posix_waiter_get(&w);
+	t0 = keel_posix_now_ns();
+	kw.wait(kw.ctx, t0 + 20 * MS); /* rx_ready says no: the spin runs to the deadline */
+	assert_true(keel_posix_now_ns() - t0 >= 20 * MS);
+	assert_true(f.ready_calls > 1);
+	assert_int_equal(f.arm_calls, 0); /* a spin never arms */
+	f.ready = true;
+	t0 = keel_posix_now_ns();
+	kw.wait(kw.ctx, t0 + 1000 * MS);
+	assert_true(keel_posix_now_ns() - t0 < 500 * MS);
+	assert_int_equal(w.wakeups_input, 1);
+	/* blocking: armed first; input found while arming returns at once, without ppoll */
+	keel_posix_waiter_init(&w, b[0], KEEL_WAIT_BLOCK, 0);
+	keel_posix_waiter_set_transport(&w, &f.t);
+	kw = keel_posix_waiter_get(&w);
+	f.arm_quiet = false;
+	t0 = keel_posix_now_ns();
+	kw.wait(kw.ctx, t0 + 1000 * MS);
+	assert_true(keel_posix_now_ns() - t0 < 500 * MS);
+	assert_int_equal(f.arm_calls, 1);
+	assert_int_equal(w.blocks, 0);
+	assert_int_equal(w.wakeups_input, 1);
+	f.arm_quiet = true; /* armed and quiet: ppoll, which finds the readable descriptor */
+	kw.wait(kw.ctx, keel_posix_now_ns() + 1000 * MS);
+	assert_int_equal(f.arm_calls, 2);
+	assert_int_equal(w.blocks, 1);
+	assert_int_equal(w.wakeups_input, 2);
+	char byte;
+	assert_int_equal(read(b[0], &byte, 1), 1);
+	t0 = keel_posix_now_ns(); /* armed, quiet, nothing readable: the deadline */
+	kw.wait(kw.ctx, t0 + 20 * MS);
+	assert_true(keel_posix_now_ns() - t0 >= 20 * MS);
+	assert_int_equal(f.arm_calls, 3);
+	for (int i = 0; i < 2; i++)
+		close(b[i]);
+}
+
 /* wake_fd (the /metrics endpoint's): it ends a blocking wait, never a spin. */
 static void test_launch_waiter_wake_fd(void **state)
 {
@@ -2071,6 +2151,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_waiter_block_pipe_and_no_fd, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_busy, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_more_fds, env_clear),
+	    cmocka_unit_test_setup(test_launch_waiter_transport, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_wake_fd, env_clear),
 	    cmocka_unit_test_setup(test_launch_host, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_adaptive, env_clear),

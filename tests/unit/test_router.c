@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include <poll.h>
+
 #include "cluster_int.h"
 #include "keel/transport_router.h"
 #include "refcheck.h"
@@ -77,12 +79,26 @@ static int breaker_wait_fd(struct keel_transport *t)
 	return in->ops->wait_fd(in);
 }
 
+static bool breaker_rx_ready(struct keel_transport *t)
+{
+	struct keel_transport *in = breaker_of(t)->inner;
+	return breaker_of(t)->fatal || in->ops->rx_ready(in);
+}
+
+static bool breaker_arm_wait(struct keel_transport *t)
+{
+	struct keel_transport *in = breaker_of(t)->inner;
+	return !breaker_of(t)->fatal && in->ops->arm_wait(in);
+}
+
 static const struct keel_transport_ops breaker_ops = {
     .name = "breaker",
     .send_burst = breaker_send,
     .recv_burst = breaker_recv,
     .wait_fd = breaker_wait_fd,
     .peer_ok = breaker_peer_ok,
+    .rx_ready = breaker_rx_ready,
+    .arm_wait = breaker_arm_wait,
 };
 
 static void breaker_init(struct breaker *b, struct keel_transport *inner)
@@ -304,6 +320,49 @@ static void test_router_routes_each_peer_by_host(void **state)
 	assert_int_equal(fds[0], x.shm[0]->ops->wait_fd(x.shm[0]));
 	assert_int_equal(fds[1], x.c.udp[0]->ops->wait_fd(x.c.udp[0]));
 	assert_int_equal(keel_router_wait_fds(x.c.tp[0], fds, 1), 0); /* no room: poll */
+	routed_fini(&x);
+}
+
+/* rx_ready: input on any route (shared memory by a load, UDP by a poll); arm_wait: false while
+ * input waits, and once armed a shared-memory datagram makes the route's descriptor readable. */
+static void test_router_ready_and_arm(void **state)
+{
+	(void)state;
+	static const uint32_t hosts[] = {0, 0, 1};
+	struct routed x;
+	assert_int_equal(routed_init(&x, 3, hosts, false, true), 0);
+	struct keel_transport *t0 = x.c.tp[0], *t1 = x.c.tp[1];
+	assert_false(t1->ops->rx_ready(t1));
+	assert_true(t1->ops->arm_wait(t1));
+	uint8_t out[32] = {7}, in[MTU];
+	struct keel_datagram d = {.buf = out, .len = sizeof(out), .peer = 1};
+	assert_int_equal(t0->ops->send_burst(t0, 1, &d, 1), 1); /* shared memory */
+	struct pollfd p = {.fd = x.shm[1]->ops->wait_fd(x.shm[1]), .events = POLLIN};
+	assert_int_equal(poll(&p, 1, 1000), 1); /* armed: the doorbell rang */
+	assert_true(t1->ops->rx_ready(t1));
+	assert_false(t1->ops->arm_wait(t1));
+	static uint8_t bufs[4][MTU];
+	struct keel_datagram r4[4];
+	for (int i = 0; i < 4; i++)
+		r4[i] = (struct keel_datagram){.buf = bufs[i], .cap = MTU};
+	assert_int_equal(t1->ops->recv_burst(t1, 1, r4, 4), 1); /* room left: the ring is empty */
+	assert_int_equal(r4[0].peer, 0);
+	assert_false(t1->ops->rx_ready(t1));
+	struct keel_datagram r;
+	/* from the other host, over UDP: the router polls that route's descriptor */
+	d.peer = 0;
+	assert_int_equal(x.c.tp[2]->ops->send_burst(x.c.tp[2], 1, &d, 1), 1);
+	bool seen = false;
+	for (int i = 0; i < 100000 && !seen; i++)
+		seen = t0->ops->rx_ready(t0);
+	assert_true(seen);
+	/* UDP has no arm: its descriptor is always armed, and readable now */
+	assert_true(t0->ops->arm_wait(t0));
+	p = (struct pollfd){.fd = x.c.udp[0]->ops->wait_fd(x.c.udp[0]), .events = POLLIN};
+	assert_int_equal(poll(&p, 1, 1000), 1);
+	r = (struct keel_datagram){.buf = in, .cap = sizeof(in)};
+	assert_int_equal(t0->ops->recv_burst(t0, 1, &r, 1), 1);
+	assert_int_equal(r.peer, 2);
 	routed_fini(&x);
 }
 
@@ -573,6 +632,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_router_routes_each_peer_by_host),
+	    cmocka_unit_test(test_router_ready_and_arm),
 	    cmocka_unit_test(test_router_falls_back_when_a_route_fails_for_one_peer),
 	    cmocka_unit_test(test_router_uses_a_route_once_it_is_up),
 	    cmocka_unit_test(test_router_falls_back_when_a_route_breaks),

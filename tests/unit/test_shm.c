@@ -2,6 +2,7 @@
  * with forked children), or in a named region this test unlinks. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -223,6 +224,58 @@ static void test_shm_recv_leaves_rings_armed(void **state)
 	munmap(reg, cfg.region_len);
 }
 
+/* A caller that arms before it blocks: records sent while it spins ring no doorbell (rx_ready
+ * sees them), a record sent after the arm rings one, and an arm with a record waiting says so. */
+static void test_shm_caller_arms(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o, d[2];
+	struct keel_shm_stats st;
+	struct pollfd p;
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	void *reg = region_new(&cfg);
+	struct keel_transport *a = shm_open_rank(0, &cfg, 0), *b = shm_open_rank(1, &cfg, 1);
+
+	p = (struct pollfd){.fd = b->ops->wait_fd(b), .events = POLLIN};
+	assert_false(b->ops->rx_ready(b));
+	assert_true(b->ops->arm_wait(b)); /* nothing there: block */
+	o = out_make(0, 1, 16, 1);
+	assert_int_equal(a->ops->send_burst(a, 0, &o, 1), 1);
+	keel_shm_stats_get(a, &st);
+	assert_int_equal(st.doorbells_sent, 1);
+	assert_int_equal(poll(&p, 1, 1000), 1);
+	assert_true(b->ops->rx_ready(b));
+	assert_false(b->ops->arm_wait(b)); /* a record waits: do not block */
+	recv_setup(d, 2, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 2), 1);
+	assert_int_equal(check(d[0].buf, 16, 1), 0);
+	assert_int_equal(poll(&p, 1, 0), 0); /* drained */
+	assert_false(b->ops->rx_ready(b));
+	/* Awake and spinning: the next records ring nothing, and rx_ready sees them. */
+	for (uint32_t i = 2; i < 5; i++) {
+		o = out_make(0, 1, 16, i);
+		assert_int_equal(a->ops->send_burst(a, 0, &o, 1), 1);
+		assert_true(b->ops->rx_ready(b));
+		recv_setup(d, 2, SMALL_MTU);
+		assert_int_equal(b->ops->recv_burst(b, 0, d, 2), 1);
+		assert_int_equal(check(d[0].buf, 16, i), 0);
+	}
+	keel_shm_stats_get(a, &st);
+	assert_int_equal(st.doorbells_sent, 1);
+	assert_int_equal(poll(&p, 1, 0), 0);
+	/* Armed again: the next one rings. */
+	assert_true(b->ops->arm_wait(b));
+	o = out_make(0, 1, 16, 9);
+	assert_int_equal(a->ops->send_burst(a, 0, &o, 1), 1);
+	keel_shm_stats_get(a, &st);
+	assert_int_equal(st.doorbells_sent, 2);
+	assert_int_equal(poll(&p, 1, 1000), 1);
+	a->ops->fini(a);
+	b->ops->fini(b);
+	munmap(reg, cfg.region_len);
+}
+
 /* The largest datagram, an empty one, one too large, and one too long for its buffer. */
 static void test_shm_mtu_and_empty(void **state)
 {
@@ -436,8 +489,12 @@ static int xrecv(struct keel_transport *t, uint32_t *next)
 	return n;
 }
 
+static bool g_arm;	    /* exchange arms before each sleep (the waiter's way) */
+static uint32_t g_timeouts; /* sleeps that ran out: with g_arm, a lost wake-up */
+
 /* Both directions at once until each side sent and received EXCHANGE; idle sides sleep on
- * the doorbell. Returns 0 on success. */
+ * the doorbell (10 ms; with g_arm, a side with nothing left to send arms and sleeps 2 s).
+ * Returns 0 on success. */
 static int exchange(struct keel_transport *t)
 {
 	struct keel_datagram o[BURST];
@@ -460,18 +517,28 @@ static int exchange(struct keel_transport *t)
 		if (s < 0 || r < 0)
 			return -1;
 		sent += (uint32_t)s;
-		if (s == 0 && r == 0 && poll(&p, 1, 10) < 0)
+		if (s != 0 || r != 0)
+			continue;
+		/* Waiting for room in a full ring: no doorbell announces it, so a short sleep. */
+		bool for_input = g_arm && n == 0;
+		if (for_input && !t->ops->arm_wait(t))
+			continue;
+		int rc = poll(&p, 1, for_input ? 2000 : 10);
+		if (rc < 0)
 			return -1;
+		g_timeouts += for_input && rc == 0;
 	}
 	return 0;
 }
 
-static void test_shm_fork_exchange(void **state)
+static void fork_exchange(bool arm)
 {
 	struct keel_shm_config cfg;
 	struct keel_shm_stats st;
 	int status;
-	(void)state;
+
+	g_arm = arm;
+	g_timeouts = 0;
 	cfg_make(&cfg, 2, 4096, 1u << 16);
 	void *reg = region_new(&cfg);
 	pid_t pid = fork();
@@ -480,7 +547,7 @@ static void test_shm_fork_exchange(void **state)
 	if (pid == 0) {
 		alarm(60);
 		struct keel_transport *t = shm_open_rank(1, &cfg, 1);
-		_exit(exchange(t) == 0 ? 0 : 1);
+		_exit(exchange(t) != 0 ? 1 : arm && g_timeouts != 0 ? 2 : 0);
 	}
 	struct keel_transport *t = shm_open_rank(0, &cfg, 0);
 	assert_int_equal(exchange(t), 0);
@@ -489,8 +556,91 @@ static void test_shm_fork_exchange(void **state)
 	keel_shm_stats_get(t, &st);
 	assert_int_equal(st.rx_datagrams, EXCHANGE);
 	assert_int_equal(st.tx_datagrams, EXCHANGE);
-	printf("fork exchange: %llu ring-full bursts, %llu doorbells sent\n",
-	       (unsigned long long)st.tx_ring_full, (unsigned long long)st.doorbells_sent);
+	printf("fork exchange%s: %llu ring-full bursts, %llu doorbells sent, %u sleeps ran out\n",
+	       arm ? " (caller arms)" : "", (unsigned long long)st.tx_ring_full,
+	       (unsigned long long)st.doorbells_sent, g_timeouts);
+	if (arm)
+		assert_int_equal(g_timeouts, 0); /* a sleep of 2 s ran out: a wake-up was lost */
+	t->ops->fini(t);
+	munmap(reg, cfg.region_len);
+}
+
+static void test_shm_fork_exchange(void **state)
+{
+	(void)state;
+	fork_exchange(false);
+}
+
+/* The same with each side arming before it sleeps: no wake-up is ever lost. */
+static void test_shm_fork_exchange_caller_arms(void **state)
+{
+	(void)state;
+	fork_exchange(true);
+}
+
+#define PINGS 20000u
+
+/* Rank 0 sends ping i, rank 1 answers it; each side arms and sleeps (up to 2 s) whenever its
+ * ring is empty, so every sleep waits for input and a lost wake-up shows as a sleep that ran
+ * out. Returns the number of such sleeps, or -1 on a wrong or missing datagram. */
+static int ping_pong(struct keel_transport *t)
+{
+	struct pollfd p = {.fd = t->ops->wait_fd(t), .events = POLLIN};
+	struct keel_datagram d[BURST], o;
+	int timeouts = 0;
+
+	while (keel_shm_attach(t) == -EAGAIN)
+		usleep(1000);
+	for (uint32_t i = 0; i < PINGS; i++) {
+		if (t->rank == 0) {
+			o = out_make(0, 1, 24, i);
+			if (t->ops->send_burst(t, 0, &o, 1) != 1)
+				return -1;
+		}
+		int n = 0;
+		for (uint32_t waits = 0; n == 0 && waits < 4; waits++) {
+			recv_setup(d, BURST, SMALL_MTU);
+			n = t->ops->recv_burst(t, 0, d, BURST);
+			if (n == 0 && t->ops->arm_wait(t))
+				timeouts += poll(&p, 1, 2000) == 0;
+		}
+		if (n != 1 || check(d[0].buf, 24, i) != 0)
+			return -1;
+		if (t->rank == 1) {
+			o = out_make(0, 0, 24, i);
+			if (t->ops->send_burst(t, 0, &o, 1) != 1)
+				return -1;
+		}
+	}
+	return timeouts;
+}
+
+/* Every wait of a ping-pong between two processes is armed: none is lost. */
+static void test_shm_ping_pong_caller_arms(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_shm_stats st;
+	int status;
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	void *reg = region_new(&cfg);
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(60);
+		struct keel_transport *t = shm_open_rank(1, &cfg, 1);
+		int rc = ping_pong(t);
+		_exit(rc < 0 ? 100 : rc > 99 ? 99 : rc);
+	}
+	struct keel_transport *t = shm_open_rank(0, &cfg, 0);
+	assert_int_equal(ping_pong(t), 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0); /* 100: a bad datagram; else lost wake-ups */
+	keel_shm_stats_get(t, &st);
+	printf("ping-pong: %u round trips, %llu doorbells sent by rank 0\n", PINGS,
+	       (unsigned long long)st.doorbells_sent);
 	t->ops->fini(t);
 	munmap(reg, cfg.region_len);
 }
@@ -553,6 +703,9 @@ int main(void)
 	    cmocka_unit_test(test_shm_named_region_attach),
 	    cmocka_unit_test(test_shm_restarted_receiver),
 	    cmocka_unit_test(test_shm_fork_exchange),
+	    cmocka_unit_test(test_shm_fork_exchange_caller_arms),
+	    cmocka_unit_test(test_shm_caller_arms),
+	    cmocka_unit_test(test_shm_ping_pong_caller_arms),
 	    cmocka_unit_test(test_shm_recv_leaves_rings_armed),
 	    cmocka_unit_test(test_shm_sleeper_woken),
 	    cmocka_unit_test(test_shm_full_ring_drops_control),
