@@ -4,7 +4,7 @@
 ifeq ($(HAVE_SIMGRID),1)
 ifeq ($(SAN),)
 SIM_SRC := sim/keel_sim_main.c sim/platform.c sim/plots.c sim/report.c sim/run.c sim/scenario.c \
-	sim/transport_sim.c
+	sim/straggler_sim.c sim/transport_sim.c
 # The presets and `define` lines are read by keel-plan's plan_preset.c (no expat in it), so both
 # tools read them alike; SimGrid platform files by SimGrid itself (sim/platform_load.cc).
 SIM_OBJ := $(SIM_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/sim/comm_wait.o \

@@ -26,7 +26,7 @@ static void usage(FILE *f)
 	    "  [--recovery keel|restart|timeout[=600s]] [--restart 60s] [--grad-scale N]\n"
 	    "  [--fail T:HOST] [--recover T:HOST] [--slow T:HOST:FACTOR] [--link-off T:LINK]\n"
 	    "  [--link-on T:LINK] [--cut T:A:B] [--pause T:HOST:SECONDS] [--mtbf 1h]\n"
-	    "  [--chaos loss=0.01,seed=3]\n"
+	    "  [--chaos loss=0.01,seed=3] [--repair on|off]\n"
 	    "  [--bytes 4M --repeat 5] [--check 1] [--scenario FILE]\n"
 	    "  [--sweep KEY=V1,V2,...] [--format table|csv|json] [--progress]\n"
 	    "  [--plot FILE.svg|FILE.png]\n"
@@ -38,7 +38,12 @@ static void usage(FILE *f)
 	    "FABRIC are presets (--list-models) or names defined before the --cluster.\n"
 	    "--plot draws, with gnuplot (gnuplot-nox), the step time over simulated time with\n"
 	    "failures and new views marked, the CDF of detection times (several failures or a\n"
-	    "sweep) and a sweep's curve (goodput; detection or AllReduce time by --mode).\n");
+	    "sweep) and a sweep's curve (goodput; detection or AllReduce time by --mode).\n"
+	    "--repair (mode train, on by default up to 128 ranks): every rank measures its "
+	    "compute\n"
+	    "time, sends it with the step's gradient, and keel's straggler controller "
+	    "re-partitions\n"
+	    "the batch's shards when the skew stays above 2 (off: an even split throughout).\n");
 }
 
 /* SimGrid options keel-sim always sets (a user --cfg after them wins):
@@ -52,6 +57,33 @@ static const char *const sg_defaults[] = {
 };
 
 #define ARGS_MAX 64
+
+/* What the straggler controller did, in one line (mode train). */
+static void straggler_line(const struct sim_scenario *s, const struct sim_result *r)
+{
+	if (strcmp(s->mode, "train") != 0)
+		return;
+	if (!r->repair_on) {
+		if (s->repair)
+			fprintf(stderr,
+				"keel-sim: straggler repair off above %u ranks (each rank plans "
+				"alone, O(shards x ranks) a plan)\n",
+				SIM_STRAGGLER_RANKS_MAX);
+		return;
+	}
+	if (r->repairs == 0) {
+		fprintf(stderr, "keel-sim: straggler repair: none needed; plans agreed%s\n",
+			r->plans_disagree ? " NOT on every step" : " on every step");
+		return;
+	}
+	fprintf(stderr,
+		"keel-sim: straggler repair: %u, the first at %.3f s (step %llu); predicted "
+		"compute %.4f -> %.4f s; steps after the last %.4f s (split by speed: compute "
+		"%.4f s); plans %s\n",
+		r->repairs, r->repair_first_at_s, (unsigned long long)r->repair_first_step,
+		r->repair_before_s, r->repair_after_s, r->step_s_after_repair, r->compute_s_ideal,
+		r->plans_disagree ? "DIFFERED" : "agreed on every step");
+}
 
 static int run_child(const struct sim_scenario *s, int fd, char **sg_args, int sg_count)
 {
@@ -77,6 +109,7 @@ static int run_child(const struct sim_scenario *s, int fd, char **sg_args, int s
 		"(%.0f per wall s), peak RSS %ld MiB\n",
 		r.ranks, r.sim_s, r.wall_s, (unsigned long long)r.messages,
 		r.wall_s > 0 ? (double)r.messages / r.wall_s : 0, r.rss_kb / 1024);
+	straggler_line(s, &r);
 	return write(fd, &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 3;
 }
 

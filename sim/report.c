@@ -29,7 +29,8 @@ void sim_report_header(FILE *f, const char *format, const char *sweep_key)
 			"detect_max_s,detect_bound_s,detect_late,undetected,false_suspicions,"
 			"views_agree,view_epochs,allreduce_ops,allreduce_wrong,allreduce_failed,"
 			"allreduce_s,allreduce_model_s,messages,bytes,rx_drops,live_excluded,"
-			"allreduce_hier\n",
+			"allreduce_hier,repairs,repair_first_step,step_s_after_repair,"
+			"compute_s_ideal,compute_s_max,plans_disagree\n",
 			k);
 	else if (strcmp(format, "json") == 0)
 		fprintf(f, "[\n");
@@ -53,7 +54,7 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    f,
 		    "%s,%u,%.6f,%llu,%.3f,%.6f,%.4f,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%u,%.9f,"
 		    "%.9f,%.9f,%.9f,%llu,%llu,%llu,%s,%u,%llu,%llu,%llu,%.9f,%.9f,%llu,%llu,"
-		    "%llu,%llu,%llu\n",
+		    "%llu,%llu,%llu,%u,%llu,%.6f,%.6f,%.6f,%llu\n",
 		    v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
 		    r->step_s, r->goodput, r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5],
 		    r->detect_count, r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
@@ -64,7 +65,9 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    (unsigned long long)r->allreduce_failed, r->allreduce_s, r->allreduce_model_s,
 		    (unsigned long long)r->messages, (unsigned long long)r->bytes,
 		    (unsigned long long)r->rx_queue_drops, (unsigned long long)r->live_excluded,
-		    (unsigned long long)r->allreduce_hier);
+		    (unsigned long long)r->allreduce_hier, r->repairs,
+		    (unsigned long long)r->repair_first_step, r->step_s_after_repair,
+		    r->compute_s_ideal, r->compute_s_max, (unsigned long long)r->plans_disagree);
 	} else if (strcmp(format, "json") == 0) {
 		(void)first;
 		fprintf(
@@ -79,7 +82,11 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    "\"allreduce\": {\"ops\": %llu, \"wrong\": %llu, \"failed\": %llu, \"hier\": "
 		    "%llu, \"mean_s\": %.9f, \"model_s\": %.9f}, \"messages\": %llu, \"bytes\": "
 		    "%llu, "
-		    "\"rx_drops\": %llu, \"live_excluded\": %llu}%s\n",
+		    "\"rx_drops\": %llu, \"live_excluded\": %llu, \"repair\": {\"on\": %s, "
+		    "\"count\": %u, \"first_at_s\": %.6f, \"first_step\": %llu, "
+		    "\"predicted_before_s\": %.6f, \"predicted_after_s\": %.6f, "
+		    "\"step_s_after\": %.6f, \"compute_s_ideal\": %.6f, \"compute_s_max\": %.6f, "
+		    "\"plans_disagree\": %llu}}%s\n",
 		    sweep_key != NULL ? sweep_key : "run", v, r->ranks, r->sim_s,
 		    (unsigned long long)r->steps, r->samples_per_s, r->step_s, r->goodput,
 		    r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5], r->detect_count,
@@ -91,7 +98,10 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    (unsigned long long)r->allreduce_hier, r->allreduce_s, r->allreduce_model_s,
 		    (unsigned long long)r->messages, (unsigned long long)r->bytes,
 		    (unsigned long long)r->rx_queue_drops, (unsigned long long)r->live_excluded,
-		    last ? "" : ",");
+		    r->repair_on ? "true" : "false", r->repairs, r->repair_first_at_s,
+		    (unsigned long long)r->repair_first_step, r->repair_before_s, r->repair_after_s,
+		    r->step_s_after_repair, r->compute_s_ideal, r->compute_s_max,
+		    (unsigned long long)r->plans_disagree, last ? "" : ",");
 		if (last)
 			fprintf(f, "]\n");
 	} else {

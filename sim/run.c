@@ -60,6 +60,13 @@ struct node {
 	bool view_shrunk;     /* a view without a member of the previous one was installed */
 	uint32_t *op_members; /* [endpoints]: what the last AllReduce reduced over */
 	struct keel_op_info op_info;
+	/* straggler repair: this rank's plan and controller, its last step's compute time, and
+	 * a hash of the members of its previous AllReduce (plans must agree from the second
+	 * step over the same members on) */
+	struct sim_straggler strag;
+	bool strag_on;
+	double compute_s;
+	uint64_t prev_members_sig;
 };
 
 struct failure_rec {
@@ -112,9 +119,13 @@ static struct {
 	double horizon_s;
 	struct sim_fault *faults;
 	uint32_t fault_n;
+	uint64_t repair_steps_after; /* rank 0's steps since the last repair, and their time */
+	double repair_time_after;
 	uint32_t scale; /* each data datagram stands for this many */
 	uint32_t window, mtu;
 } W;
+
+static int straggler_setup(struct node *nd); /* per generation, in node_setup */
 
 static uint64_t ns_of(double s)
 {
@@ -327,6 +338,11 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 	nd->view_members = W.members;
 	nd->view_index = rank;
 	nd->view_shrunk = false;
+	rc = straggler_setup(nd);
+	if (rc != 0) {
+		snprintf(err, err_len, "straggler repair: %s", keel_strerror(rc));
+		return rc;
+	}
 	size_t need = keel_storage_size(&cfg);
 	if (need == 0) {
 		snprintf(err, err_len, "keel config rejected (window %u, mtu %u, world %u)",
@@ -476,14 +492,15 @@ static sg_actor_t spawn(const char *prefix, uint32_t e, xbt_main_func_t fn, void
 
 /* ---- one AllReduce, checked like tests/integ/allreduce_check.c ---- */
 
-static int allreduce_once(struct node *nd, size_t count, int *op_rc)
+/* `extra` floats after the gradient's `count` (straggler_slots) travel with it, unchecked. */
+static int allreduce_once(struct node *nd, size_t count, size_t extra, int *op_rc)
 {
 	struct keel_op *op = NULL;
 	int rc;
 
 	if (W.s->check)
 		keel_check_fill(nd->in, 0, count, nd->rank, KEEL_F32, KEEL_SUM);
-	rc = keel_allreduce_start(nd->kn, nd->in, nd->out, count, KEEL_F32, KEEL_SUM, &op);
+	rc = keel_allreduce_start(nd->kn, nd->in, nd->out, count + extra, KEEL_F32, KEEL_SUM, &op);
 	if (rc != 0) {
 		*op_rc = rc;
 		return 0;
@@ -583,13 +600,106 @@ static size_t grad_count(void)
 	return c < 1 ? 1 : (size_t)c;
 }
 
-/* HOOK(partition): an even split of the global batch until include/keel/partition.h lands;
- * then ask the planner for this rank's share from each GPU's speed (sg_host_get_speed). */
+/* This rank's share of the global batch: its shards in its plan (straggler repair), else an
+ * even split. The plan starts even too: keel measures speeds, it is not told them. */
 static double samples_of(const struct node *nd)
 {
+	if (nd->strag_on)
+		return (double)W.s->batch * sim_straggler_share(&nd->strag, nd->rank);
 	uint32_t n = nd->view_members ? nd->view_members : nd->world;
 	uint32_t base = W.s->batch / n, extra = W.s->batch % n;
 	return (double)base + (nd->view_index < extra ? 1.0 : 0.0);
+}
+
+/* ---- straggler repair: the times and plan digests travel with the step's gradient ---- */
+
+/* Two slots per rank after the gradient: its compute time, and a 24-bit digest of its plan
+ * (a float holds it exactly). A sum of one value and zeros is exact in any order, so every
+ * member reads the same bits. */
+static size_t straggler_slots(const struct node *nd)
+{
+	return nd->strag_on ? 2 * (size_t)nd->world : 0;
+}
+
+static uint32_t plan_digest24(const struct sim_straggler *st)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (uint32_t w = 0; w < st->count; w++)
+		h = (h ^ st->ranks[w]) * 1099511628211ull;
+	for (uint32_t i = 0; i < st->shards; i++)
+		h = (h ^ keel_plan_owner(st->plan, i)) * 1099511628211ull;
+	return (uint32_t)(h ^ (h >> 24) ^ (h >> 48)) & 0xffffffu;
+}
+
+static void straggler_fill(struct node *nd, size_t count)
+{
+	float *slot = (float *)nd->in + count;
+	memset(slot, 0, straggler_slots(nd) * sizeof(float));
+	slot[nd->rank] = (float)nd->compute_s;
+	slot[nd->world + nd->rank] = (float)plan_digest24(&nd->strag);
+}
+
+static uint64_t members_sig(const uint32_t *m, uint32_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (uint32_t i = 0; i < n; i++)
+		h = (h ^ m[i]) * 1099511628211ull;
+	return (h ^ n) * 1099511628211ull;
+}
+
+/* After a step's AllReduce: check that the members planned alike, then feed the controller
+ * the times every member got. Rank 0 records the repairs. */
+static void straggler_after_step(struct node *nd, size_t count)
+{
+	const float *slot = (const float *)nd->out + count;
+	uint32_t n = nd->op_info.member_count;
+	uint64_t sig = members_sig(nd->op_members, n);
+	if (sig == nd->prev_members_sig && nd->rank == nd->op_members[0]) {
+		for (uint32_t i = 1; i < n; i++)
+			if (slot[nd->world + nd->op_members[i]] !=
+			    slot[nd->world + nd->op_members[0]]) {
+				W.r->plans_disagree++;
+				break;
+			}
+	}
+	nd->prev_members_sig = sig;
+	struct keel_straggler_decision d;
+	int rc = sim_straggler_step(&nd->strag, nd->op_members, n, slot, &d);
+	if (rc != 0) {
+		fprintf(stderr, "keel-sim: node %u: straggler repair: %s (repair off)\n", nd->e,
+			keel_strerror(rc));
+		nd->strag_on = false;
+		return;
+	}
+	if (!d.repaired || nd->rank != 0)
+		return;
+	if (W.r->repairs++ == 0) {
+		W.r->repair_first_at_s = simgrid_get_clock();
+		W.r->repair_first_step = W.steps;
+	}
+	W.r->repair_before_s = d.before_s;
+	W.r->repair_after_s = d.after_s;
+	W.repair_steps_after = 0;
+	W.repair_time_after = 0;
+}
+
+static int straggler_setup(struct node *nd)
+{
+	nd->strag_on =
+	    W.s->repair && strcmp(W.s->mode, "train") == 0 && W.members <= SIM_STRAGGLER_RANKS_MAX;
+	nd->compute_s = 0;
+	nd->prev_members_sig = 0;
+	sim_straggler_free(&nd->strag);
+	if (!nd->strag_on)
+		return 0;
+	int rc = sim_straggler_init(&nd->strag, W.members);
+	uint32_t *all = calloc(W.members, sizeof(uint32_t));
+	for (uint32_t r = 0; all != NULL && r < W.members; r++)
+		all[r] = r;
+	if (rc == 0)
+		rc = all != NULL ? sim_straggler_replan(&nd->strag, all, W.members) : -ENOMEM;
+	free(all);
+	return rc;
 }
 
 static int regen(struct node *nd)
@@ -635,6 +745,10 @@ static void train_step_record(const struct node *nd, double start_s)
 	if (!W.pending) {
 		W.step_time_sum += W.last_step_end_s - start_s;
 		W.step_time_count++;
+		if (W.r->repairs > 0) {
+			W.repair_steps_after++;
+			W.repair_time_after += W.last_step_end_s - start_s;
+		}
 	}
 }
 
@@ -644,7 +758,7 @@ static void node_train(struct node *nd)
 	size_t count = grad_count();
 	uint64_t local_steps = 0;
 
-	buffers_ensure(nd, count);
+	buffers_ensure(nd, count + 2 * (size_t)W.n); /* room for straggler_slots */
 	while (!horizon_reached()) {
 		int rc = 0, op_rc = 0;
 		if (nd->work_busy) /* compute left from before a recovery */
@@ -655,9 +769,12 @@ static void node_train(struct node *nd)
 			nd->work_busy = true;
 			sg_sem_release(nd->work_sem);
 			rc = poll_until(nd, NULL, NULL, true, UINT64_MAX);
+			nd->compute_s = simgrid_get_clock() - start; /* what this rank measured */
 		}
+		if (rc == 0 && !horizon_reached() && nd->strag_on)
+			straggler_fill(nd, count);
 		if (rc == 0 && !horizon_reached())
-			rc = allreduce_once(nd, count, &op_rc);
+			rc = allreduce_once(nd, count, straggler_slots(nd), &op_rc);
 		/* keel: the core restarts the collective on the new view and training goes on.
 		 * restart/timeout: a lost member (or the collective's timeout) restarts the job. */
 		bool restart = s->recovery != SIM_RECOVER_KEEL &&
@@ -676,6 +793,9 @@ static void node_train(struct node *nd)
 		if (rc != 0 || horizon_reached())
 			return;
 		train_step_record(nd, start);
+		if (nd->strag_on && op_rc == 0)
+			straggler_after_step(nd,
+					     count); /* a repair moves shards from the next step */
 		local_steps++;
 		if (s->ckpt_every != 0 && local_steps % s->ckpt_every == 0) {
 			/* Sharded model state: bf16 weights, fp32 master weights and two Adam
@@ -711,7 +831,7 @@ static void node_allreduce(struct node *nd)
 		int op_rc = 0;
 		if (poll_until(nd, NULL, NULL, false, ns_of(start)) != 0)
 			return;
-		if (allreduce_once(nd, count, &op_rc) != 0 || op_rc != 0)
+		if (allreduce_once(nd, count, 0, &op_rc) != 0 || op_rc != 0)
 			return;
 		double end = simgrid_get_clock() - start;
 		if (end > ar_end_s[k])
@@ -1081,6 +1201,17 @@ static void compute_span(void)
 	W.r->compute_s_max = hi;
 }
 
+/* One step's compute with the batch split in proportion to each live GPU's speed as it is at
+ * the end (after --slow): what a perfect re-partition would give. */
+static double compute_ideal_s(void)
+{
+	double capacity = 0;
+	for (uint32_t e = 0; e < W.n; e++)
+		if (W.nodes[e].alive)
+			capacity += sg_host_get_speed(W.hosts[e]) / W.nodes[e].slow;
+	return capacity > 0 ? W.s->batch * W.s->flops_per_sample / W.s->mfu / capacity : 0;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -1125,7 +1256,7 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 			    f->view_s > f->first_suspect_s ? f->view_s - f->first_suspect_s : 0;
 		}
 		c->view_at_s = f->release_s > 0 ? f->release_s : f->view_s;
-		c->repartition_s = 0; /* even split today: nothing to recompute */
+		c->repartition_s = 0; /* a plan is made in-process in microseconds: not charged */
 		c->restart_s =
 		    s->recovery != SIM_RECOVER_KEEL && f->release_s > 0 ? s->restart_s : 0;
 		c->rollback_s = (double)f->steps_lost * r->step_s;
@@ -1133,6 +1264,10 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 				? f->at_s - f->step_start_s
 				: 0;
 	}
+	r->step_s_after_repair =
+	    W.repair_steps_after > 0 ? W.repair_time_after / (double)W.repair_steps_after : 0;
+	r->compute_s_ideal = compute_ideal_s();
+	r->repair_on = s->repair && strcmp(s->mode, "train") == 0 && W.n <= SIM_STRAGGLER_RANKS_MAX;
 	r->detect_count = W.detect_count;
 	if (W.detect_count > 0) {
 		qsort(W.detect, W.detect_count, sizeof(double), cmp_double);

@@ -26,6 +26,7 @@ void sim_scenario_default(struct sim_scenario *s)
 	s->mfu = 0.4;
 	s->grad_scale = 0; /* 0: chosen so a ring step moves about two datagrams */
 	s->ckpt_every = 100;
+	s->repair = true;
 	s->ckpt_Bps = 2e9; /* local NVMe, per GPU */
 	s->restart_s = 60;
 	s->recovery = SIM_RECOVER_KEEL;
@@ -279,6 +280,9 @@ int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value,
 			 : 0;
 	} else if (strcmp(key, "check") == 0) {
 		s->check = strcmp(value, "0") != 0 && strcmp(value, "no") != 0;
+	} else if (strcmp(key, "repair") == 0) {
+		s->repair = strcmp(value, "on") == 0;
+		rc = s->repair || strcmp(value, "off") == 0 ? 0 : -EINVAL;
 	} else if (!num) {
 		rc = -EINVAL;
 	} else {

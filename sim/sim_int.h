@@ -103,6 +103,7 @@ struct sim_scenario {
 	uint64_t allreduce_bytes; /* mode allreduce */
 	uint32_t repeat;	  /* mode allreduce: timed repetitions */
 	bool check;		  /* compare every AllReduce result with the reference */
+	bool repair; /* mode train: straggler repair by keel's controller (--repair on|off) */
 	/* faults */
 	struct sim_fault faults[SIM_FAULTS_MAX];
 	uint32_t fault_count;
@@ -187,7 +188,19 @@ struct sim_result {
 	bool views_agree;
 	uint32_t view_epochs;
 	uint64_t allreduce_ops, allreduce_wrong, allreduce_failed;
-	uint64_t allreduce_hier;  /* of the ops, those computed by KEEL_ALGO_HIER */
+	uint64_t allreduce_hier; /* of the ops, those computed by KEEL_ALGO_HIER */
+	/* Straggler repair (mode train): repairs as rank 0 decided them, the first one's
+	 * simulated time and its step (rank 0's count), the mean step after the last one, and
+	 * steps at which a member's plan differed from another's (each member sends its plan's
+	 * digest with the step's gradient; two steps in a row over the same members must agree). */
+	bool repair_on;
+	uint32_t repairs;
+	double repair_first_at_s;
+	uint64_t repair_first_step;
+	double repair_before_s, repair_after_s; /* the last repair's predicted step compute */
+	double step_s_after_repair;
+	double compute_s_ideal; /* a step's compute split by the GPUs' speeds at the end */
+	uint64_t plans_disagree;
 	double allreduce_s;	  /* mode allreduce: mean time of one */
 	double allreduce_model_s; /* 2(n-1)(alpha + S/(n beta)) */
 	double alpha_s, beta_Bps;
@@ -230,6 +243,37 @@ int sim_plot_add(struct sim_plot *sp, const char *sweep_val, const struct sim_re
 int sim_plot_render(struct sim_plot *sp, char *err, size_t err_len);
 /* Free sp and its temporary folder without drawing; NULL is fine. */
 void sim_plot_discard(struct sim_plot *sp);
+
+/* ---- straggler repair (straggler_sim.c): keel's planner and controller per simulated rank */
+
+/* Each rank plans this many equal shards at least (8 per rank above it): an equal share is
+ * then 1/32 of the batch at 8 ranks, fine enough for a 4x slower GPU's quarter. */
+#define SIM_STRAGGLER_SHARDS_MIN 256u
+/* Above this many ranks repair is off (said once): every rank plans its own copy with LPT,
+ * O(shards x ranks) per plan, which at 1 024 ranks would cost more than the simulation. */
+#define SIM_STRAGGLER_RANKS_MAX 128u
+
+struct sim_straggler {
+	struct keel_plan *plan;
+	struct keel_straggler strag;
+	void *plan_mem;
+	double *strag_mem;
+	uint32_t shards;
+	uint32_t *ranks; /* plan worker -> rank */
+	uint32_t count;
+	double *time_s; /* scratch: this step's times by plan worker */
+};
+
+int sim_straggler_init(struct sim_straggler *st, uint32_t world);
+void sim_straggler_free(struct sim_straggler *st);
+/* A fresh plan over `ranks` (a view), equal rates; the controller forgets what it measured. */
+int sim_straggler_replan(struct sim_straggler *st, const uint32_t *ranks, uint32_t count);
+/* Rank's share of the batch in the current plan (0 when it is not in it). */
+double sim_straggler_share(const struct sim_straggler *st, uint32_t rank);
+/* One step's compute times (indexed by rank) of the members an AllReduce reduced over: a
+ * different member set replans instead (d says nothing happened). */
+int sim_straggler_step(struct sim_straggler *st, const uint32_t *ranks, uint32_t count,
+		       const float *time_by_rank, struct keel_straggler_decision *d);
 
 /* ---- the transport over SimGrid mailboxes (transport_sim.c) ---- */
 
