@@ -237,6 +237,22 @@ const struct keel_worker *keel_plan_worker(const struct keel_plan *p, uint32_t w
 uint32_t keel_plan_item_count(const struct keel_plan *p);
 /* Worker index of item/unit i, KEEL_PLAN_NONE if unassigned or out of range. */
 uint32_t keel_plan_owner(const struct keel_plan *p, uint32_t i);
+/* An item the last plan moved: an application that holds the item's data sends it from the
+ * previous owner to the new one before the next step uses the plan. */
+struct keel_plan_move {
+	uint32_t item;
+	uint64_t from_id; /* keel_worker.id of the previous owner */
+	uint64_t to_id;	  /* the new owner's id (0 when to_none) */
+	bool to_none;	  /* the item has no owner now (it fitted nowhere) */
+};
+
+/* The items whose worker changed in the last plan (keel_plan_items_*, keel_plan_shares,
+ * keel_plan_even, keel_plan_replan, keel_plan_repair), in item order: up to `max` written to
+ * out (NULL when max is 0). Returns how many moved in all, the result's `moved`, which may be
+ * more than max (call again with room for them). A worker that left in keel_plan_set_workers
+ * is the `from` of its items. Valid until the next keel_plan_set_workers, keel_plan_set_items
+ * or plan; before any plan, 0. */
+uint32_t keel_plan_moves(const struct keel_plan *p, struct keel_plan_move *out, uint32_t max);
 /* -EINVAL: bad index. */
 KEEL_MUST_USE int keel_plan_worker_load(const struct keel_plan *p, uint32_t w,
 					struct keel_plan_load *out);

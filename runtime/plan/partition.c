@@ -584,6 +584,27 @@ uint32_t keel_plan_owner(const struct keel_plan *p, uint32_t i)
 	return i < p->item_count ? p->owner[i] : KEEL_PLAN_NONE;
 }
 
+/* The same test as keel_plan_finish's count of moved items, item by item. */
+uint32_t keel_plan_moves(const struct keel_plan *p, struct keel_plan_move *out, uint32_t max)
+{
+	KEEL_ASSERT(p != NULL && (out != NULL || max == 0));
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < p->item_count; i++) {
+		uint32_t o = p->owner[i];
+		if (!p->prev_ok[i] || (o != KEEL_PLAN_NONE && p->worker[o].id == p->prev_id[i]))
+			continue;
+		if (n < max)
+			out[n] = (struct keel_plan_move){
+			    .item = i,
+			    .from_id = p->prev_id[i],
+			    .to_id = o != KEEL_PLAN_NONE ? p->worker[o].id : 0,
+			    .to_none = o == KEEL_PLAN_NONE,
+			};
+		n++;
+	}
+	return n;
+}
+
 int keel_plan_worker_load(const struct keel_plan *p, uint32_t w, struct keel_plan_load *out)
 {
 	KEEL_ASSERT(p != NULL && out != NULL);

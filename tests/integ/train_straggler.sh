@@ -5,7 +5,8 @@
 # plan digest) within 5 steps of the slowdown, and none after it (no oscillation); the slowest
 # rank's compute per step after the repair must be within 15 % of the ideal for the measured
 # speeds; the accuracy must stay within 1 point of the run without failure. With --no-repair
-# (the static split) nothing is repaired and the step stays ~3x the ideal.
+# (the static split) nothing is repaired and the step stays ~3x the ideal. Every plan (at each
+# view and each repair, also after a rank is killed) is held alike by every rank.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -16,7 +17,18 @@ TRAIN=$BUILD/bin/keel-train
 	{ echo "train_straggler: digits data set missing (python3-sklearn): skipped"; exit 77; }
 tmp=$(mktemp -d /tmp/keel-straggler.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-args=(--epochs 10 --batch 64 --compute-us 20 --slow 2:4@30 --quiet)
+args=(--epochs 10 --batch 64 --compute-us 20 --slow 2:4@30 --quiet --print-plans)
+# Every plan a rank printed (at a view: "plan at epoch E", at a repair: "repair at step S")
+# must be the plan every other rank printed for the same epoch or step.
+plans_agree() {
+	sed -n 's/^rank \([0-9]*\): plan at epoch \([0-9]*\): .* plan \([0-9a-f]*\)$/epoch\2 \1 \3/p;
+		s/^rank \([0-9]*\): repair at step \([0-9]*\):.* plan \([0-9a-f]*\)$/step\2 \1 \3/p' "$1" |
+		awk '{ if (($1) in d && d[$1] != $3) { print "train_straggler: rank " $2 " holds plan " $3 \
+			" at " $1 ", another rank " d[$1]; bad = 1 } d[$1] = $3; n[$1]++ }
+		END { k = 0; for (e in n) k++
+			if (!bad) printf "train_straggler: %d plans, each held alike by the ranks that printed it\n", k
+			exit bad || k == 0 }'
+}
 
 KEEL_HEARTBEAT_US=10000 timeout 120 "$RUN" -n 4 --timeout 100 -- "$TRAIN" "${args[@]}" \
 	>"$tmp/log" 2>&1 || { cat "$tmp/log"; echo "train_straggler: keel-train failed"; exit 1; }
@@ -37,6 +49,9 @@ ratio=$(sed -n 's/^stragglers: .*(\([0-9.]*\)x)$/\1/p' "$tmp/log")
 awk -v x="$ratio" 'BEGIN { exit !(x > 0 && x <= 1.15) }' ||
 	{ echo "train_straggler: after the repair ${ratio}x the ideal (over 1.15)"; exit 1; }
 grep -q 'within 1 point' "$tmp/log" || { echo "train_straggler: accuracy not within 1 point"; exit 1; }
+[ "$(grep -c ': plan at epoch 1: 4 members' "$tmp/log")" = 4 ] ||
+	{ echo "train_straggler: not every rank printed its first plan"; exit 1; }
+plans_agree "$tmp/log" || exit 1
 echo "train_straggler: repaired at step $step by every rank alike; ${ratio}x the ideal after"
 
 KEEL_HEARTBEAT_US=10000 timeout 120 "$RUN" -n 4 --timeout 100 -- "$TRAIN" "${args[@]}" \
@@ -46,4 +61,12 @@ sratio=$(sed -n 's/^stragglers: .*(\([0-9.]*\)x)$/\1/p' "$tmp/static")
 awk -v x="$sratio" 'BEGIN { exit !(x >= 2) }' ||
 	{ echo "train_straggler: the static split at ${sratio}x the ideal (expected >= 2)"; exit 1; }
 echo "train_straggler: the static split stays at ${sratio}x the ideal"
+
+# A rank killed 0.5 s in: the survivors plan afresh at the new view (equal shares), the
+# slow rank is repaired again, and every plan is still held alike.
+KEEL_HEARTBEAT_US=10000 timeout 120 "$RUN" -n 4 --timeout 100 --kill 3@0.5 -- "$TRAIN" "${args[@]}" \
+	>"$tmp/kill" 2>&1 || { cat "$tmp/kill"; echo "train_straggler: run with a kill failed"; exit 1; }
+grep -q ': plan at epoch [2-9][0-9]*: 3 members' "$tmp/kill" ||
+	{ grep -E 'plan|repair' "$tmp/kill"; echo "train_straggler: no plan over the 3 survivors"; exit 1; }
+plans_agree "$tmp/kill" || exit 1
 echo "train_straggler: passed"

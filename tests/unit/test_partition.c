@@ -335,6 +335,55 @@ static void test_partition_rendezvous_minimal_movement(void **state)
 	}
 }
 
+/* keel_plan_moves names every item the last plan moved, with its old and new owner, and
+ * nothing else; a short array gets a prefix and the full count. */
+static void test_partition_moves_name_each_item(void **state)
+{
+	(void)state;
+	static struct keel_plan_move mv[5000];
+	uint64_t rs = g_seed ^ 11;
+	for (int round = 0; round < 10; round++) {
+		uint32_t m = 3 + rnd(&rs) % 30, n = 50 + rnd(&rs) % 4000, gone = rnd(&rs) % m;
+		random_cluster(&rs, m, false);
+		for (uint32_t i = 0; i < n; i++)
+			g_it[i] = (struct keel_item){1, 0, rnd(&rs)};
+		struct keel_plan *p = make(0);
+		assert_int_equal(keel_plan_moves(p, NULL, 0), 0); /* no plan yet */
+		assert_int_equal(keel_plan_set_workers(p, g_w, m), 0);
+		assert_int_equal(keel_plan_set_items(p, g_it, n), 0);
+		struct keel_plan_result r;
+		assert_int_equal(keel_plan_items_lpt(p, &r), 0);
+		for (uint32_t i = 0; i < n; i++)
+			g_own[i] = (uint32_t)keel_plan_worker(p, keel_plan_owner(p, i))->id;
+		uint64_t gone_id = g_w[gone].id;
+		drop_worker(m, gone);
+		assert_int_equal(keel_plan_set_workers(p, g_w, m - 1), 0);
+		assert_int_equal(keel_plan_items_lpt(p, &r), 0); /* from scratch: many move */
+		uint32_t k = keel_plan_moves(p, mv, n);
+		assert_int_equal(k, r.moved);
+		uint32_t j = 0, from_gone = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			uint64_t now = keel_plan_worker(p, keel_plan_owner(p, i))->id;
+			if (now == g_own[i])
+				continue; /* stayed: not listed */
+			assert_true(j < k);
+			assert_int_equal(mv[j].item, i);
+			assert_int_equal(mv[j].from_id, g_own[i]);
+			assert_int_equal(mv[j].to_id, now);
+			assert_false(mv[j].to_none);
+			from_gone += mv[j].from_id == gone_id;
+			j++;
+		}
+		assert_int_equal(j, k);
+		assert_true(from_gone > 0 || k == 0);
+		if (k > 1) { /* room for one: the first, and the count of all */
+			struct keel_plan_move one;
+			assert_int_equal(keel_plan_moves(p, &one, 1), k);
+			assert_int_equal(one.item, mv[0].item);
+		}
+	}
+}
+
 /* Weighted rendezvous gives each worker items in proportion to its rate. */
 static void test_partition_rendezvous_is_weighted(void **state)
 {
@@ -598,6 +647,7 @@ int main(void)
 	g_seed = env != NULL ? strtoull(env, NULL, 0) : 0x9a27;
 	printf("test_partition: SEED=%" PRIu64 " (set SEED=n to replay)\n", g_seed);
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_partition_moves_name_each_item),
 	    cmocka_unit_test(test_partition_shares_bound_and_determinism),
 	    cmocka_unit_test(test_partition_shares_memory_caps),
 	    cmocka_unit_test(test_partition_lpt_within_gis_bound_of_optimum),

@@ -67,6 +67,7 @@ struct opts {
 	uint32_t crash_rank, stall_rank;
 	double stall_s;
 	bool reference, quiet;
+	bool print_plans; /* --print-plans: each rank prints its plan's digest at every view */
 	uint64_t bench_mib; /* --bench-state: measure checkpoint and live-recovery paths */
 	const char *plot;   /* --plot FILE.svg|png: the leader draws the curves at the end */
 	/* --slow RANK:FACTOR[@STEP]: that rank computes FACTOR times slower from STEP on;
@@ -274,6 +275,15 @@ static uint64_t plan_digest(const struct trainer *t)
 		h *= 1099511628211ull;
 	}
 	return h;
+}
+
+static void plan_print(const struct trainer *t)
+{
+	if (!t->o.print_plans)
+		return;
+	printf("rank %u: plan at epoch %u: %u members, plan %016" PRIx64 "\n", t->rank,
+	       t->plan_epoch, t->member_count, plan_digest(t));
+	fflush(stdout);
 }
 
 /* After a gradient step every member has the same times: the same controller decides the
@@ -494,6 +504,7 @@ static void on_result(struct trainer *t, const struct keel_op_info *info, const 
 		if (rc != 0)
 			fprintf(stderr, "rank %u: plan: %s\n", t->rank, keel_strerror(rc));
 		t->plan_epoch = info->epoch;
+		plan_print(t);
 	}
 	double synced = t->out[S_SYNCED];
 	enum kind kind = synced > 0.5 ? (enum kind)lround(t->out[S_KIND] / synced) : K_GRAD;
@@ -952,10 +963,13 @@ static void usage(void)
 	    "                  [--no-reference] [--dump-weights FILE] [--quiet]\n"
 	    "                  [--bench-state MIB] [--plot FILE.svg|FILE.png]\n"
 	    "                  [--slow RANK:FACTOR[@STEP]] [--compute-us N] [--no-repair]\n"
+	    "                  [--print-plans]\n"
 	    "--slow: that rank computes FACTOR times slower (from STEP); every step's compute\n"
 	    "times travel with its gradient, and when the slowest stays over twice the fastest\n"
 	    "the members re-partition the shards by measured speed (--no-repair: never).\n"
 	    "--compute-us: each sample costs N us more (compute-bound steps, for the demo).\n"
+	    "--print-plans: every rank prints a digest of the plan it makes at each view (the\n"
+	    "repairs print theirs anyway), so that a test can check they all hold the same.\n"
 	    "--plot: the leader draws the training loss and test accuracy of each epoch, with\n"
 	    "failures marked, with gnuplot (gnuplot-nox).\n"
 	    "Run under keel-run (or any launcher keel understands); see README.\n");
@@ -984,6 +998,7 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 	    {"crash-at", 1, NULL, 'K'},	    {"stall-at", 1, NULL, 'S'},
 	    {"plot", 1, NULL, 'P'},	    {"slow", 1, NULL, 'L'},
 	    {"compute-us", 1, NULL, 'C'},   {"no-repair", 0, NULL, 'N'},
+	    {"print-plans", 0, NULL, 'G'},
 	    {"help", 0, NULL, 'h'},	    {NULL, 0, NULL, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
@@ -1017,6 +1032,9 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			break;
 		case 'q':
 			o->quiet = true;
+			break;
+		case 'G':
+			o->print_plans = true;
 			break;
 		case 'b':
 			o->bench_mib = strtoull(optarg, NULL, 10);
@@ -1207,8 +1225,10 @@ int main(int argc, char **argv)
 	struct keel_view v;
 	uint32_t members[KEEL_WORLD_MAX];
 	int n = keel_view_get(t->b.node, &v, members, KEEL_WORLD_MAX);
-	if (n > 0 && replan(t, members, (uint32_t)n) == 0)
+	if (n > 0 && replan(t, members, (uint32_t)n) == 0) {
 		t->plan_epoch = v.epoch;
+		plan_print(t);
+	}
 	if (t->rank == 0 && !t->o.quiet)
 		printf("keel-train: %u ranks, %u train / %u test digits, batch %u, %" PRIu64
 		       " steps per epoch, %u epochs, %u shards placed by the partitioner\n",
