@@ -4,6 +4,7 @@
 #ifndef KEEL_POSIX_H
 #define KEEL_POSIX_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "keel/errors.h"
@@ -50,6 +51,7 @@ struct keel_posix_waiter {
 	struct keel_transport *tp;
 	enum keel_wait_mode mode;
 	uint64_t spin_ns;	   /* adaptive mode: how long to spin before blocking */
+	bool spin_yield;	   /* the spin gives the CPU up each turn (sched_yield) */
 	int fd_is_socket;	   /* readability is checked with recv(MSG_PEEK) when set */
 	uint64_t waits;		   /* calls to wait */
 	uint64_t spins;		   /* waits that ended while spinning (input or deadline) */
@@ -84,6 +86,15 @@ void keel_posix_waiter_set_wake_fd(struct keel_posix_waiter *w, int fd);
  * (a shared-memory ring is a load, not a syscall), and a block first calls tp's arm_wait, when it
  * has one, returning at once if input is already there (keel/transport.h). */
 void keel_posix_waiter_set_transport(struct keel_posix_waiter *w, struct keel_transport *tp);
+
+/* Yield the CPU (sched_yield) on every turn of the spin instead of pausing: for ranks that
+ * outnumber their host's CPUs, whose spin would otherwise keep the peer it waits for off the
+ * CPU. Off after keel_posix_waiter_init. */
+void keel_posix_waiter_set_spin_yield(struct keel_posix_waiter *w, bool yield);
+
+/* Ranks on this host outnumber the CPUs this process may run on (LOCAL_WORLD_SIZE, set by
+ * keel-run or torchrun, above keel_posix_cpu_count()). */
+bool keel_posix_oversubscribed(void);
 
 /* The keel_waiter view of `w`, for keel_config.waiter. `w` must outlive its use.
  * wait(ctx, deadline_ns) returns when deadline_ns (keel_posix_now_ns time) has passed or the fd

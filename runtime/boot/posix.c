@@ -82,6 +82,12 @@ void keel_posix_waiter_set_transport(struct keel_posix_waiter *w, struct keel_tr
 	w->tp = tp;
 }
 
+void keel_posix_waiter_set_spin_yield(struct keel_posix_waiter *w, bool yield)
+{
+	KEEL_ASSERT(w != NULL);
+	w->spin_yield = yield;
+}
+
 void keel_posix_waiter_set_wake_fd(struct keel_posix_waiter *w, int fd)
 {
 	KEEL_ASSERT(w != NULL && fd >= -1);
@@ -117,7 +123,10 @@ static int spin_until(struct keel_posix_waiter *w, uint64_t until_ns)
 			return 1;
 		if (keel_posix_now_ns() >= until_ns)
 			return 0;
-		cpu_relax();
+		if (w->spin_yield)
+			(void)sched_yield(); /* the peer we wait for may need this CPU */
+		else
+			cpu_relax();
 	}
 }
 
@@ -244,6 +253,13 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 		return -EINVAL;
 	*out = v;
 	return 0;
+}
+
+bool keel_posix_oversubscribed(void)
+{
+	uint64_t local_ranks = 1;
+	return parse_u64(getenv("LOCAL_WORLD_SIZE"), UINT32_MAX, &local_ranks) == 0 &&
+	       local_ranks > (uint64_t)keel_posix_cpu_count();
 }
 
 int keel_posix_wait_mode_from_env(enum keel_wait_mode *mode, uint64_t *spin_ns)

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,7 @@ static const char *const env_names[] = {
     "KEEL_JOB_KEY",
     "KEEL_MAC",
     "KEEL_HOST",
+    "KEEL_SPIN_YIELD",
 };
 
 static int env_clear(void **state)
@@ -1698,6 +1700,54 @@ static int boot_capture(struct keel_boot *b, char *err, size_t err_len, char *ou
 	return rc;
 }
 
+/* KEEL_SPIN_YIELD: 1 makes the waiter's spin yield, and gives ranks that outnumber their CPUs
+ * (spin 0 by default) the default spin; 0 or unset: no yield; anything else names itself. */
+static void test_launch_boot_spin_yield(void **state)
+{
+	struct keel_boot b;
+	char err[256], peers[64];
+	uint16_t p0 = free_tcp_port();
+
+	(void)state;
+	snprintf(peers, sizeof(peers), "127.0.0.1:%u,127.0.0.1:%u", p0, p0 + 1u);
+	env("KEEL_PEERS", peers);
+	env("RANK", "0");
+	env("KEEL_TRANSPORT", "udp");
+	/* Oversubscribed: 2 ranks on this host, this process on one CPU. */
+	cpu_set_t all, one;
+	assert_int_equal(sched_getaffinity(0, sizeof(all), &all), 0);
+	CPU_ZERO(&one);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &all)) {
+			CPU_SET(c, &one);
+			break;
+		}
+	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+	env("LOCAL_WORLD_SIZE", "2");
+	assert_true(keel_posix_oversubscribed());
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_false(b.waiter.spin_yield);
+	assert_int_equal(b.waiter.spin_ns, 0); /* blocks at once */
+	keel_boot_stop(&b, 0);
+	env("KEEL_SPIN_YIELD", "1");
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_true(b.waiter.spin_yield);
+	assert_int_equal(b.waiter.spin_ns, KEEL_POSIX_SPIN_NS_DEFAULT);
+	keel_boot_stop(&b, 0);
+	env("KEEL_SPIN_YIELD", "0");
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_false(b.waiter.spin_yield);
+	keel_boot_stop(&b, 0);
+	env("KEEL_SPIN_YIELD", "yes");
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "KEEL_SPIN_YIELD=yes: expected 0 or 1"));
+	env("LOCAL_WORLD_SIZE", "1");
+	assert_false(keel_posix_oversubscribed());
+	env("LOCAL_WORLD_SIZE", "many");
+	assert_false(keel_posix_oversubscribed()); /* unreadable: one rank */
+	assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
+}
+
 static void test_launch_boot_auth(void **state)
 {
 	struct keel_boot b;
@@ -1937,6 +1987,17 @@ static void test_launch_waiter_transport(void **state)
 	kw.wait(kw.ctx, t0 + 1000 * MS);
 	assert_true(keel_posix_now_ns() - t0 < 500 * MS);
 	assert_int_equal(w.wakeups_input, 1);
+	/* a yielding spin: the same answers */
+	keel_posix_waiter_set_spin_yield(&w, true);
+	f.ready = false;
+	t0 = keel_posix_now_ns();
+	kw.wait(kw.ctx, t0 + 20 * MS);
+	assert_true(keel_posix_now_ns() - t0 >= 20 * MS);
+	f.ready = true;
+	t0 = keel_posix_now_ns();
+	kw.wait(kw.ctx, t0 + 1000 * MS);
+	assert_true(keel_posix_now_ns() - t0 < 500 * MS);
+	assert_int_equal(w.wakeups_input, 2);
 	/* blocking: armed first; input found while arming returns at once, without ppoll */
 	keel_posix_waiter_init(&w, b[0], KEEL_WAIT_BLOCK, 0);
 	keel_posix_waiter_set_transport(&w, &f.t);
@@ -2152,6 +2213,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_waiter_busy, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_more_fds, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_transport, env_clear),
+	    cmocka_unit_test_setup(test_launch_boot_spin_yield, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_wake_fd, env_clear),
 	    cmocka_unit_test_setup(test_launch_host, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_adaptive, env_clear),
