@@ -98,7 +98,14 @@ KEEL_METRICS_ADDR=127.0.0.1:$P LD_LIBRARY_PATH=$NVML KEEL_NVML_FAKE_FAIL=1 timeo
 	"$BENCH" allreduce -b 8 -e 8 -n 1 -w 0 >"$tmp/nvml.log" 2>&1 || fail "(a) a rank whose NVML fails"
 [ "$(grep -c "metrics without GPU series: nvmlInit_v2: Driver Not Loaded" "$tmp/nvml.log")" = 1 ] ||
 	fail "(a) NVML's failure is not said once"
-echo "metrics: (a) a port in use and a bad address stop the start; NVML's failure is said once"
+# No NVML library at all (no NVIDIA driver, as on a machine without a GPU): said once too.
+if ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml.so.1'; then
+	KEEL_METRICS_ADDR=127.0.0.1:$P timeout 10 "$BENCH" allreduce -b 8 -e 8 -n 1 -w 0 \
+		>"$tmp/nonvml.log" 2>&1 || fail "(a) a rank without NVML"
+	[ "$(grep -c "metrics without GPU series: .*(no NVIDIA driver here)" "$tmp/nonvml.log")" = 1 ] ||
+		fail "(a) a missing NVML is not said once"
+fi
+echo "metrics: (a) a port in use and a bad address stop the start; NVML's failure and absence are said once"
 
 # ---- (b) Prometheus scrapes a job that loses a rank ----
 P=$("${CLIENT[@]}" ports 3)
