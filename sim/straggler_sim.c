@@ -65,18 +65,10 @@ int sim_straggler_replan(struct sim_straggler *st, const uint32_t *ranks, uint32
 	struct keel_worker *wk = calloc(count, sizeof(*wk));
 	if (wk == NULL)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < count; i++) {
-		wk[i].id = ranks[i];
-		wk[i].rate = 1.0;
-		st->ranks[i] = ranks[i];
-	}
+	memcpy(st->ranks, ranks, count * sizeof(uint32_t));
 	st->count = count;
-	struct keel_plan_result res;
-	int rc = keel_plan_set_workers(st->plan, wk, count);
+	int rc = keel_straggler_plan_view(&st->strag, st->plan, ranks, count, wk);
 	free(wk);
-	if (rc == 0)
-		rc = keel_plan_items_lpt(st->plan, &res);
-	keel_straggler_reset(&st->strag);
 	return rc;
 }
 

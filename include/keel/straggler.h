@@ -66,6 +66,16 @@ KEEL_MUST_USE int keel_straggler_init(struct keel_straggler *s, double *mem, siz
  * changed). */
 void keel_straggler_reset(struct keel_straggler *s);
 
+/* A plan for a new view: workers `members` (their ranks become the workers' ids), equal
+ * nominal rates (keel measures speeds, it is not told them), the plan's items placed by LPT,
+ * and what the controller measured forgotten (keel_straggler_reset). Every member calling it
+ * with the same list gets the same plan. wk: scratch for `count` workers, the caller's.
+ * Returns 0, -EINVAL (count 0, a duplicate rank), -ENOSPC (count above the plan's workers_max),
+ * or the planner's error. */
+KEEL_MUST_USE int keel_straggler_plan_view(struct keel_straggler *s, struct keel_plan *p,
+					   const uint32_t *members, uint32_t count,
+					   struct keel_worker *wk);
+
 struct keel_straggler_decision {
 	double skew;	   /* max/min of this step's times (members with work) */
 	bool over;	   /* over a limit this step */

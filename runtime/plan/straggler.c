@@ -62,6 +62,21 @@ void keel_straggler_reset(struct keel_straggler *s)
 	s->promised_s = 0;
 }
 
+int keel_straggler_plan_view(struct keel_straggler *s, struct keel_plan *p, const uint32_t *members,
+			     uint32_t count, struct keel_worker *wk)
+{
+	KEEL_ASSERT(s != NULL && p != NULL && (members != NULL || count == 0));
+	KEEL_ASSERT(wk != NULL || count == 0);
+	for (uint32_t i = 0; i < count; i++)
+		wk[i] = (struct keel_worker){.id = members[i], .rate = 1.0};
+	struct keel_plan_result res;
+	int rc = keel_plan_set_workers(p, wk, count);
+	if (rc == 0)
+		rc = keel_plan_items_lpt(p, &res);
+	keel_straggler_reset(s);
+	return rc;
+}
+
 static double smooth(double old, double x, double a)
 {
 	return old == 0 ? x : (1 - a) * old + a * x;

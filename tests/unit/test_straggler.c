@@ -225,6 +225,37 @@ static void test_same_inputs_same_plans(void **state)
 	}
 }
 
+/* keel_straggler_plan_view: two members given the same view make the same equal plan; a repair
+ * is forgotten (the controller measures afresh), a lost worker's shards move to the others;
+ * an empty or too large view is refused. */
+static void test_plan_view(void **state)
+{
+	(void)state;
+	static struct rig a, b;
+	rig_init(&a, NULL);
+	rig_init(&b, NULL);
+	struct keel_worker wk[W + 1];
+	static const uint32_t view[] = {0, 1, 3}, big[] = {0, 1, 2, 3, 4};
+	double speed[W] = {1, 1, 0.25, 1}, t[W];
+	struct keel_straggler_decision d = {0};
+	for (uint64_t step = 0; step < 10 && !d.repaired; step++) {
+		times_for(&a, speed, 0, t);
+		assert_int_equal(keel_straggler_step(&a.s, a.plan, t, NULL, &d), 0);
+	}
+	assert_true(d.repaired); /* a holds a repaired plan, b the first one */
+	assert_int_equal(keel_straggler_plan_view(&a.s, a.plan, view, 3, wk), 0);
+	assert_int_equal(keel_straggler_plan_view(&b.s, b.plan, view, 3, wk), 0);
+	for (uint32_t i = 0; i < SHARDS; i++) {
+		assert_int_equal(keel_plan_owner(a.plan, i), keel_plan_owner(b.plan, i));
+		assert_true(keel_plan_owner(a.plan, i) < 3);
+	}
+	for (uint32_t w = 0; w < 3; w++) /* equal rates: 64 shards as 22/21/21 */
+		assert_true(work_of(&a, w) >= 21 && work_of(&a, w) <= 22);
+	assert_int_equal(a.s.workers, 0); /* measurements forgotten */
+	assert_int_equal(keel_straggler_plan_view(&a.s, a.plan, view, 0, wk), -EINVAL);
+	assert_int_equal(keel_straggler_plan_view(&a.s, a.plan, big, 5, wk), -ENOSPC);
+}
+
 static void test_bad_config_refused(void **state)
 {
 	(void)state;
@@ -270,6 +301,7 @@ int main(void)
 	    cmocka_unit_test(test_rate_step_bounds_each_repair),
 	    cmocka_unit_test(test_time_floor),
 	    cmocka_unit_test(test_same_inputs_same_plans),
+	    cmocka_unit_test(test_plan_view),
 	    cmocka_unit_test(test_bad_config_refused),
 	};
 	return cmocka_run_group_tests_name("straggler", tests, NULL, NULL);

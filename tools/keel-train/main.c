@@ -67,7 +67,7 @@ struct opts {
 	uint32_t crash_rank, stall_rank;
 	double stall_s;
 	bool reference, quiet;
-	bool print_plans; /* --print-plans: each rank prints its plan's digest at every view */
+	bool print_plans;   /* --print-plans: each rank prints its plan's digest at every view */
 	uint64_t bench_mib; /* --bench-state: measure checkpoint and live-recovery paths */
 	const char *plot;   /* --plot FILE.svg|png: the leader draws the curves at the end */
 	/* --slow RANK:FACTOR[@STEP]: that rank computes FACTOR times slower from STEP on;
@@ -194,18 +194,9 @@ static uint64_t config_hash(const struct opts *o)
 static int replan(struct trainer *t, const uint32_t *members, uint32_t count)
 {
 	struct keel_worker wk[RANKS_MAX];
-	for (uint32_t i = 0; i < count; i++) {
-		memset(&wk[i], 0, sizeof(wk[i]));
-		wk[i].id = members[i];
-		wk[i].rate = 1.0;
-		t->members[i] = members[i];
-	}
+	memcpy(t->members, members, count * sizeof(uint32_t));
 	t->member_count = count;
-	struct keel_plan_result res;
-	int rc = keel_plan_set_workers(t->plan, wk, count);
-	if (rc == 0)
-		rc = keel_plan_items_lpt(t->plan, &res);
-	keel_straggler_reset(&t->strag); /* new members: measure afresh */
+	int rc = keel_straggler_plan_view(&t->strag, t->plan, members, count, wk);
 	t->after_repair_steps = 0;
 	t->after_repair_max_s = 0;
 	return rc;
@@ -988,18 +979,27 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			   .stall_step = UINT64_MAX,
 			   .slow_rank = UINT32_MAX,
 			   .reference = true};
-	static const struct option longs[] = {
-	    {"epochs", 1, NULL, 'E'},	    {"batch", 1, NULL, 'B'},
-	    {"lr", 1, NULL, 'l'},	    {"seed", 1, NULL, 's'},
-	    {"data", 1, NULL, 'd'},	    {"ckpt-dir", 1, NULL, 'c'},
-	    {"ckpt-every", 1, NULL, 'k'},   {"fault-at", 1, NULL, 'f'},
-	    {"dump-weights", 1, NULL, 'w'}, {"no-reference", 0, NULL, 'R'},
-	    {"quiet", 0, NULL, 'q'},	    {"bench-state", 1, NULL, 'b'},
-	    {"crash-at", 1, NULL, 'K'},	    {"stall-at", 1, NULL, 'S'},
-	    {"plot", 1, NULL, 'P'},	    {"slow", 1, NULL, 'L'},
-	    {"compute-us", 1, NULL, 'C'},   {"no-repair", 0, NULL, 'N'},
-	    {"print-plans", 0, NULL, 'G'},
-	    {"help", 0, NULL, 'h'},	    {NULL, 0, NULL, 0}};
+	static const struct option longs[] = {{"epochs", 1, NULL, 'E'},
+					      {"batch", 1, NULL, 'B'},
+					      {"lr", 1, NULL, 'l'},
+					      {"seed", 1, NULL, 's'},
+					      {"data", 1, NULL, 'd'},
+					      {"ckpt-dir", 1, NULL, 'c'},
+					      {"ckpt-every", 1, NULL, 'k'},
+					      {"fault-at", 1, NULL, 'f'},
+					      {"dump-weights", 1, NULL, 'w'},
+					      {"no-reference", 0, NULL, 'R'},
+					      {"quiet", 0, NULL, 'q'},
+					      {"bench-state", 1, NULL, 'b'},
+					      {"crash-at", 1, NULL, 'K'},
+					      {"stall-at", 1, NULL, 'S'},
+					      {"plot", 1, NULL, 'P'},
+					      {"slow", 1, NULL, 'L'},
+					      {"compute-us", 1, NULL, 'C'},
+					      {"no-repair", 0, NULL, 'N'},
+					      {"print-plans", 0, NULL, 'G'},
+					      {"help", 0, NULL, 'h'},
+					      {NULL, 0, NULL, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		switch (c) {
