@@ -241,9 +241,10 @@ static void wake_settle(struct shm *s)
 		return;
 	s->armed = false;
 	for (from = 0; from < s->t.world_size; from++) {
+		if (from == s->t.rank)
+			continue;
 		struct ring_hdr *r = ring_of(s, s->t.rank, from);
-
-		if (from != s->t.rank && atomic_load_explicit(&r->sleeping, memory_order_relaxed))
+		if (atomic_load_explicit(&r->sleeping, memory_order_relaxed))
 			atomic_store_explicit(&r->sleeping, 0, memory_order_relaxed);
 	}
 }
