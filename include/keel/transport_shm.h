@@ -38,9 +38,10 @@
  * -EINVAL when d[0] names a bad peer (itself, out of range) or is longer than mtu, and
  * KEEL_ETRANSPORT after fini. recv_burst takes records from the inbound rings, round-robin, into
  * the caller's buffers; one longer than its buffer's cap is dropped and counted (rx_truncated).
- * Until a caller arms, it leaves every ring it emptied marked sleeping; when it filled the caller's array (records
- * may be left that no doorbell announces) next_deadline_ns says "now" until the next call. A
- * dead peer simply stops producing: the failure detector notices its silence, as over UDP. */
+ * Until a caller arms, it leaves every ring it emptied marked sleeping; when it filled the caller's
+ * array (records may be left that no doorbell announces) next_deadline_ns says "now" until the next
+ * call. A dead peer simply stops producing: the failure detector notices its silence, as over UDP.
+ */
 #ifndef KEEL_TRANSPORT_SHM_H
 #define KEEL_TRANSPORT_SHM_H
 
