@@ -84,7 +84,8 @@ void keel_posix_waiter_set_wake_fd(struct keel_posix_waiter *w, int fd);
 /* Wait for `tp` (not owned; NULL: none), whose wait_fd (or a router's route descriptors) the
  * waiter was given: a spin asks tp's rx_ready, when it has one, instead of polling descriptors
  * (a shared-memory ring is a load, not a syscall), and a block first calls tp's arm_wait, when it
- * has one, returning at once if input is already there (keel/transport.h). */
+ * has one, returning at once if input is already there (keel/transport.h). A busy waiter, which
+ * never blocks, arms tp once here so that tp knows its caller arms before blocking. */
 void keel_posix_waiter_set_transport(struct keel_posix_waiter *w, struct keel_transport *tp);
 
 /* Yield the CPU (sched_yield) on every turn of the spin instead of pausing: for ranks that

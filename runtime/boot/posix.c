@@ -80,6 +80,11 @@ void keel_posix_waiter_set_transport(struct keel_posix_waiter *w, struct keel_tr
 	KEEL_ASSERT(w != NULL);
 	KEEL_ASSERT(tp == NULL || tp->ops != NULL);
 	w->tp = tp;
+	/* A busy waiter never blocks, so it would never arm: arm once, which tells the transport
+	 * that its caller arms before any block (a shared-memory receiver then stops asking for
+	 * doorbells; the marks this sets come off at the next receive). */
+	if (tp != NULL && w->mode == KEEL_WAIT_BUSY && tp->ops->arm_wait != NULL)
+		(void)tp->ops->arm_wait(tp);
 }
 
 void keel_posix_waiter_set_spin_yield(struct keel_posix_waiter *w, bool yield)
