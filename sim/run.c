@@ -692,14 +692,7 @@ static int straggler_setup(struct node *nd)
 	sim_straggler_free(&nd->strag);
 	if (!nd->strag_on)
 		return 0;
-	int rc = sim_straggler_init(&nd->strag, W.members);
-	uint32_t *all = calloc(W.members, sizeof(uint32_t));
-	for (uint32_t r = 0; all != NULL && r < W.members; r++)
-		all[r] = r;
-	if (rc == 0)
-		rc = all != NULL ? sim_straggler_replan(&nd->strag, all, W.members) : -ENOMEM;
-	free(all);
-	return rc;
+	return sim_straggler_init(&nd->strag, W.members);
 }
 
 static int regen(struct node *nd)

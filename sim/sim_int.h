@@ -260,10 +260,12 @@ struct sim_straggler {
 	double *strag_mem;
 	uint32_t shards;
 	uint32_t *ranks; /* plan worker -> rank */
-	uint32_t count;
-	double *time_s; /* scratch: this step's times by plan worker */
+	uint32_t count, cap;
+	struct keel_worker *wk; /* scratch for a new view's workers */
+	double *time_s;		/* scratch: this step's times by plan worker */
 };
 
+/* Plan and controller for views of up to `world` ranks, the first plan over all of them. */
 int sim_straggler_init(struct sim_straggler *st, uint32_t world);
 void sim_straggler_free(struct sim_straggler *st);
 /* A fresh plan over `ranks` (a view), equal rates; the controller forgets what it measured. */

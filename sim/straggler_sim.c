@@ -20,6 +20,7 @@ int sim_straggler_init(struct sim_straggler *st, uint32_t world)
 	if (world == 0 || world > SIM_STRAGGLER_RANKS_MAX)
 		return -EINVAL;
 	st->shards = shards_for(world);
+	st->cap = world;
 	struct keel_plan_config pc = {.workers_max = world, .items_max = st->shards};
 	size_t plan_len = keel_plan_storage_size(&pc);
 	size_t strag_doubles = keel_straggler_storage_doubles(world);
@@ -27,9 +28,10 @@ int sim_straggler_init(struct sim_straggler *st, uint32_t world)
 	st->strag_mem = calloc(strag_doubles, sizeof(double));
 	st->ranks = calloc(world, sizeof(uint32_t));
 	st->time_s = calloc(world, sizeof(double));
+	st->wk = calloc(world, sizeof(*st->wk));
 	struct keel_item *items = calloc(st->shards, sizeof(*items));
 	if (plan_len == 0 || st->plan_mem == NULL || st->strag_mem == NULL || st->ranks == NULL ||
-	    st->time_s == NULL || items == NULL) {
+	    st->time_s == NULL || st->wk == NULL || items == NULL) {
 		free(items);
 		sim_straggler_free(st);
 		return -ENOMEM;
@@ -44,6 +46,11 @@ int sim_straggler_init(struct sim_straggler *st, uint32_t world)
 	if (rc == 0)
 		rc = keel_plan_set_items(st->plan, items, st->shards);
 	free(items);
+	for (uint32_t r = 0; r < world; r++) /* the first view: every rank */
+		st->ranks[r] = r;
+	st->count = world;
+	if (rc == 0)
+		rc = keel_straggler_plan_view(&st->strag, st->plan, st->ranks, world, st->wk);
 	if (rc != 0)
 		sim_straggler_free(st);
 	return rc;
@@ -55,6 +62,7 @@ void sim_straggler_free(struct sim_straggler *st)
 	free(st->strag_mem);
 	free(st->ranks);
 	free(st->time_s);
+	free(st->wk);
 	memset(st, 0, sizeof(*st));
 }
 
@@ -62,14 +70,11 @@ void sim_straggler_free(struct sim_straggler *st)
  * view: made from the member list alone, so every member makes the same one. */
 int sim_straggler_replan(struct sim_straggler *st, const uint32_t *ranks, uint32_t count)
 {
-	struct keel_worker *wk = calloc(count, sizeof(*wk));
-	if (wk == NULL)
-		return -ENOMEM;
+	if (count > st->cap)
+		return -ENOSPC;
 	memcpy(st->ranks, ranks, count * sizeof(uint32_t));
 	st->count = count;
-	int rc = keel_straggler_plan_view(&st->strag, st->plan, ranks, count, wk);
-	free(wk);
-	return rc;
+	return keel_straggler_plan_view(&st->strag, st->plan, ranks, count, st->wk);
 }
 
 double sim_straggler_share(const struct sim_straggler *st, uint32_t rank)

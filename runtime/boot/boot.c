@@ -551,7 +551,6 @@ static int spin_yield_choose(struct keel_boot *b, enum keel_wait_mode mode, uint
 {
 	const char *env = getenv("KEEL_SPIN_YIELD");
 	bool yield = false;
-	(void)b;
 	if (env != NULL && *env != '\0') {
 		if (strcmp(env, "0") != 0 && strcmp(env, "1") != 0) {
 			snprintf(err, err_len, "KEEL_SPIN_YIELD=%s: expected 0 or 1", env);

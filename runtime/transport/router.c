@@ -263,8 +263,6 @@ static int router_recv_burst(struct keel_transport *t, uint64_t now_ns, struct k
 	x->rx_calls++;
 	for (uint32_t k = 0; k < x->routes && got < count_max; k++) {
 		uint32_t r = (x->rx_next + k) % x->routes;
-		if (x->dead[r])
-			continue;
 		if (!route_polled(x, r))
 			continue; /* dead, or a backup quiet lately */
 		int rc = x->rt[r]->ops->recv_burst(x->rt[r], now_ns, d + got, count_max - got);

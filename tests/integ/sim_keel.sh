@@ -214,6 +214,8 @@ err=$("$SIM" --cluster 8xX100:ib 2>&1); [ $? = 2 ] && grep -q "unknown GPU type 
 	echo "sim: error: $err" || no "bad GPU type: $err"
 err=$("$SIM" --cluster 8xH100:fddi 2>&1); grep -q "unknown fabric 'fddi'" <<<"$err" || no "bad fabric: $err"
 err=$("$SIM" --cluster H100 2>&1); grep -q "expected COUNTxGPU" <<<"$err" || no "bad item: $err"
+err=$("$SIM" --cluster 8xH100:ib --repair maybe 2>&1); [ $? = 2 ] &&
+	grep -q "bad value 'maybe' for 'repair'" <<<"$err" || no "bad --repair: $err"
 printf '<?xml version="1.0"?>\n<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">\n%s\n' \
 	'<platform version="4.1"><zone id="z" routing="Full"/></platform>' >"$tmp/empty.xml"
 err=$("$SIM" --platform "$tmp/empty.xml" 2>&1); grep -q "empty.xml' has 0 hosts" <<<"$err" &&
