@@ -24,6 +24,14 @@ extern "C" {
 /* Collective operations that may be started and not yet completed. */
 #define KEEL_OPS_DEFAULT 8u
 #define KEEL_OPS_MAX	 256u
+/* Device (GPU) AllReduce: pieces of device work one operation keeps queued, per kind (input
+ * chunks being staged; received regions being reduced into device memory). 16 x 256 KiB
+ * chunks keep a PCIe 5 link busy for ~80 us, longer than a kernel launch or an event poll. */
+#define KEEL_DEVICE_INFLIGHT_MAX 16u
+/* Bytes per device call: the input is staged in chunks of this size, and received fragments
+ * are gathered up to it before one reduction is queued (keel_config.device_chunk_bytes). */
+#define KEEL_DEVICE_CHUNK_DEFAULT (256u << 10)
+#define KEEL_DEVICE_CHUNK_MIN	  4096u
 /* Failure detection. */
 /* 10 ms: 30 ms detection with miss_limit 3, and no false suspicions when ranks share cores
  * with other work (docs/PERF.md). Dedicated cores run 1 ms on UDP, 100-500 us on DPDK/verbs. */

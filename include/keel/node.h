@@ -61,6 +61,7 @@ enum keel_peer_state {
 };
 
 struct keel_view;
+struct keel_device; /* keel/device.h */
 
 /* Called from keel_poll when a peer changes state. Must not call back into the node. */
 typedef void (*keel_peer_fn)(void *ctx, uint32_t peer, enum keel_peer_state state, uint64_t now_ns);
@@ -134,6 +135,11 @@ struct keel_config {
 	bool auth;
 	enum keel_mac mac;
 	uint8_t auth_key[KEEL_AUTH_KEY_BYTES];
+	/* The device keel_allreduce_device_start's buffers live on (keel/device.h; NULL: none,
+	 * host buffers only), owned by the caller, and the bytes per device call (0: the
+	 * default, KEEL_DEVICE_CHUNK_DEFAULT; at least KEEL_DEVICE_CHUNK_MIN). */
+	struct keel_device *device;
+	uint32_t device_chunk_bytes;
 };
 
 /* Fill `cfg` with the defaults of include/keel/limits.h; rank, world_size and transport

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "assert_int.h"
+#include "keel/device.h"
 #include "keel/limits.h"
 #include "node_int.h"
 #include "reduce_int.h"
@@ -82,14 +83,6 @@ static void op_step(const struct keel_node *n, const struct keel_op *op, uint32_
 	KEEL_ASSERT_DEBUG(s->send_peer != (int32_t)n->self && s->recv_peer != (int32_t)n->self);
 }
 
-/* Has the receive cursor passed byte `end` of step t? */
-static bool recv_passed(const struct keel_op *op, uint32_t t, uint64_t end)
-{
-	KEEL_ASSERT_DEBUG(t < op->step_count);
-	KEEL_ASSERT_DEBUG(end <= op->bytes);
-	return op->recv_step > t || (op->recv_step == t && op->recv_off >= end);
-}
-
 static bool send_passed(const struct keel_op *op, uint32_t t, uint64_t end)
 {
 	KEEL_ASSERT_DEBUG(t < op->step_count);
@@ -98,7 +91,7 @@ static bool send_passed(const struct keel_op *op, uint32_t t, uint64_t end)
 }
 
 /* May step t send bytes [lo, hi) of the output? They hold what earlier steps received: ready
- * once every earlier receive is complete or, when step t - 1 receives a region that contains
+ * once every earlier receive is complete (and applied on the device) or, when step t - 1 receives a region that contains
  * them (the pipelined ring, recursive doubling, a slice cut into parts), as soon as its
  * receive has passed them. */
 static bool out_ready(const struct keel_node *n, const struct keel_op *op, uint32_t t, uint64_t lo,
@@ -106,15 +99,17 @@ static bool out_ready(const struct keel_node *n, const struct keel_op *op, uint3
 {
 	/* only a later step sends from the output */
 	KEEL_ASSERT(t > 0 && t < op->step_count && lo < hi && hi <= op->bytes);
-	if (op->recv_step >= t)
+	/* On a device the bytes are ready once the device has applied them (coll_device.c). */
+	uint32_t applied = coll_dev_applied_step(op);
+	if (applied >= t)
 		return true;
-	if (op->recv_step + 1 < t)
+	if (applied + 1 < t)
 		return false;
 	struct step p;
 	op_step(n, op, t - 1, &p);
 	if (p.recv_peer < 0 || lo < p.recv_off || hi > p.recv_off + p.recv_len)
 		return false;
-	return recv_passed(op, t - 1, hi - p.recv_off);
+	return coll_dev_applied_passed(op, t - 1, hi - p.recv_off);
 }
 
 static void skip_empty_recv(const struct keel_node *n, struct keel_op *op)
@@ -156,6 +151,8 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		uint64_t lo = s.send_off + op->send_off;
 		if (s.send_from_out && !out_ready(n, op, op->send_step, lo, lo + len))
 			return;
+		if (!s.send_from_out && !coll_dev_input_ready(op, lo + len))
+			return; /* not yet staged from the device */
 		if (!rel_can_send(n, (uint32_t)s.send_peer) || n->budget_bytes == 0)
 			return;
 		struct wire_header h;
@@ -270,7 +267,9 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 	op->step_count = coll_step_count(op);
 	op->send_step = op->recv_step = 0;
 	op->send_off = op->recv_off = 0;
-	if (op->world == 1 && op->bytes != 0 && op->in != op->out)
+	if (op->dev.on)
+		coll_dev_begin(n, op); /* a view of one copies on the device */
+	else if (op->world == 1 && op->bytes != 0 && op->in != op->out)
 		memcpy(op->out, op->in, op->bytes);
 	struct keel_event ev = {.kind = KEEL_EV_COLL_BEGIN,
 				.bytes = op->bytes,
@@ -401,7 +400,15 @@ static bool advance(struct keel_node *n, struct keel_op *op)
 		op_finish(n, op, -ETIMEDOUT);
 		return true;
 	}
+	if (op->dev.on && coll_dev_progress(n, op))
+		op->progress_ns = n->now_ns;
+	if (op->dev.fault != 0) {
+		op_finish(n, op, op->dev.fault);
+		return true;
+	}
 	if (op->state == OP_QUEUED) {
+		if (!coll_dev_idle(op))
+			return false; /* the last view's device work drains before a restart */
 		if (!n->member && n->now_ns - op->queued_ns >= keel_op_bound_ns(&n->cfg)) {
 			op_finish(n, op, -ETIMEDOUT); /* never admitted: nobody to run it with */
 			return true;
@@ -414,7 +421,8 @@ static bool advance(struct keel_node *n, struct keel_op *op)
 	if (op->state == OP_RUNNING) {
 		pump_sends(n, op);
 		skip_empty_recv(n, op);
-		if (op->send_step < op->step_count || op->recv_step < op->step_count)
+		if (op->send_step < op->step_count || op->recv_step < op->step_count ||
+		    !coll_dev_idle(op))
 			return op_stalled(n, op);
 		op_local_done(n, op);
 	}
@@ -442,6 +450,9 @@ uint64_t coll_next_deadline(const struct keel_node *n)
 {
 	KEEL_ASSERT(n != NULL && n->ops_max > 0);
 	const struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
+	bool live = op->id == n->op_run_id && op->state != OP_FREE && op->state != OP_DONE;
+	if (live && !coll_dev_idle(op))
+		return n->now_ns; /* a device says nothing when it finishes: poll it again now */
 	if (op->id == n->op_run_id && op->state == OP_QUEUED && !n->member)
 		return op->queued_ns + keel_op_bound_ns(&n->cfg);
 	if (op->id != n->op_run_id || (op->state != OP_RUNNING && op->state != OP_LOCAL_DONE))
@@ -564,7 +575,13 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 	}
 	if (s.recv_after_send && !send_passed(op, op->recv_step, op->recv_off + h->payload_len))
 		return false;
-	apply(op, &s, op->recv_off, payload, h->payload_len);
+	if (op->dev.on) {
+		if (!coll_dev_can_take(n, op, op->recv_step, &s, op->recv_off, h->payload_len))
+			return false; /* the device still works on these bytes: later */
+		coll_dev_take(n, op, op->recv_step, &s, op->recv_off, payload, h->payload_len);
+	} else {
+		apply(op, &s, op->recv_off, payload, h->payload_len);
+	}
 	op->recv_off += h->payload_len;
 	KEEL_ASSERT(op->recv_off <= s.recv_len); /* checked above, before anything was applied */
 	op->progress_ns = n->now_ns;
@@ -606,8 +623,10 @@ static struct keel_op *op_alloc(struct keel_node *n)
 	return op;
 }
 
-int keel_allreduce_start(struct keel_node *node, const void *send, void *recv, size_t count,
-			 enum keel_dtype dtype, enum keel_redop redop, struct keel_op **handle)
+/* An AllReduce's arguments, host or device: 0 or the error keel_allreduce_start names. */
+static int allreduce_args(const struct keel_node *node, const void *send, const void *recv,
+			  size_t count, enum keel_dtype dtype, enum keel_redop redop,
+			  struct keel_op **handle)
 {
 	if (node == NULL || handle == NULL || (unsigned)dtype >= KEEL_DTYPE_COUNT ||
 	    (unsigned)redop >= KEEL_REDOP_COUNT)
@@ -629,6 +648,15 @@ int keel_allreduce_start(struct keel_node *node, const void *send, void *recv, s
 	uint64_t step_bytes = ring ? bytes / 2 + esize : bytes;
 	if (step_bytes > UINT32_MAX)
 		return -EMSGSIZE;
+	return 0;
+}
+
+/* Queue a checked AllReduce over host buffers `in` and `out` (for a device one, its stage). */
+static int allreduce_queue(struct keel_node *node, const void *send, void *recv, size_t count,
+			   enum keel_dtype dtype, enum keel_redop redop, struct keel_op **handle)
+{
+	KEEL_ASSERT(allreduce_args(node, send, recv, count, dtype, redop, handle) == 0);
+	uint64_t esize = keel_dtype_size(dtype);
 	if (excluded_unseen(node))
 		return KEEL_EEXCLUDED;
 	struct keel_op *op = op_alloc(node);
@@ -644,8 +672,43 @@ int keel_allreduce_start(struct keel_node *node, const void *send, void *recv, s
 	op->in = send;
 	op->out = recv;
 	op->count = count;
-	op->bytes = bytes;
+	op->bytes = (uint64_t)count * esize;
 	*handle = op;
+	return 0;
+}
+
+int keel_allreduce_start(struct keel_node *node, const void *send, void *recv, size_t count,
+			 enum keel_dtype dtype, enum keel_redop redop, struct keel_op **handle)
+{
+	int rc = allreduce_args(node, send, recv, count, dtype, redop, handle);
+	if (rc == 0)
+		rc = allreduce_queue(node, send, recv, count, dtype, redop, handle);
+	if (rc == 0)
+		coll_progress(node);
+	return rc;
+}
+
+int keel_allreduce_device_start(struct keel_node *node, const void *send, void *recv, size_t count,
+				enum keel_dtype dtype, enum keel_redop redop, void *stage,
+				size_t stage_bytes, struct keel_op **handle)
+{
+	int rc = allreduce_args(node, send, recv, count, dtype, redop, handle);
+	if (rc != 0)
+		return rc;
+	uint64_t bytes = (uint64_t)count * keel_dtype_size(dtype);
+	rc = coll_dev_check_args(node, send, recv, bytes, stage, stage_bytes);
+	if (rc != 0)
+		return rc;
+	uint8_t *st = stage;
+	/* The engine runs on the stage (input copy, output mirror); the device holds the rest. */
+	rc = allreduce_queue(node, count != 0 ? st : NULL, count != 0 ? st + bytes : NULL, count,
+			     dtype, redop, handle);
+	if (rc != 0)
+		return rc;
+	struct op_dev *d = &(*handle)->dev;
+	d->on = count != 0;
+	d->d_in = send;
+	d->d_out = recv;
 	coll_progress(node);
 	return 0;
 }
@@ -769,6 +832,19 @@ static int wait_op(struct keel_node *node, struct keel_op *op)
 			continue; /* the op fails with the transport error on the next poll */
 		w->wait(w->ctx, deadline);
 	}
+}
+
+int keel_allreduce_device(struct keel_node *node, const void *send, void *recv, size_t count,
+			  enum keel_dtype dtype, enum keel_redop redop, void *stage,
+			  size_t stage_bytes)
+{
+	if (!has_waiter(node))
+		return -EINVAL;
+	struct keel_op *op;
+	int rc = keel_allreduce_device_start(node, send, recv, count, dtype, redop, stage,
+					     stage_bytes, &op);
+	KEEL_ASSERT(rc <= 0);
+	return rc != 0 ? rc : wait_op(node, op);
 }
 
 int keel_allreduce(struct keel_node *node, const void *send, void *recv, size_t count,

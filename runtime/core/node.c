@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "assert_int.h"
+#include "keel/device.h"
 #include "keel/limits.h"
 #include "node_int.h"
 
@@ -59,6 +60,20 @@ static uint32_t effective_mtu(const struct keel_config *cfg)
 	return mtu;
 }
 
+/* A device (optional) has every op; its chunk holds whole elements of any dtype. */
+static bool device_valid(const struct keel_config *cfg)
+{
+	const struct keel_device *d = cfg->device;
+	uint32_t chunk = cfg->device_chunk_bytes;
+	if (chunk != 0 && (chunk < KEEL_DEVICE_CHUNK_MIN || chunk % 8 != 0))
+		return false;
+	if (d == NULL)
+		return true;
+	const struct keel_device_ops *o = d->ops;
+	return o != NULL && o->copy != NULL && o->reduce != NULL && o->test != NULL &&
+	       o->host_register != NULL && o->host_unregister != NULL && o->fini != NULL;
+}
+
 static bool config_valid(const struct keel_config *cfg)
 {
 	if (cfg == NULL || cfg->transport == NULL || cfg->transport->ops == NULL)
@@ -92,6 +107,8 @@ static bool config_valid(const struct keel_config *cfg)
 	if (cfg->incarnation == 0)
 		return false;
 	if ((unsigned)cfg->mac > (unsigned)KEEL_MAC_CHACHA20POLY1305)
+		return false;
+	if (!device_valid(cfg))
 		return false;
 	/* a view travels in one control datagram */
 	return mb_ctrl_size(cfg->world_size) <= mtu;

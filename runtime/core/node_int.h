@@ -121,6 +121,34 @@ struct step {
 	bool recv_after_send; /* recv may only overwrite bytes this step already sent */
 };
 
+/* One piece of device work an operation waits for (coll_device.c): a chunk of the input
+ * being staged, or a received region being reduced or copied into device memory (step and
+ * step-relative bytes [lo, hi), at buffer offset `at`). */
+struct dev_item {
+	uint32_t ticket;
+	uint32_t step;
+	uint64_t lo, hi, at;
+	bool done;
+};
+
+/* An AllReduce on device buffers: op->in and op->out are then the caller's staging (the
+ * untouched copy of the input, and the host mirror of the output the network reads). */
+struct op_dev {
+	bool on;
+	int fault;		/* the device failed: KEEL_EDEVICE at the next advance */
+	const uint8_t *d_in;	/* the caller's device buffers */
+	uint8_t *d_out;
+	uint64_t staged, in_ready; /* input bytes queued for staging, and staged (a prefix) */
+	bool solo_copy;		   /* a view of one: d_out = d_in still to be queued */
+	struct dev_item in_q[KEEL_DEVICE_INFLIGHT_MAX], ap_q[KEEL_DEVICE_INFLIGHT_MAX];
+	uint32_t in_head, in_tail, ap_head, ap_tail; /* free-running, mask by the capacity */
+	/* Received bytes [pend_lo, pend_hi) of step pend_step, in the mirror, not yet queued:
+	 * fragments of one poll are gathered into one device call (up to device_chunk_bytes). */
+	bool pend;
+	uint32_t pend_step;
+	uint64_t pend_lo, pend_hi;
+};
+
 struct keel_op {
 	enum op_state state;
 	enum op_kind kind;
@@ -157,6 +185,7 @@ struct keel_op {
 	uint32_t send_step, recv_step;
 	uint64_t send_off, recv_off; /* progress within the current step, bytes */
 	uint64_t progress_ns;	     /* last time anything moved */
+	struct op_dev dev;
 };
 
 /* A view, or a proposed one: epoch, member bitset by rank, each member's incarnation. */
@@ -402,6 +431,34 @@ void coll_rd_part(const struct keel_op *op, uint32_t w, uint32_t r, uint32_t t, 
 uint32_t coll_flat_steps(enum keel_algo algo, uint32_t world);
 /* Part c of `count` elements cut into w as evenly as possible: its first element and size. */
 void coll_part(uint64_t count, uint32_t w, uint32_t c, uint64_t *first, uint64_t *n);
+
+/* coll_device.c: the device parts of an AllReduce on device buffers (op->dev.on). */
+/* How far received data is applied: the step of the first byte not yet in device memory
+ * (the receive cursor when nothing waits for the device), and whether step t's bytes up to
+ * `end` are. Forwarding reads the mirror only up to there. Host operations: the receive
+ * cursor. */
+uint32_t coll_dev_applied_step(const struct keel_op *op);
+bool coll_dev_applied_passed(const struct keel_op *op, uint32_t t, uint64_t end);
+/* Are input bytes [0, end) staged (sends from the input may read them)? Host ops: true. */
+bool coll_dev_input_ready(const struct keel_op *op, uint64_t end);
+/* May a received fragment of step t (its step-relative bytes [off, off + len) of region s)
+ * be taken now? false: keep it for later (the device still works on those bytes, or the
+ * queue is full). Then coll_dev_take copies it into the mirror and queues it. */
+bool coll_dev_can_take(struct keel_node *n, struct keel_op *op, uint32_t t, const struct step *s,
+		       uint64_t off, uint64_t len);
+void coll_dev_take(struct keel_node *n, struct keel_op *op, uint32_t t, const struct step *s,
+		   uint64_t off, const uint8_t *data, uint64_t len);
+/* Test queued work, stage more input, queue what was gathered. Returns true if anything
+ * moved. */
+bool coll_dev_progress(struct keel_node *n, struct keel_op *op);
+/* No device work queued or gathered (a result may be reported; a restart may begin). */
+bool coll_dev_idle(const struct keel_op *op);
+/* A (re)start on a new view: forget what was gathered for the old one (its queued work
+ * drains first: coll_dev_idle), queue the copy of a view of one. */
+void coll_dev_begin(struct keel_node *n, struct keel_op *op);
+/* Check the device arguments of keel_allreduce_device_start; 0 or -EINVAL. */
+int coll_dev_check_args(const struct keel_node *n, const void *send, const void *recv,
+			uint64_t bytes, const void *stage, size_t stage_bytes);
 
 /* coll_hier.c */
 /* Storage for the host map and the per-view tables: world x 16 bytes. */

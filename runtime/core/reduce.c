@@ -3,6 +3,8 @@
  * dtype or op, never reads or writes outside the caller's count elements. */
 #include "reduce_int.h"
 
+#include "keel/reduce.h"
+
 #include <stdbool.h>
 #include <string.h>
 
@@ -469,4 +471,17 @@ void reduce_finish_avg(void *buf, size_t count, enum keel_dtype dtype, uint32_t 
 		KEEL_ASSERT(false);
 		break;
 	}
+}
+
+/* ---- The public reference (keel/reduce.h): what device kernels are checked against ---- */
+
+void keel_reduce(void *dst, const void *a, const void *b, size_t count, enum keel_dtype dtype,
+		 enum keel_redop op)
+{
+	reduce_apply(dst, a, b, count, dtype, op);
+}
+
+void keel_reduce_finish_avg(void *buf, size_t count, enum keel_dtype dtype, uint32_t contributors)
+{
+	reduce_finish_avg(buf, count, dtype, contributors);
 }

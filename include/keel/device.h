@@ -1,0 +1,114 @@
+/* Devices (GPUs) as the collectives see them: a const ops table, like a transport's, that
+ * queues copies and reductions and says when each finished. Nothing here blocks: the engine
+ * polls from keel_poll. Implementations: CUDA (keel/device_cuda.h, libkeel_cuda.a) and a CPU
+ * stand-in with the same contract on host memory (keel/device_cpu.h). */
+#ifndef KEEL_DEVICE_H
+#define KEEL_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keel/errors.h"
+#include "keel/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct keel_node;
+struct keel_op;
+
+/* Which side of a copy is device memory. */
+enum keel_copy_dir {
+	KEEL_COPY_D2H = 0, /* device -> host (staging) */
+	KEEL_COPY_H2D,	   /* host (staging) -> device */
+	KEEL_COPY_D2D,
+	KEEL_COPY_DIR_COUNT,
+};
+
+/* One reduction: dst[i] = a[i] op b[i] for i < count, then, when `divisor` is not 0 (the
+ * last step of a KEEL_AVG), dst[i] /= divisor in the dtype's accumulation precision.
+ * dst is device memory; a is device memory (may equal dst) or registered host memory; b is
+ * registered host memory (a received chunk). When `mirror` is not NULL (registered host
+ * memory, may equal b) it receives the same values as dst, so the host can forward them.
+ * Regions do not overlap except dst == a and mirror == b. Results are those of keel_reduce
+ * (keel/reduce.h): bit for bit for integers, min and max; floats within the tolerance
+ * README "GPU buffers" states. */
+struct keel_device_reduce {
+	void *dst;
+	const void *a;
+	const void *b;
+	void *mirror;
+	size_t count;
+	enum keel_dtype dtype;
+	enum keel_redop op;
+	uint32_t divisor;
+};
+
+/* The ops a device provides. Work is queued and runs asynchronously; work queued earlier may
+ * finish after work queued later (the engine never queues two pieces of work that touch the
+ * same bytes at once). A ticket names one piece of work until test() has said 0 or an error
+ * for it once; it is then released. */
+struct keel_device_ops {
+	const char *name;
+	/* Queue a copy of `bytes` from src to dst (host memory must be registered). Never
+	 * blocks. 0 and *ticket on success; -EAGAIN when inflight_max pieces of work are queued
+	 * (nothing queued: test() some, then retry); -EINVAL (bad direction, NULL, 0 bytes);
+	 * -EIO (the device refused it; the device is unusable). */
+	int (*copy)(void *state, void *dst, const void *src, size_t bytes, enum keel_copy_dir dir,
+		    uint32_t *ticket);
+	/* Queue a reduction (struct keel_device_reduce). Never blocks; errors as copy. */
+	int (*reduce)(void *state, const struct keel_device_reduce *r, uint32_t *ticket);
+	/* Has the work of `ticket` finished? Never blocks. 0: done and its writes are visible to
+	 * the host (the ticket is released); -EINPROGRESS; -EIO: it failed (released). */
+	int (*test)(void *state, uint32_t ticket);
+	/* Register caller memory as staging: pinned and mapped for the device (CUDA:
+	 * cudaHostRegister). keel never allocates staging; the caller registers once at start
+	 * and unregisters before freeing. 0, -EINVAL, -ENOMEM (the driver could not pin it),
+	 * -EIO. */
+	int (*host_register)(void *state, void *mem, size_t bytes);
+	int (*host_unregister)(void *state, void *mem);
+	/* Release what init took (streams, events). Safe after a failed init. */
+	void (*fini)(void *state);
+};
+
+/* A device: its ops and its private state (in caller memory, from its init). */
+struct keel_device {
+	const struct keel_device_ops *ops;
+	void *state;
+};
+
+/* Staging an AllReduce on device buffers needs: the host copy of the input (which stays
+ * untouched, so a view change restarts from it even in place) and the host mirror of the
+ * output the network reads, count x dtype size bytes each. 0 when count is 0 or too large. */
+size_t keel_allreduce_device_stage_bytes(size_t count, enum keel_dtype dtype);
+
+/* Start an AllReduce of `count` elements whose `send` and `recv` are device memory of the
+ * node's device (keel_config.device); they may be the same buffer (in place) or must not
+ * overlap. `stage` is registered host memory of at least keel_allreduce_device_stage_bytes.
+ * The engine copies the input to the stage in chunks of device_chunk_bytes, sends from it,
+ * reduces each received chunk on the device into `recv` (a kernel that reads the chunk from
+ * the stage and mirrors its result there), and forwards from the mirror: copy, network and
+ * reduction overlap. The ring, recursive doubling and the hierarchy run as on the host, with
+ * the same guarantees: a view change restarts from the staged input (in place too); the
+ * result is the reduction over exactly the view keel_op_test_info reports. send, recv and
+ * stage must stay valid until the operation completes.
+ * Errors: those of keel_allreduce_start, and -EINVAL also when the node has no device, stage
+ * is NULL or shorter than needed, or overlaps send or recv. keel_op_test then also returns
+ * KEEL_EDEVICE when the device failed a piece of the work (that rank's GPU is unusable: its
+ * peers see it stall, as they would see a rank die). */
+KEEL_MUST_USE int keel_allreduce_device_start(struct keel_node *node, const void *send, void *recv,
+					      size_t count, enum keel_dtype dtype,
+					      enum keel_redop op, void *stage, size_t stage_bytes,
+					      struct keel_op **handle);
+
+/* Start, then poll and wait with cfg.waiter until done; returns like keel_op_test. */
+KEEL_MUST_USE int keel_allreduce_device(struct keel_node *node, const void *send, void *recv,
+					size_t count, enum keel_dtype dtype, enum keel_redop op,
+					void *stage, size_t stage_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

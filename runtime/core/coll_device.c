@@ -1,0 +1,293 @@
+/* The device side of an AllReduce on device buffers: the input is staged to host memory in
+ * chunks, each received region is copied into the host mirror and reduced (or copied) into
+ * device memory by one queued call, and forwarding waits until the device has finished the
+ * bytes it reads. Device work may finish in any order; this file never queues two pieces that
+ * touch the same bytes at once. Never blocks, never allocates: queues live in the op. */
+#include <string.h>
+
+#include "assert_int.h"
+#include "keel/device.h"
+#include "keel/limits.h"
+#include "node_int.h"
+
+#define QMASK (KEEL_DEVICE_INFLIGHT_MAX - 1u)
+_Static_assert((KEEL_DEVICE_INFLIGHT_MAX & QMASK) == 0, "queue capacity is a power of two");
+
+static uint32_t chunk_bytes(const struct keel_node *n, const struct keel_op *op)
+{
+	uint32_t c = n->cfg.device_chunk_bytes != 0 ? n->cfg.device_chunk_bytes
+						    : KEEL_DEVICE_CHUNK_DEFAULT;
+	KEEL_ASSERT(c >= KEEL_DEVICE_CHUNK_MIN && c % op->elem_size == 0);
+	return c;
+}
+
+static const struct keel_device *device_of(const struct keel_node *n)
+{
+	KEEL_ASSERT(n->cfg.device != NULL && n->cfg.device->ops != NULL);
+	return n->cfg.device;
+}
+
+uint32_t coll_dev_applied_step(const struct keel_op *op)
+{
+	const struct op_dev *d = &op->dev;
+	if (!d->on)
+		return op->recv_step;
+	if (d->ap_head != d->ap_tail)
+		return d->ap_q[d->ap_head & QMASK].step;
+	return d->pend ? d->pend_step : op->recv_step;
+}
+
+bool coll_dev_applied_passed(const struct keel_op *op, uint32_t t, uint64_t end)
+{
+	const struct op_dev *d = &op->dev;
+	KEEL_ASSERT_DEBUG(t < op->step_count && end <= op->bytes);
+	uint32_t step = op->recv_step;
+	uint64_t off = op->recv_off;
+	if (d->on && d->ap_head != d->ap_tail) {
+		step = d->ap_q[d->ap_head & QMASK].step;
+		off = d->ap_q[d->ap_head & QMASK].lo;
+	} else if (d->on && d->pend) {
+		step = d->pend_step;
+		off = d->pend_lo;
+	}
+	return step > t || (step == t && off >= end);
+}
+
+bool coll_dev_input_ready(const struct keel_op *op, uint64_t end)
+{
+	KEEL_ASSERT_DEBUG(end <= op->bytes);
+	return !op->dev.on || op->dev.in_ready >= end;
+}
+
+bool coll_dev_idle(const struct keel_op *op)
+{
+	const struct op_dev *d = &op->dev;
+	return !d->on || (d->ap_head == d->ap_tail && !d->pend && !d->solo_copy);
+}
+
+static bool overlaps(uint64_t a_lo, uint64_t a_hi, uint64_t b_lo, uint64_t b_hi)
+{
+	return a_lo < b_hi && b_lo < a_hi;
+}
+
+/* Does queued work not yet finished touch buffer bytes [lo, hi)? */
+static bool busy_bytes(const struct op_dev *d, uint64_t lo, uint64_t hi)
+{
+	KEEL_ASSERT_DEBUG(d->ap_tail - d->ap_head <= KEEL_DEVICE_INFLIGHT_MAX);
+	for (uint32_t i = d->ap_head; i != d->ap_tail; i++) {
+		const struct dev_item *it = &d->ap_q[i & QMASK];
+		if (!it->done && overlaps(lo, hi, it->at, it->at + (it->hi - it->lo)))
+			return true;
+	}
+	return false;
+}
+
+/* Queue the gathered bytes as one copy or reduction. false: not now (the input they reduce
+ * with is not staged yet, or the device is full); they stay gathered. */
+static bool flush(struct keel_node *n, struct keel_op *op)
+{
+	struct op_dev *d = &op->dev;
+	KEEL_ASSERT(d->on && d->pend && d->pend_hi > d->pend_lo);
+	if (d->ap_tail - d->ap_head == KEEL_DEVICE_INFLIGHT_MAX || d->fault != 0)
+		return false;
+	struct step s;
+	coll_step(op, d->pend_step, &s);
+	KEEL_ASSERT(s.action != ACT_NONE && d->pend_hi <= s.recv_len);
+	uint64_t at = s.recv_off + d->pend_lo, len = d->pend_hi - d->pend_lo;
+	if (s.action == ACT_REDUCE_IN && d->in_ready < at + len)
+		return false;
+	const struct keel_device *dev = device_of(n);
+	uint32_t ticket = 0;
+	int rc;
+	if (s.action == ACT_COPY) {
+		rc = dev->ops->copy(dev->state, d->d_out + at, op->out + at, len, KEEL_COPY_H2D,
+				    &ticket);
+	} else {
+		struct keel_device_reduce r = {
+		    .dst = d->d_out + at,
+		    .a = s.action == ACT_REDUCE_IN ? (const void *)(op->in + at) : d->d_out + at,
+		    .b = op->out + at,
+		    .mirror = op->out + at,
+		    .count = len / op->elem_size,
+		    .dtype = op->dtype,
+		    .op = op->redop,
+		    .divisor = s.final && op->redop == KEEL_AVG ? op->world : 0};
+		rc = dev->ops->reduce(dev->state, &r, &ticket);
+	}
+	if (rc == -EAGAIN)
+		return false;
+	if (rc != 0) {
+		d->fault = KEEL_EDEVICE;
+		return false;
+	}
+	d->ap_q[d->ap_tail++ & QMASK] = (struct dev_item){
+	    .ticket = ticket, .step = d->pend_step, .lo = d->pend_lo, .hi = d->pend_hi, .at = at};
+	d->pend = false;
+	return true;
+}
+
+bool coll_dev_can_take(struct keel_node *n, struct keel_op *op, uint32_t t, const struct step *s,
+		       uint64_t off, uint64_t len)
+{
+	struct op_dev *d = &op->dev;
+	KEEL_ASSERT(d->on && len > 0 && off + len <= s->recv_len);
+	/* Gathered bytes of another step are queued first: one call covers one step's region. */
+	if (d->pend && (d->pend_step != t || d->pend_hi != off) && !flush(n, op))
+		return false;
+	return !busy_bytes(d, s->recv_off + off, s->recv_off + off + len);
+}
+
+void coll_dev_take(struct keel_node *n, struct keel_op *op, uint32_t t, const struct step *s,
+		   uint64_t off, const uint8_t *data, uint64_t len)
+{
+	struct op_dev *d = &op->dev;
+	KEEL_ASSERT(d->on && s->action != ACT_NONE);
+	/* coll_dev_can_take queued any other step's bytes */
+	KEEL_ASSERT(!d->pend || (d->pend_step == t && d->pend_hi == off));
+	memcpy(op->out + s->recv_off + off, data, (size_t)len);
+	if (!d->pend) {
+		d->pend = true;
+		d->pend_step = t;
+		d->pend_lo = off;
+	}
+	d->pend_hi = off + len;
+	if (d->pend_hi - d->pend_lo >= chunk_bytes(n, op))
+		(void)flush(n, op); /* large enough: start the device on it now */
+}
+
+/* Test the unfinished items of a queue; pop finished ones from its head. Returns how many
+ * finished; `popped_hi` gets the end of the last one popped (staging: the ready prefix). */
+static uint32_t test_queue(struct keel_node *n, struct op_dev *d, struct dev_item *q,
+			   uint32_t *head, uint32_t tail, uint64_t *popped_hi)
+{
+	const struct keel_device *dev = device_of(n);
+	uint32_t finished = 0;
+	KEEL_ASSERT(tail - *head <= KEEL_DEVICE_INFLIGHT_MAX);
+	for (uint32_t i = *head; i != tail; i++) {
+		struct dev_item *it = &q[i & QMASK];
+		if (it->done)
+			continue;
+		int rc = dev->ops->test(dev->state, it->ticket);
+		if (rc == -EINPROGRESS)
+			continue;
+		it->done = true; /* released by the device either way */
+		finished++;
+		if (rc != 0)
+			d->fault = KEEL_EDEVICE;
+	}
+	while (*head != tail && q[*head & QMASK].done)
+		*popped_hi = q[(*head)++ & QMASK].hi;
+	return finished;
+}
+
+/* Queue the next chunks of the input's copy to the stage, as far as the queue allows. */
+static bool stage_input(struct keel_node *n, struct keel_op *op)
+{
+	struct op_dev *d = &op->dev;
+	const struct keel_device *dev = device_of(n);
+	bool moved = false;
+	for (uint32_t guard = 0; guard < KEEL_DEVICE_INFLIGHT_MAX && d->staged < op->bytes;
+	     guard++) {
+		if (d->in_tail - d->in_head == KEEL_DEVICE_INFLIGHT_MAX || d->fault != 0)
+			break;
+		uint64_t len = op->bytes - d->staged;
+		if (len > chunk_bytes(n, op))
+			len = chunk_bytes(n, op);
+		uint32_t ticket = 0;
+		int rc = dev->ops->copy(dev->state, (void *)(op->in + d->staged),
+					d->d_in + d->staged, len, KEEL_COPY_D2H, &ticket);
+		if (rc == -EAGAIN)
+			break;
+		if (rc != 0) {
+			d->fault = KEEL_EDEVICE;
+			break;
+		}
+		d->in_q[d->in_tail++ & QMASK] = (struct dev_item){
+		    .ticket = ticket, .lo = d->staged, .hi = d->staged + len, .at = d->staged};
+		d->staged += len;
+		moved = true;
+	}
+	KEEL_ASSERT(d->in_ready <= d->staged && d->staged <= op->bytes);
+	return moved;
+}
+
+/* A view of one: the result is the input, copied device to device. */
+static void solo_copy(struct keel_node *n, struct keel_op *op)
+{
+	struct op_dev *d = &op->dev;
+	KEEL_ASSERT(d->solo_copy && op->world == 1);
+	if (d->ap_tail - d->ap_head == KEEL_DEVICE_INFLIGHT_MAX || d->fault != 0)
+		return;
+	const struct keel_device *dev = device_of(n);
+	uint32_t ticket = 0;
+	int rc = dev->ops->copy(dev->state, d->d_out, d->d_in, op->bytes, KEEL_COPY_D2D, &ticket);
+	if (rc == -EAGAIN)
+		return;
+	d->solo_copy = false;
+	if (rc != 0) {
+		d->fault = KEEL_EDEVICE;
+		return;
+	}
+	d->ap_q[d->ap_tail++ & QMASK] =
+	    (struct dev_item){.ticket = ticket, .lo = 0, .hi = op->bytes, .at = 0};
+}
+
+bool coll_dev_progress(struct keel_node *n, struct keel_op *op)
+{
+	struct op_dev *d = &op->dev;
+	KEEL_ASSERT(d->on);
+	uint64_t ready = d->in_ready, unused = 0;
+	uint32_t done = test_queue(n, d, d->in_q, &d->in_head, d->in_tail, &ready);
+	KEEL_ASSERT(ready >= d->in_ready); /* chunks are popped in order: the prefix grows */
+	d->in_ready = ready;
+	done += test_queue(n, d, d->ap_q, &d->ap_head, d->ap_tail, &unused);
+	bool moved = stage_input(n, op);
+	if (d->solo_copy)
+		solo_copy(n, op);
+	if (d->pend && (op->state == OP_RUNNING) && flush(n, op))
+		moved = true;
+	return done != 0 || moved;
+}
+
+void coll_dev_begin(struct keel_node *n, struct keel_op *op)
+{
+	struct op_dev *d = &op->dev;
+	KEEL_ASSERT(d->on && d->ap_head == d->ap_tail); /* the last attempt's work drained */
+	(void)n;
+	d->pend = false; /* bytes of the last view's attempt */
+	d->solo_copy = op->world == 1 && op->bytes != 0 && d->d_in != d->d_out;
+}
+
+static bool ranges_overlap(const void *a, uint64_t a_len, const void *b, uint64_t b_len)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+	return x < y + b_len && y < x + a_len;
+}
+
+int coll_dev_check_args(const struct keel_node *n, const void *send, const void *recv,
+			uint64_t bytes, const void *stage, size_t stage_bytes)
+{
+	KEEL_ASSERT(n != NULL);
+	if (n->cfg.device == NULL)
+		return -EINVAL;
+	if (bytes == 0)
+		return 0;
+	if (stage == NULL || stage_bytes / 2 < bytes)
+		return -EINVAL;
+	/* Device and host memory are one address space under CUDA's unified addressing, and are
+	 * with the CPU stand-in: a stage inside a device buffer is a caller's mistake either way. */
+	if (ranges_overlap(stage, 2 * bytes, send, bytes) ||
+	    ranges_overlap(stage, 2 * bytes, recv, bytes))
+		return -EINVAL;
+	return 0;
+}
+
+size_t keel_allreduce_device_stage_bytes(size_t count, enum keel_dtype dtype)
+{
+	if ((unsigned)dtype >= KEEL_DTYPE_COUNT)
+		return 0;
+	size_t es = keel_dtype_size(dtype);
+	if (count == 0 || count > SIZE_MAX / 2 / es)
+		return 0;
+	return 2 * count * es;
+}
