@@ -46,7 +46,7 @@ endif
 endif
 
 # The layers (docs/DESIGN.md). libkeel.a: the runtime without its start-up library.
-RUNTIME_LAYERS := base core transport plan storage
+RUNTIME_LAYERS := base core device transport plan storage
 RUNTIME_SRC := $(sort $(foreach l,$(RUNTIME_LAYERS),$(wildcard runtime/$(l)/*.c)))
 # The start-up library; its DPDK and verbs parts are archived with those backends (mk/*.mk).
 BOOT_SRC := $(filter-out runtime/boot/boot_dpdk.c runtime/boot/boot_verbs.c,\

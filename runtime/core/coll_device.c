@@ -62,7 +62,8 @@ bool coll_dev_input_ready(const struct keel_op *op, uint64_t end)
 bool coll_dev_idle(const struct keel_op *op)
 {
 	const struct op_dev *d = &op->dev;
-	return !d->on || (d->ap_head == d->ap_tail && !d->pend && !d->solo_copy);
+	return !d->on || (d->ap_head == d->ap_tail && d->in_head == d->in_tail && !d->pend &&
+			  !d->solo_copy);
 }
 
 static bool overlaps(uint64_t a_lo, uint64_t a_hi, uint64_t b_lo, uint64_t b_hi)
@@ -186,6 +187,8 @@ static bool stage_input(struct keel_node *n, struct keel_op *op)
 	struct op_dev *d = &op->dev;
 	const struct keel_device *dev = device_of(n);
 	bool moved = false;
+	if (op->state == OP_RUNNING && op->world == 1)
+		return false; /* a view of one copies device to device: nothing to stage */
 	for (uint32_t guard = 0; guard < KEEL_DEVICE_INFLIGHT_MAX && d->staged < op->bytes;
 	     guard++) {
 		if (d->in_tail - d->in_head == KEEL_DEVICE_INFLIGHT_MAX || d->fault != 0)
@@ -256,6 +259,27 @@ void coll_dev_begin(struct keel_node *n, struct keel_op *op)
 	(void)n;
 	d->pend = false; /* bytes of the last view's attempt */
 	d->solo_copy = op->world == 1 && op->bytes != 0 && d->d_in != d->d_out;
+}
+
+void coll_dev_stop(struct keel_op *op, bool finished)
+{
+	struct op_dev *d = &op->dev;
+	if (!d->on)
+		return;
+	d->pend = false; /* bytes gathered for the view it ran on */
+	d->solo_copy = false;
+	if (finished)
+		d->staged = d->in_ready = op->bytes; /* queue no more input */
+}
+
+bool coll_dev_drain(struct keel_node *n, struct keel_op *op)
+{
+	struct op_dev *d = &op->dev;
+	uint64_t unused = 0;
+	KEEL_ASSERT(op->state == OP_DONE && !d->pend && !d->solo_copy);
+	(void)test_queue(n, d, d->in_q, &d->in_head, d->in_tail, &unused);
+	(void)test_queue(n, d, d->ap_q, &d->ap_head, d->ap_tail, &unused);
+	return coll_dev_idle(op);
 }
 
 static bool ranges_overlap(const void *a, uint64_t a_len, const void *b, uint64_t b_len)

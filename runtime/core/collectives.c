@@ -178,6 +178,7 @@ static void op_finish(struct keel_node *n, struct keel_op *op, int status)
 	KEEL_ASSERT(op->id == n->op_run_id && op->id != n->op_next_id);
 	KEEL_ASSERT(status <= 0);
 	op_set_state(op, OP_DONE);
+	coll_dev_stop(op, true); /* work it queued drains before keel_op_test reports it */
 	op->status = status;
 	if (status == 0)
 		n->ctr.ops_completed++;
@@ -449,10 +450,12 @@ void coll_progress(struct keel_node *n)
 uint64_t coll_next_deadline(const struct keel_node *n)
 {
 	KEEL_ASSERT(n != NULL && n->ops_max > 0);
+	/* A device says nothing when it finishes: while any operation has device work queued
+	 * (the frontier, or finished ones draining), poll again now. */
+	for (uint32_t i = 0; i < n->ops_max; i++)
+		if (n->ops[i].state != OP_FREE && !coll_dev_idle(&n->ops[i]))
+			return n->now_ns;
 	const struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
-	bool live = op->id == n->op_run_id && op->state != OP_FREE && op->state != OP_DONE;
-	if (live && !coll_dev_idle(op))
-		return n->now_ns; /* a device says nothing when it finishes: poll it again now */
 	if (op->id == n->op_run_id && op->state == OP_QUEUED && !n->member)
 		return op->queued_ns + keel_op_bound_ns(&n->cfg);
 	if (op->id != n->op_run_id || (op->state != OP_RUNNING && op->state != OP_LOCAL_DONE))
@@ -508,8 +511,10 @@ void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier, boo
 	}
 	struct keel_op *op = frontier_op(n);
 	KEEL_ASSERT(!excluded || op == NULL); /* at most ops_max were pending: all failed */
-	if (op != NULL && (op->state == OP_RUNNING || op->state == OP_LOCAL_DONE))
+	if (op != NULL && (op->state == OP_RUNNING || op->state == OP_LOCAL_DONE)) {
 		op_set_state(op, OP_QUEUED); /* begins again on the new view */
+		coll_dev_stop(op, false);
+	}
 	KEEL_ASSERT(op == NULL || op->state == OP_QUEUED);
 	n->op_base = n->op_run_id;
 	n->ops_done_local = 0;
@@ -782,6 +787,8 @@ int keel_op_test_info(struct keel_node *node, struct keel_op *handle, struct kee
 		return -EINVAL;
 	if (handle->state != OP_DONE)
 		return -EINPROGRESS;
+	if (!coll_dev_idle(handle) && !coll_dev_drain(node, handle))
+		return -EINPROGRESS; /* the device still writes the caller's buffers */
 	/* A result (status 0) was computed over a view: op_local_done recorded it. */
 	KEEL_ASSERT_DEBUG(handle->status <= 0);
 	KEEL_ASSERT_DEBUG(handle->status != 0 ||

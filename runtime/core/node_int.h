@@ -453,6 +453,12 @@ void coll_dev_take(struct keel_node *n, struct keel_op *op, uint32_t t, const st
 bool coll_dev_progress(struct keel_node *n, struct keel_op *op);
 /* No device work queued or gathered (a result may be reported; a restart may begin). */
 bool coll_dev_idle(const struct keel_op *op);
+/* The operation goes back to QUEUED for a new view, or has finished (then it queues no more
+ * work): forget what was gathered. Its queued work still drains: coll_dev_drain tests it
+ * (keel_op_test reports a finished operation only once it drained, so the device never
+ * writes the caller's buffers after the call returned). Returns coll_dev_idle. */
+void coll_dev_stop(struct keel_op *op, bool finished);
+bool coll_dev_drain(struct keel_node *n, struct keel_op *op);
 /* A (re)start on a new view: forget what was gathered for the old one (its queued work
  * drains first: coll_dev_idle), queue the copy of a view of one. */
 void coll_dev_begin(struct keel_node *n, struct keel_op *op);

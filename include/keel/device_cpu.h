@@ -1,0 +1,57 @@
+/* The CPU stand-in device: the contract of keel/device.h on host memory, so the device
+ * pipeline runs in ordinary tests and on machines without a GPU. Work is held until it
+ * "finishes" a seeded number of test() calls later, and only then takes effect, so finishing
+ * out of order and late are both exercised; a chosen piece of work can fail. "Device memory"
+ * is any host memory outside the registered staging regions (the stand-in checks that every
+ * copy and reduction reads and writes the side its direction names). */
+#ifndef KEEL_DEVICE_CPU_H
+#define KEEL_DEVICE_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keel/device.h"
+#include "keel/errors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KEEL_DEVICE_CPU_INFLIGHT_MAX 256u /* pieces of work queued at once */
+#define KEEL_DEVICE_CPU_REGIONS_MAX  16u  /* registered staging regions */
+
+struct keel_device_cpu_config {
+	uint32_t inflight_max; /* 1..KEEL_DEVICE_CPU_INFLIGHT_MAX; more: copy/reduce -EAGAIN */
+	/* A piece of work finishes once the device has seen delay_tests + uniform[0,
+	 * jitter_tests] test() calls (for any ticket) since it was queued. jitter > 0: work
+	 * finishes out of order. */
+	uint32_t delay_tests, jitter_tests;
+	uint64_t seed;
+	/* The fail_at-th piece of work queued (1-based) fails: test() says -EIO for it and it
+	 * has no effect. 0: none fails. */
+	uint32_t fail_at;
+};
+
+/* inflight_max 64, delay 2, jitter 4, seed 1, no failure. */
+void keel_device_cpu_config_default(struct keel_device_cpu_config *cfg);
+
+size_t keel_device_cpu_storage_size(const struct keel_device_cpu_config *cfg);
+/* Errors: -EINVAL (inflight_max out of range, NULL), -ENOSPC (mem NULL or smaller than
+ * keel_device_cpu_storage_size). */
+KEEL_MUST_USE int keel_device_cpu_init(struct keel_device *dev, void *mem, size_t mem_len,
+				       const struct keel_device_cpu_config *cfg);
+
+struct keel_device_cpu_stats {
+	uint64_t copies, reductions, bytes;
+	uint64_t finished_out_of_order; /* finished while older work was still queued */
+	uint64_t refused_full;		/* -EAGAIN: inflight_max queued */
+	uint64_t failed;
+	uint32_t used, used_max; /* pieces queued now, and at most */
+};
+void keel_device_cpu_stats(const struct keel_device *dev, struct keel_device_cpu_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
