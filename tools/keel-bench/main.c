@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_device.h"
 #include "bench_failover.h"
 #include "keel/boot.h"
 #include "keel/transport_router.h"
@@ -22,7 +23,12 @@ struct bench_opts {
 	bool check;
 	bool median; /* --median: per-iteration slowest rank, median over iterations */
 	double seconds;
+	const char *device; /* --device cpu|cuda: buffers in device memory (NULL: host) */
 };
+
+/* The device of --device, opened before the node starts (its config names it). */
+static struct bench_device g_dev;
+static bool g_dev_on;
 
 static void usage(FILE *f)
 {
@@ -46,6 +52,9 @@ static void usage(FILE *f)
 	    "  -m, --median          time each iteration alone; report the median over\n"
 	    "                        iterations of the slowest rank's time (default: the\n"
 	    "                        slowest rank's mean)\n"
+	    "  -D, --device D        buffers in device memory: cuda (GPU LOCAL_RANK, or 0) or\n"
+	    "                        cpu (the CPU stand-in device); staged through registered\n"
+	    "                        host memory (README \"GPU buffers\")\n"
 	    "common options:\n"
 	    "  --transport T         udp (default), shm (ranks on one host), dpdk or verbs\n"
 	    "                        (KEEL_SHM_RING_KB, KEEL_DPDK_*, KEEL_VERBS_*: README)\n"
@@ -89,6 +98,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 					      {"median", no_argument, 0, 'm'},
 					      {"seconds", required_argument, 0, 't'},
 					      {"transport", required_argument, 0, 'T'},
+					      {"device", required_argument, 0, 'D'},
 					      {"help", no_argument, 0, 'h'},
 					      {0, 0, 0, 0}};
 	*o = (struct bench_opts){.min_bytes = 8,
@@ -100,7 +110,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 				 .warmup = 5,
 				 .seconds = 2.0};
 	int c;
-	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:cmt:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:cmt:D:h", longs, NULL)) != -1) {
 		uint64_t v;
 		switch (c) {
 		case 'b':
@@ -153,6 +163,9 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 				fprintf(stderr, "keel-bench: bad --seconds '%s'\n", optarg);
 				return -EINVAL;
 			}
+			break;
+		case 'D':
+			o->device = optarg; /* bench_device_open says what it does not know */
 			break;
 		case 'T':
 			/* boot.c reads KEEL_TRANSPORT; it says what it does not know. */
@@ -217,6 +230,16 @@ static void die(struct keel_boot *b, const char *what, int rc)
 	exit(1);
 }
 
+/* One AllReduce of the benchmark: host buffers, or (--device) device buffers staged. */
+static int ar_run(struct keel_boot *b, const struct bench_opts *o, void *in, void *out,
+		  size_t count)
+{
+	if (!g_dev_on)
+		return keel_allreduce(b->node, in, out, count, o->dtype, o->op);
+	return keel_allreduce_device(b->node, in, out, count, o->dtype, o->op, g_dev.stage,
+				     g_dev.stage_bytes);
+}
+
 /* Max (or sum) of one value across ranks, through keel itself. */
 static double across(struct keel_boot *b, double v, enum keel_redop op)
 {
@@ -232,14 +255,14 @@ static double time_allreduce(struct keel_boot *b, const struct bench_opts *o, vo
 			     size_t count)
 {
 	for (uint32_t i = 0; i < o->warmup; i++) {
-		int rc = keel_allreduce(b->node, in, out, count, o->dtype, o->op);
+		int rc = ar_run(b, o, in, out, count);
 		if (rc != 0)
 			die(b, "allreduce (warmup)", rc);
 	}
 	across(b, 0, KEEL_MAX); /* line the ranks up */
 	uint64_t t0 = keel_posix_now_ns();
 	for (uint32_t i = 0; i < o->iters; i++) {
-		int rc = keel_allreduce(b->node, in, out, count, o->dtype, o->op);
+		int rc = ar_run(b, o, in, out, count);
 		if (rc != 0)
 			die(b, "allreduce", rc);
 	}
@@ -261,14 +284,14 @@ static double time_allreduce_median(struct keel_boot *b, const struct bench_opts
 				    void *out, size_t count, double *mine, double *slowest)
 {
 	for (uint32_t i = 0; i < o->warmup; i++) {
-		int rc = keel_allreduce(b->node, in, out, count, o->dtype, o->op);
+		int rc = ar_run(b, o, in, out, count);
 		if (rc != 0)
 			die(b, "allreduce (warmup)", rc);
 	}
 	across(b, 0, KEEL_MAX); /* line the ranks up */
 	for (uint32_t i = 0; i < o->iters; i++) {
 		uint64_t t0 = keel_posix_now_ns();
-		int rc = keel_allreduce(b->node, in, out, count, o->dtype, o->op);
+		int rc = ar_run(b, o, in, out, count);
 		if (rc != 0)
 			die(b, "allreduce", rc);
 		mine[i] = (double)(keel_posix_now_ns() - t0) / 1e3;
@@ -300,10 +323,26 @@ static double check_allreduce(struct keel_boot *b, const struct bench_opts *o, v
 		if (keel_boot_poll(b) != 0)
 			die(b, "poll", KEEL_ETRANSPORT);
 	}
-	int rc =
-	    keel_allreduce_start(b->node, in, in_place ? in : out, count, o->dtype, o->op, &op);
-	if (rc == 0)
-		rc = keel_boot_wait(b, op, &info, members, KEEL_WORLD_MAX);
+	int rc;
+	if (g_dev_on) { /* the input goes to the device; the result comes back into `out` */
+		size_t bytes = count * keel_dtype_size(o->dtype);
+		void *d_res = in_place ? g_dev.d_in : g_dev.d_out;
+		rc = bench_device_put(&g_dev, g_dev.d_in, in, bytes);
+		if (rc == 0)
+			rc = keel_allreduce_device_start(b->node, g_dev.d_in, d_res, count,
+							 o->dtype, o->op, g_dev.stage,
+							 g_dev.stage_bytes, &op);
+		if (rc == 0)
+			rc = keel_boot_wait(b, op, &info, members, KEEL_WORLD_MAX);
+		if (rc == 0)
+			rc = bench_device_get(&g_dev, out, d_res, bytes);
+		in_place = false; /* compare `out` */
+	} else {
+		rc = keel_allreduce_start(b->node, in, in_place ? in : out, count, o->dtype, o->op,
+					  &op);
+		if (rc == 0)
+			rc = keel_boot_wait(b, op, &info, members, KEEL_WORLD_MAX);
+	}
 	if (rc != 0)
 		die(b, "allreduce (check)", rc);
 	if (info.member_count < b->launch.world_size)
@@ -348,6 +387,12 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			printf("# time: median over %u iterations of the slowest rank's time in "
 			       "each\n",
 			       o->iters);
+		if (g_dev_on)
+			printf("# buffers on device: %s (%s), staged through %zu bytes of registered "
+			       "host memory, %u-byte chunks\n",
+			       g_dev.kind, g_dev.name, g_dev.stage_bytes,
+			       b->cfg.device_chunk_bytes != 0 ? b->cfg.device_chunk_bytes
+							      : KEEL_DEVICE_CHUNK_DEFAULT);
 		printf("#%61s%32s\n", "out-of-place", "in-place");
 		printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count",
 		       "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
@@ -363,10 +408,12 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	     bytes = o->step_bytes ? bytes + o->step_bytes : bytes * o->factor) {
 		size_t count = bytes / es;
 		double t[2], wrong[2] = {-1, -1};
+		/* with --device, the timed AllReduces run on the device buffers */
+		void *t_in = g_dev_on ? g_dev.d_in : in, *t_out = g_dev_on ? g_dev.d_out : out;
 		for (int ip = 0; ip < 2; ip++) {
-			t[ip] = o->median ? time_allreduce_median(b, o, in, ip ? in : out, count,
-								  mine, slowest)
-					  : time_allreduce(b, o, in, ip ? in : out, count);
+			t[ip] = o->median ? time_allreduce_median(b, o, t_in, ip ? t_in : t_out,
+								  count, mine, slowest)
+					  : time_allreduce(b, o, t_in, ip ? t_in : t_out, count);
 			if (o->check)
 				wrong[ip] =
 				    check_allreduce(b, o, in, out, ref, count, ip, &smaller);
@@ -635,6 +682,15 @@ static int bench_rdma_lat(struct keel_boot *b, const struct bench_opts *o)
 	return 0;
 }
 
+static void device_tweak(struct keel_config *cfg, void *ctx)
+{
+	(void)ctx;
+	cfg->device = &g_dev.dev;
+	const char *chunk = getenv("KEEL_DEVICE_CHUNK_KB");
+	if (chunk != NULL)
+		cfg->device_chunk_bytes = (uint32_t)strtoul(chunk, NULL, 10) * 1024u;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
@@ -670,7 +726,20 @@ int main(int argc, char **argv)
 	}
 	struct keel_boot b;
 	char err[512] = "";
-	int rc = keel_boot_start(&b, NULL, NULL, err, sizeof(err));
+	if (o.device != NULL && !is_ar) {
+		fprintf(stderr, "keel-bench: --device is for allreduce only\n");
+		return 2;
+	}
+	if (o.device != NULL) {
+		size_t cap = (size_t)o.max_bytes + keel_dtype_size(o.dtype);
+		if (bench_device_open(&g_dev, o.device, cap, err, sizeof(err)) != 0) {
+			fprintf(stderr, "keel-bench: %s\n", err);
+			bench_device_close(&g_dev);
+			return 1;
+		}
+		g_dev_on = true;
+	}
+	int rc = keel_boot_start(&b, g_dev_on ? device_tweak : NULL, NULL, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "keel-bench: %s\n", err[0] ? err : keel_strerror(rc));
 		return 1;
@@ -679,5 +748,7 @@ int main(int argc, char **argv)
 		     : is_hb ? bench_heartbeat(&b, &o)
 			     : bench_rdma_lat(&b, &o);
 	keel_boot_stop(&b, 500000000ull);
+	if (g_dev_on)
+		bench_device_close(&g_dev);
 	return status;
 }

@@ -1,0 +1,29 @@
+/* keel-bench --device: the device AllReduce's buffers live on a GPU (cuda) or on the CPU
+ * stand-in (cpu), with a registered stage; results are copied back to check them. */
+#ifndef KEEL_BENCH_DEVICE_H
+#define KEEL_BENCH_DEVICE_H
+
+#include <stddef.h>
+
+#include "keel/device.h"
+
+struct bench_device {
+	const char *kind; /* "cpu" or "cuda" */
+	struct keel_device dev;
+	void *dev_mem;
+	void *d_in, *d_out; /* device buffers */
+	void *stage;	    /* registered host memory */
+	size_t stage_bytes, cap;
+	char name[128];	    /* the GPU's, for the header */
+};
+
+/* Open the device `kind` and allocate buffers of `cap` bytes. 0, or an error with `err` set
+ * (e.g. "keel-bench was built without CUDA"). */
+int bench_device_open(struct bench_device *d, const char *kind, size_t cap, char *err,
+		      size_t err_len);
+/* Copy host <-> the device buffers (blocking; checks only). */
+int bench_device_put(struct bench_device *d, void *dst_dev, const void *src, size_t bytes);
+int bench_device_get(struct bench_device *d, void *dst, const void *src_dev, size_t bytes);
+void bench_device_close(struct bench_device *d);
+
+#endif
