@@ -44,6 +44,7 @@ $(BUILD)/bin/keel-bench: TOOL_LIBS += -Wl,-u,keel_device_cuda_init $(LIBKEEL_CUD
 $(BUILD)/tests/gpu-check: $(BUILD)/obj/tests/gpu/gpu_check.o $(LIBKEEL_CUDA) $(LIBKEEL) \
 	$(REFCHECK_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS_KEEL) -o $@ $(filter %.o,$^) $(LIBKEEL_CUDA) $(LIBKEEL) $(CUDA_LIBS) -lm
+	$(CC) $(LDFLAGS_KEEL) -o $@ $(filter %.o,$^) $(LIBKEEL_CUDA) $(LIBKEEL) $(CUDA_LIBS) \
+		$(SODIUM_LIBS) -lm
 -include $(BUILD)/obj/runtime/device/cuda/device_cuda.d $(BUILD)/obj/tests/gpu/gpu_check.d
 endif

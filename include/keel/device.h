@@ -31,7 +31,8 @@ enum keel_copy_dir {
  * dst is device memory; a is device memory (may equal dst) or registered host memory; b is
  * registered host memory (a received chunk). When `mirror` is not NULL (registered host
  * memory, may equal b) it receives the same values as dst, so the host can forward them.
- * Regions do not overlap except dst == a and mirror == b. Results are those of keel_reduce
+ * Regions do not overlap except dst == a and mirror == b; each is aligned to its element size
+ * (a GPU cannot load a misaligned element). Results are those of keel_reduce
  * (keel/reduce.h): bit for bit for integers, min and max; floats within the tolerance
  * README "GPU buffers" states. */
 struct keel_device_reduce {
@@ -86,6 +87,7 @@ size_t keel_allreduce_device_stage_bytes(size_t count, enum keel_dtype dtype);
 /* Start an AllReduce of `count` elements whose `send` and `recv` are device memory of the
  * node's device (keel_config.device); they may be the same buffer (in place) or must not
  * overlap. `stage` is registered host memory of at least keel_allreduce_device_stage_bytes.
+ * All three are aligned to the element size (cudaMalloc and page-aligned memory are).
  * The engine copies the input to the stage in chunks of device_chunk_bytes, sends from it,
  * reduces each received chunk on the device into `recv` (a kernel that reads the chunk from
  * the stage and mirrors its result there), and forwards from the mirror: copy, network and
@@ -94,9 +96,9 @@ size_t keel_allreduce_device_stage_bytes(size_t count, enum keel_dtype dtype);
  * result is the reduction over exactly the view keel_op_test_info reports. send, recv and
  * stage must stay valid until the operation completes.
  * Errors: those of keel_allreduce_start, and -EINVAL also when the node has no device, stage
- * is NULL or shorter than needed, or overlaps send or recv. keel_op_test then also returns
- * KEEL_EDEVICE when the device failed a piece of the work (that rank's GPU is unusable: its
- * peers see it stall, as they would see a rank die). */
+ * is NULL or shorter than needed, or overlaps send or recv, or a buffer is misaligned. keel_op_test
+ * then also returns KEEL_EDEVICE when the device failed a piece of the work (that rank's GPU is
+ * unusable: its peers see it stall, as they would see a rank die). */
 KEEL_MUST_USE int keel_allreduce_device_start(struct keel_node *node, const void *send, void *recv,
 					      size_t count, enum keel_dtype dtype,
 					      enum keel_redop op, void *stage, size_t stage_bytes,

@@ -15,8 +15,8 @@ _Static_assert((KEEL_DEVICE_INFLIGHT_MAX & QMASK) == 0, "queue capacity is a pow
 
 static uint32_t chunk_bytes(const struct keel_node *n, const struct keel_op *op)
 {
-	uint32_t c = n->cfg.device_chunk_bytes != 0 ? n->cfg.device_chunk_bytes
-						    : KEEL_DEVICE_CHUNK_DEFAULT;
+	uint32_t c =
+	    n->cfg.device_chunk_bytes != 0 ? n->cfg.device_chunk_bytes : KEEL_DEVICE_CHUNK_DEFAULT;
 	KEEL_ASSERT(c >= KEEL_DEVICE_CHUNK_MIN && c % op->elem_size == 0);
 	return c;
 }
@@ -62,8 +62,8 @@ bool coll_dev_input_ready(const struct keel_op *op, uint64_t end)
 bool coll_dev_idle(const struct keel_op *op)
 {
 	const struct op_dev *d = &op->dev;
-	return !d->on || (d->ap_head == d->ap_tail && d->in_head == d->in_tail && !d->pend &&
-			  !d->solo_copy);
+	return !d->on ||
+	       (d->ap_head == d->ap_tail && d->in_head == d->in_tail && !d->pend && !d->solo_copy);
 }
 
 static bool overlaps(uint64_t a_lo, uint64_t a_hi, uint64_t b_lo, uint64_t b_hi)
@@ -289,17 +289,21 @@ static bool ranges_overlap(const void *a, uint64_t a_len, const void *b, uint64_
 }
 
 int coll_dev_check_args(const struct keel_node *n, const void *send, const void *recv,
-			uint64_t bytes, const void *stage, size_t stage_bytes)
+			uint64_t bytes, uint32_t elem_size, const void *stage, size_t stage_bytes)
 {
-	KEEL_ASSERT(n != NULL);
+	KEEL_ASSERT(n != NULL && (elem_size & (elem_size - 1)) == 0);
 	if (n->cfg.device == NULL)
 		return -EINVAL;
 	if (bytes == 0)
 		return 0;
 	if (stage == NULL || stage_bytes / 2 < bytes)
 		return -EINVAL;
+	/* A GPU loads whole aligned elements; the engine's regions are whole elements. */
+	if (((uintptr_t)send | (uintptr_t)recv | (uintptr_t)stage) % elem_size != 0)
+		return -EINVAL;
 	/* Device and host memory are one address space under CUDA's unified addressing, and are
-	 * with the CPU stand-in: a stage inside a device buffer is a caller's mistake either way. */
+	 * with the CPU stand-in: a stage inside a device buffer is a caller's mistake either way.
+	 */
 	if (ranges_overlap(stage, 2 * bytes, send, bytes) ||
 	    ranges_overlap(stage, 2 * bytes, recv, bytes))
 		return -EINVAL;

@@ -91,9 +91,9 @@ static bool send_passed(const struct keel_op *op, uint32_t t, uint64_t end)
 }
 
 /* May step t send bytes [lo, hi) of the output? They hold what earlier steps received: ready
- * once every earlier receive is complete (and applied on the device) or, when step t - 1 receives a region that contains
- * them (the pipelined ring, recursive doubling, a slice cut into parts), as soon as its
- * receive has passed them. */
+ * once every earlier receive is complete (and applied on the device) or, when step t - 1 receives a
+ * region that contains them (the pipelined ring, recursive doubling, a slice cut into parts), as
+ * soon as its receive has passed them. */
 static bool out_ready(const struct keel_node *n, const struct keel_op *op, uint32_t t, uint64_t lo,
 		      uint64_t hi)
 {
@@ -701,7 +701,8 @@ int keel_allreduce_device_start(struct keel_node *node, const void *send, void *
 	if (rc != 0)
 		return rc;
 	uint64_t bytes = (uint64_t)count * keel_dtype_size(dtype);
-	rc = coll_dev_check_args(node, send, recv, bytes, stage, stage_bytes);
+	rc = coll_dev_check_args(node, send, recv, bytes, (uint32_t)keel_dtype_size(dtype), stage,
+				 stage_bytes);
 	if (rc != 0)
 		return rc;
 	uint8_t *st = stage;

@@ -135,8 +135,8 @@ struct dev_item {
  * untouched copy of the input, and the host mirror of the output the network reads). */
 struct op_dev {
 	bool on;
-	int fault;		/* the device failed: KEEL_EDEVICE at the next advance */
-	const uint8_t *d_in;	/* the caller's device buffers */
+	int fault;	     /* the device failed: KEEL_EDEVICE at the next advance */
+	const uint8_t *d_in; /* the caller's device buffers */
 	uint8_t *d_out;
 	uint64_t staged, in_ready; /* input bytes queued for staging, and staged (a prefix) */
 	bool solo_copy;		   /* a view of one: d_out = d_in still to be queued */
@@ -464,7 +464,7 @@ bool coll_dev_drain(struct keel_node *n, struct keel_op *op);
 void coll_dev_begin(struct keel_node *n, struct keel_op *op);
 /* Check the device arguments of keel_allreduce_device_start; 0 or -EINVAL. */
 int coll_dev_check_args(const struct keel_node *n, const void *send, const void *recv,
-			uint64_t bytes, const void *stage, size_t stage_bytes);
+			uint64_t bytes, uint32_t elem_size, const void *stage, size_t stage_bytes);
 
 /* coll_hier.c */
 /* Storage for the host map and the per-view tables: world x 16 bytes. */

@@ -231,7 +231,8 @@ static int cpu_register(void *state, void *mem, size_t bytes)
 	if (d == NULL || mem == NULL || bytes == 0)
 		return -EINVAL;
 	if (touches_stage(d, mem, bytes))
-		return -EINVAL; /* registered already (CUDA: cudaErrorHostMemoryAlreadyRegistered) */
+		return -EINVAL; /* registered already (CUDA: cudaErrorHostMemoryAlreadyRegistered)
+				 */
 	for (uint32_t i = 0; i < KEEL_DEVICE_CPU_REGIONS_MAX; i++) {
 		if (d->regions[i].base == NULL) {
 			d->regions[i] = (struct region){.base = mem, .bytes = bytes};

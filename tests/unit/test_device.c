@@ -12,9 +12,9 @@
 #include <cmocka.h>
 
 #include "cluster_int.h"
-#include "node_int.h"
 #include "keel/device.h"
 #include "keel/device_cpu.h"
+#include "node_int.h"
 #include "refcheck.h"
 
 static uint64_t g_seed;
@@ -367,20 +367,26 @@ static void test_device_bad_arguments(void **state)
 	assert_int_equal(g_dev[0].ops->host_register(g_dev[0].state, stage, sizeof(stage)), 0);
 	assert_int_equal(g_dev[0].ops->host_register(g_dev[0].state, stage, sizeof(stage)),
 			 -EINVAL); /* twice */
-	assert_int_equal(keel_allreduce_device_start(n, d_in, d_out, 64, KEEL_F32, KEEL_SUM, NULL,
-						     need, &op),
-			 -EINVAL);
+	assert_int_equal(
+	    keel_allreduce_device_start(n, d_in, d_out, 64, KEEL_F32, KEEL_SUM, NULL, need, &op),
+	    -EINVAL);
 	assert_int_equal(keel_allreduce_device_start(n, d_in, d_out, 64, KEEL_F32, KEEL_SUM, stage,
 						     need - 1, &op),
 			 -EINVAL);
-	assert_int_equal(keel_allreduce_device_start(n, d_in, d_out, 64, KEEL_F32, KEEL_SUM,
-						     d_out, need, &op),
-			 -EINVAL); /* stage overlaps recv */
+	assert_int_equal(
+	    keel_allreduce_device_start(n, d_in, d_out, 64, KEEL_F32, KEEL_SUM, d_out, need, &op),
+	    -EINVAL); /* stage overlaps recv */
 	assert_int_equal(keel_allreduce_device_start(n, d_in, d_in + 1, 64, KEEL_F32, KEEL_SUM,
 						     stage, need, &op),
 			 -EINVAL); /* send and recv overlap */
-	assert_int_equal(keel_allreduce_device_start(n, d_in, d_out, 64, KEEL_F32,
-						     KEEL_REDOP_COUNT, stage, need, &op),
+	assert_int_equal(keel_allreduce_device_start(n, d_in, d_out, 64, KEEL_F32, KEEL_SUM,
+						     (uint8_t *)stage + 2, need, &op),
+			 -EINVAL); /* a stage not aligned to the element */
+	assert_int_equal(keel_allreduce_device_start(n, (uint8_t *)d_in + 1, d_out, 63, KEEL_F32,
+						     KEEL_SUM, stage, need, &op),
+			 -EINVAL); /* misaligned device input */
+	assert_int_equal(keel_allreduce_device_start(n, d_in, d_out, 64, KEEL_F32, KEEL_REDOP_COUNT,
+						     stage, need, &op),
 			 -EINVAL);
 	assert_int_equal(keel_allreduce_device(n, d_in, d_out, 64, KEEL_F32, KEEL_SUM, stage,
 					       need), /* no waiter configured */
@@ -400,8 +406,8 @@ static void test_device_bad_arguments(void **state)
 	cluster_with_devices_fini(&c);
 	/* No device in the config. */
 	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, NULL), 0);
-	assert_int_equal(keel_allreduce_device_start(c.node[0], d_in, d_out, 64, KEEL_F32,
-						     KEEL_SUM, stage, need, &op),
+	assert_int_equal(keel_allreduce_device_start(c.node[0], d_in, d_out, 64, KEEL_F32, KEEL_SUM,
+						     stage, need, &op),
 			 -EINVAL);
 	struct keel_config bad = c.cfg[0];
 	bad.device_chunk_bytes = KEEL_DEVICE_CHUNK_MIN - 8;
@@ -458,11 +464,12 @@ static void test_device_stand_in_contract(void **state)
 	assert_int_equal(dmem[0], 1);
 	assert_int_equal(dev.ops->test(dev.state, t2), 0); /* before the older copy */
 	assert_int_equal(dmem[0], 101);
-	assert_int_equal(host[16], 101); /* mirrored */
+	assert_int_equal(host[16], 101);			 /* mirrored */
 	assert_int_equal(dev.ops->test(dev.state, t2), -EINVAL); /* released */
 	assert_int_equal(dev.ops->test(dev.state, t1), 0);
-	assert_int_equal(host[0], 101); /* copies what the device held when it ran: the stream
-					   order is the caller's business (keel never queues both) */
+	assert_int_equal(host[0],
+			 101); /* copies what the device held when it ran: the stream
+				  order is the caller's business (keel never queues both) */
 	struct keel_device_cpu_stats st;
 	keel_device_cpu_stats(&dev, &st);
 	assert_int_equal(st.finished_out_of_order, 1);

@@ -27,15 +27,17 @@ static bool is_cuda(const struct bench_device *d)
 static int cuda_open(struct bench_device *d, char *err, size_t err_len)
 {
 	if (keel_device_cuda_init == NULL) {
-		snprintf(err, err_len, "--device cuda: keel-bench was built without CUDA (nvcc "
-				       "not found when it was built)");
+		snprintf(err, err_len,
+			 "--device cuda: keel-bench was built without CUDA (nvcc "
+			 "not found when it was built)");
 		return -ENOTSUP;
 	}
 	const char *lr = getenv("LOCAL_RANK");
 	struct keel_device_cuda_config cfg = {.ordinal = lr != NULL ? atoi(lr) : 0};
 	size_t sz = keel_device_cuda_storage_size(&cfg);
 	d->dev_mem = sz != 0 ? calloc(1, sz) : NULL;
-	int rc = d->dev_mem == NULL ? -ENOMEM : keel_device_cuda_init(&d->dev, d->dev_mem, sz, &cfg);
+	int rc =
+	    d->dev_mem == NULL ? -ENOMEM : keel_device_cuda_init(&d->dev, d->dev_mem, sz, &cfg);
 	if (rc == -ENODEV && cfg.ordinal != 0) { /* fewer GPUs than local ranks: share GPU 0 */
 		d->dev.ops->fini(d->dev.state);
 		cfg.ordinal = 0;

@@ -14,7 +14,7 @@ struct bench_device {
 	void *d_in, *d_out; /* device buffers */
 	void *stage;	    /* registered host memory */
 	size_t stage_bytes, cap;
-	char name[128];	    /* the GPU's, for the header */
+	char name[128]; /* the GPU's, for the header */
 };
 
 /* Open the device `kind` and allocate buffers of `cap` bytes. 0, or an error with `err` set

@@ -329,9 +329,9 @@ static double check_allreduce(struct keel_boot *b, const struct bench_opts *o, v
 		void *d_res = in_place ? g_dev.d_in : g_dev.d_out;
 		rc = bench_device_put(&g_dev, g_dev.d_in, in, bytes);
 		if (rc == 0)
-			rc = keel_allreduce_device_start(b->node, g_dev.d_in, d_res, count,
-							 o->dtype, o->op, g_dev.stage,
-							 g_dev.stage_bytes, &op);
+			rc =
+			    keel_allreduce_device_start(b->node, g_dev.d_in, d_res, count, o->dtype,
+							o->op, g_dev.stage, g_dev.stage_bytes, &op);
 		if (rc == 0)
 			rc = keel_boot_wait(b, op, &info, members, KEEL_WORLD_MAX);
 		if (rc == 0)
@@ -388,11 +388,12 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			       "each\n",
 			       o->iters);
 		if (g_dev_on)
-			printf("# buffers on device: %s (%s), staged through %zu bytes of registered "
-			       "host memory, %u-byte chunks\n",
-			       g_dev.kind, g_dev.name, g_dev.stage_bytes,
-			       b->cfg.device_chunk_bytes != 0 ? b->cfg.device_chunk_bytes
-							      : KEEL_DEVICE_CHUNK_DEFAULT);
+			printf(
+			    "# buffers on device: %s (%s), staged through %zu bytes of registered "
+			    "host memory, %u-byte chunks\n",
+			    g_dev.kind, g_dev.name, g_dev.stage_bytes,
+			    b->cfg.device_chunk_bytes != 0 ? b->cfg.device_chunk_bytes
+							   : KEEL_DEVICE_CHUNK_DEFAULT);
 		printf("#%61s%32s\n", "out-of-place", "in-place");
 		printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count",
 		       "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",

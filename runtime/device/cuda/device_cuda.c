@@ -163,8 +163,8 @@ static int cuda_register(void *state, void *mem, size_t bytes)
 		struct region *g = &d->regions[i];
 		if (g->host != NULL)
 			continue;
-		cudaError_t e = cudaHostRegister(mem, bytes, cudaHostRegisterMapped |
-								 cudaHostRegisterPortable);
+		cudaError_t e =
+		    cudaHostRegister(mem, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable);
 		if (e != cudaSuccess)
 			return e == cudaErrorHostMemoryAlreadyRegistered ? -EINVAL : from_cuda(e);
 		void *alias = NULL;

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# tools/gpu-check.sh where a GPU is visible (kernels bit for bit against the CPU, bandwidth,
+# 2-rank keel-bench --device cuda --check); exits 77 (skipped) where none is, or where the CUDA
+# Toolkit is not installed. Here, on machines without a GPU, `make test` still builds and links
+# every CUDA part (libkeel_cuda.a, gpu-check, keel-bench) when nvcc is present.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+[ -x "$CUDA_HOME/bin/nvcc" ] || { echo "gpu_check: no CUDA Toolkit ($CUDA_HOME/bin/nvcc): skipped"; exit 77; }
+exec tools/gpu-check.sh

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The CUDA path on a machine with a GPU, in one go (under 5 minutes on one GPU):
+#   1. build the CUDA parts (libkeel_cuda.a, gpu-check, keel-bench with --device cuda);
+#   2. gpu-check: every dtype x op x boundary size through the kernels against the CPU
+#      reference, bit for bit (random bits: NaN, -0, subnormals), then the kernel's bandwidth
+#      against the HBM peak and the host<->device copy rates that bound the staging pipeline;
+#   3. keel-bench allreduce --device cuda --check on 2 ranks (shared memory, then UDP): every
+#      element of every size checked, and the pipeline's bus bandwidth beside the copy rates.
+# Prints a summary block to paste into docs/PERF.md. Exits 77 when no GPU is visible.
+#   tools/gpu-check.sh            (BUILD=dir, CUDA_HOME=/usr/local/cuda, MAX=64M)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+MAX=${MAX:-64M}
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+[ -x "$CUDA_HOME/bin/nvcc" ] || { echo "gpu-check: $CUDA_HOME/bin/nvcc not found (set CUDA_HOME)"; exit 1; }
+make -s BUILD="$BUILD" "$BUILD/tests/gpu-check" "$BUILD/bin/keel-bench" "$BUILD/bin/keel-run" \
+	>/dev/null
+out=$(mktemp -d /tmp/keel-gpu-check.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+set +e
+"$BUILD/tests/gpu-check" | tee "$out/kernels"
+rc=${PIPESTATUS[0]}
+set -e
+[ "$rc" -eq 77 ] && { echo "gpu-check: no GPU here: skipped"; exit 77; }
+[ "$rc" -eq 0 ] || { echo "gpu-check: kernel checks FAILED"; exit 1; }
+status=0
+for tp in shm udp; do
+	echo "== keel-bench allreduce --device cuda --check, 2 ranks, $tp"
+	if ! timeout 150 "$BUILD/bin/keel-run" -n 2 --timeout 140 -- "$BUILD/bin/keel-bench" \
+		allreduce --device cuda --check --transport "$tp" -b 4 -e "$MAX" -f 4 -n 10 -w 2 \
+		>"$out/bench-$tp" 2>&1; then
+		status=1
+	fi
+	grep -v '^keel-run: rank' "$out/bench-$tp" || true
+	grep -q 'Out of bounds values : 0 OK' "$out/bench-$tp" || status=1
+done
+echo
+echo "==== for docs/PERF.md ($(date -u +%F), $(hostname)) ===="
+sed -n '1p' "$out/kernels"
+grep -E '^(kernels|kernel|copies|GPUDirect)' "$out/kernels"
+for tp in shm udp; do
+	echo "2 ranks over $tp, device buffers (size, out-of-place us, busbw GB/s):"
+	awk '$1 ~ /^[0-9]+$/ {printf "  %12s B %10s us %8s GB/s\n", $1, $6, $8}' "$out/bench-$tp"
+done
+[ "$status" -eq 0 ] && echo "gpu-check: PASSED" || echo "gpu-check: FAILED"
+exit "$status"
