@@ -78,6 +78,33 @@ run "$tmp/train_loop_cc" 300 3
 run "$tmp/train_loop" 8000 2 --kill 2@1
 run "$tmp/train_loop_cc" 8000 2 --kill 2@1
 
+# The CUDA device, where it was built: a C program links it with pkg-config alone (no
+# libstdc++, libcudart_static inside) and, without a GPU, hears ENODEV from init.
+if [ -f "$PKG_CONFIG_PATH/keel-cuda.pc" ]; then
+	cat >"$tmp/cuda.c" <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+#include <keel/device_cuda.h>
+int main(void)
+{
+	struct keel_device_cuda_config cfg = {.ordinal = 0};
+	size_t sz = keel_device_cuda_storage_size(&cfg);
+	struct keel_device dev;
+	int rc = keel_device_cuda_init(&dev, calloc(1, sz), sz, &cfg);
+	printf("cuda init: %s\n", keel_strerror(rc));
+	dev.ops->fini(dev.state);
+	return rc == 0 || rc == -ENODEV ? 0 : 1;
+}
+C
+	if cc -std=c11 $(pkg-config --cflags keel-cuda) "$tmp/cuda.c" -o "$tmp/cuda" \
+		$(pkg-config --libs keel-cuda keel) 2>"$tmp/cuda.err"; then
+		"$tmp/cuda" >"$tmp/cuda.out" 2>&1 || bad "the CUDA example failed: $(cat "$tmp/cuda.out")"
+		echo "install_examples: a C program links keel-cuda by pkg-config ($(cat "$tmp/cuda.out"))"
+	else
+		bad "a C program does not link with pkg-config keel-cuda: $(head -5 "$tmp/cuda.err")"
+	fi
+fi
+
 make -s uninstall BUILD="$BUILD" PREFIX="$prefix" >/dev/null 2>&1 || bad "make uninstall failed"
 left=$(find "$prefix" -type f 2>/dev/null)
 [ -z "$left" ] || bad "make uninstall left files: $(head -3 <<<"$left")"
