@@ -8,10 +8,17 @@
 
 #include "reduce_kernels_int.h"
 
-namespace {
+namespace
+{
 
-__device__ __forceinline__ uint32_t f2u(float f) { return __float_as_uint(f); }
-__device__ __forceinline__ float u2f(uint32_t u) { return __uint_as_float(u); }
+__device__ __forceinline__ uint32_t f2u(float f)
+{
+	return __float_as_uint(f);
+}
+__device__ __forceinline__ float u2f(uint32_t u)
+{
+	return __uint_as_float(u);
+}
 
 /* f16 in the low 16 bits -> f32, exact; NaN comes out quiet. */
 __device__ __forceinline__ float f16_widen(uint32_t h)
@@ -101,7 +108,8 @@ template <int OP> struct F64 {
 			return fminmax<uint64_t, int64_t, 0x7fffffffffffffffull,
 				       0x7ff0000000000000ull, 0x0008000000000000ull>(x, y,
 										     OP == MAX);
-		double a = __longlong_as_double((long long)x), b = __longlong_as_double((long long)y);
+		double a = __longlong_as_double((long long)x),
+		       b = __longlong_as_double((long long)y);
 		return (T)__double_as_longlong(OP == PROD ? __dmul_rn(a, b) : __dadd_rn(a, b));
 	}
 	static __device__ __forceinline__ T div(T x, uint32_t n)
@@ -139,51 +147,39 @@ template <int OP, bool BF> struct Half {
 	}
 };
 
-template <int OP> struct I32 {
-	typedef int32_t T;
+/* Integers: sums and products in unsigned (same bits, no undefined overflow), wrapping. */
+template <typename S, typename U, int OP> struct Int {
+	typedef S T;
 	static __device__ __forceinline__ T comb(T x, T y)
 	{
-		uint32_t a = (uint32_t)x, b = (uint32_t)y;
 		if (OP == MIN)
 			return y < x ? y : x;
 		if (OP == MAX)
 			return y > x ? y : x;
-		return (T)(OP == PROD ? a * b : a + b);
+		return (T)(OP == PROD ? (U)x * (U)y : (U)x + (U)y);
 	}
+};
+
+template <int OP> struct I32 : Int<int32_t, uint32_t, OP> {
 	/* through double, as the CPU: truncating the rounded quotient is C's division */
-	static __device__ __forceinline__ T div(T x, uint32_t n)
+	static __device__ __forceinline__ int32_t div(int32_t x, uint32_t n)
 	{
-		return (T)__ddiv_rn((double)x, (double)n);
+		return (int32_t)__ddiv_rn((double)x, (double)n);
 	}
 };
 
-template <int OP> struct I64 {
-	typedef int64_t T;
-	static __device__ __forceinline__ T comb(T x, T y)
+template <int OP> struct I64 : Int<int64_t, uint64_t, OP> {
+	static __device__ __forceinline__ int64_t div(int64_t x, uint32_t n)
 	{
-		uint64_t a = (uint64_t)x, b = (uint64_t)y;
-		if (OP == MIN)
-			return y < x ? y : x;
-		if (OP == MAX)
-			return y > x ? y : x;
-		return (T)(OP == PROD ? a * b : a + b);
+		return x / (int64_t)n;
 	}
-	static __device__ __forceinline__ T div(T x, uint32_t n) { return x / (int64_t)n; }
 };
 
-template <int OP> struct U8 {
-	typedef uint8_t T;
-	static __device__ __forceinline__ T comb(T x, T y)
+/* u8 wraps through unsigned as the CPU's does; avg through float. */
+template <int OP> struct U8 : Int<uint8_t, unsigned, OP> {
+	static __device__ __forceinline__ uint8_t div(uint8_t x, uint32_t n)
 	{
-		if (OP == MIN)
-			return y < x ? y : x;
-		if (OP == MAX)
-			return y > x ? y : x;
-		return (T)(OP == PROD ? (unsigned)x * (unsigned)y : (unsigned)x + (unsigned)y);
-	}
-	static __device__ __forceinline__ T div(T x, uint32_t n)
-	{
-		return (T)(int32_t)__fdiv_rn((float)(int32_t)x, (float)n);
+		return (uint8_t)(int32_t)__fdiv_rn((float)(int32_t)x, (float)n);
 	}
 };
 
