@@ -230,14 +230,21 @@ static void die(struct keel_boot *b, const char *what, int rc)
 	exit(1);
 }
 
-/* One AllReduce of the benchmark: host buffers, or (--device) device buffers staged. */
+/* A view change under an in-place AllReduce loses its input (keel-bench keeps no restart
+ * copy): every member hears KEEL_EVIEWCHANGED and, as the API asks, runs it again. */
+#define VIEW_CHANGE_RETRIES 3
+
+/* One AllReduce of the benchmark: host buffers, or (--device) device buffers staged. The
+ * timed loops do not look at the values, so a lost in-place input is simply run again. */
 static int ar_run(struct keel_boot *b, const struct bench_opts *o, void *in, void *out,
 		  size_t count)
 {
-	if (!g_dev_on)
-		return keel_allreduce(b->node, in, out, count, o->dtype, o->op);
-	return keel_allreduce_device(b->node, in, out, count, o->dtype, o->op, g_dev.stage,
-				     g_dev.stage_bytes);
+	int rc = KEEL_EVIEWCHANGED;
+	for (int t = 0; t <= VIEW_CHANGE_RETRIES && rc == KEEL_EVIEWCHANGED; t++)
+		rc = g_dev_on ? keel_allreduce_device(b->node, in, out, count, o->dtype, o->op,
+						      g_dev.stage, g_dev.stage_bytes)
+			      : keel_allreduce(b->node, in, out, count, o->dtype, o->op);
+	return rc;
 }
 
 /* Max (or sum) of one value across ranks, through keel itself. */
@@ -308,6 +315,38 @@ static double time_allreduce_median(struct keel_boot *b, const struct bench_opts
  * than the failure detector allows looks dead to its peers. */
 #define CHECK_PIECE 16384u
 
+/* Fill this rank's input, run one AllReduce (through the device with --device: the result
+ * is copied back into `out`) and wait for it. Returns its status; *res is where it is. */
+static int check_once(struct keel_boot *b, const struct bench_opts *o, void *in, void *out,
+		      size_t count, bool in_place, struct keel_op_info *info, uint32_t *members,
+		      void **res)
+{
+	struct keel_op *op;
+	for (size_t i = 0; i < count; i += CHECK_PIECE) {
+		size_t end = i + CHECK_PIECE < count ? i + CHECK_PIECE : count;
+		keel_check_fill(in, i, end, b->launch.rank, o->dtype, o->op);
+		if (keel_boot_poll(b) != 0)
+			die(b, "poll", KEEL_ETRANSPORT);
+	}
+	*res = in_place ? in : out;
+	if (!g_dev_on) {
+		int rc = keel_allreduce_start(b->node, in, *res, count, o->dtype, o->op, &op);
+		return rc != 0 ? rc : keel_boot_wait(b, op, info, members, KEEL_WORLD_MAX);
+	}
+	size_t bytes = count * keel_dtype_size(o->dtype);
+	void *d_res = in_place ? g_dev.d_in : g_dev.d_out;
+	int rc = bench_device_put(&g_dev, g_dev.d_in, in, bytes);
+	if (rc == 0)
+		rc = keel_allreduce_device_start(b->node, g_dev.d_in, d_res, count, o->dtype, o->op,
+						 g_dev.stage, g_dev.stage_bytes, &op);
+	if (rc == 0)
+		rc = keel_boot_wait(b, op, info, members, KEEL_WORLD_MAX);
+	if (rc == 0)
+		rc = bench_device_get(&g_dev, out, d_res, bytes);
+	*res = out;
+	return rc;
+}
+
 /* Check one AllReduce against the reduction over the members the operation reports: after a
  * failure, the survivors' sum is the right answer. *smaller counts operations that ran on a
  * view smaller than the job. */
@@ -316,33 +355,10 @@ static double check_allreduce(struct keel_boot *b, const struct bench_opts *o, v
 {
 	static uint32_t members[KEEL_WORLD_MAX];
 	struct keel_op_info info;
-	struct keel_op *op;
-	for (size_t i = 0; i < count; i += CHECK_PIECE) {
-		size_t end = i + CHECK_PIECE < count ? i + CHECK_PIECE : count;
-		keel_check_fill(in, i, end, b->launch.rank, o->dtype, o->op);
-		if (keel_boot_poll(b) != 0)
-			die(b, "poll", KEEL_ETRANSPORT);
-	}
-	int rc;
-	if (g_dev_on) { /* the input goes to the device; the result comes back into `out` */
-		size_t bytes = count * keel_dtype_size(o->dtype);
-		void *d_res = in_place ? g_dev.d_in : g_dev.d_out;
-		rc = bench_device_put(&g_dev, g_dev.d_in, in, bytes);
-		if (rc == 0)
-			rc =
-			    keel_allreduce_device_start(b->node, g_dev.d_in, d_res, count, o->dtype,
-							o->op, g_dev.stage, g_dev.stage_bytes, &op);
-		if (rc == 0)
-			rc = keel_boot_wait(b, op, &info, members, KEEL_WORLD_MAX);
-		if (rc == 0)
-			rc = bench_device_get(&g_dev, out, d_res, bytes);
-		in_place = false; /* compare `out` */
-	} else {
-		rc = keel_allreduce_start(b->node, in, in_place ? in : out, count, o->dtype, o->op,
-					  &op);
-		if (rc == 0)
-			rc = keel_boot_wait(b, op, &info, members, KEEL_WORLD_MAX);
-	}
+	void *res = out;
+	int rc = KEEL_EVIEWCHANGED;
+	for (int t = 0; t <= VIEW_CHANGE_RETRIES && rc == KEEL_EVIEWCHANGED; t++)
+		rc = check_once(b, o, in, out, count, in_place, &info, members, &res);
 	if (rc != 0)
 		die(b, "allreduce (check)", rc);
 	if (info.member_count < b->launch.world_size)
@@ -352,7 +368,7 @@ static double check_allreduce(struct keel_boot *b, const struct bench_opts *o, v
 		size_t end = i + CHECK_PIECE < count ? i + CHECK_PIECE : count;
 		keel_check_reference_members(ref, i, end, members, info.member_count, o->dtype,
 					     o->op);
-		wrong += keel_check_wrong(in_place ? in : out, ref, i, end, o->dtype);
+		wrong += keel_check_wrong(res, ref, i, end, o->dtype);
 		if (keel_boot_poll(b) != 0)
 			die(b, "poll", KEEL_ETRANSPORT);
 	}
