@@ -63,7 +63,8 @@ static void usage(FILE *f)
 	    "heartbeat options:\n"
 	    "  -t, --seconds S       how long to measure (default 2)\n"
 	    "environment: KEEL_HEARTBEAT_US, KEEL_ALGO=auto|ring|rd, KEEL_MTU, KEEL_WINDOW,\n"
-	    "  KEEL_CHAOS=loss=0.01,..., KEEL_WAIT=busy|adaptive|block (see README)\n");
+	    "  KEEL_CHAOS=loss=0.01,..., KEEL_WAIT=busy|adaptive|block, KEEL_DEVICE_CHUNK_KB\n"
+	    "  (--device: bytes per device call, default 256) (see README)\n");
 }
 
 static int parse_name(const char *s, const char *(*name)(int), int count)
@@ -699,13 +700,31 @@ static int bench_rdma_lat(struct keel_boot *b, const struct bench_opts *o)
 	return 0;
 }
 
+/* KEEL_DEVICE_CHUNK_KB, checked before the node starts: 0 when unset (keel's default). */
+static uint32_t g_chunk_bytes;
+
+static int device_chunk_env(void)
+{
+	const char *s = getenv("KEEL_DEVICE_CHUNK_KB");
+	if (s == NULL)
+		return 0;
+	char *end;
+	unsigned long kb = strtoul(s, &end, 10);
+	if (*s == '\0' || *end != '\0' || kb < KEEL_DEVICE_CHUNK_MIN / 1024 || kb > (1ul << 20)) {
+		fprintf(stderr,
+			"keel-bench: KEEL_DEVICE_CHUNK_KB='%s': a whole number of KiB, %u..%lu\n",
+			s, KEEL_DEVICE_CHUNK_MIN / 1024, 1ul << 20);
+		return -EINVAL;
+	}
+	g_chunk_bytes = (uint32_t)(kb * 1024);
+	return 0;
+}
+
 static void device_tweak(struct keel_config *cfg, void *ctx)
 {
 	(void)ctx;
 	cfg->device = &g_dev.dev;
-	const char *chunk = getenv("KEEL_DEVICE_CHUNK_KB");
-	if (chunk != NULL)
-		cfg->device_chunk_bytes = (uint32_t)strtoul(chunk, NULL, 10) * 1024u;
+	cfg->device_chunk_bytes = g_chunk_bytes;
 }
 
 int main(int argc, char **argv)
@@ -747,6 +766,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "keel-bench: --device is for allreduce only\n");
 		return 2;
 	}
+	if (o.device != NULL && device_chunk_env() != 0)
+		return 2;
 	if (o.device != NULL) {
 		size_t cap = (size_t)o.max_bytes + keel_dtype_size(o.dtype);
 		if (bench_device_open(&g_dev, o.device, cap, err, sizeof(err)) != 0) {
