@@ -21,6 +21,9 @@ HAVE_EXPAT := $(shell pkg-config --exists expat 2>/dev/null && echo 1)
 # libsodium: the MAC on every datagram (keel_config.auth) and the start-up library's keys and
 # challenge-response. Without it keel builds, and a node or rank asked for auth refuses to start.
 HAVE_SODIUM := $(shell pkg-config --exists libsodium 2>/dev/null && echo 1)
+# liburing: the pre-load executor's io_uring engine (runtime/boot/preload.c); without it the
+# executor reads with pread.
+HAVE_URING := $(shell pkg-config --exists liburing 2>/dev/null && echo 1)
 # NVTX ranges around collectives for Nsight Systems: the CUDA toolkit's header-only nvtx3.
 CUDA_HOME ?= /usr/local/cuda
 HAVE_NVTX := $(shell test -f $(CUDA_HOME)/include/nvtx3/nvToolsExt.h && echo 1)
@@ -36,6 +39,9 @@ $(info keel: SimGrid simulator skipped (pkg-config simgrid not found; install li
 endif
 ifneq ($(HAVE_SODIUM),1)
 $(info keel: authentication skipped (pkg-config libsodium not found; install libsodium-dev))
+endif
+ifneq ($(HAVE_URING),1)
+$(info keel: io_uring pre-load skipped, pread instead (pkg-config liburing not found; install liburing-dev))
 endif
 ifneq ($(HAVE_NVTX),1)
 $(info keel: NVTX ranges skipped ($(CUDA_HOME)/include/nvtx3 not found; install the CUDA Toolkit or set CUDA_HOME))
@@ -104,6 +110,11 @@ SODIUM_STATIC_LIBS := $(shell pkg-config --static --libs libsodium | sed 's/-lso
 endif
 $(BUILD)/obj/runtime/core/auth.o $(BUILD)/obj/runtime/boot/%.o $(BUILD)/obj/tests/unit/test_auth.o: \
 	INC += $(SODIUM_CFLAGS)
+ifeq ($(HAVE_URING),1)
+$(BUILD)/obj/runtime/boot/preload.o: INC += -DKEEL_HAVE_URING $(shell pkg-config --cflags liburing)
+URING_LIBS := $(shell pkg-config --libs liburing)
+URING_STATIC_LIBS := -l:liburing.a
+endif
 ifeq ($(HAVE_NVTX),1)
 $(BUILD)/obj/runtime/boot/trace_nvtx.o: INC += -DKEEL_NVTX -isystem $(CUDA_HOME)/include
 # A stand-in NVTX tool for tests/integ/nvtx.sh: logs the ranges keel opens.
@@ -140,7 +151,8 @@ tests: $(UNIT_TESTS) $(INTEG_BINS) $(EXTRA_TESTS) $(NVTX_INJECT)
 # (tools/deps.sh) rebuilds what its presence changes instead of keeping stale objects.
 CONFIG_STAMP := $(BUILD)/config.stamp
 CONFIG_NOW := dpdk=$(HAVE_DPDK) verbs=$(HAVE_VERBS) simgrid=$(HAVE_SIMGRID) \
-	cmocka=$(HAVE_CMOCKA) expat=$(HAVE_EXPAT) sodium=$(HAVE_SODIUM) cflags=$(CFLAGS_KEEL)
+	cmocka=$(HAVE_CMOCKA) expat=$(HAVE_EXPAT) sodium=$(HAVE_SODIUM) uring=$(HAVE_URING) \
+	cflags=$(CFLAGS_KEEL)
 $(shell mkdir -p $(BUILD) && [ "$$(cat $(CONFIG_STAMP) 2>/dev/null)" = '$(CONFIG_NOW)' ] || \
 	echo '$(CONFIG_NOW)' >$(CONFIG_STAMP))
 
@@ -171,9 +183,9 @@ $(LIBKEEL_WHITEBOX): $(RUNTIME_OBJ)
 # Programs link the start-up library, any optional backends (EXTRA_LIBS, from mk/*.mk) and the
 # core as one group, then the system libraries those backends need (EXTRA_SYS_LIBS).
 LINK_GROUP = $(EXTRA_UNDEFINED) -Wl,--start-group $(LIBBOOT) $(EXTRA_LIBS) $(LIBKEEL) \
-	-Wl,--end-group $(EXTRA_SYS_LIBS) $(SODIUM_LIBS)
+	-Wl,--end-group $(EXTRA_SYS_LIBS) $(SODIUM_LIBS) $(URING_LIBS)
 LINK_GROUP_WHITEBOX = $(EXTRA_UNDEFINED) -Wl,--start-group $(LIBBOOT) $(EXTRA_LIBS) \
-	$(LIBKEEL_WHITEBOX) -Wl,--end-group $(EXTRA_SYS_LIBS) $(SODIUM_LIBS)
+	$(LIBKEEL_WHITEBOX) -Wl,--end-group $(EXTRA_SYS_LIBS) $(SODIUM_LIBS) $(URING_LIBS)
 
 define tool_rule
 $(BUILD)/bin/$(1): $(call tool_obj,$(1)) $(LIBBOOT) $(LIBKEEL) $(EXTRA_LIBS)

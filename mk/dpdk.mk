@@ -42,7 +42,7 @@ endif
 $(BUILD)/static/keel-bench: $(KEEL_BENCH_OBJ) $(LIBBOOT) $(LIBKEEL) $(LIBKEEL_DPDK)
 	@mkdir -p $(dir $@)
 	$(CC) -static -o $@ $(KEEL_BENCH_OBJ) $(EXTRA_UNDEFINED) -Wl,--start-group $(LIBBOOT) $(LIBKEEL_DPDK) $(LIBKEEL) \
-		-Wl,--end-group $(DPDK_STATIC_LIBS) $(SODIUM_STATIC_LIBS) -lm
+		-Wl,--end-group $(DPDK_STATIC_LIBS) $(SODIUM_STATIC_LIBS) $(URING_STATIC_LIBS) -lm
 	@file $@
 else
 .PHONY: static

@@ -34,7 +34,7 @@ install: all
 	install -m 644 include/keel/*.h $(DESTDIR)$(INCLUDEDIR)/keel/
 	install -m 644 $(INSTALL_LIBS) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(INSTALL_BINS) $(DESTDIR)$(BINDIR)/
-	$(call pc_file,keel,keel: fault-tolerant collectives and membership (runtime and start-up),$(if $(filter 1,$(HAVE_SODIUM)),libsodium),\
+	$(call pc_file,keel,keel: fault-tolerant collectives and membership (runtime and start-up),$(strip $(if $(filter 1,$(HAVE_SODIUM)),libsodium) $(if $(filter 1,$(HAVE_URING)),liburing)),\
 		-L$${libdir} -lkeel_boot -lkeel -lm)
 ifeq ($(HAVE_DPDK),1)
 	$(call pc_file,keel-dpdk,keel: the DPDK transport and its start-up,keel libdpdk,\

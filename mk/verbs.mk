@@ -72,7 +72,7 @@ $(BUILD)/static/keel-bench: $(KEEL_BENCH_OBJ) $(LIBBOOT) $(LIBKEEL) $(LIBKEEL_VE
 	@mkdir -p $(dir $@)
 	$(CC) -static -o $@ $(KEEL_BENCH_OBJ) $(EXTRA_UNDEFINED) -Wl,--start-group $(LIBBOOT) $(LIBKEEL_VERBS_STATIC) \
 		$(LIBKEEL) \
-		-Wl,--end-group $(VERBS_STATIC_LIBS) $(SODIUM_STATIC_LIBS) -lm
+		-Wl,--end-group $(VERBS_STATIC_LIBS) $(SODIUM_STATIC_LIBS) $(URING_STATIC_LIBS) -lm
 	@file $@
 endif
 static: static-verbs

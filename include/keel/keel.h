@@ -6,11 +6,13 @@
 
 #include "keel/checkpoint.h"
 #include "keel/collectives.h"
+#include "keel/device.h"
 #include "keel/errors.h"
 #include "keel/limits.h"
 #include "keel/metrics.h"
 #include "keel/node.h"
 #include "keel/partition.h"
+#include "keel/reduce.h"
 #include "keel/sched.h"
 #include "keel/straggler.h"
 #include "keel/trace.h"
