@@ -10,6 +10,7 @@
 
 #include "bench_device.h"
 #include "bench_failover.h"
+#include "bench_preload.h"
 #include "keel/boot.h"
 #include "keel/transport_router.h"
 #include "refcheck.h"
@@ -37,6 +38,8 @@ static void usage(FILE *f)
 	    "usage: keel-bench allreduce [options]   AllReduce table (nccl-tests format)\n"
 	    "       keel-bench heartbeat [options]   heartbeat round-trip p50/p99/max\n"
 	    "       keel-bench failover [options]    kill ranks, time detection and new views\n"
+	    "       keel-bench preload FILE [CHUNK [N]]  read FILE through the pre-load executor\n"
+	    "                                        (io_uring, then pread), N reads in flight\n"
 	    "       keel-bench rdma-lat [options]    verbs transport latency, 2 ranks, like\n"
 	    "                                        ib_write_lat/ib_send_lat (half round trip)\n"
 	    "allreduce options:\n"
@@ -735,6 +738,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "failover") == 0)
 		return keel_bench_failover(argc - 1, argv + 1);
+	if (strcmp(argv[1], "preload") == 0)
+		return keel_bench_preload(argc - 1, argv + 1);
 	const char *cmd = argv[1];
 	bool is_ar = strcmp(cmd, "allreduce") == 0, is_hb = strcmp(cmd, "heartbeat") == 0;
 	bool is_lat = strcmp(cmd, "rdma-lat") == 0;
