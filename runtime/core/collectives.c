@@ -451,8 +451,9 @@ uint64_t coll_next_deadline(const struct keel_node *n)
 {
 	KEEL_ASSERT(n != NULL && n->ops_max > 0);
 	/* A device says nothing when it finishes: while any operation has device work queued
-	 * (the frontier, or finished ones draining), poll again now. */
-	for (uint32_t i = 0; i < n->ops_max; i++)
+	 * (the frontier, or finished ones draining), poll again now. A node without a device
+	 * never has any: its polls skip the scan. */
+	for (uint32_t i = 0; n->cfg.device != NULL && i < n->ops_max; i++)
 		if (n->ops[i].state != OP_FREE && !coll_dev_idle(&n->ops[i]))
 			return n->now_ns;
 	const struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];

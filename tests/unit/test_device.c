@@ -1,7 +1,8 @@
 /* AllReduce on device buffers, over the CPU stand-in device (keel/device_cpu.h): 2..5 nodes
  * on loopback UDP and a manual clock, every dtype x op x boundary size, ring, recursive
  * doubling and the hierarchy, in place and out of place, with device work finishing late and
- * out of order; under chaos; a rank killed mid-pipeline; a device that fails; the stand-in's
+ * out of order; under chaos; a rank killed, or paused and resumed, mid-pipeline; a device that
+ * fails; the stand-in's
  * own contract. Results bit for bit against the reference. */
 /* cmocka.h needs these first */
 #include <setjmp.h>
@@ -306,6 +307,64 @@ static void test_device_rank_killed_mid_pipeline(void **state)
 	kill_run(true, KEEL_ALGO_RD);
 }
 
+/* Rank 2 stops (SIGSTOP: not polled) with device work in flight, then goes on (SIGCONT).
+ * Shorter than the detector: nothing is suspected, all three finish exact over all three.
+ * Longer: the other two install a view without it and finish exact over themselves; rank 2
+ * hears KEEL_EEXCLUDED, and its device queue drains before the call reports it. */
+static void pause_run(uint32_t pause_rounds, bool excluded)
+{
+	enum { N = 200000 };
+	keel_device_cpu_config_default(&g_devcfg);
+	g_chunk = 16384;
+	g_algo = KEEL_ALGO_RING;
+	struct cluster c;
+	assert_int_equal(cluster_with_devices(&c, 3, NULL), 0);
+	for (int i = 0; i < 5; i++)
+		cluster_round(&c);
+	struct rank_bufs b[3];
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	struct keel_op_info info[CLUSTER_MAX];
+	int rc[CLUSTER_MAX] = {0};
+	for (uint32_t r = 0; r < 3; r++) {
+		bufs_init(&b[r], r, N, KEEL_F32, KEEL_SUM, false);
+		assert_int_equal(keel_allreduce_device_start(c.node[r], b[r].d_in, b[r].d_out, N,
+							     KEEL_F32, KEEL_SUM, b[r].stage,
+							     b[r].stage_bytes, &ops[r]),
+				 0);
+	}
+	for (int i = 0; i < 50 && ops[2]->dev.ap_head == ops[2]->dev.ap_tail; i++)
+		cluster_round(&c);
+	assert_true(ops[2]->dev.ap_head != ops[2]->dev.ap_tail); /* its device is busy */
+	c.paused[2] = true;
+	for (uint32_t i = 0; i < pause_rounds; i++)
+		cluster_round(&c);
+	c.paused[2] = false;
+	assert_int_equal(cluster_wait_ops_info(&c, ops, rc, info, 400000), 0);
+	uint32_t members = excluded ? 2 : 3;
+	static float ref[N];
+	keel_check_reference(ref, 0, N, members, KEEL_F32, KEEL_SUM);
+	for (uint32_t r = 0; r < members; r++) {
+		assert_int_equal(rc[r], 0);
+		assert_int_equal(info[r].member_count, members);
+		assert_int_equal(keel_check_wrong(b[r].d_out, ref, 0, N, KEEL_F32), 0);
+	}
+	if (excluded)
+		assert_int_equal(rc[2], KEEL_EEXCLUDED);
+	devices_drained(&c);
+	for (uint32_t r = 0; r < 3; r++)
+		bufs_fini(&b[r], r);
+	cluster_with_devices_fini(&c);
+	g_algo = KEEL_ALGO_AUTO;
+	g_chunk = 0;
+}
+
+static void test_device_rank_paused_mid_pipeline(void **state)
+{
+	(void)state;
+	pause_run(100, false);	/* 1 ms at 1 ms heartbeats: below miss_limit x heartbeat */
+	pause_run(20000, true); /* 200 ms: past the detector and the view change */
+}
+
 /* Rank 0's device fails one piece of work: rank 0's call says KEEL_EDEVICE (and its queue
  * drains); rank 1 ends too, with an error, within the operation's bound. */
 static void short_timeouts(struct keel_config *cfg)
@@ -491,6 +550,7 @@ int main(void)
 	    cmocka_unit_test(test_device_backpressure_one_in_flight),
 	    cmocka_unit_test(test_device_chaos),
 	    cmocka_unit_test(test_device_rank_killed_mid_pipeline),
+	    cmocka_unit_test(test_device_rank_paused_mid_pipeline),
 	    cmocka_unit_test(test_device_failure_is_reported),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
