@@ -35,6 +35,9 @@ struct keel_op_info {
 	/* What computed it: for an AllReduce RING, RD or HIER, never AUTO (on the view of
 	 * `epoch`); a broadcast is a pipelined ring: RING. */
 	enum keel_algo algo;
+	/* Gradient AllReduce: payload bytes this rank did not send because it sent them as bf16
+	 * or f16 (0 for every other collective). */
+	uint64_t bytes_saved;
 };
 
 /* Has `handle` finished? Never blocks; progress is made by keel_poll.
@@ -89,6 +92,44 @@ KEEL_MUST_USE int keel_broadcast(struct keel_node *node, uint32_t root, void *bu
  * of no progress. */
 KEEL_MUST_USE int keel_allreduce(struct keel_node *node, const void *send, void *recv, size_t count,
 				 enum keel_dtype dtype, enum keel_redop op);
+
+/* ---- Gradient AllReduce: keel may compress it on the wire ----
+ *
+ * An AllReduce of f32 values, KEEL_SUM or KEEL_AVG, that keel may send as bf16 (or f16) and
+ * accumulate in f32, with error feedback. keel_config.compress decides per link, when the
+ * operation starts on a view (KEEL_COMPRESS_AUTO: when the link's recent traffic passes
+ * compress_util_pct of the bandwidth measured on it); every fragment says how it is
+ * encoded. Whatever each link decided, every member ends with the same bits: each element of
+ * the result is computed by one member (the ring's owner of its chunk) and copied to the
+ * others, losslessly. Only the ring compresses: recursive doubling (buffers up to
+ * rd_max_bytes) and the hierarchy send f32, as plain AllReduces do.
+ *
+ * What changes when a link compresses: each partial sum a member sends is rounded to the
+ * encoding (bf16: 8 significant bits, relative error up to 2^-9; f16: 11 bits, 2^-12, and only
+ * values within +-65504: larger ones go as f32), and so is each element of the result whose
+ * owner's link compresses. The rounding errors are kept in `feedback` and added to the same
+ * elements at the next call, so that over many calls nothing is lost: the sum of the results
+ * tracks the sum of the exact results within one call's rounding, where without feedback the
+ * errors would add up.
+ *
+ * feedback: keel_grad_feedback_len(count) floats of caller memory, zeroed before the first
+ * call, kept for this tensor between calls (one per tensor, and not shared by operations
+ * pending at once), not overlapping send or recv. keel reads it and writes its second half
+ * while the operation runs; the first half (the residuals) changes only when the operation
+ * completes with 0 after compressing something, so a failed or restarted attempt leaves it as
+ * it was. A NaN or inf element is sent as is and leaves no residual.
+ *
+ * Errors: as keel_allreduce_start, and -EINVAL for op other than KEEL_SUM or KEEL_AVG, or
+ * feedback NULL (count > 0) or overlapping a buffer; keel_op_test also gives KEEL_EMISMATCH when
+ * compressed data came for this place of the sequence while this member runs a plain
+ * AllReduce there (the programs disagree). */
+size_t keel_grad_feedback_len(size_t count);
+KEEL_MUST_USE int keel_allreduce_grad_start(struct keel_node *node, const float *send, float *recv,
+					    size_t count, enum keel_redop op, float *feedback,
+					    struct keel_op **handle);
+/* keel_allreduce_grad_start, then wait as keel_allreduce does. */
+KEEL_MUST_USE int keel_allreduce_grad(struct keel_node *node, const float *send, float *recv,
+				      size_t count, enum keel_redop op, float *feedback);
 
 #ifdef __cplusplus
 }

@@ -75,7 +75,14 @@ extern "C" {
  * each a wakeup); it moves log2(n) copies of the buffer against the ring's 2(n-1)/n, so the
  * default stays below the 4-rank crossover for larger worlds. */
 #define KEEL_RD_MAX_BYTES_DEFAULT 65536u
-#define KEEL_SOFT_RETRIES_DEFAULT 3u
+/* Gradient compression, KEEL_COMPRESS_AUTO: a link is compressed once its traffic over the
+ * last window or two passes this share of the bandwidth measured on it; a bandwidth sample is
+ * one collective's bytes to a peer over the time they took, from collectives that sent at
+ * least KEEL_COMPRESS_SAMPLE_BYTES to it. */
+#define KEEL_COMPRESS_UTIL_PCT_DEFAULT 50u
+#define KEEL_COMPRESS_WINDOW_NS	       100000000ull
+#define KEEL_COMPRESS_SAMPLE_BYTES     (256u << 10)
+#define KEEL_SOFT_RETRIES_DEFAULT      3u
 /* A membership round waits this long for members that are slow to answer (0: miss_limit
  * heartbeat intervals, what the detector gives a silent peer anyway). */
 #define KEEL_VIEW_TIMEOUT_NS_DEFAULT 0ull

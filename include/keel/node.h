@@ -35,6 +35,18 @@ enum keel_algo {
 	KEEL_ALGO_HIER,
 };
 
+/* How gradient AllReduces (keel_allreduce_grad_start) travel on the wire. Plain AllReduces are
+ * never compressed. AUTO: as bf16 on a link whose measured utilisation passes
+ * compress_util_pct of the bandwidth keel measured on it, else as f32; OFF: always f32;
+ * BF16 / F16: always that encoding (F16 keeps 3 more mantissa bits, but values beyond
+ * +-65504 go as f32). See keel/collectives.h. */
+enum keel_compress {
+	KEEL_COMPRESS_AUTO = 0,
+	KEEL_COMPRESS_OFF,
+	KEEL_COMPRESS_BF16,
+	KEEL_COMPRESS_F16,
+};
+
 /* The caller's time and waiting, used only by the blocking calls (keel_allreduce).
  * now_ns: a monotonic clock. wait: return when `deadline_ns` passes or the transport
  * may have input, whichever is first; may return early. */
@@ -140,6 +152,11 @@ struct keel_config {
 	 * default, KEEL_DEVICE_CHUNK_DEFAULT; at least KEEL_DEVICE_CHUNK_MIN). */
 	struct keel_device *device;
 	uint32_t device_chunk_bytes;
+	/* Gradient compression (enum keel_compress) and AUTO's threshold: the share of a link's
+	 * measured bandwidth, in percent (1..100; 0: KEEL_COMPRESS_UTIL_PCT_DEFAULT), that its
+	 * recent traffic must pass. */
+	enum keel_compress compress;
+	uint32_t compress_util_pct;
 };
 
 /* Fill `cfg` with the defaults of include/keel/limits.h; rank, world_size and transport
@@ -257,6 +274,8 @@ struct keel_counters {
 	uint64_t noquorum_entries; /* times this node found itself without a majority */
 	uint64_t self_exclusions;  /* views this node installed that left it out after it had been
 				    * a member (it was paused or cut off): KEEL_EEXCLUDED */
+	uint64_t compress_frags;   /* gradient fragments sent as bf16 or f16 */
+	uint64_t compress_bytes_saved; /* payload bytes those fragments did not send */
 };
 void keel_counters_get(const struct keel_node *node, struct keel_counters *out);
 

@@ -140,8 +140,8 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 			continue;
 		}
 		uint64_t len = s.send_len - op->send_off;
-		if (len > op->frag_bytes)
-			len = op->frag_bytes;
+		if (len > op->frag_bytes && op->enc_tx == WIRE_ENC_RAW)
+			len = op->frag_bytes; /* compressed, cmp_send sizes its fragment */
 		KEEL_ASSERT(len > 0 && len % op->elem_size == 0);
 		/* The fragment is read from inside the caller's buffer... */
 		KEEL_ASSERT(s.send_off + op->send_off + len <= op->bytes);
@@ -163,9 +163,16 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		h.total_len = (uint32_t)s.send_len;
 		const uint8_t *src =
 		    (s.send_from_out ? op->out : op->in) + s.send_off + op->send_off;
-		int rc = rel_send(n, (uint32_t)s.send_peer, &h, src, (uint32_t)len);
-		KEEL_ASSERT(rc == 0);
-		node_budget_spend(n, (uint32_t)len);
+		uint64_t wire = len;
+		if (op->enc_tx != WIRE_ENC_RAW) {
+			len = cmp_send(n, op, &s, (uint32_t)s.send_peer, &h, src, len);
+			wire = h.payload_len;
+		} else {
+			int rc = rel_send(n, (uint32_t)s.send_peer, &h, src, (uint32_t)len);
+			KEEL_ASSERT(rc == 0);
+		}
+		cmp_note_sent(n, (uint32_t)s.send_peer, op->id, len, wire);
+		node_budget_spend(n, (uint32_t)wire);
 		op->send_off += len;
 		KEEL_ASSERT(op->send_off <= s.send_len);
 		op->progress_ns = n->now_ns;
@@ -179,6 +186,7 @@ static void op_finish(struct keel_node *n, struct keel_op *op, int status)
 	KEEL_ASSERT(status <= 0);
 	op_set_state(op, OP_DONE);
 	coll_dev_stop(op, true); /* work it queued drains before keel_op_test reports it */
+	cmp_finish(op, status);
 	op->status = status;
 	if (status == 0)
 		n->ctr.ops_completed++;
@@ -266,6 +274,8 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 	if (op->algo == KEEL_ALGO_HIER)
 		coll_hier_begin(n, op);
 	op->step_count = coll_step_count(op);
+	if (op->grad) /* the ring sends to the next position */
+		cmp_begin(n, op, (uint32_t)rank_of(n, (int32_t)((op->self_pos + 1) % op->world)));
 	op->send_step = op->recv_step = 0;
 	op->send_off = op->recv_off = 0;
 	if (op->dev.on)
@@ -539,6 +549,8 @@ static void apply(const struct keel_op *op, const struct step *s, uint64_t off, 
 		reduce_apply(dst, dst, data, cnt, op->dtype, op->redop);
 	if (s->final && op->redop == KEEL_AVG && s->action != ACT_COPY)
 		reduce_finish_avg(dst, cnt, op->dtype, op->world);
+	if (s->final && s->action != ACT_COPY)
+		cmp_round_final(op, dst, s->recv_off + off, cnt);
 }
 
 bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h,
@@ -573,22 +585,34 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 		op_finish(n, op, KEEL_EMISMATCH);
 		return true;
 	}
-	if (h->step < op->recv_step || s.recv_peer != (int32_t)peer || h->total_len != s.recv_len ||
-	    h->offset != op->recv_off || h->payload_len % op->elem_size != 0 ||
-	    (uint64_t)h->offset + h->payload_len > s.recv_len) {
+	uint32_t len; /* the f32 bytes a compressed fragment stands for */
+	int enc = cmp_logical_len(h, &len);
+	if (enc > 0 && !op->grad && h->step == op->recv_step && s.recv_peer == (int32_t)peer) {
+		/* Compressed data only comes from a gradient AllReduce: this member runs a plain
+		 * one at this place of the sequence. */
+		n->ctr.drop_protocol++;
+		op_finish(n, op, KEEL_EMISMATCH);
+		return true;
+	}
+	if (enc < 0 || (enc > 0 && !op->grad) || h->step < op->recv_step ||
+	    s.recv_peer != (int32_t)peer || h->total_len != s.recv_len ||
+	    h->offset != op->recv_off || len % op->elem_size != 0 ||
+	    (uint64_t)h->offset + len > s.recv_len) {
 		n->ctr.drop_protocol++; /* well formed, but not what this operation expects */
 		return true;
 	}
-	if (s.recv_after_send && !send_passed(op, op->recv_step, op->recv_off + h->payload_len))
+	if (s.recv_after_send && !send_passed(op, op->recv_step, op->recv_off + len))
 		return false;
+	if (enc > 0)
+		payload = cmp_widen(n, h, payload);
 	if (op->dev.on) {
-		if (!coll_dev_can_take(n, op, op->recv_step, &s, op->recv_off, h->payload_len))
+		if (!coll_dev_can_take(n, op, op->recv_step, &s, op->recv_off, len))
 			return false; /* the device still works on these bytes: later */
-		coll_dev_take(n, op, op->recv_step, &s, op->recv_off, payload, h->payload_len);
+		coll_dev_take(n, op, op->recv_step, &s, op->recv_off, payload, len);
 	} else {
-		apply(op, &s, op->recv_off, payload, h->payload_len);
+		apply(op, &s, op->recv_off, payload, len);
 	}
-	op->recv_off += h->payload_len;
+	op->recv_off += len;
 	KEEL_ASSERT(op->recv_off <= s.recv_len); /* checked above, before anything was applied */
 	op->progress_ns = n->now_ns;
 	skip_empty_recv(n, op);
@@ -601,6 +625,13 @@ static bool overlap(const uint8_t *a, const uint8_t *b, uint64_t len)
 {
 	KEEL_ASSERT(a != NULL && b != NULL && len != 0);
 	return a != b && a < b + len && b < a + len;
+}
+
+/* Do [a, a + alen) and [b, b + blen) share a byte? */
+static bool spans_meet(const void *a, size_t alen, const void *b, size_t blen)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+	return x < y + blen && y < x + alen;
 }
 
 /* The view left this node out and no collective has said so yet: say it once, here. */
@@ -720,6 +751,34 @@ int keel_allreduce_device_start(struct keel_node *node, const void *send, void *
 	return 0;
 }
 
+size_t keel_grad_feedback_len(size_t count)
+{
+	return count <= SIZE_MAX / 2 ? 2 * count : 0;
+}
+
+int keel_allreduce_grad_start(struct keel_node *node, const float *send, float *recv, size_t count,
+			      enum keel_redop redop, float *feedback, struct keel_op **handle)
+{
+	if (redop != KEEL_SUM && redop != KEEL_AVG)
+		return -EINVAL;
+	int rc = allreduce_args(node, send, recv, count, KEEL_F32, redop, handle);
+	if (rc != 0)
+		return rc;
+	if (count == 0)
+		feedback = NULL; /* nothing to feed back */
+	else if (feedback == NULL || count > SIZE_MAX / 8 ||
+		 spans_meet(feedback, 8 * count, send, 4 * count) ||
+		 spans_meet(feedback, 8 * count, recv, 4 * count))
+		return -EINVAL;
+	rc = allreduce_queue(node, send, recv, count, KEEL_F32, redop, handle);
+	if (rc != 0)
+		return rc;
+	(*handle)->grad = true;
+	(*handle)->fb = feedback;
+	coll_progress(node);
+	return 0;
+}
+
 int keel_broadcast_start(struct keel_node *node, uint32_t root, void *buf, size_t bytes,
 			 struct keel_op **handle)
 {
@@ -809,6 +868,7 @@ int keel_op_test_info(struct keel_node *node, struct keel_op *handle, struct kee
 		info->member_count = handle->done_count;
 		info->restarts = handle->restarts;
 		info->algo = handle->algo;
+		info->bytes_saved = handle->cmp_saved;
 	}
 	int status = handle->status;
 	op_set_state(handle, OP_FREE);
@@ -863,6 +923,17 @@ int keel_allreduce(struct keel_node *node, const void *send, void *recv, size_t 
 		return -EINVAL;
 	struct keel_op *op;
 	int rc = keel_allreduce_start(node, send, recv, count, dtype, redop, &op);
+	KEEL_ASSERT(rc <= 0);
+	return rc != 0 ? rc : wait_op(node, op);
+}
+
+int keel_allreduce_grad(struct keel_node *node, const float *send, float *recv, size_t count,
+			enum keel_redop redop, float *feedback)
+{
+	if (!has_waiter(node))
+		return -EINVAL;
+	struct keel_op *op;
+	int rc = keel_allreduce_grad_start(node, send, recv, count, redop, feedback, &op);
 	KEEL_ASSERT(rc <= 0);
 	return rc != 0 ? rc : wait_op(node, op);
 }

@@ -327,6 +327,11 @@ static const struct counter_row event_rows[] = {
      offsetof(struct keel_counters, ops_failed)},
     {"keel_collectives_restarted_total", "Collective restarts on a new view.",
      offsetof(struct keel_counters, ops_restarted)},
+    {"keel_compressed_fragments_total", "Gradient fragments sent as bf16 or f16.",
+     offsetof(struct keel_counters, compress_frags)},
+    {"keel_compressed_bytes_saved_total",
+     "Payload bytes compressed gradient fragments did not send.",
+     offsetof(struct keel_counters, compress_bytes_saved)},
 };
 
 static void counter_rows(struct ctx *c, const struct counter_row *rows, size_t count)

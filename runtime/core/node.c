@@ -42,6 +42,8 @@ void keel_config_default(struct keel_config *cfg)
 	cfg->rd_max_bytes = KEEL_RD_MAX_BYTES_DEFAULT;
 	cfg->incarnation = 1;
 	cfg->view_timeout_ns = KEEL_VIEW_TIMEOUT_NS_DEFAULT;
+	cfg->compress = KEEL_COMPRESS_AUTO;
+	cfg->compress_util_pct = KEEL_COMPRESS_UTIL_PCT_DEFAULT;
 	KEEL_ASSERT(cfg->rank < cfg->world_size && cfg->incarnation != 0);
 }
 
@@ -106,6 +108,8 @@ static bool config_valid(const struct keel_config *cfg)
 		return false;
 	if (cfg->incarnation == 0)
 		return false;
+	if ((unsigned)cfg->compress > (unsigned)KEEL_COMPRESS_F16 || cfg->compress_util_pct > 100)
+		return false;
 	if ((unsigned)cfg->mac > (unsigned)KEEL_MAC_CHACHA20POLY1305)
 		return false;
 	if (!device_valid(cfg))
@@ -118,7 +122,7 @@ static bool config_valid(const struct keel_config *cfg)
 struct layout {
 	size_t node, rel_peers, fd_peers, mb_peers, auth_peers, fd_lists, owners, tx_slots,
 	    rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq, rx_burst, ops, op_bits, views, msg,
-	    copy, hier, total;
+	    copy, hier, cmp, total;
 };
 
 static size_t align_up(size_t v, size_t a)
@@ -176,6 +180,8 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	PLACE(msg, mb_ctrl_size(cfg->world_size));
 	PLACE(copy, cfg->restart_copy_bytes);
 	PLACE(hier, coll_hier_bytes(cfg->world_size)); /* host map and per-view tables */
+	PLACE(cmp,
+	      cmp_bytes(cfg->world_size, (uint32_t)mtu)); /* link figures, a widened fragment */
 #undef PLACE
 	l->total = off + 64; /* slack to align the caller's base */
 	/* each module's per-peer records in their own carve-out, in this order */
@@ -183,7 +189,8 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 		    l->fd_peers < l->mb_peers && l->mb_peers < l->fd_lists &&
 		    l->auth_peers <= l->fd_lists);
 	KEEL_ASSERT(l->copy + cfg->restart_copy_bytes <= l->hier);
-	KEEL_ASSERT(l->hier + coll_hier_bytes(cfg->world_size) + 64 <= l->total);
+	KEEL_ASSERT(l->hier + coll_hier_bytes(cfg->world_size) <= l->cmp);
+	KEEL_ASSERT(l->cmp + cmp_bytes(cfg->world_size, (uint32_t)mtu) + 64 <= l->total);
 }
 
 size_t keel_storage_size(const struct keel_config *cfg)
@@ -235,6 +242,7 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	n->msg_buf = base + l->msg;
 	n->restart_copy = base + l->copy;
 	coll_hier_carve(n, base + l->hier, &n->cfg);
+	cmp_carve(n, base + l->cmp);
 }
 
 int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct keel_config *cfg,
@@ -254,6 +262,8 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	if (n->cfg.view_timeout_ns == 0) /* auto: as long as the detector gives a silent peer */
 		n->cfg.view_timeout_ns = (uint64_t)cfg->miss_limit * cfg->heartbeat_ns;
 	n->cfg.op_timeout_ns = keel_op_timeout_ns(cfg); /* 0: derived from the detector */
+	if (n->cfg.compress_util_pct == 0)
+		n->cfg.compress_util_pct = KEEL_COMPRESS_UTIL_PCT_DEFAULT;
 	n->tp = cfg->transport;
 	n->self = cfg->rank;
 	n->world = cfg->world_size;

@@ -186,6 +186,15 @@ struct keel_op {
 	uint64_t send_off, recv_off; /* progress within the current step, bytes */
 	uint64_t progress_ns;	     /* last time anything moved */
 	struct op_dev dev;
+	/* Gradient AllReduce (compress.c): f32 SUM or AVG that may travel compressed. fb: the
+	 * caller's residuals (count floats) and, after them, the ones this attempt writes;
+	 * enc_tx: how this attempt sends its partial sums and its own chunk of the result to the
+	 * ring's next member (enum wire_enc, decided at each begin); saved: payload bytes not sent.
+	 */
+	bool grad;
+	uint8_t enc_tx;
+	float *fb;
+	uint64_t cmp_saved;
 };
 
 /* A view, or a proposed one: epoch, member bitset by rank, each member's incarnation. */
@@ -295,7 +304,11 @@ struct keel_node {
 	bool auth;
 	struct auth_ctx auth_ctx;
 	struct auth_peer *auth_peers;
-	uint32_t payload_max;  /* payload bytes a datagram carries: mtu - header (- MAC trailer) */
+	uint32_t payload_max; /* payload bytes a datagram carries: mtu - header (- MAC trailer) */
+	/* compress.c: each peer link's recent traffic and measured bandwidth (world entries), and
+	 * room to widen one compressed fragment (2 x payload_max bytes) */
+	struct cmp_peer *cmp_peers;
+	float *cmp_scratch;
 	int fatal;	       /* sticky transport error */
 	uint32_t budget_bytes; /* data this poll may still move (POLL_BUDGET_BYTES per poll) */
 	struct keel_counters ctr;
@@ -354,6 +367,10 @@ void node_header_init(const struct keel_node *n, struct wire_header *h, enum wir
 /* reliable.c */
 bool rel_can_send(const struct keel_node *n, uint32_t peer);
 /* Copy header+payload into the next window slot and queue it. -EAGAIN when the window is full. */
+/* rel_send in two halves, for a payload written in place: the buffer of the next datagram to
+ * `peer` (NULL when rel_can_send says no), then send it with `len` bytes written there. */
+uint8_t *rel_send_slot(struct keel_node *n, uint32_t peer);
+void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, uint32_t len);
 int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const void *payload,
 	     uint32_t len);
 void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack, uint16_t wnd);
@@ -488,6 +505,26 @@ void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier, boo
 uint32_t coll_done_count(const struct keel_node *n);
 uint32_t coll_pending(const struct keel_node *n);
 /* Offer an in-order DATA datagram to the collectives. false: not consumable yet (hold it). */
+/* compress.c: gradient AllReduces on the wire */
+size_t cmp_bytes(uint32_t world, uint32_t mtu);
+void cmp_carve(struct keel_node *n, uint8_t *mem);
+void cmp_note_sent(struct keel_node *n, uint32_t peer, uint32_t op_id, uint64_t logical,
+		   uint64_t wire);
+/* At each begin: how this attempt sends to the ring's next member, `next_peer` */
+void cmp_begin(struct keel_node *n, struct keel_op *op, uint32_t next_peer);
+/* One fragment of step `s` from `src` (len bytes left in the step), encoded when it can be;
+ * returns the f32 bytes it covered */
+uint64_t cmp_send(struct keel_node *n, struct keel_op *op, const struct step *s, uint32_t peer,
+		  struct wire_header *h, const uint8_t *src, uint64_t len);
+/* A received fragment's f32 bytes in *len: 0 (as sent), 1 (encoded: widen it with cmp_widen),
+ * or -EPROTO (an encoding that does not exist, an odd length) */
+int cmp_logical_len(const struct wire_header *h, uint32_t *len);
+const uint8_t *cmp_widen(struct keel_node *n, const struct wire_header *h, const uint8_t *payload);
+/* The owner's chunk of the result, just reduced: rounded to the encoding its link sends */
+void cmp_round_final(const struct keel_op *op, uint8_t *dst, uint64_t byte_off, size_t cnt);
+/* The operation ended: on success the residuals it wrote become the caller's */
+void cmp_finish(const struct keel_op *op, int status);
+
 bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h,
 		  const uint8_t *payload);
 void coll_progress(struct keel_node *n);

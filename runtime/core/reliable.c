@@ -262,15 +262,23 @@ static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 		      s->tries > 1 ? KEEL_DGRAM_RETRANSMIT : 0);
 }
 
-int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const void *payload,
-	     uint32_t len)
+uint8_t *rel_send_slot(struct keel_node *n, uint32_t peer)
+{
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	if (!rel_can_send(n, peer) || !stream_attach(n, peer))
+		return NULL;
+	struct rel_peer *p = &n->rel_peers[peer];
+	KEEL_ASSERT(p->tx != NULL && seq_before(p->snd_nxt, p->snd_edge));
+	return tx_bytes(n, p, p->snd_nxt) + WIRE_HEADER_SIZE;
+}
+
+void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, uint32_t len)
 {
 	KEEL_ASSERT(peer < n->world && peer != n->self);
 	KEEL_ASSERT(len <= n->payload_max); /* room for the MAC trailer too */
-	KEEL_ASSERT(h != NULL && (payload != NULL || len == 0));
-	if (!rel_can_send(n, peer) || !stream_attach(n, peer))
-		return -EAGAIN;
+	KEEL_ASSERT(h != NULL);
 	struct rel_peer *p = &n->rel_peers[peer];
+	/* rel_send_slot gave this seq's buffer: the window has room and a stream is attached */
 	KEEL_ASSERT(p->tx != NULL && seq_before(p->snd_nxt, p->snd_edge));
 	uint32_t seq = p->snd_nxt++;
 	n->tx_flight++;
@@ -278,7 +286,6 @@ int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const vo
 	h->seq = seq;
 	h->payload_len = len;
 	rel_ack_fields(n, peer, h);
-	memcpy(buf + WIRE_HEADER_SIZE, payload, len);
 	wire_encode(buf, h);
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 	memset(s, 0, sizeof(*s));
@@ -287,6 +294,18 @@ int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const vo
 	p->data_sent++;
 	transmit(n, peer, seq);
 	window_check(n, p);
+}
+
+int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const void *payload,
+	     uint32_t len)
+{
+	KEEL_ASSERT(h != NULL && (payload != NULL || len == 0));
+	uint8_t *dst = rel_send_slot(n, peer);
+	if (dst == NULL)
+		return -EAGAIN;
+	if (len != 0)
+		memcpy(dst, payload, len);
+	rel_send_commit(n, peer, h, len);
 	return 0;
 }
 

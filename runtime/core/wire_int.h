@@ -28,6 +28,16 @@ enum wire_type {
 /* Header flags. */
 #define WIRE_FLAG_RETRANSMIT 0x1u /* this copy was sent again (no RTT sample from its ack) */
 #define WIRE_FLAG_AUTH	     0x2u /* a MAC trailer follows the payload; the crc field is 0 */
+/* DATA of a gradient AllReduce: how the payload is encoded (enum wire_enc, in bits 2-3). The
+ * header's offset and total_len count the f32 bytes the payload stands for. */
+#define WIRE_FLAG_ENC_SHIFT 2u
+#define WIRE_FLAG_ENC_MASK  0xcu
+enum wire_enc {
+	WIRE_ENC_RAW = 0, /* the elements as they are */
+	WIRE_ENC_BF16,	  /* f32 elements as bf16, 2 bytes each */
+	WIRE_ENC_F16,	  /* f32 elements as f16, 2 bytes each */
+	WIRE_ENC_COUNT
+};
 
 struct wire_header {
 	uint32_t magic;

@@ -1,0 +1,278 @@
+/* Gradient AllReduces on the wire: f32 partial sums sent as bf16 or f16 with error feedback,
+ * and the per-link measurements KEEL_COMPRESS_AUTO decides by.
+ *
+ * Why every member ends with the same bits whatever each link decided: only the ring
+ * compresses (cmp_begin), and in the ring each element of the result is computed by exactly one
+ * member, the owner of its chunk, then copied around. The owner rounds its chunk to the
+ * encoding when its own link compresses; every copy after that is lossless (a fragment goes
+ * encoded only when each of its values survives the round trip bit for bit), so the owner's
+ * bits are everyone's. Partial sums in the reduce-scatter may be rounded freely: they feed one
+ * owner's computation, which every member then copies.
+ *
+ * Error feedback: what a member rounded away from an element (a partial sum it sent, or its own
+ * chunk of the result) is added to the same element at the next call, so the errors do not add
+ * up over a training run. The residuals of the last call are read from the first half of the
+ * caller's feedback buffer and this attempt's are written to the second; cmp_finish copies them
+ * over once the operation has succeeded, so a restart begins from the same residuals. */
+#include <string.h>
+
+#include "assert_int.h"
+#include "half_int.h"
+#include "keel/limits.h"
+#include "node_int.h"
+
+/* One link's traffic: the bytes collectives asked to send to the peer (before compression) in
+ * windows of KEEL_COMPRESS_WINDOW_NS, and the link's bandwidth, measured from the wire bytes of
+ * one collective at a time. */
+struct cmp_peer {
+	uint64_t win_start_ns, win_bytes; /* the window filling now */
+	uint64_t prev_bytes, prev_len_ns; /* the one before it */
+	uint32_t op_id;			  /* the collective being measured */
+	bool op_open;
+	uint64_t op_first_ns, op_last_ns, op_bytes, op_first_bytes;
+	uint64_t bw_bytes_per_s; /* 0 until a collective sent enough to measure it */
+};
+
+size_t cmp_bytes(uint32_t world, uint32_t mtu)
+{
+	KEEL_ASSERT(world >= 1 && world <= KEEL_WORLD_MAX);
+	size_t peers = ((size_t)world * sizeof(struct cmp_peer) + 63u) & ~(size_t)63u;
+	return peers + 2u * (size_t)mtu; /* the scratch holds one fragment widened to f32 */
+}
+
+void cmp_carve(struct keel_node *n, uint8_t *mem)
+{
+	KEEL_ASSERT(((uintptr_t)mem & 63u) == 0);
+	size_t peers = ((size_t)n->world * sizeof(struct cmp_peer) + 63u) & ~(size_t)63u;
+	n->cmp_peers = (struct cmp_peer *)(void *)mem;
+	n->cmp_scratch = (float *)(void *)(mem + peers);
+	for (uint32_t r = 0; r < n->world; r++)
+		n->cmp_peers[r].win_start_ns = n->now_ns;
+}
+
+/* Start a new window once the current one is KEEL_COMPRESS_WINDOW_NS old: a window that ran
+ * long (an idle link) keeps its real length, so idleness lowers the rate. */
+static void window_roll(struct cmp_peer *p, uint64_t now_ns)
+{
+	if (now_ns - p->win_start_ns < KEEL_COMPRESS_WINDOW_NS)
+		return;
+	p->prev_bytes = p->win_bytes;
+	p->prev_len_ns = now_ns - p->win_start_ns;
+	p->win_bytes = 0;
+	p->win_start_ns = now_ns;
+}
+
+/* A finished collective's bytes to this peer over the time they took, when it sent enough for
+ * the figure to mean something. A lower sample pulls the estimate down by an eighth of the gap
+ * (the link got busier, or the peer slower); a higher one replaces it. */
+static void bandwidth_sample(struct cmp_peer *p)
+{
+	uint64_t span = p->op_last_ns - p->op_first_ns;
+	uint64_t bytes = p->op_bytes - p->op_first_bytes; /* what went after the first poll */
+	if (!p->op_open || p->op_bytes < KEEL_COMPRESS_SAMPLE_BYTES || span == 0)
+		return;
+	uint64_t bw = bytes / span * 1000000000ull + bytes % span * 1000000000ull / span;
+	if (bw >= p->bw_bytes_per_s)
+		p->bw_bytes_per_s = bw;
+	else
+		p->bw_bytes_per_s -= (p->bw_bytes_per_s - bw) / 8;
+}
+
+void cmp_note_sent(struct keel_node *n, uint32_t peer, uint32_t op_id, uint64_t logical,
+		   uint64_t wire)
+{
+	KEEL_ASSERT(peer < n->world && peer != n->self && wire <= logical);
+	struct cmp_peer *p = &n->cmp_peers[peer];
+	window_roll(p, n->now_ns);
+	p->win_bytes += logical;
+	if (!p->op_open || p->op_id != op_id) {
+		bandwidth_sample(p);
+		p->op_open = true;
+		p->op_id = op_id;
+		p->op_first_ns = n->now_ns;
+		p->op_bytes = 0;
+	}
+	if (p->op_first_ns == n->now_ns)
+		p->op_first_bytes = p->op_bytes + wire; /* sent before the clock moved */
+	p->op_bytes += wire;
+	p->op_last_ns = n->now_ns;
+}
+
+/* AUTO: has the link to `peer` carried more than compress_util_pct of its measured bandwidth
+ * over the last window and the current one? */
+static bool link_busy(struct keel_node *n, uint32_t peer)
+{
+	struct cmp_peer *p = &n->cmp_peers[peer];
+	window_roll(p, n->now_ns);
+	uint64_t span = p->prev_len_ns + (n->now_ns - p->win_start_ns);
+	uint64_t bytes = p->prev_bytes + p->win_bytes;
+	if (p->bw_bytes_per_s == 0 || span == 0)
+		return false; /* nothing measured yet */
+	/* bytes / span > pct% of bw, in integers: bytes * 1e9 * 100 > pct * bw * span, in
+	 * units of KiB and microseconds so nothing overflows below 2^64 */
+	uint64_t lhs = (bytes >> 10) * 100000u;
+	uint64_t rhs =
+	    (uint64_t)n->cfg.compress_util_pct * (p->bw_bytes_per_s >> 10) * (span / 1000u) / 1000u;
+	return lhs > rhs;
+}
+
+void cmp_begin(struct keel_node *n, struct keel_op *op, uint32_t next_peer)
+{
+	op->enc_tx = WIRE_ENC_RAW;
+	if (!op->grad || op->algo != KEEL_ALGO_RING || op->world < 2)
+		return;
+	KEEL_ASSERT(op->dtype == KEEL_F32 && (op->redop == KEEL_SUM || op->redop == KEEL_AVG));
+	KEEL_ASSERT(next_peer < n->world && next_peer != n->self);
+	switch (n->cfg.compress) {
+	case KEEL_COMPRESS_BF16:
+		op->enc_tx = WIRE_ENC_BF16;
+		break;
+	case KEEL_COMPRESS_F16:
+		op->enc_tx = WIRE_ENC_F16;
+		break;
+	case KEEL_COMPRESS_AUTO:
+		op->enc_tx = link_busy(n, next_peer) ? WIRE_ENC_BF16 : WIRE_ENC_RAW;
+		break;
+	case KEEL_COMPRESS_OFF:
+	default:
+		break;
+	}
+}
+
+/* ---- the encodings ---- */
+
+static inline bool f32_finite(float f)
+{
+	return (f32_to_bits(f) & 0x7f800000u) != 0x7f800000u;
+}
+
+static inline uint32_t narrow(enum wire_enc enc, float f)
+{
+	return enc == WIRE_ENC_BF16 ? bf16_narrow32(f) : f16_narrow32(f);
+}
+
+static inline float widen(enum wire_enc enc, uint32_t h)
+{
+	return enc == WIRE_ENC_BF16 ? bf16_widen32(h) : f16_widen32(h);
+}
+
+/* Partial sums: dst = src + old rounded; new = what the rounding lost (0 for NaN and inf,
+ * which go as they are). False when a finite value overflowed the encoding (f16 beyond 65504):
+ * the fragment must go as f32. */
+static bool encode_lossy(enum wire_enc enc, uint8_t *dst, const float *src, const float *old,
+			 float *new_res, size_t cnt)
+{
+	uint32_t overflow = 0;
+	for (size_t i = 0; i < cnt; i++) {
+		float v = src[i] + old[i];
+		uint32_t h = narrow(enc, v);
+		float w = widen(enc, h);
+		bool fin = f32_finite(v);
+		overflow |= (uint32_t)(fin && !f32_finite(w));
+		new_res[i] = fin ? v - w : 0.0f; /* exact: a rounding error is representable */
+		uint16_t h16 = (uint16_t)h;
+		memcpy(dst + 2 * i, &h16, 2);
+	}
+	return overflow == 0;
+}
+
+/* Values of the result: encoded only if every one comes back bit for bit. */
+static bool encode_exact(enum wire_enc enc, uint8_t *dst, const float *src, size_t cnt)
+{
+	uint32_t inexact = 0;
+	for (size_t i = 0; i < cnt; i++) {
+		uint32_t h = narrow(enc, src[i]);
+		inexact |= f32_to_bits(widen(enc, h)) ^ f32_to_bits(src[i]);
+		uint16_t h16 = (uint16_t)h;
+		memcpy(dst + 2 * i, &h16, 2);
+	}
+	return inexact == 0;
+}
+
+uint64_t cmp_send(struct keel_node *n, struct keel_op *op, const struct step *s, uint32_t peer,
+		  struct wire_header *h, const uint8_t *src, uint64_t len)
+{
+	KEEL_ASSERT(op->grad && op->enc_tx != WIRE_ENC_RAW && op->algo == KEEL_ALGO_RING);
+	KEEL_ASSERT(len > 0 && len % 4 == 0 && ((uintptr_t)src & 3u) == 0);
+	uint8_t *dst = rel_send_slot(n, peer);
+	KEEL_ASSERT(dst != NULL); /* pump_sends asked rel_can_send */
+	enum wire_enc enc = (enum wire_enc)op->enc_tx;
+	uint64_t first = (s->send_off + op->send_off) / 4; /* element index in the buffer */
+	size_t cnt = (size_t)(len / 4);
+	if (cnt > n->payload_max / 2)
+		cnt = n->payload_max / 2;
+	KEEL_ASSERT(first + cnt <= op->count);
+	/* From step world-1 on the ring sends values of the result; before, partial sums. */
+	bool result = op->send_step >= op->world - 1;
+	const float *v = (const float *)(const void *)src;
+	bool ok = result
+		      ? encode_exact(enc, dst, v, cnt)
+		      : encode_lossy(enc, dst, v, op->fb + first, op->fb + op->count + first, cnt);
+	if (ok) {
+		h->flags |= (uint16_t)(enc << WIRE_FLAG_ENC_SHIFT);
+		rel_send_commit(n, peer, h, (uint32_t)(cnt * 2));
+		n->ctr.compress_frags++;
+		n->ctr.compress_bytes_saved += cnt * 2;
+		op->cmp_saved += cnt * 2;
+		return cnt * 4;
+	}
+	/* As f32: a fragment of the usual size. A partial sum sent whole keeps its old residual
+	 * for the next call. */
+	uint64_t raw = len < op->frag_bytes ? len : op->frag_bytes;
+	memcpy(dst, src, (size_t)raw);
+	if (!result)
+		memcpy(op->fb + op->count + first, op->fb + first, (size_t)raw);
+	rel_send_commit(n, peer, h, (uint32_t)raw);
+	return raw;
+}
+
+int cmp_logical_len(const struct wire_header *h, uint32_t *len)
+{
+	uint32_t enc = (h->flags & WIRE_FLAG_ENC_MASK) >> WIRE_FLAG_ENC_SHIFT;
+	*len = h->payload_len;
+	if (enc == WIRE_ENC_RAW)
+		return 0;
+	if (enc >= WIRE_ENC_COUNT || h->payload_len % 2 != 0)
+		return -EPROTO;
+	*len = h->payload_len * 2;
+	return 1;
+}
+
+const uint8_t *cmp_widen(struct keel_node *n, const struct wire_header *h, const uint8_t *payload)
+{
+	enum wire_enc enc = (enum wire_enc)((h->flags & WIRE_FLAG_ENC_MASK) >> WIRE_FLAG_ENC_SHIFT);
+	size_t cnt = h->payload_len / 2;
+	KEEL_ASSERT(enc == WIRE_ENC_BF16 || enc == WIRE_ENC_F16); /* cmp_logical_len said so */
+	KEEL_ASSERT(cnt * 4 <= 2u * n->mtu);			  /* the scratch's size */
+	for (size_t i = 0; i < cnt; i++) {
+		uint16_t h16;
+		memcpy(&h16, payload + 2 * i, 2);
+		n->cmp_scratch[i] = widen(enc, h16);
+	}
+	return (const uint8_t *)n->cmp_scratch;
+}
+
+void cmp_round_final(const struct keel_op *op, uint8_t *dst, uint64_t byte_off, size_t cnt)
+{
+	if (!op->grad || op->enc_tx == WIRE_ENC_RAW)
+		return;
+	KEEL_ASSERT(byte_off % 4 == 0 && byte_off / 4 + cnt <= op->count);
+	enum wire_enc enc = (enum wire_enc)op->enc_tx;
+	float *v = (float *)(void *)dst;
+	const float *old = op->fb + byte_off / 4;
+	float *new_res = op->fb + op->count + byte_off / 4;
+	for (size_t i = 0; i < cnt; i++) {
+		float x = v[i] + old[i];
+		float w = widen(enc, narrow(enc, x));
+		bool keep = !f32_finite(x) || !f32_finite(w); /* NaN, inf, or beyond the encoding */
+		v[i] = keep ? x : w;
+		new_res[i] = keep ? 0.0f : x - w;
+	}
+}
+
+void cmp_finish(const struct keel_op *op, int status)
+{
+	if (status != 0 || !op->grad || op->enc_tx == WIRE_ENC_RAW || op->count == 0)
+		return;
+	memcpy(op->fb, op->fb + op->count, (size_t)op->count * sizeof(float));
+}
