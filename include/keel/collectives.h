@@ -105,7 +105,7 @@ KEEL_MUST_USE int keel_allreduce(struct keel_node *node, const void *send, void 
  * rd_max_bytes) and the hierarchy send f32, as plain AllReduces do.
  *
  * What changes when a link compresses: each partial sum a member sends is rounded to the
- * encoding (bf16: 8 significant bits, relative error up to 2^-9; f16: 11 bits, 2^-12, and only
+ * encoding (bf16: 8 significant bits, relative error up to 2^-8; f16: 11 bits, 2^-11, and only
  * values within +-65504: larger ones go as f32), and so is each element of the result whose
  * owner's link compresses. The rounding errors are kept in `feedback` and added to the same
  * elements at the next call, so that over many calls nothing is lost: the sum of the results

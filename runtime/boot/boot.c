@@ -60,6 +60,9 @@ static uint64_t default_heartbeat_ns(const struct keel_launch *l, uint64_t base_
 	return base_ns * (uint64_t)((2 * (long)l->local_world_size + cpus - 1) / cpus);
 }
 
+static int env_algo(struct keel_config *cfg, char *err, size_t err_len);
+static int env_compress(struct keel_config *cfg, char *err, size_t err_len);
+
 static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t err_len)
 {
 	uint64_t v;
@@ -104,6 +107,32 @@ static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t 
 	cfg->view_timeout_ns = v * 1000;
 	if (rc != 0)
 		return -EINVAL;
+	return env_algo(cfg, err, err_len) != 0 || env_compress(cfg, err, err_len) != 0 ? -EINVAL
+											 : 0;
+}
+
+/* KEEL_COMPRESS=auto|off|bf16|f16 and KEEL_COMPRESS_UTIL (percent): gradient AllReduces. */
+static int env_compress(struct keel_config *cfg, char *err, size_t err_len)
+{
+	uint64_t v = cfg->compress_util_pct;
+	if (env_u64("KEEL_COMPRESS_UTIL", 1, 100, &v, err, err_len) != 0)
+		return -EINVAL;
+	cfg->compress_util_pct = (uint32_t)v;
+	const char *c = getenv("KEEL_COMPRESS");
+	if (c == NULL || *c == '\0')
+		return 0;
+	static const char *const names[] = {"auto", "off", "bf16", "f16"};
+	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(c, names[i]) == 0) {
+			cfg->compress = (enum keel_compress)i; /* names in enum order */
+			return 0;
+		}
+	snprintf(err, err_len, "KEEL_COMPRESS=%s: expected auto, off, bf16 or f16", c);
+	return -EINVAL;
+}
+
+static int env_algo(struct keel_config *cfg, char *err, size_t err_len)
+{
 	const char *algo = getenv("KEEL_ALGO");
 	if (algo != NULL && *algo != '\0') {
 		if (strcmp(algo, "auto") == 0)

@@ -100,10 +100,14 @@ void cmp_note_sent(struct keel_node *n, uint32_t peer, uint32_t op_id, uint64_t 
 
 /* AUTO: has the link to `peer` carried more than compress_util_pct of its measured bandwidth
  * over the last window and the current one? */
-static bool link_busy(struct keel_node *n, uint32_t peer)
+static bool link_busy(struct keel_node *n, uint32_t peer, uint32_t op_id)
 {
 	struct cmp_peer *p = &n->cmp_peers[peer];
 	window_roll(p, n->now_ns);
+	if (p->op_open && p->op_id != op_id) { /* the collective before has sent all it will */
+		bandwidth_sample(p);
+		p->op_open = false;
+	}
 	uint64_t span = p->prev_len_ns + (n->now_ns - p->win_start_ns);
 	uint64_t bytes = p->prev_bytes + p->win_bytes;
 	if (p->bw_bytes_per_s == 0 || span == 0)
@@ -131,7 +135,7 @@ void cmp_begin(struct keel_node *n, struct keel_op *op, uint32_t next_peer)
 		op->enc_tx = WIRE_ENC_F16;
 		break;
 	case KEEL_COMPRESS_AUTO:
-		op->enc_tx = link_busy(n, next_peer) ? WIRE_ENC_BF16 : WIRE_ENC_RAW;
+		op->enc_tx = link_busy(n, next_peer, op->id) ? WIRE_ENC_BF16 : WIRE_ENC_RAW;
 		break;
 	case KEEL_COMPRESS_OFF:
 	default:
