@@ -108,7 +108,7 @@ static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t 
 	if (rc != 0)
 		return -EINVAL;
 	return env_algo(cfg, err, err_len) != 0 || env_compress(cfg, err, err_len) != 0 ? -EINVAL
-											 : 0;
+											: 0;
 }
 
 /* KEEL_COMPRESS=auto|off|bf16|f16 and KEEL_COMPRESS_UTIL (percent): gradient AllReduces. */

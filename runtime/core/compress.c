@@ -135,7 +135,11 @@ void cmp_begin(struct keel_node *n, struct keel_op *op, uint32_t next_peer)
 		op->enc_tx = WIRE_ENC_F16;
 		break;
 	case KEEL_COMPRESS_AUTO:
-		op->enc_tx = link_busy(n, next_peer, op->id) ? WIRE_ENC_BF16 : WIRE_ENC_RAW;
+		/* A peer on this host is reached at memory speed (shared memory, loopback): there
+		 * the codec's passes over the data cost more than the bytes they save. */
+		if (n->host_of[next_peer] != n->host_of[n->self] &&
+		    link_busy(n, next_peer, op->id))
+			op->enc_tx = WIRE_ENC_BF16;
 		break;
 	case KEEL_COMPRESS_OFF:
 	default:
@@ -143,54 +147,149 @@ void cmp_begin(struct keel_node *n, struct keel_op *op, uint32_t next_peer)
 	}
 }
 
-/* ---- the encodings ---- */
+/* ---- the encodings ----
+ * One loop per encoding, without branches per element (bit masks instead), so that gcc
+ * vectorizes them: the codec runs over every byte a compressed link carries. */
 
-static inline bool f32_finite(float f)
+static inline uint32_t finite_mask(uint32_t bits)
 {
-	return (f32_to_bits(f) & 0x7f800000u) != 0x7f800000u;
+	return (uint32_t)0 - (uint32_t)((bits & 0x7f800000u) != 0x7f800000u);
 }
 
-static inline uint32_t narrow(enum wire_enc enc, float f)
-{
-	return enc == WIRE_ENC_BF16 ? bf16_narrow32(f) : f16_narrow32(f);
-}
+/* gcc 12 at -O2 vectorizes only loops with a constant trip count and no possible dependence
+ * between iterations (reduce.c says why): the work goes in blocks of CODEC_BLOCK elements
+ * through a block of 16-bit codes on the stack (the payload follows a 56-byte header, so it is
+ * copied, not cast), and the last partial block goes through the same code. */
+#define CODEC_BLOCK 32u
 
-static inline float widen(enum wire_enc enc, uint32_t h)
-{
-	return enc == WIRE_ENC_BF16 ? bf16_widen32(h) : f16_widen32(h);
-}
+/* A copy of n elements of `size` bytes: a whole block is a copy of constant size, which gcc
+ * makes a few vector moves (a variable one would be `rep movs`, slower than the work). */
+#define BLOCK_COPY(dst, src, n, size)                                                              \
+	do {                                                                                       \
+		if ((n) == CODEC_BLOCK)                                                            \
+			memcpy((dst), (src), CODEC_BLOCK *(size));                                 \
+		else                                                                               \
+			memcpy((dst), (src), (n) * (size));                                        \
+	} while (0)
 
-/* Partial sums: dst = src + old rounded; new = what the rounding lost (0 for NaN and inf,
- * which go as they are). False when a finite value overflowed the encoding (f16 beyond 65504):
- * the fragment must go as f32. */
+/* Per encoding: lossy (partial sums: codes of src + old, new_res = what the rounding lost, 0 for
+ * NaN and inf, which go as they are; false when a finite value overflowed the encoding, f16
+ * beyond 65504: the fragment must go as f32), exact (values of the result: encoded only if each
+ * comes back bit for bit), widen, and round (the owner's chunk: v + old rounded in place, unless
+ * it is NaN, inf or beyond the encoding). */
+#define DEFINE_CODEC(tag, NARROW, WIDEN)                                                           \
+	static bool lossy_##tag(uint8_t *dst, const float *src, const float *old, float *new_res,  \
+				size_t cnt)                                                        \
+	{                                                                                          \
+		uint32_t overflow = 0;                                                             \
+		for (size_t b = 0; b < cnt; b += CODEC_BLOCK) {                                    \
+			uint16_t h[CODEC_BLOCK];                                                   \
+			float v[CODEC_BLOCK], o[CODEC_BLOCK], e[CODEC_BLOCK];                      \
+			size_t n = cnt - b < CODEC_BLOCK ? cnt - b : CODEC_BLOCK;                  \
+			if (n < CODEC_BLOCK) /* the tail: no garbage in the unused lanes */        \
+			{                                                                          \
+				memset(h, 0, sizeof(h));                                           \
+				memset(v, 0, sizeof(v));                                           \
+				memset(o, 0, sizeof(o));                                           \
+				memset(e, 0, sizeof(e));                                           \
+			}                                                                          \
+			BLOCK_COPY(v, src + b, n, 4);                                              \
+			BLOCK_COPY(o, old + b, n, 4);                                              \
+			for (size_t j = 0; j < CODEC_BLOCK; j++) {                                 \
+				float x = v[j] + o[j];                                             \
+				uint32_t c = NARROW(x);                                            \
+				float w = WIDEN(c);                                                \
+				uint32_t fin = finite_mask(f32_to_bits(x));                        \
+				overflow |= fin & ~finite_mask(f32_to_bits(w));                    \
+				e[j] = f32_from_bits(f32_to_bits(x - w) & fin);                    \
+				h[j] = (uint16_t)c;                                                \
+			}                                                                          \
+			BLOCK_COPY(dst + 2 * b, h, n, 2);                                          \
+			BLOCK_COPY(new_res + b, e, n, 4);                                          \
+		}                                                                                  \
+		return overflow == 0;                                                              \
+	}                                                                                          \
+	static bool exact_##tag(uint8_t *dst, const float *src, size_t cnt)                        \
+	{                                                                                          \
+		uint32_t inexact = 0;                                                              \
+		for (size_t b = 0; b < cnt; b += CODEC_BLOCK) {                                    \
+			uint16_t h[CODEC_BLOCK];                                                   \
+			float v[CODEC_BLOCK];                                                      \
+			size_t n = cnt - b < CODEC_BLOCK ? cnt - b : CODEC_BLOCK;                  \
+			if (n < CODEC_BLOCK) /* the tail: no garbage in the unused lanes */        \
+			{                                                                          \
+				memset(h, 0, sizeof(h));                                           \
+				memset(v, 0, sizeof(v));                                           \
+			}                                                                          \
+			BLOCK_COPY(v, src + b, n, 4);                                              \
+			for (size_t j = 0; j < CODEC_BLOCK; j++) {                                 \
+				uint32_t c = NARROW(v[j]);                                         \
+				inexact |= f32_to_bits(WIDEN(c)) ^ f32_to_bits(v[j]);              \
+				h[j] = (uint16_t)c;                                                \
+			}                                                                          \
+			BLOCK_COPY(dst + 2 * b, h, n, 2);                                          \
+		}                                                                                  \
+		return inexact == 0;                                                               \
+	}                                                                                          \
+	static void widen_##tag(float *dst, const uint8_t *src, size_t cnt)                        \
+	{                                                                                          \
+		for (size_t b = 0; b < cnt; b += CODEC_BLOCK) {                                    \
+			uint16_t h[CODEC_BLOCK];                                                   \
+			float v[CODEC_BLOCK];                                                      \
+			size_t n = cnt - b < CODEC_BLOCK ? cnt - b : CODEC_BLOCK;                  \
+			if (n < CODEC_BLOCK) /* the tail: no garbage in the unused lanes */        \
+			{                                                                          \
+				memset(h, 0, sizeof(h));                                           \
+				memset(v, 0, sizeof(v));                                           \
+			}                                                                          \
+			BLOCK_COPY(h, src + 2 * b, n, 2);                                          \
+			for (size_t j = 0; j < CODEC_BLOCK; j++)                                   \
+				v[j] = WIDEN(h[j]);                                                \
+			BLOCK_COPY(dst + b, v, n, 4);                                              \
+		}                                                                                  \
+	}                                                                                          \
+	static void round_##tag(float *val, const float *old, float *new_res, size_t cnt)          \
+	{                                                                                          \
+		for (size_t b = 0; b < cnt; b += CODEC_BLOCK) {                                    \
+			float v[CODEC_BLOCK], o[CODEC_BLOCK], e[CODEC_BLOCK];                      \
+			size_t n = cnt - b < CODEC_BLOCK ? cnt - b : CODEC_BLOCK;                  \
+			if (n < CODEC_BLOCK) /* the tail: no garbage in the unused lanes */        \
+			{                                                                          \
+				memset(v, 0, sizeof(v));                                           \
+				memset(o, 0, sizeof(o));                                           \
+				memset(e, 0, sizeof(e));                                           \
+			}                                                                          \
+			BLOCK_COPY(v, val + b, n, 4);                                              \
+			BLOCK_COPY(o, old + b, n, 4);                                              \
+			for (size_t j = 0; j < CODEC_BLOCK; j++) {                                 \
+				float x = v[j] + o[j];                                             \
+				float w = WIDEN(NARROW(x));                                        \
+				uint32_t ok =                                                      \
+				    finite_mask(f32_to_bits(x)) & finite_mask(f32_to_bits(w));     \
+				v[j] =                                                             \
+				    f32_from_bits((f32_to_bits(w) & ok) | (f32_to_bits(x) & ~ok)); \
+				e[j] = f32_from_bits(f32_to_bits(x - w) & ok);                     \
+			}                                                                          \
+			BLOCK_COPY(val + b, v, n, 4);                                              \
+			BLOCK_COPY(new_res + b, e, n, 4);                                          \
+		}                                                                                  \
+	}
+
+DEFINE_CODEC(bf16, bf16_narrow32, bf16_widen32)
+DEFINE_CODEC(f16, f16_narrow32, f16_widen32)
+
 static bool encode_lossy(enum wire_enc enc, uint8_t *dst, const float *src, const float *old,
 			 float *new_res, size_t cnt)
 {
-	uint32_t overflow = 0;
-	for (size_t i = 0; i < cnt; i++) {
-		float v = src[i] + old[i];
-		uint32_t h = narrow(enc, v);
-		float w = widen(enc, h);
-		bool fin = f32_finite(v);
-		overflow |= (uint32_t)(fin && !f32_finite(w));
-		new_res[i] = fin ? v - w : 0.0f; /* exact: a rounding error is representable */
-		uint16_t h16 = (uint16_t)h;
-		memcpy(dst + 2 * i, &h16, 2);
-	}
-	return overflow == 0;
+	KEEL_ASSERT(enc == WIRE_ENC_BF16 || enc == WIRE_ENC_F16);
+	return enc == WIRE_ENC_BF16 ? lossy_bf16(dst, src, old, new_res, cnt)
+				    : lossy_f16(dst, src, old, new_res, cnt);
 }
 
-/* Values of the result: encoded only if every one comes back bit for bit. */
 static bool encode_exact(enum wire_enc enc, uint8_t *dst, const float *src, size_t cnt)
 {
-	uint32_t inexact = 0;
-	for (size_t i = 0; i < cnt; i++) {
-		uint32_t h = narrow(enc, src[i]);
-		inexact |= f32_to_bits(widen(enc, h)) ^ f32_to_bits(src[i]);
-		uint16_t h16 = (uint16_t)h;
-		memcpy(dst + 2 * i, &h16, 2);
-	}
-	return inexact == 0;
+	KEEL_ASSERT(enc == WIRE_ENC_BF16 || enc == WIRE_ENC_F16);
+	return enc == WIRE_ENC_BF16 ? exact_bf16(dst, src, cnt) : exact_f16(dst, src, cnt);
 }
 
 uint64_t cmp_send(struct keel_node *n, struct keel_op *op, const struct step *s, uint32_t peer,
@@ -248,11 +347,10 @@ const uint8_t *cmp_widen(struct keel_node *n, const struct wire_header *h, const
 	size_t cnt = h->payload_len / 2;
 	KEEL_ASSERT(enc == WIRE_ENC_BF16 || enc == WIRE_ENC_F16); /* cmp_logical_len said so */
 	KEEL_ASSERT(cnt * 4 <= 2u * n->mtu);			  /* the scratch's size */
-	for (size_t i = 0; i < cnt; i++) {
-		uint16_t h16;
-		memcpy(&h16, payload + 2 * i, 2);
-		n->cmp_scratch[i] = widen(enc, h16);
-	}
+	if (enc == WIRE_ENC_BF16)
+		widen_bf16(n->cmp_scratch, payload, cnt);
+	else
+		widen_f16(n->cmp_scratch, payload, cnt);
 	return (const uint8_t *)n->cmp_scratch;
 }
 
@@ -261,17 +359,13 @@ void cmp_round_final(const struct keel_op *op, uint8_t *dst, uint64_t byte_off, 
 	if (!op->grad || op->enc_tx == WIRE_ENC_RAW)
 		return;
 	KEEL_ASSERT(byte_off % 4 == 0 && byte_off / 4 + cnt <= op->count);
-	enum wire_enc enc = (enum wire_enc)op->enc_tx;
 	float *v = (float *)(void *)dst;
 	const float *old = op->fb + byte_off / 4;
 	float *new_res = op->fb + op->count + byte_off / 4;
-	for (size_t i = 0; i < cnt; i++) {
-		float x = v[i] + old[i];
-		float w = widen(enc, narrow(enc, x));
-		bool keep = !f32_finite(x) || !f32_finite(w); /* NaN, inf, or beyond the encoding */
-		v[i] = keep ? x : w;
-		new_res[i] = keep ? 0.0f : x - w;
-	}
+	if (op->enc_tx == WIRE_ENC_BF16)
+		round_bf16(v, old, new_res, cnt);
+	else
+		round_f16(v, old, new_res, cnt);
 }
 
 void cmp_finish(const struct keel_op *op, int status)

@@ -21,6 +21,7 @@ static enum keel_algo g_algo = KEEL_ALGO_RING;
 /* per rank: how it compresses (a test may mix them) */
 static enum keel_compress g_compress[CLUSTER_MAX];
 static uint32_t g_mtu = KEEL_MTU_DEFAULT;
+static const uint32_t *g_host_of; /* NULL: a host per rank */
 
 static void tweak(struct keel_config *cfg)
 {
@@ -30,6 +31,7 @@ static void tweak(struct keel_config *cfg)
 	cfg->op_timeout_ns = 5000000000ull;
 	cfg->miss_limit = 12;
 	cfg->restart_copy_bytes = 4u << 20;
+	cfg->host_of = g_host_of;
 }
 
 static void compress_all(enum keel_compress mode)
@@ -94,8 +96,8 @@ static void run_once(struct cluster *c, struct grad_run *g)
 	for (uint32_t r = 0; r < g->world; r++) {
 		if (c->paused[r])
 			continue;
-		assert_int_equal(keel_allreduce_grad_start(c->node[r], g->in[r], g->out[r], g->count,
-							   g->op, g->fb[r], &ops[r]),
+		assert_int_equal(keel_allreduce_grad_start(c->node[r], g->in[r], g->out[r],
+							   g->count, g->op, g->fb[r], &ops[r]),
 				 0);
 	}
 	assert_int_equal(cluster_wait_ops_info(c, ops, g->rc, g->info, 2000000), 0);
@@ -152,7 +154,8 @@ static double check_bound(const struct cluster *c, const struct grad_run *g, uin
 	return worst;
 }
 
-static void compressed_case(uint32_t world, size_t count, enum keel_redop op, enum keel_compress mode)
+static void compressed_case(uint32_t world, size_t count, enum keel_redop op,
+			    enum keel_compress mode)
 {
 	struct cluster c;
 	compress_all(mode);
@@ -237,8 +240,8 @@ static void test_compress_off_is_a_plain_allreduce(void **state)
 	int rc[CLUSTER_MAX];
 	for (uint32_t r = 0; r < 3; r++) {
 		plain[r] = calloc(g.count, sizeof(float));
-		assert_int_equal(keel_allreduce_start(c.node[r], g.in[r], plain[r], g.count, KEEL_F32,
-						      KEEL_SUM, &ops[r]),
+		assert_int_equal(keel_allreduce_start(c.node[r], g.in[r], plain[r], g.count,
+						      KEEL_F32, KEEL_SUM, &ops[r]),
 				 0);
 	}
 	assert_int_equal(cluster_wait_ops(&c, ops, rc, 2000000), 0);
@@ -261,7 +264,8 @@ static double drift(struct cluster *c, struct grad_run *g, uint32_t calls, bool 
 	for (uint32_t k = 0; k < calls; k++) {
 		if (!feedback)
 			for (uint32_t r = 0; r < g->world; r++)
-				memset(g->fb[r], 0, keel_grad_feedback_len(g->count) * sizeof(float));
+				memset(g->fb[r], 0,
+				       keel_grad_feedback_len(g->count) * sizeof(float));
 		run_once(c, g);
 		same_bits(c, g);
 		for (size_t i = 0; i < g->count; i++)
@@ -348,8 +352,8 @@ static void lost_rank(bool in_place)
 		if (in_place)
 			memcpy(g.out[r], g.in[r], g.count * sizeof(float));
 		float *src = in_place ? g.out[r] : g.in[r];
-		assert_int_equal(keel_allreduce_grad_start(c.node[r], src, g.out[r], g.count, KEEL_SUM,
-							   g.fb[r], &ops[r]),
+		assert_int_equal(keel_allreduce_grad_start(c.node[r], src, g.out[r], g.count,
+							   KEEL_SUM, g.fb[r], &ops[r]),
 				 0);
 	}
 	cluster_round(&c);
@@ -407,10 +411,16 @@ static void test_compress_auto_follows_utilisation(void **state)
 {
 	(void)state;
 	uint64_t busy = auto_run(0, 6), idle = auto_run(200000000ull, 6);
-	printf("auto: %llu bytes saved back to back, %llu with 200 ms idle between calls\n",
-	       (unsigned long long)busy, (unsigned long long)idle);
+	static const uint32_t one_host[3] = {0, 0, 0};
+	g_host_of = one_host; /* peers at memory speed: never worth encoding */
+	uint64_t local = auto_run(0, 6);
+	g_host_of = NULL;
+	printf("auto: %llu bytes saved back to back, %llu with 200 ms idle between calls, %llu "
+	       "on one host\n",
+	       (unsigned long long)busy, (unsigned long long)idle, (unsigned long long)local);
 	assert_true(busy > 0);
 	assert_int_equal(idle, 0);
+	assert_int_equal(local, 0);
 }
 
 /* A member that runs a plain AllReduce where the others run a compressed one. */
@@ -453,14 +463,15 @@ static void test_compress_bad_arguments(void **state)
 	assert_int_equal(keel_allreduce_grad_start(n, in, out, 16, KEEL_SUM, NULL, &op), -EINVAL);
 	assert_int_equal(keel_allreduce_grad_start(n, in, out, 16, KEEL_SUM, in, &op), -EINVAL);
 	assert_int_equal(keel_allreduce_grad_start(n, in, out, 16, KEEL_SUM, out, &op), -EINVAL);
-	assert_int_equal(keel_allreduce_grad_start(n, in, out, 16, KEEL_SUM, fb + 8, NULL), -EINVAL);
+	assert_int_equal(keel_allreduce_grad_start(n, in, out, 16, KEEL_SUM, fb + 8, NULL),
+			 -EINVAL);
 	assert_int_equal(keel_allreduce_grad_start(NULL, in, out, 16, KEEL_SUM, fb, &op), -EINVAL);
 	assert_int_equal(keel_allreduce_grad_start(n, NULL, out, 16, KEEL_SUM, fb, &op), -EINVAL);
 	assert_int_equal(keel_allreduce_grad_start(n, in, in + 1, 8, KEEL_SUM, fb, &op), -EINVAL);
 	/* the second half of the feedback counts too: fb of 16 floats ends where out would start */
 	float block[48];
-	assert_int_equal(
-	    keel_allreduce_grad_start(n, in, block + 24, 16, KEEL_SUM, block, &op), -EINVAL);
+	assert_int_equal(keel_allreduce_grad_start(n, in, block + 24, 16, KEEL_SUM, block, &op),
+			 -EINVAL);
 	assert_int_equal(keel_grad_feedback_len(16), 32);
 	assert_int_equal(keel_grad_feedback_len(SIZE_MAX), 0);
 	/* no waiter configured: the blocking call says so */
@@ -470,7 +481,8 @@ static void test_compress_bad_arguments(void **state)
 	int rc[CLUSTER_MAX];
 	for (uint32_t r = 0; r < 2; r++)
 		assert_int_equal(
-		    keel_allreduce_grad_start(c.node[r], NULL, NULL, 0, KEEL_AVG, NULL, &ops[r]), 0);
+		    keel_allreduce_grad_start(c.node[r], NULL, NULL, 0, KEEL_AVG, NULL, &ops[r]),
+		    0);
 	assert_int_equal(cluster_wait_ops(&c, ops, rc, 100000), 0);
 	assert_int_equal(rc[0], 0);
 	assert_int_equal(rc[1], 0);

@@ -25,7 +25,11 @@ struct bench_opts {
 	bool median; /* --median: per-iteration slowest rank, median over iterations */
 	double seconds;
 	const char *device; /* --device cpu|cuda: buffers in device memory (NULL: host) */
+	bool grad;	    /* --grad: gradient AllReduces, which keel may compress */
 };
+
+/* --grad: the error-feedback buffer of the gradient AllReduces (keel_grad_feedback_len). */
+static float *g_feedback;
 
 /* The device of --device, opened before the node starts (its config names it). */
 static struct bench_device g_dev;
@@ -58,6 +62,9 @@ static void usage(FILE *f)
 	    "  -D, --device D        buffers in device memory: cuda (GPU LOCAL_RANK, or 0) or\n"
 	    "                        cpu (the CPU stand-in device); staged through registered\n"
 	    "                        host memory (README \"GPU buffers\")\n"
+	    "  -G, --grad            gradient AllReduces (f32 sum or avg) that keel may send\n"
+	    "                        compressed (KEEL_COMPRESS=auto|off|bf16|f16); --check then\n"
+	    "                        allows the documented rounding\n"
 	    "common options:\n"
 	    "  --transport T         udp (default), shm (ranks on one host), dpdk or verbs\n"
 	    "                        (KEEL_SHM_RING_KB, KEEL_DPDK_*, KEEL_VERBS_*: README)\n"
@@ -103,6 +110,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 					      {"seconds", required_argument, 0, 't'},
 					      {"transport", required_argument, 0, 'T'},
 					      {"device", required_argument, 0, 'D'},
+					      {"grad", no_argument, 0, 'G'},
 					      {"help", no_argument, 0, 'h'},
 					      {0, 0, 0, 0}};
 	*o = (struct bench_opts){.min_bytes = 8,
@@ -114,7 +122,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 				 .warmup = 5,
 				 .seconds = 2.0};
 	int c;
-	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:cmt:D:h", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:cmt:D:Gh", longs, NULL)) != -1) {
 		uint64_t v;
 		switch (c) {
 		case 'b':
@@ -171,6 +179,9 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 		case 'D':
 			o->device = optarg; /* bench_device_open says what it does not know */
 			break;
+		case 'G':
+			o->grad = true;
+			break;
 		case 'T':
 			/* boot.c reads KEEL_TRANSPORT; it says what it does not know. */
 			if (setenv("KEEL_TRANSPORT", optarg, 1) != 0)
@@ -197,6 +208,9 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 		why = msg;
 	} else if (o->factor < 2 && o->step_bytes == 0) {
 		why = "--stepfactor must be at least 2 (or give --stepbytes)";
+	} else if (o->grad && (o->dtype != KEEL_F32 || (o->op != KEEL_SUM && o->op != KEEL_AVG) ||
+			       o->device != NULL)) {
+		why = "--grad is for host f32 sum or avg";
 	}
 	if (why != NULL) {
 		fprintf(stderr, "keel-bench: %s (keel-bench --help for the options)\n", why);
@@ -245,9 +259,10 @@ static int ar_run(struct keel_boot *b, const struct bench_opts *o, void *in, voi
 {
 	int rc = KEEL_EVIEWCHANGED;
 	for (int t = 0; t <= VIEW_CHANGE_RETRIES && rc == KEEL_EVIEWCHANGED; t++)
-		rc = g_dev_on ? keel_allreduce_device(b->node, in, out, count, o->dtype, o->op,
-						      g_dev.stage, g_dev.stage_bytes)
-			      : keel_allreduce(b->node, in, out, count, o->dtype, o->op);
+		rc = g_dev_on  ? keel_allreduce_device(b->node, in, out, count, o->dtype, o->op,
+						       g_dev.stage, g_dev.stage_bytes)
+		     : o->grad ? keel_allreduce_grad(b->node, in, out, count, o->op, g_feedback)
+			       : keel_allreduce(b->node, in, out, count, o->dtype, o->op);
 	return rc;
 }
 
@@ -333,6 +348,12 @@ static int check_once(struct keel_boot *b, const struct bench_opts *o, void *in,
 			die(b, "poll", KEEL_ETRANSPORT);
 	}
 	*res = in_place ? in : out;
+	if (o->grad) { /* residuals of the timed calls belong to other values */
+		memset(g_feedback, 0, keel_grad_feedback_len(count) * sizeof(float));
+		int rc =
+		    keel_allreduce_grad_start(b->node, in, *res, count, o->op, g_feedback, &op);
+		return rc != 0 ? rc : keel_boot_wait(b, op, info, members, KEEL_WORLD_MAX);
+	}
 	if (!g_dev_on) {
 		int rc = keel_allreduce_start(b->node, in, *res, count, o->dtype, o->op, &op);
 		return rc != 0 ? rc : keel_boot_wait(b, op, info, members, KEEL_WORLD_MAX);
@@ -349,6 +370,20 @@ static int check_once(struct keel_boot *b, const struct bench_opts *o, void *in,
 		rc = bench_device_get(&g_dev, out, d_res, bytes);
 	*res = out;
 	return rc;
+}
+
+/* --grad: a compressed result is right within its rounding, (members + 1) roundings of bf16's
+ * unit of the exact value (the check's inputs are positive; see keel/collectives.h). */
+static size_t grad_wrong(const void *res, const void *ref, size_t from, size_t to, uint32_t members)
+{
+	const float *r = res, *x = ref;
+	size_t wrong = 0;
+	for (size_t i = from; i < to; i++) {
+		double err = r[i] > x[i] ? (double)r[i] - x[i] : (double)x[i] - r[i];
+		double mag = x[i] < 0 ? -(double)x[i] : (double)x[i];
+		wrong += err > (members + 1.0) * 0x1p-8 * mag;
+	}
+	return wrong;
 }
 
 /* Check one AllReduce against the reduction over the members the operation reports: after a
@@ -372,7 +407,8 @@ static double check_allreduce(struct keel_boot *b, const struct bench_opts *o, v
 		size_t end = i + CHECK_PIECE < count ? i + CHECK_PIECE : count;
 		keel_check_reference_members(ref, i, end, members, info.member_count, o->dtype,
 					     o->op);
-		wrong += keel_check_wrong(res, ref, i, end, o->dtype);
+		wrong += o->grad ? grad_wrong(res, ref, i, end, info.member_count)
+				 : keel_check_wrong(res, ref, i, end, o->dtype);
 		if (keel_boot_poll(b) != 0)
 			die(b, "poll", KEEL_ETRANSPORT);
 	}
@@ -387,6 +423,11 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 		*ref = o->check ? calloc(1, cap) : NULL;
 	double *mine = o->median ? calloc(o->iters, sizeof(double)) : NULL,
 	       *slowest = o->median ? calloc(o->iters, sizeof(double)) : NULL;
+	if (o->grad) {
+		g_feedback = calloc(keel_grad_feedback_len(cap / es) + 1, sizeof(float));
+		if (g_feedback == NULL)
+			die(b, "feedback buffer", -ENOMEM);
+	}
 	if (in == NULL || out == NULL || (o->check && ref == NULL) ||
 	    (o->median && (mine == NULL || slowest == NULL)))
 		die(b, "buffers", -ENOMEM);
@@ -407,6 +448,12 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			printf("# time: median over %u iterations of the slowest rank's time in "
 			       "each\n",
 			       o->iters);
+		if (o->grad)
+			printf("# gradient AllReduces (keel_allreduce_grad), compression %s\n",
+			       b->cfg.compress == KEEL_COMPRESS_OFF    ? "off"
+			       : b->cfg.compress == KEEL_COMPRESS_BF16 ? "bf16"
+			       : b->cfg.compress == KEEL_COMPRESS_F16  ? "f16"
+								       : "auto");
 		if (g_dev_on)
 			printf(
 			    "# buffers on device: %s (%s), staged through %zu bytes of registered "
@@ -473,6 +520,8 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	double on_shm = across(b, (double)rs.tx_datagrams[0], KEEL_SUM);
 	double on_udp = across(b, (double)rs.tx_datagrams[1], KEEL_SUM);
 	double fallbacks = across(b, (double)rs.fallbacks, KEEL_SUM);
+	double bytes_sent = across(b, (double)k.tx_bytes, KEEL_SUM);
+	double saved = across(b, (double)k.compress_bytes_saved, KEEL_SUM);
 	if (lead) {
 		printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f, late "
 		       "polls %.0f\n",
@@ -481,6 +530,7 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			printf("# Routes: %.0f datagrams over shared memory, %.0f over UDP, %.0f "
 			       "fallbacks\n",
 			       on_shm, on_udp, fallbacks);
+		printf("# Bytes sent %.0f, saved by compression %.0f\n", bytes_sent, saved);
 		printf("# Out of bounds values : %.0f %s\n", wrong_total,
 		       o->check ? (wrong_total == 0 ? "OK" : "FAILED")
 				: "(not checked: use --check)");
@@ -495,6 +545,7 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	free(ref);
 	free(mine);
 	free(slowest);
+	free(g_feedback);
 	return wrong_total == 0 ? 0 : 1;
 }
 
