@@ -38,8 +38,8 @@ enum keel_algo {
 /* How gradient AllReduces (keel_allreduce_grad_start) travel on the wire. Plain AllReduces are
  * never compressed. AUTO: as bf16 on a link to another host (host_of) whose measured
  * utilisation passes compress_util_pct of the bandwidth keel measured on it, else as f32 (a
- * peer on the same host is reached at memory speed, where encoding costs more than it saves); OFF: always f32;
- * BF16 / F16: always that encoding (F16 keeps 3 more mantissa bits, but values beyond
+ * peer on the same host is reached at memory speed, where encoding costs more than it saves); OFF:
+ * always f32; BF16 / F16: always that encoding (F16 keeps 3 more mantissa bits, but values beyond
  * +-65504 go as f32). See keel/collectives.h. */
 enum keel_compress {
 	KEEL_COMPRESS_AUTO = 0,

@@ -137,8 +137,7 @@ void cmp_begin(struct keel_node *n, struct keel_op *op, uint32_t next_peer)
 	case KEEL_COMPRESS_AUTO:
 		/* A peer on this host is reached at memory speed (shared memory, loopback): there
 		 * the codec's passes over the data cost more than the bytes they save. */
-		if (n->host_of[next_peer] != n->host_of[n->self] &&
-		    link_busy(n, next_peer, op->id))
+		if (n->host_of[next_peer] != n->host_of[n->self] && link_busy(n, next_peer, op->id))
 			op->enc_tx = WIRE_ENC_BF16;
 		break;
 	case KEEL_COMPRESS_OFF:
