@@ -269,7 +269,9 @@ uint8_t *rel_send_slot(struct keel_node *n, uint32_t peer)
 		return NULL;
 	struct rel_peer *p = &n->rel_peers[peer];
 	KEEL_ASSERT(p->tx != NULL && seq_before(p->snd_nxt, p->snd_edge));
-	return tx_bytes(n, p, p->snd_nxt) + WIRE_HEADER_SIZE;
+	/* the buffer of the seq about to be sent (tx_bytes takes only seqs already sent) */
+	KEEL_ASSERT_DEBUG(p->tx_buf != NULL);
+	return p->tx_buf + (size_t)(p->snd_nxt & (n->window - 1)) * stride(n) + WIRE_HEADER_SIZE;
 }
 
 void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, uint32_t len)
