@@ -94,7 +94,8 @@ $(BUILD)/obj/tests/%.o: INC += -Itests/support
 # that tool's folder.
 $(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/fuzz/%.o: INC += -Iruntime/base -Iruntime/core
 $(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/integ/%.o: INC += -Iruntime/boot
-$(BUILD)/obj/tests/unit/test_train.o: INC += -Itools/keel-train
+$(BUILD)/obj/tests/unit/test_train.o $(BUILD)/obj/tests/unit/test_train_feed.o: \
+	INC += -Itools/keel-train
 $(BUILD)/obj/tests/unit/test_plan_parse.o: INC += -Itools/keel-plan
 # keel-plan's SimGrid reader is built with expat when pkg-config finds it; without it,
 # --cluster-xml says so. Only keel-plan and test_plan_parse link -lexpat.
@@ -203,6 +204,8 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBBOOT) $(LIBKEEL_WHITEBOX) $(E
 	$(CC) $(LDFLAGS_KEEL) -o $@ $(filter %.o,$^) $(LINK_GROUP_WHITEBOX) $(CMOCKA_LIBS) \
 		$(TOOL_LIBS) -lm
 $(BUILD)/tests/test_train: $(BUILD)/obj/tools/keel-train/train_model.o
+$(BUILD)/tests/test_train_feed: $(BUILD)/obj/tools/keel-train/train_model.o \
+	$(BUILD)/obj/tools/keel-train/train_feed.o
 $(BUILD)/tests/test_plan_parse: $(BUILD)/obj/tools/keel-plan/plan_parse.o \
 	$(BUILD)/obj/tools/keel-plan/plan_xml.o $(BUILD)/obj/tools/keel-plan/plan_preset.o
 $(BUILD)/tests/test_plan_parse: TOOL_LIBS := $(EXPAT_LIBS)

@@ -27,6 +27,7 @@
 #include "keel/partition.h"
 #include "keel/straggler.h"
 #include "plot.h"
+#include "train_feed.h"
 #include "train_model.h"
 
 #define RANKS_MAX  64u /* keel-train's own cap: per-rank flag slots in every vector */
@@ -78,6 +79,10 @@ struct opts {
 	uint64_t slow_step;
 	double compute_us;
 	bool no_repair; /* --no-repair: measure, never re-partition (the static split) */
+	/* --shards FILE: train from the sharded binary file (written from --data if missing),
+	 * each rank pre-loading its shards; --preload demand: read each when first needed */
+	const char *shards;
+	bool preload_ahead;
 };
 
 struct epoch_point { /* one epoch's end, as this rank saw it */
@@ -97,6 +102,7 @@ struct trainer {
 	struct opts o;
 	uint32_t rank, world;
 	struct train_data *d;
+	struct train_feed *feed; /* --shards: where the train rows come from (NULL: from d) */
 	float w[TRAIN_PARAMS];
 	double in[VEC_LEN], out[VEC_LEN];
 	uint64_t step, total_steps, spe; /* spe: steps per epoch */
@@ -134,6 +140,7 @@ struct trainer {
 };
 
 static struct train_data g_data;
+static struct train_feed g_feed;
 
 static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t now_ns)
 {
@@ -224,19 +231,54 @@ static void spin_until(uint64_t end_ns)
 		;
 }
 
+static bool owns_shard(void *ctx, uint32_t shard)
+{
+	const struct trainer *t = ctx;
+	return shard_rank(t, shard) == t->rank;
+}
+
+/* Train sample ti's pixels and label: from d, or (--shards) from its shard's rows as the
+ * pre-load executor read them, row ti / SHARDS of shard ti % SHARDS. */
+static int sample_of(struct trainer *t, uint32_t ti, const float **x, uint8_t *y)
+{
+	if (t->feed == NULL) {
+		*x = t->d->x[t->d->train[ti]];
+		*y = t->d->y[t->d->train[ti]];
+		return 0;
+	}
+	const float *px;
+	const uint8_t *py;
+	uint32_t rows;
+	int rc = train_feed_rows(t->feed, t->step / t->spe, ti % SHARDS, &px, &py, &rows);
+	if (rc != 0)
+		return rc;
+	uint32_t r = ti / SHARDS;
+	if (r >= rows)
+		return -EBADMSG; /* the file's table was checked at open: never expected */
+	*x = px + (size_t)r * TRAIN_IN;
+	*y = py[r];
+	return 0;
+}
+
 /* This rank's part of the gradient of `step`: the batch samples whose shard it holds, and the
  * time it took (with --compute-us and --slow applied), which travels with the gradient. */
-static void fill_grad(struct trainer *t)
+static int fill_grad(struct trainer *t)
 {
 	uint64_t t0 = keel_posix_now_ns();
 	const uint32_t *b = batch_of(t, t->step);
+	if (t->feed != NULL)
+		train_feed_follow(t->feed, t->step / t->spe, owns_shard, t);
 	for (uint32_t i = 0; i < t->o.batch; i++) {
 		uint32_t ti = b[i];
 		if (shard_rank(t, ti % SHARDS) != t->rank)
 			continue;
-		uint32_t s = t->d->train[ti];
+		const float *x;
+		uint8_t y;
+		int rc = sample_of(t, ti, &x, &y);
+		if (rc != 0)
+			return rc;
 		bool ok;
-		t->in[S_LOSS] += train_model_grad(t->w, t->d->x[s], t->d->y[s], t->in, &ok);
+		t->in[S_LOSS] += train_model_grad(t->w, x, y, t->in, &ok);
 		t->in[S_CORRECT] += ok;
 		t->in[S_SAMPLES] += 1;
 	}
@@ -254,6 +296,7 @@ static void fill_grad(struct trainer *t)
 		owned += shard_rank(t, i) == t->rank;
 	double expected = (double)owned * t->o.batch / SHARDS, got = t->in[S_SAMPLES];
 	t->in[S_TIME + t->rank] = got > 0 ? (double)took / 1e9 * expected / got : 0;
+	return 0;
 }
 
 /* A hash of who holds which shard: every member prints it with each repair, so a test can
@@ -314,13 +357,14 @@ static uint32_t donor_of(const struct trainer *t)
 	return UINT32_MAX;
 }
 
-static void fill_input(struct trainer *t)
+static int fill_input(struct trainer *t)
 {
+	int rc = 0;
 	memset(t->in, 0, sizeof(t->in));
 	if (!t->synced) {
 		t->in[S_NEED + t->rank] = 1;
 	} else if (t->next == K_GRAD) {
-		fill_grad(t);
+		rc = fill_grad(t);
 	} else if (t->next == K_STATE) {
 		if (donor_of(t) == t->rank) {
 			for (uint32_t i = 0; i < TRAIN_PARAMS; i++)
@@ -330,8 +374,8 @@ static void fill_input(struct trainer *t)
 		}
 	} else if (t->ck != NULL) {
 		float vote[RANKS_MAX * KEEP];
-		int rc = keel_ckpt_vote_fill(t->ck, t->rank, RANKS_MAX, vote, RANKS_MAX * KEEP);
-		for (uint32_t i = 0; rc == 0 && i < RANKS_MAX * KEEP; i++)
+		int vrc = keel_ckpt_vote_fill(t->ck, t->rank, RANKS_MAX, vote, RANKS_MAX * KEEP);
+		for (uint32_t i = 0; vrc == 0 && i < RANKS_MAX * KEEP; i++)
 			t->in[i] = vote[i];
 		t->in[S_VOTED + t->rank] = 1;
 	} else {
@@ -342,6 +386,7 @@ static void fill_input(struct trainer *t)
 		t->in[S_SYNCED] = 1;
 	}
 	t->in[S_ROLLBACK] = t->rollback_pending;
+	return rc;
 }
 
 /* Sampled after every poll (the peer callback may not call into the node): a failure's
@@ -372,6 +417,8 @@ static int run_op(struct trainer *t, struct keel_op_info *info, uint32_t *member
 		if (prc != 0 && prc != KEEL_ENOQUORUM)
 			return prc;
 		sample_heard(t);
+		if (t->feed != NULL && (rc = train_feed_poll(t->feed)) < 0)
+			return rc;
 		t->b.cfg.waiter.wait(t->b.cfg.waiter.ctx, next);
 	}
 	return rc;
@@ -609,7 +656,12 @@ static int train_loop(struct trainer *t)
 	uint32_t members[RANKS_MAX];
 	while (!t->synced || t->step < t->total_steps) {
 		injected_faults(t);
-		fill_input(t);
+		int frc = fill_input(t);
+		if (frc != 0) {
+			fprintf(stderr, "keel-train: rank %u: input: %s\n", t->rank,
+				t->feed != NULL && t->feed->err[0] ? t->feed->err : strerror(-frc));
+			return frc;
+		}
 		bool fault_now = t->synced && t->next == K_GRAD && t->step == t->o.fault_step &&
 				 t->rank == t->o.fault_rank;
 		int rc = run_op(t, &info, members);
@@ -738,7 +790,9 @@ static void summary(struct trainer *t)
 	printf("\n== keel-train summary (rank %u, %u ranks at the end, view %u)\n", t->rank,
 	       t->member_count, t->plan_epoch);
 	printf("final test accuracy:           %.2f %%\n", 100 * acc);
-	if (t->o.reference) {
+	if (t->o.reference && t->feed != NULL && train_feed_read_all(t->feed, t->d) != 0) {
+		printf("same training without failure: not computed (%s)\n", t->feed->err);
+	} else if (t->o.reference) {
 		static float ref[TRAIN_PARAMS];
 		reference_weights(t, ref);
 		double racc = train_model_accuracy(ref, t->d, t->d->test, t->d->test_count);
@@ -775,6 +829,24 @@ static void summary(struct trainer *t)
 	printf("keel: view changes %" PRIu64 ", suspicions %" PRIu64 " (false %" PRIu64
 	       "), collectives restarted %" PRIu64 ", completed %" PRIu64 "\n",
 	       k.view_changes, k.suspicions, k.false_suspicions, k.ops_restarted, k.ops_completed);
+}
+
+/* --shards: every rank says what it read, how long steps waited for it, and what shard moves
+ * cost it; with the steps' mean time, for comparing --preload ahead and demand. */
+static void feed_summary(const struct trainer *t, uint64_t train_ns, uint64_t steps)
+{
+	if (t->feed == NULL)
+		return;
+	const struct train_feed_stats *st = &t->feed->stats;
+	printf("rank %u: input from %s (%s, %s): %" PRIu64 " shard reads (%.1f KiB), %" PRIu64
+	       " waits for a shard (%.2f ms in all); shard moves: %" PRIu64 " taken over, %" PRIu64
+	       " reads cancelled, %" PRIu64 " discarded; %" PRIu64 " steps in %.3f s (%.3f ms per "
+	       "step)\n",
+	       t->rank, t->feed->path, keel_preload_engine_name(t->feed->pre),
+	       t->feed->ahead ? "ahead" : "demand", st->reads, (double)st->bytes / 1024.0,
+	       st->waits, (double)st->wait_ns / 1e6, st->moved_in, st->cancelled, st->discarded,
+	       steps, (double)train_ns / 1e9,
+	       steps > 0 ? (double)train_ns / 1e6 / (double)steps : 0.0);
 }
 
 static int dump_weights(const struct trainer *t)
@@ -954,13 +1026,17 @@ static void usage(void)
 	    "                  [--no-reference] [--dump-weights FILE] [--quiet]\n"
 	    "                  [--bench-state MIB] [--plot FILE.svg|FILE.png]\n"
 	    "                  [--slow RANK:FACTOR[@STEP]] [--compute-us N] [--no-repair]\n"
-	    "                  [--print-plans]\n"
+	    "                  [--print-plans] [--shards FILE [--preload ahead|demand]]\n"
 	    "--slow: that rank computes FACTOR times slower (from STEP); every step's compute\n"
 	    "times travel with its gradient, and when the slowest stays over twice the fastest\n"
 	    "the members re-partition the shards by measured speed (--no-repair: never).\n"
 	    "--compute-us: each sample costs N us more (compute-bound steps, for the demo).\n"
 	    "--print-plans: every rank prints a digest of the plan it makes at each view (the\n"
 	    "repairs print theirs anyway), so that a test can check they all hold the same.\n"
+	    "--shards: train from FILE, the digits in shards (written from --data if missing):\n"
+	    "each rank reads only the shards it owns, the next epoch's while computing this\n"
+	    "one (--preload demand: each when a step first needs it), and follows the plan\n"
+	    "when shards move.\n"
 	    "--plot: the leader draws the training loss and test accuracy of each epoch, with\n"
 	    "failures marked, with gnuplot (gnuplot-nox).\n"
 	    "Run under keel-run (or any launcher keel understands); see README.\n");
@@ -978,6 +1054,7 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			   .crash_step = UINT64_MAX,
 			   .stall_step = UINT64_MAX,
 			   .slow_rank = UINT32_MAX,
+			   .preload_ahead = true,
 			   .reference = true};
 	static const struct option longs[] = {{"epochs", 1, NULL, 'E'},
 					      {"batch", 1, NULL, 'B'},
@@ -998,6 +1075,8 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 					      {"compute-us", 1, NULL, 'C'},
 					      {"no-repair", 0, NULL, 'N'},
 					      {"print-plans", 0, NULL, 'G'},
+					      {"shards", 1, NULL, 'H'},
+					      {"preload", 1, NULL, 'A'},
 					      {"help", 0, NULL, 'h'},
 					      {NULL, 0, NULL, 0}};
 	int c;
@@ -1075,6 +1154,18 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 		case 'N':
 			o->no_repair = true;
 			break;
+		case 'H':
+			o->shards = optarg;
+			break;
+		case 'A':
+			if (strcmp(optarg, "ahead") != 0 && strcmp(optarg, "demand") != 0) {
+				fprintf(stderr,
+					"keel-train: --preload %s: expected ahead or demand\n",
+					optarg);
+				return -EINVAL;
+			}
+			o->preload_ahead = strcmp(optarg, "ahead") == 0;
+			break;
 		case 'f':
 			if (sscanf(optarg, "%u@%" SCNu64, &o->fault_rank, &o->fault_step) != 2)
 				return -EINVAL;
@@ -1130,11 +1221,34 @@ static int open_ckpt(struct trainer *t, char *dir, size_t dir_len)
 	return rc;
 }
 
+/* --shards: write the file from the CSV if it is not there yet, then read from it only the
+ * header and the test set (the train rows come shard by shard, as this rank owns them). */
+static int input_open(struct trainer *t, char *err, size_t err_len)
+{
+	int rc = 0;
+	if (access(t->o.shards, F_OK) != 0) {
+		rc = train_data_load(&g_data, t->o.data, err, err_len);
+		if (rc == 0)
+			rc = train_feed_write(t->o.shards, &g_data, SHARDS, err, err_len);
+		if (rc == 0 && t->rank == 0 && !t->o.quiet)
+			printf("keel-train: wrote %s: %u shards of the digits from %s\n",
+			       t->o.shards, SHARDS, t->o.data);
+		memset(&g_data, 0, sizeof(g_data)); /* the training reads the file, not this */
+	}
+	if (rc == 0)
+		rc = train_feed_open(&g_feed, t->o.shards, SHARDS, t->o.preload_ahead, &g_data, err,
+				     err_len);
+	if (rc == 0)
+		t->feed = &g_feed;
+	return rc;
+}
+
 static int start(struct trainer *t, char *err, size_t err_len)
 {
 	static uint8_t plan_mem[1 << 16] __attribute__((aligned(64)));
 	static uint32_t order[TRAIN_SAMPLES_MAX];
-	int rc = train_data_load(&g_data, t->o.data, err, err_len);
+	int rc = t->o.shards != NULL ? input_open(t, err, err_len)
+				     : train_data_load(&g_data, t->o.data, err, err_len);
 	if (rc != 0)
 		return rc;
 	t->d = &g_data;
@@ -1239,12 +1353,17 @@ int main(int argc, char **argv)
 	t->epoch_t0_ns = keel_posix_now_ns();
 	fflush(stdout);
 	t->recording = true;
+	uint64_t train_t0 = keel_posix_now_ns(), step0 = t->step;
 	rc = train_loop(t);
+	uint64_t train_ns = keel_posix_now_ns() - train_t0;
 	t->recording = false;
 	if (rc != 0)
 		fprintf(stderr, "keel-train: rank %u: %s\n", t->rank, keel_strerror(rc));
 	else
 		summary(t);
+	if (rc == 0 && !t->job_ended)
+		feed_summary(t, t->b.cfg.rejoin ? keel_posix_now_ns() - t->t_synced_ns : train_ns,
+			     t->step - (t->b.cfg.rejoin ? t->synced_step : step0));
 	if (rc == 0 && t->o.dump != NULL && is_leader(t) && dump_weights(t) != 0)
 		fprintf(stderr, "keel-train: cannot write %s\n", t->o.dump);
 	if (rc == 0 && t->o.plot != NULL && is_leader(t) && !t->job_ended) {
@@ -1258,5 +1377,7 @@ int main(int argc, char **argv)
 	keel_boot_stop(&t->b, 2000000000ull);
 	if (t->ck != NULL)
 		keel_ckpt_fini(t->ck);
+	if (t->feed != NULL)
+		train_feed_close(t->feed);
 	return rc == 0 ? 0 : 1;
 }

@@ -69,6 +69,12 @@ int train_data_load(struct train_data *d, const char *path, char *err, size_t er
 		snprintf(err, err_len, "%s: no samples", path);
 		rc = -EINVAL;
 	}
+	train_data_split(d);
+	return rc;
+}
+
+void train_data_split(struct train_data *d)
+{
 	d->train_count = d->test_count = 0;
 	for (uint32_t i = 0; i < d->count; i++) {
 		if (i % 5 == 4)
@@ -76,7 +82,6 @@ int train_data_load(struct train_data *d, const char *path, char *err, size_t er
 		else
 			d->train[d->train_count++] = i;
 	}
-	return rc;
 }
 
 uint64_t train_rng_next(uint64_t *state)

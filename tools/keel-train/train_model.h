@@ -32,6 +32,10 @@ struct train_data {
 KEEL_MUST_USE int train_data_load(struct train_data *d, const char *path, char *err,
 				  size_t err_len);
 
+/* The split of d->count samples (train[], test[] and their counts): every 5th is a test
+ * sample. train_data_load calls it; a loader that fills x and y another way calls it too. */
+void train_data_split(struct train_data *d);
+
 /* splitmix64: the seeded generator used for init and shuffling. */
 uint64_t train_rng_next(uint64_t *state);
 
