@@ -83,6 +83,7 @@ struct opts {
 	 * each rank pre-loading its shards; --preload demand: read each when first needed */
 	const char *shards;
 	bool preload_ahead;
+	bool cold; /* --cold: each rank drops the file from the page cache at each of its epochs */
 };
 
 struct epoch_point { /* one epoch's end, as this rank saw it */
@@ -266,6 +267,12 @@ static int fill_grad(struct trainer *t)
 {
 	uint64_t t0 = keel_posix_now_ns();
 	const uint32_t *b = batch_of(t, t->step);
+	int erc =
+	    t->feed != NULL && t->o.cold && t->step % t->spe == 0 ? train_feed_evict(t->feed) : 0;
+	if (erc != 0) { /* the kernel will not: say so once, read from the cache */
+		fprintf(stderr, "keel-train: rank %u: --cold: %s\n", t->rank, strerror(-erc));
+		t->o.cold = false;
+	}
 	if (t->feed != NULL)
 		train_feed_follow(t->feed, t->step / t->spe, owns_shard, t);
 	for (uint32_t i = 0; i < t->o.batch; i++) {
@@ -838,14 +845,14 @@ static void feed_summary(const struct trainer *t, uint64_t train_ns, uint64_t st
 	if (t->feed == NULL)
 		return;
 	const struct train_feed_stats *st = &t->feed->stats;
-	printf("rank %u: input from %s (%s, %s): %" PRIu64 " shard reads (%.1f KiB), %" PRIu64
+	printf("rank %u: input from %s (%s, %s%s): %" PRIu64 " shard reads (%.1f KiB), %" PRIu64
 	       " waits for a shard (%.2f ms in all); shard moves: %" PRIu64 " taken over, %" PRIu64
 	       " reads cancelled, %" PRIu64 " discarded; %" PRIu64 " steps in %.3f s (%.3f ms per "
 	       "step)\n",
 	       t->rank, t->feed->path, keel_preload_engine_name(t->feed->pre),
-	       t->feed->ahead ? "ahead" : "demand", st->reads, (double)st->bytes / 1024.0,
-	       st->waits, (double)st->wait_ns / 1e6, st->moved_in, st->cancelled, st->discarded,
-	       steps, (double)train_ns / 1e9,
+	       t->feed->ahead ? "ahead" : "demand", t->o.cold ? ", cold" : "", st->reads,
+	       (double)st->bytes / 1024.0, st->waits, (double)st->wait_ns / 1e6, st->moved_in,
+	       st->cancelled, st->discarded, steps, (double)train_ns / 1e9,
 	       steps > 0 ? (double)train_ns / 1e6 / (double)steps : 0.0);
 }
 
@@ -1026,7 +1033,7 @@ static void usage(void)
 	    "                  [--no-reference] [--dump-weights FILE] [--quiet]\n"
 	    "                  [--bench-state MIB] [--plot FILE.svg|FILE.png]\n"
 	    "                  [--slow RANK:FACTOR[@STEP]] [--compute-us N] [--no-repair]\n"
-	    "                  [--print-plans] [--shards FILE [--preload ahead|demand]]\n"
+	    "                  [--print-plans] [--shards FILE [--preload ahead|demand] [--cold]]\n"
 	    "--slow: that rank computes FACTOR times slower (from STEP); every step's compute\n"
 	    "times travel with its gradient, and when the slowest stays over twice the fastest\n"
 	    "the members re-partition the shards by measured speed (--no-repair: never).\n"
@@ -1036,7 +1043,8 @@ static void usage(void)
 	    "--shards: train from FILE, the digits in shards (written from --data if missing):\n"
 	    "each rank reads only the shards it owns, the next epoch's while computing this\n"
 	    "one (--preload demand: each when a step first needs it), and follows the plan\n"
-	    "when shards move.\n"
+	    "when shards move. --cold: each rank drops FILE from the page cache at each of\n"
+	    "its epochs, so that reads come from the disk (a data set larger than memory).\n"
 	    "--plot: the leader draws the training loss and test accuracy of each epoch, with\n"
 	    "failures marked, with gnuplot (gnuplot-nox).\n"
 	    "Run under keel-run (or any launcher keel understands); see README.\n");
@@ -1056,29 +1064,19 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			   .slow_rank = UINT32_MAX,
 			   .preload_ahead = true,
 			   .reference = true};
-	static const struct option longs[] = {{"epochs", 1, NULL, 'E'},
-					      {"batch", 1, NULL, 'B'},
-					      {"lr", 1, NULL, 'l'},
-					      {"seed", 1, NULL, 's'},
-					      {"data", 1, NULL, 'd'},
-					      {"ckpt-dir", 1, NULL, 'c'},
-					      {"ckpt-every", 1, NULL, 'k'},
-					      {"fault-at", 1, NULL, 'f'},
-					      {"dump-weights", 1, NULL, 'w'},
-					      {"no-reference", 0, NULL, 'R'},
-					      {"quiet", 0, NULL, 'q'},
-					      {"bench-state", 1, NULL, 'b'},
-					      {"crash-at", 1, NULL, 'K'},
-					      {"stall-at", 1, NULL, 'S'},
-					      {"plot", 1, NULL, 'P'},
-					      {"slow", 1, NULL, 'L'},
-					      {"compute-us", 1, NULL, 'C'},
-					      {"no-repair", 0, NULL, 'N'},
-					      {"print-plans", 0, NULL, 'G'},
-					      {"shards", 1, NULL, 'H'},
-					      {"preload", 1, NULL, 'A'},
-					      {"help", 0, NULL, 'h'},
-					      {NULL, 0, NULL, 0}};
+	static const struct option longs[] = {
+	    {"epochs", 1, NULL, 'E'},	    {"batch", 1, NULL, 'B'},
+	    {"lr", 1, NULL, 'l'},	    {"seed", 1, NULL, 's'},
+	    {"data", 1, NULL, 'd'},	    {"ckpt-dir", 1, NULL, 'c'},
+	    {"ckpt-every", 1, NULL, 'k'},   {"fault-at", 1, NULL, 'f'},
+	    {"dump-weights", 1, NULL, 'w'}, {"no-reference", 0, NULL, 'R'},
+	    {"quiet", 0, NULL, 'q'},	    {"bench-state", 1, NULL, 'b'},
+	    {"crash-at", 1, NULL, 'K'},	    {"stall-at", 1, NULL, 'S'},
+	    {"plot", 1, NULL, 'P'},	    {"slow", 1, NULL, 'L'},
+	    {"compute-us", 1, NULL, 'C'},   {"no-repair", 0, NULL, 'N'},
+	    {"print-plans", 0, NULL, 'G'},  {"shards", 1, NULL, 'H'},
+	    {"preload", 1, NULL, 'A'},	    {"cold", 0, NULL, 'O'},
+	    {"help", 0, NULL, 'h'},	    {NULL, 0, NULL, 0}};
 	int c;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		switch (c) {
@@ -1156,6 +1154,9 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			break;
 		case 'H':
 			o->shards = optarg;
+			break;
+		case 'O':
+			o->cold = true;
 			break;
 		case 'A':
 			if (strcmp(optarg, "ahead") != 0 && strcmp(optarg, "demand") != 0) {

@@ -275,6 +275,7 @@ int train_feed_open(struct train_feed *f, const char *path, uint32_t shards, boo
 {
 	memset(f, 0, sizeof(*f));
 	f->path = path;
+	f->cache_fd = -1;
 	f->ahead = ahead;
 	if (shards == 0 || shards > FEED_SHARDS_MAX) {
 		snprintf(err, err_len, "%s: %u shards: expected 1..%u", path, shards,
@@ -293,6 +294,8 @@ int train_feed_open(struct train_feed *f, const char *path, uint32_t shards, boo
 	rc = keel_preload_open(f->pre, path, &f->file);
 	if (rc != 0)
 		snprintf(err, err_len, "cannot open %s: %s", path, strerror(-rc));
+	if (rc == 0 && (f->cache_fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		rc = -errno;
 	if (rc == 0)
 		rc = open_checked(f, shards, err, err_len);
 	if (rc == 0)
@@ -305,8 +308,16 @@ int train_feed_open(struct train_feed *f, const char *path, uint32_t shards, boo
 	return rc;
 }
 
+int train_feed_evict(struct train_feed *f)
+{
+	return -posix_fadvise(f->cache_fd, 0, 0, POSIX_FADV_DONTNEED);
+}
+
 void train_feed_close(struct train_feed *f)
 {
+	if (f->cache_fd >= 0)
+		(void)close(f->cache_fd);
+	f->cache_fd = -1;
 	if (f->pre != NULL)
 		keel_preload_fini(f->pre);
 	f->pre = NULL;

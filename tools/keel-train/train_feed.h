@@ -60,7 +60,8 @@ typedef bool (*feed_owns_fn)(void *ctx, uint32_t shard);
 struct train_feed {
 	struct keel_preload *pre;
 	uint32_t file;
-	bool ahead; /* read the next epoch's shards during this one (false: when first needed) */
+	bool ahead;   /* read the next epoch's shards during this one (false: when first needed) */
+	int cache_fd; /* for train_feed_evict: the executor's own descriptor is its business */
 	const char *path;
 	uint32_t shards, train_count, test_count;
 	struct feed_block block[FEED_SHARDS_MAX + 1]; /* [shards]: the test set */
@@ -100,6 +101,11 @@ int train_feed_poll(struct train_feed *f);
  * f->err says which shard of which file. */
 int train_feed_rows(struct train_feed *f, uint64_t epoch, uint32_t shard, const float **x,
 		    const uint8_t **y, uint32_t *rows);
+
+/* Ask the kernel to drop the file from its page cache (POSIX_FADV_DONTNEED), so that the
+ * next reads come from the disk, as those of a data set larger than memory would. Errors:
+ * the -errno of posix_fadvise. */
+int train_feed_evict(struct train_feed *f);
 
 /* Read every train shard into d, in place of the CSV (for the no-failure reference). */
 int train_feed_read_all(struct train_feed *f, struct train_data *d);
