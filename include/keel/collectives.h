@@ -119,8 +119,15 @@ KEEL_MUST_USE int keel_allreduce(struct keel_node *node, const void *send, void 
  * completes with 0 after compressing something, so a failed or restarted attempt leaves it as
  * it was. A NaN or inf element is sent as is and leaves no residual.
  *
+ * feedback NULL: this member compresses nothing it sends (f32 on every link, its own chunk of
+ * the result unrounded) but takes part in the gradient AllReduce all the same, beside members
+ * that do compress. For a call whose values must not be rounded, every member passes NULL: the
+ * result is then a plain f32 AllReduce's, bit for bit. A program that runs the same sequence
+ * of collectives whatever it carries (a rank just admitted, with nothing to contribute yet;
+ * a state transfer between gradient steps) passes NULL where it cannot afford rounding.
+ *
  * Errors: as keel_allreduce_start, and -EINVAL for op other than KEEL_SUM or KEEL_AVG, or
- * feedback NULL (count > 0) or overlapping a buffer; keel_op_test also gives KEEL_EMISMATCH when
+ * feedback overlapping a buffer; keel_op_test also gives KEEL_EMISMATCH when
  * compressed data came for this place of the sequence while this member runs a plain
  * AllReduce there (the programs disagree). */
 size_t keel_grad_feedback_len(size_t count);

@@ -123,8 +123,8 @@ static bool link_busy(struct keel_node *n, uint32_t peer, uint32_t op_id)
 void cmp_begin(struct keel_node *n, struct keel_op *op, uint32_t next_peer)
 {
 	op->enc_tx = WIRE_ENC_RAW;
-	if (!op->grad || op->algo != KEEL_ALGO_RING || op->world < 2)
-		return;
+	if (!op->grad || op->fb == NULL || op->algo != KEEL_ALGO_RING || op->world < 2)
+		return; /* no feedback memory: this member sends f32 (and rounds nothing) */
 	KEEL_ASSERT(op->dtype == KEEL_F32 && (op->redop == KEEL_SUM || op->redop == KEEL_AVG));
 	KEEL_ASSERT(next_peer < n->world && next_peer != n->self);
 	switch (n->cfg.compress) {

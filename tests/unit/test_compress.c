@@ -154,6 +154,28 @@ static double check_bound(const struct cluster *c, const struct grad_run *g, uin
 	return worst;
 }
 
+/* The last call's results against a plain f32 AllReduce of the same inputs: bit for bit,
+ * nothing saved. */
+static void same_as_plain(struct cluster *c, const struct grad_run *g)
+{
+	float *plain[CLUSTER_MAX];
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX];
+	for (uint32_t r = 0; r < g->world; r++) {
+		plain[r] = calloc(g->count, sizeof(float));
+		assert_int_equal(keel_allreduce_start(c->node[r], g->in[r], plain[r], g->count,
+						      KEEL_F32, g->op, &ops[r]),
+				 0);
+	}
+	assert_int_equal(cluster_wait_ops(c, ops, rc, 2000000), 0);
+	for (uint32_t r = 0; r < g->world; r++) {
+		assert_int_equal(rc[r], 0);
+		assert_memory_equal(plain[r], g->out[r], g->count * sizeof(float));
+		assert_int_equal(g->info[r].bytes_saved, 0);
+		free(plain[r]);
+	}
+}
+
 static void compressed_case(uint32_t world, size_t count, enum keel_redop op,
 			    enum keel_compress mode)
 {
@@ -235,26 +257,48 @@ static void test_compress_off_is_a_plain_allreduce(void **state)
 			g.fb[r][i] = 0.25f; /* residuals from an earlier compressed call */
 	run_once(&c, &g);
 	same_bits(&c, &g);
-	float *plain[3];
-	struct keel_op *ops[CLUSTER_MAX] = {NULL};
-	int rc[CLUSTER_MAX];
-	for (uint32_t r = 0; r < 3; r++) {
-		plain[r] = calloc(g.count, sizeof(float));
-		assert_int_equal(keel_allreduce_start(c.node[r], g.in[r], plain[r], g.count,
-						      KEEL_F32, KEEL_SUM, &ops[r]),
-				 0);
-	}
-	assert_int_equal(cluster_wait_ops(&c, ops, rc, 2000000), 0);
-	for (uint32_t r = 0; r < 3; r++) {
-		assert_int_equal(rc[r], 0);
-		assert_memory_equal(plain[r], g.out[r], g.count * sizeof(float));
-		assert_int_equal(g.info[r].bytes_saved, 0);
+	same_as_plain(&c, &g);
+	for (uint32_t r = 0; r < 3; r++)
 		for (size_t i = 0; i < g.count; i++)
 			assert_true(g.fb[r][i] == 0.25f);
-		free(plain[r]);
-	}
 	run_free(&g);
 	cluster_fini(&c);
+}
+
+/* Members without feedback memory send f32 beside members that compress: the same bits
+ * everywhere, within the bound, nothing compressed by them; and when no member has feedback
+ * memory, compression forced on or not, the result is a plain AllReduce's bit for bit. */
+static void test_compress_members_without_feedback(void **state)
+{
+	(void)state;
+	compress_all(KEEL_COMPRESS_BF16);
+	for (uint32_t world = 2; world <= 4; world++) {
+		struct cluster c;
+		assert_int_equal(cluster_init(&c, world, NULL, g_seed, tweak), 0);
+		struct grad_run g;
+		run_alloc(&g, world, 50021, KEEL_SUM);
+		uint32_t plain_rank = world - 1;
+		free(g.fb[plain_rank]);
+		g.fb[plain_rank] = NULL;
+		run_once(&c, &g);
+		same_bits(&c, &g);
+		(void)check_bound(&c, &g, 0, 0x1p-8, world + 1.0);
+		struct keel_counters k;
+		keel_counters_get(c.node[plain_rank], &k);
+		assert_int_equal(k.compress_frags, 0);
+		assert_int_equal(g.info[plain_rank].bytes_saved, 0);
+		keel_counters_get(c.node[0], &k);
+		assert_true(k.compress_frags > 0); /* the others did compress */
+		for (uint32_t r = 0; r < world; r++) {
+			free(g.fb[r]);
+			g.fb[r] = NULL;
+		}
+		run_once(&c, &g);
+		same_bits(&c, &g);
+		same_as_plain(&c, &g);
+		run_free(&g);
+		cluster_fini(&c);
+	}
 }
 
 /* The same gradients K times: the sum of the results, against K times the exact sum. */
@@ -460,7 +504,6 @@ static void test_compress_bad_arguments(void **state)
 	struct keel_node *n = c.node[0];
 	assert_int_equal(keel_allreduce_grad_start(n, in, out, 16, KEEL_MAX, fb, &op), -EINVAL);
 	assert_int_equal(keel_allreduce_grad_start(n, in, out, 16, KEEL_PROD, fb, &op), -EINVAL);
-	assert_int_equal(keel_allreduce_grad_start(n, in, out, 16, KEEL_SUM, NULL, &op), -EINVAL);
 	assert_int_equal(keel_allreduce_grad_start(n, in, out, 16, KEEL_SUM, in, &op), -EINVAL);
 	assert_int_equal(keel_allreduce_grad_start(n, in, out, 16, KEEL_SUM, out, &op), -EINVAL);
 	assert_int_equal(keel_allreduce_grad_start(n, in, out, 16, KEEL_SUM, fb + 8, NULL),
@@ -518,6 +561,7 @@ int main(void)
 	    cmocka_unit_test(test_compress_same_bits_within_bound),
 	    cmocka_unit_test(test_compress_mixed_decisions_same_bits),
 	    cmocka_unit_test(test_compress_off_is_a_plain_allreduce),
+	    cmocka_unit_test(test_compress_members_without_feedback),
 	    cmocka_unit_test(test_compress_error_feedback_converges),
 	    cmocka_unit_test(test_compress_under_chaos),
 	    cmocka_unit_test(test_compress_rank_lost_mid_call),
