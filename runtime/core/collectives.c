@@ -766,9 +766,9 @@ int keel_allreduce_grad_start(struct keel_node *node, const float *send, float *
 		return rc;
 	if (count == 0)
 		feedback = NULL; /* nothing to feed back */
-	else if (feedback != NULL && (count > SIZE_MAX / 8 ||
-				      spans_meet(feedback, 8 * count, send, 4 * count) ||
-				      spans_meet(feedback, 8 * count, recv, 4 * count)))
+	else if (feedback != NULL &&
+		 (count > SIZE_MAX / 8 || spans_meet(feedback, 8 * count, send, 4 * count) ||
+		  spans_meet(feedback, 8 * count, recv, 4 * count)))
 		return -EINVAL;
 	rc = allreduce_queue(node, send, recv, count, KEEL_F32, redop, handle);
 	if (rc != 0)

@@ -84,6 +84,9 @@ struct opts {
 	const char *shards;
 	bool preload_ahead;
 	bool cold; /* --cold: each rank drops the file from the page cache at each of its epochs */
+	/* --compress: every collective is an f32 gradient AllReduce; gradient steps pass error
+	 * feedback memory, so keel may send them as bf16/f16 (KEEL_COMPRESS decides) */
+	bool compress;
 };
 
 struct epoch_point { /* one epoch's end, as this rank saw it */
@@ -106,7 +109,8 @@ struct trainer {
 	struct train_feed *feed; /* --shards: where the train rows come from (NULL: from d) */
 	float w[TRAIN_PARAMS];
 	double in[VEC_LEN], out[VEC_LEN];
-	uint64_t step, total_steps, spe; /* spe: steps per epoch */
+	float in32[VEC_LEN], out32[VEC_LEN], feedback[2 * VEC_LEN]; /* --compress */
+	uint64_t step, total_steps, spe;			    /* spe: steps per epoch */
 	uint32_t *order;
 	uint64_t order_epoch;
 	struct keel_plan *plan;
@@ -408,11 +412,26 @@ static void sample_heard(struct trainer *t)
 	}
 }
 
+/* --compress: the vector as f32, through a gradient AllReduce. Only a gradient step of a
+ * synced rank passes its feedback memory: a state transfer and a rollback vote go f32 from
+ * every member (exact), and so does a rank just admitted (zeros), whatever the others run.
+ * The sample counts and flags are small integers, which bf16 and f16 hold exactly. */
+static int start_op(struct trainer *t, struct keel_op **op)
+{
+	if (!t->o.compress)
+		return keel_allreduce_start(t->b.node, t->in, t->out, VEC_LEN, KEEL_F64, KEEL_SUM,
+					    op);
+	for (uint32_t i = 0; i < VEC_LEN; i++)
+		t->in32[i] = (float)t->in[i];
+	float *fb = t->synced && t->next == K_GRAD ? t->feedback : NULL;
+	return keel_allreduce_grad_start(t->b.node, t->in32, t->out32, VEC_LEN, KEEL_SUM, fb, op);
+}
+
 /* One collective: start, poll until done. */
 static int run_op(struct trainer *t, struct keel_op_info *info, uint32_t *members)
 {
 	struct keel_op *op;
-	int rc = keel_allreduce_start(t->b.node, t->in, t->out, VEC_LEN, KEEL_F64, KEEL_SUM, &op);
+	int rc = start_op(t, &op);
 	if (rc != 0)
 		return rc;
 	for (;;) {
@@ -428,6 +447,8 @@ static int run_op(struct trainer *t, struct keel_op_info *info, uint32_t *member
 			return rc;
 		t->b.cfg.waiter.wait(t->b.cfg.waiter.ctx, next);
 	}
+	for (uint32_t i = 0; rc == 0 && t->o.compress && i < VEC_LEN; i++)
+		t->out[i] = t->out32[i];
 	return rc;
 }
 
@@ -836,24 +857,32 @@ static void summary(struct trainer *t)
 	printf("keel: view changes %" PRIu64 ", suspicions %" PRIu64 " (false %" PRIu64
 	       "), collectives restarted %" PRIu64 ", completed %" PRIu64 "\n",
 	       k.view_changes, k.suspicions, k.false_suspicions, k.ops_restarted, k.ops_completed);
+	if (t->o.compress)
+		printf("compression (rank %u): %" PRIu64 " fragments compressed, %" PRIu64
+		       " bytes saved, %" PRIu64 " bytes sent\n",
+		       t->rank, k.compress_frags, k.compress_bytes_saved, k.tx_bytes);
 }
 
-/* --shards: every rank says what it read, how long steps waited for it, and what shard moves
- * cost it; with the steps' mean time, for comparing --preload ahead and demand. */
-static void feed_summary(const struct trainer *t, uint64_t train_ns, uint64_t steps)
+/* --shards and --compress: every rank says how long its steps took; with --shards also what
+ * it read, how long steps waited for it, and what shard moves cost it (for comparing
+ * --preload ahead and demand, compression on and off). */
+static void rank_summary(const struct trainer *t, uint64_t train_ns, uint64_t steps)
 {
-	if (t->feed == NULL)
+	if (t->feed == NULL && !t->o.compress)
 		return;
-	const struct train_feed_stats *st = &t->feed->stats;
-	printf("rank %u: input from %s (%s, %s%s): %" PRIu64 " shard reads (%.1f KiB), %" PRIu64
-	       " waits for a shard (%.2f ms in all); shard moves: %" PRIu64 " taken over, %" PRIu64
-	       " reads cancelled, %" PRIu64 " discarded; %" PRIu64 " steps in %.3f s (%.3f ms per "
-	       "step)\n",
-	       t->rank, t->feed->path, keel_preload_engine_name(t->feed->pre),
-	       t->feed->ahead ? "ahead" : "demand", t->o.cold ? ", cold" : "", st->reads,
-	       (double)st->bytes / 1024.0, st->waits, (double)st->wait_ns / 1e6, st->moved_in,
-	       st->cancelled, st->discarded, steps, (double)train_ns / 1e9,
-	       steps > 0 ? (double)train_ns / 1e6 / (double)steps : 0.0);
+	char input[512] = "";
+	const struct train_feed_stats *st = t->feed != NULL ? &t->feed->stats : NULL;
+	if (st != NULL)
+		snprintf(input, sizeof(input),
+			 "input from %s (%s, %s%s): %" PRIu64 " shard reads (%.1f KiB), %" PRIu64
+			 " waits for a shard (%.2f ms in all); shard moves: %" PRIu64
+			 " taken over, %" PRIu64 " reads cancelled, %" PRIu64 " discarded; ",
+			 t->feed->path, keel_preload_engine_name(t->feed->pre),
+			 t->feed->ahead ? "ahead" : "demand", t->o.cold ? ", cold" : "", st->reads,
+			 (double)st->bytes / 1024.0, st->waits, (double)st->wait_ns / 1e6,
+			 st->moved_in, st->cancelled, st->discarded);
+	printf("rank %u: %s%" PRIu64 " steps in %.3f s (%.3f ms per step)\n", t->rank, input, steps,
+	       (double)train_ns / 1e9, steps > 0 ? (double)train_ns / 1e6 / (double)steps : 0.0);
 }
 
 static int dump_weights(const struct trainer *t)
@@ -1034,6 +1063,7 @@ static void usage(void)
 	    "                  [--bench-state MIB] [--plot FILE.svg|FILE.png]\n"
 	    "                  [--slow RANK:FACTOR[@STEP]] [--compute-us N] [--no-repair]\n"
 	    "                  [--print-plans] [--shards FILE [--preload ahead|demand] [--cold]]\n"
+	    "                  [--compress]\n"
 	    "--slow: that rank computes FACTOR times slower (from STEP); every step's compute\n"
 	    "times travel with its gradient, and when the slowest stays over twice the fastest\n"
 	    "the members re-partition the shards by measured speed (--no-repair: never).\n"
@@ -1045,6 +1075,8 @@ static void usage(void)
 	    "one (--preload demand: each when a step first needs it), and follows the plan\n"
 	    "when shards move. --cold: each rank drops FILE from the page cache at each of\n"
 	    "its epochs, so that reads come from the disk (a data set larger than memory).\n"
+	    "--compress: gradients go through keel's gradient AllReduce (f32, with error\n"
+	    "feedback): KEEL_COMPRESS=auto|bf16|f16|off says when keel sends them as bf16/f16.\n"
 	    "--plot: the leader draws the training loss and test accuracy of each epoch, with\n"
 	    "failures marked, with gnuplot (gnuplot-nox).\n"
 	    "Run under keel-run (or any launcher keel understands); see README.\n");
@@ -1064,19 +1096,33 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			   .slow_rank = UINT32_MAX,
 			   .preload_ahead = true,
 			   .reference = true};
-	static const struct option longs[] = {
-	    {"epochs", 1, NULL, 'E'},	    {"batch", 1, NULL, 'B'},
-	    {"lr", 1, NULL, 'l'},	    {"seed", 1, NULL, 's'},
-	    {"data", 1, NULL, 'd'},	    {"ckpt-dir", 1, NULL, 'c'},
-	    {"ckpt-every", 1, NULL, 'k'},   {"fault-at", 1, NULL, 'f'},
-	    {"dump-weights", 1, NULL, 'w'}, {"no-reference", 0, NULL, 'R'},
-	    {"quiet", 0, NULL, 'q'},	    {"bench-state", 1, NULL, 'b'},
-	    {"crash-at", 1, NULL, 'K'},	    {"stall-at", 1, NULL, 'S'},
-	    {"plot", 1, NULL, 'P'},	    {"slow", 1, NULL, 'L'},
-	    {"compute-us", 1, NULL, 'C'},   {"no-repair", 0, NULL, 'N'},
-	    {"print-plans", 0, NULL, 'G'},  {"shards", 1, NULL, 'H'},
-	    {"preload", 1, NULL, 'A'},	    {"cold", 0, NULL, 'O'},
-	    {"help", 0, NULL, 'h'},	    {NULL, 0, NULL, 0}};
+	/* clang-format off: one option a line */
+	static const struct option longs[] = {{"epochs", 1, NULL, 'E'},
+					      {"batch", 1, NULL, 'B'},
+					      {"lr", 1, NULL, 'l'},
+					      {"seed", 1, NULL, 's'},
+					      {"data", 1, NULL, 'd'},
+					      {"ckpt-dir", 1, NULL, 'c'},
+					      {"ckpt-every", 1, NULL, 'k'},
+					      {"fault-at", 1, NULL, 'f'},
+					      {"dump-weights", 1, NULL, 'w'},
+					      {"no-reference", 0, NULL, 'R'},
+					      {"quiet", 0, NULL, 'q'},
+					      {"bench-state", 1, NULL, 'b'},
+					      {"crash-at", 1, NULL, 'K'},
+					      {"stall-at", 1, NULL, 'S'},
+					      {"plot", 1, NULL, 'P'},
+					      {"slow", 1, NULL, 'L'},
+					      {"compute-us", 1, NULL, 'C'},
+					      {"no-repair", 0, NULL, 'N'},
+					      {"print-plans", 0, NULL, 'G'},
+					      {"shards", 1, NULL, 'H'},
+					      {"preload", 1, NULL, 'A'},
+					      {"cold", 0, NULL, 'O'},
+					      {"help", 0, NULL, 'h'},
+					      {"compress", 0, NULL, 'Z'},
+					      {NULL, 0, NULL, 0}};
+	/* clang-format on */
 	int c;
 	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
 		switch (c) {
@@ -1158,6 +1204,9 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 		case 'O':
 			o->cold = true;
 			break;
+		case 'Z':
+			o->compress = true;
+			break;
 		case 'A':
 			if (strcmp(optarg, "ahead") != 0 && strcmp(optarg, "demand") != 0) {
 				fprintf(stderr,
@@ -1196,6 +1245,14 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 	if (o->epochs == 0 || o->batch == 0 || o->batch > TRAIN_SAMPLES_MAX || o->ckpt_every == 0 ||
 	    !(o->lr > 0))
 		return -EINVAL;
+	if (o->compress && o->batch > 256) {
+		fprintf(stderr,
+			"keel-train: --compress with --batch %u: at most 256 (the sample "
+			"counts travel in the vector keel may round to bf16, which holds "
+			"integers exactly up to 256)\n",
+			o->batch);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -1363,7 +1420,7 @@ int main(int argc, char **argv)
 	else
 		summary(t);
 	if (rc == 0 && !t->job_ended)
-		feed_summary(t, t->b.cfg.rejoin ? keel_posix_now_ns() - t->t_synced_ns : train_ns,
+		rank_summary(t, t->b.cfg.rejoin ? keel_posix_now_ns() - t->t_synced_ns : train_ns,
 			     t->step - (t->b.cfg.rejoin ? t->synced_step : step0));
 	if (rc == 0 && t->o.dump != NULL && is_leader(t) && dump_weights(t) != 0)
 		fprintf(stderr, "keel-train: cannot write %s\n", t->o.dump);
