@@ -26,7 +26,7 @@ static void usage(FILE *f)
 	    "  [--recovery keel|restart|timeout[=600s]] [--restart 60s] [--grad-scale N]\n"
 	    "  [--fail T:HOST] [--recover T:HOST] [--slow T:HOST:FACTOR] [--link-off T:LINK]\n"
 	    "  [--link-on T:LINK] [--cut T:A:B] [--pause T:HOST:SECONDS] [--mtbf 1h]\n"
-	    "  [--chaos loss=0.01,seed=3] [--repair on|off]\n"
+	    "  [--chaos loss=0.01,seed=3] [--repair on|off] [--compress none|off|auto|bf16|f16]\n"
 	    "  [--bytes 4M --repeat 5] [--check 1] [--scenario FILE]\n"
 	    "  [--sweep KEY=V1,V2,...] [--format table|csv|json] [--progress]\n"
 	    "  [--plot FILE.svg|FILE.png]\n"
@@ -43,7 +43,11 @@ static void usage(FILE *f)
 	    "compute\n"
 	    "time, sends it with the step's gradient, and keel's straggler controller "
 	    "re-partitions\n"
-	    "the batch's shards when the skew stays above 2 (off: an even split throughout).\n");
+	    "the batch's shards when the skew stays above 2 (off: an even split throughout).\n"
+	    "--compress (mode train): gradients through keel's gradient AllReduce with error\n"
+	    "feedback; auto sends a link's share as bf16 when its traffic passes half the\n"
+	    "bandwidth keel measured on it, bf16/f16 force it, off never; none (the default)\n"
+	    "runs plain AllReduces. The codec's CPU time is not simulated.\n");
 }
 
 /* SimGrid options keel-sim always sets (a user --cfg after them wins):
@@ -110,6 +114,16 @@ static int run_child(const struct sim_scenario *s, int fd, char **sg_args, int s
 		r.ranks, r.sim_s, r.wall_s, (unsigned long long)r.messages,
 		r.wall_s > 0 ? (double)r.messages / r.wall_s : 0, r.rss_kb / 1024);
 	straggler_line(s, &r);
+	if (s->grad)
+		fprintf(stderr,
+			"keel-sim: compression (--compress %s): %llu fragments compressed, %.3f GB "
+			"saved of %.3f GB sent\n",
+			s->compress == KEEL_COMPRESS_AUTO   ? "auto"
+			: s->compress == KEEL_COMPRESS_BF16 ? "bf16"
+			: s->compress == KEEL_COMPRESS_F16  ? "f16"
+							    : "off",
+			(unsigned long long)r.compress_frags, (double)r.compress_bytes_saved / 1e9,
+			(double)r.bytes / 1e9);
 	return write(fd, &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 3;
 }
 

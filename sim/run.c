@@ -54,7 +54,9 @@ struct node {
 	uint64_t false_suspicions, self_exclusions;
 	uint64_t ar_ops, ar_wrong, ar_failed, ar_hier;
 	uint8_t *in, *out, *ref;
+	float *feedback; /* --compress: the gradient's residuals, 2 x buf_count floats */
 	size_t buf_count;
+	uint64_t compress_frags, compress_bytes_saved; /* finished generations */
 	/* the core's view of this generation */
 	uint32_t view_epoch, view_members, view_index;
 	bool view_shrunk;     /* a view without a member of the previous one was installed */
@@ -239,6 +241,8 @@ static void counters_keep(struct node *nd)
 	struct keel_counters k;
 	keel_counters_get(nd->kn, &k);
 	nd->self_exclusions += k.self_exclusions;
+	nd->compress_frags += k.compress_frags;
+	nd->compress_bytes_saved += k.compress_bytes_saved;
 }
 
 static void node_teardown(struct node *nd)
@@ -321,6 +325,7 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 	cfg.op_timeout_ns = s->op_timeout_ns;
 	cfg.join_timeout_ns = s->join_timeout_ns;
 	cfg.algo = s->algo;
+	cfg.compress = s->compress;
 	cfg.host_of = host_map();
 	if (W.scale > 1) /* a scaled datagram is slow to serialise: learn the RTT first */
 		cfg.rto_initial_ns = cfg.rto_max_ns;
@@ -500,7 +505,10 @@ static int allreduce_once(struct node *nd, size_t count, size_t extra, int *op_r
 
 	if (W.s->check)
 		keel_check_fill(nd->in, 0, count, nd->rank, KEEL_F32, KEEL_SUM);
-	rc = keel_allreduce_start(nd->kn, nd->in, nd->out, count + extra, KEEL_F32, KEEL_SUM, &op);
+	rc = W.s->grad ? keel_allreduce_grad_start(nd->kn, (const float *)nd->in, (float *)nd->out,
+						   count + extra, KEEL_SUM, nd->feedback, &op)
+		       : keel_allreduce_start(nd->kn, nd->in, nd->out, count + extra, KEEL_F32,
+					      KEEL_SUM, &op);
 	if (rc != 0) {
 		*op_rc = rc;
 		return 0;
@@ -537,10 +545,13 @@ static void buffers_ensure(struct node *nd, size_t count)
 	free(nd->in);
 	free(nd->out);
 	free(nd->ref);
+	free(nd->feedback);
 	nd->in = calloc(count, 4);
 	nd->out = calloc(count, 4);
 	nd->ref = calloc(count, 4);
-	if (nd->in == NULL || nd->out == NULL || nd->ref == NULL)
+	nd->feedback = W.s->grad ? calloc(keel_grad_feedback_len(count), 4) : NULL;
+	if (nd->in == NULL || nd->out == NULL || nd->ref == NULL ||
+	    (W.s->grad && nd->feedback == NULL))
 		abort();
 	nd->buf_count = count;
 }
@@ -613,12 +624,18 @@ static double samples_of(const struct node *nd)
 
 /* ---- straggler repair: the times and plan digests travel with the step's gradient ---- */
 
-/* Two slots per rank after the gradient: its compute time, and a 24-bit digest of its plan
- * (a float holds it exactly). A sum of one value and zeros is exact in any order, so every
- * member reads the same bits. */
+/* Slots per rank after the gradient: its compute time, then a 24-bit digest of its plan. A
+ * float holds the digest exactly, and a sum of one value and zeros is exact in any order, so
+ * every member reads the same bits. With --compress keel may round any value to bf16's 8
+ * significant bits: the digest then goes as three bytes, each exact. */
+static uint32_t digest_slots(void)
+{
+	return W.s->grad ? 3 : 1;
+}
+
 static size_t straggler_slots(const struct node *nd)
 {
-	return nd->strag_on ? 2 * (size_t)nd->world : 0;
+	return nd->strag_on ? (1 + digest_slots()) * (size_t)nd->world : 0;
 }
 
 static uint32_t plan_digest24(const struct sim_straggler *st)
@@ -636,7 +653,9 @@ static void straggler_fill(struct node *nd, size_t count)
 	float *slot = (float *)nd->in + count;
 	memset(slot, 0, straggler_slots(nd) * sizeof(float));
 	slot[nd->rank] = (float)nd->compute_s;
-	slot[nd->world + nd->rank] = (float)plan_digest24(&nd->strag);
+	uint32_t d = plan_digest24(&nd->strag), ds = digest_slots();
+	for (uint32_t k = 0; k < ds; k++)
+		slot[nd->world + nd->rank * ds + k] = (float)(ds == 1 ? d : (d >> (8 * k)) & 0xffu);
 }
 
 static uint64_t members_sig(const uint32_t *m, uint32_t n)
@@ -655,9 +674,11 @@ static void straggler_after_step(struct node *nd, size_t count)
 	uint32_t n = nd->op_info.member_count;
 	uint64_t sig = members_sig(nd->op_members, n);
 	if (sig == nd->prev_members_sig && nd->rank == nd->op_members[0]) {
+		uint32_t ds = digest_slots();
+		const float *first = slot + nd->world + nd->op_members[0] * ds;
 		for (uint32_t i = 1; i < n; i++)
-			if (slot[nd->world + nd->op_members[i]] !=
-			    slot[nd->world + nd->op_members[0]]) {
+			if (memcmp(slot + nd->world + nd->op_members[i] * ds, first,
+				   ds * sizeof(float)) != 0) {
 				W.r->plans_disagree++;
 				break;
 			}
@@ -751,7 +772,7 @@ static void node_train(struct node *nd)
 	size_t count = grad_count();
 	uint64_t local_steps = 0;
 
-	buffers_ensure(nd, count + 2 * (size_t)W.n); /* room for straggler_slots */
+	buffers_ensure(nd, count + 4 * (size_t)W.n); /* room for straggler_slots */
 	while (!horizon_reached()) {
 		int rc = 0, op_rc = 0;
 		if (nd->work_busy) /* compute left from before a recovery */
@@ -1278,6 +1299,8 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 		r->allreduce_wrong += nd->ar_wrong;
 		r->allreduce_failed += nd->ar_failed;
 		r->allreduce_hier += nd->ar_hier;
+		r->compress_frags += nd->compress_frags;
+		r->compress_bytes_saved += nd->compress_bytes_saved * W.scale;
 		if (nd->alive && !nd->done)
 			r->deadlock = true;
 	}
@@ -1301,6 +1324,11 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	W.s = s;
 	W.r = r;
 	W.horizon_s = s->horizon_s;
+	if (s->grad && s->check) {
+		snprintf(err, err_len, "--check 1 compares every result exactly, and --compress "
+				       "rounds them: use --compress none with --check");
+		return -EINVAL;
+	}
 	r->views_agree = true;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	simgrid_init(argc, argv);

@@ -278,6 +278,15 @@ int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value,
 			     strcmp(value, "auto")
 			 ? -EINVAL
 			 : 0;
+	} else if (strcmp(key, "compress") == 0) {
+		static const char *const names[] = {"auto", "off", "bf16", "f16"};
+		s->grad = strcmp(value, "none") != 0;
+		rc = s->grad ? -EINVAL : 0;
+		for (uint32_t i = 0; i < 4; i++)
+			if (strcmp(value, names[i]) == 0) {
+				s->compress = (enum keel_compress)i;
+				rc = 0;
+			}
 	} else if (strcmp(key, "check") == 0) {
 		s->check = strcmp(value, "0") != 0 && strcmp(value, "no") != 0;
 	} else if (strcmp(key, "repair") == 0) {

@@ -104,6 +104,10 @@ struct sim_scenario {
 	uint32_t repeat;	  /* mode allreduce: timed repetitions */
 	bool check;		  /* compare every AllReduce result with the reference */
 	bool repair; /* mode train: straggler repair by keel's controller (--repair on|off) */
+	/* --compress off|auto|bf16|f16: gradients through keel_allreduce_grad_start with error
+	 * feedback, keel_config.compress set so; none (the default): plain AllReduces */
+	bool grad;
+	enum keel_compress compress;
 	/* faults */
 	struct sim_fault faults[SIM_FAULTS_MAX];
 	uint32_t fault_count;
@@ -206,6 +210,7 @@ struct sim_result {
 	double alpha_s, beta_Bps;
 	double compute_s_min, compute_s_max; /* one step's compute, fastest and slowest GPU */
 	uint64_t messages, bytes;
+	uint64_t compress_frags, compress_bytes_saved; /* --compress: all nodes, scaled bytes */
 	uint64_t rx_queue_drops;
 	uint32_t grad_scale;
 	double wall_s;

@@ -454,12 +454,12 @@ static uint64_t auto_run(uint64_t idle_ns, uint32_t calls)
 static void test_compress_auto_follows_utilisation(void **state)
 {
 	(void)state;
-	uint64_t busy = auto_run(0, 6), idle = auto_run(200000000ull, 6);
+	uint64_t busy = auto_run(0, 6), idle = auto_run(2 * KEEL_COMPRESS_WINDOW_NS, 6);
 	static const uint32_t one_host[3] = {0, 0, 0};
 	g_host_of = one_host; /* peers at memory speed: never worth encoding */
 	uint64_t local = auto_run(0, 6);
 	g_host_of = NULL;
-	printf("auto: %llu bytes saved back to back, %llu with 200 ms idle between calls, %llu "
+	printf("auto: %llu bytes saved back to back, %llu with two windows idle between calls, %llu "
 	       "on one host\n",
 	       (unsigned long long)busy, (unsigned long long)idle, (unsigned long long)local);
 	assert_true(busy > 0);
