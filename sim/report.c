@@ -30,7 +30,8 @@ void sim_report_header(FILE *f, const char *format, const char *sweep_key)
 			"views_agree,view_epochs,allreduce_ops,allreduce_wrong,allreduce_failed,"
 			"allreduce_s,allreduce_model_s,messages,bytes,rx_drops,live_excluded,"
 			"allreduce_hier,repairs,repair_first_step,step_s_after_repair,"
-			"compute_s_ideal,compute_s_max,plans_disagree\n",
+			"compute_s_ideal,compute_s_max,plans_disagree,compress_frags,"
+			"compress_bytes_saved\n",
 			k);
 	else if (strcmp(format, "json") == 0)
 		fprintf(f, "[\n");
@@ -54,7 +55,7 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    f,
 		    "%s,%u,%.6f,%llu,%.3f,%.6f,%.4f,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%u,%.9f,"
 		    "%.9f,%.9f,%.9f,%llu,%llu,%llu,%s,%u,%llu,%llu,%llu,%.9f,%.9f,%llu,%llu,"
-		    "%llu,%llu,%llu,%u,%llu,%.6f,%.6f,%.6f,%llu\n",
+		    "%llu,%llu,%llu,%u,%llu,%.6f,%.6f,%.6f,%llu,%llu,%llu\n",
 		    v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
 		    r->step_s, r->goodput, r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5],
 		    r->detect_count, r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
@@ -67,7 +68,9 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    (unsigned long long)r->rx_queue_drops, (unsigned long long)r->live_excluded,
 		    (unsigned long long)r->allreduce_hier, r->repairs,
 		    (unsigned long long)r->repair_first_step, r->step_s_after_repair,
-		    r->compute_s_ideal, r->compute_s_max, (unsigned long long)r->plans_disagree);
+		    r->compute_s_ideal, r->compute_s_max, (unsigned long long)r->plans_disagree,
+		    (unsigned long long)r->compress_frags,
+		    (unsigned long long)r->compress_bytes_saved);
 	} else if (strcmp(format, "json") == 0) {
 		(void)first;
 		fprintf(
@@ -86,7 +89,8 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    "\"count\": %u, \"first_at_s\": %.6f, \"first_step\": %llu, "
 		    "\"predicted_before_s\": %.6f, \"predicted_after_s\": %.6f, "
 		    "\"step_s_after\": %.6f, \"compute_s_ideal\": %.6f, \"compute_s_max\": %.6f, "
-		    "\"plans_disagree\": %llu}}%s\n",
+		    "\"plans_disagree\": %llu}, \"compress\": {\"fragments\": %llu, "
+		    "\"bytes_saved\": %llu}}%s\n",
 		    sweep_key != NULL ? sweep_key : "run", v, r->ranks, r->sim_s,
 		    (unsigned long long)r->steps, r->samples_per_s, r->step_s, r->goodput,
 		    r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5], r->detect_count,
@@ -101,7 +105,8 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    r->repair_on ? "true" : "false", r->repairs, r->repair_first_at_s,
 		    (unsigned long long)r->repair_first_step, r->repair_before_s, r->repair_after_s,
 		    r->step_s_after_repair, r->compute_s_ideal, r->compute_s_max,
-		    (unsigned long long)r->plans_disagree, last ? "" : ",");
+		    (unsigned long long)r->plans_disagree, (unsigned long long)r->compress_frags,
+		    (unsigned long long)r->compress_bytes_saved, last ? "" : ",");
 		if (last)
 			fprintf(f, "]\n");
 	} else {

@@ -1325,8 +1325,9 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	W.r = r;
 	W.horizon_s = s->horizon_s;
 	if (s->grad && s->check) {
-		snprintf(err, err_len, "--check 1 compares every result exactly, and --compress "
-				       "rounds them: use --compress none with --check");
+		snprintf(err, err_len,
+			 "--check 1 compares every result exactly, and --compress "
+			 "rounds them: use --compress none with --check");
 		return -EINVAL;
 	}
 	r->views_agree = true;

@@ -459,9 +459,10 @@ static void test_compress_auto_follows_utilisation(void **state)
 	g_host_of = one_host; /* peers at memory speed: never worth encoding */
 	uint64_t local = auto_run(0, 6);
 	g_host_of = NULL;
-	printf("auto: %llu bytes saved back to back, %llu with two windows idle between calls, %llu "
-	       "on one host\n",
-	       (unsigned long long)busy, (unsigned long long)idle, (unsigned long long)local);
+	printf(
+	    "auto: %llu bytes saved back to back, %llu with two windows idle between calls, %llu "
+	    "on one host\n",
+	    (unsigned long long)busy, (unsigned long long)idle, (unsigned long long)local);
 	assert_true(busy > 0);
 	assert_int_equal(idle, 0);
 	assert_int_equal(local, 0);
