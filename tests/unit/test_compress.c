@@ -15,6 +15,7 @@
 #include <math.h>
 
 #include "cluster_int.h"
+#include "node_int.h"
 
 static uint64_t g_seed;
 static enum keel_algo g_algo = KEEL_ALGO_RING;
@@ -425,6 +426,80 @@ static void test_compress_rank_lost_mid_call(void **state)
 	lost_rank(true);
 }
 
+/* Rank 2 stopped (SIGSTOP) mid-call for `pause_rounds` polls of the others, then resumed. A
+ * short pause: the call completes on all three, same bits. A pause past the detector: ranks
+ * 0 and 1 finish on a view without it, and rank 2's call ends KEEL_EEXCLUDED with its
+ * residuals as they were (a call that did not complete leaves them alone). */
+static void paused_case(uint32_t pause_rounds, bool excluded)
+{
+	compress_all(KEEL_COMPRESS_BF16);
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, tweak), 0);
+	for (int i = 0; i < 5; i++)
+		cluster_round(&c);
+	struct grad_run g;
+	run_alloc(&g, 3, 400000, KEEL_SUM);
+	size_t fb_bytes = g.count * sizeof(float);
+	for (size_t i = 0; i < g.count; i++)
+		g.fb[2][i] = 1e-3f; /* residuals from an earlier call */
+	float *before = malloc(fb_bytes);
+	memcpy(before, g.fb[2], fb_bytes);
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	for (uint32_t r = 0; r < 3; r++)
+		assert_int_equal(keel_allreduce_grad_start(c.node[r], g.in[r], g.out[r], g.count,
+							   KEEL_SUM, g.fb[r], &ops[r]),
+				 0);
+	cluster_round(&c); /* under way: one round does not finish 1.6 MB */
+	assert_int_equal(ops[2]->state, OP_RUNNING);
+	c.paused[2] = true;
+	for (uint32_t i = 0; i < pause_rounds; i++)
+		cluster_round(&c);
+	c.paused[2] = false;
+	assert_int_equal(cluster_wait_ops_info(&c, ops, g.rc, g.info, 2000000), 0);
+	if (excluded) {
+		assert_int_equal(g.rc[2], KEEL_EEXCLUDED);
+		assert_memory_equal(g.fb[2], before, fb_bytes);
+		c.paused[2] = true; /* leave it out of the comparisons */
+	}
+	same_bits(&c, &g);
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(g.info[r].member_count, excluded ? 2 : 3);
+	free(before);
+	run_free(&g);
+	cluster_fini(&c);
+}
+
+static void test_compress_rank_paused_and_resumed(void **state)
+{
+	(void)state;
+	paused_case(100, false);  /* 1 ms: below the detector */
+	paused_case(20000, true); /* 200 ms: past the detector and the view change */
+}
+
+/* Fragments that say they are encoded are checked before use: an encoding keel does not
+ * know, or an odd payload (half an element), is refused (-EPROTO: dropped and counted, never
+ * widened); plain and known encodings give the f32 bytes they stand for. */
+static void test_compress_forged_encodings_refused(void **state)
+{
+	(void)state;
+	struct wire_header h = {.payload_len = 1000};
+	uint32_t len = 0;
+	assert_int_equal(cmp_logical_len(&h, &len), 0);
+	assert_int_equal(len, 1000);
+	h.flags = (uint16_t)(WIRE_ENC_BF16 << WIRE_FLAG_ENC_SHIFT);
+	assert_int_equal(cmp_logical_len(&h, &len), 1);
+	assert_int_equal(len, 2000);
+	h.flags = (uint16_t)(WIRE_ENC_F16 << WIRE_FLAG_ENC_SHIFT);
+	assert_int_equal(cmp_logical_len(&h, &len), 1);
+	assert_int_equal(len, 2000);
+	h.payload_len = 999; /* half an element */
+	assert_int_equal(cmp_logical_len(&h, &len), -EPROTO);
+	h.payload_len = 1000;
+	h.flags = (uint16_t)(WIRE_FLAG_ENC_MASK); /* encoding 3: none such */
+	_Static_assert(WIRE_ENC_COUNT == 3, "encoding 3 is unknown");
+	assert_int_equal(cmp_logical_len(&h, &len), -EPROTO);
+}
+
 /* AUTO: back-to-back calls load the link past the threshold and are compressed (once a first
  * one measured the link); the same calls with idle time between them are not. */
 static uint64_t auto_run(uint64_t idle_ns, uint32_t calls)
@@ -566,6 +641,8 @@ int main(void)
 	    cmocka_unit_test(test_compress_error_feedback_converges),
 	    cmocka_unit_test(test_compress_under_chaos),
 	    cmocka_unit_test(test_compress_rank_lost_mid_call),
+	    cmocka_unit_test(test_compress_rank_paused_and_resumed),
+	    cmocka_unit_test(test_compress_forged_encodings_refused),
 	    cmocka_unit_test(test_compress_auto_follows_utilisation),
 	    cmocka_unit_test(test_compress_mismatch_with_plain),
 	    cmocka_unit_test(test_compress_bad_arguments),
