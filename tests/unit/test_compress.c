@@ -378,17 +378,24 @@ static void test_compress_under_chaos(void **state)
 	cluster_fini(&c);
 }
 
+/* 3 ranks forcing bf16, settled, and a 1.6 MB gradient each: a call long enough to stop a rank
+ * in the middle of it. */
+static void three_ranks_bf16(struct cluster *c, struct grad_run *g)
+{
+	compress_all(KEEL_COMPRESS_BF16);
+	assert_int_equal(cluster_init(c, 3, NULL, g_seed, tweak), 0);
+	for (int i = 0; i < 5; i++)
+		cluster_round(c);
+	run_alloc(g, 3, 400000, KEEL_SUM);
+}
+
 /* Rank 2 stops mid-call: the survivors restart on the view without it from the untouched input
  * and residuals, and agree; in place from the restart copy too. */
 static void lost_rank(bool in_place)
 {
-	compress_all(KEEL_COMPRESS_BF16);
 	struct cluster c;
-	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, tweak), 0);
-	for (int i = 0; i < 5; i++)
-		cluster_round(&c);
 	struct grad_run g;
-	run_alloc(&g, 3, 400000, KEEL_SUM);
+	three_ranks_bf16(&c, &g);
 	float *input[3];
 	struct keel_op *ops[CLUSTER_MAX] = {NULL};
 	for (uint32_t r = 0; r < 3; r++) {
@@ -432,13 +439,9 @@ static void test_compress_rank_lost_mid_call(void **state)
  * residuals as they were (a call that did not complete leaves them alone). */
 static void paused_case(uint32_t pause_rounds, bool excluded)
 {
-	compress_all(KEEL_COMPRESS_BF16);
 	struct cluster c;
-	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, tweak), 0);
-	for (int i = 0; i < 5; i++)
-		cluster_round(&c);
 	struct grad_run g;
-	run_alloc(&g, 3, 400000, KEEL_SUM);
+	three_ranks_bf16(&c, &g);
 	size_t fb_bytes = g.count * sizeof(float);
 	for (size_t i = 0; i < g.count; i++)
 		g.fb[2][i] = 1e-3f; /* residuals from an earlier call */
