@@ -25,7 +25,8 @@ static void usage(FILE *f)
 	    "  [--model 1.3B] [--batch 512] [--mfu 0.4] [--ckpt-every 100] [--ckpt-bw 2e9]\n"
 	    "  [--recovery keel|restart|timeout[=600s]] [--restart 60s] [--grad-scale N]\n"
 	    "  [--fail T:HOST] [--recover T:HOST] [--slow T:HOST:FACTOR] [--link-off T:LINK]\n"
-	    "  [--link-on T:LINK] [--cut T:A:B] [--pause T:HOST:SECONDS] [--mtbf 1h]\n"
+	    "  [--link-on T:LINK] [--cut T:A:B] [--pause T:HOST:SECONDS]\n"
+	    "  [--mtbf 1h] [--mtbf-server 8h] [--weibull SHAPE]\n"
 	    "  [--chaos loss=0.01,seed=3] [--repair on|off] [--compress none|off|auto|bf16|f16]\n"
 	    "  [--bytes 4M --repeat 5] [--check 1] [--scenario FILE]\n"
 	    "  [--sweep KEY=V1,V2,...] [--format table|csv|json] [--progress]\n"
@@ -47,7 +48,10 @@ static void usage(FILE *f)
 	    "--compress (mode train): gradients through keel's gradient AllReduce with error\n"
 	    "feedback; auto sends a link's share as bf16 when its traffic passes half the\n"
 	    "bandwidth keel measured on it, bf16/f16 force it, off never; none (the default)\n"
-	    "runs plain AllReduces. The codec's CPU time is not simulated.\n");
+	    "runs plain AllReduces. The codec's CPU time is not simulated.\n"
+	    "--mtbf draws one lifetime per GPU, --mtbf-server one per server (all its GPUs\n"
+	    "fail at once), with that mean: exponential, or Weibull with --weibull SHAPE (<1\n"
+	    "infant mortality, >1 wear-out); seeded by --seed. A failed GPU stays down.\n");
 }
 
 /* SimGrid options keel-sim always sets (a user --cfg after them wins):
@@ -89,6 +93,26 @@ static void straggler_line(const struct sim_scenario *s, const struct sim_result
 		r->plans_disagree ? "DIFFERED" : "agreed on every step");
 }
 
+/* One line per failure (the first SIM_FAILURES_MAX): where, why, and what it cost (the
+ * report's columns are their sums). */
+static void failure_lines(const struct sim_result *r)
+{
+	for (uint32_t i = 0; i < r->failure_count && i < SIM_FAILURES_MAX; i++) {
+		const struct sim_failure_cost *c = &r->failures[i];
+		double lost = c->detect_s + c->view_s + c->repartition_s + c->restart_s +
+			      c->rollback_s + c->redo_s;
+		char within[64] = "";
+		if (c->within != UINT32_MAX)
+			snprintf(within, sizeof(within), " (during failure %u's recovery)",
+				 c->within + 1);
+		fprintf(stderr,
+			"keel-sim: failure %u at %.6f s: host %u (server %u), %s: %.6f s lost%s "
+			"(detection %.6f, view change %.6f)\n",
+			i + 1, c->at_s, c->host, c->server, sim_cause_name(c->cause), lost, within,
+			c->detect_s, c->view_s);
+	}
+}
+
 static int run_child(const struct sim_scenario *s, int fd, char **sg_args, int sg_count)
 {
 	char *argv[ARGS_MAX + 8];
@@ -114,6 +138,7 @@ static int run_child(const struct sim_scenario *s, int fd, char **sg_args, int s
 		r.ranks, r.sim_s, r.wall_s, (unsigned long long)r.messages,
 		r.wall_s > 0 ? (double)r.messages / r.wall_s : 0, r.rss_kb / 1024);
 	straggler_line(s, &r);
+	failure_lines(&r);
 	if (s->grad)
 		fprintf(stderr,
 			"keel-sim: compression (--compress %s): %llu fragments compressed, %.3f GB "

@@ -18,6 +18,21 @@ static void costs(const struct sim_result *r, double c[6])
 	}
 }
 
+const char *sim_cause_name(enum sim_cause cause)
+{
+	switch (cause) {
+	case SIM_CAUSE_GPU:
+		return "gpu";
+	case SIM_CAUSE_SERVER:
+		return "server";
+	case SIM_CAUSE_PAUSE:
+		return "pause";
+	case SIM_CAUSE_FAULT:
+	default:
+		return "fault";
+	}
+}
+
 void sim_report_header(FILE *f, const char *format, const char *sweep_key)
 {
 	const char *k = sweep_key != NULL ? sweep_key : "run";

@@ -74,6 +74,7 @@ struct node {
 struct failure_rec {
 	double at_s;
 	uint32_t host;
+	enum sim_cause cause;
 	uint32_t gen; /* generation it hit */
 	double first_arrive_s, release_s, step_start_s;
 	double
@@ -939,24 +940,25 @@ static void links_scale(const char *name, bool off)
 	free(links);
 }
 
-static void failure_record(uint32_t h)
+static void failure_record(uint32_t h, enum sim_cause cause)
 {
 	if (W.fail_count < SIM_FAILURES_MAX) {
 		struct failure_rec *f = &W.fail[W.fail_count++];
 		memset(f, 0, sizeof(*f));
 		f->at_s = simgrid_get_clock();
 		f->host = h;
+		f->cause = cause;
 		f->gen = W.gen;
 		f->step_start_s = W.last_step_end_s;
 	}
 }
 
-static void host_off(uint32_t h)
+static void host_off(uint32_t h, enum sim_cause cause)
 {
 	struct node *nd = &W.nodes[h];
 	if (!nd->alive)
-		return;
-	failure_record(h);
+		return; /* already down (its server failed before it, or it before its server) */
+	failure_record(h, cause);
 	nd->alive = false;
 	sim_net_set_alive(W.net, h, false);
 	sg_host_turn_off(W.hosts[h]);
@@ -974,7 +976,7 @@ static void host_pause(uint32_t h, bool stop)
 	nd->paused = stop;
 	if (stop) {
 		nd->was_paused = true;
-		failure_record(h);
+		failure_record(h, SIM_CAUSE_PAUSE);
 		sg_actor_suspend(nd->actor);
 		if (nd->worker != NULL)
 			sg_actor_suspend(nd->worker);
@@ -994,7 +996,7 @@ static void fault_apply(const struct sim_fault *f)
 		host_pause(f->a, f->kind == SIM_FAULT_PAUSE);
 		break;
 	case SIM_FAULT_HOST_OFF:
-		host_off(f->a);
+		host_off(f->a, f->cause);
 		break;
 	case SIM_FAULT_HOST_ON:
 		/* The host is back; its process rejoins once the core has incarnations. */
@@ -1042,10 +1044,85 @@ static void controller_main(int argc, char **argv)
 
 /* ---- the run ---- */
 
+/* Failures whose recovery overlaps an earlier one's share that time: each is charged only what
+ * it adds past the recovery already under way, so that the sums are the job's time lost (8
+ * GPUs of a server failing at once cost one detection and one view change, not eight). */
+static void overlap_trim(struct sim_result *r)
+{
+	double covered_s = -1; /* the end of the latest recovery window so far */
+	uint32_t owner = UINT32_MAX;
+	for (uint32_t i = 0; i < r->failure_count && i < SIM_FAILURES_MAX; i++) {
+		struct sim_failure_cost *c = &r->failures[i];
+		double detect_end = c->at_s + c->detect_s, view_end = detect_end + c->view_s;
+		double end = view_end + c->restart_s;
+		c->within = UINT32_MAX;
+		if (c->at_s < covered_s) {
+			double from_view = fmax(covered_s, detect_end);
+			c->detect_s = detect_end > covered_s ? detect_end - covered_s : 0;
+			c->view_s = view_end > from_view ? view_end - from_view : 0;
+			c->restart_s = c->rollback_s = c->redo_s = 0;
+			c->within = owner;
+		}
+		if (end > covered_s) {
+			covered_s = end;
+			owner = c->within != UINT32_MAX ? c->within : i;
+		}
+	}
+}
+
+/* A host's server: the "server" property keel-sim's platforms give every GPU (a user's file
+ * may too), a number below the host count; a host without one (or with another value) is a
+ * server of its own, numbered from n up. */
+static uint32_t host_server(uint32_t e)
+{
+	const char *v = sg_host_get_property_value(W.hosts[e], "server");
+	char *end = NULL;
+	unsigned long num = v != NULL ? strtoul(v, &end, 10) : 0;
+	bool ok = v != NULL && *v != '\0' && *end == '\0' && num < W.n;
+	return ok ? (uint32_t)num : W.n + e;
+}
+
+/* A lifetime with mean `mean_s`: Weibull of shape k (k = 1: exponential), whose scale is
+ * mean / Gamma(1 + 1/k). Shapes below 1 give infant mortality, above 1 wear-out. */
+static double lifetime_s(uint64_t *rng, double mean_s, double k)
+{
+	double u = ((double)(rng_next(rng) >> 11) + 0.5) / 9007199254740992.0;
+	return mean_s / tgamma(1.0 + 1.0 / k) * pow(-log(u), 1.0 / k);
+}
+
+static void host_dies(uint32_t e, double t, enum sim_cause cause)
+{
+	if (t < W.horizon_s)
+		W.faults[W.fault_n++] = (struct sim_fault){
+		    .kind = SIM_FAULT_HOST_OFF, .cause = cause, .at_s = t, .a = e};
+}
+
+/* Random failures, one lifetime per GPU (--mtbf), then one per server (--mtbf-server), which
+ * takes all its GPUs down at once; whichever comes first ends a GPU (a failed host stays
+ * down: a repaired host cannot rejoin in keel-sim yet). Drawn in host order, then server
+ * order, from the run's seed: the same seed gives the same failures. */
+static void random_failures(const struct sim_scenario *s, uint64_t *rng)
+{
+	for (uint32_t e = 0; s->mtbf_s > 0 && e < W.n; e++)
+		host_dies(e, lifetime_s(rng, s->mtbf_s, s->weibull_k), SIM_CAUSE_GPU);
+	for (uint32_t sv = 0; s->mtbf_server_s > 0 && sv < 2 * W.n; sv++) {
+		bool any = false;
+		for (uint32_t e = 0; e < W.n && !any; e++)
+			any = host_server(e) == sv;
+		if (!any)
+			continue;
+		double t = lifetime_s(rng, s->mtbf_server_s, s->weibull_k);
+		for (uint32_t e = 0; e < W.n; e++)
+			if (host_server(e) == sv)
+				host_dies(e, t, SIM_CAUSE_SERVER);
+	}
+}
+
 static int faults_build(const struct sim_scenario *s, char *err, size_t err_len)
 {
 	uint64_t rng = s->seed * 0x2545f4914f6cdd1dull + 17;
-	W.faults = calloc(2 * SIM_FAULTS_MAX + W.n, sizeof(*W.faults)); /* pauses end too */
+	/* pauses end too; a GPU may draw a lifetime of its own and one of its server's */
+	W.faults = calloc(2 * SIM_FAULTS_MAX + 2 * (size_t)W.n, sizeof(*W.faults));
 	if (W.faults == NULL)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < s->fault_count; i++) {
@@ -1066,15 +1143,7 @@ static int faults_build(const struct sim_scenario *s, char *err, size_t err_len)
 			W.faults[W.fault_n++] = (struct sim_fault){
 			    .kind = SIM_FAULT_RESUME, .at_s = f->at_s + f->factor, .a = f->a};
 	}
-	/* Random failures: exponential lifetimes with mean mtbf_s per host, one each (a failed
-	 * host stays down: rejoin waits for the core's incarnations). */
-	for (uint32_t e = 0; s->mtbf_s > 0 && e < W.n; e++) {
-		double u = ((double)(rng_next(&rng) >> 11) + 0.5) / 9007199254740992.0;
-		double t = -log(u) * s->mtbf_s;
-		if (t < W.horizon_s)
-			W.faults[W.fault_n++] =
-			    (struct sim_fault){.kind = SIM_FAULT_HOST_OFF, .at_s = t, .a = e};
-	}
+	random_failures(s, &rng);
 	qsort(W.faults, W.fault_n, sizeof(*W.faults), fault_cmp);
 	return 0;
 }
@@ -1142,18 +1211,11 @@ static int platform_load(const struct sim_scenario *s, char *err, size_t err_len
 	return 0;
 }
 
-/* Each endpoint's server: the "server" property keel-sim's platforms give every GPU (a
- * user's file may too), a number below the host count; a host without one (or with another
- * value) is a server of its own, numbered from n up. */
+/* Each endpoint's server (host_server), kept for the run. */
 static void servers_read(void)
 {
-	for (uint32_t e = 0; e < W.n; e++) {
-		const char *v = sg_host_get_property_value(W.hosts[e], "server");
-		char *end = NULL;
-		unsigned long num = v != NULL ? strtoul(v, &end, 10) : 0;
-		bool ok = v != NULL && *v != '\0' && *end == '\0' && num < W.n;
-		W.server[e] = ok ? (uint32_t)num : W.n + e;
-	}
+	for (uint32_t e = 0; e < W.n; e++)
+		W.server[e] = host_server(e);
 }
 
 /* The smallest datagram size the core accepts for this world (its views travel in one). */
@@ -1261,6 +1323,8 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 		struct sim_failure_cost *c = &r->failures[i];
 		c->at_s = f->at_s;
 		c->host = f->host;
+		c->server = W.server[f->host];
+		c->cause = f->cause;
 		if (f->release_s > 0) { /* restart modes: the job noticed, then relaunched */
 			c->detect_s = f->first_arrive_s - f->at_s;
 			c->view_s = f->release_s - f->first_arrive_s;
@@ -1278,6 +1342,7 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 				? f->at_s - f->step_start_s
 				: 0;
 	}
+	overlap_trim(r);
 	r->step_s_after_repair =
 	    W.repair_steps_after > 0 ? W.repair_time_after / (double)W.repair_steps_after : 0;
 	r->compute_s_ideal = compute_ideal_s();

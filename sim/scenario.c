@@ -33,6 +33,7 @@ void sim_scenario_default(struct sim_scenario *s)
 	s->allreduce_bytes = 1 << 20;
 	s->repeat = 5;
 	s->seed = 1;
+	s->weibull_k = 1; /* exponential lifetimes */
 }
 
 static int parse_double(const char *v, double *out)
@@ -211,8 +212,12 @@ static int set_number(struct sim_scenario *s, const char *key, double d)
 		s->allreduce_bytes = (uint64_t)d;
 	else if (strcmp(key, "repeat") == 0 && d >= 1 && fits_u32(d))
 		s->repeat = (uint32_t)d;
-	else if (strcmp(key, "mtbf") == 0)
+	else if (strcmp(key, "mtbf") == 0 && d >= 0)
 		s->mtbf_s = d;
+	else if (strcmp(key, "mtbf-server") == 0 && d >= 0)
+		s->mtbf_server_s = d;
+	else if (strcmp(key, "weibull") == 0 && d > 0 && d <= 20)
+		s->weibull_k = d;
 	else if (strcmp(key, "seed") == 0 && fits_u64(d))
 		s->seed = (uint64_t)d;
 	else

@@ -67,8 +67,18 @@ enum sim_fault_kind {
 
 #define SIM_FAULTS_MAX 256u
 
+/* Why a host went down. */
+enum sim_cause {
+	SIM_CAUSE_FAULT = 0, /* --fail at a given time */
+	SIM_CAUSE_GPU,	     /* a lifetime drawn from --mtbf (per GPU) */
+	SIM_CAUSE_SERVER,    /* a lifetime drawn from --mtbf-server: every GPU of the server */
+	SIM_CAUSE_PAUSE,     /* --pause: stopped, not dead */
+};
+const char *sim_cause_name(enum sim_cause cause);
+
 struct sim_fault {
 	enum sim_fault_kind kind;
+	enum sim_cause cause;
 	double at_s;
 	uint32_t a, b; /* host (or rank) indexes; b for CUT */
 	double factor;
@@ -111,7 +121,10 @@ struct sim_scenario {
 	/* faults */
 	struct sim_fault faults[SIM_FAULTS_MAX];
 	uint32_t fault_count;
-	double mtbf_s; /* per host, random failures; 0: none */
+	/* Random failures, one lifetime per GPU (mtbf_s) and per server (mtbf_server_s: all its
+	 * GPUs at once), exponential (weibull_k 1) or Weibull of shape weibull_k, with that mean;
+	 * 0: none. A failed host stays down. */
+	double mtbf_s, mtbf_server_s, weibull_k;
 	char chaos[128];
 	uint64_t seed;
 	/* output */
@@ -138,7 +151,12 @@ int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_
 
 struct sim_failure_cost {
 	double at_s;
-	uint32_t host;
+	uint32_t host, server;
+	enum sim_cause cause;
+	/* It struck while an earlier failure's detection, view change or restart was under way
+	 * (the GPUs of one server fail together): only what it added beyond that is charged, and
+	 * no restart, rollback or redo of its own. UINT32_MAX: it did not (the index otherwise). */
+	uint32_t within;
 	double detect_s; /* failure to the first survivor's suspicion (restart modes: to the
 			  * first survivor giving up on it, or its collective's timeout) */
 	double view_s;	 /* first detection to the new view on every survivor */

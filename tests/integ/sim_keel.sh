@@ -5,7 +5,8 @@
 # simulation; heterogeneity in the model's proportions; fidelity against SMPI's ring
 # MPI_Allreduce and the analytical ring cost; the hierarchical AllReduce used and not slower
 # than the ring on servers of 8 GPUs; a straggler repaired by keel's controller; compressed
-# gradients over 25 GbE; clear errors for bad input. About a minute.
+# gradients over 25 GbE; failures drawn from lifetimes (per GPU, per server, Weibull); clear
+# errors for bad input. About a minute and a half.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 SIM=${BUILD:-build}/bin/keel-sim
@@ -232,7 +233,31 @@ err=$("$SIM" "${cargs[@]}" --compress bf16 --check 1 2>&1); [ $? != 0 ] &&
 err=$("$SIM" "${cargs[@]}" --compress zip 2>&1); [ $? = 2 ] &&
 	grep -q "bad value 'zip' for 'compress'" <<<"$err" || no "bad --compress: $err"
 
-# 7. Bad input names what is wrong.
+# 7. Random failures from lifetimes (heartbeat mode: cheap). 64 GPUs with a 10 s MTBF over
+# 10 s: each fails with probability 1 - e^-1, so 29..52 of them (3 sigma); the same seed lists
+# the same failures. Weibull of shape 3 with the same mean makes a failure within the mean
+# less likely (0.51 against 0.63): fewer of them, 23..43. Per server: its 8 GPUs fail at one
+# instant, and are charged one recovery (the others only what they add to it).
+fargs=(--cluster 64xH100:ib --mode heartbeat --horizon 10 --seed "$SEED")
+"$SIM" "${fargs[@]}" --mtbf 10s >/dev/null 2>"$tmp/f1" || no "--mtbf run exited $?"
+"$SIM" "${fargs[@]}" --mtbf 10s >/dev/null 2>"$tmp/f2" || no "--mtbf run 2 exited $?"
+n_exp=$(grep -c 'keel-sim: failure .*, gpu:' "$tmp/f1")
+[ "$n_exp" -ge 29 ] && [ "$n_exp" -le 52 ] || no "--mtbf 10s: $n_exp of 64 GPUs failed in 10 s, expected 29..52"
+cmp -s <(grep 'keel-sim: failure' "$tmp/f1") <(grep 'keel-sim: failure' "$tmp/f2") ||
+	no "--mtbf: the same seed gave other failures"
+"$SIM" "${fargs[@]}" --mtbf 10s --weibull 3 >/dev/null 2>"$tmp/f3" || no "--weibull run exited $?"
+n_wb=$(grep -c 'keel-sim: failure .*, gpu:' "$tmp/f3")
+[ "$n_wb" -ge 23 ] && [ "$n_wb" -le 43 ] || no "--weibull 3: $n_wb failed, expected 23..43"
+"$SIM" "${fargs[@]}" --mtbf-server 10s >/dev/null 2>"$tmp/f4" || no "--mtbf-server run exited $?"
+awk '/keel-sim: failure .*, server:/ { split($0, a, " at "); split(a[2], b, " s:"); t[b[1]]++;
+	if ($0 !~ /during failure/) own[b[1]]++; n++ }
+	END { if (n == 0 || n % 8) exit 1; for (k in t) if (t[k] != 8 || own[k] != 1) exit 1 }' "$tmp/f4" ||
+	no "--mtbf-server: failures not in whole servers of 8 at one instant, one recovery each: $(grep -c failure "$tmp/f4")"
+echo "sim: random failures: $n_exp of 64 GPUs exponential, $n_wb Weibull(3), $(grep -c ', server:' "$tmp/f4") in whole servers"
+err=$("$SIM" "${fargs[@]}" --weibull 0 2>&1); [ $? = 2 ] &&
+	grep -q "bad value '0' for 'weibull'" <<<"$err" || no "--weibull 0: $err"
+
+# 8. Bad input names what is wrong.
 err=$("$SIM" --cluster 8xX100:ib 2>&1); [ $? = 2 ] && grep -q "unknown GPU type 'X100'" <<<"$err" &&
 	echo "sim: error: $err" || no "bad GPU type: $err"
 err=$("$SIM" --cluster 8xH100:fddi 2>&1); grep -q "unknown fabric 'fddi'" <<<"$err" || no "bad fabric: $err"
