@@ -362,6 +362,9 @@ int main(int argc, char **argv)
 	char *next = v != NULL ? strtok_r(NULL, ",", &save) : NULL;
 	bool first = true;
 	int failed = 0;
+	struct sim_ckpt_advice ckpt = {0};
+	bool ckpt_sweep =
+	    key != NULL && strcmp(key, "ckpt-every") == 0 && strcmp(s.mode, "train") == 0;
 	if (strcmp(s.mode, "allreduce") != 0)
 		sim_report_header(stdout, fmt, key);
 	do {
@@ -385,6 +388,8 @@ int main(int argc, char **argv)
 		else
 			sim_report_row(stdout, fmt, key, v, &r, first, next == NULL);
 		fflush(stdout);
+		if (ckpt_sweep)
+			sim_ckpt_track(&ckpt, v, &r);
 		if (plot != NULL && sim_plot_add(plot, v, &r) != 0) {
 			fprintf(stderr, "keel-sim: cannot write the plot's data\n");
 			failed = 1;
@@ -394,6 +399,11 @@ int main(int argc, char **argv)
 		v = next;
 		next = v != NULL ? strtok_r(NULL, ",", &save) : NULL;
 	} while (v != NULL);
+	if (ckpt_sweep && !failed) {
+		sim_ckpt_young_daly(&ckpt, &s);
+		if (plot != NULL)
+			sim_plot_optimum(plot, ckpt.best_every, ckpt.yd_steps);
+	}
 	failed |= plot_finish(plot, plot_path, failed);
 	free(sweep);
 	return failed ? 1 : 0;

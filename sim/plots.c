@@ -33,6 +33,7 @@ struct sim_plot {
 	uint32_t numbers;    /* sweep values read as numbers so far */
 	double x_min, x_max; /* of those */
 	bool first_slots;    /* the first run's step slots held several steps each */
+	double best_x, young_daly_x; /* sim_plot_optimum; 0: not marked */
 	double horizon_s;
 };
 
@@ -211,7 +212,8 @@ static void panel_reset(FILE *f)
 {
 	fprintf(
 	    f,
-	    "unset arrow\nunset logscale\nunset xtics\nset xtics\nset offsets 0,0,0,0\n"
+	    "unset arrow\nunset label\nunset logscale\nunset xtics\nset xtics\nset offsets "
+	    "0,0,0,0\n"
 	    "set autoscale\nset format '%%g'\nset key below horizontal nobox height 1\nset grid\n"
 	    "unset y2tics\nunset y2label\nset ytics mirror\n");
 }
@@ -270,6 +272,35 @@ static void cdf_panel(const struct sim_plot *sp, FILE *f)
 /* The sweep's x against what the mode is about: goodput when training (samples/s beside it:
  * keel-sim's goodput counts a step slowed by a failure as useful time), detection when only
  * heartbeating, the AllReduce time beside its model otherwise. */
+void sim_plot_optimum(struct sim_plot *sp, double best, double young_daly)
+{
+	sp->best_x = best;
+	sp->young_daly_x = young_daly;
+}
+
+/* The ckpt-every sweep's two marks: vertical lines at the best value and at Young/Daly's. */
+static void optimum_marks(const struct sim_plot *sp, FILE *f)
+{
+	if (!sp->numeric)
+		return;
+	if (sp->best_x > 0)
+		fprintf(
+		    f,
+		    "set arrow from %.9g, graph 0 to %.9g, graph 1 nohead lw 2 lc rgb '#2ca02c'\n"
+		    "set label 'best of the sweep: %g' at %.9g, graph 0.95 left offset 0.5,0 "
+		    "tc rgb '#2ca02c'\n",
+		    sp->best_x, sp->best_x, sp->best_x, sp->best_x);
+	if (sp->young_daly_x > 0 && (sp->young_daly_x < sp->x_min || sp->young_daly_x > sp->x_max))
+		fprintf(f, "set xrange [%.9g:%.9g]\n", 0.8 * fmin(sp->x_min, sp->young_daly_x),
+			1.25 * fmax(sp->x_max, sp->young_daly_x)); /* both lines in view */
+	if (sp->young_daly_x > 0)
+		fprintf(f,
+			"set arrow from %.9g, graph 0 to %.9g, graph 1 nohead lw 2 dt 2 lc rgb "
+			"'#d62728'\nset label 'Young/Daly: %.1f' at %.9g, graph 0.85 right offset "
+			"-0.5,0 tc rgb '#d62728'\n",
+			sp->young_daly_x, sp->young_daly_x, sp->young_daly_x, sp->young_daly_x);
+}
+
 static void sweep_panel(const struct sim_plot *sp, FILE *f)
 {
 	const char *x = sp->numeric ? "2" : "0";
@@ -284,6 +315,7 @@ static void sweep_panel(const struct sim_plot *sp, FILE *f)
 	title_set(f, "xlabel", "%s", sp->key);
 	if (strcmp(sp->mode, "train") == 0) {
 		title_set(f, "title", "Goodput against %s", sp->key);
+		optimum_marks(sp, f);
 		fprintf(
 		    f,
 		    "set ylabel 'goodput (%%)'\nset y2label 'samples/s'\nset ytics nomirror\n"

@@ -1318,6 +1318,12 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 	r->goodput = r->step_s * (double)W.steps / W.horizon_s;
 	r->failure_count = W.fail_count;
 	r->detect_bound_s = detect_bound_s(false);
+	for (uint32_t e = 0; e < W.n; e++) {
+		bool first = true;
+		for (uint32_t q = 0; q < e && first; q++)
+			first = W.server[q] != W.server[e];
+		r->servers += first;
+	}
 	for (uint32_t i = 0; i < W.fail_count; i++) {
 		const struct failure_rec *f = &W.fail[i];
 		struct sim_failure_cost *c = &r->failures[i];

@@ -227,6 +227,7 @@ struct sim_result {
 	double allreduce_model_s; /* 2(n-1)(alpha + S/(n beta)) */
 	double alpha_s, beta_Bps;
 	double compute_s_min, compute_s_max; /* one step's compute, fastest and slowest GPU */
+	uint32_t servers;		     /* distinct servers among the hosts */
 	uint64_t messages, bytes;
 	uint64_t compress_frags, compress_bytes_saved; /* --compress: all nodes, scaled bytes */
 	uint64_t rx_queue_drops;
@@ -241,6 +242,17 @@ struct sim_result {
  * with a message (bad platform, too few hosts). */
 int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char **argv, char *err,
 	    size_t err_len);
+
+/* --sweep ckpt-every=...: the best value (highest goodput) and, beside it, Young and Daly's
+ * first-order optimum sqrt(2 x delta x M), said on stderr (sim/ckpt_optimum.c). */
+struct sim_ckpt_advice {
+	bool have;
+	double best_every, best_goodput, step_s, sim_s;
+	uint32_t ranks, servers, failures;
+	double delta_s, mtbf_job_s, yd_s, yd_steps;
+};
+void sim_ckpt_track(struct sim_ckpt_advice *a, const char *val, const struct sim_result *r);
+void sim_ckpt_young_daly(struct sim_ckpt_advice *a, const struct sim_scenario *s);
 
 void sim_report_header(FILE *f, const char *format, const char *sweep_key);
 void sim_report_row(FILE *f, const char *format, const char *sweep_key, const char *sweep_val,
@@ -264,6 +276,8 @@ int sim_plot_add(struct sim_plot *sp, const char *sweep_val, const struct sim_re
 /* Draw what was added into the plot's path and free sp. 0, or a negative errno with a
  * message (nothing to draw, gnuplot failed); no file is left on failure. */
 int sim_plot_render(struct sim_plot *sp, char *err, size_t err_len);
+/* A sweep of ckpt-every: mark the best value and Young/Daly's (in steps; 0: none). */
+void sim_plot_optimum(struct sim_plot *sp, double best, double young_daly);
 /* Free sp and its temporary folder without drawing; NULL is fine. */
 void sim_plot_discard(struct sim_plot *sp);
 

@@ -5,8 +5,8 @@
 # simulation; heterogeneity in the model's proportions; fidelity against SMPI's ring
 # MPI_Allreduce and the analytical ring cost; the hierarchical AllReduce used and not slower
 # than the ring on servers of 8 GPUs; a straggler repaired by keel's controller; compressed
-# gradients over 25 GbE; failures drawn from lifetimes (per GPU, per server, Weibull); clear
-# errors for bad input. About a minute and a half.
+# gradients over 25 GbE; failures drawn from lifetimes (per GPU, per server, Weibull); the
+# checkpoint sweep's optimum beside Young/Daly's; clear errors for bad input. About a minute and a half.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 SIM=${BUILD:-build}/bin/keel-sim
@@ -257,7 +257,25 @@ echo "sim: random failures: $n_exp of 64 GPUs exponential, $n_wb Weibull(3), $(g
 err=$("$SIM" "${fargs[@]}" --weibull 0 2>&1); [ $? = 2 ] &&
 	grep -q "bad value '0' for 'weibull'" <<<"$err" || no "--weibull 0: $err"
 
-# 8. Bad input names what is wrong.
+# 8. A sweep of the checkpoint interval (restart recovery, two failures): the best value said
+# is the CSV's highest goodput, Young/Daly's optimum is sqrt(2 x write x MTBF) in seconds and
+# that over the step in steps, and the plot marks both.
+"$SIM" --cluster 8xH100:ib --mode train --model 20M --batch 96 --flops-per-sample 2e11 \
+	--horizon 3 --fail 1:3 --fail 2:5 --recovery restart --restart 0.2s --seed "$SEED" \
+	--sweep ckpt-every=10,40,160 --format csv --plot "$tmp/ckpt.svg" >"$tmp/ckpt.csv" 2>"$tmp/ckpt.err" ||
+	no "ckpt-every sweep exited $?"
+best=$(awk -F, 'NR==1{for(i=1;i<=NF;i++)if($i=="goodput")g=i} NR>1 && $g>m {m=$g; b=$1} END{print b}' "$tmp/ckpt.csv")
+line=$(grep 'ckpt-every: the best of the sweep' "$tmp/ckpt.err")
+grep -q "best of the sweep is $best steps" <<<"$line" || no "ckpt sweep: said '$line', the CSV's best is $best"
+awk '{ for (i = 1; i <= NF; i++) { if ($i == "sqrt(2") { d = $(i+2); m = $(i+5) + 0 }
+	if ($i == "=" && $(i+2) == "s") t = $(i+1); if ($i == "steps" && $(i+1) == "of") { k = $(i-1); st = $(i+2) } }
+	exit !(t > 0 && (t - sqrt(2 * d * m)) ^ 2 < (0.01 * t) ^ 2 && (k - t / st) ^ 2 < (0.02 * k) ^ 2) }' <<<"$line" ||
+	no "ckpt sweep: Young/Daly arithmetic in '$line'"
+grep -q 'Young/Daly' "$tmp/ckpt.svg" && grep -q 'best of the sweep' "$tmp/ckpt.svg" ||
+	no "ckpt sweep: the plot lacks its marks"
+echo "sim: ckpt-every sweep: best $best; ${line##*; }"
+
+# 9. Bad input names what is wrong.
 err=$("$SIM" --cluster 8xX100:ib 2>&1); [ $? = 2 ] && grep -q "unknown GPU type 'X100'" <<<"$err" &&
 	echo "sim: error: $err" || no "bad GPU type: $err"
 err=$("$SIM" --cluster 8xH100:fddi 2>&1); grep -q "unknown fabric 'fddi'" <<<"$err" || no "bad fabric: $err"
