@@ -5,6 +5,24 @@
 
 #include "sim_int.h"
 
+/* JSON: each failure on its own (the lost_s columns are their sums). */
+static void failures_json(FILE *f, const struct sim_result *r)
+{
+	for (uint32_t i = 0; i < r->failure_count && i < SIM_FAILURES_MAX; i++) {
+		const struct sim_failure_cost *c = &r->failures[i];
+		fprintf(f,
+			"%s{\"at_s\": %.9f, \"host\": %u, \"server\": %u, \"cause\": \"%s\", "
+			"\"detect_s\": %.9f, \"view_change_s\": %.9f, \"restart_s\": %.6f, "
+			"\"rollback_s\": %.6f, \"redo_s\": %.6f, \"during_failure\": ",
+			i > 0 ? ", " : "", c->at_s, c->host, c->server, sim_cause_name(c->cause),
+			c->detect_s, c->view_s, c->restart_s, c->rollback_s, c->redo_s);
+		if (c->within == UINT32_MAX)
+			fprintf(f, "null}");
+		else
+			fprintf(f, "%u}", c->within + 1);
+	}
+}
+
 static void costs(const struct sim_result *r, double c[6])
 {
 	memset(c, 0, 6 * sizeof(double));
@@ -105,7 +123,7 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    "\"predicted_before_s\": %.6f, \"predicted_after_s\": %.6f, "
 		    "\"step_s_after\": %.6f, \"compute_s_ideal\": %.6f, \"compute_s_max\": %.6f, "
 		    "\"plans_disagree\": %llu}, \"compress\": {\"fragments\": %llu, "
-		    "\"bytes_saved\": %llu}}%s\n",
+		    "\"bytes_saved\": %llu}, \"failure_list\": [",
 		    sweep_key != NULL ? sweep_key : "run", v, r->ranks, r->sim_s,
 		    (unsigned long long)r->steps, r->samples_per_s, r->step_s, r->goodput,
 		    r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5], r->detect_count,
@@ -121,7 +139,9 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    (unsigned long long)r->repair_first_step, r->repair_before_s, r->repair_after_s,
 		    r->step_s_after_repair, r->compute_s_ideal, r->compute_s_max,
 		    (unsigned long long)r->plans_disagree, (unsigned long long)r->compress_frags,
-		    (unsigned long long)r->compress_bytes_saved, last ? "" : ",");
+		    (unsigned long long)r->compress_bytes_saved);
+		failures_json(f, r);
+		fprintf(f, "]}%s\n", last ? "" : ",");
 		if (last)
 			fprintf(f, "]\n");
 	} else {

@@ -248,7 +248,16 @@ cmp -s <(grep 'keel-sim: failure' "$tmp/f1") <(grep 'keel-sim: failure' "$tmp/f2
 "$SIM" "${fargs[@]}" --mtbf 10s --weibull 3 >/dev/null 2>"$tmp/f3" || no "--weibull run exited $?"
 n_wb=$(grep -c 'keel-sim: failure .*, gpu:' "$tmp/f3")
 [ "$n_wb" -ge 23 ] && [ "$n_wb" -le 43 ] || no "--weibull 3: $n_wb failed, expected 23..43"
-"$SIM" "${fargs[@]}" --mtbf-server 10s >/dev/null 2>"$tmp/f4" || no "--mtbf-server run exited $?"
+"$SIM" "${fargs[@]}" --mtbf-server 10s --format json >"$tmp/f4.json" 2>"$tmp/f4" ||
+	no "--mtbf-server run exited $?"
+python3 -c '
+import json, sys
+run = json.load(open(sys.argv[1]))[0]
+fl = run["failure_list"]
+own = [f for f in fl if f["during_failure"] is None]
+ok = len(fl) == run["failures"] and all(f["cause"] == "server" for f in fl) and \
+	len(fl) == 8 * len(own) and all(fl[f["during_failure"] - 1]["at_s"] == f["at_s"] for f in fl if f not in own)
+sys.exit(0 if ok else 1)' "$tmp/f4.json" || no "--mtbf-server: the JSON failure list disagrees: $(head -c 400 "$tmp/f4.json")"
 awk '/keel-sim: failure .*, server:/ { split($0, a, " at "); split(a[2], b, " s:"); t[b[1]]++;
 	if ($0 !~ /during failure/) own[b[1]]++; n++ }
 	END { if (n == 0 || n % 8) exit 1; for (k in t) if (t[k] != 8 || own[k] != 1) exit 1 }' "$tmp/f4" ||
