@@ -82,7 +82,7 @@ extern "C" {
  * steps: a step computes, then communicates, so at the start of its AllReduce the link has just
  * been idle for the whole compute phase; what says whether the network is the bottleneck is its
  * share of the whole step (keel-sim, 350 M parameters over 25 GbE: 100 ms windows never saw
- * the link busy, with comm 85 % of the step). */
+ * the link busy, with comm 72 % of the step). */
 #define KEEL_COMPRESS_UTIL_PCT_DEFAULT 50u
 #define KEEL_COMPRESS_WINDOW_NS	       1000000000ull
 #define KEEL_COMPRESS_SAMPLE_BYTES     (256u << 10)

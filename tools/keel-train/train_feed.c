@@ -342,6 +342,25 @@ static void fail(struct train_feed *f, struct feed_slot *sl, int status)
 		     : strerror(-status));
 }
 
+/* The rows go to the model through the batch, as a consumer of any Arrow producer would take
+ * them: found once, when the read arrives, then kept with the slot. */
+static int rows_find(struct feed_slot *sl)
+{
+	const void *px, *py;
+	int64_t n, m;
+	int rc = keel_arrow_column_find(&sl->batch.schema, &sl->batch.array, "pixels", KEEL_F32,
+					TRAIN_IN, &px, &n, NULL, 0);
+	if (rc == 0)
+		rc = keel_arrow_column_find(&sl->batch.schema, &sl->batch.array, "label", KEEL_U8,
+					    1, &py, &m, NULL, 0);
+	if (rc != 0)
+		return rc;
+	sl->x = px;
+	sl->y = py;
+	sl->rows = (uint32_t)n;
+	return 0;
+}
+
 /* The executor's callback: check the block and describe it as an Arrow batch. */
 static void slot_done(void *ctx, uint64_t tag, int status, size_t got)
 {
@@ -365,6 +384,8 @@ static void slot_done(void *ctx, uint64_t tag, int status, size_t got)
 	     .data = sl->buf + (size_t)rows * TRAIN_IN * 4}};
 	if (status == 0)
 		status = keel_arrow_export(&sl->batch, cols, 2, rows, NULL, 0);
+	if (status == 0)
+		status = rows_find(sl);
 	if (status != 0) {
 		fail(f, sl, status);
 		return;
@@ -439,23 +460,6 @@ int train_feed_poll(struct train_feed *f)
 	return keel_preload_poll(f->pre);
 }
 
-static int rows_of(struct feed_slot *sl, const float **x, const uint8_t **y, uint32_t *rows)
-{
-	const void *px, *py;
-	int64_t n, m;
-	int rc = keel_arrow_column_find(&sl->batch.schema, &sl->batch.array, "pixels", KEEL_F32,
-					TRAIN_IN, &px, &n, NULL, 0);
-	if (rc == 0)
-		rc = keel_arrow_column_find(&sl->batch.schema, &sl->batch.array, "label", KEEL_U8,
-					    1, &py, &m, NULL, 0);
-	if (rc != 0)
-		return rc;
-	*x = px;
-	*y = py;
-	*rows = (uint32_t)n;
-	return 0;
-}
-
 int train_feed_rows(struct train_feed *f, uint64_t epoch, uint32_t shard, const float **x,
 		    const uint8_t **y, uint32_t *rows)
 {
@@ -486,7 +490,10 @@ int train_feed_rows(struct train_feed *f, uint64_t epoch, uint32_t shard, const 
 	}
 	if (t0 != 0)
 		f->stats.wait_ns += keel_posix_now_ns() - t0;
-	return rows_of(sl, x, y, rows);
+	*x = sl->x;
+	*y = sl->y;
+	*rows = sl->rows;
+	return 0;
 }
 
 int train_feed_read_all(struct train_feed *f, struct train_data *d)

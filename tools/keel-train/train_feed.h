@@ -38,6 +38,10 @@ struct feed_slot {
 	uint32_t shard;
 	int status; /* SLOT_FAILED: why */
 	struct keel_arrow_batch batch;
+	/* SLOT_READY: the rows, as keel_arrow_column_find found them in the batch on arrival */
+	const float *x;
+	const uint8_t *y;
+	uint32_t rows;
 	uint8_t buf[FEED_BLOCK_MAX] __attribute__((aligned(FEED_ALIGN)));
 };
 
