@@ -3,7 +3,7 @@
 # Actor code is compiled with -fexceptions: SimGrid unwinds killed actors with an exception.
 ifeq ($(HAVE_SIMGRID),1)
 ifeq ($(SAN),)
-SIM_SRC := sim/keel_sim_main.c sim/ckpt_optimum.c sim/platform.c sim/plots.c sim/report.c sim/run.c sim/scenario.c \
+SIM_SRC := sim/keel_sim_main.c sim/ckpt_optimum.c sim/fidelity.c sim/platform.c sim/plots.c sim/report.c sim/run.c sim/scenario.c \
 	sim/straggler_sim.c sim/transport_sim.c
 # The presets and `define` lines are read by keel-plan's plan_preset.c (no expat in it), so both
 # tools read them alike; SimGrid platform files by SimGrid itself (sim/platform_load.cc).

@@ -69,6 +69,12 @@ struct node {
 	bool strag_on;
 	double compute_s;
 	uint64_t prev_members_sig;
+	/* multi-fidelity: the keel node's clock is SimGrid's less the time this node leapt, so
+	 * that a leap is no silence to keel; steps are counted per view epoch, which names a
+	 * step every member of a view agrees on (a readmitted rank too) */
+	uint64_t clock_off_ns;
+	uint32_t step_epoch;
+	uint64_t epoch_steps;
 };
 
 struct failure_rec {
@@ -126,9 +132,32 @@ static struct {
 	double repair_time_after;
 	uint32_t scale; /* each data datagram stands for this many */
 	uint32_t window, mtu;
+	uint32_t fault_next; /* the controller's next fault to apply */
+	/* multi-fidelity (--fidelity auto): rank 0's steady-state window, and the leap it
+	 * planned: every node of generation `gen` leaps after its step number `step` of view
+	 * `epoch` */
+	bool ff_on;
+	struct sim_ff ff;
+	struct {
+		uint32_t gen, epoch;
+		uint64_t step;
+		struct sim_ff_skip skip;
+	} leap;
 } W;
 
 static int straggler_setup(struct node *nd); /* per generation, in node_setup */
+
+/* The node's keel clock: SimGrid's less what it leapt. */
+static uint64_t keel_now_ns(const struct node *nd)
+{
+	return sim_now_ns() - nd->clock_off_ns;
+}
+
+/* A time from the node's keel clock as simulated (job) time, in seconds. */
+static double job_s(const struct node *nd, uint64_t keel_ns)
+{
+	return (double)(keel_ns + nd->clock_off_ns) * 1e-9;
+}
 
 static uint64_t ns_of(double s)
 {
@@ -171,10 +200,13 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 	struct node *nd = ctx;
 	uint64_t h = 1469598103934665603ull;
 	bool has_failed[SIM_FAILURES_MAX] = {false};
+	double at_s = job_s(nd, now_ns);
 
 	if (getenv("KEEL_SIM_DEBUG") != NULL)
-		fprintf(stderr, "%.6f: node %u installs epoch %u (%u members, self %d)\n",
-			(double)now_ns * 1e-9, nd->e, v->epoch, v->member_count, v->self_member);
+		fprintf(stderr, "%.6f: node %u installs epoch %u (%u members, self %d)\n", at_s,
+			nd->e, v->epoch, v->member_count, v->self_member);
+	if (nd->rank == 0 && nd->gen == W.gen)
+		sim_ff_reset(&W.ff); /* a new view: steady again only once measured again */
 	if (v->member_count < nd->view_members)
 		nd->view_shrunk = true;
 	nd->view_epoch = v->epoch;
@@ -201,7 +233,7 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 	for (uint32_t f = 0; f < W.fail_count; f++)
 		if (!has_failed[f] && W.fail[f].gen == nd->gen &&
 		    nd->suspect_s[W.fail[f].host] < 0) {
-			nd->suspect_s[W.fail[f].host] = (double)now_ns * 1e-9;
+			nd->suspect_s[W.fail[f].host] = at_s;
 			nd->via_view[W.fail[f].host] = true;
 		}
 	/* (not the paused process itself: it installs that view only once it is back) */
@@ -210,7 +242,7 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 		if (has_failed[f] || W.fail[f].gen != nd->gen || host == nd->e ||
 		    nd->excluded_s[host] >= 0)
 			continue;
-		nd->excluded_s[host] = (double)now_ns * 1e-9;
+		nd->excluded_s[host] = at_s;
 		if (nd->excluded_s[host] > W.fail[f].view_s)
 			W.fail[f].view_s = nd->excluded_s[host];
 	}
@@ -222,16 +254,15 @@ static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t 
 	if (st != KEEL_PEER_SUSPECTED || peer >= nd->world)
 		return;
 	uint32_t e = W.map[peer];
+	double at_s = job_s(nd, now_ns);
 	if (getenv("KEEL_SIM_DEBUG") != NULL && W.nodes[e].alive)
-		fprintf(stderr, "%.6f: node %u suspects %u (gen %u)\n", (double)now_ns * 1e-9,
-			nd->e, e, nd->gen);
+		fprintf(stderr, "%.6f: node %u suspects %u (gen %u)\n", at_s, nd->e, e, nd->gen);
 	if (nd->suspect_s[e] < 0)
-		nd->suspect_s[e] = (double)now_ns * 1e-9;
+		nd->suspect_s[e] = at_s;
 	for (uint32_t f = 0; f < W.fail_count; f++)
 		if (W.fail[f].host == e && W.fail[f].gen == nd->gen &&
-		    (W.fail[f].first_suspect_s == 0 ||
-		     (double)now_ns * 1e-9 < W.fail[f].first_suspect_s))
-			W.fail[f].first_suspect_s = (double)now_ns * 1e-9;
+		    (W.fail[f].first_suspect_s == 0 || at_s < W.fail[f].first_suspect_s))
+			W.fail[f].first_suspect_s = at_s;
 	if (W.nodes[e].alive && !W.nodes[e].paused)
 		nd->false_suspicions++; /* suspected while its host was up and running */
 }
@@ -344,6 +375,10 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 	nd->view_members = W.members;
 	nd->view_index = rank;
 	nd->view_shrunk = false;
+	nd->step_epoch = 0;
+	nd->epoch_steps = 0;
+	if (rank == 0)
+		sim_ff_reset(&W.ff); /* a new generation */
 	rc = straggler_setup(nd);
 	if (rc != 0) {
 		snprintf(err, err_len, "straggler repair: %s", keel_strerror(rc));
@@ -360,7 +395,7 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 		nd->arena = malloc(need);
 		nd->arena_len = nd->arena != NULL ? need : 0;
 	}
-	rc = keel_init(&nd->kn, nd->arena, nd->arena_len, &cfg, sim_now_ns());
+	rc = keel_init(&nd->kn, nd->arena, nd->arena_len, &cfg, keel_now_ns(nd));
 	if (rc != 0) {
 		snprintf(err, err_len, "keel_init: %s", keel_strerror(rc));
 		return rc;
@@ -434,9 +469,11 @@ static int poll_until(struct node *nd, struct keel_op *op, int *op_rc, bool comp
 		uint64_t now = sim_now_ns(), dl;
 		if (nd->gen != W.gen)
 			return RECOVER;
-		int rc = keel_poll(nd->kn, now, &dl);
+		int rc = keel_poll(nd->kn, now - nd->clock_off_ns, &dl);
 		if (rc != 0)
 			return rc;
+		if (dl != UINT64_MAX)
+			dl += nd->clock_off_ns; /* keel's deadline on SimGrid's clock */
 		if (op != NULL) {
 			rc = keel_op_test_info(nd->kn, op, &nd->op_info, nd->op_members, W.n);
 			if (rc != -EINPROGRESS) {
@@ -703,6 +740,7 @@ static void straggler_after_step(struct node *nd, size_t count)
 	W.r->repair_after_s = d.after_s;
 	W.repair_steps_after = 0;
 	W.repair_time_after = 0;
+	sim_ff_reset(&W.ff); /* a new plan: its steps are measured afresh */
 }
 
 static int straggler_setup(struct node *nd)
@@ -748,23 +786,131 @@ static void step_slot_add(double start_s, double end_s)
 	slot->count++;
 }
 
-static void train_step_record(const struct node *nd, double start_s)
+/* One step of rank 0 ending at end_s, begun at start_s (its compute's start), into the job's
+ * accounting; `measured` feeds the steady-state window too. */
+static void step_account(double start_s, double end_s, bool measured)
 {
-	if (nd->rank != 0)
-		return;
-	double end_s = simgrid_get_clock();
 	step_slot_add(W.step_ended ? W.last_step_end_s : start_s, end_s);
 	W.step_ended = true;
 	W.steps++;
 	W.last_step_end_s = end_s;
 	if (!W.pending) {
-		W.step_time_sum += W.last_step_end_s - start_s;
+		W.step_time_sum += end_s - start_s;
 		W.step_time_count++;
 		if (W.r->repairs > 0) {
 			W.repair_steps_after++;
-			W.repair_time_after += W.last_step_end_s - start_s;
+			W.repair_time_after += end_s - start_s;
+		}
+		if (measured)
+			sim_ff_add(&W.ff, end_s - start_s);
+	}
+}
+
+static void train_step_record(const struct node *nd, double start_s)
+{
+	if (nd->rank == 0)
+		step_account(start_s, simgrid_get_clock(), true);
+}
+
+/* Sharded model state: bf16 weights, fp32 master weights and two Adam moments, 16 bytes per
+ * parameter (ZeRO's accounting), split evenly over the view. */
+static double ckpt_write_s(const struct node *nd)
+{
+	return W.s->model_params * 16.0 / nd->view_members / W.s->ckpt_Bps;
+}
+
+/* ---- multi-fidelity: leaps over steady steps ---- */
+
+/* Every node that will leap is alive, running, and on rank 0's view of this generation. */
+static bool leap_all_steady(const struct node *r0)
+{
+	for (uint32_t e = 0; e < W.n; e++) {
+		const struct node *nd = &W.nodes[e];
+		if (!nd->alive || nd->done)
+			continue;
+		if (nd->paused || nd->gen != W.gen || nd->view_epoch != r0->view_epoch)
+			return false;
+	}
+	return true;
+}
+
+/* Rank 0, after its step n of a view (its local_steps done): when the steps are steady, plan a
+ * leap for every node from the end of step n+1 to a guard before the next event or the
+ * horizon. Nobody can end step n+1 before this: it needs rank 0's part of it. */
+static void leap_plan(const struct node *nd, uint64_t local_steps)
+{
+	double now = simgrid_get_clock(), mean = 0;
+	double hb_s = (W.s->recovery == SIM_RECOVER_TIMEOUT ? 1e9 : (double)W.s->heartbeat_ns) *
+		      1e-9;
+	if (!W.ff_on || nd->rank != 0 || W.pending || W.restart_until_s > now ||
+	    !sim_ff_steady(&W.ff, SIM_FF_STEPS_MIN, SIM_FF_HEARTBEATS * hb_s, SIM_FF_TOL, &mean) ||
+	    !leap_all_steady(nd))
+		return;
+	uint32_t every = W.s->ckpt_every;
+	uint64_t done = local_steps + 1; /* the leap starts after step n+1 and its checkpoint */
+	double write_s = ckpt_write_s(nd);
+	double start = now + mean + (every != 0 && done % every == 0 ? write_s : 0);
+	double next = W.fault_next < W.fault_n ? W.faults[W.fault_next].at_s : INFINITY;
+	double guard = SIM_FF_GUARD_STEPS * mean;
+	double end = fmin(next - guard - 2 * detect_bound_s(true), W.horizon_s - guard);
+	struct sim_ff_skip skip;
+	sim_ff_plan(&skip, end - start, mean, done, every, write_s, SIM_FF_STEPS_MIN);
+	if (skip.steps == 0)
+		return;
+	W.leap.gen = nd->gen;
+	W.leap.epoch = nd->step_epoch;
+	W.leap.step = nd->epoch_steps + 1;
+	W.leap.skip = skip;
+}
+
+/* Rank 0 accounts a leap's steps and checkpoints as the full run would have, step by step. */
+static void leap_account(const struct node *nd, uint64_t local_steps)
+{
+	const struct sim_ff_skip *k = &W.leap.skip;
+	double t = simgrid_get_clock(), from = t, period = (k->dur_s - k->ckpts *
+							       ckpt_write_s(nd)) / (double)k->steps;
+	uint32_t every = W.s->ckpt_every;
+
+	for (uint64_t i = 1; i <= k->steps; i++) {
+		step_account(t, t + period, false);
+		t += period;
+		if (every != 0 && (local_steps + i) % every == 0) {
+			t += ckpt_write_s(nd);
+			W.ckpt_steps = W.steps;
 		}
 	}
+	if (W.r->leap_count < SIM_LEAPS_MAX) {
+		W.r->leap_from_s[W.r->leap_count] = from;
+		W.r->leap_to_s[W.r->leap_count] = from + k->dur_s;
+	}
+	W.r->leap_count++;
+	W.r->leapt_s += k->dur_s;
+	W.r->leapt_steps += k->steps;
+	sim_ff_reset(&W.ff);
+}
+
+/* At the end of a step (its checkpoint written): the planned leap, if this is its step. The
+ * node sleeps through it in SimGrid without polling, and its keel clock does not move: to
+ * keel no time passed, to the job dur_s did. */
+static void leap_maybe(struct node *nd, uint64_t *local_steps)
+{
+	const struct sim_ff_skip *k = &W.leap.skip;
+	if (k->steps == 0 || W.leap.gen != nd->gen || W.leap.epoch != nd->step_epoch ||
+	    W.leap.step != nd->epoch_steps)
+		return;
+	double to = simgrid_get_clock() + k->dur_s;
+	if (to >= W.horizon_s)
+		return; /* never planned so; the horizon's steps run in full */
+	if (nd->rank == 0)
+		leap_account(nd, *local_steps);
+	uint64_t before = sim_now_ns();
+	sg_actor_sleep_until(to);
+	/* The keel clock stops for whole heartbeat intervals and runs on through the rest, so
+	 * heartbeats keep their phase in job time: when a peer dies between two steps, its
+	 * silence is measured from its last beat as in a full run. */
+	uint64_t hb = W.s->recovery == SIM_RECOVER_TIMEOUT ? 1000000000ull : W.s->heartbeat_ns;
+	nd->clock_off_ns += (sim_now_ns() - before) / hb * hb;
+	*local_steps += k->steps;
 }
 
 static void node_train(struct node *nd)
@@ -808,14 +954,17 @@ static void node_train(struct node *nd)
 		if (rc != 0 || horizon_reached())
 			return;
 		train_step_record(nd, start);
+		if (op_rc == 0 && nd->op_info.epoch != nd->step_epoch) {
+			nd->step_epoch = nd->op_info.epoch;
+			nd->epoch_steps = 0;
+		}
+		nd->epoch_steps += op_rc == 0;
 		if (nd->strag_on && op_rc == 0)
 			straggler_after_step(nd,
 					     count); /* a repair moves shards from the next step */
 		local_steps++;
 		if (s->ckpt_every != 0 && local_steps % s->ckpt_every == 0) {
-			/* Sharded model state: bf16 weights, fp32 master weights and two Adam
-			 * moments, 16 bytes per parameter (ZeRO's accounting), split evenly. */
-			double write_s = s->model_params * 16.0 / nd->view_members / s->ckpt_Bps;
+			double write_s = ckpt_write_s(nd);
 			rc = poll_until(nd, NULL, NULL, false, sim_now_ns() + ns_of(write_s));
 			if (rc == RECOVER) {
 				if (regen(nd) != 0)
@@ -825,6 +974,8 @@ static void node_train(struct node *nd)
 			if (nd->rank == 0 && !horizon_reached())
 				W.ckpt_steps = W.steps;
 		}
+		leap_maybe(nd, &local_steps);
+		leap_plan(nd, local_steps);
 	}
 }
 
@@ -1025,15 +1176,16 @@ static void controller_main(int argc, char **argv)
 {
 	const struct sim_scenario *s = W.s;
 	struct sim_fault *faults = W.faults;
-	uint32_t next = 0, count = W.fault_n;
+	uint32_t count = W.fault_n;
 	double tick = W.horizon_s / 10;
 	(void)argc;
 	(void)argv;
 	for (uint32_t k = 1; k <= 10; k++) {
 		double t = k * tick;
-		while (next < count && faults[next].at_s <= t) {
-			sg_actor_sleep_until(faults[next].at_s);
-			fault_apply(&faults[next++]);
+		while (W.fault_next < count && faults[W.fault_next].at_s <= t) {
+			sg_actor_sleep_until(faults[W.fault_next].at_s);
+			sim_ff_reset(&W.ff); /* anything may change from here: measure again */
+			fault_apply(&faults[W.fault_next++]);
 		}
 		sg_actor_sleep_until(t);
 		if (s->progress)
@@ -1401,6 +1553,19 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 			 "rounds them: use --compress none with --check");
 		return -EINVAL;
 	}
+	bool train = strcmp(s->mode, "train") == 0;
+	r->fidelity = s->fidelity;
+	if (r->fidelity == SIM_FIDELITY_DEFAULT)
+		r->fidelity = train && s->horizon_s > SIM_FIDELITY_AUTO_ABOVE_S ? SIM_FIDELITY_AUTO
+										 : SIM_FIDELITY_FULL;
+	if (r->fidelity == SIM_FIDELITY_AUTO && !train) {
+		snprintf(err, err_len,
+			 "--fidelity auto leaps over training steps: it needs --mode train (mode "
+			 "%s runs in full)",
+			 s->mode);
+		return -EINVAL;
+	}
+	W.ff_on = r->fidelity == SIM_FIDELITY_AUTO;
 	r->views_agree = true;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	simgrid_init(argc, argv);

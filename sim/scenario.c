@@ -294,6 +294,11 @@ int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value,
 			}
 	} else if (strcmp(key, "check") == 0) {
 		s->check = strcmp(value, "0") != 0 && strcmp(value, "no") != 0;
+	} else if (strcmp(key, "fidelity") == 0) {
+		s->fidelity = strcmp(value, "full") == 0   ? SIM_FIDELITY_FULL
+			      : strcmp(value, "auto") == 0 ? SIM_FIDELITY_AUTO
+							   : SIM_FIDELITY_DEFAULT;
+		rc = s->fidelity == SIM_FIDELITY_DEFAULT ? -EINVAL : 0;
 	} else if (strcmp(key, "repair") == 0) {
 		s->repair = strcmp(value, "on") == 0;
 		rc = s->repair || strcmp(value, "off") == 0 ? 0 : -EINVAL;

@@ -53,6 +53,18 @@ enum sim_recovery {
 	SIM_RECOVER_TIMEOUT,  /* no detector: the collective times out, then restart */
 };
 
+/* --fidelity: full runs every step of every node in SimGrid; auto (mode train) leaps whole
+ * steps at the measured period between events, and runs in full only from the start until the
+ * steps are steady, and around each event (failures, pauses, slow-downs, link changes) and
+ * its recovery until they are steady again. DEFAULT is auto for horizons over
+ * SIM_FIDELITY_AUTO_ABOVE_S in mode train, full otherwise. */
+enum sim_fidelity {
+	SIM_FIDELITY_DEFAULT = 0,
+	SIM_FIDELITY_FULL,
+	SIM_FIDELITY_AUTO,
+};
+#define SIM_FIDELITY_AUTO_ABOVE_S 300.0
+
 enum sim_fault_kind {
 	SIM_FAULT_HOST_OFF = 0,
 	SIM_FAULT_HOST_ON,
@@ -127,6 +139,7 @@ struct sim_scenario {
 	double mtbf_s, mtbf_server_s, weibull_k;
 	char chaos[128];
 	uint64_t seed;
+	enum sim_fidelity fidelity;
 	/* output */
 	bool progress;
 };
@@ -144,6 +157,41 @@ int sim_scenario_parse(struct sim_scenario *s, const char *name, const char *tex
 		       char *err, size_t err_len);
 /* The same for the file at `path`. */
 int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_t err_len);
+
+/* ---- multi-fidelity (fidelity.c: the arithmetic; run.c: the leaps) ---- */
+
+/* Steady means at least this many steps, covering at least SIM_FF_HEARTBEATS heartbeat
+ * intervals (so the control traffic's share of a step is measured), whose older and newer
+ * halves' mean periods agree within SIM_FF_TOL; a leap is at least SIM_FF_STEPS_MIN steps and
+ * ends SIM_FF_GUARD_STEPS steps plus two detection bounds before the next event. */
+#define SIM_FF_STEPS_MIN   8u
+#define SIM_FF_HEARTBEATS  4.0
+#define SIM_FF_TOL	   0.005
+#define SIM_FF_GUARD_STEPS 3.0
+#define SIM_FF_WINDOW_MAX  256u
+
+/* Rank 0's most recent step periods since the last event. */
+struct sim_ff {
+	double period_s[SIM_FF_WINDOW_MAX];
+	uint32_t head, count;
+};
+void sim_ff_reset(struct sim_ff *ff);
+void sim_ff_add(struct sim_ff *ff, double period_s);
+/* Are the held periods steady (above)? Then true, and their mean in *mean_s. */
+bool sim_ff_steady(const struct sim_ff *ff, uint32_t steps_min, double span_min_s, double tol,
+		   double *mean_s);
+
+/* A leap: this many whole steps, with the checkpoints among them, lasting dur_s. */
+struct sim_ff_skip {
+	uint64_t steps;
+	uint32_t ckpts;
+	double dur_s;
+};
+/* The most whole steps of period_s that fit in room_s, a checkpoint of ckpt_write_s after
+ * every ckpt_every-th step counted from steps_done (0: none); steps 0 when fewer than
+ * steps_min fit. */
+void sim_ff_plan(struct sim_ff_skip *out, double room_s, double period_s, uint64_t steps_done,
+		 uint32_t ckpt_every, double ckpt_write_s, uint64_t steps_min);
 
 /* ---- results (run.c fills, report.c prints) ---- */
 
@@ -185,6 +233,7 @@ struct sim_step_slot {
  * most SIM_DETECT_CDF_MAX points of its CDF: every sample when there are that few, else
  * evenly spaced order statistics (first and last included). */
 #define SIM_DETECT_CDF_MAX 256u
+#define SIM_LEAPS_MAX	   512u
 
 struct sim_result {
 	char label[64];
@@ -232,6 +281,13 @@ struct sim_result {
 	uint64_t compress_frags, compress_bytes_saved; /* --compress: all nodes, scaled bytes */
 	uint64_t rx_queue_drops;
 	uint32_t grad_scale;
+	/* multi-fidelity: the mode the run used, and the spans it leapt (rank 0's view; every
+	 * rank leaps the same length from its own end of the same step). The rest ran in full. */
+	enum sim_fidelity fidelity;
+	uint32_t leap_count; /* all of them; the first SIM_LEAPS_MAX are listed */
+	double leap_from_s[SIM_LEAPS_MAX], leap_to_s[SIM_LEAPS_MAX];
+	double leapt_s;
+	uint64_t leapt_steps;
 	double wall_s;
 	long rss_kb;
 	bool deadlock;
