@@ -24,36 +24,47 @@ static double period_at(const struct sim_ff *ff, uint32_t i)
 	return ff->period_s[(ff->head - ff->count + i) % SIM_FF_WINDOW_MAX];
 }
 
-/* Steady: at least steps_min periods held, together at least span_min_s long (so that the
- * heartbeats' and other timers' share of a step is in the mean), unless the window is full;
- * and the older half's mean within tol (relative) of the newer half's, so a job still
- * settling after a start or a recovery (RTTs being learnt, a repair's first steps) is not
- * taken for steady. *mean_s: the mean of the last span_min_s worth of periods. */
-bool sim_ff_steady(const struct sim_ff *ff, uint32_t steps_min, double span_min_s, double tol,
-		   double *mean_s)
+/* Is the job steady over its newest m periods: older and newer halves agree within tol? */
+static bool halves_agree(const struct sim_ff *ff, uint32_t m, double tol, struct sim_ff_stats *st)
 {
-	double span = 0, old_sum = 0, new_sum = 0;
-	uint32_t n = 0;
-
-	/* newest first, until both bounds are met */
-	while (n < ff->count && (n < steps_min || span < span_min_s)) {
-		span += period_at(ff, ff->count - 1 - n);
-		n++;
-	}
-	if (n < steps_min || n < 2 || (span < span_min_s && ff->count < SIM_FF_WINDOW_MAX))
-		return false;
-	for (uint32_t i = 0; i < n; i++) {
-		double p = period_at(ff, ff->count - n + i);
-		if (i < n / 2)
+	double old_sum = 0, new_sum = 0, lo = INFINITY, hi = 0;
+	for (uint32_t i = 0; i < m; i++) {
+		double p = period_at(ff, ff->count - m + i);
+		if (i < m / 2)
 			old_sum += p;
 		else
 			new_sum += p;
+		lo = fmin(lo, p);
+		hi = fmax(hi, p);
 	}
-	double old_mean = old_sum / (n / 2), new_mean = new_sum / (n - n / 2);
+	double old_mean = old_sum / (m / 2), new_mean = new_sum / (m - m / 2);
 	if (!(new_mean > 0) || fabs(old_mean - new_mean) > tol * new_mean)
 		return false;
-	*mean_s = span / n;
+	st->n = m;
+	st->mean_s = (old_sum + new_sum) / m;
+	st->range_s = hi - lo;
 	return true;
+}
+
+/* Steady: the longest run of newest periods (all held, or fewer when the oldest are a start's
+ * or a recovery's transient) that is at least steps_min long, covers span_min_s (so the
+ * heartbeats' and other timers' share of a step is in the mean) unless the window is full, and
+ * whose older and newer halves agree within tol. A longer run makes a better mean: a step
+ * slowed now and then by a timer weighs 1/n in it. O(count^2) at most, once a step. */
+bool sim_ff_steady(const struct sim_ff *ff, uint32_t steps_min, double span_min_s, double tol,
+		   struct sim_ff_stats *st)
+{
+	double span = 0;
+	for (uint32_t i = 0; i < ff->count; i++)
+		span += period_at(ff, i);
+	for (uint32_t m = ff->count; m >= steps_min && m >= 2; m--) {
+		if (span < span_min_s && ff->count < SIM_FF_WINDOW_MAX)
+			return false; /* shorter runs span less still */
+		if (halves_agree(ff, m, tol, st))
+			return true;
+		span -= period_at(ff, ff->count - m);
+	}
+	return false;
 }
 
 /* Checkpoints taken after steps done+1 .. done+k: multiples of every in that range. */

@@ -30,6 +30,7 @@ static void usage(FILE *f)
 	    "  [--chaos loss=0.01,seed=3] [--repair on|off] [--compress none|off|auto|bf16|f16]\n"
 	    "  [--bytes 4M --repeat 5] [--check 1] [--scenario FILE]\n"
 	    "  [--sweep KEY=V1,V2,...] [--format table|csv|json] [--progress]\n"
+	    "  [--fidelity full|auto]\n"
 	    "  [--plot FILE.svg|FILE.png]\n"
 	    "  [--write-platform FILE] [--list-models] [--cfg=simgrid/option:value ...]\n"
 	    "  [--define 'gpu NAME rate=FLOP/s [mem=BYTES] [link=LINK]' | 'link NAME bw=B/s "
@@ -51,7 +52,12 @@ static void usage(FILE *f)
 	    "runs plain AllReduces. The codec's CPU time is not simulated.\n"
 	    "--mtbf draws one lifetime per GPU, --mtbf-server one per server (all its GPUs\n"
 	    "fail at once), with that mean: exponential, or Weibull with --weibull SHAPE (<1\n"
-	    "infant mortality, >1 wear-out); seeded by --seed. A failed GPU stays down.\n");
+	    "infant mortality, >1 wear-out); seeded by --seed. A failed GPU stays down.\n"
+	    "--fidelity (mode train; auto by default for horizons over 300 s, else full): auto\n"
+	    "runs every datagram of every node only until the steps are steady (start-up, and\n"
+	    "after each failure, pause, slow-down or link change), then leaps whole steps at\n"
+	    "the period it measured, with their checkpoints, up to a guard before the next\n"
+	    "event; every run says which spans ran in full.\n");
 }
 
 /* SimGrid options keel-sim always sets (a user --cfg after them wins):
@@ -91,6 +97,21 @@ static void straggler_line(const struct sim_scenario *s, const struct sim_result
 		r->repairs, r->repair_first_at_s, (unsigned long long)r->repair_first_step,
 		r->repair_before_s, r->repair_after_s, r->step_s_after_repair, r->compute_s_ideal,
 		r->plans_disagree ? "DIFFERED" : "agreed on every step");
+}
+
+/* Which spans ran in full, and what was leapt over (every run says so). */
+static void fidelity_line(const struct sim_result *r)
+{
+	if (r->fidelity != SIM_FIDELITY_AUTO) {
+		fprintf(stderr, "keel-sim: fidelity full: every step simulated\n");
+		return;
+	}
+	fprintf(stderr,
+		"keel-sim: fidelity auto: %.3f of %.3f simulated s leapt (%llu steps at the "
+		"measured period, %u leaps); in full: ",
+		r->leapt_s, r->sim_s, (unsigned long long)r->leapt_steps, r->leap_count);
+	sim_full_spans_print(stderr, r, 't');
+	fputc('\n', stderr);
 }
 
 /* One line per failure (the first SIM_FAILURES_MAX): where, why, and what it cost (the
@@ -137,6 +158,7 @@ static int run_child(const struct sim_scenario *s, int fd, char **sg_args, int s
 		"(%.0f per wall s), peak RSS %ld MiB\n",
 		r.ranks, r.sim_s, r.wall_s, (unsigned long long)r.messages,
 		r.wall_s > 0 ? (double)r.messages / r.wall_s : 0, r.rss_kb / 1024);
+	fidelity_line(&r);
 	straggler_line(s, &r);
 	failure_lines(&r);
 	if (s->grad)

@@ -23,6 +23,44 @@ static void failures_json(FILE *f, const struct sim_result *r)
 	}
 }
 
+const char *sim_fidelity_name(enum sim_fidelity f)
+{
+	return f == SIM_FIDELITY_AUTO ? "auto" : "full";
+}
+
+/* The spans that ran in full: around the leaps, from 0 to the end of the run. `style` 'c' (CSV:
+ * "a-b;c-d"), 'j' (JSON: [[a, b], [c, d]]) or 't' (text: "a-b s, c-d s"). Leaps past the
+ * SIM_LEAPS_MAX listed leave the last span open-ended in the text ("..."). */
+void sim_full_spans_print(FILE *f, const struct sim_result *r, char style)
+{
+	uint32_t listed = r->leap_count < SIM_LEAPS_MAX ? r->leap_count : SIM_LEAPS_MAX;
+	double from = 0;
+	bool first = true;
+	if (style == 'j')
+		fputc('[', f);
+	for (uint32_t i = 0; i <= listed; i++) {
+		double to = i < listed ? r->leap_from_s[i] : r->sim_s;
+		if (i == listed && listed < r->leap_count)
+			break; /* not every leap is listed: the rest is not known here */
+		if (to <= from && i < listed) {
+			from = r->leap_to_s[i];
+			continue;
+		}
+		const char *sep = first ? "" : style == 'c' ? ";" : ", ";
+		if (style == 'j')
+			fprintf(f, "%s[%.6f, %.6f]", sep, from, to);
+		else
+			fprintf(f, "%s%.3f-%.3f%s", sep, from, to, style == 't' ? " s" : "");
+		first = false;
+		if (i < listed)
+			from = r->leap_to_s[i];
+	}
+	if (listed < r->leap_count && style == 't')
+		fprintf(f, ", ... (%u leaps, %u listed)", r->leap_count, listed);
+	if (style == 'j')
+		fputc(']', f);
+}
+
 static void costs(const struct sim_result *r, double c[6])
 {
 	memset(c, 0, 6 * sizeof(double));
@@ -64,7 +102,7 @@ void sim_report_header(FILE *f, const char *format, const char *sweep_key)
 			"allreduce_s,allreduce_model_s,messages,bytes,rx_drops,live_excluded,"
 			"allreduce_hier,repairs,repair_first_step,step_s_after_repair,"
 			"compute_s_ideal,compute_s_max,plans_disagree,compress_frags,"
-			"compress_bytes_saved\n",
+			"compress_bytes_saved,fidelity,leapt_s,leapt_steps,leaps,full_spans\n",
 			k);
 	else if (strcmp(format, "json") == 0)
 		fprintf(f, "[\n");
@@ -88,7 +126,7 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    f,
 		    "%s,%u,%.6f,%llu,%.3f,%.6f,%.4f,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%u,%.9f,"
 		    "%.9f,%.9f,%.9f,%llu,%llu,%llu,%s,%u,%llu,%llu,%llu,%.9f,%.9f,%llu,%llu,"
-		    "%llu,%llu,%llu,%u,%llu,%.6f,%.6f,%.6f,%llu,%llu,%llu\n",
+		    "%llu,%llu,%llu,%u,%llu,%.6f,%.6f,%.6f,%llu,%llu,%llu,%s,%.6f,%llu,%u,",
 		    v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
 		    r->step_s, r->goodput, r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5],
 		    r->detect_count, r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
@@ -103,7 +141,10 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    (unsigned long long)r->repair_first_step, r->step_s_after_repair,
 		    r->compute_s_ideal, r->compute_s_max, (unsigned long long)r->plans_disagree,
 		    (unsigned long long)r->compress_frags,
-		    (unsigned long long)r->compress_bytes_saved);
+		    (unsigned long long)r->compress_bytes_saved, sim_fidelity_name(r->fidelity),
+		    r->leapt_s, (unsigned long long)r->leapt_steps, r->leap_count);
+		sim_full_spans_print(f, r, 'c');
+		fputc('\n', f);
 	} else if (strcmp(format, "json") == 0) {
 		(void)first;
 		fprintf(
@@ -123,7 +164,8 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    "\"predicted_before_s\": %.6f, \"predicted_after_s\": %.6f, "
 		    "\"step_s_after\": %.6f, \"compute_s_ideal\": %.6f, \"compute_s_max\": %.6f, "
 		    "\"plans_disagree\": %llu}, \"compress\": {\"fragments\": %llu, "
-		    "\"bytes_saved\": %llu}, \"failure_list\": [",
+		    "\"bytes_saved\": %llu}, \"fidelity\": {\"mode\": \"%s\", \"leapt_s\": %.6f, "
+		    "\"leapt_steps\": %llu, \"leaps\": %u, \"full_spans\": ",
 		    sweep_key != NULL ? sweep_key : "run", v, r->ranks, r->sim_s,
 		    (unsigned long long)r->steps, r->samples_per_s, r->step_s, r->goodput,
 		    r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5], r->detect_count,
@@ -139,7 +181,10 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    (unsigned long long)r->repair_first_step, r->repair_before_s, r->repair_after_s,
 		    r->step_s_after_repair, r->compute_s_ideal, r->compute_s_max,
 		    (unsigned long long)r->plans_disagree, (unsigned long long)r->compress_frags,
-		    (unsigned long long)r->compress_bytes_saved);
+		    (unsigned long long)r->compress_bytes_saved, sim_fidelity_name(r->fidelity),
+		    r->leapt_s, (unsigned long long)r->leapt_steps, r->leap_count);
+		sim_full_spans_print(f, r, 'j');
+		fprintf(f, "}, \"failure_list\": [");
 		failures_json(f, r);
 		fprintf(f, "]}%s\n", last ? "" : ",");
 		if (last)

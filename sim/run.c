@@ -839,13 +839,15 @@ static bool leap_all_steady(const struct node *r0)
  * horizon. Nobody can end step n+1 before this: it needs rank 0's part of it. */
 static void leap_plan(const struct node *nd, uint64_t local_steps)
 {
-	double now = simgrid_get_clock(), mean = 0;
+	double now = simgrid_get_clock();
 	double hb_s = (W.s->recovery == SIM_RECOVER_TIMEOUT ? 1e9 : (double)W.s->heartbeat_ns) *
 		      1e-9;
+	struct sim_ff_stats st;
 	if (!W.ff_on || nd->rank != 0 || W.pending || W.restart_until_s > now ||
-	    !sim_ff_steady(&W.ff, SIM_FF_STEPS_MIN, SIM_FF_HEARTBEATS * hb_s, SIM_FF_TOL, &mean) ||
+	    !sim_ff_steady(&W.ff, SIM_FF_STEPS_MIN, SIM_FF_HEARTBEATS * hb_s, SIM_FF_TOL, &st) ||
 	    !leap_all_steady(nd))
 		return;
+	double mean = st.mean_s;
 	uint32_t every = W.s->ckpt_every;
 	uint64_t done = local_steps + 1; /* the leap starts after step n+1 and its checkpoint */
 	double write_s = ckpt_write_s(nd);
@@ -853,8 +855,14 @@ static void leap_plan(const struct node *nd, uint64_t local_steps)
 	double next = W.fault_next < W.fault_n ? W.faults[W.fault_next].at_s : INFINITY;
 	double guard = SIM_FF_GUARD_STEPS * mean;
 	double end = fmin(next - guard - 2 * detect_bound_s(true), W.horizon_s - guard);
+	/* the drift bound: a leap longer than the mean is good for waits for more steps */
+	double drift_room = st.range_s > 0 ? SIM_FF_PHASE_TOL * st.n / st.range_s * mean * mean
+					    : INFINITY;
+	if (drift_room < end - start && W.ff.count < SIM_FF_WINDOW_MAX)
+		return;
 	struct sim_ff_skip skip;
-	sim_ff_plan(&skip, end - start, mean, done, every, write_s, SIM_FF_STEPS_MIN);
+	sim_ff_plan(&skip, fmin(end - start, drift_room), mean, done, every, write_s,
+		    SIM_FF_STEPS_MIN);
 	if (skip.steps == 0)
 		return;
 	W.leap.gen = nd->gen;

@@ -164,10 +164,14 @@ int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_
  * intervals (so the control traffic's share of a step is measured), whose older and newer
  * halves' mean periods agree within SIM_FF_TOL; a leap is at least SIM_FF_STEPS_MIN steps and
  * ends SIM_FF_GUARD_STEPS steps plus two detection bounds before the next event. */
-#define SIM_FF_STEPS_MIN   8u
+#define SIM_FF_STEPS_MIN   16u
 #define SIM_FF_HEARTBEATS  4.0
-#define SIM_FF_TOL	   0.005
+#define SIM_FF_TOL	   0.002
 #define SIM_FF_GUARD_STEPS 3.0
+/* A leap of k steps at a mean of n periods of range r may drift k x r / n from the full run's
+ * steps; it is kept within this fraction of a step (a longer leap waits for more steps, or,
+ * with the window full, leaps this far and measures again). */
+#define SIM_FF_PHASE_TOL 0.05
 #define SIM_FF_WINDOW_MAX  256u
 
 /* Rank 0's most recent step periods since the last event. */
@@ -177,9 +181,14 @@ struct sim_ff {
 };
 void sim_ff_reset(struct sim_ff *ff);
 void sim_ff_add(struct sim_ff *ff, double period_s);
-/* Are the held periods steady (above)? Then true, and their mean in *mean_s. */
+/* Are the held periods steady (above)? Then true, with the run of periods it judged by: how
+ * many, their mean and their range (a bound on the mean's error is range / n a step). */
+struct sim_ff_stats {
+	uint32_t n;
+	double mean_s, range_s;
+};
 bool sim_ff_steady(const struct sim_ff *ff, uint32_t steps_min, double span_min_s, double tol,
-		   double *mean_s);
+		   struct sim_ff_stats *st);
 
 /* A leap: this many whole steps, with the checkpoints among them, lasting dur_s. */
 struct sim_ff_skip {
@@ -311,6 +320,10 @@ void sim_ckpt_track(struct sim_ckpt_advice *a, const char *val, const struct sim
 void sim_ckpt_young_daly(struct sim_ckpt_advice *a, const struct sim_scenario *s);
 
 void sim_report_header(FILE *f, const char *format, const char *sweep_key);
+const char *sim_fidelity_name(enum sim_fidelity f);
+/* The spans a run simulated in full (the complement of its leaps), as CSV ('c': "a-b;c-d"),
+ * JSON ('j': [[a, b], ...]) or text ('t'). */
+void sim_full_spans_print(FILE *f, const struct sim_result *r, char style);
 void sim_report_row(FILE *f, const char *format, const char *sweep_key, const char *sweep_val,
 		    const struct sim_result *r, bool first, bool last);
 
