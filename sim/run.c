@@ -75,6 +75,16 @@ struct node {
 	uint64_t clock_off_ns;
 	uint32_t step_epoch;
 	uint64_t epoch_steps;
+	bool left_out; /* excluded from a view (KEEL_EEXCLUDED): its step count is behind */
+};
+
+/* The job's step count when a view's steps began, per generation and epoch (a small table
+ * by epoch: only the current views' are looked up). */
+#define EPOCH_BASES 64u
+struct epoch_base {
+	uint32_t gen_1; /* generation + 1: 0 is an empty entry */
+	uint32_t epoch;
+	uint64_t steps;
 };
 
 struct failure_rec {
@@ -133,6 +143,7 @@ static struct {
 	uint32_t scale; /* each data datagram stands for this many */
 	uint32_t window, mtu;
 	uint32_t fault_next; /* the controller's next fault to apply */
+	struct epoch_base epoch_base[EPOCH_BASES];
 	/* multi-fidelity (--fidelity auto): rank 0's steady-state window, and the leap it
 	 * planned: every node of generation `gen` leaps after its step number `step` of view
 	 * `epoch` */
@@ -828,20 +839,21 @@ static bool leap_all_steady(const struct node *r0)
 		const struct node *nd = &W.nodes[e];
 		if (!nd->alive || nd->done)
 			continue;
-		if (nd->paused || nd->gen != W.gen || nd->view_epoch != r0->view_epoch)
+		if (nd->paused || nd->left_out || nd->gen != W.gen ||
+		    nd->view_epoch != r0->view_epoch)
 			return false;
 	}
 	return true;
 }
 
-/* Rank 0, after its step n of a view (its local_steps done): when the steps are steady, plan a
+/* Rank 0, after its step n of a view (its job_steps done): when the steps are steady, plan a
  * leap for every node from the end of step n+1 to a guard before the next event or the
  * horizon. Nobody can end step n+1 before this: it needs rank 0's part of it. */
-static void leap_plan(const struct node *nd, uint64_t local_steps)
+static void leap_plan(const struct node *nd, uint64_t job_steps)
 {
 	double now = simgrid_get_clock();
-	double hb_s = (W.s->recovery == SIM_RECOVER_TIMEOUT ? 1e9 : (double)W.s->heartbeat_ns) *
-		      1e-9;
+	double hb_s =
+	    (W.s->recovery == SIM_RECOVER_TIMEOUT ? 1e9 : (double)W.s->heartbeat_ns) * 1e-9;
 	struct sim_ff_stats st;
 	if (!W.ff_on || nd->rank != 0 || W.pending || W.restart_until_s > now ||
 	    !sim_ff_steady(&W.ff, SIM_FF_STEPS_MIN, SIM_FF_HEARTBEATS * hb_s, SIM_FF_TOL, &st) ||
@@ -849,15 +861,15 @@ static void leap_plan(const struct node *nd, uint64_t local_steps)
 		return;
 	double mean = st.mean_s;
 	uint32_t every = W.s->ckpt_every;
-	uint64_t done = local_steps + 1; /* the leap starts after step n+1 and its checkpoint */
+	uint64_t done = job_steps + 1; /* the leap starts after step n+1 and its checkpoint */
 	double write_s = ckpt_write_s(nd);
 	double start = now + mean + (every != 0 && done % every == 0 ? write_s : 0);
 	double next = W.fault_next < W.fault_n ? W.faults[W.fault_next].at_s : INFINITY;
 	double guard = SIM_FF_GUARD_STEPS * mean;
 	double end = fmin(next - guard - 2 * detect_bound_s(true), W.horizon_s - guard);
 	/* the drift bound: a leap longer than the mean is good for waits for more steps */
-	double drift_room = st.range_s > 0 ? SIM_FF_PHASE_TOL * st.n / st.range_s * mean * mean
-					    : INFINITY;
+	double drift_room =
+	    st.range_s > 0 ? SIM_FF_PHASE_TOL * st.n / st.range_s * mean * mean : INFINITY;
 	if (drift_room < end - start && W.ff.count < SIM_FF_WINDOW_MAX)
 		return;
 	struct sim_ff_skip skip;
@@ -872,17 +884,17 @@ static void leap_plan(const struct node *nd, uint64_t local_steps)
 }
 
 /* Rank 0 accounts a leap's steps and checkpoints as the full run would have, step by step. */
-static void leap_account(const struct node *nd, uint64_t local_steps)
+static void leap_account(const struct node *nd, uint64_t job_steps)
 {
 	const struct sim_ff_skip *k = &W.leap.skip;
-	double t = simgrid_get_clock(), from = t, period = (k->dur_s - k->ckpts *
-							       ckpt_write_s(nd)) / (double)k->steps;
+	double t = simgrid_get_clock(), from = t,
+	       period = (k->dur_s - k->ckpts * ckpt_write_s(nd)) / (double)k->steps;
 	uint32_t every = W.s->ckpt_every;
 
 	for (uint64_t i = 1; i <= k->steps; i++) {
 		step_account(t, t + period, false);
 		t += period;
-		if (every != 0 && (local_steps + i) % every == 0) {
+		if (every != 0 && (job_steps + i) % every == 0) {
 			t += ckpt_write_s(nd);
 			W.ckpt_steps = W.steps;
 		}
@@ -900,7 +912,7 @@ static void leap_account(const struct node *nd, uint64_t local_steps)
 /* At the end of a step (its checkpoint written): the planned leap, if this is its step. The
  * node sleeps through it in SimGrid without polling, and its keel clock does not move: to
  * keel no time passed, to the job dur_s did. */
-static void leap_maybe(struct node *nd, uint64_t *local_steps)
+static void leap_maybe(struct node *nd, uint64_t *job_steps)
 {
 	const struct sim_ff_skip *k = &W.leap.skip;
 	if (k->steps == 0 || W.leap.gen != nd->gen || W.leap.epoch != nd->step_epoch ||
@@ -910,7 +922,7 @@ static void leap_maybe(struct node *nd, uint64_t *local_steps)
 	if (to >= W.horizon_s)
 		return; /* never planned so; the horizon's steps run in full */
 	if (nd->rank == 0)
-		leap_account(nd, *local_steps);
+		leap_account(nd, *job_steps);
 	uint64_t before = sim_now_ns();
 	sg_actor_sleep_until(to);
 	/* The keel clock stops for whole heartbeat intervals and runs on through the rest, so
@@ -918,14 +930,33 @@ static void leap_maybe(struct node *nd, uint64_t *local_steps)
 	 * silence is measured from its last beat as in a full run. */
 	uint64_t hb = W.s->recovery == SIM_RECOVER_TIMEOUT ? 1000000000ull : W.s->heartbeat_ns;
 	nd->clock_off_ns += (sim_now_ns() - before) / hb * hb;
-	*local_steps += k->steps;
+	*job_steps += k->steps;
+}
+
+/* After a step of view `epoch` (its epoch_steps-th): the job's step count before it, in
+ * *steps. Every member checkpoints after the same steps, as a real job does (it counts steps
+ * globally); a rank readmitted after being left out missed steps, and takes the count the
+ * members had when the view it came back in began, as it takes its state from a donor. */
+static void job_steps_sync(struct node *nd, uint64_t *steps, bool new_epoch)
+{
+	struct epoch_base *b = &W.epoch_base[nd->step_epoch % EPOCH_BASES];
+	bool known = b->gen_1 == nd->gen + 1 && b->epoch == nd->step_epoch;
+	if (new_epoch && !nd->left_out && !known) {
+		*b = (struct epoch_base){
+		    .gen_1 = nd->gen + 1, .epoch = nd->step_epoch, .steps = *steps};
+		known = true;
+	}
+	if (nd->left_out && known) {
+		*steps = b->steps + nd->epoch_steps - 1;
+		nd->left_out = false;
+	}
 }
 
 static void node_train(struct node *nd)
 {
 	const struct sim_scenario *s = W.s;
 	size_t count = grad_count();
-	uint64_t local_steps = 0;
+	uint64_t job_steps = 0;
 
 	buffers_ensure(nd, count + 4 * (size_t)W.n); /* room for straggler_slots */
 	while (!horizon_reached()) {
@@ -948,8 +979,10 @@ static void node_train(struct node *nd)
 		 * restart/timeout: a lost member (or the collective's timeout) restarts the job. */
 		bool restart = s->recovery != SIM_RECOVER_KEEL &&
 			       ((op_rc != 0 && op_rc != -EINPROGRESS) || nd->view_shrunk);
-		if (rc == 0 && op_rc != 0 && op_rc != -EINPROGRESS && !restart)
+		if (rc == 0 && op_rc != 0 && op_rc != -EINPROGRESS && !restart) {
+			nd->left_out |= op_rc == KEEL_EEXCLUDED;
 			continue; /* a failed step (counted); the next one runs on the new view */
+		}
 		if (rc == 0 && restart) {
 			recovery_arrive(nd);
 			rc = poll_until(nd, NULL, NULL, false, UINT64_MAX);
@@ -962,16 +995,19 @@ static void node_train(struct node *nd)
 		if (rc != 0 || horizon_reached())
 			return;
 		train_step_record(nd, start);
-		if (op_rc == 0 && nd->op_info.epoch != nd->step_epoch) {
+		bool new_epoch = op_rc == 0 && nd->op_info.epoch != nd->step_epoch;
+		if (new_epoch) {
 			nd->step_epoch = nd->op_info.epoch;
 			nd->epoch_steps = 0;
 		}
 		nd->epoch_steps += op_rc == 0;
+		if (op_rc == 0)
+			job_steps_sync(nd, &job_steps, new_epoch);
 		if (nd->strag_on && op_rc == 0)
 			straggler_after_step(nd,
 					     count); /* a repair moves shards from the next step */
-		local_steps++;
-		if (s->ckpt_every != 0 && local_steps % s->ckpt_every == 0) {
+		job_steps++;
+		if (s->ckpt_every != 0 && job_steps % s->ckpt_every == 0) {
 			double write_s = ckpt_write_s(nd);
 			rc = poll_until(nd, NULL, NULL, false, sim_now_ns() + ns_of(write_s));
 			if (rc == RECOVER) {
@@ -982,8 +1018,8 @@ static void node_train(struct node *nd)
 			if (nd->rank == 0 && !horizon_reached())
 				W.ckpt_steps = W.steps;
 		}
-		leap_maybe(nd, &local_steps);
-		leap_plan(nd, local_steps);
+		leap_maybe(nd, &job_steps);
+		leap_plan(nd, job_steps);
 	}
 }
 
@@ -1565,7 +1601,7 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	r->fidelity = s->fidelity;
 	if (r->fidelity == SIM_FIDELITY_DEFAULT)
 		r->fidelity = train && s->horizon_s > SIM_FIDELITY_AUTO_ABOVE_S ? SIM_FIDELITY_AUTO
-										 : SIM_FIDELITY_FULL;
+										: SIM_FIDELITY_FULL;
 	if (r->fidelity == SIM_FIDELITY_AUTO && !train) {
 		snprintf(err, err_len,
 			 "--fidelity auto leaps over training steps: it needs --mode train (mode "

@@ -171,8 +171,8 @@ int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_
 /* A leap of k steps at a mean of n periods of range r may drift k x r / n from the full run's
  * steps; it is kept within this fraction of a step (a longer leap waits for more steps, or,
  * with the window full, leaps this far and measures again). */
-#define SIM_FF_PHASE_TOL 0.05
-#define SIM_FF_WINDOW_MAX  256u
+#define SIM_FF_PHASE_TOL  0.05
+#define SIM_FF_WINDOW_MAX 256u
 
 /* Rank 0's most recent step periods since the last event. */
 struct sim_ff {
