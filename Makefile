@@ -209,6 +209,9 @@ $(BUILD)/tests/test_train_feed: $(BUILD)/obj/tools/keel-train/train_model.o \
 $(BUILD)/tests/test_plan_parse: $(BUILD)/obj/tools/keel-plan/plan_parse.o \
 	$(BUILD)/obj/tools/keel-plan/plan_xml.o $(BUILD)/obj/tools/keel-plan/plan_preset.o
 $(BUILD)/tests/test_plan_parse: TOOL_LIBS := $(EXPAT_LIBS)
+# keel-sim's multi-fidelity arithmetic has no SimGrid in it: tested in every build.
+$(BUILD)/obj/tests/unit/test_sim_fidelity.o: INC += -Isim
+$(BUILD)/tests/test_sim_fidelity: $(BUILD)/obj/sim/fidelity.o
 
 $(BUILD)/tests/integ-%: $(BUILD)/obj/tests/integ/%.o $(LIBBOOT) $(LIBKEEL) $(EXTRA_LIBS) \
 	$(REFCHECK_OBJ)
