@@ -1,5 +1,5 @@
 /* keel-sim's multi-fidelity arithmetic: between events a training job repeats one step, so once
- * rank 0's recent step periods are steady the run may leap whole steps at that period, up to a
+ * the job's recent step periods are steady the run may leap whole steps at that period, up to a
  * guard before the next event. No SimGrid here: run.c measures, sleeps and accounts. */
 #include <math.h>
 #include <string.h>

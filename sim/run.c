@@ -76,6 +76,9 @@ struct node {
 	uint32_t step_epoch;
 	uint64_t epoch_steps;
 	bool left_out; /* excluded from a view (KEEL_EEXCLUDED): its step count is behind */
+	/* The job's accountant: the lowest rank among the members of its last step, so the
+	 * steps are counted (and leaps planned) once, whichever ranks have died. */
+	bool acct;
 };
 
 /* The job's step count when a view's steps began, per generation and epoch (a small table
@@ -138,13 +141,14 @@ static struct {
 	double horizon_s;
 	struct sim_fault *faults;
 	uint32_t fault_n;
-	uint64_t repair_steps_after; /* rank 0's steps since the last repair, and their time */
+	uint64_t
+	    repair_steps_after; /* the accountant's steps since the last repair, and their time */
 	double repair_time_after;
 	uint32_t scale; /* each data datagram stands for this many */
 	uint32_t window, mtu;
 	uint32_t fault_next; /* the controller's next fault to apply */
 	struct epoch_base epoch_base[EPOCH_BASES];
-	/* multi-fidelity (--fidelity auto): rank 0's steady-state window, and the leap it
+	/* multi-fidelity (--fidelity auto): the accountant's steady-state window, and the leap it
 	 * planned: every node of generation `gen` leaps after its step number `step` of view
 	 * `epoch` */
 	bool ff_on;
@@ -216,7 +220,7 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 	if (getenv("KEEL_SIM_DEBUG") != NULL)
 		fprintf(stderr, "%.6f: node %u installs epoch %u (%u members, self %d)\n", at_s,
 			nd->e, v->epoch, v->member_count, v->self_member);
-	if (nd->rank == 0 && nd->gen == W.gen)
+	if (v->member_count > 0 && members[0] == nd->rank && nd->gen == W.gen)
 		sim_ff_reset(&W.ff); /* a new view: steady again only once measured again */
 	if (v->member_count < nd->view_members)
 		nd->view_shrunk = true;
@@ -716,7 +720,7 @@ static uint64_t members_sig(const uint32_t *m, uint32_t n)
 }
 
 /* After a step's AllReduce: check that the members planned alike, then feed the controller
- * the times every member got. Rank 0 records the repairs. */
+ * the times every member got. The accountant records the repairs. */
 static void straggler_after_step(struct node *nd, size_t count)
 {
 	const float *slot = (const float *)nd->out + count;
@@ -741,7 +745,7 @@ static void straggler_after_step(struct node *nd, size_t count)
 		nd->strag_on = false;
 		return;
 	}
-	if (!d.repaired || nd->rank != 0)
+	if (!d.repaired || !nd->acct)
 		return;
 	if (W.r->repairs++ == 0) {
 		W.r->repair_first_at_s = simgrid_get_clock();
@@ -797,8 +801,8 @@ static void step_slot_add(double start_s, double end_s)
 	slot->count++;
 }
 
-/* One step of rank 0 ending at end_s, begun at start_s (its compute's start), into the job's
- * accounting; `measured` feeds the steady-state window too. */
+/* One step of the accountant (struct node: acct) ending at end_s, begun at start_s (its compute's
+ * start), into the job's accounting; `measured` feeds the steady-state window too. */
 static void step_account(double start_s, double end_s, bool measured)
 {
 	step_slot_add(W.step_ended ? W.last_step_end_s : start_s, end_s);
@@ -819,7 +823,7 @@ static void step_account(double start_s, double end_s, bool measured)
 
 static void train_step_record(const struct node *nd, double start_s)
 {
-	if (nd->rank == 0)
+	if (nd->acct)
 		step_account(start_s, simgrid_get_clock(), true);
 }
 
@@ -832,7 +836,8 @@ static double ckpt_write_s(const struct node *nd)
 
 /* ---- multi-fidelity: leaps over steady steps ---- */
 
-/* Every node that will leap is alive, running, and on rank 0's view of this generation. */
+/* Every node that will leap is alive, running, and on the accountant's view of this
+ * generation. */
 static bool leap_all_steady(const struct node *r0)
 {
 	for (uint32_t e = 0; e < W.n; e++) {
@@ -846,16 +851,16 @@ static bool leap_all_steady(const struct node *r0)
 	return true;
 }
 
-/* Rank 0, after its step n of a view (its job_steps done): when the steps are steady, plan a
- * leap for every node from the end of step n+1 to a guard before the next event or the
- * horizon. Nobody can end step n+1 before this: it needs rank 0's part of it. */
+/* The accountant, after its step n of a view (its job_steps done): when the steps are steady, plan
+ * a leap for every node from the end of step n+1 to a guard before the next event or the horizon.
+ * Nobody can end step n+1 before this: it needs the accountant's part of it. */
 static void leap_plan(const struct node *nd, uint64_t job_steps)
 {
 	double now = simgrid_get_clock();
 	double hb_s =
 	    (W.s->recovery == SIM_RECOVER_TIMEOUT ? 1e9 : (double)W.s->heartbeat_ns) * 1e-9;
 	struct sim_ff_stats st;
-	if (!W.ff_on || nd->rank != 0 || W.pending || W.restart_until_s > now ||
+	if (!W.ff_on || !nd->acct || W.pending || W.restart_until_s > now ||
 	    !sim_ff_steady(&W.ff, SIM_FF_STEPS_MIN, SIM_FF_HEARTBEATS * hb_s, SIM_FF_TOL, &st) ||
 	    !leap_all_steady(nd))
 		return;
@@ -883,7 +888,8 @@ static void leap_plan(const struct node *nd, uint64_t job_steps)
 	W.leap.skip = skip;
 }
 
-/* Rank 0 accounts a leap's steps and checkpoints as the full run would have, step by step. */
+/* The accountant accounts a leap's steps and checkpoints as the full run would have, step by step.
+ */
 static void leap_account(const struct node *nd, uint64_t job_steps)
 {
 	const struct sim_ff_skip *k = &W.leap.skip;
@@ -921,7 +927,7 @@ static void leap_maybe(struct node *nd, uint64_t *job_steps)
 	double to = simgrid_get_clock() + k->dur_s;
 	if (to >= W.horizon_s)
 		return; /* never planned so; the horizon's steps run in full */
-	if (nd->rank == 0)
+	if (nd->acct)
 		leap_account(nd, *job_steps);
 	uint64_t before = sim_now_ns();
 	sg_actor_sleep_until(to);
@@ -994,6 +1000,8 @@ static void node_train(struct node *nd)
 		}
 		if (rc != 0 || horizon_reached())
 			return;
+		nd->acct =
+		    op_rc == 0 && nd->op_info.member_count > 0 && nd->op_members[0] == nd->rank;
 		train_step_record(nd, start);
 		bool new_epoch = op_rc == 0 && nd->op_info.epoch != nd->step_epoch;
 		if (new_epoch) {
@@ -1015,7 +1023,7 @@ static void node_train(struct node *nd)
 					return;
 				continue;
 			}
-			if (nd->rank == 0 && !horizon_reached())
+			if (nd->acct && !horizon_reached())
 				W.ckpt_steps = W.steps;
 		}
 		leap_maybe(nd, &job_steps);

@@ -176,7 +176,7 @@ int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_
 #define SIM_FF_PHASE_TOL  0.5
 #define SIM_FF_WINDOW_MAX 256u
 
-/* Rank 0's most recent step periods since the last event. */
+/* The job's most recent step periods since the last event (its accountant's: run.c). */
 struct sim_ff {
 	double period_s[SIM_FF_WINDOW_MAX];
 	uint32_t head, count;
@@ -271,8 +271,8 @@ struct sim_result {
 	uint32_t view_epochs;
 	uint64_t allreduce_ops, allreduce_wrong, allreduce_failed;
 	uint64_t allreduce_hier; /* of the ops, those computed by KEEL_ALGO_HIER */
-	/* Straggler repair (mode train): repairs as rank 0 decided them, the first one's
-	 * simulated time and its step (rank 0's count), the mean step after the last one, and
+	/* Straggler repair (mode train): repairs as the accountant decided them, the first one's
+	 * simulated time and its step (the job's count), the mean step after the last one, and
 	 * steps at which a member's plan differed from another's (each member sends its plan's
 	 * digest with the step's gradient; two steps in a row over the same members must agree). */
 	bool repair_on;
@@ -292,8 +292,9 @@ struct sim_result {
 	uint64_t compress_frags, compress_bytes_saved; /* --compress: all nodes, scaled bytes */
 	uint64_t rx_queue_drops;
 	uint32_t grad_scale;
-	/* multi-fidelity: the mode the run used, and the spans it leapt (rank 0's view; every
-	 * rank leaps the same length from its own end of the same step). The rest ran in full. */
+	/* multi-fidelity: the mode the run used, and the spans it leapt (the accountant's view;
+	 * every rank leaps the same length from its own end of the same step). The rest ran in
+	 * full. */
 	enum sim_fidelity fidelity;
 	uint32_t leap_count; /* all of them; the first SIM_LEAPS_MAX are listed */
 	double leap_from_s[SIM_LEAPS_MAX], leap_to_s[SIM_LEAPS_MAX];

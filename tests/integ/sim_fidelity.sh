@@ -76,7 +76,7 @@ EOF
 
 model=(--model 125M --batch 512 --flops-per-sample 1e11)
 # 1. keel's recovery: the survivors go on in memory.
-compare keel 0.8 --cluster 8xH100:ib "${model[@]}" --horizon 30 --fail 8:3 --fail 15.3:5 \
+compare keel 0.8 --cluster 8xH100:ib "${model[@]}" --horizon 30 --fail 8:0 --fail 15.3:5 \
 	--fail 22.7:1
 # 2. restart from the last checkpoint, on a mixed cluster: rollback and checkpoints leapt.
 compare restart 0.3 --cluster 4xH100:ib,4xA100:eth "${model[@]}" --horizon 30 --fail 8:3 \
