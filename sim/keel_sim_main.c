@@ -99,6 +99,26 @@ static void straggler_line(const struct sim_scenario *s, const struct sim_result
 		r->plans_disagree ? "DIFFERED" : "agreed on every step");
 }
 
+/* One line per repaired GPU (the first SIM_REJOINS_MAX): when the job took it back. */
+static void rejoin_lines(const struct sim_result *r)
+{
+	for (uint32_t i = 0; i < r->rejoin_count && i < SIM_REJOINS_MAX; i++) {
+		const struct sim_rejoin *j = &r->rejoins[i];
+		if (j->admitted_s > 0)
+			fprintf(
+			    stderr,
+			    "keel-sim: repair %u at %.6f s: host %u back in the job %.6f s later "
+			    "(weights from a live member in %.6f s more)\n",
+			    i + 1, j->at_s, j->host, j->admitted_s, j->synced_s);
+		else
+			fprintf(stderr,
+				"keel-sim: repair %u at %.6f s: host %u not back before the end "
+				"(restart "
+				"modes take it at the next relaunch)\n",
+				i + 1, j->at_s, j->host);
+	}
+}
+
 /* Which spans ran in full, and what was leapt over (every run says so). */
 static void fidelity_line(const struct sim_result *r)
 {
@@ -161,6 +181,7 @@ static int run_child(const struct sim_scenario *s, int fd, char **sg_args, int s
 	fidelity_line(&r);
 	straggler_line(s, &r);
 	failure_lines(&r);
+	rejoin_lines(&r);
 	if (s->grad)
 		fprintf(stderr,
 			"keel-sim: compression (--compress %s): %llu fragments compressed, %.3f GB "

@@ -61,6 +61,30 @@ void sim_full_spans_print(FILE *f, const struct sim_result *r, char style)
 		fputc(']', f);
 }
 
+/* JSON: each repaired GPU's return. */
+static void rejoins_json(FILE *f, const struct sim_result *r)
+{
+	for (uint32_t i = 0; i < r->rejoin_count && i < SIM_REJOINS_MAX; i++) {
+		const struct sim_rejoin *j = &r->rejoins[i];
+		fprintf(
+		    f, "%s{\"at_s\": %.9f, \"host\": %u, \"admitted_s\": %.9f, \"synced_s\": %.9f}",
+		    i > 0 ? ", " : "", j->at_s, j->host, j->admitted_s, j->synced_s);
+	}
+}
+
+/* The mean time from a repair to the job taking the GPU back (those that got back). */
+static double rejoin_mean_s(const struct sim_result *r)
+{
+	double sum = 0;
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < r->rejoin_count && i < SIM_REJOINS_MAX; i++)
+		if (r->rejoins[i].admitted_s > 0) {
+			sum += r->rejoins[i].admitted_s + r->rejoins[i].synced_s;
+			n++;
+		}
+	return n > 0 ? sum / n : 0;
+}
+
 static void costs(const struct sim_result *r, double c[6])
 {
 	memset(c, 0, 6 * sizeof(double));
@@ -102,7 +126,8 @@ void sim_report_header(FILE *f, const char *format, const char *sweep_key)
 			"allreduce_s,allreduce_model_s,messages,bytes,rx_drops,live_excluded,"
 			"allreduce_hier,repairs,repair_first_step,step_s_after_repair,"
 			"compute_s_ideal,compute_s_max,plans_disagree,compress_frags,"
-			"compress_bytes_saved,fidelity,leapt_s,leapt_steps,leaps,full_spans\n",
+			"compress_bytes_saved,fidelity,leapt_s,leapt_steps,leaps,rejoins,"
+			"rejoin_mean_s,full_spans\n",
 			k);
 	else if (strcmp(format, "json") == 0)
 		fprintf(f, "[\n");
@@ -126,7 +151,7 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    f,
 		    "%s,%u,%.6f,%llu,%.3f,%.6f,%.4f,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%u,%.9f,"
 		    "%.9f,%.9f,%.9f,%llu,%llu,%llu,%s,%u,%llu,%llu,%llu,%.9f,%.9f,%llu,%llu,"
-		    "%llu,%llu,%llu,%u,%llu,%.6f,%.6f,%.6f,%llu,%llu,%llu,%s,%.6f,%llu,%u,",
+		    "%llu,%llu,%llu,%u,%llu,%.6f,%.6f,%.6f,%llu,%llu,%llu,%s,%.6f,%llu,%u,%u,%.6f,",
 		    v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
 		    r->step_s, r->goodput, r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5],
 		    r->detect_count, r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
@@ -142,7 +167,8 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		    r->compute_s_ideal, r->compute_s_max, (unsigned long long)r->plans_disagree,
 		    (unsigned long long)r->compress_frags,
 		    (unsigned long long)r->compress_bytes_saved, sim_fidelity_name(r->fidelity),
-		    r->leapt_s, (unsigned long long)r->leapt_steps, r->leap_count);
+		    r->leapt_s, (unsigned long long)r->leapt_steps, r->leap_count, r->rejoin_count,
+		    rejoin_mean_s(r));
 		sim_full_spans_print(f, r, 'c');
 		fputc('\n', f);
 	} else if (strcmp(format, "json") == 0) {
@@ -186,6 +212,8 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 		sim_full_spans_print(f, r, 'j');
 		fprintf(f, "}, \"failure_list\": [");
 		failures_json(f, r);
+		fprintf(f, "], \"rejoin_list\": [");
+		rejoins_json(f, r);
 		fprintf(f, "]}%s\n", last ? "" : ",");
 		if (last)
 			fprintf(f, "]\n");

@@ -75,10 +75,23 @@ struct node {
 	uint64_t clock_off_ns;
 	uint32_t step_epoch;
 	uint64_t epoch_steps;
+	/* every collective it completed in view op_epoch (steps, state transfers, those resumed
+	 * by a joiner): each is at the same place of every member's sequence, so this names a
+	 * moment every member of a view agrees on, whatever each one counts as a step */
+	uint32_t op_epoch;
+	uint64_t epoch_ops;
 	bool left_out; /* excluded from a view (KEEL_EEXCLUDED): its step count is behind */
 	/* The job's accountant: the lowest rank among the members of its last step, so the
 	 * steps are counted (and leaps planned) once, whichever ranks have died. */
 	bool acct;
+	/* repairs: lives so far (the incarnation is life + 1); this life rejoins a running job
+	 * (keel) or waits for the next relaunch (restart modes); the members owe a joiner the
+	 * weights (state_pending); its entry in the result's rejoin list (UINT32_MAX: none) */
+	uint32_t life;
+	bool rejoin, relaunch, state_pending;
+	bool admitted, admit_wait; /* a rejoining life: a view took it in; rejoin_admit waits */
+	double life_start_s;	   /* failures before it are not this life's to detect */
+	uint32_t rejoin_idx;
 };
 
 /* The job's step count when a view's steps began, per generation and epoch (a small table
@@ -101,6 +114,7 @@ struct failure_rec {
 		     * for another failure, also lacks it: that one is not this failure's cost) */
 	double first_suspect_s;
 	uint64_t steps_lost;
+	bool collected; /* its detection samples taken (the host was repaired) */
 };
 
 static struct {
@@ -140,7 +154,7 @@ static struct {
 	double max_lat_s;
 	double horizon_s;
 	struct sim_fault *faults;
-	uint32_t fault_n;
+	uint32_t fault_n, fault_cap;
 	uint64_t
 	    repair_steps_after; /* the accountant's steps since the last repair, and their time */
 	double repair_time_after;
@@ -149,7 +163,7 @@ static struct {
 	uint32_t fault_next; /* the controller's next fault to apply */
 	struct epoch_base epoch_base[EPOCH_BASES];
 	/* multi-fidelity (--fidelity auto): the accountant's steady-state window, and the leap it
-	 * planned: every node of generation `gen` leaps after its step number `step` of view
+	 * planned: every node of generation `gen` leaps after its collective number `step` of view
 	 * `epoch` */
 	bool ff_on;
 	struct sim_ff ff;
@@ -208,6 +222,13 @@ static void view_compare(const struct node *nd)
 		W.r->views_agree = false;
 }
 
+/* A failure nd's detector and views answer for: of its generation, in its life, and not yet
+ * accounted at its host's repair. */
+static bool failure_is_current(const struct node *nd, const struct failure_rec *f)
+{
+	return f->gen == nd->gen && !f->collected && f->at_s >= nd->life_start_s;
+}
+
 /* The core installed a view: every node that installs epoch e must install the same members,
  * and the time the last survivor drops a failed host is the failure's view-change time. */
 static void on_view(void *ctx, const struct keel_view *v, const uint32_t *members, uint64_t now_ns)
@@ -224,6 +245,12 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 		sim_ff_reset(&W.ff); /* a new view: steady again only once measured again */
 	if (v->member_count < nd->view_members)
 		nd->view_shrunk = true;
+	if (v->self_member && !v->self_joined && v->joined_count > 0)
+		nd->state_pending = true; /* a joiner needs the weights (state_transfer) */
+	if (v->self_member && nd->rejoin && !nd->admitted) {
+		nd->admitted = true;
+		sim_net_wake(W.net, nd->e); /* rejoin_admit is waiting for this */
+	}
 	nd->view_epoch = v->epoch;
 	nd->view_members = v->member_count;
 	for (uint32_t i = 0; i < v->member_count; i++) {
@@ -244,9 +271,10 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 	if (v->epoch > W.epoch_max)
 		W.epoch_max = v->epoch;
 	/* A survivor that learns of a death from the new view (before its own detector fired)
-	 * has detected it then. */
+	 * has detected it then. (Not a failure before this node's life began, nor one whose host
+	 * was repaired since: that one is accounted.) */
 	for (uint32_t f = 0; f < W.fail_count; f++)
-		if (!has_failed[f] && W.fail[f].gen == nd->gen &&
+		if (!has_failed[f] && failure_is_current(nd, &W.fail[f]) &&
 		    nd->suspect_s[W.fail[f].host] < 0) {
 			nd->suspect_s[W.fail[f].host] = at_s;
 			nd->via_view[W.fail[f].host] = true;
@@ -254,7 +282,7 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 	/* (not the paused process itself: it installs that view only once it is back) */
 	for (uint32_t f = 0; f < W.fail_count; f++) {
 		uint32_t host = W.fail[f].host;
-		if (has_failed[f] || W.fail[f].gen != nd->gen || host == nd->e ||
+		if (has_failed[f] || !failure_is_current(nd, &W.fail[f]) || host == nd->e ||
 		    nd->excluded_s[host] >= 0)
 			continue;
 		nd->excluded_s[host] = at_s;
@@ -275,7 +303,7 @@ static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t 
 	if (nd->suspect_s[e] < 0)
 		nd->suspect_s[e] = at_s;
 	for (uint32_t f = 0; f < W.fail_count; f++)
-		if (W.fail[f].host == e && W.fail[f].gen == nd->gen &&
+		if (W.fail[f].host == e && failure_is_current(nd, &W.fail[f]) &&
 		    (W.fail[f].first_suspect_s == 0 || at_s < W.fail[f].first_suspect_s))
 			W.fail[f].first_suspect_s = at_s;
 	if (W.nodes[e].alive && !W.nodes[e].paused)
@@ -386,12 +414,14 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 	cfg.on_peer_ctx = nd;
 	cfg.on_view = on_view;
 	cfg.on_view_ctx = nd;
+	cfg.incarnation = nd->life + 1; /* each life of a process a new one */
+	cfg.rejoin = nd->rejoin;
 	nd->view_epoch = 1;
 	nd->view_members = W.members;
 	nd->view_index = rank;
 	nd->view_shrunk = false;
-	nd->step_epoch = 0;
-	nd->epoch_steps = 0;
+	nd->step_epoch = nd->op_epoch = 0;
+	nd->epoch_steps = nd->epoch_ops = 0;
 	if (rank == 0)
 		sim_ff_reset(&W.ff); /* a new generation */
 	rc = straggler_setup(nd);
@@ -422,6 +452,7 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
  * and must not look dead to peers still in the collective), until every live node has
  * arrived; the last one installs the next generation on the live hosts. */
 static void recovery_try_release(void);
+static void node_start(struct node *nd, bool rejoin);
 
 static void recovery_arrive(struct node *nd)
 {
@@ -449,12 +480,15 @@ static void recovery_try_release(void)
 		live += W.nodes[e].alive;
 	if (!W.pending || W.arrived < live)
 		return;
-	/* Every survivor is here: the new view is the live hosts, in endpoint order. */
+	/* Every survivor is here: the new view is the live hosts, in endpoint order, with those
+	 * repaired since the last launch. */
 	W.pending = false;
 	W.members = 0;
-	for (uint32_t e = 0; e < W.n; e++)
+	for (uint32_t e = 0; e < W.n; e++) {
+		W.nodes[e].alive |= W.nodes[e].relaunch;
 		if (W.nodes[e].alive)
 			W.map[W.members++] = e;
+	}
 	W.gen++;
 	W.view_sig = 0;
 	memset(W.epoch_sig, 0, sizeof(W.epoch_sig));
@@ -466,9 +500,12 @@ static void recovery_try_release(void)
 			f->steps_lost = W.steps - W.ckpt_steps;
 		W.steps = W.ckpt_steps; /* roll back to the last checkpoint */
 	}
-	for (uint32_t e = 0; e < W.n; e++)
-		if (W.nodes[e].alive)
+	for (uint32_t e = 0; e < W.n; e++) {
+		if (W.nodes[e].relaunch)
+			node_start(&W.nodes[e], false);
+		else if (W.nodes[e].alive)
 			sim_net_wake(W.net, e);
+	}
 }
 
 /* Poll the node and wait until: `op` completes (its result in *op_rc), the worker finishes
@@ -484,6 +521,8 @@ static int poll_until(struct node *nd, struct keel_op *op, int *op_rc, bool comp
 		uint64_t now = sim_now_ns(), dl;
 		if (nd->gen != W.gen)
 			return RECOVER;
+		if (nd->admit_wait && nd->admitted)
+			return 0;
 		int rc = keel_poll(nd->kn, now - nd->clock_off_ns, &dl);
 		if (rc != 0)
 			return rc;
@@ -577,7 +616,15 @@ static int allreduce_once(struct node *nd, size_t count, size_t extra, int *op_r
 	if (rc != 0 || *op_rc == -EINPROGRESS)
 		return rc; /* a new generation (the op dies with its node), or the horizon */
 	nd->ar_ops++;
+	if (*op_rc == 0 && nd->op_info.epoch != nd->op_epoch) {
+		nd->op_epoch = nd->op_info.epoch;
+		nd->epoch_ops = 0;
+	}
+	nd->epoch_ops += *op_rc == 0;
 	if (*op_rc != 0) {
+		if (getenv("KEEL_SIM_DEBUG") != NULL)
+			fprintf(stderr, "%.6f: node %u: AllReduce failed: %s\n",
+				simgrid_get_clock(), nd->e, keel_strerror(*op_rc));
 		nd->ar_failed++;
 		return 0;
 	}
@@ -637,23 +684,45 @@ static double detect_bound_s(bool via_view)
 	return (double)b * 1e-9 + W.max_lat_s;
 }
 
+/* nd's detection of failure f, if it watched it, as of now. */
+static void detect_sample(const struct node *nd, const struct failure_rec *f, double now)
+{
+	if (!failure_is_current(nd, f) || f->host == nd->e || W.s->recovery == SIM_RECOVER_TIMEOUT)
+		return;
+	double at = nd->suspect_s[f->host];
+	double bound = detect_bound_s(nd->via_view[f->host]);
+	if (at >= 0) {
+		detect_add(at - f->at_s);
+		if (at - f->at_s > bound + 1e-6)
+			W.r->detect_late++;
+	} else if (nd->world <= KEEL_FD_ALL_TO_ALL_MAX && now >= f->at_s + bound + 1e-6) {
+		W.r->undetected++;
+	}
+}
+
 static void detect_collect(struct node *nd)
 {
-	double now = simgrid_get_clock();
-	for (uint32_t i = 0; i < W.fail_count; i++) {
-		const struct failure_rec *f = &W.fail[i];
-		if (f->gen != nd->gen || f->host == nd->e || W.s->recovery == SIM_RECOVER_TIMEOUT)
+	for (uint32_t i = 0; i < W.fail_count; i++)
+		detect_sample(nd, &W.fail[i], simgrid_get_clock());
+}
+
+/* Host e was repaired: every node's detection of its failures so far is taken now, and
+ * forgotten, so that its next failure is timed afresh. */
+static void detect_forget(uint32_t e)
+{
+	for (uint32_t m = 0; m < W.n; m++) {
+		struct node *nd = &W.nodes[m];
+		if (m == e || nd->suspect_s == NULL)
 			continue;
-		double at = nd->suspect_s[f->host];
-		double bound = detect_bound_s(nd->via_view[f->host]);
-		if (at >= 0) {
-			detect_add(at - f->at_s);
-			if (at - f->at_s > bound + 1e-6)
-				W.r->detect_late++;
-		} else if (nd->world <= KEEL_FD_ALL_TO_ALL_MAX && now >= f->at_s + bound + 1e-6) {
-			W.r->undetected++;
-		}
+		for (uint32_t i = 0; i < W.fail_count; i++)
+			if (W.fail[i].host == e && nd->alive)
+				detect_sample(nd, &W.fail[i], simgrid_get_clock());
+		nd->suspect_s[e] = -1;
+		nd->via_view[e] = false;
+		nd->excluded_s[e] = -1;
 	}
+	for (uint32_t i = 0; i < W.fail_count; i++)
+		W.fail[i].collected |= W.fail[i].host == e;
 }
 
 /* ---- the node actor ---- */
@@ -883,8 +952,8 @@ static void leap_plan(const struct node *nd, uint64_t job_steps)
 	if (skip.steps == 0)
 		return;
 	W.leap.gen = nd->gen;
-	W.leap.epoch = nd->step_epoch;
-	W.leap.step = nd->epoch_steps + 1;
+	W.leap.epoch = nd->op_epoch;
+	W.leap.step = nd->epoch_ops + 1;
 	W.leap.skip = skip;
 }
 
@@ -921,8 +990,8 @@ static void leap_account(const struct node *nd, uint64_t job_steps)
 static void leap_maybe(struct node *nd, uint64_t *job_steps)
 {
 	const struct sim_ff_skip *k = &W.leap.skip;
-	if (k->steps == 0 || W.leap.gen != nd->gen || W.leap.epoch != nd->step_epoch ||
-	    W.leap.step != nd->epoch_steps)
+	if (k->steps == 0 || W.leap.gen != nd->gen || W.leap.epoch != nd->op_epoch ||
+	    W.leap.step != nd->epoch_ops)
 		return;
 	double to = simgrid_get_clock() + k->dur_s;
 	if (to >= W.horizon_s)
@@ -958,6 +1027,91 @@ static void job_steps_sync(struct node *nd, uint64_t *steps, bool new_epoch)
 	}
 }
 
+/* After a step's AllReduce completed on this node (op_rc 0) or failed without a relaunch:
+ * the job's accounting, its step count, the straggler controller, the checkpoint due and a
+ * leap. Returns 0, RECOVER (a new generation during the checkpoint) or the node's error. */
+static int step_end(struct node *nd, double start, int op_rc, size_t count, uint64_t *job_steps)
+{
+	nd->acct = op_rc == 0 && nd->op_info.member_count > 0 && nd->op_members[0] == nd->rank;
+	train_step_record(nd, start);
+	bool new_epoch = op_rc == 0 && nd->op_info.epoch != nd->step_epoch;
+	if (new_epoch) {
+		nd->step_epoch = nd->op_info.epoch;
+		nd->epoch_steps = 0;
+	}
+	nd->epoch_steps += op_rc == 0;
+	if (op_rc == 0)
+		job_steps_sync(nd, job_steps, new_epoch);
+	if (nd->strag_on && op_rc == 0)
+		straggler_after_step(nd, count); /* a repair moves shards from the next step */
+	(*job_steps)++;
+	uint32_t every = W.s->ckpt_every;
+	if (every != 0 && *job_steps % every == 0) {
+		int rc = poll_until(nd, NULL, NULL, false, sim_now_ns() + ns_of(ckpt_write_s(nd)));
+		if (rc != 0)
+			return rc;
+		if (nd->acct && !horizon_reached())
+			W.ckpt_steps = W.steps;
+	}
+	leap_maybe(nd, job_steps);
+	leap_plan(nd, *job_steps);
+	return 0;
+}
+
+/* The weights a member that just joined needs, from the live members: an AllReduce of the
+ * model's size (f32) in which, as in keel-train, only the donor's copy counts. Every member
+ * runs it as the first collective it starts after the view that admitted the joiner. It has
+ * the gradient step's shape, as every collective here: a joiner lined up with whatever the
+ * members were doing (view.ops_resume) never starts a different collective in their place. */
+static int state_transfer(struct node *nd, size_t count, int *op_rc)
+{
+	nd->state_pending = false;
+	return allreduce_once(nd, count, straggler_slots(nd), op_rc);
+}
+
+/* A repaired GPU's process, started with a new incarnation outside any view: wait until a
+ * view admits it, take part in the collectives the members had in flight (they restart with
+ * it), then get the weights. Returns 0, or non-zero when the run ends first. */
+static int rejoin_admit(struct node *nd, size_t count, uint64_t *job_steps)
+{
+	struct sim_rejoin *rj =
+	    nd->rejoin_idx < SIM_REJOINS_MAX ? &W.r->rejoins[nd->rejoin_idx] : NULL;
+	struct keel_view v;
+	for (nd->admit_wait = true;;) {
+		int rc = poll_until(nd, NULL, NULL, false, sim_now_ns() + W.s->heartbeat_ns);
+		if (rc != 0 || horizon_reached()) {
+			nd->admit_wait = false;
+			return rc != 0 ? rc : RECOVER;
+		}
+		if (keel_view_get(nd->kn, &v, nd->op_members, W.n) >= 0 && v.self_member)
+			break;
+	}
+	nd->admit_wait = false;
+	double admitted = simgrid_get_clock();
+	if (rj != NULL)
+		rj->admitted_s = admitted - rj->at_s;
+	for (uint32_t i = 0; i < v.ops_resume; i++) {
+		int op_rc = 0;
+		double start = simgrid_get_clock();
+		nd->compute_s = 0;
+		if (nd->strag_on)
+			straggler_fill(nd, count);
+		int rc = allreduce_once(nd, count, straggler_slots(nd), &op_rc);
+		if (rc == 0 && op_rc != -EINPROGRESS)
+			rc = step_end(nd, start, op_rc, count, job_steps);
+		if (rc != 0 || horizon_reached())
+			return rc != 0 ? rc : RECOVER;
+	}
+	int op_rc = 0;
+	int rc = state_transfer(nd, count, &op_rc);
+	if (rc != 0 || horizon_reached())
+		return rc != 0 ? rc : RECOVER;
+	if (rj != NULL && op_rc == 0)
+		rj->synced_s = simgrid_get_clock() - admitted;
+	nd->rejoin = false;
+	return 0;
+}
+
 static void node_train(struct node *nd)
 {
 	const struct sim_scenario *s = W.s;
@@ -965,6 +1119,8 @@ static void node_train(struct node *nd)
 	uint64_t job_steps = 0;
 
 	buffers_ensure(nd, count + 4 * (size_t)W.n); /* room for straggler_slots */
+	if (nd->rejoin && rejoin_admit(nd, count, &job_steps) != 0)
+		return;
 	while (!horizon_reached()) {
 		int rc = 0, op_rc = 0;
 		if (nd->work_busy) /* compute left from before a recovery */
@@ -977,6 +1133,8 @@ static void node_train(struct node *nd)
 			rc = poll_until(nd, NULL, NULL, true, UINT64_MAX);
 			nd->compute_s = simgrid_get_clock() - start; /* what this rank measured */
 		}
+		if (rc == 0 && !horizon_reached() && nd->state_pending)
+			rc = state_transfer(nd, count, &op_rc);
 		if (rc == 0 && !horizon_reached() && nd->strag_on)
 			straggler_fill(nd, count);
 		if (rc == 0 && !horizon_reached())
@@ -993,6 +1151,8 @@ static void node_train(struct node *nd)
 			recovery_arrive(nd);
 			rc = poll_until(nd, NULL, NULL, false, UINT64_MAX);
 		}
+		if (rc == 0 && !horizon_reached())
+			rc = step_end(nd, start, op_rc, count, &job_steps);
 		if (rc == RECOVER) {
 			if (regen(nd) != 0)
 				return;
@@ -1000,34 +1160,6 @@ static void node_train(struct node *nd)
 		}
 		if (rc != 0 || horizon_reached())
 			return;
-		nd->acct =
-		    op_rc == 0 && nd->op_info.member_count > 0 && nd->op_members[0] == nd->rank;
-		train_step_record(nd, start);
-		bool new_epoch = op_rc == 0 && nd->op_info.epoch != nd->step_epoch;
-		if (new_epoch) {
-			nd->step_epoch = nd->op_info.epoch;
-			nd->epoch_steps = 0;
-		}
-		nd->epoch_steps += op_rc == 0;
-		if (op_rc == 0)
-			job_steps_sync(nd, &job_steps, new_epoch);
-		if (nd->strag_on && op_rc == 0)
-			straggler_after_step(nd,
-					     count); /* a repair moves shards from the next step */
-		job_steps++;
-		if (s->ckpt_every != 0 && job_steps % s->ckpt_every == 0) {
-			double write_s = ckpt_write_s(nd);
-			rc = poll_until(nd, NULL, NULL, false, sim_now_ns() + ns_of(write_s));
-			if (rc == RECOVER) {
-				if (regen(nd) != 0)
-					return;
-				continue;
-			}
-			if (nd->acct && !horizon_reached())
-				W.ckpt_steps = W.steps;
-		}
-		leap_maybe(nd, &job_steps);
-		leap_plan(nd, job_steps);
 	}
 }
 
@@ -1063,12 +1195,22 @@ static void node_main(int argc, char **argv)
 	char err[256] = "";
 	(void)argc;
 	(void)argv;
+	if (W.restart_until_s >
+	    simgrid_get_clock()) /* started for a relaunch: it takes this long */
+		sg_actor_sleep_until(fmin(W.restart_until_s, W.horizon_s));
+	if (horizon_reached()) {
+		nd->done = true;
+		return;
+	}
 	if (node_setup(nd, err, sizeof(err)) != 0) {
 		fprintf(stderr, "keel-sim: node %u: %s\n", nd->e, err);
 		W.r->setup_failed = true;
 		nd->done = true;
 		return;
 	}
+	if (nd->life > 0 && !nd->rejoin && nd->rejoin_idx < SIM_REJOINS_MAX) /* relaunched */
+		W.r->rejoins[nd->rejoin_idx].admitted_s =
+		    simgrid_get_clock() - W.r->rejoins[nd->rejoin_idx].at_s;
 	if (strcmp(W.s->mode, "train") == 0)
 		node_train(nd);
 	else if (strcmp(W.s->mode, "allreduce") == 0)
@@ -1191,6 +1333,50 @@ static void host_pause(uint32_t h, bool stop)
 	sim_net_wake(W.net, h);
 }
 
+/* A later life of nd's process (a repair): a new keel node on the same host, which rejoins the
+ * running job (keel) or is part of the relaunched one (restart modes). */
+static void node_start(struct node *nd, bool rejoin)
+{
+	nd->life++;
+	nd->life_start_s = simgrid_get_clock();
+	nd->rejoin = rejoin;
+	nd->relaunch = false;
+	nd->alive = true;
+	nd->done = nd->paused = false;
+	nd->kn = NULL; /* the last life's node went with its actor; its memory is reused */
+	nd->tp = nd->chaos = NULL;
+	nd->left_out = true; /* its step count comes from the members it joins */
+	nd->acct = nd->state_pending = nd->admitted = false;
+	nd->work_busy = false;
+	nd->work_sem = sg_sem_init(0);
+	for (uint32_t e = 0; e < W.n; e++) /* keel's clock as the others have it */
+		if (e != nd->e && W.nodes[e].alive && !W.nodes[e].done)
+			nd->clock_off_ns = W.nodes[e].clock_off_ns;
+	sim_net_start_receiver(W.net, nd->e);
+	nd->actor = spawn("node", nd->e, node_main, nd, false);
+	if (strcmp(W.s->mode, "train") == 0)
+		nd->worker = spawn("gpu", nd->e, worker_main, nd, true);
+}
+
+/* A failed host is repaired (--recover, --mttr): its process comes back. */
+static void host_repair(uint32_t e)
+{
+	struct node *nd = &W.nodes[e];
+	if (nd->alive || nd->relaunch)
+		return; /* never failed (or its server's repair came first), or already waiting */
+	sg_host_turn_on(W.hosts[e]);
+	detect_forget(e);
+	nd->rejoin_idx = W.r->rejoin_count;
+	if (W.r->rejoin_count < SIM_REJOINS_MAX)
+		W.r->rejoins[W.r->rejoin_count] =
+		    (struct sim_rejoin){.at_s = simgrid_get_clock(), .host = e};
+	W.r->rejoin_count++;
+	if (W.s->recovery == SIM_RECOVER_KEEL)
+		node_start(nd, true);
+	else
+		nd->relaunch = true; /* with the job's next relaunch (recovery_try_release) */
+}
+
 static void fault_apply(const struct sim_fault *f)
 {
 	switch (f->kind) {
@@ -1202,8 +1388,7 @@ static void fault_apply(const struct sim_fault *f)
 		host_off(f->a, f->cause);
 		break;
 	case SIM_FAULT_HOST_ON:
-		/* The host is back; its process rejoins once the core has incarnations. */
-		sg_host_turn_on(W.hosts[f->a]);
+		host_repair(f->a);
 		break;
 	case SIM_FAULT_LINK_OFF:
 	case SIM_FAULT_LINK_ON:
@@ -1294,41 +1479,78 @@ static double lifetime_s(uint64_t *rng, double mean_s, double k)
 	return mean_s / tgamma(1.0 + 1.0 / k) * pow(-log(u), 1.0 / k);
 }
 
-static void host_dies(uint32_t e, double t, enum sim_cause cause)
+static int fault_add(const struct sim_fault *f)
 {
-	if (t < W.horizon_s)
-		W.faults[W.fault_n++] = (struct sim_fault){
-		    .kind = SIM_FAULT_HOST_OFF, .cause = cause, .at_s = t, .a = e};
+	if (W.fault_n == W.fault_cap) {
+		uint32_t cap = W.fault_cap ? 2 * W.fault_cap : 64;
+		struct sim_fault *grown = realloc(W.faults, cap * sizeof(*grown));
+		if (grown == NULL)
+			return -ENOMEM;
+		W.faults = grown;
+		W.fault_cap = cap;
+	}
+	W.faults[W.fault_n++] = *f;
+	return 0;
 }
 
-/* Random failures, one lifetime per GPU (--mtbf), then one per server (--mtbf-server), which
- * takes all its GPUs down at once; whichever comes first ends a GPU (a failed host stays
- * down: a repaired host cannot rejoin in keel-sim yet). Drawn in host order, then server
- * order, from the run's seed: the same seed gives the same failures. */
-static void random_failures(const struct sim_scenario *s, uint64_t *rng)
+/* Host e fails at t (and, with a repair time, comes back at t + repair_s), within the horizon.
+ */
+static int host_dies(uint32_t e, double t, enum sim_cause cause, double repair_s)
+{
+	int rc = 0;
+	if (t < W.horizon_s)
+		rc = fault_add(&(struct sim_fault){
+		    .kind = SIM_FAULT_HOST_OFF, .cause = cause, .at_s = t, .a = e});
+	if (rc == 0 && repair_s > 0 && t + repair_s < W.horizon_s)
+		rc = fault_add(&(struct sim_fault){
+		    .kind = SIM_FAULT_HOST_ON, .cause = cause, .at_s = t + repair_s, .a = e});
+	return rc;
+}
+
+/* One GPU's or server's failures (and repairs) up to the horizon: lifetimes of mean mtbf_s,
+ * each failure repaired after an exponential time of mean mttr (then a new lifetime); only the
+ * first without --mttr. */
+static int lifetimes(const struct sim_scenario *s, uint64_t *rng, uint32_t server, uint32_t e,
+		     double mtbf_s, enum sim_cause cause)
+{
+	for (double t = 0; t < W.horizon_s;) {
+		t += lifetime_s(rng, mtbf_s, s->weibull_k);
+		double repair_s = s->mttr_s > 0 ? lifetime_s(rng, s->mttr_s, 1.0) : 0;
+		for (uint32_t h = 0; h < W.n; h++) {
+			bool hit = cause == SIM_CAUSE_SERVER ? host_server(h) == server : h == e;
+			if (hit && host_dies(h, t, cause, repair_s) != 0)
+				return -ENOMEM;
+		}
+		if (repair_s == 0)
+			break;
+		t += repair_s;
+	}
+	return 0;
+}
+
+/* Random failures, lifetimes per GPU (--mtbf), then per server (--mtbf-server), which takes
+ * all its GPUs down at once; whichever comes first ends a GPU. With --mttr the failed come back
+ * and fail again. Drawn in host order, then server order, from the run's seed: the same seed
+ * gives the same failures. */
+static int random_failures(const struct sim_scenario *s, uint64_t *rng)
 {
 	for (uint32_t e = 0; s->mtbf_s > 0 && e < W.n; e++)
-		host_dies(e, lifetime_s(rng, s->mtbf_s, s->weibull_k), SIM_CAUSE_GPU);
+		if (lifetimes(s, rng, 0, e, s->mtbf_s, SIM_CAUSE_GPU) != 0)
+			return -ENOMEM;
 	for (uint32_t sv = 0; s->mtbf_server_s > 0 && sv < 2 * W.n; sv++) {
 		bool any = false;
 		for (uint32_t e = 0; e < W.n && !any; e++)
 			any = host_server(e) == sv;
-		if (!any)
-			continue;
-		double t = lifetime_s(rng, s->mtbf_server_s, s->weibull_k);
-		for (uint32_t e = 0; e < W.n; e++)
-			if (host_server(e) == sv)
-				host_dies(e, t, SIM_CAUSE_SERVER);
+		if (any && lifetimes(s, rng, sv, 0, s->mtbf_server_s, SIM_CAUSE_SERVER) != 0)
+			return -ENOMEM;
 	}
+	return 0;
 }
 
 static int faults_build(const struct sim_scenario *s, char *err, size_t err_len)
 {
 	uint64_t rng = s->seed * 0x2545f4914f6cdd1dull + 17;
-	/* pauses end too; a GPU may draw a lifetime of its own and one of its server's */
-	W.faults = calloc(2 * SIM_FAULTS_MAX + 2 * (size_t)W.n, sizeof(*W.faults));
-	if (W.faults == NULL)
-		return -ENOMEM;
+
 	for (uint32_t i = 0; i < s->fault_count; i++) {
 		const struct sim_fault *f = &s->faults[i];
 		if (f->a >= W.n || (f->kind == SIM_FAULT_CUT && f->b >= W.n)) {
@@ -1342,13 +1564,16 @@ static int faults_build(const struct sim_scenario *s, char *err, size_t err_len)
 				 f->b);
 			return -EINVAL;
 		}
-		W.faults[W.fault_n++] = *f;
-		if (f->kind == SIM_FAULT_PAUSE)
-			W.faults[W.fault_n++] = (struct sim_fault){
-			    .kind = SIM_FAULT_RESUME, .at_s = f->at_s + f->factor, .a = f->a};
+		if (fault_add(f) != 0 ||
+		    (f->kind == SIM_FAULT_PAUSE &&
+		     fault_add(&(struct sim_fault){
+			 .kind = SIM_FAULT_RESUME, .at_s = f->at_s + f->factor, .a = f->a}) != 0))
+			return -ENOMEM;
 	}
-	random_failures(s, &rng);
-	qsort(W.faults, W.fault_n, sizeof(*W.faults), fault_cmp);
+	if (random_failures(s, &rng) != 0)
+		return -ENOMEM;
+	if (W.fault_n > 0)
+		qsort(W.faults, W.fault_n, sizeof(*W.faults), fault_cmp);
 	return 0;
 }
 

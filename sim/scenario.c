@@ -218,6 +218,8 @@ static int set_number(struct sim_scenario *s, const char *key, double d)
 		s->mtbf_server_s = d;
 	else if (strcmp(key, "weibull") == 0 && d > 0 && d <= 20)
 		s->weibull_k = d;
+	else if (strcmp(key, "mttr") == 0 && d >= 0)
+		s->mttr_s = d;
 	else if (strcmp(key, "seed") == 0 && fits_u64(d))
 		s->seed = (uint64_t)d;
 	else

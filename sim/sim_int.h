@@ -137,6 +137,11 @@ struct sim_scenario {
 	 * GPUs at once), exponential (weibull_k 1) or Weibull of shape weibull_k, with that mean;
 	 * 0: none. A failed host stays down. */
 	double mtbf_s, mtbf_server_s, weibull_k;
+	/* Repairs: a failed GPU or server comes back after a time drawn with this mean
+	 * (exponential; 0: never), then draws a new lifetime. A repaired GPU's process rejoins:
+	 * with keel's recovery at once (a new incarnation, admitted by a view change, weights
+	 * from a live member); with restart or timeout at the job's next relaunch. */
+	double mttr_s;
 	char chaos[128];
 	uint64_t seed;
 	enum sim_fidelity fidelity;
@@ -207,6 +212,16 @@ void sim_ff_plan(struct sim_ff_skip *out, double room_s, double period_s, uint64
 /* ---- results (run.c fills, report.c prints) ---- */
 
 #define SIM_FAILURES_MAX 64u
+#define SIM_REJOINS_MAX	 64u
+
+/* A repaired GPU coming back (--recover, --mttr). */
+struct sim_rejoin {
+	double at_s; /* repaired */
+	uint32_t host;
+	double admitted_s; /* repair to the view that admitted it (restart modes: to its node's
+			    * start in the relaunched job); 0: not before the end */
+	double synced_s;   /* admission to the weights received from a live member (keel) */
+};
 
 struct sim_failure_cost {
 	double at_s;
@@ -256,6 +271,8 @@ struct sim_result {
 	double goodput; /* useful training time / simulated time */
 	uint32_t failure_count;
 	struct sim_failure_cost failures[SIM_FAILURES_MAX];
+	uint32_t rejoin_count; /* all; the first SIM_REJOINS_MAX are listed */
+	struct sim_rejoin rejoins[SIM_REJOINS_MAX];
 	uint32_t detect_count;
 	double detect_p50_s, detect_p99_s, detect_max_s;
 	double detect_cdf_s[SIM_DETECT_CDF_MAX];    /* ascending */
