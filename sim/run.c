@@ -42,9 +42,9 @@ struct node {
 	bool *via_view;	    /* [endpoints]: learnt from a view, not from its own detector (ring
 			     * monitoring: it did not watch that endpoint) */
 	double *excluded_s; /* [endpoints]: first view this generation installed without it */
-	/* compute worker */
+	/* compute worker (and a joiner's weights transfer: work_sleep_s) */
 	sg_sem_t work_sem;
-	double work_flops;
+	double work_flops, work_sleep_s;
 	bool work_busy;
 	double slow;
 	sg_actor_t actor, worker; /* --pause suspends both */
@@ -85,10 +85,10 @@ struct node {
 	 * steps are counted (and leaps planned) once, whichever ranks have died. */
 	bool acct;
 	/* repairs: lives so far (the incarnation is life + 1); this life rejoins a running job
-	 * (keel) or waits for the next relaunch (restart modes); the members owe a joiner the
-	 * weights (state_pending); its entry in the result's rejoin list (UINT32_MAX: none) */
+	 * (keel) or waits for the next relaunch (restart modes); its entry in the result's
+	 * rejoin list */
 	uint32_t life;
-	bool rejoin, relaunch, state_pending;
+	bool rejoin, relaunch;
 	bool admitted, admit_wait; /* a rejoining life: a view took it in; rejoin_admit waits */
 	double life_start_s;	   /* failures before it are not this life's to detect */
 	uint32_t rejoin_idx;
@@ -245,10 +245,11 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 		sim_ff_reset(&W.ff); /* a new view: steady again only once measured again */
 	if (v->member_count < nd->view_members)
 		nd->view_shrunk = true;
-	if (v->self_member && !v->self_joined && v->joined_count > 0)
-		nd->state_pending = true; /* a joiner needs the weights (state_transfer) */
 	if (v->self_member && nd->rejoin && !nd->admitted) {
 		nd->admitted = true;
+		if (nd->rejoin_idx < SIM_REJOINS_MAX)
+			W.r->rejoins[nd->rejoin_idx].admitted_s =
+			    at_s - W.r->rejoins[nd->rejoin_idx].at_s;
 		sim_net_wake(W.net, nd->e); /* rejoin_admit is waiting for this */
 	}
 	nd->view_epoch = v->epoch;
@@ -567,7 +568,11 @@ static void worker_main(int argc, char **argv)
 	(void)argv;
 	for (;;) {
 		sg_sem_acquire(nd->work_sem);
-		sg_actor_execute(nd->work_flops);
+		if (nd->work_sleep_s > 0)
+			sg_actor_sleep_for(nd->work_sleep_s);
+		else
+			sg_actor_execute(nd->work_flops);
+		nd->work_sleep_s = 0;
 		nd->work_busy = false;
 		sim_net_wake(W.net, nd->e);
 	}
@@ -1058,15 +1063,21 @@ static int step_end(struct node *nd, double start, int op_rc, size_t count, uint
 	return 0;
 }
 
-/* The weights a member that just joined needs, from the live members: an AllReduce of the
- * model's size (f32) in which, as in keel-train, only the donor's copy counts. Every member
- * runs it as the first collective it starts after the view that admitted the joiner. It has
- * the gradient step's shape, as every collective here: a joiner lined up with whatever the
- * members were doing (view.ops_resume) never starts a different collective in their place. */
-static int state_transfer(struct node *nd, size_t count, int *op_rc)
+/* The weights a joiner needs, from the view's donor: the model's f32 copy over the route
+ * between them, at its bandwidth (the transfer is not a keel collective, so it cannot put the
+ * members' sequence out of line). The joiner's worker waits it out while the node polls, so
+ * the joiner answers heartbeats meanwhile; the members' next step waits for it. */
+static int weights_fetch(struct node *nd, uint32_t donor_rank)
 {
-	nd->state_pending = false;
-	return allreduce_once(nd, count, straggler_slots(nd), op_rc);
+	uint32_t from = donor_rank < W.members ? W.map[donor_rank] : nd->e;
+	double bw = from != nd->e ? sg_host_get_route_bandwidth(W.hosts[from], W.hosts[nd->e]) : 0;
+	double lat = from != nd->e ? sg_host_get_route_latency(W.hosts[from], W.hosts[nd->e]) : 0;
+	if (!(bw > 0))
+		return 0;
+	nd->work_sleep_s = lat + W.s->model_params * 4.0 / bw;
+	nd->work_busy = true;
+	sg_sem_release(nd->work_sem);
+	return poll_until(nd, NULL, NULL, true, UINT64_MAX);
 }
 
 /* A repaired GPU's process, started with a new incarnation outside any view: wait until a
@@ -1087,9 +1098,7 @@ static int rejoin_admit(struct node *nd, size_t count, uint64_t *job_steps)
 			break;
 	}
 	nd->admit_wait = false;
-	double admitted = simgrid_get_clock();
-	if (rj != NULL)
-		rj->admitted_s = admitted - rj->at_s;
+	double admitted = simgrid_get_clock(); /* on_view noted it in rj->admitted_s */
 	for (uint32_t i = 0; i < v.ops_resume; i++) {
 		int op_rc = 0;
 		double start = simgrid_get_clock();
@@ -1102,11 +1111,10 @@ static int rejoin_admit(struct node *nd, size_t count, uint64_t *job_steps)
 		if (rc != 0 || horizon_reached())
 			return rc != 0 ? rc : RECOVER;
 	}
-	int op_rc = 0;
-	int rc = state_transfer(nd, count, &op_rc);
+	int rc = weights_fetch(nd, v.donor);
 	if (rc != 0 || horizon_reached())
 		return rc != 0 ? rc : RECOVER;
-	if (rj != NULL && op_rc == 0)
+	if (rj != NULL)
 		rj->synced_s = simgrid_get_clock() - admitted;
 	nd->rejoin = false;
 	return 0;
@@ -1133,8 +1141,6 @@ static void node_train(struct node *nd)
 			rc = poll_until(nd, NULL, NULL, true, UINT64_MAX);
 			nd->compute_s = simgrid_get_clock() - start; /* what this rank measured */
 		}
-		if (rc == 0 && !horizon_reached() && nd->state_pending)
-			rc = state_transfer(nd, count, &op_rc);
 		if (rc == 0 && !horizon_reached() && nd->strag_on)
 			straggler_fill(nd, count);
 		if (rc == 0 && !horizon_reached())
@@ -1346,7 +1352,7 @@ static void node_start(struct node *nd, bool rejoin)
 	nd->kn = NULL; /* the last life's node went with its actor; its memory is reused */
 	nd->tp = nd->chaos = NULL;
 	nd->left_out = true; /* its step count comes from the members it joins */
-	nd->acct = nd->state_pending = nd->admitted = false;
+	nd->acct = nd->admitted = false;
 	nd->work_busy = false;
 	nd->work_sem = sg_sem_init(0);
 	for (uint32_t e = 0; e < W.n; e++) /* keel's clock as the others have it */

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # keel-sim --fidelity auto against --fidelity full on runs small enough for both (issue 20):
-# three failures under keel's recovery, three under restart-from-checkpoint, and a rank paused
-# past the detector and readmitted. auto must agree within 2 % on steps and goodput, with the
+# three failures under keel's recovery (rank 0's GPU among them), three under
+# restart-from-checkpoint, a rank paused past the detector and readmitted, and GPUs failing at
+# random and repaired (rejoining the running job). auto must agree within 2 % on steps and goodput, with the
 # same views, no false suspicion, and the same detection times (to 1 us); each failure's
 # recovery (detection, view change, restart, rollback) within 2 %, and the work of its step in
 # flight (redo, which depends on where in its step the failure lands) within one step. auto
 # must leap most of the run, say which spans ran in full, repeat itself byte for byte, be the
-# default only for long training runs, and refuse what it cannot do. About a minute.
+# default only for long training runs, and refuse what it cannot do. About two minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 SIM=${BUILD:-build}/bin/keel-sim
@@ -84,7 +85,11 @@ compare restart 0.3 --cluster 4xH100:ib,4xA100:eth "${model[@]}" --horizon 30 --
 # 3. a rank paused past the detector, excluded, readmitted; every result checked.
 compare pause 0.8 --cluster 8xH100:ib "${model[@]}" --horizon 20 --pause 6:3:0.5 --check 1
 
-# 4. The same seed gives the same bytes; the CSV names the spans run in full.
+# 4. GPUs failing at random and coming back (--mtbf, --mttr): each repaired one rejoins the
+# running job, so leaps begin and end around failures and repairs alike.
+compare repairs 0.5 --cluster 8xH100:ib "${model[@]}" --horizon 30 --mtbf 30s --mttr 6s --check 1
+
+# 5. The same seed gives the same bytes; the CSV names the spans run in full.
 args=(--cluster 8xH100:ib "${model[@]}" --horizon 12 --fail 6:2 --seed "$SEED" --fidelity auto
 	--format csv)
 "$SIM" "${args[@]}" >"$tmp/d1.csv" 2>/dev/null || no "determinism run 1 exited $?"
@@ -94,7 +99,7 @@ spans=$(awk -F, 'NR==1{for(i=1;i<=NF;i++)if($i=="full_spans")k=i} NR==2{print $k
 [[ $spans == 0.000-*\;*-12.0* ]] && echo "sim_fidelity: CSV full_spans $spans" ||
 	no "CSV full_spans '$spans' is not a list of spans from 0 to the end"
 
-# 5. auto is the default for training runs over 300 s, full otherwise; what auto cannot do is
+# 6. auto is the default for training runs over 300 s, full otherwise; what auto cannot do is
 # refused by name.
 "$SIM" --cluster 8xH100:ib "${model[@]}" --horizon 301 --seed "$SEED" --format csv \
 	>"$tmp/long.csv" 2>"$tmp/long.err" || no "a 301 s run exited $?"

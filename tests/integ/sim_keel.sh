@@ -6,7 +6,8 @@
 # MPI_Allreduce and the analytical ring cost; the hierarchical AllReduce used and not slower
 # than the ring on servers of 8 GPUs; a straggler repaired by keel's controller; compressed
 # gradients over 25 GbE; failures drawn from lifetimes (per GPU, per server, Weibull); the
-# checkpoint sweep's optimum beside Young/Daly's; clear errors for bad input. About a minute and a half.
+# checkpoint sweep's optimum beside Young/Daly's; repaired GPUs back in the job; clear errors for
+# bad input. About two minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 SIM=${BUILD:-build}/bin/keel-sim
@@ -274,6 +275,48 @@ awk '/keel-sim: failure .*, server:/ { split($0, a, " at "); split(a[2], b, " s:
 echo "sim: random failures: $n_exp of 64 GPUs exponential, $n_wb Weibull(3), $(grep -c ', server:' "$tmp/f4") in whole servers"
 err=$("$SIM" "${fargs[@]}" --weibull 0 2>&1); [ $? = 2 ] &&
 	grep -q "bad value '0' for 'weibull'" <<<"$err" || no "--weibull 0: $err"
+
+# 7b. Repairs. keel's recovery: GPU 2 dies at 1 s and is repaired at 2 s; its process rejoins
+# the running job (a new incarnation) within a few heartbeats, gets the weights, and every
+# result stays exact. Restart recovery: repaired at 1.5 s, it is back only with the relaunch
+# after the next failure (2 s + detection + the 0.2 s relaunch). --mttr: failed GPUs come back
+# and fail again, the same seed giving the same list.
+rargs=(--cluster 8xH100:ib --model 20M --batch 96 --flops-per-sample 2e11 --horizon 3 --seed "$SEED")
+"$SIM" "${rargs[@]}" --fail 1:2 --recover 2:2 --check 1 --format json >"$tmp/rj.json" 2>"$tmp/rj.err" ||
+	no "rejoin run exited $?"
+python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))[0]
+j = r["rejoin_list"]
+ok = len(j) == 1 and j[0]["host"] == 2 and 0 < j[0]["admitted_s"] < 0.01 and j[0]["synced_s"] > 0 \
+	and r["allreduce"]["wrong"] == 0 and r["allreduce"]["failed"] == 0 and r["views_agree"] \
+	and r["false_suspicions"] == 0 and r["view_epochs"] == 3
+sys.exit(0 if ok else 1)' "$tmp/rj.json" && echo "sim: $(grep 'repair 1' "$tmp/rj.err")" ||
+	no "keel rejoin: $(grep -h 'repair\|failure' "$tmp/rj.err") $(head -c 300 "$tmp/rj.json")"
+"$SIM" "${rargs[@]}" --recovery restart --restart 0.2s --fail 1:2 --recover 1.5:2 --fail 2:5 \
+	--format json >"$tmp/rr.json" 2>"$tmp/rr.err" || no "restart rejoin run exited $?"
+python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))[0]
+j, f = r["rejoin_list"], r["failure_list"]
+back = f[1]["at_s"] + f[1]["detect_s"] + f[1]["view_change_s"] + 0.2 - j[0]["at_s"]
+sys.exit(0 if len(j) == 1 and abs(j[0]["admitted_s"] - back) < 0.01 else 1)' "$tmp/rr.json" &&
+	echo "sim: $(grep 'repair 1' "$tmp/rr.err")" || no "restart rejoin: $(grep -h 'repair\|failure' "$tmp/rr.err")"
+"$SIM" "${rargs[@]}" --recovery restart --restart 0.2s --fail 1:2 --recover 1.5:2 \
+	>/dev/null 2>"$tmp/rn.err" || no "restart rejoin without a relaunch exited $?"
+grep -q "repair 1 at 1.500000 s: host 2 not back before the end" "$tmp/rn.err" ||
+	no "a repair with no relaunch after it: $(grep repair "$tmp/rn.err")"
+margs=(--cluster 16xH100:ib --mode heartbeat --horizon 6 --seed "$SEED" --mtbf 4s --mttr 1s)
+"$SIM" "${margs[@]}" >/dev/null 2>"$tmp/m1" || no "--mttr run exited $?"
+"$SIM" "${margs[@]}" >/dev/null 2>"$tmp/m2" || no "--mttr run 2 exited $?"
+n_rep=$(grep -c 'keel-sim: repair .* back in the job' "$tmp/m1")
+n_fail=$(grep -c 'keel-sim: failure' "$tmp/m1")
+twice=$(grep -o 'keel-sim: failure .*: host [0-9]*' "$tmp/m1" | awk '{print $NF}' | sort | uniq -d | wc -l)
+[ "$n_rep" -ge 5 ] && [ "$twice" -ge 1 ] ||
+	no "--mttr 1s: $n_rep repaired GPUs back, $twice failed twice ($n_fail failures)"
+cmp -s <(grep 'keel-sim: \(failure\|repair\)' "$tmp/m1") <(grep 'keel-sim: \(failure\|repair\)' "$tmp/m2") ||
+	no "--mttr: the same seed gave other failures or repairs"
+echo "sim: --mtbf 4s --mttr 1s on 16 GPUs: $n_fail failures, $n_rep repaired GPUs back, $twice failed again"
 
 # 8. A sweep of the checkpoint interval (restart recovery, two failures): the best value said
 # is the CSV's highest goodput, Young/Daly's optimum is sqrt(2 x write x MTBF) in seconds and
