@@ -316,6 +316,8 @@ twice=$(grep -o 'keel-sim: failure .*: host [0-9]*' "$tmp/m1" | awk '{print $NF}
 	no "--mttr 1s: $n_rep repaired GPUs back, $twice failed twice ($n_fail failures)"
 cmp -s <(grep 'keel-sim: \(failure\|repair\)' "$tmp/m1") <(grep 'keel-sim: \(failure\|repair\)' "$tmp/m2") ||
 	no "--mttr: the same seed gave other failures or repairs"
+err=$("$SIM" "${margs[@]}" --mttr -1 2>&1); [ $? = 2 ] &&
+	grep -q "bad value '-1' for 'mttr'" <<<"$err" || no "--mttr -1: $err"
 echo "sim: --mtbf 4s --mttr 1s on 16 GPUs: $n_fail failures, $n_rep repaired GPUs back, $twice failed again"
 
 # 8. A sweep of the checkpoint interval (restart recovery, two failures): the best value said
