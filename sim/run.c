@@ -983,6 +983,9 @@ static void leap_account(const struct node *nd, uint64_t job_steps)
 		W.r->leap_from_s[W.r->leap_count] = from;
 		W.r->leap_to_s[W.r->leap_count] = from + k->dur_s;
 	}
+	if (getenv("KEEL_SIM_DEBUG") != NULL)
+		fprintf(stderr, "%.6f: leap of %llu steps (%u checkpoints) at %.9f s, %.6f s\n", from,
+			(unsigned long long)k->steps, k->ckpts, period, k->dur_s);
 	W.r->leap_count++;
 	W.r->leapt_s += k->dur_s;
 	W.r->leapt_steps += k->steps;
