@@ -160,7 +160,8 @@ static struct {
 	double repair_time_after;
 	uint32_t scale; /* each data datagram stands for this many */
 	uint32_t window, mtu;
-	uint32_t fault_next; /* the controller's next fault to apply */
+	uint32_t fault_next;	     /* the controller's next fault to apply */
+	uint32_t ctl_host, ctl_tick; /* where the controller runs; its next progress tick */
 	struct epoch_base epoch_base[EPOCH_BASES];
 	/* multi-fidelity (--fidelity auto): the accountant's steady-state window, and the leap it
 	 * planned: every node of generation `gen` leaps after its collective number `step` of view
@@ -984,8 +985,8 @@ static void leap_account(const struct node *nd, uint64_t job_steps)
 		W.r->leap_to_s[W.r->leap_count] = from + k->dur_s;
 	}
 	if (getenv("KEEL_SIM_DEBUG") != NULL)
-		fprintf(stderr, "%.6f: leap of %llu steps (%u checkpoints) at %.9f s, %.6f s\n", from,
-			(unsigned long long)k->steps, k->ckpts, period, k->dur_s);
+		fprintf(stderr, "%.6f: leap of %llu steps (%u checkpoints) at %.9f s, %.6f s\n",
+			from, (unsigned long long)k->steps, k->ckpts, period, k->dur_s);
 	W.r->leap_count++;
 	W.r->leapt_s += k->dur_s;
 	W.r->leapt_steps += k->steps;
@@ -1418,6 +1419,27 @@ static void fault_apply(const struct sim_fault *f)
 	}
 }
 
+static void controller_main(int argc, char **argv);
+
+/* The controller plays the faults from a host of the platform; before a fault turns that host
+ * off, it hands on to a live one (its successor goes on from W.fault_next, W.ctl_tick). With
+ * every host down there is nothing left to control. */
+static void controller_start(void)
+{
+	for (uint32_t i = 1; i <= W.n; i++) {
+		uint32_t e = (W.ctl_host + i) % W.n;
+		if (!W.nodes[e].alive || (e == W.ctl_host && i != W.n))
+			continue;
+		if (e == W.ctl_host)
+			return; /* every other host is down, and this one goes next */
+		W.ctl_host = e;
+		sg_actor_t ctl = sg_actor_init("controller", W.hosts[e]);
+		sg_actor_start(ctl, controller_main, 0, NULL);
+		sg_actor_daemonize(ctl);
+		return;
+	}
+}
+
 static void controller_main(int argc, char **argv)
 {
 	const struct sim_scenario *s = W.s;
@@ -1426,12 +1448,19 @@ static void controller_main(int argc, char **argv)
 	double tick = W.horizon_s / 10;
 	(void)argc;
 	(void)argv;
-	for (uint32_t k = 1; k <= 10; k++) {
-		double t = k * tick;
+	for (; W.ctl_tick <= 10; W.ctl_tick++) {
+		double t = W.ctl_tick * tick;
 		while (W.fault_next < count && faults[W.fault_next].at_s <= t) {
 			sg_actor_sleep_until(faults[W.fault_next].at_s);
 			sim_ff_reset(&W.ff); /* anything may change from here: measure again */
-			fault_apply(&faults[W.fault_next++]);
+			const struct sim_fault *f = &faults[W.fault_next++];
+			if (f->kind == SIM_FAULT_HOST_OFF && f->a == W.ctl_host &&
+			    W.nodes[f->a].alive) {
+				W.fault_next--;
+				controller_start(); /* the successor applies it */
+				return;
+			}
+			fault_apply(f);
 		}
 		sg_actor_sleep_until(t);
 		if (s->progress)
@@ -1940,21 +1969,9 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 		if (strcmp(s->mode, "train") == 0)
 			nd->worker = spawn("gpu", e, worker_main, nd, true);
 	}
-	/* The controller lives on a host no fault turns off. */
-	uint32_t ctl_host = 0;
-	for (bool hit = true; hit && ctl_host < W.n;) {
-		hit = false;
-		for (uint32_t i = 0; i < W.fault_n; i++)
-			hit |= W.faults[i].kind == SIM_FAULT_HOST_OFF && W.faults[i].a == ctl_host;
-		ctl_host += hit;
-	}
-	if (ctl_host == W.n) {
-		snprintf(err, err_len, "every host is turned off: nothing would be left to run");
-		return -EINVAL;
-	}
-	sg_actor_t ctl = sg_actor_init("controller", W.hosts[ctl_host]);
-	sg_actor_start(ctl, controller_main, 0, NULL);
-	sg_actor_daemonize(ctl);
+	W.ctl_tick = 1;
+	W.ctl_host = W.n - 1; /* controller_start begins with host 0 */
+	controller_start();
 	simgrid_run();
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	results(s, r);
