@@ -97,6 +97,7 @@ void sim_ff_plan(struct sim_ff_skip *out, double room_s, double period_s, uint64
 	if (lo < steps_min || lo == 0)
 		return;
 	out->steps = lo;
+	out->period_s = period_s;
 	out->ckpts = (uint32_t)ckpts_in(steps_done, lo, ckpt_every);
 	out->dur_s = span_of(lo, period_s, steps_done, ckpt_every, ckpt_write_s);
 }

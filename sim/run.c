@@ -70,8 +70,8 @@ struct node {
 	double compute_s;
 	uint64_t prev_members_sig;
 	/* multi-fidelity: the keel node's clock is SimGrid's less the time this node leapt, so
-	 * that a leap is no silence to keel; steps are counted per view epoch, which names a
-	 * step every member of a view agrees on (a readmitted rank too) */
+	 * that a leap is no silence to keel; its steps in the view epoch of its last one
+	 * (job_steps_sync) */
 	uint64_t clock_off_ns;
 	uint32_t step_epoch;
 	uint64_t epoch_steps;
@@ -176,6 +176,13 @@ static struct {
 } W;
 
 static int straggler_setup(struct node *nd); /* per generation, in node_setup */
+
+/* The nodes' heartbeat interval: the scenario's, or, for timeout recovery (no failure
+ * detector: only the collective's own timeout notices a death), one beat a second. */
+static uint64_t node_heartbeat_ns(void)
+{
+	return W.s->recovery == SIM_RECOVER_TIMEOUT ? 1000000000ull : W.s->heartbeat_ns;
+}
 
 /* The node's keel clock: SimGrid's less what it leapt. */
 static uint64_t keel_now_ns(const struct node *nd)
@@ -397,7 +404,7 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 	 * (ring steps, recursive-doubling partners), not to all of them. */
 	cfg.streams = W.n > 64 ? 8 : 0;
 	cfg.mtu = W.mtu;
-	cfg.heartbeat_ns = s->heartbeat_ns;
+	cfg.heartbeat_ns = node_heartbeat_ns();
 	cfg.miss_limit = s->miss_limit;
 	cfg.op_timeout_ns = s->op_timeout_ns;
 	cfg.join_timeout_ns = s->join_timeout_ns;
@@ -406,11 +413,8 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 	cfg.host_of = host_map();
 	if (W.scale > 1) /* a scaled datagram is slow to serialise: learn the RTT first */
 		cfg.rto_initial_ns = cfg.rto_max_ns;
-	if (s->recovery == SIM_RECOVER_TIMEOUT) {
-		/* No failure detector: only the collective's own timeout notices a death. */
-		cfg.heartbeat_ns = 1000000000ull;
-		cfg.miss_limit = 1000000;
-	}
+	if (s->recovery == SIM_RECOVER_TIMEOUT)
+		cfg.miss_limit = 1000000; /* no failure detector (node_heartbeat_ns) */
 	cfg.transport = nd->chaos != NULL ? nd->chaos : nd->tp;
 	cfg.on_peer = on_peer;
 	cfg.on_peer_ctx = nd;
@@ -913,14 +917,14 @@ static double ckpt_write_s(const struct node *nd)
 
 /* Every node that will leap is alive, running, and on the accountant's view of this
  * generation. */
-static bool leap_all_steady(const struct node *r0)
+static bool leap_all_steady(const struct node *acct)
 {
 	for (uint32_t e = 0; e < W.n; e++) {
 		const struct node *nd = &W.nodes[e];
 		if (!nd->alive || nd->done)
 			continue;
 		if (nd->paused || nd->left_out || nd->gen != W.gen ||
-		    nd->view_epoch != r0->view_epoch)
+		    nd->view_epoch != acct->view_epoch)
 			return false;
 	}
 	return true;
@@ -932,8 +936,7 @@ static bool leap_all_steady(const struct node *r0)
 static void leap_plan(const struct node *nd, uint64_t job_steps)
 {
 	double now = simgrid_get_clock();
-	double hb_s =
-	    (W.s->recovery == SIM_RECOVER_TIMEOUT ? 1e9 : (double)W.s->heartbeat_ns) * 1e-9;
+	double hb_s = (double)node_heartbeat_ns() * 1e-9;
 	struct sim_ff_stats st;
 	if (!W.ff_on || !nd->acct || W.pending || W.restart_until_s > now ||
 	    !sim_ff_steady(&W.ff, SIM_FF_STEPS_MIN, SIM_FF_HEARTBEATS * hb_s, SIM_FF_TOL, &st) ||
@@ -947,7 +950,8 @@ static void leap_plan(const struct node *nd, uint64_t job_steps)
 	double next = W.fault_next < W.fault_n ? W.faults[W.fault_next].at_s : INFINITY;
 	double guard = SIM_FF_GUARD_STEPS * mean;
 	double end = fmin(next - guard - 2 * detect_bound_s(true), W.horizon_s - guard);
-	/* the drift bound: a leap longer than the mean is good for waits for more steps */
+	/* The drift bound: a leap longer than the spread of the periods allows waits for more
+	 * steps, or, with the window full, goes only that far. */
 	double drift_room =
 	    st.range_s > 0 ? SIM_FF_PHASE_TOL * st.n / st.range_s * mean * mean : INFINITY;
 	if (drift_room < end - start && W.ff.count < SIM_FF_WINDOW_MAX)
@@ -968,8 +972,7 @@ static void leap_plan(const struct node *nd, uint64_t job_steps)
 static void leap_account(const struct node *nd, uint64_t job_steps)
 {
 	const struct sim_ff_skip *k = &W.leap.skip;
-	double t = simgrid_get_clock(), from = t,
-	       period = (k->dur_s - k->ckpts * ckpt_write_s(nd)) / (double)k->steps;
+	double t = simgrid_get_clock(), from = t, period = k->period_s;
 	uint32_t every = W.s->ckpt_every;
 
 	for (uint64_t i = 1; i <= k->steps; i++) {
@@ -993,9 +996,10 @@ static void leap_account(const struct node *nd, uint64_t job_steps)
 	sim_ff_reset(&W.ff);
 }
 
-/* At the end of a step (its checkpoint written): the planned leap, if this is its step. The
- * node sleeps through it in SimGrid without polling, and its keel clock does not move: to
- * keel no time passed, to the job dur_s did. */
+/* At the end of a step (its checkpoint written): the planned leap, if this is its collective.
+ * The node sleeps through it in SimGrid without polling, while its keel clock stops for the
+ * leap's whole heartbeat intervals: to keel less than one interval passed, to the job dur_s
+ * did. */
 static void leap_maybe(struct node *nd, uint64_t *job_steps)
 {
 	const struct sim_ff_skip *k = &W.leap.skip;
@@ -1012,7 +1016,7 @@ static void leap_maybe(struct node *nd, uint64_t *job_steps)
 	/* The keel clock stops for whole heartbeat intervals and runs on through the rest, so
 	 * heartbeats keep their phase in job time: when a peer dies between two steps, its
 	 * silence is measured from its last beat as in a full run. */
-	uint64_t hb = W.s->recovery == SIM_RECOVER_TIMEOUT ? 1000000000ull : W.s->heartbeat_ns;
+	uint64_t hb = node_heartbeat_ns();
 	nd->clock_off_ns += (sim_now_ns() - before) / hb * hb;
 	*job_steps += k->steps;
 }
@@ -1093,7 +1097,7 @@ static int rejoin_admit(struct node *nd, size_t count, uint64_t *job_steps)
 	    nd->rejoin_idx < SIM_REJOINS_MAX ? &W.r->rejoins[nd->rejoin_idx] : NULL;
 	struct keel_view v;
 	for (nd->admit_wait = true;;) {
-		int rc = poll_until(nd, NULL, NULL, false, sim_now_ns() + W.s->heartbeat_ns);
+		int rc = poll_until(nd, NULL, NULL, false, sim_now_ns() + node_heartbeat_ns());
 		if (rc != 0 || horizon_reached()) {
 			nd->admit_wait = false;
 			return rc != 0 ? rc : RECOVER;
@@ -1343,6 +1347,15 @@ static void host_pause(uint32_t h, bool stop)
 	sim_net_wake(W.net, h);
 }
 
+/* A node's actors on its host: its receiver, the node, and in mode train its compute worker. */
+static void node_actors_start(struct node *nd)
+{
+	sim_net_start_receiver(W.net, nd->e);
+	nd->actor = spawn("node", nd->e, node_main, nd, false);
+	if (strcmp(W.s->mode, "train") == 0)
+		nd->worker = spawn("gpu", nd->e, worker_main, nd, true);
+}
+
 /* A later life of nd's process (a repair): a new keel node on the same host, which rejoins the
  * running job (keel) or is part of the relaunched one (restart modes). */
 static void node_start(struct node *nd, bool rejoin)
@@ -1362,10 +1375,7 @@ static void node_start(struct node *nd, bool rejoin)
 	for (uint32_t e = 0; e < W.n; e++) /* keel's clock as the others have it */
 		if (e != nd->e && W.nodes[e].alive && !W.nodes[e].done)
 			nd->clock_off_ns = W.nodes[e].clock_off_ns;
-	sim_net_start_receiver(W.net, nd->e);
-	nd->actor = spawn("node", nd->e, node_main, nd, false);
-	if (strcmp(W.s->mode, "train") == 0)
-		nd->worker = spawn("gpu", nd->e, worker_main, nd, true);
+	node_actors_start(nd);
 }
 
 /* A failed host is repaired (--recover, --mttr): its process comes back. */
@@ -1964,10 +1974,7 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 		if (nd->suspect_s == NULL || nd->via_view == NULL || nd->excluded_s == NULL ||
 		    nd->tp_mem == NULL)
 			return -ENOMEM;
-		sim_net_start_receiver(W.net, e);
-		nd->actor = spawn("node", e, node_main, nd, false);
-		if (strcmp(s->mode, "train") == 0)
-			nd->worker = spawn("gpu", e, worker_main, nd, true);
+		node_actors_start(nd);
 	}
 	W.ctl_tick = 1;
 	W.ctl_host = W.n - 1; /* controller_start begins with host 0 */

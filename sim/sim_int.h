@@ -197,11 +197,11 @@ struct sim_ff_stats {
 bool sim_ff_steady(const struct sim_ff *ff, uint32_t steps_min, double span_min_s, double tol,
 		   struct sim_ff_stats *st);
 
-/* A leap: this many whole steps, with the checkpoints among them, lasting dur_s. */
+/* A leap: this many whole steps of period_s, with the checkpoints among them, lasting dur_s. */
 struct sim_ff_skip {
 	uint64_t steps;
 	uint32_t ckpts;
-	double dur_s;
+	double period_s, dur_s;
 };
 /* The most whole steps of period_s that fit in room_s, a checkpoint of ckpt_write_s after
  * every ckpt_every-th step counted from steps_done (0: none); steps 0 when fewer than

@@ -65,6 +65,7 @@ static void test_sim_fidelity_plan_is_the_most_that_fits(void **state)
 		assert_true(fabs(sk.dur_s - span_slow(k_best, period, done, every, write)) <
 			    1e-9 * room + 1e-12);
 		assert_true(sk.dur_s <= room);
+		assert_true(sk.period_s == period);
 		uint32_t ckpts = 0;
 		for (uint64_t i = 1; i <= k_best; i++)
 			ckpts += every != 0 && (done + i) % every == 0;
