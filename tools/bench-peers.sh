@@ -15,6 +15,9 @@
 #   --only LIST      run only these columns: keel-shm,keel-udp,ompi-vader,ompi-tcp,gloo
 #   --gloo-algos L   Gloo algorithms to try (default all the program knows)
 #   --hosts H        keel ranks pretend to be H hosts (KEEL_HOST=h0.., by rank); peers unchanged
+#   --netns          every rank in its own network namespace over veth and a bridge (root):
+#                    keel-udp against ompi-tcp only, as between hosts on one switch
+#   --veth-mtu N     the veth and bridge MTU with --netns (default 1500; 9000: jumbo frames)
 #   --auth           keel with its job key (default --no-key: the peers authenticate nothing)
 #   --keel-wait M    KEEL_WAIT for keel's ranks: busy, adaptive or block (default: keel's own,
 #                    adaptive; Open MPI busy-polls, yielding only when ranks outnumber cores)
@@ -25,12 +28,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD=build RANKS=2,4 SIZES='' QUICK=0 ONLY='' GLOO_ALGOS='' HOSTS=1 AUTH=0 FORCE=0
+BUILD=build RANKS=2,4 SIZES='' QUICK=0 ONLY='' GLOO_ALGOS='' HOSTS=1 AUTH=0 FORCE=0 NETNS=0
+VETH_MTU=1500
 LOAD_MAX='' KEEL_WAIT_MODE=''
 MEASURED=''
 COLUMNS_ALL="keel-shm keel-udp ompi-vader ompi-tcp gloo"
 usage() {
-	sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 }
 while [ $# -gt 0 ]; do
@@ -41,6 +45,8 @@ while [ $# -gt 0 ]; do
 	--only) ONLY=$2; shift 2 ;;
 	--gloo-algos) GLOO_ALGOS=$2; shift 2 ;;
 	--hosts) HOSTS=$2; shift 2 ;;
+	--netns) NETNS=1; shift ;;
+	--veth-mtu) VETH_MTU=$2; shift 2 ;;
 	--auth) AUTH=1; shift ;;
 	--keel-wait) KEEL_WAIT_MODE=$2; shift 2 ;;
 	--force) FORCE=1; shift ;;
@@ -84,12 +90,27 @@ fi
 for s in $SIZES; do [ $((s % 4)) -eq 0 ] && [ "$s" -ge 4 ] || die "size $s: not a multiple of 4"; done
 RANKS=${RANKS//,/ }
 for n in $RANKS; do [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] || die "bad rank count '$n'"; done
+[[ $HOSTS =~ ^[1-9][0-9]*$ ]] || die "bad --hosts '$HOSTS'"
+[[ $VETH_MTU =~ ^[0-9]+$ ]] && [ "$VETH_MTU" -ge 1280 ] && [ "$VETH_MTU" -le 65535 ] ||
+	die "bad --veth-mtu '$VETH_MTU' (1280..65535)"
+if [ $NETNS -eq 1 ]; then
+	# Namespaces are separate hosts: shared memory cannot join them, and Gloo's file-store
+	# rendezvous is not wired for them.
+	[ -n "$ONLY" ] || ONLY=keel-udp,ompi-tcp
+	for c in ${ONLY//,/ }; do
+		[[ $c == keel-udp || $c == ompi-tcp ]] ||
+			die "--netns runs keel-udp and ompi-tcp only, not '$c' (namespaces are separate hosts)"
+	done
+	[ "$HOSTS" -eq 1 ] || die "--netns and --hosts: each namespace is already a host"
+	[ $AUTH -eq 0 ] || die "--netns starts keel's ranks without keel-run: no job key (drop --auth)"
+	. tools/bench-peers/netns.sh
+	netns_check
+fi
 COLUMNS=$COLUMNS_ALL
 if [ -n "$ONLY" ]; then
 	COLUMNS=${ONLY//,/ }
 	for c in $COLUMNS; do [[ " $COLUMNS_ALL " == *" $c "* ]] || die "unknown column '$c'"; done
 fi
-[[ $HOSTS =~ ^[1-9][0-9]*$ ]] || die "bad --hosts '$HOSTS'"
 # Pretend hosts cannot share one region: keel's shared-memory column becomes the default
 # (auto), shared memory inside each pretend host and UDP between them.
 SHM_TP=shm
@@ -128,6 +149,12 @@ rm -rf "$LOGS"
 mkdir -p "$LOGS"
 STORE_ROOT=$(mktemp -d /tmp/keel-bench-peers.XXXXXX)
 trap 'rm -rf "$STORE_ROOT"' EXIT
+if [ $NETNS -eq 1 ]; then
+	trap 'netns_cleanup; rm -rf "$STORE_ROOT"' EXIT
+	ranks_max=0
+	for n in $RANKS; do [ "$n" -le $ranks_max ] || ranks_max=$n; done
+	netns_setup $ranks_max "$VETH_MTU"
+fi
 failed=0
 nokey=(--no-key)
 if [ $AUTH -eq 1 ]; then nokey=(); fi
@@ -146,9 +173,21 @@ run_keel() { # transport ranks bytes iters warmup
 	fi
 	local envs=("KEEL_TRANSPORT=$tp")
 	if [ -n "$KEEL_WAIT_MODE" ]; then envs+=("KEEL_WAIT=$KEEL_WAIT_MODE"); fi
+	if [ $NETNS -eq 1 ]; then
+		(
+			export "${envs[@]}"
+			netns_keel "$n" "${cmd[@]}"
+		)
+		return
+	fi
 	env "${envs[@]}" timeout 600 "$RUN" -n "$n" "${nokey[@]}" --timeout 300 -- "${cmd[@]}"
 }
 run_ompi() { # btl ranks bytes iters warmup
+	if [ $NETNS -eq 1 ]; then
+		netns_mpirun "$2" --mca btl "self,$1" "$PEERS/ompi-allreduce" -b "$3" -e "$3" \
+			-n "$4" -w "$5"
+		return
+	fi
 	local btl=(--mca btl "self,$1")
 	[ "$1" = tcp ] && btl+=(--mca btl_tcp_if_include lo)
 	timeout 300 "${mpi[@]}" -n "$2" "${btl[@]}" "$PEERS/ompi-allreduce" -b "$3" -e "$3" \
@@ -207,7 +246,12 @@ if [ "$HOSTS" -gt 1 ]; then
 	keel_note="$keel_note, KEEL_HOST: $HOSTS pretend hosts (keel-shm column: KEEL_TRANSPORT=auto, shared memory inside a host and UDP across)"
 fi
 echo "# keel: $keel_note"
-echo "# ompi: $(mpirun --version 2>&1 | head -1); btl self,vader and self,tcp (lo)"
+if [ $NETNS -eq 1 ]; then
+	echo "# network: $(netns_describe); keel KEEL_MTU=${KEEL_MTU:-default}"
+	echo "# ompi: $(mpirun --version 2>&1 | head -1); btl self,tcp over the bridge"
+else
+	echo "# ompi: $(mpirun --version 2>&1 | head -1); btl self,vader and self,tcp (lo)"
+fi
 echo "# gloo: tcp on 127.0.0.1, best of: ${GLOO_ALGOS:-all algorithms} (algorithm named)"
 echo "# logs: $LOGS"
 printf '%5s %8s %10s %10s %10s %10s %10s %-16s %9s %9s %9s\n' ranks size keel-shm keel-udp \

@@ -13,6 +13,7 @@
 #ifndef KEEL_TRANSPORT_UDP_H
 #define KEEL_TRANSPORT_UDP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -33,6 +34,8 @@ struct keel_udp_config {
 	uint32_t burst;	       /* datagrams per recvmmsg/sendmmsg, 1..KEEL_BURST_MAX */
 	int sockbuf_bytes;     /* SO_RCVBUF/SO_SNDBUF wish; 0 means 16 MiB (above
 				* net.core.rmem_max it needs CAP_NET_ADMIN) */
+	bool gso;	       /* coalesce runs of datagrams to one peer into one send
+				* (UDP_SEGMENT) where the kernel supports it; default true */
 };
 
 /* Fill defaults: 127.0.0.1, port 0, KEEL_MTU_DEFAULT, KEEL_BURST_DEFAULT. */
@@ -67,6 +70,9 @@ struct keel_udp_stats {
 	uint64_t rx_truncated;	    /* longer than the buffer given */
 	uint64_t tx_would_block;    /* socket buffer full; datagrams left to the caller */
 	uint64_t tx_errors;	    /* other send errors (e.g. ECONNREFUSED from a dead peer) */
+	uint64_t tx_gso_sends;	    /* coalesced sends (each carried 2..64 datagrams) */
+	uint64_t tx_gso_refused;    /* the kernel refused a coalesced send: coalescing went off */
+	bool gso;		    /* coalescing is on now */
 };
 void keel_udp_stats_get(struct keel_transport *t, struct keel_udp_stats *out);
 

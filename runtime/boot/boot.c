@@ -190,6 +190,12 @@ static int start_udp(struct keel_boot *b, const char *host, uint16_t port, char 
 	u.burst = b->cfg.burst;
 	u.bind_host = host;
 	u.bind_port = port;
+	const char *gso = getenv("KEEL_UDP_GSO");
+	if (gso != NULL && strcmp(gso, "0") != 0 && strcmp(gso, "1") != 0) {
+		snprintf(err, err_len, "KEEL_UDP_GSO=%.32s: expected 0 (off) or 1 (on)", gso);
+		return -EINVAL;
+	}
+	u.gso = gso == NULL || strcmp(gso, "1") == 0;
 	size_t sz = keel_udp_storage_size(&u);
 	b->mem_udp = sz != 0 ? calloc(1, sz) : NULL;
 	int rc = b->mem_udp == NULL ? -EINVAL : keel_udp_init(&b->udp, b->mem_udp, sz, &u);

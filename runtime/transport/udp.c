@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/udp.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -27,6 +28,15 @@
 #define SEND_TRIES_PER_DATAGRAM 2u
 /* recvmmsg may report a stale ICMP error instead of data; one more try reads the data. */
 #define RECV_TRIES 2u
+/* Segmentation offload (UDP_SEGMENT, Linux 4.18): a run of datagrams to one peer goes down the
+ * stack as one send, cut into datagrams as late as possible (by the NIC where it can). Every
+ * kernel since takes 64 segments, and the run must fit one IP packet's length field. */
+#define GSO_SEGS_MAX  64u
+#define GSO_BYTES_MAX 65507u
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#define GSO_CTRL_BYTES CMSG_SPACE(sizeof(uint16_t))
 
 _Static_assert(KEEL_WORLD_MAX < UINT16_MAX, "a hash slot holds rank + 1 in 16 bits");
 _Static_assert(KEEL_BURST_MAX <= 1024, "recvmmsg/sendmmsg take at most UIO_MAXIOV messages");
@@ -50,6 +60,8 @@ struct udp {
 	struct mmsghdr *msgs;	/* [burst], shared by send and receive (never both at once) */
 	struct iovec *iovs;	/* [burst] */
 	union peer_addr *srcs;	/* [burst]: source addresses recvmmsg fills in */
+	uint8_t *gso_ctrl;	/* [burst][GSO_CTRL_BYTES]: each send's UDP_SEGMENT message */
+	bool gso;		/* coalesce runs to one peer (off when the kernel refused it) */
 	/* msgs[msgs_dirty..burst) hold the receive layout (all but the iovecs' targets), so a
 	 * receive rewrites only the headers a send or the kernel touched since: rewriting all
 	 * burst headers was most of an idle poll's cost (docs/PERF.md, issue 16). */
@@ -59,7 +71,7 @@ struct udp {
 
 /* Byte offsets of each array from the aligned start of `mem`. */
 struct layout {
-	size_t peers, hash, msgs, iovs, srcs, total;
+	size_t peers, hash, msgs, iovs, srcs, gso_ctrl, total;
 	uint32_t hash_slots;
 };
 
@@ -134,7 +146,8 @@ static void layout_compute(const struct keel_udp_config *cfg, struct layout *l)
 	l->msgs = l->hash + align_up(slots * sizeof(uint16_t));
 	l->iovs = l->msgs + align_up(cfg->burst * sizeof(struct mmsghdr));
 	l->srcs = l->iovs + align_up(cfg->burst * sizeof(struct iovec));
-	l->total = l->srcs + align_up(cfg->burst * sizeof(union peer_addr));
+	l->gso_ctrl = l->srcs + align_up(cfg->burst * sizeof(union peer_addr));
+	l->total = l->gso_ctrl + align_up(cfg->burst * GSO_CTRL_BYTES);
 }
 
 void keel_udp_config_default(struct keel_udp_config *cfg)
@@ -148,6 +161,7 @@ void keel_udp_config_default(struct keel_udp_config *cfg)
 	cfg->mtu = KEEL_MTU_DEFAULT;
 	cfg->burst = KEEL_BURST_DEFAULT;
 	cfg->sockbuf_bytes = 0;
+	cfg->gso = true;
 }
 
 size_t keel_udp_storage_size(const struct keel_udp_config *cfg)
@@ -261,6 +275,15 @@ static void set_sockbufs(int fd, int bytes)
 		(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
 }
 
+/* Whether this kernel takes UDP_SEGMENT (0 as the socket's default segment size changes
+ * nothing: each send names its own). */
+static bool gso_supported(int fd)
+{
+	int zero = 0;
+
+	return setsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &zero, sizeof(zero)) == 0;
+}
+
 static int open_socket(struct udp *u, const union peer_addr *bind_addr, int sockbuf_bytes)
 {
 	int one = 1;
@@ -309,6 +332,7 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 	u->msgs = (struct mmsghdr *)(base + l.msgs);
 	u->iovs = (struct iovec *)(base + l.iovs);
 	u->srcs = (union peer_addr *)(base + l.srcs);
+	u->gso_ctrl = base + l.gso_ctrl;
 	u->hash_mask = l.hash_slots - 1;
 	u->burst = cfg->burst;
 	u->msgs_dirty = u->burst; /* no header has the receive layout yet */
@@ -330,6 +354,8 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 	err = open_socket(u, &bind_addr, cfg->sockbuf_bytes);
 	if (err < 0)
 		return err; /* nothing is left open; *out stays NULL */
+	u->gso = cfg->gso && gso_supported(u->fd);
+	u->stats.gso = u->gso;
 	*out = &u->t;
 	return 0;
 }
@@ -396,29 +422,47 @@ static bool err_is_datagram(int err)
 	       err == EACCES || err == EADDRNOTAVAIL || err == ECONNRESET;
 }
 
-/* Send msgs[0..n). Returns how many are done (sent, or skipped after a per-datagram error),
- * or KEEL_ETRANSPORT when the socket failed before any. *blocked is set when the kernel
- * would block. Each pass of the loop finishes a datagram or fails one try of it, so it ends
+/* Datagrams in msgs[i]: one per iovec (a coalesced run has several). */
+static uint32_t msg_datagrams(const struct udp *u, uint32_t i)
+{
+	return (uint32_t)u->msgs[i].msg_hdr.msg_iovlen;
+}
+
+/* Send msgs[0..n). Returns how many messages are done (sent, or skipped after a per-datagram
+ * error), or KEEL_ETRANSPORT when the socket failed before any. *blocked is set when the kernel
+ * would block; *gso_refused when it refused a coalesced run (the path's MTU is below the
+ * datagrams, or the route cannot segment): coalescing is then off and the caller sends the
+ * rest one by one. Each pass of the loop finishes a message or fails one try of it, so it ends
  * within n * SEND_TRIES_PER_DATAGRAM passes. */
-static int send_msgs(struct udp *u, uint32_t n, bool *blocked)
+static int send_msgs(struct udp *u, uint32_t n, bool *blocked, bool *gso_refused)
 {
 	uint32_t i = 0, tries = 0;
 
 	*blocked = false;
+	*gso_refused = false;
 	while (i < n) {
 		int r = sendmmsg(u->fd, u->msgs + i, n - i, MSG_DONTWAIT);
 		int err;
 
 		u->stats.tx_syscalls++;
 		if (r > 0) {
-			i += (uint32_t)r;
-			u->stats.tx_datagrams += (uint32_t)r;
+			for (int k = 0; k < r; k++, i++) {
+				u->stats.tx_datagrams += msg_datagrams(u, i);
+				u->stats.tx_gso_sends += msg_datagrams(u, i) > 1;
+			}
 			tries = 0;
 			continue;
 		}
 		err = r == 0 ? EAGAIN : errno;
 		if (err_would_block(err)) {
 			*blocked = true;
+			return (int)i;
+		}
+		if ((err == EINVAL || err == EIO) && u->msgs[i].msg_hdr.msg_control != NULL) {
+			u->gso = false;
+			u->stats.gso = false;
+			u->stats.tx_gso_refused++;
+			*gso_refused = true;
 			return (int)i;
 		}
 		if (!err_is_datagram(err))
@@ -432,27 +476,66 @@ static int send_msgs(struct udp *u, uint32_t n, bool *blocked)
 	return (int)i;
 }
 
-/* Fill msgs with the valid prefix of d[0..n); stops at a bad peer or an oversized datagram. */
-static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uint32_t n)
+static bool send_valid(const struct udp *u, const struct keel_datagram *g)
 {
-	uint32_t i;
+	return g->peer < u->t.world_size && u->peers[g->peer].sa.sa_family != AF_UNSPEC &&
+	       g->len <= u->t.mtu && (g->buf != NULL || g->len == 0);
+}
 
-	for (i = 0; i < n; i++) {
-		const struct keel_datagram *g = &d[i];
-		struct msghdr *h = &u->msgs[i].msg_hdr;
+/* How many of d[i..n) join d[i] in one coalesced send: the same peer, every datagram but the
+ * last as long as the first, within the kernel's segment and length limits. */
+static uint32_t gso_run(const struct udp *u, const struct keel_datagram *d, uint32_t i, uint32_t n)
+{
+	uint32_t seg = d[i].len, total = seg, j = i + 1;
 
-		if (g->peer >= u->t.world_size || u->peers[g->peer].sa.sa_family == AF_UNSPEC ||
-		    g->len > u->t.mtu || (g->buf == NULL && g->len > 0))
-			break;
-		u->iovs[i].iov_base = g->buf;
-		u->iovs[i].iov_len = g->len;
+	if (!u->gso || seg == 0)
+		return 1;
+	while (j < n && j - i < GSO_SEGS_MAX && d[j].peer == d[i].peer && d[j - 1].len == seg &&
+	       d[j].len != 0 && d[j].len <= seg && total + d[j].len <= GSO_BYTES_MAX &&
+	       send_valid(u, &d[j])) {
+		total += d[j].len;
+		j++;
+	}
+	return j - i;
+}
+
+/* Fill msgs with the valid prefix of d[0..n); stops at a bad peer or an oversized datagram.
+ * Returns the datagrams taken; *msgs_out the messages they make. */
+static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uint32_t n,
+			       uint32_t *msgs_out)
+{
+	uint32_t i = 0, m = 0;
+
+	while (i < n && send_valid(u, &d[i])) {
+		struct msghdr *h = &u->msgs[m].msg_hdr;
+		uint32_t run = gso_run(u, d, i, n);
+
+		for (uint32_t k = i; k < i + run; k++) {
+			u->iovs[k].iov_base = d[k].buf;
+			u->iovs[k].iov_len = d[k].len;
+		}
 		memset(h, 0, sizeof(*h));
-		h->msg_name = &u->peers[g->peer];
+		h->msg_name = &u->peers[d[i].peer];
 		h->msg_namelen = family_addr_len(u->family);
 		h->msg_iov = &u->iovs[i];
-		h->msg_iovlen = 1;
+		h->msg_iovlen = run;
+		if (run > 1) {
+			uint16_t seg = (uint16_t)d[i].len;
+			struct cmsghdr *c;
+
+			h->msg_control = u->gso_ctrl + (size_t)m * GSO_CTRL_BYTES;
+			h->msg_controllen = GSO_CTRL_BYTES;
+			c = CMSG_FIRSTHDR(h);
+			c->cmsg_level = IPPROTO_UDP;
+			c->cmsg_type = UDP_SEGMENT;
+			c->cmsg_len = CMSG_LEN(sizeof(seg));
+			memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+		}
+		i += run;
+		m++;
 	}
-	u->msgs_dirty = max_u32(u->msgs_dirty, i);
+	u->msgs_dirty = max_u32(u->msgs_dirty, m);
+	*msgs_out = m;
 	return i;
 }
 
@@ -467,23 +550,29 @@ static int udp_send_burst(struct keel_transport *t, uint64_t now_ns, const struc
 	KEEL_ASSERT(count <= INT32_MAX);
 	if (u->fd < 0)
 		return KEEL_ETRANSPORT;
-	/* Bounded by count: every pass moves done forward by a whole chunk or returns. */
+	/* Bounded by count: every pass moves done forward by a whole chunk or returns, except
+	 * once, when the kernel refuses coalescing (it is then off for good). */
 	while (done < count) {
-		uint32_t n = fill_send_msgs(u, d + done, min_u32(count - done, u->burst));
-		bool blocked;
+		uint32_t m, sent = 0;
+		uint32_t n = fill_send_msgs(u, d + done, min_u32(count - done, u->burst), &m);
+		bool blocked, gso_refused;
 		int r;
 
 		if (n == 0)
 			return done > 0 ? (int)done : -EINVAL;
-		r = send_msgs(u, n, &blocked);
+		r = send_msgs(u, m, &blocked, &gso_refused);
 		if (r < 0)
 			return done > 0 ? (int)done : r;
-		done += (uint32_t)r;
+		for (int k = 0; k < r; k++)
+			sent += msg_datagrams(u, (uint32_t)k);
+		done += sent;
 		if (blocked) {
 			u->stats.tx_would_block += count - done;
 			return (int)done;
 		}
-		if ((uint32_t)r < n)
+		if (gso_refused)
+			continue;
+		if ((uint32_t)r < m)
 			return (
 			    int)done; /* a fatal error after some went out; reported next call */
 	}
