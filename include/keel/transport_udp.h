@@ -72,7 +72,9 @@ struct keel_udp_stats {
 	uint64_t tx_errors;	    /* other send errors (e.g. ECONNREFUSED from a dead peer) */
 	uint64_t tx_gso_sends;	    /* coalesced sends (each carried 2..64 datagrams) */
 	uint64_t tx_gso_refused;    /* the kernel refused a coalesced send: coalescing went off */
-	bool gso;		    /* coalescing is on now */
+	uint64_t rx_gro_runs;	    /* coalesced receives (each held 2 or more datagrams) */
+	bool gso;		    /* send coalescing is on now */
+	bool gro;		    /* receive coalescing is on */
 };
 void keel_udp_stats_get(struct keel_transport *t, struct keel_udp_stats *out);
 

@@ -179,6 +179,18 @@ static bool is_loopback(const char *host)
 	return strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0;
 }
 
+/* A datagram that fits one packet of the link `host` is on, at most KEEL_MTU_DEFAULT; that
+ * default where the link is unknown. Every rank must use the same size (a longer datagram is
+ * dropped by a receiver with smaller buffers): where links differ, set KEEL_MTU. */
+static uint32_t default_link_mtu(const char *host)
+{
+	uint32_t header, link = keel_boot_link_mtu(host, &header);
+
+	if (link <= header || link - header < KEEL_MTU_MIN)
+		return KEEL_MTU_DEFAULT;
+	return link - header < KEEL_MTU_DEFAULT ? link - header : KEEL_MTU_DEFAULT;
+}
+
 static int start_udp(struct keel_boot *b, const char *host, uint16_t port, char *err,
 		     size_t err_len)
 {
@@ -709,8 +721,9 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 		return rc;
 	/* On loopback nothing fragments a 64 KiB datagram, and each datagram costs a share of a
 	 * syscall, a checksum and an ack: carry as much per datagram as UDP allows. On a real
-	 * network, jumbo frames (KEEL_MTU_DEFAULT) avoid IP fragmentation. */
-	uint32_t mtu = is_loopback(host) ? KEEL_MTU_MAX : KEEL_MTU_DEFAULT;
+	 * network, as much as one packet of the link carries (no IP fragmentation), up to jumbo
+	 * frames (KEEL_MTU_DEFAULT); runs of them are coalesced per send and receive. */
+	uint32_t mtu = is_loopback(host) ? KEEL_MTU_MAX : default_link_mtu(host);
 	rc = env_config(&b->cfg, &mtu, err, err_len);
 	if (rc == 0)
 		rc = auth_config(b, err, err_len);

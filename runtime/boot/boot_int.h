@@ -19,4 +19,9 @@ uint64_t keel_launch_host_hash(const char *space, const char *name);
  * keel_launch_from_env's. Without a key variable: 0, and out->has_key stays false. */
 int keel_launch_read_key(struct keel_launch *out, char *err, size_t err_len);
 
+/* The MTU of the interface that holds `host` (numeric), or for a wildcard address the smallest
+ * MTU of the interfaces that are up, loopback aside (link_mtu.c); 0 when unknown.
+ * *ip_udp_header: the IP and UDP header bytes a datagram adds there (28 or 48). */
+uint32_t keel_boot_link_mtu(const char *host, uint32_t *ip_udp_header);
+
 #endif

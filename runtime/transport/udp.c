@@ -37,6 +37,15 @@
 #define UDP_SEGMENT 103
 #endif
 #define GSO_CTRL_BYTES CMSG_SPACE(sizeof(uint16_t))
+/* Receive coalescing (UDP_GRO, Linux 5.0): the kernel hands up a run of datagrams from one
+ * sender as one buffer of up to 64 KiB, with the datagrams' size in a control message. It
+ * lands in gro_buf and is cut into the caller's buffers (one copy, instead of a trip through
+ * the stack per datagram). Worth it only where two datagrams fit one IP packet. */
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+#define GRO_BUF_BYTES  65536u
+#define GRO_CTRL_BYTES CMSG_SPACE(sizeof(int))
 
 _Static_assert(KEEL_WORLD_MAX < UINT16_MAX, "a hash slot holds rank + 1 in 16 bits");
 _Static_assert(KEEL_BURST_MAX <= 1024, "recvmmsg/sendmmsg take at most UIO_MAXIOV messages");
@@ -62,6 +71,13 @@ struct udp {
 	union peer_addr *srcs;	/* [burst]: source addresses recvmmsg fills in */
 	uint8_t *gso_ctrl;	/* [burst][GSO_CTRL_BYTES]: each send's UDP_SEGMENT message */
 	bool gso;		/* coalesce runs to one peer (off when the kernel refused it) */
+	bool gro;		/* the kernel may hand up coalesced runs (then recv_gro) */
+	uint8_t *gro_buf;	/* [GRO_BUF_BYTES]: where a coalesced run lands */
+	uint8_t gro_ctrl[GRO_CTRL_BYTES];
+	/* What is left of the last run in gro_buf: delivered first by the next receive. A
+	 * receive returns fewer datagrams than asked only once this is empty, and arm_wait
+	 * refuses to let the caller sleep on it. */
+	uint32_t gro_off, gro_left, gro_seg, gro_peer;
 	/* msgs[msgs_dirty..burst) hold the receive layout (all but the iovecs' targets), so a
 	 * receive rewrites only the headers a send or the kernel touched since: rewriting all
 	 * burst headers was most of an idle poll's cost (docs/PERF.md, issue 16). */
@@ -71,7 +87,7 @@ struct udp {
 
 /* Byte offsets of each array from the aligned start of `mem`. */
 struct layout {
-	size_t peers, hash, msgs, iovs, srcs, gso_ctrl, total;
+	size_t peers, hash, msgs, iovs, srcs, gso_ctrl, gro_buf, total;
 	uint32_t hash_slots;
 };
 
@@ -147,7 +163,8 @@ static void layout_compute(const struct keel_udp_config *cfg, struct layout *l)
 	l->iovs = l->msgs + align_up(cfg->burst * sizeof(struct mmsghdr));
 	l->srcs = l->iovs + align_up(cfg->burst * sizeof(struct iovec));
 	l->gso_ctrl = l->srcs + align_up(cfg->burst * sizeof(union peer_addr));
-	l->total = l->gso_ctrl + align_up(cfg->burst * GSO_CTRL_BYTES);
+	l->gro_buf = l->gso_ctrl + align_up(cfg->burst * GSO_CTRL_BYTES);
+	l->total = l->gro_buf + GRO_BUF_BYTES;
 }
 
 void keel_udp_config_default(struct keel_udp_config *cfg)
@@ -284,6 +301,14 @@ static bool gso_supported(int fd)
 	return setsockopt(fd, IPPROTO_UDP, UDP_SEGMENT, &zero, sizeof(zero)) == 0;
 }
 
+/* Ask for coalesced receives; false where the kernel does not have them. */
+static bool gro_enable(int fd)
+{
+	int one = 1;
+
+	return setsockopt(fd, IPPROTO_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+}
+
 static int open_socket(struct udp *u, const union peer_addr *bind_addr, int sockbuf_bytes)
 {
 	int one = 1;
@@ -333,6 +358,7 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 	u->iovs = (struct iovec *)(base + l.iovs);
 	u->srcs = (union peer_addr *)(base + l.srcs);
 	u->gso_ctrl = base + l.gso_ctrl;
+	u->gro_buf = base + l.gro_buf;
 	u->hash_mask = l.hash_slots - 1;
 	u->burst = cfg->burst;
 	u->msgs_dirty = u->burst; /* no header has the receive layout yet */
@@ -356,6 +382,8 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 		return err; /* nothing is left open; *out stays NULL */
 	u->gso = cfg->gso && gso_supported(u->fd);
 	u->stats.gso = u->gso;
+	u->gro = cfg->gso && 2 * cfg->mtu <= GSO_BYTES_MAX && gro_enable(u->fd);
+	u->stats.gro = u->gro;
 	*out = &u->t;
 	return 0;
 }
@@ -606,6 +634,105 @@ static void fill_recv_msgs(struct udp *u, struct keel_datagram *d, uint32_t n)
 				     u->msgs[n - 1].msg_hdr.msg_control == NULL));
 }
 
+/* Cut what is left of the last coalesced run into d[0..n); returns the datagrams filled. A
+ * datagram longer than its buffer is dropped and counted, as recvmmsg's truncation is. */
+static uint32_t gro_deliver(struct udp *u, struct keel_datagram *d, uint32_t n)
+{
+	uint32_t k = 0;
+
+	while (u->gro_left > 0 && k < n) {
+		uint32_t len = min_u32(u->gro_seg, u->gro_left);
+
+		if (len <= d[k].cap) {
+			memcpy(d[k].buf, u->gro_buf + u->gro_off, len);
+			d[k].len = len;
+			d[k].peer = u->gro_peer;
+			k++;
+		} else {
+			u->stats.rx_truncated++;
+		}
+		u->gro_off += len;
+		u->gro_left -= len;
+	}
+	return k;
+}
+
+/* The segment size of a coalesced receive, or 0 when the kernel handed up one datagram. */
+static uint32_t gro_segment(const struct msghdr *h)
+{
+	for (const struct cmsghdr *c = CMSG_FIRSTHDR(h); c != NULL;
+	     c = CMSG_NXTHDR((struct msghdr *)h, (struct cmsghdr *)c)) {
+		int seg;
+
+		if (c->cmsg_level != IPPROTO_UDP || c->cmsg_type != UDP_GRO ||
+		    c->cmsg_len < CMSG_LEN(sizeof(seg)))
+			continue;
+		memcpy(&seg, CMSG_DATA(c), sizeof(seg));
+		return seg > 0 ? (uint32_t)seg : 0;
+	}
+	return 0;
+}
+
+/* Receive with coalescing: one recvmsg per run into gro_buf, cut into d. Stops when d is full
+ * (the rest of a run waits in gro_buf) or the socket is empty. */
+static int recv_gro(struct udp *u, struct keel_datagram *d, uint32_t n)
+{
+	uint32_t kept = gro_deliver(u, d, n), tries = 0;
+
+	while (kept < n) {
+		struct iovec iov = {.iov_base = u->gro_buf, .iov_len = GRO_BUF_BYTES};
+		struct msghdr h = {
+		    .msg_name = &u->srcs[0],
+		    .msg_namelen = sizeof(u->srcs[0]),
+		    .msg_iov = &iov,
+		    .msg_iovlen = 1,
+		    .msg_control = u->gro_ctrl,
+		    .msg_controllen = sizeof(u->gro_ctrl),
+		};
+		ssize_t r = recvmsg(u->fd, &h, MSG_DONTWAIT);
+		int rank;
+
+		u->stats.rx_syscalls++;
+		if (r < 0) {
+			int err = errno;
+
+			if (err_would_block(err))
+				break;
+			if (!err_is_datagram(err))
+				return kept > 0 ? (int)kept : KEEL_ETRANSPORT;
+			u->stats.tx_errors++; /* an ICMP error about something we sent */
+			if (++tries >= RECV_TRIES)
+				break;
+			continue;
+		}
+		if (h.msg_flags & MSG_TRUNC) {
+			u->stats.rx_truncated++;
+			continue;
+		}
+		rank = hash_lookup(u, &u->srcs[0]);
+		if (rank < 0) {
+			u->stats.rx_unknown_source++;
+			continue;
+		}
+		u->gro_seg = gro_segment(&h);
+		if (u->gro_seg == 0 || u->gro_seg > (uint32_t)r)
+			u->gro_seg = (uint32_t)r;
+		u->stats.rx_gro_runs += u->gro_seg < (uint32_t)r;
+		u->gro_off = 0;
+		u->gro_left = (uint32_t)r;
+		u->gro_peer = (uint32_t)rank;
+		if (r == 0) { /* an empty datagram is one datagram */
+			d[kept].len = 0;
+			d[kept].peer = (uint32_t)rank;
+			kept++;
+			continue;
+		}
+		kept += gro_deliver(u, d + kept, n - kept);
+	}
+	u->stats.rx_datagrams += kept;
+	return (int)kept;
+}
+
 static int udp_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel_datagram *d,
 			  uint32_t count_max)
 {
@@ -619,6 +746,8 @@ static int udp_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel
 		return KEEL_ETRANSPORT;
 	if (n == 0)
 		return 0;
+	if (u->gro)
+		return recv_gro(u, d, n);
 	fill_recv_msgs(u, d, n);
 	for (tries = 0; tries < RECV_TRIES; tries++) {
 		int err;
@@ -679,6 +808,27 @@ static int udp_wait_fd(struct keel_transport *t)
 	return udp_of(t)->fd;
 }
 
+/* Input is waiting: the rest of a coalesced run, or anything on the socket. */
+static bool udp_rx_ready(struct keel_transport *t)
+{
+	struct udp *u = udp_of(t);
+	char byte;
+
+	if (u->gro_left > 0)
+		return true;
+	if (u->fd < 0)
+		return false;
+	if (recv(u->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) >= 0)
+		return true;
+	return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+/* The socket wakes a sleeper by itself; only the rest of a run in gro_buf would not. */
+static bool udp_arm_wait(struct keel_transport *t)
+{
+	return udp_of(t)->gro_left == 0;
+}
+
 static void udp_fini(struct keel_transport *t)
 {
 	struct udp *u;
@@ -698,4 +848,6 @@ static const struct keel_transport_ops udp_ops = {
     .next_deadline_ns = udp_next_deadline_ns,
     .wait_fd = udp_wait_fd,
     .fini = udp_fini,
+    .rx_ready = udp_rx_ready,
+    .arm_wait = udp_arm_wait,
 };

@@ -42,3 +42,23 @@ check gloo 7 timeout 60 "$BUILD/bin/keel-run" -n 2 --timeout 50 -- "$PEERS/gloo-
 	-s "$store" "${sizes[@]}" -n 5 -w 1
 check keel-median 9 env KEEL_TRANSPORT=shm timeout 60 "$BUILD/bin/keel-run" -n 2 --no-key \
 	--timeout 50 -- "$BUILD/bin/keel-bench" allreduce --median --check "${sizes[@]}" -n 5 -w 1
+
+# --netns: keel and Open MPI with each rank in its own network namespace (root only): both
+# exact, keel's datagrams sized to the veth's 1500-byte MTU, and nothing left behind.
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
+	echo "bench_peers: --netns not checked (needs root and iproute2)"
+	exit 0
+fi
+before=$(ip netns list | wc -l)
+out=$(tools/bench-peers.sh --build "$BUILD" --netns --force --ranks 2 --sizes 4,64K 2>&1) || {
+	echo "bench_peers: --netns failed:"
+	tail -20 <<<"$out"
+	exit 1
+}
+rows=$(awk '$1 == 2 && $4 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/' <<<"$out" | wc -l)
+[ "$rows" -eq 2 ] || { echo "bench_peers: --netns: $rows of 2 rows measured"; tail -20 <<<"$out"; exit 1; }
+grep -q "mtu 1472," "$BUILD/bench-peers/last-run/keel-udp-2-65536.txt" ||
+	{ echo "bench_peers: --netns: keel did not size datagrams to the 1500-byte link"; exit 1; }
+[ "$(ip netns list | wc -l)" -eq "$before" ] ||
+	{ echo "bench_peers: --netns left namespaces behind: $(ip netns list)"; exit 1; }
+echo "bench_peers: --netns: keel-udp and ompi-tcp exact, datagrams of 1472 bytes, namespaces removed"

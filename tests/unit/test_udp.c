@@ -478,6 +478,7 @@ static void test_udp_burst_beyond_sockbuf(void **state)
 		cfg.mtu = KEEL_MTU_DEFAULT;
 		cfg.burst = KEEL_BURST_MAX;
 		cfg.sockbuf_bytes = 4096;
+		cfg.gso = false; /* the interposer counts datagrams: one per message */
 		t[i] = udp_open((int)i, &cfg);
 	}
 	wire_all(t, 2);
@@ -521,6 +522,152 @@ static void test_udp_burst_beyond_sockbuf(void **state)
 	g_inject = (struct inject){.fd = t[0]->ops->wait_fd(t[0]), .err = EBADF, .fails = 1};
 	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d, 4), KEEL_ETRANSPORT);
 	g_inject.fd = -1;
+	udp_close(t[0]);
+	udp_close(t[1]);
+}
+
+/* Sender t[0] -> receivers; checks each datagram's length, source and bytes in order. */
+static void expect_seq(struct keel_transport *t, uint32_t src, uint32_t dst, const uint32_t *lens,
+		       uint32_t first, uint32_t n, uint32_t per_call)
+{
+	static struct keel_datagram d[KEEL_BURST_MAX];
+	static uint8_t want[KEEL_MTU_MAX];
+	uint32_t got = 0, round;
+
+	for (round = 0; round < WAIT_ROUNDS * 4 && got < n; round++) {
+		uint32_t ask = per_call < n - got ? per_call : n - got;
+		int r;
+
+		recv_setup(d, ask, KEEL_MTU_MAX);
+		r = t->ops->recv_burst(t, 0, d, ask);
+		assert_true(r >= 0 && (uint32_t)r <= ask);
+		for (int k = 0; k < r; k++, got++) {
+			assert_int_equal(d[k].peer, src);
+			assert_int_equal(d[k].len, lens[first + got]);
+			fill_payload(want, lens[first + got], src, dst, first + got);
+			assert_memory_equal(d[k].buf, want, lens[first + got]);
+		}
+		/* Fewer than asked means nothing is held back: the caller may sleep. */
+		if ((uint32_t)r < ask) {
+			assert_true(t->ops->arm_wait(t));
+			(void)poll(&(struct pollfd){.fd = t->ops->wait_fd(t), .events = POLLIN}, 1,
+				   POLL_MS);
+		}
+	}
+	assert_int_equal(got, n);
+}
+
+/* Runs of equal datagrams to one peer go as one send (UDP_SEGMENT) and come up as one receive
+ * (UDP_GRO), cut back into datagrams: every one arrives, in order, whole; runs end at a
+ * shorter datagram, at another peer and at 64 datagrams. A receiver asking for fewer than a
+ * run holds the rest and says so (arm_wait false, rx_ready true). */
+static void test_udp_coalesced_runs(void **state)
+{
+	struct keel_transport *t[3];
+	struct keel_udp_config cfg;
+	struct keel_udp_stats st0, st1;
+	static struct keel_datagram d[KEEL_BURST_MAX];
+	static uint8_t bufs[KEEL_BURST_MAX][1472];
+	static uint32_t lens1[256], lens2[256];
+	uint32_t i, n1 = 0, n2 = 0, mtu = 1472;
+
+	(void)state;
+	for (i = 0; i < 3; i++) {
+		cfg_make(&cfg, i, 3, NULL);
+		cfg.mtu = mtu;
+		cfg.burst = KEEL_BURST_MAX;
+		t[i] = udp_open((int)i, &cfg);
+	}
+	wire_all(t, 3);
+	keel_udp_stats_get(t[0], &st0);
+	if (!st0.gso) {
+		print_message("this kernel has no UDP_SEGMENT: coalescing not tested\n");
+		skip();
+	}
+	/* 100 full to 1 (runs of 64 + 36), one shorter to 1, 5 full to 2, 3 small to 1, one
+	 * empty to 1, 20 of 1000 bytes to 1. */
+	for (i = 0; i < 130; i++) {
+		uint32_t peer = i >= 101 && i < 106 ? 2 : 1;
+		uint32_t len = i < 100	  ? mtu
+			       : i == 100 ? 700
+			       : i < 106  ? mtu
+			       : i < 109  ? 100
+			       : i == 109 ? 0
+					  : 1000;
+		uint32_t seq = peer == 1 ? n1 : n2;
+
+		fill_payload(bufs[i], len, 0, peer, seq);
+		d[i] = (struct keel_datagram){.buf = bufs[i], .len = len, .peer = peer};
+		if (peer == 1)
+			lens1[n1++] = len;
+		else
+			lens2[n2++] = len;
+	}
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d, 130), 130);
+	keel_udp_stats_get(t[0], &st0);
+	assert_int_equal(st0.tx_datagrams, 130);
+	assert_true(st0.tx_gso_sends >= 4); /* 64, 36+1, 5, 3, 20 */
+	assert_true(st0.tx_syscalls <= 2);
+	/* Receiver 1 takes 7 at a time: runs straddle its calls. */
+	expect_seq(t[1], 0, 1, lens1, 0, 20, 7);
+	keel_udp_stats_get(t[1], &st1);
+	if (st1.gro) {
+		assert_true(st1.rx_gro_runs >= 1);
+		assert_false(t[1]->ops->arm_wait(t[1])); /* part of the first run is held */
+		assert_true(t[1]->ops->rx_ready(t[1]));
+	}
+	expect_seq(t[1], 0, 1, lens1, 20, n1 - 20, 7);
+	expect_seq(t[2], 0, 2, lens2, 0, n2, KEEL_BURST_MAX);
+	keel_udp_stats_get(t[1], &st1);
+	print_message("sender: %llu sends of %llu datagrams in %llu syscalls; receiver 1: %llu "
+		      "coalesced receives, %llu syscalls\n",
+		      (unsigned long long)st0.tx_gso_sends, (unsigned long long)st0.tx_datagrams,
+		      (unsigned long long)st0.tx_syscalls, (unsigned long long)st1.rx_gro_runs,
+		      (unsigned long long)st1.rx_syscalls);
+	assert_int_equal(st1.rx_datagrams, n1);
+	assert_int_equal(st1.rx_truncated, 0);
+	for (i = 0; i < 3; i++)
+		udp_close(t[i]);
+}
+
+/* A kernel that refuses a coalesced send (here: checksums turned off on the socket, which
+ * UDP_SEGMENT requires) turns coalescing off for good; the burst still goes out whole. */
+static void test_udp_coalescing_refused(void **state)
+{
+	struct keel_transport *t[2];
+	struct keel_udp_config cfg;
+	struct keel_udp_stats st;
+	static struct keel_datagram d[64];
+	static uint8_t bufs[64][1472];
+	static uint32_t lens[64];
+	int one = 1;
+	uint32_t i;
+
+	(void)state;
+	for (i = 0; i < 2; i++) {
+		cfg_make(&cfg, i, 2, NULL);
+		cfg.mtu = 1472;
+		cfg.burst = 64;
+		t[i] = udp_open((int)i, &cfg);
+	}
+	wire_all(t, 2);
+	keel_udp_stats_get(t[0], &st);
+	if (!st.gso)
+		skip();
+	assert_int_equal(
+	    setsockopt(t[0]->ops->wait_fd(t[0]), SOL_SOCKET, SO_NO_CHECK, &one, sizeof(one)), 0);
+	for (i = 0; i < 64; i++) {
+		lens[i] = 1472;
+		fill_payload(bufs[i], 1472, 0, 1, i);
+		d[i] = (struct keel_datagram){.buf = bufs[i], .len = 1472, .peer = 1};
+	}
+	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d, 64), 64);
+	keel_udp_stats_get(t[0], &st);
+	assert_false(st.gso);
+	assert_int_equal(st.tx_gso_refused, 1);
+	assert_int_equal(st.tx_gso_sends, 0);
+	assert_int_equal(st.tx_datagrams, 64);
+	expect_seq(t[1], 0, 1, lens, 0, 64, 64);
 	udp_close(t[0]);
 	udp_close(t[1]);
 }
@@ -604,6 +751,8 @@ int main(void)
 	    cmocka_unit_test(test_udp_fini_twice),
 	    cmocka_unit_test(test_udp_burst_beyond_sockbuf),
 	    cmocka_unit_test(test_udp_peer_table_full_world),
+	    cmocka_unit_test(test_udp_coalesced_runs),
+	    cmocka_unit_test(test_udp_coalescing_refused),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

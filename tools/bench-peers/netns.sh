@@ -85,12 +85,18 @@ netns_keel() {
 }
 
 # netns_mpirun N ARGS...: mpirun in the head namespace, one rank per namespace, TCP over the
-# bridge for both MPI traffic and Open MPI's own.
+# bridge for both MPI traffic and Open MPI's own. Each daemon thinks it has its host to itself,
+# so two things it would do on one host are set by hand: ranks that outnumber the cores yield
+# while they poll (as Open MPI does when it sees the oversubscription itself: without it each
+# hop waited a 4 ms scheduler tick), and the daemons do not share their hwloc topology through
+# one shared-memory file (concurrent writers crashed orted in hwloc_shmem_topology_write).
 netns_mpirun() {
-	local n=$1
+	local n=$1 yield=0
 	shift
+	[ "$n" -le "$(nproc)" ] || yield=1
 	timeout 300 ip netns exec ${NETNS_P}nh mpirun --allow-run-as-root --bind-to none -n "$n" \
 		--hostfile "$STORE_ROOT/netns-hosts" --mca plm_rsh_agent "$STORE_ROOT/netns-agent.sh" \
 		--mca oob_tcp_if_include "$NETNS_SUBNET.0/24" \
-		--mca btl_tcp_if_include "$NETNS_SUBNET.0/24" "$@"
+		--mca btl_tcp_if_include "$NETNS_SUBNET.0/24" --mca rtc ^hwloc \
+		--mca mpi_yield_when_idle $yield "$@"
 }
