@@ -170,6 +170,11 @@ void keel_config_default(struct keel_config *cfg);
  * (miss_limit + 1) x heartbeat_ns + probes x heartbeat_ns / 4, plus the path's latency. */
 uint64_t keel_detect_bound_ns(const struct keel_config *cfg);
 
+/* The smallest mtu keel_init accepts for `world_size` ranks: a membership view travels in one
+ * control datagram (about 6 bytes per rank; 1 472 bytes carry up to ~215 ranks). 0 when
+ * world_size is 0 or above KEEL_WORLD_MAX. */
+uint32_t keel_view_mtu_min(uint32_t world_size);
+
 /* Bytes of caller memory keel_init needs for `cfg`, or 0 if cfg is invalid.
  * The figure depends on world_size, window, mtu, burst, ops_max, streams, auth and
  * restart_copy_bytes only. */

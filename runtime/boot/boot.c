@@ -180,15 +180,20 @@ static bool is_loopback(const char *host)
 }
 
 /* A datagram that fits one packet of the link `host` is on, at most KEEL_MTU_DEFAULT; that
- * default where the link is unknown. Every rank must use the same size (a longer datagram is
- * dropped by a receiver with smaller buffers): where links differ, set KEEL_MTU. */
-static uint32_t default_link_mtu(const char *host)
+ * default where the link is unknown; never below what a view of `world` ranks needs. Every
+ * rank must use the same size (a longer datagram is dropped by a receiver with smaller
+ * buffers): where links differ, set KEEL_MTU. */
+static uint32_t default_link_mtu(const char *host, uint32_t world)
 {
 	uint32_t header, link = keel_boot_link_mtu(host, &header);
+	uint32_t view = keel_view_mtu_min(world), mtu;
 
 	if (link <= header || link - header < KEEL_MTU_MIN)
-		return KEEL_MTU_DEFAULT;
-	return link - header < KEEL_MTU_DEFAULT ? link - header : KEEL_MTU_DEFAULT;
+		return KEEL_MTU_DEFAULT > view ? KEEL_MTU_DEFAULT : view;
+	mtu = link - header < KEEL_MTU_DEFAULT ? link - header : KEEL_MTU_DEFAULT;
+	/* A view must fit one datagram: past ~215 ranks on a 1500-byte link, datagrams grow
+	 * beyond a packet again (the kernel fragments them; coalescing is then refused). */
+	return mtu > view ? mtu : view;
 }
 
 static int start_udp(struct keel_boot *b, const char *host, uint16_t port, char *err,
@@ -723,7 +728,8 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	 * syscall, a checksum and an ack: carry as much per datagram as UDP allows. On a real
 	 * network, as much as one packet of the link carries (no IP fragmentation), up to jumbo
 	 * frames (KEEL_MTU_DEFAULT); runs of them are coalesced per send and receive. */
-	uint32_t mtu = is_loopback(host) ? KEEL_MTU_MAX : default_link_mtu(host);
+	uint32_t mtu =
+	    is_loopback(host) ? KEEL_MTU_MAX : default_link_mtu(host, b->launch.world_size);
 	rc = env_config(&b->cfg, &mtu, err, err_len);
 	if (rc == 0)
 		rc = auth_config(b, err, err_len);

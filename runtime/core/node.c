@@ -193,6 +193,14 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	KEEL_ASSERT(l->cmp + cmp_bytes(cfg->world_size, (uint32_t)mtu) + 64 <= l->total);
 }
 
+uint32_t keel_view_mtu_min(uint32_t world_size)
+{
+	if (world_size == 0 || world_size > KEEL_WORLD_MAX)
+		return 0;
+	uint32_t need = mb_ctrl_size(world_size);
+	return need < KEEL_MTU_MIN ? KEEL_MTU_MIN : need;
+}
+
 size_t keel_storage_size(const struct keel_config *cfg)
 {
 	if (!config_valid(cfg))

@@ -73,6 +73,14 @@ static void test_node_init_rejects_bad_config(void **state)
 	BAD(algo, (enum keel_algo)7);
 	BAD(transport, NULL);
 #undef BAD
+	/* keel_view_mtu_min: the boundary keel_init checks ("a view travels in one datagram") */
+	assert_int_equal(keel_view_mtu_min(0), 0);
+	assert_int_equal(keel_view_mtu_min(KEEL_WORLD_MAX + 1), 0);
+	assert_true(keel_view_mtu_min(215) <= 1472 && keel_view_mtu_min(216) > 1472);
+	assert_true(keel_view_mtu_min(KEEL_WORLD_MAX) <= KEEL_MTU_MAX);
+	cfg = good;
+	cfg.mtu = keel_view_mtu_min(2);
+	assert_true(keel_storage_size(&cfg) > 0);
 	assert_int_equal(keel_init(NULL, mem, sz, &good, 0), -EINVAL);
 	assert_int_equal(keel_init(&n, NULL, sz, &good, 0), -EINVAL);
 	assert_int_equal(keel_init(&n, mem, sz - 1, &good, 0), -ENOSPC);
