@@ -730,6 +730,16 @@ static int chaos_wait_fd(struct keel_transport *t)
 	return c->inner->ops->wait_fd != NULL ? c->inner->ops->wait_fd(c->inner) : -1;
 }
 
+/* The inner transport may hold input its descriptor does not show (the rest of a coalesced
+ * UDP run; a shared-memory ring that wants its doorbell asked for): a waiter about to sleep
+ * asks it through here. */
+static bool chaos_arm_wait(struct keel_transport *t)
+{
+	struct chaos *c = chaos_of(t);
+
+	return c->inner->ops->arm_wait == NULL || c->inner->ops->arm_wait(c->inner);
+}
+
 /* Held datagrams are forgotten; the inner transport is the caller's and stays open. */
 static void chaos_fini(struct keel_transport *t)
 {
@@ -754,4 +764,5 @@ static const struct keel_transport_ops chaos_ops = {
     .next_deadline_ns = chaos_next_deadline_ns,
     .wait_fd = chaos_wait_fd,
     .fini = chaos_fini,
+    .arm_wait = chaos_arm_wait,
 };
