@@ -120,9 +120,9 @@ static bool config_valid(const struct keel_config *cfg)
 
 /* One description of the storage layout, used both to size it and to carve it. */
 struct layout {
-	size_t node, rel_peers, fd_peers, mb_peers, auth_peers, fd_lists, owners, tx_slots,
-	    rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq, rx_burst, ops, op_bits, views, msg,
-	    copy, hier, cmp, total;
+	size_t node, rel_peers, rel_active, fd_peers, mb_peers, auth_peers, fd_lists, owners,
+	    tx_slots, rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq, rx_burst, ops, op_bits,
+	    views, msg, copy, hier, cmp, total;
 };
 
 static size_t align_up(size_t v, size_t a)
@@ -159,6 +159,7 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	PLACE(node, sizeof(struct keel_node));
 	/* each module's per-peer records in a carve-out of their own */
 	PLACE(rel_peers, world * sizeof(struct rel_peer));
+	PLACE(rel_active, (world + 63) / 64 * sizeof(uint64_t));
 	PLACE(fd_peers, world * sizeof(struct fd_peer));
 	PLACE(mb_peers, world * sizeof(struct mb_peer));
 	PLACE(auth_peers, cfg->auth ? world * sizeof(struct auth_peer) : 0);
@@ -216,6 +217,7 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	uint32_t world = n->world;
 	KEEL_ASSERT(((uintptr_t)base & 63u) == 0 && (uint8_t *)n == base + l->node);
 	n->rel_peers = (struct rel_peer *)(base + l->rel_peers);
+	n->rel_active = (uint64_t *)(base + l->rel_active);
 	n->fd_peers = (struct fd_peer *)(base + l->fd_peers);
 	n->mb_peers = (struct mb_peer *)(base + l->mb_peers);
 	/* no module's records overlap another's */

@@ -247,6 +247,10 @@ struct keel_node {
 	uint64_t tx_flight; /* reliable datagrams sent and not yet acknowledged */
 	uint64_t rx_held;   /* datagrams held in receive slots */
 	uint32_t acks_owed; /* peers with ack_pending */
+	/* One bit per peer that may have data in flight, an ack owed or datagrams held: the
+	 * per-poll scans visit these instead of the whole world (a ring step talks to two peers
+	 * of 1 024). Set whenever a peer gets any of those; cleared lazily by the scans. */
+	uint64_t *rel_active;
 	/* transmit queue for this poll, flushed in bursts */
 	struct keel_datagram *txq;
 	uint32_t txq_count;

@@ -64,6 +64,58 @@ static void totals_check(const struct keel_node *n)
 #endif
 }
 
+/* ---- the active set: peers with anything in flight, owed or held ---- */
+
+static bool peer_busy(const struct rel_peer *p)
+{
+	return p->snd_una != p->snd_nxt || p->ack_pending || p->rx_held != 0 || p->unsent;
+}
+
+static void active_mark(struct keel_node *n, uint32_t peer)
+{
+	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
+	n->rel_active[peer / 64] |= 1ull << (peer % 64);
+}
+
+/* The next active peer at or after `from` (in rank order, so that scans visit peers in the
+ * order a walk over the world would), or n->world when none. Idle peers met on the way are
+ * dropped from the set when `prune` (the set is the node's scratch, not its state: a const
+ * caller passes false). */
+static uint32_t active_next(const struct keel_node *n, uint32_t from, bool prune)
+{
+	uint32_t words = (n->world + 63) / 64;
+	for (uint32_t w = from / 64; w < words; w++) {
+		uint64_t bits = n->rel_active[w];
+		if (w == from / 64)
+			bits &= ~0ull << (from % 64);
+		while (bits != 0) {
+			uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+			bits &= bits - 1;
+			if (peer_busy(&n->rel_peers[i]))
+				return i;
+			if (prune)
+				n->rel_active[w] &= ~(1ull << (i % 64));
+		}
+	}
+	return n->world;
+}
+
+/* Every busy peer is in the set (O(world): debug builds only). */
+static void active_check(const struct keel_node *n)
+{
+#ifdef KEEL_DEBUG
+	for (uint32_t i = 0; i < n->world; i++)
+		KEEL_ASSERT_DEBUG(!peer_busy(&n->rel_peers[i]) ||
+				  (n->rel_active[i / 64] >> (i % 64) & 1u));
+#else
+	(void)n;
+#endif
+}
+
+#define FOR_ACTIVE(n, i, prune)                                                                    \
+	for (uint32_t i = active_next((n), 0, (prune)); i < (n)->world;                            \
+	     i = active_next((n), i + 1, (prune)))
+
 /* ---- window buffers lent from the pool (config streams) ---- */
 
 static bool stream_idle(const struct keel_node *n, uint32_t peer)
@@ -171,6 +223,8 @@ static void set_ack_pending(struct keel_node *n, struct rel_peer *p, bool pendin
 	if (p->ack_pending == pending)
 		return;
 	p->ack_pending = pending;
+	if (pending)
+		active_mark(n, (uint32_t)(p - n->rel_peers));
 	KEEL_ASSERT(pending || n->acks_owed > 0);
 	n->acks_owed = pending ? n->acks_owed + 1 : n->acks_owed - 1;
 	KEEL_ASSERT(n->acks_owed < n->world); /* never to self */
@@ -284,6 +338,7 @@ void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, 
 	KEEL_ASSERT(p->tx != NULL && seq_before(p->snd_nxt, p->snd_edge));
 	uint32_t seq = p->snd_nxt++;
 	n->tx_flight++;
+	active_mark(n, peer);
 	uint8_t *buf = tx_bytes(n, p, seq);
 	h->seq = seq;
 	h->payload_len = len;
@@ -324,6 +379,7 @@ void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq)
 	if (s->tries > 0)
 		s->tries--;
 	p->unsent = true;
+	active_mark(n, peer);
 }
 
 static void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
@@ -441,6 +497,7 @@ static void rx_store(struct keel_node *n, struct rel_peer *p, const struct wire_
 	p->rx[idx].used = 1;
 	p->rx_held++;
 	n->rx_held++;
+	active_mark(n, (uint32_t)(p - n->rel_peers));
 	memcpy(p->rx_buf + (size_t)idx * stride(n), payload, h->payload_len);
 	while (p->rcv_ack - p->rcv_nxt < n->window && p->rx[p->rcv_ack & (n->window - 1)].used)
 		p->rcv_ack++;
@@ -516,11 +573,12 @@ void rel_redeliver(struct keel_node *n)
 {
 	KEEL_ASSERT_DEBUG(n != NULL && n->rel_peers != NULL);
 	totals_check(n);
+	active_check(n);
 	if (n->rx_held == 0)
 		return;
-	for (uint32_t i = 0; i < n->world; i++)
-		if (i != n->self && rx_used(&n->rel_peers[i], n->rel_peers[i].rcv_nxt, n->window))
-			deliver_run(n, i);
+	FOR_ACTIVE(n, i, true)
+	if (rx_used(&n->rel_peers[i], n->rel_peers[i].rcv_nxt, n->window))
+		deliver_run(n, i);
 }
 
 /* Send what the transport refused earlier and resend what timed out. When the timer fires,
@@ -537,7 +595,8 @@ void rel_timers(struct keel_node *n)
 	totals_check(n);
 	if (n->tx_flight == 0)
 		return; /* nothing out: no timer runs (rel_next_deadline looks at data in flight) */
-	for (uint32_t i = 0; i < n->world; i++) {
+	FOR_ACTIVE(n, i, true)
+	{
 		struct rel_peer *p = &n->rel_peers[i];
 		if (p->snd_una == p->snd_nxt) {
 			p->rtx_deadline_ns = UINT64_MAX;
@@ -586,9 +645,10 @@ void rel_send_acks(struct keel_node *n)
 	KEEL_ASSERT_DEBUG(!n->rel_peers[n->self].ack_pending);
 	if (n->acks_owed == 0)
 		return;
-	for (uint32_t i = 0; i < n->world; i++) {
+	FOR_ACTIVE(n, i, true)
+	{
 		struct rel_peer *p = &n->rel_peers[i];
-		if (!p->ack_pending || i == n->self || n->now_ns < p->ack_due_ns)
+		if (!p->ack_pending || n->now_ns < p->ack_due_ns)
 			continue;
 		node_send_ctrl(n, i, WIRE_ACK, n->ops_done_local, NULL, 0);
 		n->ctr.acks_sent++;
@@ -602,7 +662,8 @@ uint64_t rel_next_deadline(const struct keel_node *n)
 	totals_check(n);
 	if (n->tx_flight == 0 && n->acks_owed == 0)
 		return dl;
-	for (uint32_t i = 0; i < n->world; i++) {
+	FOR_ACTIVE(n, i, false)
+	{
 		const struct rel_peer *p = &n->rel_peers[i];
 		if (p->unsent) /* the transport refused: try again shortly, not in a busy loop */
 			return n->now_ns + n->cfg.ack_delay_ns;
