@@ -674,12 +674,14 @@ static uint32_t gro_segment(const struct msghdr *h)
 }
 
 /* Receive with coalescing: one recvmsg per run into gro_buf, cut into d. Stops when d is full
- * (the rest of a run waits in gro_buf) or the socket is empty. */
+ * (the rest of a run waits in gro_buf), the socket is empty, or after n receives. */
 static int recv_gro(struct udp *u, struct keel_datagram *d, uint32_t n)
 {
 	uint32_t kept = gro_deliver(u, d, n), tries = 0;
 
-	while (kept < n) {
+	/* At most n receives a call, as recvmmsg takes at most n: a flood of datagrams from
+	 * unknown addresses must not keep the caller here. */
+	for (uint32_t calls = 0; kept < n && calls < n; calls++) {
 		struct iovec iov = {.iov_base = u->gro_buf, .iov_len = GRO_BUF_BYTES};
 		struct msghdr h = {
 		    .msg_name = &u->srcs[0],
