@@ -7,6 +7,7 @@
 # several runs may share the machine; netns_cleanup removes everything (called on exit).
 #
 # Uses from bench-peers.sh: STORE_ROOT (a temporary folder), die.
+set -o pipefail # bench-peers.sh has it already; said here too, as every script of the tree does
 
 NETNS_P=kbp$$ # namespace and link prefix
 NETNS_NET=10.79 # 10.79.<pid % 250>.0/24: the bridge's subnet
