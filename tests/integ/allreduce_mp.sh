@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Multi-process AllReduce on loopback: 2, 3, 4 and 5 ranks (separate processes started by
 # keel-run), every dtype and op at the chunking boundaries, both algorithms; then again with
-# the chaos transport at 1 % loss (plus duplication and reordering). Seeded: SEED=n replays.
+# the chaos transport at 1 % loss (plus duplication and reordering), once more over UDP with
+# Ethernet-sized datagrams, so that runs are coalesced on send and receive (UDP_SEGMENT,
+# UDP_GRO) under the same loss. Seeded: SEED=n replays.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -21,4 +23,6 @@ for n in 3 4; do
 	KEEL_CHAOS="loss=0.01,dup=0.005,reorder=0.01,seed=$SEED" \
 		"$RUN" -n "$n" --timeout 180 -- "$CHECK" auto | grep -v '^keel-run: rank' || fail=1
 done
+KEEL_TRANSPORT=udp KEEL_MTU=1472 KEEL_CHAOS="loss=0.01,dup=0.005,reorder=0.01,seed=$SEED" \
+	"$RUN" -n 4 --timeout 180 -- "$CHECK" auto | grep -v '^keel-run: rank' || fail=1
 exit $fail

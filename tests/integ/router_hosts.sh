@@ -2,8 +2,8 @@
 # Per-peer transport selection (KEEL_TRANSPORT=auto, the default): 4 ranks that pretend to be
 # two hosts of 2 (KEEL_HOST) talk shared memory inside a host and UDP across, every element
 # checked; 4 ranks of one host use shared memory only; a rank alone on its host uses UDP only;
-# KEEL_HOST beside KEEL_PEERS is refused with a message naming both; nothing is left in
-# /dev/shm.
+# KEEL_HOST beside KEEL_PEERS is refused with a message naming both, and so is a bad
+# KEEL_UDP_GSO; nothing is left in /dev/shm.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -65,6 +65,14 @@ KEEL_PEERS=127.0.0.1:1,127.0.0.1:2 RANK=0 KEEL_HOST=x "$BENCH" allreduce -b 4 -e
 [ $rc -ne 0 ] && grep -q 'KEEL_HOST=x: with KEEL_PEERS' "$tmp/out" ||
 	{ cat "$tmp/out"; echo "router_hosts: KEEL_HOST with KEEL_PEERS was not refused"; exit 1; }
 echo "router_hosts: KEEL_HOST beside KEEL_PEERS refused: $(head -1 "$tmp/out")"
+
+# KEEL_UDP_GSO takes 0 or 1; anything else stops the start with a message naming it
+rc=0
+KEEL_PEERS=127.0.0.1:1,127.0.0.1:2 RANK=0 KEEL_UDP_GSO=yes "$BENCH" allreduce -b 4 -e 4 -n 1 \
+	>"$tmp/out" 2>&1 || rc=$?
+[ $rc -ne 0 ] && grep -q 'KEEL_UDP_GSO=yes: expected 0 (off) or 1 (on)' "$tmp/out" ||
+	{ cat "$tmp/out"; echo "router_hosts: KEEL_UDP_GSO=yes was not refused"; exit 1; }
+echo "router_hosts: KEEL_UDP_GSO=yes refused: $(grep KEEL_UDP_GSO "$tmp/out" | head -1)"
 
 after=$(ls /dev/shm | grep -c '^keel-' || true)
 [ "$after" -le "$before" ] || { echo "router_hosts: $((after - before)) region(s) left in /dev/shm"; exit 1; }
