@@ -235,7 +235,11 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%
 human() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%gM", b / 1048576;
 	else if (b >= 1024) printf "%gK", b / 1024; else printf "%d", b }'; }
 
-echo "# bench-peers: keel vs Open MPI and Gloo, AllReduce f32 sum, same host"
+if [ $NETNS -eq 1 ]; then
+	echo "# bench-peers: keel vs Open MPI, AllReduce f32 sum, one network namespace per rank"
+else
+	echo "# bench-peers: keel vs Open MPI and Gloo, AllReduce f32 sum, same host"
+fi
 echo "# machine: $cores cores, $cpu; $(uname -r)"
 echo "# load average before: $load_before (limit for quoting: 1-min <= $LOAD_MAX)"
 [ "$busy" = 1 ] && echo "# BUSY MACHINE, NOT QUOTABLE (--force)"
@@ -252,7 +256,8 @@ if [ $NETNS -eq 1 ]; then
 else
 	echo "# ompi: $(mpirun --version 2>&1 | head -1); btl self,vader and self,tcp (lo)"
 fi
-echo "# gloo: tcp on 127.0.0.1, best of: ${GLOO_ALGOS:-all algorithms} (algorithm named)"
+[ $NETNS -eq 1 ] ||
+	echo "# gloo: tcp on 127.0.0.1, best of: ${GLOO_ALGOS:-all algorithms} (algorithm named)"
 echo "# logs: $LOGS"
 printf '%5s %8s %10s %10s %10s %10s %10s %-16s %9s %9s %9s\n' ranks size keel-shm keel-udp \
 	ompi-vader ompi-tcp gloo gloo-algo shm/vader udp/tcp udp/gloo
