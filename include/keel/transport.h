@@ -21,6 +21,10 @@ enum keel_transport_caps {
 				      * own receive path dropped) */
 	KEEL_CAP_ORDERED = 1u << 1,  /* per-peer FIFO */
 	KEEL_CAP_RDMA_WRITE = 1u << 2,
+	KEEL_CAP_INTACT = 1u << 3, /* bytes arrive exactly as sent, through memory and no wire
+				    * (shared memory): the core leaves out its CRC32C on this
+				    * transport's datagrams, and the backend marks each one it
+				    * delivers KEEL_DGRAM_INTACT */
 };
 
 /* What the core tells a backend about a datagram it sends, so a backend never parses keel's
@@ -29,13 +33,25 @@ enum keel_transport_caps {
 enum keel_datagram_flags {
 	KEEL_DGRAM_CONTROL = 1u << 0,	 /* heartbeat, ack, leave or view: small and urgent */
 	KEEL_DGRAM_RETRANSMIT = 1u << 1, /* a reliable datagram sent again after a loss */
+	/* recv only: it came through memory that nothing but the job's ranks writes (shared
+	 * memory), so the core accepts it without a CRC. The core clears flags before each
+	 * recv_burst; only a backend that delivers through such memory sets it (a router
+	 * passes on what its routes set). */
+	KEEL_DGRAM_INTACT = 1u << 2,
+	/* recv only, set by the caller: it takes lent buffers. A backend may then point buf into
+	 * its own memory instead of copying the datagram (a shared-memory ring; cap is then not
+	 * used). Those bytes stay unchanged until the caller's next recv_burst, rx_ready or
+	 * arm_wait on the transport, which gives them back; the caller must be done with them
+	 * by then. */
+	KEEL_DGRAM_LEND = 1u << 3,
 };
 
 /* One datagram in a burst.
  * send: buf/len are the bytes to send to rank `peer`, flags say what they are (enum
  *       keel_datagram_flags); cap is ignored.
- * recv: the caller gives buf/cap; the backend sets len and the sender's rank in peer (flags
- *       is not used). */
+ * recv: the caller gives buf/cap, and flags 0 or KEEL_DGRAM_LEND; the backend sets len, the
+ *       sender's rank in peer, and KEEL_DGRAM_INTACT in flags where it applies (it may leave
+ *       flags as they were otherwise), and may point buf elsewhere (KEEL_DGRAM_LEND). */
 struct keel_datagram {
 	uint8_t *buf;
 	uint32_t len;
@@ -87,6 +103,12 @@ struct keel_transport_ops {
 	 * it, it must call it before every later block on wait_fd. May be NULL: wait_fd is then
 	 * always armed. */
 	bool (*arm_wait)(struct keel_transport *t);
+	/* true when datagrams to `peer` go, now, on a way with KEEL_CAP_INTACT (a router whose
+	 * route to the peer is shared memory). The core asks it for each datagram it sends without
+	 * a CRC and adds the CRC when the answer is false, so a route that changes between two
+	 * sends costs nothing but that CRC. Never blocks. May be NULL: t->caps decides for
+	 * every peer. */
+	bool (*peer_intact)(struct keel_transport *t, uint32_t peer);
 };
 
 /* A transport instance. Backends embed or point to their private state;

@@ -1,7 +1,13 @@
 /* The shared-memory transport: ranks on one host exchange datagrams through one region, with a
  * lock-free single-producer/single-consumer ring per (sender, receiver) direction.
  * Ordered, and lossless: caps KEEL_CAP_ORDERED, plus KEEL_CAP_RELIABLE unless cfg.reliable is
- * turned off.
+ * turned off. Intact (KEEL_CAP_INTACT): every datagram it delivers is marked KEEL_DGRAM_INTACT,
+ * and the core sends and accepts them without its CRC32C. A caller that takes lent buffers
+ * (KEEL_DGRAM_LEND) gets each record that does not wrap around its ring's end where it lies,
+ * without a copy; the sender cannot write over it until the caller's next receive. Memory is
+ * trusted as the process's own is (Open MPI's shared memory checks nothing either); the region is
+ * the job user's alone (mode 0600), and with a job key every datagram still carries and is checked
+ * by its MAC.
  *
  * The region: given by the caller (cfg.region, e.g. MAP_SHARED memory mapped before fork), or
  * opened by name (shm_open(cfg.name), created if absent, sized by keel_shm_region_size) and

@@ -376,6 +376,32 @@ void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t le
 	n->txq_count++;
 }
 
+bool node_peer_intact(struct keel_node *n, uint32_t peer)
+{
+	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
+	const struct keel_transport *t = n->tp;
+	if (n->auth)
+		return false;
+	if (t->ops->peer_intact != NULL)
+		return t->ops->peer_intact(n->tp, peer);
+	return (t->caps & KEEL_CAP_INTACT) != 0;
+}
+
+/* A datagram written without a CRC for a peer whose way was memory gets its CRC as it leaves
+ * on any other way (the router fell back from shared memory since): the receiver would drop it
+ * otherwise. So does every copy sent again: whatever lost the first (a receiver behind a layer
+ * that did not pass KEEL_DGRAM_INTACT on, say) cannot then lose them all. */
+static void add_crcs(struct keel_node *n)
+{
+	KEEL_ASSERT(!n->auth && n->txq_count <= n->burst);
+	for (uint32_t i = 0; i < n->txq_count; i++) {
+		struct keel_datagram *d = &n->txq[i];
+		if (wire_crc_left_out(d->buf) &&
+		    ((d->flags & KEEL_DGRAM_RETRANSMIT) != 0 || !node_peer_intact(n, d->peer)))
+			wire_add_crc(d->buf);
+	}
+}
+
 /* The MAC goes on as a datagram leaves, not when it is written: a copy sent again gets a new
  * counter, so the receiver's replay window never refuses a retransmission. */
 static void seal_all(struct keel_node *n)
@@ -429,6 +455,8 @@ void node_txq_flush(struct keel_node *n)
 	KEEL_ASSERT(count <= n->burst && n->ctrl_used <= count);
 	if (n->auth)
 		seal_all(n);
+	else
+		add_crcs(n);
 	while (done < count && n->fatal == 0) { /* bounded: each pass shrinks count - done */
 		int sent = n->tp->ops->send_burst(n->tp, n->now_ns, n->txq + done, count - done);
 		if (sent < 0) {
@@ -482,6 +510,7 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 	    .world_size = n->world,
 	    .transport_src = d->peer,
 	    .auth = n->auth ? &n->auth_ctx : NULL,
+	    .intact = (d->flags & KEEL_DGRAM_INTACT) != 0,
 	};
 	struct wire_header h;
 	enum wire_verdict v = wire_decode(d->buf, d->len, &exp, &h);
@@ -536,6 +565,9 @@ static uint32_t receive_burst(struct keel_node *n)
 		n->rxq[i].cap = n->mtu;
 		n->rxq[i].len = 0;
 		n->rxq[i].peer = UINT32_MAX;
+		/* a backend may lend its own bytes (shared memory): every datagram of the burst
+		 * is handled, or copied into a window, before the next recv_burst */
+		n->rxq[i].flags = KEEL_DGRAM_LEND;
 	}
 	int got = n->tp->ops->recv_burst(n->tp, n->now_ns, n->rxq, n->burst);
 	if (got < 0) {

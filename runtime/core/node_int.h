@@ -358,6 +358,9 @@ _Static_assert(CTRL_BUF_MIN >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE + KEEL_AUT
 void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq,
 		   uint32_t flags);
 void node_txq_flush(struct keel_node *n);
+/* May a datagram to `peer` go without a CRC? Only without a job key (a MAC is never left
+ * out), and only while the transport's way to the peer is memory (KEEL_CAP_INTACT). */
+bool node_peer_intact(struct keel_node *n, uint32_t peer);
 void node_budget_spend(struct keel_node *n, uint32_t bytes);
 /* Check and dispatch one received datagram (the poll loop; the membership model checker). */
 void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d);

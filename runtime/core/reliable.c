@@ -342,6 +342,8 @@ void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, 
 	uint8_t *buf = tx_bytes(n, p, seq);
 	h->seq = seq;
 	h->payload_len = len;
+	if (node_peer_intact(n, peer)) /* memory: no CRC pass here nor at the peer */
+		h->flags |= WIRE_FLAG_NO_CRC;
 	rel_ack_fields(n, peer, h);
 	wire_encode(buf, h);
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];

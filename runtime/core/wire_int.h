@@ -10,8 +10,10 @@
 #include "auth_int.h"
 #include "crc32c_int.h"
 
-#define WIRE_MAGIC	 0x4c45454bu /* "KEEL" read as a little-endian u32 */
-#define WIRE_VERSION	 3u /* 2: heartbeats carry ops_started and may probe; 3: MAC trailer */
+#define WIRE_MAGIC 0x4c45454bu /* "KEEL" read as a little-endian u32 */
+#define WIRE_VERSION                                                                               \
+	4u /* 2: heartbeats carry ops_started and may probe; 3: MAC trailer;                       \
+	    * 4: no CRC through shared memory (WIRE_FLAG_NO_CRC) */
 #define WIRE_HEADER_SIZE 56u
 
 enum wire_type {
@@ -28,6 +30,10 @@ enum wire_type {
 /* Header flags. */
 #define WIRE_FLAG_RETRANSMIT 0x1u /* this copy was sent again (no RTT sample from its ack) */
 #define WIRE_FLAG_AUTH	     0x2u /* a MAC trailer follows the payload; the crc field is 0 */
+/* No CRC (the crc field is 0): the sender's way to dst is memory (KEEL_CAP_INTACT), where a
+ * CRC pass on each side cost a third of a large AllReduce's time. Accepted only from a
+ * datagram its transport marked KEEL_DGRAM_INTACT; never with WIRE_FLAG_AUTH. */
+#define WIRE_FLAG_NO_CRC 0x10u
 /* DATA of a gradient AllReduce: how the payload is encoded (enum wire_enc, in bits 2-3). The
  * header's offset and total_len count the f32 bytes the payload stands for. */
 #define WIRE_FLAG_ENC_SHIFT 2u
@@ -111,16 +117,27 @@ struct wire_expect {
 	uint32_t world_size;
 	uint32_t transport_src; /* sender rank the transport reported, or UINT32_MAX if unknown */
 	const struct auth_ctx *auth; /* the job's keys, or NULL: no key, CRC32C only */
+	bool intact; /* the transport marked the datagram KEEL_DGRAM_INTACT: WIRE_FLAG_NO_CRC
+		      * is accepted */
 };
 
 /* Write `h` (crc ignored) and compute the CRC over header and `payload_len` bytes that
  * already sit at buf + WIRE_HEADER_SIZE. buf must hold WIRE_HEADER_SIZE + h->payload_len.
- * With WIRE_FLAG_AUTH in h->flags the crc field is 0: auth_seal adds the MAC when it leaves. */
+ * With WIRE_FLAG_AUTH in h->flags the crc field is 0: auth_seal adds the MAC when it leaves.
+ * With WIRE_FLAG_NO_CRC it is 0 too, and no pass is made over the payload. */
 void wire_encode(uint8_t *buf, const struct wire_header *h);
+
+/* An encoded datagram marked WIRE_FLAG_NO_CRC about to leave on a way that is not memory:
+ * clear the flag and fill in the CRC, in place (the retransmit copy keeps it). Any other
+ * datagram is left as it is. */
+void wire_add_crc(uint8_t *buf);
+/* Was this encoded datagram written with WIRE_FLAG_NO_CRC? */
+bool wire_crc_left_out(const uint8_t *buf);
 
 /* Validate and decode the datagram buf[0..len). On WIRE_OK, *h is filled and the payload
  * is buf + WIRE_HEADER_SIZE. Checks in this order: size, magic, version, type, lengths,
- * MAC (exp->auth set: required and verified) or crc (not set: a MAC'd datagram is refused),
+ * MAC (exp->auth set: required and verified) or crc (not set: a MAC'd datagram is refused;
+ * WIRE_FLAG_NO_CRC stands for the crc only where exp->intact),
  * job, destination, source, epoch. Only DATA and ACK are fenced by epoch here: liveness
  * (HEARTBEAT, LEAVE) crosses views, and VIEW messages are the protocol that changes them.
  * Never reads outside buf[0..len). */

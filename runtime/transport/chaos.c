@@ -299,7 +299,9 @@ int keel_chaos_init(struct keel_transport **out, void *mem, size_t mem_len,
 	c->t = (struct keel_transport){
 	    .ops = &chaos_ops,
 	    .state = c,
-	    .caps = cfg->inner->caps & ~(uint32_t)(KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED),
+	    /* and no CRC left out: every datagram through chaos carries its own */
+	    .caps = cfg->inner->caps &
+		    ~(uint32_t)(KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED | KEEL_CAP_INTACT),
 	    .mtu = cfg->inner->mtu,
 	    .rank = cfg->inner->rank,
 	    .world_size = cfg->inner->world_size,

@@ -356,6 +356,21 @@ static bool router_peer_ok(struct keel_transport *t, uint32_t peer)
 	return peer_valid(x, peer) && route_for(x, peer) != NONE;
 }
 
+/* Is the way to peer memory now? Asked of the route that send_burst would take. */
+static bool router_peer_intact(struct keel_transport *t, uint32_t peer)
+{
+	struct router *x = of(t);
+	if (!peer_valid(x, peer))
+		return false;
+	uint32_t r = route_for(x, peer);
+	if (r == NONE)
+		return false;
+	struct keel_transport *rt = x->rt[r];
+	uint32_t there = x->to_route[peer * x->routes + r];
+	return rt->ops->peer_intact != NULL ? rt->ops->peer_intact(rt, there)
+					    : (rt->caps & KEEL_CAP_INTACT) != 0;
+}
+
 static void router_fini(struct keel_transport *t)
 {
 	struct router *x = of(t);
@@ -375,6 +390,7 @@ static const struct keel_transport_ops router_ops = {
     .peer_ok = router_peer_ok,
     .rx_ready = router_rx_ready,
     .arm_wait = router_arm_wait,
+    .peer_intact = router_peer_intact,
 };
 
 /* One epoll descriptor over every route's wait_fd; -1 (and 0) when a route has none. */

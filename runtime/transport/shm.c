@@ -36,6 +36,9 @@ struct ring_hdr {
 	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t tail; /* written by the sender */
 	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t head; /* written by the receiver */
 	_Atomic uint32_t sleeping; /* set by the receiver when it found the ring empty */
+	/* The receiver's alone: how far it has taken records. Ahead of head while some of them
+	 * are lent to the caller (KEEL_DGRAM_LEND): the sender may not overwrite those yet. */
+	uint64_t read;
 };
 
 /* The region's first line: a region mapped by name must have been made for the same job shape. */
@@ -57,6 +60,7 @@ struct shm {
 	 * marks empty rings sleeping, so senders ring no doorbell for a receiver that spins. */
 	bool caller_arms;
 	bool armed; /* rings were marked since the last receive: doorbells may be waiting */
+	bool lent;  /* some inbound ring's read is ahead of its head (shm_give_back) */
 	char name[KEEL_SHM_NAME_MAX + 1];
 	struct keel_shm_stats stats;
 };
@@ -311,6 +315,7 @@ static void rings_reset(struct shm *s)
 		if (gen > GEN_MAX) /* wrap, skipping 0 ("never initialised") */
 			gen = 1;
 		atomic_store(&r->head, 0);
+		r->read = 0;
 		atomic_store(&r->sleeping, 0);
 		atomic_store(&r->tail, gen << POS_BITS);
 	}
@@ -325,7 +330,7 @@ static void state_init(struct shm *s, const struct keel_shm_config *cfg)
 	s->t = (struct keel_transport){
 	    .ops = &shm_ops,
 	    .state = s,
-	    .caps = KEEL_CAP_ORDERED | (cfg->reliable ? KEEL_CAP_RELIABLE : 0u),
+	    .caps = KEEL_CAP_ORDERED | KEEL_CAP_INTACT | (cfg->reliable ? KEEL_CAP_RELIABLE : 0u),
 	    .mtu = cfg->mtu,
 	    .rank = cfg->rank,
 	    .world_size = cfg->world_size,
@@ -533,48 +538,83 @@ static bool ring_empty_arm(struct ring_hdr *r, uint64_t head, bool arm)
 	return (atomic_load(&r->tail) & POS_MASK) == head;
 }
 
-/* Take records from one ring into d[0..count_max). Returns how many were delivered. A ring
- * left behind is either marked sleeping (empty: its next record rings the doorbell) or has
- * records left only because d is full (recv_burst then asks to be called again at once). */
+/* Take records from one ring into d[0..count_max): lent where they lie when the caller takes
+ * lent buffers and the record does not wrap around the ring's end, copied otherwise. Returns
+ * how many were delivered. The head moves at once when nothing was lent, else at the caller's
+ * next call (shm_give_back). A ring left behind is either marked sleeping (empty: its next record
+ * rings the doorbell) or has records left only because d is full (recv_burst then asks to be called
+ * again at once). */
 static uint32_t ring_recv(struct shm *s, uint32_t from, struct keel_datagram *d, uint32_t count_max)
 {
 	struct ring_hdr *r = ring_of(s, s->t.rank, from);
-	uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-	uint64_t tail = head;
+	uint64_t pos = r->read; /* == head: shm_give_back ran first */
+	uint64_t tail = pos;
 	uint32_t n = 0;
+	bool lent = false;
 
+	KEEL_ASSERT_DEBUG(pos == atomic_load_explicit(&r->head, memory_order_relaxed));
 	/* Bounded: each pass delivers or drops a record, or reloads the tail after a failed
 	 * arm (so the next pass finds a record), or ends. */
 	while (n < count_max) {
 		uint32_t hdr[2];
 
-		if (head == tail) {
-			if (ring_empty_arm(r, head, !s->caller_arms))
+		if (pos == tail) {
+			if (ring_empty_arm(r, pos, !s->caller_arms))
 				break;
 			tail = atomic_load_explicit(&r->tail, memory_order_acquire) & POS_MASK;
 			continue;
 		}
-		ring_get(s, r, head, hdr, sizeof(hdr));
-		if (hdr[0] != ~hdr[1] || record_bytes(hdr[0]) > ((tail - head) & POS_MASK)) {
+		ring_get(s, r, pos, hdr, sizeof(hdr));
+		if (hdr[0] != ~hdr[1] || record_bytes(hdr[0]) > ((tail - pos) & POS_MASK)) {
 			/* Another process scribbled on the region: nothing after it can be
 			 * trusted, so the ring is emptied (its datagrams count as lost). */
 			s->stats.rx_bad_records++;
-			head = tail;
+			pos = tail;
 			continue;
 		}
-		if (hdr[0] > d[n].cap) {
+		uint32_t off = (uint32_t)((pos + RECORD_HDR_BYTES) & (s->ring_bytes - 1));
+		if ((d[n].flags & KEEL_DGRAM_LEND) != 0 && hdr[0] <= s->ring_bytes - off) {
+			/* in one piece: lent where it lies, no copy */
+			d[n].buf = ring_data(r) + off;
+			lent = true;
+		} else if (hdr[0] > d[n].cap) {
 			s->stats.rx_truncated++;
+			pos = (pos + record_bytes(hdr[0])) & POS_MASK;
+			continue;
 		} else {
-			ring_get(s, r, head + RECORD_HDR_BYTES, d[n].buf, hdr[0]);
-			d[n].len = hdr[0];
-			d[n].peer = from;
-			n++;
+			ring_get(s, r, pos + RECORD_HDR_BYTES, d[n].buf, hdr[0]);
 		}
-		head = (head + record_bytes(hdr[0])) & POS_MASK;
+		d[n].len = hdr[0];
+		d[n].peer = from;
+		d[n].flags = KEEL_DGRAM_INTACT;
+		n++;
+		pos = (pos + record_bytes(hdr[0])) & POS_MASK;
 	}
-	/* release: the sender may overwrite the bytes only after they were copied out */
-	atomic_store_explicit(&r->head, head, memory_order_release);
+	r->read = pos;
+	if (lent)
+		s->lent = true; /* head follows at shm_give_back */
+	else /* release: the sender may overwrite the bytes only after they were copied out */
+		atomic_store_explicit(&r->head, pos, memory_order_release);
 	return n;
+}
+
+/* The caller is done with what the last receive lent it: senders may write there again. */
+static void shm_give_back(struct shm *s)
+{
+	uint32_t from;
+
+	if (!s->lent)
+		return;
+	s->lent = false;
+	for (from = 0; from < s->t.world_size; from++) {
+		struct ring_hdr *r;
+
+		if (from == s->t.rank)
+			continue;
+		r = ring_of(s, s->t.rank, from);
+		if (r->read != atomic_load_explicit(&r->head, memory_order_relaxed))
+			atomic_store_explicit(&r->head, r->read, memory_order_release);
+	}
 }
 
 static int shm_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel_datagram *d,
@@ -587,6 +627,7 @@ static int shm_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel
 	KEEL_ASSERT(d != NULL || count_max == 0);
 	if (s->region == NULL)
 		return KEEL_ETRANSPORT;
+	shm_give_back(s);
 	if (count_max == 0 || t->world_size == 1)
 		return 0;
 	if (!s->caller_arms || s->armed)
@@ -610,16 +651,18 @@ static bool shm_rx_ready(struct keel_transport *t)
 	struct shm *s = shm_of(t);
 	uint32_t from;
 
-	if (s->region == NULL || s->more)
-		return true; /* recv_burst has something to say: an error, or records left */
+	if (s->region == NULL)
+		return true; /* recv_burst has an error to give */
+	shm_give_back(s);
+	if (s->more)
+		return true; /* records left */
 	for (from = 0; from < t->world_size; from++) {
 		struct ring_hdr *r;
 
 		if (from == t->rank)
 			continue;
 		r = ring_of(s, t->rank, from);
-		if ((atomic_load_explicit(&r->tail, memory_order_acquire) & POS_MASK) !=
-		    atomic_load_explicit(&r->head, memory_order_relaxed))
+		if ((atomic_load_explicit(&r->tail, memory_order_acquire) & POS_MASK) != r->read)
 			return true;
 	}
 	return false;
@@ -633,7 +676,10 @@ static bool shm_arm_wait(struct keel_transport *t)
 	bool empty = true;
 	uint32_t from;
 
-	if (s->region == NULL || s->more)
+	if (s->region == NULL)
+		return false;
+	shm_give_back(s); /* a sender must not wait on bytes this rank sleeps on */
+	if (s->more)
 		return false;
 	s->caller_arms = true;
 	s->armed = true;
@@ -643,8 +689,7 @@ static bool shm_arm_wait(struct keel_transport *t)
 		if (from == t->rank)
 			continue;
 		r = ring_of(s, t->rank, from);
-		empty =
-		    ring_empty_arm(r, atomic_load_explicit(&r->head, memory_order_relaxed), true);
+		empty = ring_empty_arm(r, r->read, true);
 	}
 	return empty;
 }

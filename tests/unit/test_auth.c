@@ -204,6 +204,13 @@ static void test_auth_decoder_verdicts(void **state)
 	plain.flags = WIRE_FLAG_AUTH;
 	wire_encode(buf, &plain);
 	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &keyed, &h), WIRE_BAD_LENGTH);
+	/* no CRC, as over shared memory: never stands for a MAC, even from intact memory */
+	plain.flags = WIRE_FLAG_NO_CRC;
+	wire_encode(buf, &plain);
+	struct wire_expect keyed_intact = keyed, keyless_intact = keyless;
+	keyed_intact.intact = keyless_intact.intact = true;
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &keyless_intact, &h), WIRE_OK);
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &keyed_intact, &h), WIRE_BAD_AUTH);
 	assert_string_equal(wire_verdict_name(WIRE_BAD_AUTH), "bad mac");
 	assert_string_equal(wire_verdict_name(WIRE_BAD_REPLAY), "replay");
 }

@@ -164,6 +164,7 @@ static void test_reliable_window_bounds_a_stalled_receiver(void **state)
 struct slow_held {
 	uint64_t due_ns;
 	uint32_t len;
+	uint32_t flags; /* shm's KEEL_DGRAM_INTACT: the decorator keeps the inner's caps */
 	uint8_t buf[SLOW_MTU];
 };
 
@@ -213,6 +214,7 @@ static int slow_recv(struct keel_transport *t, uint64_t now_ns, struct keel_data
 			struct slow_held *h = &s->q[src][s->tail[src]++ % SLOW_HELD];
 			h->due_ns = now_ns + (src == s->slow_src ? s->delay_ns : 0);
 			h->len = in[i].len;
+			h->flags = in[i].flags;
 			memcpy(h->buf, in[i].buf, in[i].len);
 		}
 	}
@@ -225,6 +227,7 @@ static int slow_recv(struct keel_transport *t, uint64_t now_ns, struct keel_data
 			memcpy(d[out].buf, h->buf, h->len);
 			d[out].len = h->len;
 			d[out].peer = r;
+			d[out].flags = h->flags;
 			out++;
 		}
 	return (int)out;

@@ -15,6 +15,7 @@
 #include "cluster_int.h"
 #include "keel/transport_router.h"
 #include "refcheck.h"
+#include "wire_int.h"
 
 #define MTU	  1024u
 #define HOSTS_MAX 4u
@@ -27,7 +28,9 @@ struct breaker {
 	bool cut[CLUSTER_MAX]; /* peer_ok false for these; their datagrams vanish, as on a QP
 				* in error */
 	bool fatal;	       /* send and receive return KEEL_ETRANSPORT */
+	bool strip_intact;     /* received datagrams lose KEEL_DGRAM_INTACT (a careless layer) */
 	uint64_t recv_calls;
+	uint64_t rx_no_crc; /* datagrams received that were sent without a CRC */
 };
 
 static struct breaker *breaker_of(struct keel_transport *t)
@@ -65,7 +68,16 @@ static int breaker_recv(struct keel_transport *t, uint64_t now, struct keel_data
 {
 	struct breaker *b = breaker_of(t);
 	b->recv_calls++;
-	return b->fatal ? KEEL_ETRANSPORT : b->inner->ops->recv_burst(b->inner, now, d, count);
+	if (b->fatal)
+		return KEEL_ETRANSPORT;
+	int got = b->inner->ops->recv_burst(b->inner, now, d, count);
+	for (int i = 0; i < got; i++) {
+		if (d[i].len >= WIRE_HEADER_SIZE && wire_crc_left_out(d[i].buf))
+			b->rx_no_crc++;
+		if (b->strip_intact)
+			d[i].flags &= ~(uint32_t)KEEL_DGRAM_INTACT;
+	}
+	return got;
 }
 
 static bool breaker_peer_ok(struct keel_transport *t, uint32_t peer)
@@ -579,6 +591,35 @@ static void test_router_allreduce_exact_across_failovers(void **state)
 	routed_fini(&x);
 }
 
+/* Datagrams over shared memory go without a CRC, and only those: a datagram without one that
+ * reached UDP would be dropped (drop_crc). A layer that loses the transport's KEEL_DGRAM_INTACT
+ * mark costs a retransmission of what it received (sent again with a CRC), never the job. */
+static void test_router_crc_left_out_on_shared_memory_only(void **state)
+{
+	(void)state;
+	static const uint32_t hosts[] = {0, 0, 1, 1};
+	struct routed x;
+	struct keel_counters k;
+	assert_int_equal(routed_init(&x, 4, hosts, true, true), 0);
+	run_allreduce(&x, 20000, KEEL_F32, KEEL_SUM, 4);
+	run_allreduce(&x, 3, KEEL_I64, KEEL_MAX, 4);
+	for (uint32_t r = 0; r < 4; r++) {
+		keel_counters_get(x.c.node[r], &k);
+		assert_true(x.brk[r].rx_no_crc > 0);
+		assert_int_equal(k.drop_crc, 0);
+		assert_int_equal(k.retransmits, 0);
+	}
+	x.brk[1].strip_intact = true;
+	uint64_t no_crc_before = x.brk[1].rx_no_crc;
+	run_allreduce(&x, 20000, KEEL_F32, KEEL_SUM, 4);
+	keel_counters_get(x.c.node[1], &k);
+	assert_true(k.drop_crc > 0); /* what rank 0 sent it without a CRC */
+	assert_true(x.brk[1].rx_no_crc > no_crc_before);
+	keel_counters_get(x.c.node[0], &k);
+	assert_true(k.retransmits > 0);
+	routed_fini(&x);
+}
+
 /* Routers of shared memory alone: rank 2 loses its only route to the others (and they theirs
  * to it). Its datagrams are dropped as unroutable, the failure detector takes over, and the
  * others go on without it. */
@@ -624,7 +665,9 @@ static void test_router_allreduce_under_chaos(void **state)
 			run_allreduce(&x, count, dt, KEEL_SUM, 4);
 	struct keel_counters k;
 	keel_counters_get(x.c.node[0], &k);
-	assert_true(k.retransmits > 0); /* the chaos did drop something */
+	assert_true(k.retransmits > 0);	 /* the chaos did drop something */
+	for (uint32_t r = 0; r < 4; r++) /* through chaos, every datagram carries its CRC */
+		assert_int_equal(x.brk[r].rx_no_crc, 0);
 	routed_fini(&x);
 }
 
@@ -639,6 +682,7 @@ int main(void)
 	    cmocka_unit_test(test_router_drops_for_a_peer_no_route_reaches),
 	    cmocka_unit_test(test_router_config_errors),
 	    cmocka_unit_test(test_router_allreduce_exact_across_failovers),
+	    cmocka_unit_test(test_router_crc_left_out_on_shared_memory_only),
 	    cmocka_unit_test(test_router_peer_without_route_is_left_out),
 	    cmocka_unit_test(test_router_allreduce_under_chaos),
 	};

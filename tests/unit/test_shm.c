@@ -69,7 +69,8 @@ static struct keel_transport *shm_open_rank(int slot, struct keel_shm_config *cf
 	assert_true(need > 0 && need <= MEM_BYTES);
 	assert_int_equal(keel_shm_init(&t, g_mem[slot], need, cfg), 0);
 	assert_non_null(t);
-	assert_int_equal(t->caps, KEEL_CAP_ORDERED | (cfg->reliable ? KEEL_CAP_RELIABLE : 0u));
+	assert_int_equal(t->caps, KEEL_CAP_ORDERED | KEEL_CAP_INTACT |
+				      (cfg->reliable ? KEEL_CAP_RELIABLE : 0u));
 	assert_int_equal(t->mtu, cfg->mtu);
 	assert_true(t->ops->wait_fd(t) >= 0);
 	return t;
@@ -121,6 +122,78 @@ static void test_shm_wrap_around(void **state)
 		assert_int_equal(d[0].len, len);
 		assert_int_equal(d[0].peer, 0);
 		assert_int_equal(check(d[0].buf, len, seq), 0);
+	}
+	a->ops->fini(a);
+	b->ops->fini(b);
+	munmap(reg, cfg.region_len);
+}
+
+static bool in_region(const void *p, const void *reg, size_t len)
+{
+	return (const uint8_t *)p >= (const uint8_t *)reg &&
+	       (const uint8_t *)p < (const uint8_t *)reg + len;
+}
+
+/* A caller that takes lent buffers gets each record where it lies in the ring, unless it wraps
+ * around the ring's end (then copied), every one marked intact; the sender cannot write over
+ * lent bytes until the receiver's next call. */
+static void test_shm_lent_in_place(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o[3], d[3];
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	void *reg = region_new(&cfg);
+	struct keel_transport *a = shm_open_rank(0, &cfg, 0), *b = shm_open_rank(1, &cfg, 1);
+	uint64_t pos = 0; /* where the next record starts, as the ring counts */
+	uint32_t lent = 0, copied = 0;
+
+	for (uint32_t seq = 0; seq < 1000; seq++) {
+		uint32_t len = (seq * 37) % (SMALL_MTU + 1);
+		uint32_t at = (uint32_t)((pos + 8) % SMALL_RING);
+		bool wraps = at + len > SMALL_RING;
+
+		o[0] = out_make(0, 1, len, seq);
+		assert_int_equal(a->ops->send_burst(a, 0, o, 1), 1);
+		recv_setup(d, 1, SMALL_MTU);
+		d[0].flags = KEEL_DGRAM_LEND;
+		assert_int_equal(b->ops->recv_burst(b, 0, d, 1), 1);
+		assert_int_equal(d[0].len, len);
+		assert_int_equal(d[0].flags, KEEL_DGRAM_INTACT);
+		assert_int_equal(check(d[0].buf, len, seq), 0);
+		if (wraps) {
+			assert_ptr_equal(d[0].buf, g_bufs[0]);
+			copied++;
+		} else {
+			assert_true(in_region(d[0].buf, reg, cfg.region_len));
+			lent++;
+		}
+		pos += 8 + ((len + 7u) & ~7u);
+	}
+	assert_true(lent > 0 && copied > 0);
+
+	/* 3 records of 200 bytes (208 in the ring) lent: 400 of 1024 bytes are free, not 1024 */
+	for (uint32_t i = 0; i < 3; i++)
+		o[i] = out_make(i, 1, 200, 100 + i);
+	recv_setup(d, 3, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 3), 0); /* empty, nothing lent */
+	assert_int_equal(a->ops->send_burst(a, 0, o, 3), 3);
+	for (uint32_t i = 0; i < 3; i++)
+		d[i].flags = KEEL_DGRAM_LEND;
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 3), 3);
+	for (uint32_t i = 0; i < 3; i++)
+		o[i] = out_make(i, 1, 200, 200 + i);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 3), 1);
+	for (uint32_t i = 0; i < 3; i++) /* still as they were sent */
+		assert_int_equal(check(d[i].buf, 200, 100 + i), 0);
+	/* rx_ready gives them back (so would arm_wait or the next receive) */
+	assert_true(b->ops->rx_ready(b));
+	assert_int_equal(a->ops->send_burst(a, 0, o + 1, 2), 2);
+	recv_setup(d, 3, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 3), 3); /* copied: flags 0 asked for it */
+	for (uint32_t i = 0; i < 3; i++) {
+		assert_ptr_equal(d[i].buf, g_bufs[i]);
+		assert_int_equal(check(d[i].buf, 200, 200 + i), 0);
 	}
 	a->ops->fini(a);
 	b->ops->fini(b);
@@ -469,6 +542,8 @@ static void xfill(uint8_t *buf, uint32_t seq, uint32_t rank)
 	memcpy(buf + 4, &h, 4);
 }
 
+static bool g_lend; /* exchange takes lent buffers */
+
 /* Returns how many in-order datagrams with good checksums arrived; -1 on a bad one. */
 static int xrecv(struct keel_transport *t, uint32_t *next)
 {
@@ -476,6 +551,8 @@ static int xrecv(struct keel_transport *t, uint32_t *next)
 	int n;
 
 	recv_setup(d, BURST, 4096);
+	for (uint32_t i = 0; g_lend && i < BURST; i++)
+		d[i].flags = KEEL_DGRAM_LEND;
 	n = t->ops->recv_burst(t, 0, d, BURST);
 	for (int i = 0; i < n; i++) {
 		uint32_t seq, h;
@@ -561,22 +638,24 @@ static int exchange_checked(struct keel_transport *t)
 	return exchange(t) != 0 ? -1 : g_arm ? (int)g_timeouts : 0;
 }
 
-static void fork_exchange(bool arm)
+static void fork_exchange(bool arm, bool lend)
 {
 	struct keel_shm_config cfg;
 	struct keel_shm_stats st;
 	void *reg;
 
 	g_arm = arm;
+	g_lend = lend;
 	g_timeouts = 0;
 	cfg_make(&cfg, 2, 4096, 1u << 16);
 	struct keel_transport *t = both_ranks(&cfg, &reg, exchange_checked);
 	keel_shm_stats_get(t, &st);
 	assert_int_equal(st.rx_datagrams, EXCHANGE);
 	assert_int_equal(st.tx_datagrams, EXCHANGE);
-	printf("fork exchange%s: %llu ring-full bursts, %llu doorbells sent, %u sleeps ran out\n",
-	       arm ? " (caller arms)" : "", (unsigned long long)st.tx_ring_full,
-	       (unsigned long long)st.doorbells_sent, g_timeouts);
+	printf("fork exchange%s%s: %llu ring-full bursts, %llu doorbells sent, %u sleeps ran out\n",
+	       arm ? " (caller arms)" : "", lend ? " (lent buffers)" : "",
+	       (unsigned long long)st.tx_ring_full, (unsigned long long)st.doorbells_sent,
+	       g_timeouts);
 	if (arm)
 		assert_int_equal(g_timeouts, 0); /* a sleep of 2 s ran out: a wake-up was lost */
 	t->ops->fini(t);
@@ -586,14 +665,21 @@ static void fork_exchange(bool arm)
 static void test_shm_fork_exchange(void **state)
 {
 	(void)state;
-	fork_exchange(false);
+	fork_exchange(false, false);
 }
 
 /* The same with each side arming before it sleeps: no wake-up is ever lost. */
 static void test_shm_fork_exchange_caller_arms(void **state)
 {
 	(void)state;
-	fork_exchange(true);
+	fork_exchange(true, false);
+}
+
+/* The same, receiving in place: a sender never writes over bytes the receiver still reads. */
+static void test_shm_fork_exchange_lent(void **state)
+{
+	(void)state;
+	fork_exchange(true, true);
 }
 
 #define PINGS 20000u
@@ -701,6 +787,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_shm_wrap_around),
 	    cmocka_unit_test(test_shm_full_ring_partial),
+	    cmocka_unit_test(test_shm_lent_in_place),
 	    cmocka_unit_test(test_shm_mtu_and_empty),
 	    cmocka_unit_test(test_shm_bad_config),
 	    cmocka_unit_test(test_shm_burst_in_order),
@@ -708,6 +795,7 @@ int main(void)
 	    cmocka_unit_test(test_shm_restarted_receiver),
 	    cmocka_unit_test(test_shm_fork_exchange),
 	    cmocka_unit_test(test_shm_fork_exchange_caller_arms),
+	    cmocka_unit_test(test_shm_fork_exchange_lent),
 	    cmocka_unit_test(test_shm_caller_arms),
 	    cmocka_unit_test(test_shm_ping_pong_caller_arms),
 	    cmocka_unit_test(test_shm_recv_leaves_rings_armed),

@@ -273,7 +273,7 @@ static void test_wire_layout_fixed_offsets(void **state)
 	(void)state;
 	static const uint8_t want[52] = {
 	    'K',  'E',	'E',  'L',  /* magic */
-	    3,			    /* version */
+	    4,			    /* version */
 	    3,			    /* type */
 	    0x04, 0x01,		    /* flags 0x0104 (not WIRE_FLAG_AUTH: the CRC is pinned below) */
 	    0x14, 0x13, 0x12, 0x11, /* job 0x11121314 */
@@ -404,7 +404,8 @@ static void test_wire_bad_magic(void **state)
 static void test_wire_bad_version(void **state)
 {
 	(void)state;
-	static const uint8_t versions[] = {0, 1, 2, 4, 0x81, 255}; /* 2: before the MAC trailer */
+	/* 2: before the MAC trailer; 3: before WIRE_FLAG_NO_CRC */
+	static const uint8_t versions[] = {0, 1, 2, 3, 5, 0x81, 255};
 	struct wire_header h = make_header(WIRE_ACK, 0);
 
 	for (size_t i = 0; i < sizeof(versions); i++) {
@@ -567,6 +568,47 @@ static void test_wire_bad_crc_header(void **state)
 		}
 	}
 	assert_int_equal(decode(buf, len), WIRE_OK);
+}
+
+/* WIRE_FLAG_NO_CRC: accepted only where the transport said the bytes came through memory;
+ * wire_add_crc turns it into an ordinary datagram, in place. */
+static void test_wire_no_crc_only_from_memory(void **state)
+{
+	(void)state;
+	struct wire_header h = make_header(WIRE_DATA, 300), out;
+	struct wire_expect intact = expect_default;
+	uint8_t buf[BUF_MAX], copy[BUF_MAX];
+	size_t len;
+
+	intact.intact = true;
+	h.flags |= WIRE_FLAG_NO_CRC;
+	fill_pattern(buf + WIRE_HEADER_SIZE, h.payload_len, 5);
+	len = encode(buf, &h);
+	assert_true(wire_crc_left_out(buf));
+	assert_int_equal(rd32(buf + 52), 0);
+	assert_int_equal(wire_decode(buf, len, &intact, &out), WIRE_OK);
+	assert_headers_equal(&h, &out);
+	assert_int_equal(decode(buf, len), WIRE_BAD_CRC); /* off a wire: a damaged one */
+	/* a crc field that is not 0 is not ours either */
+	buf[53] ^= 1;
+	assert_int_equal(wire_decode(buf, len, &intact, &out), WIRE_BAD_CRC);
+	buf[53] ^= 1;
+
+	memcpy(copy, buf, len);
+	wire_add_crc(buf);
+	assert_false(wire_crc_left_out(buf));
+	assert_int_equal(decode(buf, len), WIRE_OK);
+	assert_int_equal(wire_decode(buf, len, &intact, &out), WIRE_OK);
+	assert_int_equal(out.flags, h.flags & ~WIRE_FLAG_NO_CRC);
+	/* the same bytes as a datagram written with its CRC from the start */
+	h.flags &= ~WIRE_FLAG_NO_CRC;
+	encode(copy, &h);
+	assert_memory_equal(buf, copy, len);
+	wire_add_crc(buf); /* one with its CRC already: left alone */
+	assert_memory_equal(buf, copy, len);
+	/* and its payload is checked again */
+	buf[WIRE_HEADER_SIZE + 7] ^= 4;
+	assert_int_equal(wire_decode(buf, len, &intact, &out), WIRE_BAD_CRC);
 }
 
 static void test_wire_bad_crc_payload(void **state)
@@ -1026,6 +1068,7 @@ int main(void)
 	    cmocka_unit_test(test_wire_wnd_any_value_accepted),
 	    cmocka_unit_test(test_wire_bad_crc_header),
 	    cmocka_unit_test(test_wire_bad_crc_payload),
+	    cmocka_unit_test(test_wire_no_crc_only_from_memory),
 	    cmocka_unit_test(test_wire_wrong_job),
 	    cmocka_unit_test(test_wire_wrong_destination),
 	    cmocka_unit_test(test_wire_src_is_self),
