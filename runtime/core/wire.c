@@ -153,9 +153,6 @@ void wire_encode(uint8_t *buf, const struct wire_header *h)
 	wire_put32(buf + OFF_OFFSET, h->offset);
 	wire_put32(buf + OFF_TOTAL_LEN, h->total_len);
 	wire_put32(buf + OFF_PAYLOAD_LEN, h->payload_len);
-	/* a sealed datagram is checked by its MAC alone: never both flags */
-	KEEL_ASSERT((h->flags & (WIRE_FLAG_AUTH | WIRE_FLAG_NO_CRC)) !=
-		    (WIRE_FLAG_AUTH | WIRE_FLAG_NO_CRC));
 	wire_put32(buf + OFF_CRC, (h->flags & (WIRE_FLAG_AUTH | WIRE_FLAG_NO_CRC)) != 0
 				      ? 0
 				      : datagram_crc(buf, h->payload_len));

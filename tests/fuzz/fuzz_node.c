@@ -9,7 +9,8 @@
  * whole-datagram inputs must get past the MAC on their own). Then each datagram is: 1 byte source
  * rank, 1 byte "how" (bit 0: the bytes are a whole datagram as sent, CRC included; else they are a
  * header's fields and a payload, and the harness encodes a well-formed header for this job, epoch
- * and node around them, so the fuzzer reaches what lies behind the checks), 2 bytes length, then
+ * and node around them, so the fuzzer reaches what lies behind the checks; bit 1: it came
+ * through shared memory, KEEL_DGRAM_INTACT), 2 bytes length, then
  * the bytes. Built by `make fuzz` (clang, mk/fuzz.mk); `make test` runs a short smoke of it. */
 #include <stddef.h>
 #include <stdint.h>
@@ -145,6 +146,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (len > size - at)
 			len = size - at;
 		struct keel_datagram d = {.buf = g_buf, .peer = src, .cap = DGRAM_MAX};
+		if (how & 2) /* as if through shared memory: a datagram without a CRC passes */
+			d.flags = KEEL_DGRAM_INTACT;
 		if (how & 1) {
 			d.len = (uint32_t)(len < DGRAM_MAX ? len : DGRAM_MAX);
 			memcpy(g_buf, data + at, d.len);

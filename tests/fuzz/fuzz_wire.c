@@ -45,6 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	exp.self = mode & 3u;
 	exp.world_size = 1u + ((mode >> 2) & 3u);
 	exp.transport_src = (mode & 0x10u) ? UINT32_MAX : (mode >> 5) & 3u;
+	exp.intact = (size & 1u) != 0; /* as if through shared memory (WIRE_FLAG_NO_CRC passes) */
 
 	dgram = malloc(size ? size : 1);
 	if (dgram == NULL)
