@@ -46,9 +46,12 @@ struct keel_boot {
 	/* After a UDP rendezvous (auto, udp, shm; NULL with dpdk and verbs): each rank's host
 	 * (keel_launch.host_id) as the host's number, its lowest rank (world_size entries). */
 	uint32_t *host_of;
-	uint16_t host_port;	  /* the UDP port of this host's first rank: names its region */
-	uint16_t offers;	  /* what this rank set up for its host's ranks (rendezvous.h) */
-	uint16_t *peer_offers;	  /* each rank's, from the rendezvous (world_size entries) */
+	uint16_t host_port;    /* the UDP port of this host's first rank: names its region */
+	uint16_t offers;       /* what this rank set up for its host's ranks (rendezvous.h) */
+	uint16_t *peer_offers; /* each rank's, from the rendezvous (world_size entries) */
+	/* cfg.mtu was chosen (KEEL_MTU, or the tool's tweak), not taken from the link: the
+	 * rendezvous refuses a job where another rank cannot take datagrams that large */
+	bool mtu_set;
 	struct boot_trace *trace; /* KEEL_TRACE file and NVTX ranges; NULL when neither */
 	/* KEEL_METRICS_ADDR: this rank's /metrics server, served from its waits (NULL when off) */
 	struct keel_boot_metrics *metrics;

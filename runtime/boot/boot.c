@@ -225,6 +225,40 @@ static int start_udp(struct keel_boot *b, const char *host, uint16_t port, char 
 	return 0;
 }
 
+/* A rank drops a datagram longer than it can take, and the sender would send it again for
+ * ever: the job uses the smallest size any rank announced (hosts on links of different
+ * MTUs). A size a rank chose (KEEL_MTU) is kept or refused, never lowered: every rank stops
+ * with the same message naming both ranks. */
+static int agree_mtu(struct keel_boot *b, const struct keel_rendezvous_blob *blobs, char *err,
+		     size_t err_len)
+{
+	uint32_t world = b->launch.world_size, low = 0;
+	for (uint32_t r = 0; r < world; r++) {
+		if (blobs[r].mtu < KEEL_MTU_MIN || blobs[r].mtu > KEEL_MTU_MAX) {
+			snprintf(err, err_len,
+				 "rank %u announced a datagram size of %u bytes, outside %u..%u", r,
+				 blobs[r].mtu, KEEL_MTU_MIN, KEEL_MTU_MAX);
+			return -EPROTO;
+		}
+		if (blobs[r].mtu < blobs[low].mtu)
+			low = r;
+	}
+	for (uint32_t r = 0; r < world; r++)
+		if (blobs[r].mtu_set && blobs[r].mtu > blobs[low].mtu) {
+			snprintf(
+			    err, err_len,
+			    "rank %u set datagrams of %u bytes (KEEL_MTU), but rank %u takes at "
+			    "most %u (%s): set the same KEEL_MTU on every rank, or leave it unset "
+			    "and the job takes the smallest size its ranks' links carry",
+			    r, blobs[r].mtu, low, blobs[low].mtu,
+			    blobs[low].mtu_set ? "its KEEL_MTU" : "its link");
+			return -EINVAL;
+		}
+	KEEL_ASSERT(blobs[low].mtu <= b->cfg.mtu);
+	b->cfg.mtu = blobs[low].mtu; /* the transports take up to their own; peers send this */
+	return 0;
+}
+
 static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 {
 	uint64_t timeout_ms = 30000;
@@ -246,7 +280,8 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 		free(blobs);
 		return -ENOMEM;
 	}
-	struct keel_rendezvous_blob mine = {.offers = b->offers};
+	struct keel_rendezvous_blob mine = {
+	    .offers = b->offers, .mtu = b->cfg.mtu, .mtu_set = b->mtu_set};
 	rc = keel_rendezvous_blob(&b->launch, (struct sockaddr *)&self, self_len, &mine, peers,
 				  blobs, timeout_ms * 1000000ull, err, err_len);
 	/* Hosts by their first rank: the same numbering on every rank. */
@@ -260,6 +295,9 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 				break;
 			}
 	}
+	/* KEEL_PEERS exchanges nothing: each rank keeps its own size (README says to set one) */
+	if (rc == 0 && b->launch.peers == NULL)
+		rc = agree_mtu(b, blobs, err, err_len);
 	free(blobs);
 	/* The UDP port of this host's first rank: bound by that rank while the job runs, so no
 	 * other running job on this host names its region with it. */
@@ -730,11 +768,14 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	 * frames (KEEL_MTU_DEFAULT); runs of them are coalesced per send and receive. */
 	uint32_t mtu =
 	    is_loopback(host) ? KEEL_MTU_MAX : default_link_mtu(host, b->launch.world_size);
+	const uint32_t link_mtu = mtu;
 	rc = env_config(&b->cfg, &mtu, err, err_len);
 	if (rc == 0)
 		rc = auth_config(b, err, err_len);
 	if (rc == 0 && tweak != NULL)
 		tweak(&b->cfg, ctx);
+	const char *mtu_env = getenv("KEEL_MTU");
+	b->mtu_set = (mtu_env != NULL && *mtu_env != '\0') || b->cfg.mtu != link_mtu;
 	if (rc == 0) /* KEEL_METRICS_ADDR: a bad address fails here, before the rendezvous */
 		rc = keel_boot_metrics_open(b, err, err_len);
 	enum tp_choice tp = TP_AUTO;

@@ -17,8 +17,9 @@
  * 3: rank 0 greets each connection with a nonce; hello and reply carry a proof of the job
  *    key (zero without one); rank 0 hands out the job id; refused hellos get no answer.
  * 4: each blob carries its rank's host identity (which ranks can share memory) and the
- *    transports it offers its host's ranks. */
-#define KEEL_RENDEZVOUS_VERSION 4u
+ *    transports it offers its host's ranks.
+ * 5: each blob carries its rank's datagram size, so the job agrees on one. */
+#define KEEL_RENDEZVOUS_VERSION 5u
 
 /* A per-rank record exchanged beside the address: the rank's host (keel_launch.host_id, filled
  * in by the rendezvous itself), and an opaque record of a backend's own addressing (the DPDK
@@ -31,6 +32,10 @@ struct keel_rendezvous_blob {
 	uint8_t data[KEEL_RENDEZVOUS_BLOB_MAX];
 	uint64_t host;	 /* ranks with the same host share a machine (its memory) */
 	uint16_t offers; /* KEEL_RV_OFFER_* bits: what the rank sets up (the caller's to fill) */
+	/* The largest datagram the rank can take (its link's, or KEEL_MTU), and whether KEEL_MTU
+	 * set it. The caller's to fill and to judge; 0 says nothing. */
+	uint32_t mtu;
+	bool mtu_set;
 };
 #define KEEL_RV_OFFER_SHM 1u /* maps its host's shared-memory region */
 

@@ -29,9 +29,11 @@
 #define RV_MAC_LEN   32u
 #define RV_KEY_LEN   32u
 /* entry: family u16, port u16, scope_id u32, address 16 bytes, then the rank's blob: kind u8,
- * length u8, offers u16, KEEL_RENDEZVOUS_BLOB_MAX bytes, host u64. */
+ * length u8, offers u16, KEEL_RENDEZVOUS_BLOB_MAX bytes, host u64, mtu u32 (top bit: set by
+ * KEEL_MTU). */
 #define RV_ADDR_LEN	  24u
-#define RV_BLOB_LEN	  (12u + KEEL_RENDEZVOUS_BLOB_MAX)
+#define RV_BLOB_LEN	  (16u + KEEL_RENDEZVOUS_BLOB_MAX)
+#define RV_MTU_SET	  0x80000000u
 #define RV_ENTRY_LEN	  (RV_ADDR_LEN + RV_BLOB_LEN)
 #define RV_GREETING_LEN	  (8u + RV_NONCE_LEN)
 #define RV_HELLO_BODY_LEN (20u + RV_NONCE_LEN + RV_ENTRY_LEN) /* what the hello's mac covers */

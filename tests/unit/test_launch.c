@@ -518,7 +518,8 @@ static void proof_hello(uint8_t *hello, const uint8_t *rv_key, const uint8_t *no
 				  .job = 1234,
 				  .world = 4,
 				  .rank = 2};
-	struct keel_rendezvous_blob blob = {.kind = 9, .len = 3, .data = {1, 2, 3}};
+	struct keel_rendezvous_blob blob = {
+	    .kind = 9, .len = 3, .data = {1, 2, 3}, .mtu = 1472, .mtu_set = true};
 	struct sockaddr_storage at;
 
 	memset(&at, 0, sizeof(at));
@@ -568,6 +569,8 @@ static void test_launch_proof_hello(void **state)
 	assert_int_equal(ntohs(((struct sockaddr_in *)&addr)->sin_port), 5000);
 	assert_int_equal(blob.kind, 9);
 	assert_int_equal(blob.len, 3);
+	assert_int_equal(blob.mtu, 1472);
+	assert_true(blob.mtu_set);
 	/* Any bit changed anywhere: magic, version, then the proof fails. */
 	for (size_t i = 0; i < RV_HELLO_LEN; i++) {
 		hello[i] ^= 0x10;

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Ranks whose datagram sizes differ (hosts on links of different MTUs; here KEEL_MTU on one
+# rank) agree at the rendezvous on the smallest, over UDP and over shared memory, results
+# checked; sizes chosen with KEEL_MTU that some rank cannot take are refused by every rank with
+# a message naming both ranks. Before, the larger rank's datagrams were dropped at the smaller
+# one and the job stalled until its peers suspected each other.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+RUN=$BUILD/bin/keel-run
+BENCH=$BUILD/bin/keel-bench
+[ -x "$RUN" ] && [ -x "$BENCH" ] || { echo "mtu_agree: build first (make all)"; exit 1; }
+export KEEL_HEARTBEAT_US=20000 KEEL_OP_TIMEOUT_MS=20000
+unset KEEL_MTU
+tmp=$(mktemp -d /tmp/keel-mtu-agree.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+# n ranks, transport, the sizes by rank ("-" for none): keel-bench's output in $tmp/out
+run() {
+	local n=$1 tp=$2 sizes=$3
+	KEEL_TRANSPORT=$tp "$RUN" -n "$n" --timeout 120 -- sh -c \
+		"set -- $sizes; shift \$RANK; [ \"\$1\" = - ] || export KEEL_MTU=\$1; exec $BENCH allreduce -b 4 -e 1048576 -f 16 -n 10 -w 2 --check" \
+		>"$tmp/out" 2>&1
+}
+
+for tp in udp auto; do
+	# rank 2 takes 1472-byte datagrams, the others (on loopback) 65507 unless told
+	run 3 $tp "- - 1472" || { cat "$tmp/out"; echo "mtu_agree: $tp: sizes 65507, 65507, 1472 failed"; exit 1; } >&2
+	grep -q 'mtu 1472,' "$tmp/out" ||
+		{ cat "$tmp/out"; echo "mtu_agree: $tp: rank 0 did not take the job's smallest size"; exit 1; } >&2
+	grep -q '^# Out of bounds values : 0 OK' "$tmp/out" ||
+		{ cat "$tmp/out"; echo "mtu_agree: $tp: wrong results"; exit 1; } >&2
+	echo "mtu_agree: $tp: ranks of 65507 and 1472 bytes agreed on 1472, results exact"
+done
+
+# the same size chosen everywhere is the normal case
+run 2 udp "9000 9000" || { cat "$tmp/out"; echo "mtu_agree: KEEL_MTU=9000 everywhere failed"; exit 1; } >&2
+grep -q 'mtu 9000,' "$tmp/out" || { cat "$tmp/out"; echo "mtu_agree: 9000 not kept"; exit 1; } >&2
+
+# chosen sizes that cannot all be carried: the ranks stop before any collective and say why
+# (each rank that gets to it; keel-run stops the rest once the first has exited)
+if run 3 udp "- 1472 9000"; then
+	cat "$tmp/out"; echo "mtu_agree: KEEL_MTU 9000 beside 1472 was not refused"; exit 1
+fi
+want='rank 2 set datagrams of 9000 bytes (KEEL_MTU), but rank 1 takes at most 1472 (its KEEL_MTU)'
+grep -qF "$want" "$tmp/out" || { cat "$tmp/out"; echo "mtu_agree: the refusal did not name both ranks"; exit 1; } >&2
+! grep -q '^# Out of bounds' "$tmp/out" || { cat "$tmp/out"; echo "mtu_agree: a rank ran anyway"; exit 1; } >&2
+echo "mtu_agree: KEEL_MTU 9000 beside 1472 refused: $(grep -F "$want" "$tmp/out" | head -1)"
+echo "mtu_agree: passed"
