@@ -43,7 +43,9 @@ KEEL_MUST_USE int keel_device_cuda_copy_sync(const struct keel_device *dev, void
 					     const void *src, size_t bytes, enum keel_copy_dir dir);
 
 /* GPUDirect RDMA: a dma-buf file descriptor for device memory [ptr, ptr + bytes), for
- * ibv_reg_dmabuf_mr (keel_verbs_register_dmabuf). ptr and bytes must be multiples of the
+ * ibv_reg_dmabuf_mr (rdma-core) in a program that registers device memory with its NIC; keel's
+ * verbs backend does not send from device memory yet (README, "GPU buffers"). ptr and bytes
+ * must be multiples of the
  * GPU page (64 KiB). *offset is ptr's offset in the exported buffer. Errors: -ENOTSUP (the
  * driver cannot export dma-bufs: older than 515, or the kernel lacks CONFIG_DMABUF_MOVE_NOTIFY),
  * -EINVAL. The caller closes the fd after registering it. */
