@@ -19,6 +19,8 @@
 #                    keel-udp against ompi-tcp only, as between hosts on one switch
 #   --veth-mtu N     the veth and bridge MTU with --netns (default 1500; 9000: jumbo frames)
 #   --auth           keel with its job key (default --no-key: the peers authenticate nothing)
+#   --warmup-ms MS   every program warms up for at least MS ms per size (default 200; 0: the
+#                    warm-up calls alone), in rounds of its warm-up calls
 #   --keel-wait M    KEEL_WAIT for keel's ranks: busy, adaptive or block (default: keel's own,
 #                    adaptive; Open MPI busy-polls, yielding only when ranks outnumber cores)
 #   --force          run on a busy machine; the table is marked "busy machine, not quotable"
@@ -30,7 +32,7 @@ cd "$(dirname "$0")/.."
 
 BUILD=build RANKS=2,4 SIZES='' QUICK=0 ONLY='' GLOO_ALGOS='' HOSTS=1 AUTH=0 FORCE=0 NETNS=0
 VETH_MTU=1500
-LOAD_MAX='' KEEL_WAIT_MODE=''
+LOAD_MAX='' KEEL_WAIT_MODE='' WARMUP_MS=200
 MEASURED=''
 COLUMNS_ALL="keel-shm keel-udp ompi-vader ompi-tcp gloo"
 usage() {
@@ -49,6 +51,7 @@ while [ $# -gt 0 ]; do
 	--veth-mtu) VETH_MTU=$2; shift 2 ;;
 	--auth) AUTH=1; shift ;;
 	--keel-wait) KEEL_WAIT_MODE=$2; shift 2 ;;
+	--warmup-ms) WARMUP_MS=$2; shift 2 ;;
 	--force) FORCE=1; shift ;;
 	--load-max) LOAD_MAX=$2; shift 2 ;;
 	--build) BUILD=$2; shift 2 ;;
@@ -116,11 +119,14 @@ fi
 SHM_TP=shm
 [ "$HOSTS" -eq 1 ] || SHM_TP=auto
 [[ $KEEL_WAIT_MODE =~ ^(|busy|adaptive|block)$ ]] || die "bad --keel-wait '$KEEL_WAIT_MODE'"
+[[ $WARMUP_MS =~ ^[0-9]+$ ]] && [ "$WARMUP_MS" -le 600000 ] || die "bad --warmup-ms '$WARMUP_MS' (0..600000)"
 for n in $RANKS; do [ $((n % HOSTS)) -eq 0 ] || die "--hosts $HOSTS does not divide $n ranks"; done
 
 # Iterations per size: about 64 MiB of data per rank and program for mid sizes (a few hundred
 # ms at loopback speeds), at least 5 for the largest, at most 500 for the smallest (their
-# median is steady by then); warm-up a tenth. --quick: a quarter of that.
+# median is steady by then); warm-up a tenth, and at least WARMUP_MS of it: a run's first
+# milliseconds are slower here whatever runs (keel's first timed column of a short run came out
+# 2-3x its second), so the figures are of the steady state. --quick: a quarter of that.
 iters_for() {
 	local budget=$((64 << 20)) lo=5 hi=500
 	if [ $QUICK -eq 1 ]; then budget=$((16 << 20)) hi=200; fi
@@ -165,7 +171,8 @@ mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 # $LOGS/<column>-<ranks>-<bytes>.txt.
 run_keel() { # transport ranks bytes iters warmup
 	local tp=$1 n=$2 b=$3 it=$4 w=$5
-	local cmd=("$KEEL_BENCH" allreduce --median --check -b "$b" -e "$b" -n "$it" -w "$w")
+	local cmd=("$KEEL_BENCH" allreduce --median --check -b "$b" -e "$b" -n "$it" -w "$w"
+		--warmup-ms "$WARMUP_MS")
 	if [ "$HOSTS" -gt 1 ]; then
 		# RANK is keel-run's; every PER_HOST ranks in a row share one pretend host.
 		cmd=(env PER_HOST=$((n / HOSTS)) sh -c \
@@ -185,13 +192,13 @@ run_keel() { # transport ranks bytes iters warmup
 run_ompi() { # btl ranks bytes iters warmup
 	if [ $NETNS -eq 1 ]; then
 		netns_mpirun "$2" --mca btl "self,$1" "$PEERS/ompi-allreduce" -b "$3" -e "$3" \
-			-n "$4" -w "$5"
+			-n "$4" -w "$5" -t "$WARMUP_MS"
 		return
 	fi
 	local btl=(--mca btl "self,$1")
 	[ "$1" = tcp ] && btl+=(--mca btl_tcp_if_include lo)
 	timeout 300 "${mpi[@]}" -n "$2" "${btl[@]}" "$PEERS/ompi-allreduce" -b "$3" -e "$3" \
-		-n "$4" -w "$5"
+		-n "$4" -w "$5" -t "$WARMUP_MS"
 }
 # Gloo's algorithms still tried at this rank count: one far slower than the best at a size
 # (gloo-allreduce says "dropped: ...; left: LIST") is not run at larger ones.
@@ -200,7 +207,7 @@ run_gloo() { # ranks bytes iters warmup
 	local store
 	store=$(mktemp -d "$STORE_ROOT/store.XXXXXX")
 	timeout 600 "$RUN" -n "$1" --timeout 300 -- "$PEERS/gloo-allreduce" -s "$store" \
-		-b "$2" -e "$2" -n "$3" -w "$4" ${gloo_live:+-a "$gloo_live"}
+		-b "$2" -e "$2" -n "$3" -w "$4" -t "$WARMUP_MS" ${gloo_live:+-a "$gloo_live"}
 }
 measure() { # column ranks bytes iters warmup
 	local col=$1 log="$LOGS/$1-$2-$3.txt" rc=0
@@ -244,6 +251,7 @@ echo "# machine: $cores cores, $cpu; $(uname -r)"
 echo "# load average before: $load_before (limit for quoting: 1-min <= $LOAD_MAX)"
 [ "$busy" = 1 ] && echo "# BUSY MACHINE, NOT QUOTABLE (--force)"
 echo "# time: median over iterations of the slowest rank's time in each, us; checked exactly"
+echo "# warm-up: a tenth of the iterations, and at least $WARMUP_MS ms, for every program"
 keel_note="keel-bench allreduce --median --check, wait ${KEEL_WAIT_MODE:-${KEEL_WAIT:-default}}"
 if [ $AUTH -eq 0 ]; then keel_note="$keel_note, no job key"; fi
 if [ "$HOSTS" -gt 1 ]; then

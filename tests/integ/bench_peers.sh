@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench-peers' programs give exact results: the Open MPI program (vader and tcp), the Gloo
 # program (every algorithm it tries) and keel-bench --median, at 2 ranks on two small sizes,
-# each checked by its own exact comparison. No timing is asserted (a shared machine). Skips
+# each checked by its own exact comparison; vader, Gloo and keel also warm up in timed rounds
+# (-t / --warmup-ms: every rank must make the same calls). No timing is asserted. Skips
 # (77) without libopenmpi-dev, libgloo-dev or mpirun.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,13 +36,15 @@ check() { # name, wrong-column, command...
 	fi
 	echo "bench_peers: $name: 2 sizes exact"
 }
-check ompi-vader 7 "${mpi[@]}" --mca btl self,vader "$PEERS/ompi-allreduce" "${sizes[@]}" -n 5 -w 1
+check ompi-vader 7 "${mpi[@]}" --mca btl self,vader "$PEERS/ompi-allreduce" "${sizes[@]}" -n 5 -w 1 \
+	-t 30
 check ompi-tcp 7 "${mpi[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo \
 	"$PEERS/ompi-allreduce" "${sizes[@]}" -n 5 -w 1
 check gloo 7 timeout 60 "$BUILD/bin/keel-run" -n 2 --timeout 50 -- "$PEERS/gloo-allreduce" \
-	-s "$store" "${sizes[@]}" -n 5 -w 1
+	-s "$store" "${sizes[@]}" -n 5 -w 1 -t 30
 check keel-median 9 env KEEL_TRANSPORT=shm timeout 60 "$BUILD/bin/keel-run" -n 2 --no-key \
-	--timeout 50 -- "$BUILD/bin/keel-bench" allreduce --median --check "${sizes[@]}" -n 5 -w 1
+	--timeout 50 -- "$BUILD/bin/keel-bench" allreduce --median --check "${sizes[@]}" -n 5 -w 1 \
+	--warmup-ms 30
 
 # --netns: keel and Open MPI with each rank in its own network namespace (root only): both
 # exact, keel's datagrams sized to the veth's 1500-byte MTU, and nothing left behind.

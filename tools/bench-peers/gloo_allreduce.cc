@@ -118,6 +118,7 @@ double run_algo(const Ctx &ctx, const peer_opts &o, const std::string &name, Buf
 	Setup s = make_algo(name, ctx, b.in.data(), b.buf.data(), b.out.data(), count);
 	float *res = s.in_place ? b.buf.data() : b.out.data();
 	uint32_t warmup = o.warmup > 2 ? o.warmup : 2; // the second is the probe
+	uint64_t warm0 = peer_now_ns();
 	for (uint32_t i = 0; i < warmup; i++) {
 		if (s.in_place)
 			std::memcpy(b.buf.data(), b.in.data(), count * sizeof(float));
@@ -131,6 +132,19 @@ double run_algo(const Ctx &ctx, const peer_opts &o, const std::string &name, Buf
 				gloo::BarrierAllToAll(ctx).run(); // before its buffers go
 				return probe;
 			}
+		}
+	}
+	// then rounds until every rank has warmed up for warmup_ms (the time counts from the first
+	// call, as in the other programs)
+	for (uint64_t w0 = warm0; o.warmup_ms > 0;) {
+		double ms = (double)(peer_now_ns() - w0) / 1e6;
+		max_across(ctx, &ms, 1);
+		if (peer_warm_enough(&o, ms))
+			break;
+		for (uint32_t i = 0; i < warmup; i++) {
+			if (s.in_place)
+				std::memcpy(b.buf.data(), b.in.data(), count * sizeof(float));
+			s.call();
 		}
 	}
 	peer_poison(res, count);

@@ -27,10 +27,21 @@ static double run_size(const struct peer_opts *o, size_t count, float *in, float
 	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	peer_fill(in, count, (uint32_t)rank);
-	for (uint32_t i = 0; i < o->warmup; i++)
-		if ((rc = MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)) !=
-		    MPI_SUCCESS)
-			fail("MPI_Allreduce (warm-up)", rc);
+	uint64_t w0 = peer_now_ns();
+	for (uint32_t round = o->warmup;; round = o->warmup > 0 ? o->warmup : 1) {
+		for (uint32_t i = 0; i < round; i++)
+			if ((rc = MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM,
+						MPI_COMM_WORLD)) != MPI_SUCCESS)
+				fail("MPI_Allreduce (warm-up)", rc);
+		if (o->warmup_ms == 0)
+			break;
+		double ms = (double)(peer_now_ns() - w0) / 1e6, slowest_ms;
+		if ((rc = MPI_Allreduce(&ms, &slowest_ms, 1, MPI_DOUBLE, MPI_MAX,
+					MPI_COMM_WORLD)) != MPI_SUCCESS)
+			fail("MPI_Allreduce (warm-up time)", rc);
+		if (peer_warm_enough(o, slowest_ms))
+			break;
+	}
 	peer_poison(out, count); /* the check then sees what the timed calls wrote */
 	MPI_Barrier(MPI_COMM_WORLD);
 	for (uint32_t i = 0; i < iters; i++) {

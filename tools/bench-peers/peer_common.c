@@ -15,9 +15,10 @@
 static int usage(const char *prog, const char *why)
 {
 	fprintf(stderr,
-		"%s: %s\nusage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]%s\n"
+		"%s: %s\nusage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] "
+		"[-t WARMUP_MS]%s\n"
 		"  sizes in bytes (K, M suffixes), multiples of 4 (f32); defaults -b 4 -e 64M "
-		"-f 4 -n 20 -w 5\n",
+		"-f 4 -n 20 -w 5 -t 0\n",
 		prog, why, prog,
 		strcmp(prog, "gloo-allreduce") == 0 ? " -s STORE_DIR [-a ALGOS]" : "");
 	return -EINVAL;
@@ -28,9 +29,9 @@ int peer_parse_opts(int argc, char **argv, const char *prog, struct peer_opts *o
 	*o = (struct peer_opts){
 	    .min_bytes = 4, .max_bytes = 64ull << 20, .factor = 4, .iters = 20, .warmup = 5};
 	int c;
-	while ((c = getopt(argc, argv, "b:e:f:n:w:a:s:")) != -1) {
+	while ((c = getopt(argc, argv, "b:e:f:n:w:t:a:s:")) != -1) {
 		uint64_t v = 0;
-		if (strchr("befnw", c) != NULL && keel_size_arg(optarg, &v) != 0)
+		if (strchr("befnwt", c) != NULL && keel_size_arg(optarg, &v) != 0)
 			return usage(prog, "bad number");
 		switch (c) {
 		case 'b':
@@ -47,6 +48,11 @@ int peer_parse_opts(int argc, char **argv, const char *prog, struct peer_opts *o
 			if (v > 10000000 || (c == 'n' && v == 0))
 				return usage(prog, "iterations: 1..10000000 (warm-up 0..)");
 			*(c == 'n' ? &o->iters : &o->warmup) = (uint32_t)v;
+			break;
+		case 't':
+			if (v > 600000)
+				return usage(prog, "warm-up time: 0..600000 ms");
+			o->warmup_ms = (uint32_t)v;
 			break;
 		case 'a':
 			o->algos = optarg;
@@ -74,6 +80,11 @@ uint64_t peer_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+bool peer_warm_enough(const struct peer_opts *o, double slowest_ms)
+{
+	return slowest_ms >= (double)o->warmup_ms;
 }
 
 /* 1..2039, below 2^11: 2^12 ranks keep every sum below 2^23, exact in f32. Never 0, so that
@@ -122,7 +133,8 @@ double peer_median(double *t, uint32_t n)
 
 void peer_print_header(const char *prog, uint32_t ranks, const struct peer_opts *o)
 {
-	printf("# %s: %u ranks, f32 sum, warm-up %u\n", prog, ranks, o->warmup);
+	printf("# %s: %u ranks, f32 sum, warm-up %u calls and at least %u ms\n", prog, ranks,
+	       o->warmup, o->warmup_ms);
 	printf("# time: median over the iterations of the slowest rank's time in each\n");
 	printf("#%11s %12s %8s %10s %10s %10s %7s %s\n", "size(B)", "count", "iters", "median(us)",
 	       "min(us)", "max(us)", "#wrong", "algorithm");

@@ -14,15 +14,23 @@ extern "C" {
 struct peer_opts {
 	uint64_t min_bytes, max_bytes, factor;
 	uint32_t iters, warmup;
-	const char *algos; /* Gloo: comma-separated algorithm names, NULL for all */
-	const char *store; /* Gloo: rendezvous folder */
+	uint32_t warmup_ms; /* -t: warm up for at least this long too (every rank, in rounds) */
+	const char *algos;  /* Gloo: comma-separated algorithm names, NULL for all */
+	const char *store;  /* Gloo: rendezvous folder */
 };
 
-/* Parses -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP (and for Gloo -a ALGOS -s STORE).
+/* Parses -b MIN -e MAX -f FACTOR -n ITERS -w WARMUP -t WARMUP_MS (and for Gloo -a ALGOS -s
+ * STORE).
  * Returns 0, or -EINVAL after printing why (prog names the program). */
 int peer_parse_opts(int argc, char **argv, const char *prog, struct peer_opts *o);
 
 uint64_t peer_now_ns(void);
+
+/* The warm-up's rule, the same in keel-bench: at least o->warmup calls, then rounds of
+ * max(warmup, 1) calls while the slowest rank has warmed up for less than o->warmup_ms.
+ * `slowest_ms` is the AllReduce MAX of each rank's elapsed time since the warm-up began, so
+ * every rank decides alike. */
+bool peer_warm_enough(const struct peer_opts *o, double slowest_ms);
 
 /* Rank `rank`'s input: small whole numbers, so that any sum over up to 2^12 ranks is exact in
  * f32 and a missing, doubled or misplaced contribution changes the result. */

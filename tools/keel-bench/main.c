@@ -21,6 +21,7 @@ struct bench_opts {
 	uint64_t factor, step_bytes;
 	int dtype, op;
 	uint32_t iters, warmup;
+	uint32_t warmup_ms; /* --warmup-ms: and warm up for at least this long (every rank) */
 	bool check;
 	bool median; /* --median: per-iteration slowest rank, median over iterations */
 	double seconds;
@@ -55,6 +56,8 @@ static void usage(FILE *f)
 	    "  -o, --op OP           sum prod min max avg (default sum)\n"
 	    "  -n, --iters N         timed iterations per size (default 20)\n"
 	    "  -w, --warmup N        untimed iterations first (default 5)\n"
+	    "      --warmup-ms MS    and more, in rounds of N, until every rank has warmed up\n"
+	    "                        for MS milliseconds (default 0: N alone)\n"
 	    "  -c, --check           verify every element against a reference\n"
 	    "  -m, --median          time each iteration alone; report the median over\n"
 	    "                        iterations of the slowest rank's time (default: the\n"
@@ -105,6 +108,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 					      {"op", required_argument, 0, 'o'},
 					      {"iters", required_argument, 0, 'n'},
 					      {"warmup", required_argument, 0, 'w'},
+					      {"warmup-ms", required_argument, 0, 'W'},
 					      {"check", no_argument, 0, 'c'},
 					      {"median", no_argument, 0, 'm'},
 					      {"seconds", required_argument, 0, 't'},
@@ -122,7 +126,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 				 .warmup = 5,
 				 .seconds = 2.0};
 	int c;
-	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:cmt:D:Gh", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:W:cmt:D:Gh", longs, NULL)) != -1) {
 		uint64_t v;
 		switch (c) {
 		case 'b':
@@ -162,6 +166,14 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 				fprintf(stderr, "keel-bench: unknown op '%s'\n", optarg);
 				return -EINVAL;
 			}
+			break;
+		case 'W':
+			if (keel_size_arg(optarg, &v) != 0 || v > 600000) {
+				fprintf(stderr, "keel-bench: bad --warmup-ms '%s' (0..600000)\n",
+					optarg);
+				return -EINVAL;
+			}
+			o->warmup_ms = (uint32_t)v;
 			break;
 		case 'c':
 			o->check = true;
@@ -276,15 +288,30 @@ static double across(struct keel_boot *b, double v, enum keel_redop op)
 	return out;
 }
 
+/* --warmup N calls, then (--warmup-ms) rounds of N until the slowest rank has warmed up that
+ * long: a short run's first milliseconds are slower on a VM (tools/bench-peers/ runs its peers
+ * by the same rule). Every rank decides on the same maximum, so all make the same calls. */
+static void warm_up(struct keel_boot *b, const struct bench_opts *o, void *in, void *out,
+		    size_t count)
+{
+	uint64_t w0 = keel_posix_now_ns();
+	for (uint32_t round = o->warmup;; round = o->warmup > 0 ? o->warmup : 1) {
+		for (uint32_t i = 0; i < round; i++) {
+			int rc = ar_run(b, o, in, out, count);
+			if (rc != 0)
+				die(b, "allreduce (warmup)", rc);
+		}
+		if (o->warmup_ms == 0 || across(b, (double)(keel_posix_now_ns() - w0) / 1e6,
+						KEEL_MAX) >= (double)o->warmup_ms)
+			break;
+	}
+}
+
 /* Mean time of one AllReduce over `iters`, in microseconds, slowest rank. */
 static double time_allreduce(struct keel_boot *b, const struct bench_opts *o, void *in, void *out,
 			     size_t count)
 {
-	for (uint32_t i = 0; i < o->warmup; i++) {
-		int rc = ar_run(b, o, in, out, count);
-		if (rc != 0)
-			die(b, "allreduce (warmup)", rc);
-	}
+	warm_up(b, o, in, out, count);
 	across(b, 0, KEEL_MAX); /* line the ranks up */
 	uint64_t t0 = keel_posix_now_ns();
 	for (uint32_t i = 0; i < o->iters; i++) {
@@ -309,11 +336,7 @@ static int cmp_double(const void *a, const void *b)
 static double time_allreduce_median(struct keel_boot *b, const struct bench_opts *o, void *in,
 				    void *out, size_t count, double *mine, double *slowest)
 {
-	for (uint32_t i = 0; i < o->warmup; i++) {
-		int rc = ar_run(b, o, in, out, count);
-		if (rc != 0)
-			die(b, "allreduce (warmup)", rc);
-	}
+	warm_up(b, o, in, out, count);
 	across(b, 0, KEEL_MAX); /* line the ranks up */
 	for (uint32_t i = 0; i < o->iters; i++) {
 		uint64_t t0 = keel_posix_now_ns();
@@ -448,6 +471,9 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			printf("# time: median over %u iterations of the slowest rank's time in "
 			       "each\n",
 			       o->iters);
+		if (o->warmup_ms > 0)
+			printf("# warm-up: %u calls, then rounds of them for at least %u ms\n",
+			       o->warmup, o->warmup_ms);
 		if (o->grad)
 			printf("# gradient AllReduces (keel_allreduce_grad), compression %s\n",
 			       b->cfg.compress == KEEL_COMPRESS_OFF    ? "off"
