@@ -93,8 +93,8 @@ void keel_posix_waiter_set_transport(struct keel_posix_waiter *w, struct keel_tr
  * CPU. Off after keel_posix_waiter_init. */
 void keel_posix_waiter_set_spin_yield(struct keel_posix_waiter *w, bool yield);
 
-/* Ranks on this host outnumber the CPUs this process may run on (LOCAL_WORLD_SIZE, set by
- * keel-run or torchrun, above keel_posix_cpu_count()). */
+/* Ranks on this host outnumber the CPUs they share (LOCAL_WORLD_SIZE, set by keel-run or
+ * torchrun, above keel_posix_cpu_count()). */
 bool keel_posix_oversubscribed(void);
 
 /* The keel_waiter view of `w`, for keel_config.waiter. `w` must outlive its use.
@@ -128,7 +128,10 @@ void keel_posix_timer_slack_min(void);
  * without CAP_SYS_NICE). */
 KEEL_MUST_USE int keel_posix_realtime(int priority);
 
-/* CPUs this process may run on (its affinity mask, else the online count); at least 1. */
+/* CPUs this host's ranks share: this process's affinity mask, or its parent's (the launcher:
+ * keel-run, orted, slurmstepd) where that is wider, at most the online count; at least 1. A
+ * launcher that binds each rank to its own cores (mpirun --bind-to core, srun --cpu-bind)
+ * narrows each rank's mask, not the share of them all; a container's cpuset narrows both. */
 long keel_posix_cpu_count(void);
 
 #ifdef __cplusplus

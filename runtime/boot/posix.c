@@ -233,16 +233,22 @@ struct keel_waiter keel_posix_waiter_get(struct keel_posix_waiter *w)
 	return out;
 }
 
-/* CPUs this process may run on: the affinity mask, which containers and taskset narrow,
- * falling back to the online count. */
+/* The ranks' share of CPUs: the affinity mask, which containers and taskset narrow, or the
+ * launcher's where that is wider. Counting this process's mask alone took 2 ranks bound to one
+ * core each for 2 ranks on 1 CPU: they blocked at every wait, 55-65 us per small AllReduce
+ * instead of 1.4 (docs/PERF.md). Falls back to the online count. */
 long keel_posix_cpu_count(void)
 {
 	cpu_set_t set;
-	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	long online = sysconf(_SC_NPROCESSORS_ONLN), cpus = 0;
 
-	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
-		return online > 0 && online < CPU_COUNT(&set) ? online : CPU_COUNT(&set);
-	return online > 0 ? online : 1;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		cpus = CPU_COUNT(&set);
+	if (sched_getaffinity(getppid(), sizeof(set), &set) == 0 && CPU_COUNT(&set) > cpus)
+		cpus = CPU_COUNT(&set);
+	if (cpus <= 0)
+		return online > 0 ? online : 1;
+	return online > 0 && online < cpus ? online : cpus;
 }
 
 static int parse_u64(const char *s, uint64_t max, uint64_t *out)

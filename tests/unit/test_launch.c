@@ -1708,15 +1708,13 @@ static int boot_capture(struct keel_boot *b, char *err, size_t err_len, char *ou
 static void test_launch_boot_spin_yield(void **state)
 {
 	struct keel_boot b;
-	char err[256], peers[64];
+	char err[256];
 	uint16_t p0 = free_tcp_port();
 
 	(void)state;
-	snprintf(peers, sizeof(peers), "127.0.0.1:%u,127.0.0.1:%u", p0, p0 + 1u);
-	env("KEEL_PEERS", peers);
 	env("RANK", "0");
 	env("KEEL_TRANSPORT", "udp");
-	/* Oversubscribed: 2 ranks on this host, this process on one CPU. */
+	/* This process on one CPU, its parent (the test's launcher) on all of them. */
 	cpu_set_t all, one;
 	assert_int_equal(sched_getaffinity(0, sizeof(all), &all), 0);
 	CPU_ZERO(&one);
@@ -1726,8 +1724,28 @@ static void test_launch_boot_spin_yield(void **state)
 			break;
 		}
 	assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
-	env("LOCAL_WORLD_SIZE", "2");
+	/* bound to one CPU by a launcher that has them all (mpirun --bind-to core): as many ranks
+	 * as CPUs is not oversubscribed */
+	long share = keel_posix_cpu_count();
+	assert_int_equal(share, CPU_COUNT(&all) < sysconf(_SC_NPROCESSORS_ONLN)
+				    ? CPU_COUNT(&all)
+				    : sysconf(_SC_NPROCESSORS_ONLN));
+	char ranks[24];
+	snprintf(ranks, sizeof(ranks), "%ld", share);
+	env("LOCAL_WORLD_SIZE", ranks);
+	assert_false(keel_posix_oversubscribed());
+	snprintf(ranks, sizeof(ranks), "%ld", share + 1);
+	env("LOCAL_WORLD_SIZE", ranks);
 	assert_true(keel_posix_oversubscribed());
+	/* a job of that many ranks on this host (rank 0 starts; KEEL_PEERS needs no others) */
+	size_t peers_len = (size_t)(share + 1) * 24 + 1, used = 0;
+	char *peers = calloc(1, peers_len);
+	assert_non_null(peers);
+	for (long r = 0; r <= share; r++)
+		used += (size_t)snprintf(peers + used, peers_len - used, "%s127.0.0.1:%u",
+					 r > 0 ? "," : "", (unsigned)(p0 + r));
+	env("KEEL_PEERS", peers);
+	free(peers);
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
 	assert_false(b.waiter.spin_yield);
 	assert_int_equal(b.waiter.spin_ns, 0); /* blocks at once */
