@@ -36,9 +36,6 @@ struct ring_hdr {
 	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t tail; /* written by the sender */
 	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t head; /* written by the receiver */
 	_Atomic uint32_t sleeping; /* set by the receiver when it found the ring empty */
-	/* The receiver's alone: how far it has taken records. Ahead of head while some of them
-	 * are lent to the caller (KEEL_DGRAM_LEND): the sender may not overwrite those yet. */
-	uint64_t read;
 };
 
 /* The region's first line: a region mapped by name must have been made for the same job shape. */
@@ -61,6 +58,10 @@ struct shm {
 	bool caller_arms;
 	bool armed; /* rings were marked since the last receive: doorbells may be waiting */
 	bool lent;  /* some inbound ring's read is ahead of its head (shm_give_back) */
+	/* [world]: how far this rank has taken each inbound ring's records; ahead of its head
+	 * while some of them are lent to the caller (KEEL_DGRAM_LEND), whom the sender must not
+	 * overwrite yet. Private memory: no other process can move it. */
+	uint64_t *read;
 	char name[KEEL_SHM_NAME_MAX + 1];
 	struct keel_shm_stats stats;
 };
@@ -127,7 +128,8 @@ size_t keel_shm_storage_size(const struct keel_shm_config *cfg)
 {
 	if (!config_valid(cfg))
 		return 0;
-	return align_up(sizeof(struct shm)) + CACHE_LINE_BYTES - 1;
+	return align_up(sizeof(struct shm)) + (size_t)cfg->world_size * sizeof(uint64_t) +
+	       CACHE_LINE_BYTES - 1;
 }
 
 static struct shm *shm_of(struct keel_transport *t)
@@ -315,7 +317,7 @@ static void rings_reset(struct shm *s)
 		if (gen > GEN_MAX) /* wrap, skipping 0 ("never initialised") */
 			gen = 1;
 		atomic_store(&r->head, 0);
-		r->read = 0;
+		s->read[from] = 0;
 		atomic_store(&r->sleeping, 0);
 		atomic_store(&r->tail, gen << POS_BITS);
 	}
@@ -367,6 +369,7 @@ int keel_shm_init(struct keel_transport **out, void *mem, size_t mem_len,
 		return -EINVAL;
 	s = (struct shm *)align_up((uintptr_t)mem);
 	state_init(s, cfg);
+	s->read = (uint64_t *)(void *)((uint8_t *)s + align_up(sizeof(struct shm)));
 	if (cfg->region != NULL) {
 		s->region = cfg->region;
 		s->region_len = len;
@@ -547,12 +550,11 @@ static bool ring_empty_arm(struct ring_hdr *r, uint64_t head, bool arm)
 static uint32_t ring_recv(struct shm *s, uint32_t from, struct keel_datagram *d, uint32_t count_max)
 {
 	struct ring_hdr *r = ring_of(s, s->t.rank, from);
-	uint64_t pos = r->read; /* == head: shm_give_back ran first */
+	uint64_t pos = s->read[from]; /* == head: shm_give_back ran first */
 	uint64_t tail = pos;
 	uint32_t n = 0;
 	bool lent = false;
 
-	KEEL_ASSERT_DEBUG(pos == atomic_load_explicit(&r->head, memory_order_relaxed));
 	/* Bounded: each pass delivers or drops a record, or reloads the tail after a failed
 	 * arm (so the next pass finds a record), or ends. */
 	while (n < count_max) {
@@ -590,7 +592,7 @@ static uint32_t ring_recv(struct shm *s, uint32_t from, struct keel_datagram *d,
 		n++;
 		pos = (pos + record_bytes(hdr[0])) & POS_MASK;
 	}
-	r->read = pos;
+	s->read[from] = pos;
 	if (lent)
 		s->lent = true; /* head follows at shm_give_back */
 	else /* release: the sender may overwrite the bytes only after they were copied out */
@@ -612,8 +614,10 @@ static void shm_give_back(struct shm *s)
 		if (from == s->t.rank)
 			continue;
 		r = ring_of(s, s->t.rank, from);
-		if (r->read != atomic_load_explicit(&r->head, memory_order_relaxed))
-			atomic_store_explicit(&r->head, r->read, memory_order_release);
+		/* only this rank writes the head: a store of the same value would still take the
+		 * line away from the sender */
+		if (atomic_load_explicit(&r->head, memory_order_relaxed) != s->read[from])
+			atomic_store_explicit(&r->head, s->read[from], memory_order_release);
 	}
 }
 
@@ -662,7 +666,8 @@ static bool shm_rx_ready(struct keel_transport *t)
 		if (from == t->rank)
 			continue;
 		r = ring_of(s, t->rank, from);
-		if ((atomic_load_explicit(&r->tail, memory_order_acquire) & POS_MASK) != r->read)
+		if ((atomic_load_explicit(&r->tail, memory_order_acquire) & POS_MASK) !=
+		    s->read[from])
 			return true;
 	}
 	return false;
@@ -689,7 +694,7 @@ static bool shm_arm_wait(struct keel_transport *t)
 		if (from == t->rank)
 			continue;
 		r = ring_of(s, t->rank, from);
-		empty = ring_empty_arm(r, r->read, true);
+		empty = ring_empty_arm(r, s->read[from], true);
 	}
 	return empty;
 }
