@@ -122,6 +122,15 @@ struct keel_transport {
 	uint32_t world_size;
 };
 
+/* Does the way to `peer` carry bytes intact (KEEL_CAP_INTACT)? The transport's peer_intact,
+ * else its caps: what the core asks before leaving out a CRC, and what a router or decorator
+ * asks of the transport beneath it. */
+static inline bool keel_transport_peer_intact(struct keel_transport *t, uint32_t peer)
+{
+	return t->ops->peer_intact != NULL ? t->ops->peer_intact(t, peer)
+					   : (t->caps & KEEL_CAP_INTACT) != 0;
+}
+
 #ifdef __cplusplus
 }
 #endif

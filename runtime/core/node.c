@@ -379,12 +379,7 @@ void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t le
 bool node_peer_intact(struct keel_node *n, uint32_t peer)
 {
 	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
-	const struct keel_transport *t = n->tp;
-	if (n->auth)
-		return false;
-	if (t->ops->peer_intact != NULL)
-		return t->ops->peer_intact(n->tp, peer);
-	return (t->caps & KEEL_CAP_INTACT) != 0;
+	return !n->auth && keel_transport_peer_intact(n->tp, peer);
 }
 
 /* A datagram written without a CRC for a peer whose way was memory gets its CRC as it leaves

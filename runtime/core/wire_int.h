@@ -11,9 +11,9 @@
 #include "crc32c_int.h"
 
 #define WIRE_MAGIC 0x4c45454bu /* "KEEL" read as a little-endian u32 */
-#define WIRE_VERSION                                                                               \
-	4u /* 2: heartbeats carry ops_started and may probe; 3: MAC trailer;                       \
-	    * 4: no CRC through shared memory (WIRE_FLAG_NO_CRC) */
+/* 2: heartbeats carry ops_started and may probe; 3: MAC trailer; 4: no CRC through shared
+ * memory (WIRE_FLAG_NO_CRC) */
+#define WIRE_VERSION	 4u
 #define WIRE_HEADER_SIZE 56u
 
 enum wire_type {

@@ -365,10 +365,7 @@ static bool router_peer_intact(struct keel_transport *t, uint32_t peer)
 	uint32_t r = route_for(x, peer);
 	if (r == NONE)
 		return false;
-	struct keel_transport *rt = x->rt[r];
-	uint32_t there = x->to_route[peer * x->routes + r];
-	return rt->ops->peer_intact != NULL ? rt->ops->peer_intact(rt, there)
-					    : (rt->caps & KEEL_CAP_INTACT) != 0;
+	return keel_transport_peer_intact(x->rt[r], x->to_route[peer * x->routes + r]);
 }
 
 static void router_fini(struct keel_transport *t)

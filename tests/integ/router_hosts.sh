@@ -58,21 +58,19 @@ read -r shm udp fb < <(sed -n 's/^# Routes: \([0-9]*\) datagrams over shared mem
 	{ cat "$tmp/out"; echo "router_hosts: expected shm between ranks 0-1 and UDP to rank 2, quickly"; exit 1; }
 echo "router_hosts: 1 host, rank 2 on UDP only: $shm over shared memory, $udp over UDP, $((SECONDS - t0)) s"
 
+# refused VAR=VALUE MESSAGE: rank 0 of a static list stops at start with MESSAGE
+refused() {
+	local rc=0
+	env KEEL_PEERS=127.0.0.1:1,127.0.0.1:2 RANK=0 "$1" "$BENCH" allreduce -b 4 -e 4 -n 1 \
+		>"$tmp/out" 2>&1 || rc=$?
+	[ $rc -ne 0 ] && grep -qF "$2" "$tmp/out" ||
+		{ cat "$tmp/out"; echo "router_hosts: $1 was not refused"; exit 1; } >&2
+	echo "router_hosts: $1 refused: $(grep -F "$2" "$tmp/out" | head -1)"
+}
 # KEEL_HOST needs the rendezvous: with a static list each rank's host is its entry's
-rc=0
-KEEL_PEERS=127.0.0.1:1,127.0.0.1:2 RANK=0 KEEL_HOST=x "$BENCH" allreduce -b 4 -e 4 -n 1 \
-	>"$tmp/out" 2>&1 || rc=$?
-[ $rc -ne 0 ] && grep -q 'KEEL_HOST=x: with KEEL_PEERS' "$tmp/out" ||
-	{ cat "$tmp/out"; echo "router_hosts: KEEL_HOST with KEEL_PEERS was not refused"; exit 1; }
-echo "router_hosts: KEEL_HOST beside KEEL_PEERS refused: $(head -1 "$tmp/out")"
-
+refused KEEL_HOST=x 'KEEL_HOST=x: with KEEL_PEERS'
 # KEEL_UDP_GSO takes 0 or 1; anything else stops the start with a message naming it
-rc=0
-KEEL_PEERS=127.0.0.1:1,127.0.0.1:2 RANK=0 KEEL_UDP_GSO=yes "$BENCH" allreduce -b 4 -e 4 -n 1 \
-	>"$tmp/out" 2>&1 || rc=$?
-[ $rc -ne 0 ] && grep -q 'KEEL_UDP_GSO=yes: expected 0 (off) or 1 (on)' "$tmp/out" ||
-	{ cat "$tmp/out"; echo "router_hosts: KEEL_UDP_GSO=yes was not refused"; exit 1; }
-echo "router_hosts: KEEL_UDP_GSO=yes refused: $(grep KEEL_UDP_GSO "$tmp/out" | head -1)"
+refused KEEL_UDP_GSO=yes 'KEEL_UDP_GSO=yes: expected 0 (off) or 1 (on)'
 
 after=$(ls /dev/shm | grep -c '^keel-' || true)
 [ "$after" -le "$before" ] || { echo "router_hosts: $((after - before)) region(s) left in /dev/shm"; exit 1; }
