@@ -116,15 +116,27 @@ static void skip_empty_recv(const struct keel_node *n, struct keel_op *op)
 {
 	struct step s;
 	KEEL_ASSERT(op->recv_step <= op->step_count);
+	/* Called on every poll and fragment: the step already found waiting for data is not
+	 * mapped again (op_step was a tenth of a small AllReduce's instructions). */
+	if (op->recv_off < op->recv_step_len) {
+#ifdef KEEL_DEBUG
+		op_step(n, op, op->recv_step, &s);
+		KEEL_ASSERT(s.recv_peer >= 0 && s.recv_len == op->recv_step_len);
+#endif
+		return;
+	}
 	while (op->recv_step < op->step_count) {
 		op_step(n, op, op->recv_step, &s);
 		/* coll_deliver accepts a fragment only inside the step's region */
 		KEEL_ASSERT(op->recv_off <= s.recv_len);
-		if (s.recv_peer >= 0 && op->recv_off < s.recv_len)
+		if (s.recv_peer >= 0 && op->recv_off < s.recv_len) {
+			op->recv_step_len = s.recv_len;
 			return;
+		}
 		op->recv_step++;
 		op->recv_off = 0;
 	}
+	op->recv_step_len = 0;
 }
 
 /* Queue as many fragments as the window and the data dependencies allow. */
@@ -278,6 +290,7 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 		cmp_begin(n, op, (uint32_t)rank_of(n, (int32_t)((op->self_pos + 1) % op->world)));
 	op->send_step = op->recv_step = 0;
 	op->send_off = op->recv_off = 0;
+	op->recv_step_len = 0;
 	if (op->dev.on)
 		coll_dev_begin(n, op); /* a view of one copies on the device */
 	else if (op->world == 1 && op->bytes != 0 && op->in != op->out)

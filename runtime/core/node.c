@@ -172,7 +172,7 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	PLACE(txq, burst * sizeof(struct keel_datagram));
 	PLACE(txq_tag, burst * sizeof(uint32_t));
 	PLACE(ctrl, burst * mb_ctrl_size(cfg->world_size));
-	PLACE(rxq, burst * sizeof(struct keel_datagram));
+	PLACE(rxq, 2 * burst * sizeof(struct keel_datagram)); /* the queue, and its fresh state */
 	PLACE(rx_burst, burst * mtu);
 	PLACE(ops, cfg->ops_max * sizeof(struct keel_op));
 	PLACE(op_bits, cfg->ops_max * (world / 8 + 1));
@@ -212,6 +212,21 @@ size_t keel_storage_size(const struct keel_config *cfg)
 	return l.total;
 }
 
+/* What every receive queue entry holds before a recv_burst: a buffer of its own, and a
+ * request for lent bytes. A backend may lend its own bytes (shared memory): every datagram
+ * of the burst is handled, or copied into a window, before the next recv_burst. */
+static void rxq_fresh_fill(struct keel_node *n)
+{
+	size_t stride = align_up(n->mtu, 64);
+	KEEL_ASSERT(n->burst != 0 && n->burst <= KEEL_BURST_MAX);
+	for (uint32_t i = 0; i < n->burst; i++)
+		n->rxq_fresh[i] = (struct keel_datagram){.buf = n->rx_burst_buf + i * stride,
+							 .cap = n->mtu,
+							 .len = 0,
+							 .peer = UINT32_MAX,
+							 .flags = KEEL_DGRAM_LEND};
+}
+
 static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 {
 	uint32_t world = n->world;
@@ -242,7 +257,9 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	n->txq_tag = (uint32_t *)(base + l->txq_tag);
 	n->ctrl_buf = base + l->ctrl;
 	n->rxq = (struct keel_datagram *)(base + l->rxq);
+	n->rxq_fresh = n->rxq + n->burst;
 	n->rx_burst_buf = base + l->rx_burst;
+	rxq_fresh_fill(n);
 	n->ops = (struct keel_op *)(base + l->ops);
 	for (uint32_t i = 0; i < n->ops_max; i++)
 		n->ops[i].done_bits = base + l->op_bits + (size_t)i * (world / 8 + 1);
@@ -553,17 +570,11 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 /* Receive one burst; returns how many datagrams came in. */
 static uint32_t receive_burst(struct keel_node *n)
 {
-	size_t stride = align_up(n->mtu, 64);
 	KEEL_ASSERT(n->burst != 0 && n->burst <= KEEL_BURST_MAX);
-	for (uint32_t i = 0; i < n->burst; i++) {
-		n->rxq[i].buf = n->rx_burst_buf + i * stride;
-		n->rxq[i].cap = n->mtu;
-		n->rxq[i].len = 0;
-		n->rxq[i].peer = UINT32_MAX;
-		/* a backend may lend its own bytes (shared memory): every datagram of the burst
-		 * is handled, or copied into a window, before the next recv_burst */
-		n->rxq[i].flags = KEEL_DGRAM_LEND;
-	}
+	/* A backend may have moved buffers between entries or pointed them into its own
+	 * memory: start each burst from the fresh state, in one block copy (a field-by-field
+	 * loop cost a tenth of a small AllReduce's instructions). */
+	memcpy(n->rxq, n->rxq_fresh, n->burst * sizeof(*n->rxq));
 	int got = n->tp->ops->recv_burst(n->tp, n->now_ns, n->rxq, n->burst);
 	if (got < 0) {
 		if (got != -EAGAIN && got != -EINTR)

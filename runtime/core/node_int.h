@@ -184,6 +184,9 @@ struct keel_op {
 	uint64_t count, bytes;
 	uint32_t send_step, recv_step;
 	uint64_t send_off, recv_off; /* progress within the current step, bytes */
+	/* recv_step was found to expect data, recv_len bytes of it (skip_empty_recv): until
+	 * recv_off reaches that, it needs no second look. 0: not looked at. */
+	uint64_t recv_step_len;
 	uint64_t progress_ns;	     /* last time anything moved */
 	struct op_dev dev;
 	/* Gradient AllReduce (compress.c): f32 SUM or AVG that may travel compressed. fb: the
@@ -259,6 +262,7 @@ struct keel_node {
 	uint32_t ctrl_used;
 	/* receive burst */
 	struct keel_datagram *rxq;
+	struct keel_datagram *rxq_fresh; /* [burst]: rxq before each recv_burst */
 	uint8_t *rx_burst_buf;
 	/* collectives */
 	struct keel_op *ops;

@@ -175,15 +175,30 @@ static void ring_get(struct shm *s, struct ring_hdr *r, uint64_t pos, void *dst,
 }
 
 /* Abstract-namespace address: no file to clean up, released when its process dies. */
+/* The doorbell's abstract address, "\0keel-shm<name>.<rank>", written by hand: a sender
+ * builds it for every wake-up, and snprintf cost more than the rest of a small send. */
 static socklen_t bell_addr(const struct shm *s, uint32_t rank, struct sockaddr_un *a)
 {
-	int n;
+	static const char prefix[] = "keel-shm";
+	char digits[10]; /* a uint32_t has at most 10 */
+	size_t name_len = strlen(s->name), d = 0, at = 1;
 
-	memset(a, 0, sizeof(*a));
+	do {
+		digits[d++] = (char)('0' + rank % 10u);
+		rank /= 10u;
+	} while (rank != 0);
+	/* names are short (KEEL_SHM_NAME_MAX) */
+	KEEL_ASSERT(at + sizeof(prefix) - 1 + name_len + 1 + d < sizeof(a->sun_path));
 	a->sun_family = AF_UNIX;
-	n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "keel-shm%s.%u", s->name, rank);
-	KEEL_ASSERT(n > 0 && (size_t)n < sizeof(a->sun_path) - 1); /* names are short */
-	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+	a->sun_path[0] = '\0'; /* abstract: no file, gone with the socket */
+	memcpy(a->sun_path + at, prefix, sizeof(prefix) - 1);
+	at += sizeof(prefix) - 1;
+	memcpy(a->sun_path + at, s->name, name_len);
+	at += name_len;
+	a->sun_path[at++] = '.';
+	while (d > 0)
+		a->sun_path[at++] = digits[--d];
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + at);
 }
 
 static int bell_open(struct shm *s)
