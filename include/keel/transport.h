@@ -25,6 +25,9 @@ enum keel_transport_caps {
 				    * (shared memory): the core leaves out its CRC32C on this
 				    * transport's datagrams, and the backend marks each one it
 				    * delivers KEEL_DGRAM_INTACT */
+	KEEL_CAP_GATHER = 1u << 4, /* send_burst takes a datagram in two pieces (tail below):
+				    * the core then sends payloads that stay put from where they
+				    * lie, without copying them into its window first */
 };
 
 /* What the core tells a backend about a datagram it sends, so a backend never parses keel's
@@ -47,7 +50,9 @@ enum keel_datagram_flags {
 };
 
 /* One datagram in a burst.
- * send: buf/len are the bytes to send to rank `peer`, flags say what they are (enum
+ * send: buf/len are the bytes to send to rank `peer`, followed by tail/tail_len (NULL and 0
+ *       unless the way to the peer has KEEL_CAP_GATHER: the datagram is then buf[0..len)
+ *       and tail[0..tail_len), len + tail_len bytes in all); flags say what they are (enum
  *       keel_datagram_flags); cap is ignored.
  * recv: the caller gives buf/cap, and flags 0 or KEEL_DGRAM_LEND; the backend sets len, the
  *       sender's rank in peer, and KEEL_DGRAM_INTACT in flags where it applies (it may leave
@@ -58,6 +63,8 @@ struct keel_datagram {
 	uint32_t cap;
 	uint32_t peer;
 	uint32_t flags;
+	const uint8_t *tail; /* send only; recv leaves it alone */
+	uint32_t tail_len;
 };
 
 struct keel_transport;
@@ -103,12 +110,13 @@ struct keel_transport_ops {
 	 * it, it must call it before every later block on wait_fd. May be NULL: wait_fd is then
 	 * always armed. */
 	bool (*arm_wait)(struct keel_transport *t);
-	/* true when datagrams to `peer` go, now, on a way with KEEL_CAP_INTACT (a router whose
-	 * route to the peer is shared memory). The core asks it for each datagram it sends without
-	 * a CRC and adds the CRC when the answer is false, so a route that changes between two
-	 * sends costs nothing but that CRC. Never blocks. May be NULL: t->caps decides for
-	 * every peer. */
-	bool (*peer_intact)(struct keel_transport *t, uint32_t peer);
+	/* The caps of the way datagrams to `peer` go now: a router answers for the route the
+	 * peer is on (KEEL_CAP_INTACT and KEEL_CAP_GATHER on shared memory). The core asks it
+	 * before it writes a datagram without a CRC or with a tail, and again before each send
+	 * of such a datagram, adding the CRC or copying the tail in when the answer changed:
+	 * a route that changes between two sends costs nothing but that. Never blocks. May be
+	 * NULL: t->caps answers for every peer. */
+	uint32_t (*peer_caps)(struct keel_transport *t, uint32_t peer);
 };
 
 /* A transport instance. Backends embed or point to their private state;
@@ -122,13 +130,18 @@ struct keel_transport {
 	uint32_t world_size;
 };
 
-/* Does the way to `peer` carry bytes intact (KEEL_CAP_INTACT)? The transport's peer_intact,
- * else its caps: what the core asks before leaving out a CRC, and what a router or decorator
- * asks of the transport beneath it. */
+/* The caps of the way to `peer` now: the transport's peer_caps, else its caps. What the core
+ * asks before leaving out a CRC or sending a tail, and what a router or decorator asks of the
+ * transport beneath it. */
+static inline uint32_t keel_transport_peer_caps(struct keel_transport *t, uint32_t peer)
+{
+	return t->ops->peer_caps != NULL ? t->ops->peer_caps(t, peer) : t->caps;
+}
+
+/* Does the way to `peer` carry bytes intact (KEEL_CAP_INTACT)? */
 static inline bool keel_transport_peer_intact(struct keel_transport *t, uint32_t peer)
 {
-	return t->ops->peer_intact != NULL ? t->ops->peer_intact(t, peer)
-					   : (t->caps & KEEL_CAP_INTACT) != 0;
+	return (keel_transport_peer_caps(t, peer) & KEEL_CAP_INTACT) != 0;
 }
 
 #ifdef __cplusplus

@@ -22,8 +22,10 @@
  * Caps: with one route, the route's own. With several, the caps every route has, without
  * KEEL_CAP_RELIABLE and KEEL_CAP_ORDERED: a datagram in flight on a route that fails is lost,
  * and one sent on the next route may overtake it; the core's retransmission covers both.
- * peer_intact answers for the route a peer is on now (KEEL_CAP_INTACT on shared memory), and
- * received datagrams keep the flags their route set.
+ * peer_caps answers for the route a peer is on now (KEEL_CAP_INTACT and KEEL_CAP_GATHER on
+ * shared memory), and received datagrams keep the flags their route set. A datagram in two
+ * pieces bound for a route that takes one (the peer's route changed after it was written) is
+ * refused, as by a full route: the core sends it again whole.
  * mtu: the smallest route's. wait_fd: an epoll descriptor that becomes readable when any
  * route's does (-1 when a route can only be polled). The router owns none of its routes:
  * fini closes its epoll descriptor only, and the caller finis the routes after it. No

@@ -4,7 +4,9 @@
  * turned off. Intact (KEEL_CAP_INTACT): every datagram it delivers is marked KEEL_DGRAM_INTACT,
  * and the core sends and accepts them without its CRC32C. A caller that takes lent buffers
  * (KEEL_DGRAM_LEND) gets each record that does not wrap around its ring's end where it lies,
- * without a copy; the sender cannot write over it until the caller's next receive. Memory is
+ * without a copy; the sender cannot write over it until the caller's next receive. It takes
+ * datagrams in two pieces (KEEL_CAP_GATHER), so the core's payloads go from the caller's buffer
+ * straight into the ring. Memory is
  * trusted as the process's own is (Open MPI's shared memory checks nothing either); the region is
  * the job user's alone (mode 0600), and with a job key every datagram still carries and is checked
  * by its MAC.

@@ -139,6 +139,24 @@ static void skip_empty_recv(const struct keel_node *n, struct keel_op *op)
 	op->recv_step_len = 0;
 }
 
+/* Do the bytes step t sends stay as they are until the operation ends? Then its datagrams may
+ * borrow them (rel_send_borrowed) instead of copying them into the window: the caller's input
+ * of an out-of-place AllReduce (keel never writes it), a ring's all-gather (sums that are
+ * final, never written again) and what a broadcast passes on. A ring's reduce-scatter sends
+ * partial sums that later steps overwrite, and recursive doubling and the hierarchy send
+ * partial results too; device staging and compressed fragments have their own buffers. */
+static bool send_stable(const struct keel_op *op, uint32_t t, const struct step *s)
+{
+	if (op->dev.on || op->enc_tx != WIRE_ENC_RAW)
+		return false;
+	if (op->kind == OPK_BROADCAST)
+		return true;
+	if (op->algo != KEEL_ALGO_RING)
+		return false;
+	/* in place, step 0 sends from the restart copy (pump_sends): the input as it was */
+	return s->send_from_out ? t + 1 >= op->world : op->in != op->out || op->has_copy;
+}
+
 /* Queue as many fragments as the window and the data dependencies allow. */
 static void pump_sends(struct keel_node *n, struct keel_op *op)
 {
@@ -173,12 +191,20 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		h.step = (uint16_t)op->send_step;
 		h.offset = (uint32_t)op->send_off;
 		h.total_len = (uint32_t)s.send_len;
-		const uint8_t *src =
-		    (s.send_from_out ? op->out : op->in) + s.send_off + op->send_off;
+		/* A ring in place overwrites its input as results come in; the restart copy
+		 * keeps it as it was, so step 0's datagrams may borrow from there. */
+		const uint8_t *in =
+		    op->algo == KEEL_ALGO_RING && op->has_copy ? n->restart_copy : op->in;
+		const uint8_t *src = (s.send_from_out ? op->out : in) + s.send_off + op->send_off;
 		uint64_t wire = len;
 		if (op->enc_tx != WIRE_ENC_RAW) {
 			len = cmp_send(n, op, &s, (uint32_t)s.send_peer, &h, src, len);
 			wire = h.payload_len;
+		} else if (send_stable(op, op->send_step, &s) &&
+			   (node_peer_caps(n, (uint32_t)s.send_peer) & KEEL_CAP_GATHER) != 0) {
+			int rc =
+			    rel_send_borrowed(n, (uint32_t)s.send_peer, &h, src, (uint32_t)len);
+			KEEL_ASSERT(rc == 0);
 		} else {
 			int rc = rel_send(n, (uint32_t)s.send_peer, &h, src, (uint32_t)len);
 			KEEL_ASSERT(rc == 0);
@@ -197,6 +223,9 @@ static void op_finish(struct keel_node *n, struct keel_op *op, int status)
 	KEEL_ASSERT(op->id == n->op_run_id && op->id != n->op_next_id);
 	KEEL_ASSERT(status <= 0);
 	op_set_state(op, OP_DONE);
+	/* The caller may write or free its buffers once told: nothing in flight may still
+	 * point into them (usually nothing is left; a failure can leave some). */
+	rel_borrowed_copy_in(n);
 	coll_dev_stop(op, true); /* work it queued drains before keel_op_test reports it */
 	cmp_finish(op, status);
 	op->status = status;
@@ -265,6 +294,7 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 	} else {
 		op->restarts++;
 		n->ctr.ops_restarted++;
+		rel_borrowed_copy_in(n); /* the output is written again below and by the steps */
 		if (in_place && !op->has_copy) {
 			op_finish(n, op, KEEL_EVIEWCHANGED); /* its input is gone */
 			return false;

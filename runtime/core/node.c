@@ -365,7 +365,7 @@ void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uin
 	if (len != 0)
 		memcpy(buf + WIRE_HEADER_SIZE, payload, len);
 	wire_encode(buf, &h);
-	node_txq_push(n, peer, buf, WIRE_HEADER_SIZE + len, 0, KEEL_DGRAM_CONTROL);
+	node_txq_push(n, peer, buf, WIRE_HEADER_SIZE + len, NULL, 0, 0, KEEL_DGRAM_CONTROL);
 	KEEL_ASSERT(n->ctrl_used <= n->txq_count); /* its buffer is queued until the flush */
 }
 
@@ -375,11 +375,12 @@ void node_budget_spend(struct keel_node *n, uint32_t bytes)
 	n->budget_bytes = bytes >= n->budget_bytes ? 0 : n->budget_bytes - bytes;
 }
 
-void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq,
-		   uint32_t flags)
+void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len,
+		   const uint8_t *tail, uint32_t tail_len, uint32_t seq, uint32_t flags)
 {
 	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
-	KEEL_ASSERT_DEBUG(buf != NULL && len >= WIRE_HEADER_SIZE && len <= n->mtu);
+	KEEL_ASSERT_DEBUG(buf != NULL && len >= WIRE_HEADER_SIZE && len + tail_len <= n->mtu);
+	KEEL_ASSERT_DEBUG((tail == NULL) == (tail_len == 0));
 	if (n->txq_count == n->burst)
 		node_txq_flush(n);
 	KEEL_ASSERT_DEBUG(n->txq_count < n->burst);
@@ -389,19 +390,27 @@ void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t le
 	d->cap = len;
 	d->peer = peer;
 	d->flags = flags;
+	d->tail = tail;
+	d->tail_len = tail_len;
 	n->txq_tag[n->txq_count] = seq;
 	n->txq_count++;
 }
 
-bool node_peer_intact(struct keel_node *n, uint32_t peer)
+uint32_t node_peer_caps(struct keel_node *n, uint32_t peer)
 {
 	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
-	return !n->auth && keel_transport_peer_intact(n->tp, peer);
+	return n->auth ? 0u : keel_transport_peer_caps(n->tp, peer);
 }
 
-/* A datagram written without a CRC for a peer whose way was memory gets its CRC as it leaves
- * on any other way (the router fell back from shared memory since): the receiver would drop it
- * otherwise. So does every copy sent again: whatever lost the first (a receiver behind a layer
+bool node_peer_intact(struct keel_node *n, uint32_t peer)
+{
+	return (node_peer_caps(n, peer) & KEEL_CAP_INTACT) != 0;
+}
+
+/* A datagram written without a CRC (its way was memory, or its payload is a borrowed tail)
+ * gets its CRC as it leaves on a way that is not memory (the router fell back from shared
+ * memory since, or the way takes tails but is a wire): the receiver would drop it otherwise.
+ * So does every copy sent again: whatever lost the first (a receiver behind a layer
  * that did not pass KEEL_DGRAM_INTACT on, say) cannot then lose them all. */
 static void add_crcs(struct keel_node *n)
 {
@@ -410,7 +419,7 @@ static void add_crcs(struct keel_node *n)
 		struct keel_datagram *d = &n->txq[i];
 		if (wire_crc_left_out(d->buf) &&
 		    ((d->flags & KEEL_DGRAM_RETRANSMIT) != 0 || !node_peer_intact(n, d->peer)))
-			wire_add_crc(d->buf);
+			wire_add_crc(d->buf, d->tail);
 	}
 }
 
@@ -421,6 +430,7 @@ static void seal_all(struct keel_node *n)
 	KEEL_ASSERT(n->auth && n->txq_count <= n->burst);
 	for (uint32_t i = 0; i < n->txq_count; i++) {
 		struct keel_datagram *d = &n->txq[i];
+		KEEL_ASSERT(d->tail == NULL); /* node_peer_caps: no tails with a key */
 		KEEL_ASSERT_DEBUG(d->len + KEEL_AUTH_TRAILER_BYTES <= n->mtu);
 		auth_seal(&n->auth_ctx, d->buf, (uint32_t)d->len);
 		d->len += KEEL_AUTH_TRAILER_BYTES;
@@ -479,7 +489,7 @@ void node_txq_flush(struct keel_node *n)
 		KEEL_ASSERT((uint32_t)sent <= count - done);
 		n->ctr.tx_datagrams += (uint64_t)sent;
 		for (uint32_t i = done; i < done + (uint32_t)sent; i++)
-			n->ctr.tx_bytes += n->txq[i].len;
+			n->ctr.tx_bytes += n->txq[i].len + n->txq[i].tail_len;
 		done += (uint32_t)sent;
 		if (done == count || (sent == 0 && retry))
 			break;

@@ -24,7 +24,10 @@ static inline bool seq_before(uint32_t a, uint32_t b)
 /* One reliable datagram kept until acknowledged; its bytes sit in rel_peer->tx_buf. */
 struct tx_slot {
 	uint64_t sent_ns; /* last transmission; 0 = not handed to the transport yet */
-	uint32_t len;
+	/* The payload, when it was borrowed from the caller's buffer (rel_send_borrowed): the
+	 * slot's own buffer then holds only the header. NULL: all of it is in the slot. */
+	const uint8_t *tail;
+	uint32_t len;	   /* header + payload */
 	uint16_t tries;	   /* transmissions so far; RTT is sampled only when 1 (Karn) */
 	uint8_t sacked;	   /* the receiver holds it out of order: do not resend */
 	uint8_t fast_done; /* already fast-retransmitted since its last send */
@@ -187,7 +190,7 @@ struct keel_op {
 	/* recv_step was found to expect data, recv_len bytes of it (skip_empty_recv): until
 	 * recv_off reaches that, it needs no second look. 0: not looked at. */
 	uint64_t recv_step_len;
-	uint64_t progress_ns;	     /* last time anything moved */
+	uint64_t progress_ns; /* last time anything moved */
 	struct op_dev dev;
 	/* Gradient AllReduce (compress.c): f32 SUM or AVG that may travel compressed. fb: the
 	 * caller's residuals (count floats) and, after them, the ones this attempt writes;
@@ -247,9 +250,10 @@ struct keel_node {
 	struct rx_slot *stream_rx;
 	uint8_t *stream_tx_buf, *stream_rx_buf;
 	/* totals over all peers, so that an idle poll skips the per-peer scans (large worlds) */
-	uint64_t tx_flight; /* reliable datagrams sent and not yet acknowledged */
-	uint64_t rx_held;   /* datagrams held in receive slots */
-	uint32_t acks_owed; /* peers with ack_pending */
+	uint64_t tx_flight;   /* reliable datagrams sent and not yet acknowledged */
+	uint64_t tx_borrowed; /* of those, the ones whose payload lies in a caller's buffer */
+	uint64_t rx_held;     /* datagrams held in receive slots */
+	uint32_t acks_owed;   /* peers with ack_pending */
 	/* One bit per peer that may have data in flight, an ack owed or datagrams held: the
 	 * per-poll scans visit these instead of the whole world (a ring step talks to two peers
 	 * of 1 024). Set whenever a peer gets any of those; cleared lazily by the scans. */
@@ -357,13 +361,17 @@ _Static_assert(CTRL_BUF_MIN >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE + KEEL_AUT
 	       "ctrl buffer too small");
 
 /* node.c */
-/* Queue one datagram for the transport; seq != 0 tags a reliable one (refusals go back to its
- * window); flags are enum keel_datagram_flags, what the backend may know about it. */
-void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len, uint32_t seq,
-		   uint32_t flags);
+/* Queue one datagram for the transport: buf[0..len), then tail[0..tail_len) when tail is not
+ * NULL (only where node_peer_caps has KEEL_CAP_GATHER); seq != 0 tags a reliable one
+ * (refusals go back to its window); flags are enum keel_datagram_flags, what the backend may
+ * know about it. */
+void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len,
+		   const uint8_t *tail, uint32_t tail_len, uint32_t seq, uint32_t flags);
 void node_txq_flush(struct keel_node *n);
-/* May a datagram to `peer` go without a CRC? Only without a job key (a MAC is never left
- * out), and only while the transport's way to the peer is memory (KEEL_CAP_INTACT). */
+/* The caps of the transport's way to `peer` now that the core may use: none with a job key
+ * (a MAC covers each datagram whole, and is never left out). */
+uint32_t node_peer_caps(struct keel_node *n, uint32_t peer);
+/* May a datagram to `peer` go without a CRC? While its way is memory (KEEL_CAP_INTACT). */
 bool node_peer_intact(struct keel_node *n, uint32_t peer);
 void node_budget_spend(struct keel_node *n, uint32_t bytes);
 /* Check and dispatch one received datagram (the poll loop; the membership model checker). */
@@ -382,6 +390,15 @@ bool rel_can_send(const struct keel_node *n, uint32_t peer);
  * `peer` (NULL when rel_can_send says no), then send it with `len` bytes written there. */
 uint8_t *rel_send_slot(struct keel_node *n, uint32_t peer);
 void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, uint32_t len);
+/* rel_send without the copy: the datagram's payload stays at `payload` (len bytes, not 0),
+ * which must keep those bytes until rel_borrowed_copy_in (the collective that owns them calls
+ * it before it ends or writes them again). Only where node_peer_caps has KEEL_CAP_GATHER. A
+ * copy is made later only if the way to the peer stops taking two pieces before it is sent
+ * again. -EAGAIN when the window is full. */
+int rel_send_borrowed(struct keel_node *n, uint32_t peer, struct wire_header *h,
+		      const uint8_t *payload, uint32_t len);
+/* Copy every payload still borrowed by a datagram in flight into its window slot. */
+void rel_borrowed_copy_in(struct keel_node *n);
 int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const void *payload,
 	     uint32_t len);
 void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack, uint16_t wnd);

@@ -50,15 +50,18 @@ static void totals_check(const struct keel_node *n)
 	KEEL_ASSERT(n->acks_owed <= n->world);
 	KEEL_ASSERT(n->rx_held <= (uint64_t)n->world * n->window);
 #ifdef KEEL_DEBUG
-	uint64_t flight = 0, held = 0;
+	uint64_t flight = 0, held = 0, borrowed = 0;
 	uint32_t owed = 0;
 	for (uint32_t i = 0; i < n->world; i++) {
 		const struct rel_peer *p = &n->rel_peers[i];
 		flight += p->snd_nxt - p->snd_una;
 		held += p->rx_held;
 		owed += p->ack_pending;
+		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++)
+			borrowed += p->tx[seq & (n->window - 1)].tail != NULL;
 	}
 	KEEL_ASSERT_DEBUG(flight == n->tx_flight);
+	KEEL_ASSERT_DEBUG(borrowed == n->tx_borrowed);
 	KEEL_ASSERT_DEBUG(held == n->rx_held);
 	KEEL_ASSERT_DEBUG(owed == n->acks_owed);
 #endif
@@ -298,6 +301,41 @@ static uint64_t backoff_rto(const struct keel_node *n, const struct rel_peer *p,
 	return rto;
 }
 
+/* Bring a borrowed payload into the slot's own buffer, after its header. */
+static void copy_in(struct keel_node *n, struct rel_peer *p, uint32_t seq)
+{
+	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
+	KEEL_ASSERT(s->tail != NULL && s->len > WIRE_HEADER_SIZE && n->tx_borrowed > 0);
+	memcpy(tx_bytes(n, p, seq) + WIRE_HEADER_SIZE, s->tail, s->len - WIRE_HEADER_SIZE);
+	s->tail = NULL;
+	n->tx_borrowed--;
+}
+
+/* A slot leaves the window (acknowledged, or its stream reset): it borrows nothing more. */
+static void slot_release(struct keel_node *n, struct tx_slot *s)
+{
+	if (s->tail == NULL)
+		return;
+	KEEL_ASSERT(n->tx_borrowed > 0);
+	s->tail = NULL;
+	n->tx_borrowed--;
+}
+
+void rel_borrowed_copy_in(struct keel_node *n)
+{
+	/* Bounded by the peers that have anything in flight (the active set), each by its
+	 * window; nothing at all in the usual case, where every borrowed datagram of the
+	 * collective was acknowledged before its members' completion reached this node. */
+	for (uint32_t peer = active_next(n, 0, false); n->tx_borrowed > 0 && peer < n->world;
+	     peer = active_next(n, peer + 1, false)) {
+		struct rel_peer *p = &n->rel_peers[peer];
+		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++)
+			if (p->tx[seq & (n->window - 1)].tail != NULL)
+				copy_in(n, p, seq);
+	}
+	KEEL_ASSERT(n->tx_borrowed == 0); /* every borrowed slot is in flight to an active peer */
+}
+
 static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 {
 	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
@@ -311,8 +349,13 @@ static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 	uint64_t due = n->now_ns + backoff_rto(n, p, s->tries);
 	if (due < p->rtx_deadline_ns)
 		p->rtx_deadline_ns = due;
+	/* A borrowed payload goes as the datagram's tail while the way to the peer takes two
+	 * pieces; after a route change it is copied in once and goes whole from then on. */
+	if (s->tail != NULL && (node_peer_caps(n, peer) & KEEL_CAP_GATHER) == 0)
+		copy_in(n, p, seq);
+	uint32_t tail_len = s->tail != NULL ? s->len - WIRE_HEADER_SIZE : 0;
 	/* a slot the transport refused was never sent (rel_txq_refused took its try back) */
-	node_txq_push(n, peer, tx_bytes(n, p, seq), s->len, seq,
+	node_txq_push(n, peer, tx_bytes(n, p, seq), s->len - tail_len, s->tail, tail_len, seq,
 		      s->tries > 1 ? KEEL_DGRAM_RETRANSMIT : 0);
 }
 
@@ -328,7 +371,8 @@ uint8_t *rel_send_slot(struct keel_node *n, uint32_t peer)
 	return p->tx_buf + (size_t)(p->snd_nxt & (n->window - 1)) * stride(n) + WIRE_HEADER_SIZE;
 }
 
-void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, uint32_t len)
+static void send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, uint32_t len,
+			const uint8_t *tail)
 {
 	KEEL_ASSERT(peer < n->world && peer != n->self);
 	KEEL_ASSERT(len <= n->payload_max); /* room for the MAC trailer too */
@@ -342,17 +386,38 @@ void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, 
 	uint8_t *buf = tx_bytes(n, p, seq);
 	h->seq = seq;
 	h->payload_len = len;
-	if (node_peer_intact(n, peer)) /* memory: no CRC pass here nor at the peer */
+	/* Memory: no CRC pass here nor at the peer. A borrowed payload is not in the window to
+	 * be checked here: add_crcs (node.c) covers it as it leaves, where the way is a wire. */
+	if (tail != NULL || node_peer_intact(n, peer))
 		h->flags |= WIRE_FLAG_NO_CRC;
 	rel_ack_fields(n, peer, h);
 	wire_encode(buf, h);
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 	memset(s, 0, sizeof(*s));
 	s->len = WIRE_HEADER_SIZE + len;
+	s->tail = tail;
+	if (tail != NULL)
+		n->tx_borrowed++;
 	n->ctr.data_sent++;
 	p->data_sent++;
 	transmit(n, peer, seq);
 	window_check(n, p);
+}
+
+void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, uint32_t len)
+{
+	send_commit(n, peer, h, len, NULL);
+}
+
+int rel_send_borrowed(struct keel_node *n, uint32_t peer, struct wire_header *h,
+		      const uint8_t *payload, uint32_t len)
+{
+	KEEL_ASSERT(h != NULL && payload != NULL && len != 0);
+	KEEL_ASSERT((node_peer_caps(n, peer) & KEEL_CAP_GATHER) != 0);
+	if (rel_send_slot(n, peer) == NULL)
+		return -EAGAIN;
+	send_commit(n, peer, h, len, payload);
+	return 0;
 }
 
 int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const void *payload,
@@ -455,6 +520,7 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 		struct tx_slot *s = &p->tx[p->snd_una & mask];
 		if (s->tries == 1 && !s->no_sample && s->sent_ns != 0)
 			sample = n->now_ns - s->sent_ns;
+		slot_release(n, s);
 		p->snd_una++;
 		n->tx_flight--;
 	}
@@ -682,6 +748,9 @@ void rel_peer_reset(struct keel_node *n, uint32_t peer)
 	KEEL_ASSERT(peer < n->world);
 	struct rel_peer *p = &n->rel_peers[peer];
 	window_check(n, p);
+	/* before the slots go: what they borrowed is counted */
+	for (uint32_t seq = p->snd_una; p->tx != NULL && seq != p->snd_nxt; seq++)
+		slot_release(n, &p->tx[seq & (n->window - 1)]);
 	if (n->stream_pool) {
 		stream_detach(n, peer); /* the next datagram in flight takes a fresh one */
 	} else {

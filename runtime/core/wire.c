@@ -119,7 +119,7 @@ uint64_t wire_get64(const uint8_t *p)
 }
 
 /* CRC of the header as it stands in buf, its crc field taken as zero, then the payload. */
-static uint32_t datagram_crc(const uint8_t *buf, uint32_t payload_len)
+static uint32_t datagram_crc(const uint8_t *buf, const uint8_t *payload, uint32_t payload_len)
 {
 	static const uint8_t zero_crc[4];
 	uint32_t crc;
@@ -127,7 +127,7 @@ static uint32_t datagram_crc(const uint8_t *buf, uint32_t payload_len)
 	KEEL_ASSERT_DEBUG(buf != NULL);
 	crc = crc32c(0, buf, OFF_CRC);
 	crc = crc32c(crc, zero_crc, sizeof(zero_crc));
-	return crc32c(crc, buf + WIRE_HEADER_SIZE, payload_len);
+	return crc32c(crc, payload, payload_len);
 }
 
 void wire_encode(uint8_t *buf, const struct wire_header *h)
@@ -155,7 +155,7 @@ void wire_encode(uint8_t *buf, const struct wire_header *h)
 	wire_put32(buf + OFF_PAYLOAD_LEN, h->payload_len);
 	wire_put32(buf + OFF_CRC, (h->flags & (WIRE_FLAG_AUTH | WIRE_FLAG_NO_CRC)) != 0
 				      ? 0
-				      : datagram_crc(buf, h->payload_len));
+				      : datagram_crc(buf, buf + WIRE_HEADER_SIZE, h->payload_len));
 	/* The CRC covered the payload length the header now announces. */
 	KEEL_ASSERT(wire_get32(buf + OFF_PAYLOAD_LEN) == h->payload_len);
 }
@@ -166,7 +166,7 @@ bool wire_crc_left_out(const uint8_t *buf)
 	return (wire_get16(buf + OFF_FLAGS) & WIRE_FLAG_NO_CRC) != 0;
 }
 
-void wire_add_crc(uint8_t *buf)
+void wire_add_crc(uint8_t *buf, const uint8_t *tail)
 {
 	KEEL_ASSERT(buf != NULL);
 	uint16_t flags = wire_get16(buf + OFF_FLAGS);
@@ -176,7 +176,8 @@ void wire_add_crc(uint8_t *buf)
 	uint32_t payload_len = wire_get32(buf + OFF_PAYLOAD_LEN);
 	KEEL_ASSERT(payload_len <= PAYLOAD_MAX && (flags & WIRE_FLAG_AUTH) == 0);
 	wire_put16(buf + OFF_FLAGS, (uint16_t)(flags & ~WIRE_FLAG_NO_CRC));
-	wire_put32(buf + OFF_CRC, datagram_crc(buf, payload_len));
+	wire_put32(buf + OFF_CRC,
+		   datagram_crc(buf, tail != NULL ? tail : buf + WIRE_HEADER_SIZE, payload_len));
 }
 
 static void read_header(const uint8_t *buf, struct wire_header *h)
@@ -257,7 +258,9 @@ static enum wire_verdict integrity(const uint8_t *buf, size_t len, const struct 
 						 without */
 		if (no_crc) /* only memory may carry it: off a wire it is a damaged one */
 			return exp->intact && h->crc == 0 ? WIRE_OK : WIRE_BAD_CRC;
-		return datagram_crc(buf, h->payload_len) == h->crc ? WIRE_OK : WIRE_BAD_CRC;
+		return datagram_crc(buf, buf + WIRE_HEADER_SIZE, h->payload_len) == h->crc
+			   ? WIRE_OK
+			   : WIRE_BAD_CRC;
 	}
 	if (!sealed || no_crc || h->crc != 0 ||
 	    !auth_open(exp->auth, buf, len, h->src, &h->auth_inc, &h->auth_counter))

@@ -129,8 +129,9 @@ void wire_encode(uint8_t *buf, const struct wire_header *h);
 
 /* An encoded datagram marked WIRE_FLAG_NO_CRC about to leave on a way that is not memory:
  * clear the flag and fill in the CRC, in place (the retransmit copy keeps it). Any other
- * datagram is left as it is. */
-void wire_add_crc(uint8_t *buf);
+ * datagram is left as it is. Its payload is at buf + WIRE_HEADER_SIZE, or at `tail` when
+ * not NULL (a datagram in two pieces, struct keel_datagram). */
+void wire_add_crc(uint8_t *buf, const uint8_t *tail);
 /* Was this encoded datagram written with WIRE_FLAG_NO_CRC? */
 bool wire_crc_left_out(const uint8_t *buf);
 

@@ -299,9 +299,10 @@ int keel_chaos_init(struct keel_transport **out, void *mem, size_t mem_len,
 	c->t = (struct keel_transport){
 	    .ops = &chaos_ops,
 	    .state = c,
-	    /* and no CRC left out: every datagram through chaos carries its own */
-	    .caps = cfg->inner->caps &
-		    ~(uint32_t)(KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED | KEEL_CAP_INTACT),
+	    /* and no CRC left out: every datagram through chaos carries its own; and none
+	     * in two pieces: a held or duplicated datagram is copied whole */
+	    .caps = cfg->inner->caps & ~(uint32_t)(KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED |
+						   KEEL_CAP_INTACT | KEEL_CAP_GATHER),
 	    .mtu = cfg->inner->mtu,
 	    .rank = cfg->inner->rank,
 	    .world_size = cfg->inner->world_size,

@@ -220,14 +220,21 @@ static int router_send_burst(struct keel_transport *t, uint64_t now_ns,
 			i++;
 			continue;
 		}
-		/* The run of datagrams that go on route r, renamed into its ranks. */
+		/* The run of datagrams that go on route r, renamed into its ranks. A datagram
+		 * in two pieces stops it where the route cannot take those (the peer's route
+		 * changed after the core wrote it): refused like one to a full route, it comes
+		 * back from the core in one piece. */
+		bool gathers = (x->rt[r]->caps & KEEL_CAP_GATHER) != 0;
 		uint32_t n = 0;
 		while (i + n < count && n < KEEL_BURST_MAX && peer_valid(x, d[i + n].peer) &&
-		       (n == 0 || route_for(x, d[i + n].peer) == r)) {
+		       (n == 0 || route_for(x, d[i + n].peer) == r) &&
+		       (gathers || d[i + n].tail_len == 0)) {
 			x->out[n] = d[i + n];
 			x->out[n].peer = x->to_route[d[i + n].peer * x->routes + r];
 			n++;
 		}
+		if (n == 0)
+			break; /* d[i] is in two pieces and route r takes one */
 		int rc = x->rt[r]->ops->send_burst(x->rt[r], now_ns, x->out, n);
 		if (rc == -EINVAL)
 			return i == 0 ? -EINVAL : (int)i;
@@ -356,16 +363,20 @@ static bool router_peer_ok(struct keel_transport *t, uint32_t peer)
 	return peer_valid(x, peer) && route_for(x, peer) != NONE;
 }
 
-/* Is the way to peer memory now? Asked of the route that send_burst would take. */
-static bool router_peer_intact(struct keel_transport *t, uint32_t peer)
+/* The caps of the route send_burst would take to peer now, less what several routes cannot
+ * promise (keel_router_init). */
+static uint32_t router_peer_caps(struct keel_transport *t, uint32_t peer)
 {
 	struct router *x = of(t);
 	if (!peer_valid(x, peer))
-		return false;
+		return 0;
 	uint32_t r = route_for(x, peer);
 	if (r == NONE)
-		return false;
-	return keel_transport_peer_intact(x->rt[r], x->to_route[peer * x->routes + r]);
+		return 0;
+	uint32_t caps = keel_transport_peer_caps(x->rt[r], x->to_route[peer * x->routes + r]);
+	if (x->routes > 1)
+		caps &= ~(uint32_t)(KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED);
+	return caps;
 }
 
 static void router_fini(struct keel_transport *t)
@@ -387,7 +398,7 @@ static const struct keel_transport_ops router_ops = {
     .peer_ok = router_peer_ok,
     .rx_ready = router_rx_ready,
     .arm_wait = router_arm_wait,
-    .peer_intact = router_peer_intact,
+    .peer_caps = router_peer_caps,
 };
 
 /* One epoll descriptor over every route's wait_fd; -1 (and 0) when a route has none. */

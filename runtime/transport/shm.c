@@ -174,9 +174,9 @@ static void ring_get(struct shm *s, struct ring_hdr *r, uint64_t pos, void *dst,
 		memcpy((uint8_t *)dst + first, ring_data(r), n - first);
 }
 
-/* Abstract-namespace address: no file to clean up, released when its process dies. */
-/* The doorbell's abstract address, "\0keel-shm<name>.<rank>", written by hand: a sender
- * builds it for every wake-up, and snprintf cost more than the rest of a small send. */
+/* The doorbell's abstract address, "\0keel-shm<name>.<rank>": no file to clean up, released
+ * when its process dies. Written by hand: a sender builds it for every wake-up, and snprintf
+ * cost more than the rest of a small send. */
 static socklen_t bell_addr(const struct shm *s, uint32_t rank, struct sockaddr_un *a)
 {
 	static const char prefix[] = "keel-shm";
@@ -347,7 +347,8 @@ static void state_init(struct shm *s, const struct keel_shm_config *cfg)
 	s->t = (struct keel_transport){
 	    .ops = &shm_ops,
 	    .state = s,
-	    .caps = KEEL_CAP_ORDERED | KEEL_CAP_INTACT | (cfg->reliable ? KEEL_CAP_RELIABLE : 0u),
+	    .caps = KEEL_CAP_ORDERED | KEEL_CAP_INTACT | KEEL_CAP_GATHER |
+		    (cfg->reliable ? KEEL_CAP_RELIABLE : 0u),
 	    .mtu = cfg->mtu,
 	    .rank = cfg->rank,
 	    .world_size = cfg->world_size,
@@ -451,8 +452,9 @@ void keel_shm_stats_get(struct keel_transport *t, struct keel_shm_stats *out)
 
 static bool datagram_ok(const struct shm *s, const struct keel_datagram *g)
 {
-	return g->peer < s->t.world_size && g->peer != s->t.rank && g->len <= s->t.mtu &&
-	       (g->buf != NULL || g->len == 0);
+	return g->peer < s->t.world_size && g->peer != s->t.rank && g->tail_len <= s->t.mtu &&
+	       g->len <= s->t.mtu - g->tail_len && (g->buf != NULL || g->len == 0) &&
+	       (g->tail != NULL || g->tail_len == 0);
 }
 
 /* Copy the run of d[0..count) bound for d[0].peer that fits, after position pos of a ring with
@@ -463,8 +465,9 @@ static uint32_t run_copy(struct shm *s, struct ring_hdr *r, const struct keel_da
 	uint32_t i;
 
 	for (i = 0; i < count && d[i].peer == d[0].peer && datagram_ok(s, &d[i]); i++) {
-		uint32_t need = record_bytes(d[i].len);
-		uint32_t hdr[2] = {d[i].len, ~d[i].len};
+		uint32_t len = d[i].len + d[i].tail_len; /* datagram_ok: at most the mtu */
+		uint32_t need = record_bytes(len);
+		uint32_t hdr[2] = {len, ~len};
 
 		if (need > room && (d[i].flags & KEEL_DGRAM_CONTROL) != 0) {
 			/* Lossy anyway, and refusing it would hold back every datagram behind
@@ -477,6 +480,9 @@ static uint32_t run_copy(struct shm *s, struct ring_hdr *r, const struct keel_da
 		ring_put(s, r, *pos, hdr, sizeof(hdr));
 		if (d[i].len > 0)
 			ring_put(s, r, *pos + RECORD_HDR_BYTES, d[i].buf, d[i].len);
+		if (d[i].tail_len > 0) /* two pieces: the payload straight from where it lies */
+			ring_put(s, r, *pos + RECORD_HDR_BYTES + d[i].len, d[i].tail,
+				 d[i].tail_len);
 		*pos = (*pos + need) & POS_MASK;
 		room -= need;
 		s->stats.tx_datagrams++;

@@ -69,7 +69,7 @@ static struct keel_transport *shm_open_rank(int slot, struct keel_shm_config *cf
 	assert_true(need > 0 && need <= MEM_BYTES);
 	assert_int_equal(keel_shm_init(&t, g_mem[slot], need, cfg), 0);
 	assert_non_null(t);
-	assert_int_equal(t->caps, KEEL_CAP_ORDERED | KEEL_CAP_INTACT |
+	assert_int_equal(t->caps, KEEL_CAP_ORDERED | KEEL_CAP_INTACT | KEEL_CAP_GATHER |
 				      (cfg->reliable ? KEEL_CAP_RELIABLE : 0u));
 	assert_int_equal(t->mtu, cfg->mtu);
 	assert_true(t->ops->wait_fd(t) >= 0);
@@ -123,6 +123,57 @@ static void test_shm_wrap_around(void **state)
 		assert_int_equal(d[0].peer, 0);
 		assert_int_equal(check(d[0].buf, len, seq), 0);
 	}
+	a->ops->fini(a);
+	b->ops->fini(b);
+	munmap(reg, cfg.region_len);
+}
+
+/* Datagrams in two pieces (KEEL_CAP_GATHER: a header, then a payload where it lies) arrive as
+ * one, cut at every point and at every ring position, copied or lent. A tail that does not
+ * fit the mtu, or has no bytes, is refused like any bad datagram. */
+static void test_shm_two_pieces(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o[2], d[1];
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	void *reg = region_new(&cfg);
+	struct keel_transport *a = shm_open_rank(0, &cfg, 0), *b = shm_open_rank(1, &cfg, 1);
+
+	for (uint32_t seq = 0; seq < 2000; seq++) {
+		uint32_t len = (seq * 37) % (SMALL_MTU + 1);
+		uint32_t cut = len == 0 ? 0 : (seq * 13) % (len + 1);
+
+		o[0] = out_make(0, 1, len, seq);
+		o[0].len = cut;
+		o[0].tail = g_out[0] + cut;
+		o[0].tail_len = len - cut;
+		if (o[0].tail_len == 0)
+			o[0].tail = NULL;
+		assert_int_equal(a->ops->send_burst(a, 0, o, 1), 1);
+		recv_setup(d, 1, SMALL_MTU);
+		if (seq % 2 == 0)
+			d[0].flags = KEEL_DGRAM_LEND;
+		assert_int_equal(b->ops->recv_burst(b, 0, d, 1), 1);
+		assert_int_equal(d[0].len, len);
+		assert_int_equal(check(d[0].buf, len, seq), 0);
+	}
+	o[0] = out_make(0, 1, SMALL_MTU, 1);
+	o[0].len = 1;
+	o[0].tail = g_out[0] + 1;
+	o[0].tail_len = SMALL_MTU; /* one byte over */
+	assert_int_equal(a->ops->send_burst(a, 0, o, 1), -EINVAL);
+	o[0].tail_len = SMALL_MTU + 1; /* over on its own */
+	assert_int_equal(a->ops->send_burst(a, 0, o, 1), -EINVAL);
+	o[0].tail = NULL;
+	o[0].tail_len = 4; /* bytes announced, none given */
+	assert_int_equal(a->ops->send_burst(a, 0, o, 1), -EINVAL);
+	o[1] = o[0];
+	o[0] = out_make(1, 1, 10, 7);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 2), 1); /* stops at the bad one */
+	recv_setup(d, 1, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 1), 1);
+	assert_int_equal(check(d[0].buf, 10, 7), 0);
 	a->ops->fini(a);
 	b->ops->fini(b);
 	munmap(reg, cfg.region_len);
@@ -786,6 +837,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_shm_wrap_around),
+	    cmocka_unit_test(test_shm_two_pieces),
 	    cmocka_unit_test(test_shm_full_ring_partial),
 	    cmocka_unit_test(test_shm_lent_in_place),
 	    cmocka_unit_test(test_shm_mtu_and_empty),

@@ -595,7 +595,7 @@ static void test_wire_no_crc_only_from_memory(void **state)
 	buf[53] ^= 1;
 
 	memcpy(copy, buf, len);
-	wire_add_crc(buf);
+	wire_add_crc(buf, NULL);
 	assert_false(wire_crc_left_out(buf));
 	assert_int_equal(decode(buf, len), WIRE_OK);
 	assert_int_equal(wire_decode(buf, len, &intact, &out), WIRE_OK);
@@ -604,11 +604,37 @@ static void test_wire_no_crc_only_from_memory(void **state)
 	h.flags &= ~WIRE_FLAG_NO_CRC;
 	encode(copy, &h);
 	assert_memory_equal(buf, copy, len);
-	wire_add_crc(buf); /* one with its CRC already: left alone */
+	wire_add_crc(buf, NULL); /* one with its CRC already: left alone */
 	assert_memory_equal(buf, copy, len);
 	/* and its payload is checked again */
 	buf[WIRE_HEADER_SIZE + 7] ^= 4;
 	assert_int_equal(wire_decode(buf, len, &intact, &out), WIRE_BAD_CRC);
+}
+
+/* A datagram in two pieces (a header in the window, its payload borrowed from where it lies):
+ * wire_add_crc over the header and the tail gives the bytes of the datagram written whole. */
+static void test_wire_add_crc_over_tail(void **state)
+{
+	(void)state;
+	struct wire_header h = make_header(WIRE_DATA, 777);
+	uint8_t head[BUF_MAX], whole[BUF_MAX], tail[BUF_MAX];
+	size_t len;
+
+	h.flags |= WIRE_FLAG_NO_CRC;
+	fill_pattern(tail, h.payload_len, 9);
+	memset(head, 0xa5, sizeof(head)); /* what the window holds after the header: not read */
+	encode(head, &h);
+	wire_add_crc(head, tail);
+	assert_false(wire_crc_left_out(head));
+	h.flags &= ~WIRE_FLAG_NO_CRC;
+	memcpy(whole + WIRE_HEADER_SIZE, tail, h.payload_len);
+	len = encode(whole, &h);
+	assert_memory_equal(head, whole, WIRE_HEADER_SIZE);
+	/* the joined pieces pass the check; a bit off in the tail does not */
+	memcpy(head + WIRE_HEADER_SIZE, tail, h.payload_len);
+	assert_int_equal(decode(head, len), WIRE_OK);
+	head[WIRE_HEADER_SIZE + 500] ^= 0x10;
+	assert_int_equal(decode(head, len), WIRE_BAD_CRC);
 }
 
 static void test_wire_bad_crc_payload(void **state)
@@ -1069,6 +1095,7 @@ int main(void)
 	    cmocka_unit_test(test_wire_bad_crc_header),
 	    cmocka_unit_test(test_wire_bad_crc_payload),
 	    cmocka_unit_test(test_wire_no_crc_only_from_memory),
+	    cmocka_unit_test(test_wire_add_crc_over_tail),
 	    cmocka_unit_test(test_wire_wrong_job),
 	    cmocka_unit_test(test_wire_wrong_destination),
 	    cmocka_unit_test(test_wire_src_is_self),

@@ -1,0 +1,263 @@
+/* Datagrams that borrow their payload from the caller's buffer (KEEL_CAP_GATHER): the core
+ * sends a stable source (an out-of-place input, a ring's all-gather, the restart copy) as a
+ * tail instead of copying it into its window. Checked here: tails are used where they may
+ * be and nowhere else; a way that stops taking tails gets the payload copied in; and nothing
+ * in flight points into a caller's buffer once its collective has ended, even a failed one.
+ * Over shared memory, through a decorator that watches every datagram sent. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cluster_int.h"
+#include "keel/keel.h"
+#include "node_int.h"
+#include "refcheck.h"
+#include "wire_int.h"
+
+#define WORLD 3u
+#define MTU   9000u
+#define COUNT 200003u /* f32: not a multiple of the world, the mtu or a page */
+
+/* What rank r's core hands its transport, watched; it can refuse a peer's data, and stop
+ * taking tails as a router does when a peer's route changes. */
+struct spy {
+	struct keel_transport t;
+	struct keel_transport *inner;
+	bool gather;		/* peer_caps says KEEL_CAP_GATHER */
+	bool jam_data[WORLD];	/* refuse data datagrams to this peer (a full ring) */
+	uint64_t tails;		/* data datagrams sent in two pieces */
+	uint64_t whole;		/* data datagrams sent whole */
+	uint64_t tails_refused; /* offered in two pieces while gather was off */
+	uint64_t poisoned;	/* data datagrams carrying a poison byte */
+	int poison;		/* a byte no payload may carry, or -1 */
+};
+
+static struct spy g_spy[WORLD];
+
+static bool is_data(const struct keel_datagram *d)
+{
+	return (d->flags & KEEL_DGRAM_CONTROL) == 0;
+}
+
+static int spy_send(struct keel_transport *t, uint64_t now, const struct keel_datagram *d,
+		    uint32_t count)
+{
+	struct spy *s = t->state;
+	uint32_t n;
+
+	for (n = 0; n < count; n++) {
+		if (is_data(&d[n]) && s->jam_data[d[n].peer])
+			break;
+		if (d[n].tail != NULL && !s->gather) {
+			s->tails_refused++;
+			break; /* as a router whose route to the peer takes one piece */
+		}
+	}
+	if (n == 0)
+		return 0;
+	int rc = s->inner->ops->send_burst(s->inner, now, d, n);
+	for (int i = 0; i < rc; i++) {
+		if (!is_data(&d[i]))
+			continue;
+		const uint8_t *pl = d[i].tail != NULL ? d[i].tail : d[i].buf + WIRE_HEADER_SIZE;
+		uint32_t len = d[i].tail != NULL ? d[i].tail_len : d[i].len - WIRE_HEADER_SIZE;
+		assert_true(d[i].tail == NULL || d[i].len == WIRE_HEADER_SIZE);
+		if (d[i].tail != NULL)
+			s->tails++;
+		else
+			s->whole++;
+		if (s->poison >= 0 && memchr(pl, s->poison, len) != NULL)
+			s->poisoned++;
+	}
+	return rc;
+}
+
+static int spy_recv(struct keel_transport *t, uint64_t now, struct keel_datagram *d, uint32_t count)
+{
+	struct spy *s = t->state;
+	return s->inner->ops->recv_burst(s->inner, now, d, count);
+}
+
+static uint32_t spy_peer_caps(struct keel_transport *t, uint32_t peer)
+{
+	struct spy *s = t->state;
+	uint32_t caps = keel_transport_peer_caps(s->inner, peer);
+	return s->gather ? caps : caps & ~(uint32_t)KEEL_CAP_GATHER;
+}
+
+static const struct keel_transport_ops spy_ops = {
+    .name = "spy", .send_burst = spy_send, .recv_burst = spy_recv, .peer_caps = spy_peer_caps};
+
+static enum keel_algo g_algo;
+
+static void tweak(struct keel_config *cfg)
+{
+	cfg->algo = g_algo;
+	cfg->entry_timeout_ns = 50000000; /* a member that never comes: 50 ms */
+}
+
+/* WORLD ranks over shared memory, each behind a spy. */
+static void spy_cluster_init(struct cluster *c, enum keel_algo algo)
+{
+	g_algo = algo;
+	assert_int_equal(cluster_init_shm(c, WORLD, MTU, tweak), 0);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		keel_fini(c->node[r]);
+		free(c->mem_node[r]);
+		struct spy *s = &g_spy[r];
+		memset(s, 0, sizeof(*s));
+		s->inner = c->tp[r];
+		s->t = *s->inner;
+		s->t.ops = &spy_ops;
+		s->t.state = s;
+		s->gather = true;
+		s->poison = -1;
+		assert_true((s->t.caps & KEEL_CAP_GATHER) != 0);
+		c->tp[r] = &s->t;
+	}
+	assert_int_equal(cluster_nodes_init(c, tweak), 0);
+}
+
+static float g_in[WORLD][COUNT], g_out[WORLD][COUNT], g_ref[COUNT];
+
+/* One AllReduce on every rank, out of place or in place; the results are checked. */
+static void allreduce_all(struct cluster *c, bool in_place, uint32_t count)
+{
+	struct keel_op *h[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX];
+	keel_check_reference(g_ref, 0, count, WORLD, KEEL_F32, KEEL_SUM);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		keel_check_fill(g_in[r], 0, count, r, KEEL_F32, KEEL_SUM);
+		if (in_place)
+			memcpy(g_out[r], g_in[r], count * sizeof(float));
+		assert_int_equal(keel_allreduce_start(c->node[r], in_place ? g_out[r] : g_in[r],
+						      g_out[r], count, KEEL_F32, KEEL_SUM, &h[r]),
+				 0);
+	}
+	assert_int_equal(cluster_wait_ops(c, h, rc, 200000), 0);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(rc[r], 0);
+		assert_int_equal(keel_check_wrong(g_out[r], g_ref, 0, count, KEEL_F32), 0);
+		assert_int_equal(c->node[r]->tx_borrowed, 0);
+	}
+}
+
+static uint64_t tails_all(void)
+{
+	uint64_t t = 0;
+	for (uint32_t r = 0; r < WORLD; r++)
+		t += g_spy[r].tails;
+	return t;
+}
+
+/* The ring sends its input (out of place, or the restart copy in place) and its all-gather
+ * as tails, its reduce-scatter's partial sums whole; recursive doubling sends partial
+ * results only: never a tail. */
+static void test_borrow_where_the_bytes_stay(void **state)
+{
+	(void)state;
+	struct cluster c;
+	spy_cluster_init(&c, KEEL_ALGO_RING);
+	allreduce_all(&c, false, COUNT);
+	uint64_t t = tails_all(), w = g_spy[0].whole + g_spy[1].whole + g_spy[2].whole;
+	printf("# ring out of place: %llu tails, %llu whole\n", (unsigned long long)t,
+	       (unsigned long long)w);
+	/* 3 ranks: step 0 (input) and steps 2-3 (all-gather) borrow, step 1 does not */
+	assert_true(t > 0 && w > 0 && t > w);
+	allreduce_all(&c, true, COUNT);
+	assert_true(tails_all() > t);
+	cluster_fini(&c);
+
+	spy_cluster_init(&c, KEEL_ALGO_RD);
+	allreduce_all(&c, false, 3000);
+	allreduce_all(&c, true, 3000);
+	assert_int_equal(tails_all(), 0);
+	assert_true(g_spy[0].whole > 0);
+	cluster_fini(&c);
+}
+
+/* The way to a peer stops taking two pieces while borrowed datagrams wait in the window
+ * (refused by a full ring, then the route changed): they are copied in and go whole, and
+ * no tail is offered after the change. The results stay exact. */
+static void test_borrow_route_change_copies_in(void **state)
+{
+	(void)state;
+	struct cluster c;
+	struct keel_op *h[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX];
+	spy_cluster_init(&c, KEEL_ALGO_RING);
+	keel_check_reference(g_ref, 0, COUNT, WORLD, KEEL_F32, KEEL_SUM);
+	g_spy[0].jam_data[1] = true;
+	for (uint32_t r = 0; r < WORLD; r++) {
+		keel_check_fill(g_in[r], 0, COUNT, r, KEEL_F32, KEEL_SUM);
+		assert_int_equal(keel_allreduce_start(c.node[r], g_in[r], g_out[r], COUNT, KEEL_F32,
+						      KEEL_SUM, &h[r]),
+				 0);
+	}
+	for (int i = 0; i < 200; i++)
+		cluster_round(&c);
+	assert_true(c.node[0]->tx_borrowed > 0); /* written as tails, refused so far */
+	uint64_t whole_before = g_spy[0].whole;
+	g_spy[0].gather = false;
+	g_spy[0].jam_data[1] = false;
+	assert_int_equal(cluster_wait_ops(&c, h, rc, 200000), 0);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(rc[r], 0);
+		assert_int_equal(keel_check_wrong(g_out[r], g_ref, 0, COUNT, KEEL_F32), 0);
+	}
+	assert_int_equal(g_spy[0].tails_refused, 0);
+	assert_true(g_spy[0].whole > whole_before);
+	assert_int_equal(c.node[0]->tx_borrowed, 0);
+	cluster_fini(&c);
+}
+
+/* A collective that fails (a member never starts it) while its borrowed datagrams are still
+ * in the window: once the caller is told, the caller may write its buffer; what is sent
+ * after that carries the bytes as they were, never the new ones. */
+static void test_borrow_failed_collective_lets_go(void **state)
+{
+	(void)state;
+	struct cluster c;
+	struct keel_op *h0 = NULL;
+	spy_cluster_init(&c, KEEL_ALGO_RING);
+	g_spy[0].jam_data[1] = true; /* rank 0's data to rank 1 waits in its window */
+	for (uint32_t i = 0; i < COUNT; i++)
+		g_in[0][i] = 1.0f; /* bytes 00 00 80 3f: no 0xee among them */
+	assert_int_equal(
+	    keel_allreduce_start(c.node[0], g_in[0], g_out[0], COUNT, KEEL_F32, KEEL_SUM, &h0), 0);
+	int st = -EINPROGRESS;
+	for (int i = 0; i < 200000 && st == -EINPROGRESS; i++) {
+		cluster_round(&c);
+		st = keel_op_test(c.node[0], h0);
+	}
+	assert_int_equal(st, -ETIMEDOUT); /* ranks 1 and 2 never started it */
+	assert_int_equal(c.node[0]->tx_borrowed, 0);
+	assert_true(g_spy[0].tails > 0 || c.node[0]->tx_flight > 0);
+	memset(g_in[0], 0xee, sizeof(g_in[0])); /* the caller's buffer, written again */
+	g_spy[0].poison = 0xee;
+	uint64_t sent = g_spy[0].tails + g_spy[0].whole;
+	g_spy[0].jam_data[1] = false;
+	for (int i = 0; i < 2000; i++)
+		cluster_round(&c);
+	printf("# after the failure: %llu data datagrams sent\n",
+	       (unsigned long long)(g_spy[0].tails + g_spy[0].whole - sent));
+	assert_true(g_spy[0].tails + g_spy[0].whole > sent); /* the window drained */
+	assert_int_equal(g_spy[0].poisoned, 0);
+	cluster_fini(&c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_borrow_where_the_bytes_stay),
+	    cmocka_unit_test(test_borrow_route_change_copies_in),
+	    cmocka_unit_test(test_borrow_failed_collective_lets_go),
+	};
+	return cmocka_run_group_tests_name("borrow", tests, NULL, NULL);
+}
