@@ -67,7 +67,8 @@ struct udp {
 	union peer_addr *peers; /* [world_size] */
 	uint16_t *hash;		/* [hash_mask + 1]: rank + 1, or HASH_EMPTY; linear probing */
 	struct mmsghdr *msgs;	/* [burst], shared by send and receive (never both at once) */
-	struct iovec *iovs;	/* [burst] */
+	struct iovec *iovs;	/* [2 * burst]: a datagram's header and tail (KEEL_CAP_GATHER) */
+	uint32_t *msg_dgrams;	/* [burst]: datagrams in each message a send fills */
 	union peer_addr *srcs;	/* [burst]: source addresses recvmmsg fills in */
 	uint8_t *gso_ctrl;	/* [burst][GSO_CTRL_BYTES]: each send's UDP_SEGMENT message */
 	bool gso;		/* coalesce runs to one peer (off when the kernel refused it) */
@@ -87,7 +88,7 @@ struct udp {
 
 /* Byte offsets of each array from the aligned start of `mem`. */
 struct layout {
-	size_t peers, hash, msgs, iovs, srcs, gso_ctrl, gro_buf, total;
+	size_t peers, hash, msgs, iovs, msg_dgrams, srcs, gso_ctrl, gro_buf, total;
 	uint32_t hash_slots;
 };
 
@@ -161,7 +162,8 @@ static void layout_compute(const struct keel_udp_config *cfg, struct layout *l)
 	l->hash = l->peers + align_up(cfg->world_size * sizeof(union peer_addr));
 	l->msgs = l->hash + align_up(slots * sizeof(uint16_t));
 	l->iovs = l->msgs + align_up(cfg->burst * sizeof(struct mmsghdr));
-	l->srcs = l->iovs + align_up(cfg->burst * sizeof(struct iovec));
+	l->msg_dgrams = l->iovs + align_up(2 * cfg->burst * sizeof(struct iovec));
+	l->srcs = l->msg_dgrams + align_up(cfg->burst * sizeof(uint32_t));
 	l->gso_ctrl = l->srcs + align_up(cfg->burst * sizeof(union peer_addr));
 	l->gro_buf = l->gso_ctrl + align_up(cfg->burst * GSO_CTRL_BYTES);
 	l->total = l->gro_buf + GRO_BUF_BYTES;
@@ -356,6 +358,7 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 	u->hash = (uint16_t *)(base + l.hash);
 	u->msgs = (struct mmsghdr *)(base + l.msgs);
 	u->iovs = (struct iovec *)(base + l.iovs);
+	u->msg_dgrams = (uint32_t *)(base + l.msg_dgrams);
 	u->srcs = (union peer_addr *)(base + l.srcs);
 	u->gso_ctrl = base + l.gso_ctrl;
 	u->gro_buf = base + l.gro_buf;
@@ -372,7 +375,7 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 	u->t = (struct keel_transport){
 	    .ops = &udp_ops,
 	    .state = u,
-	    .caps = 0,
+	    .caps = KEEL_CAP_GATHER, /* sendmmsg takes each datagram as two iovecs */
 	    .mtu = cfg->mtu,
 	    .rank = cfg->rank,
 	    .world_size = cfg->world_size,
@@ -453,7 +456,7 @@ static bool err_is_datagram(int err)
 /* Datagrams in msgs[i]: one per iovec (a coalesced run has several). */
 static uint32_t msg_datagrams(const struct udp *u, uint32_t i)
 {
-	return (uint32_t)u->msgs[i].msg_hdr.msg_iovlen;
+	return u->msg_dgrams[i];
 }
 
 /* Send msgs[0..n). Returns how many messages are done (sent, or skipped after a per-datagram
@@ -507,21 +510,28 @@ static int send_msgs(struct udp *u, uint32_t n, bool *blocked, bool *gso_refused
 static bool send_valid(const struct udp *u, const struct keel_datagram *g)
 {
 	return g->peer < u->t.world_size && u->peers[g->peer].sa.sa_family != AF_UNSPEC &&
-	       g->len <= u->t.mtu && (g->buf != NULL || g->len == 0);
+	       g->tail_len <= u->t.mtu && g->len <= u->t.mtu - g->tail_len &&
+	       (g->buf != NULL || g->len == 0) && (g->tail != NULL || g->tail_len == 0);
+}
+
+/* A datagram's bytes on the wire: its header piece and its tail. */
+static uint32_t wire_len(const struct keel_datagram *g)
+{
+	return g->len + g->tail_len;
 }
 
 /* How many of d[i..n) join d[i] in one coalesced send: the same peer, every datagram but the
  * last as long as the first, within the kernel's segment and length limits. */
 static uint32_t gso_run(const struct udp *u, const struct keel_datagram *d, uint32_t i, uint32_t n)
 {
-	uint32_t seg = d[i].len, total = seg, j = i + 1;
+	uint32_t seg = wire_len(&d[i]), total = seg, j = i + 1;
 
 	if (!u->gso || seg == 0)
 		return 1;
-	while (j < n && j - i < GSO_SEGS_MAX && d[j].peer == d[i].peer && d[j - 1].len == seg &&
-	       d[j].len != 0 && d[j].len <= seg && total + d[j].len <= GSO_BYTES_MAX &&
-	       send_valid(u, &d[j])) {
-		total += d[j].len;
+	while (j < n && j - i < GSO_SEGS_MAX && d[j].peer == d[i].peer &&
+	       wire_len(&d[j - 1]) == seg && wire_len(&d[j]) != 0 && wire_len(&d[j]) <= seg &&
+	       total + wire_len(&d[j]) <= GSO_BYTES_MAX && send_valid(u, &d[j])) {
+		total += wire_len(&d[j]);
 		j++;
 	}
 	return j - i;
@@ -532,23 +542,30 @@ static uint32_t gso_run(const struct udp *u, const struct keel_datagram *d, uint
 static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uint32_t n,
 			       uint32_t *msgs_out)
 {
-	uint32_t i = 0, m = 0;
+	uint32_t i = 0, m = 0, v = 0;
 
 	while (i < n && send_valid(u, &d[i])) {
 		struct msghdr *h = &u->msgs[m].msg_hdr;
-		uint32_t run = gso_run(u, d, i, n);
+		uint32_t run = gso_run(u, d, i, n), first = v;
 
+		/* The kernel cuts a coalesced run every seg bytes of the iovecs joined: a
+		 * datagram in two pieces is two iovecs, and its segment still one datagram. */
 		for (uint32_t k = i; k < i + run; k++) {
-			u->iovs[k].iov_base = d[k].buf;
-			u->iovs[k].iov_len = d[k].len;
+			u->iovs[v++] = (struct iovec){.iov_base = d[k].buf, .iov_len = d[k].len};
+			if (d[k].tail_len > 0)
+				u->iovs[v++] =
+				    (struct iovec){.iov_base = (void *)(uintptr_t)d[k].tail,
+						   .iov_len = d[k].tail_len};
 		}
+		KEEL_ASSERT(v <= 2 * u->burst);
 		memset(h, 0, sizeof(*h));
 		h->msg_name = &u->peers[d[i].peer];
 		h->msg_namelen = family_addr_len(u->family);
-		h->msg_iov = &u->iovs[i];
-		h->msg_iovlen = run;
+		h->msg_iov = &u->iovs[first];
+		h->msg_iovlen = v - first;
+		u->msg_dgrams[m] = run;
 		if (run > 1) {
-			uint16_t seg = (uint16_t)d[i].len;
+			uint16_t seg = (uint16_t)wire_len(&d[i]);
 			struct cmsghdr *c;
 
 			h->msg_control = u->gso_ctrl + (size_t)m * GSO_CTRL_BYTES;

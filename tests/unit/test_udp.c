@@ -70,7 +70,7 @@ static struct keel_transport *udp_open(int slot, const struct keel_udp_config *c
 	assert_true(need > 0 && need <= MEM_BYTES);
 	assert_int_equal(keel_udp_init(&t, g_mem[slot], need, cfg), 0);
 	assert_non_null(t);
-	assert_int_equal(t->caps, 0);
+	assert_int_equal(t->caps, KEEL_CAP_GATHER);
 	assert_int_equal(t->mtu, cfg->mtu);
 	assert_true(t->ops->wait_fd(t) >= 0);
 	return t;
@@ -557,10 +557,23 @@ static void expect_seq(struct keel_transport *t, uint32_t src, uint32_t dst, con
 	assert_int_equal(got, n);
 }
 
-/* Runs of equal datagrams to one peer go as one send (UDP_SEGMENT) and come up as one receive
- * (UDP_GRO), cut back into datagrams: every one arrives, in order, whole; runs end at a
- * shorter datagram, at another peer and at 64 datagrams. A receiver asking for fewer than a
- * run holds the rest and says so (arm_wait false, rx_ready true). */
+/* Cut d into two pieces (KEEL_CAP_GATHER) at a point that depends on i, for every third i:
+ * on the wire it is the same datagram. */
+static void split_some(struct keel_datagram *d, uint32_t i)
+{
+	uint32_t cut = d->len == 0 ? 0 : (i * 131u) % d->len;
+
+	if (i % 3 != 1 || d->len == 0)
+		return;
+	d->tail = d->buf + cut;
+	d->tail_len = d->len - cut;
+	d->len = cut;
+}
+
+/* Runs of equal datagrams to one peer go as one send (UDP_SEGMENT), some of them in two pieces,
+ * and come up as one receive (UDP_GRO), cut back into datagrams: every one arrives, in order,
+ * whole; runs end at a shorter datagram, at another peer and at 64 datagrams. A receiver
+ * asking for fewer than a run holds the rest and says so (arm_wait false, rx_ready true). */
 static void test_udp_coalesced_runs(void **state)
 {
 	struct keel_transport *t[3];
@@ -598,6 +611,7 @@ static void test_udp_coalesced_runs(void **state)
 
 		fill_payload(bufs[i], len, 0, peer, seq);
 		d[i] = (struct keel_datagram){.buf = bufs[i], .len = len, .peer = peer};
+		split_some(&d[i], i); /* runs mix datagrams in one and two pieces */
 		if (peer == 1)
 			lens1[n1++] = len;
 		else
@@ -660,6 +674,7 @@ static void test_udp_coalescing_refused(void **state)
 		lens[i] = 1472;
 		fill_payload(bufs[i], 1472, 0, 1, i);
 		d[i] = (struct keel_datagram){.buf = bufs[i], .len = 1472, .peer = 1};
+		split_some(&d[i], i); /* sent one by one, in two pieces too */
 	}
 	assert_int_equal(t[0]->ops->send_burst(t[0], 0, d, 64), 64);
 	keel_udp_stats_get(t[0], &st);
