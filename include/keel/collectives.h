@@ -18,7 +18,9 @@ struct keel_op;
 
 /* Start an AllReduce of `count` elements. `send` and `recv` may be the same buffer
  * (in place) or must not overlap. Both must stay valid and `send` unchanged until the
- * operation completes. count may be 0 (completes at once) or smaller than the world.
+ * operation completes: keel may send from them directly (no copy into its window) until
+ * then, and holds no reference to either once keel_op_test has reported the end, with a
+ * result or an error. count may be 0 (completes at once) or smaller than the world.
  * Errors: -EINVAL (NULL buffer with count > 0, bad dtype/op, overlap), -EBUSY (ops_max
  * operations already pending), KEEL_EEXCLUDED (a view left this node out since its last
  * collective and none has said so yet: said once, here; see keel_op_test). On success *op is
