@@ -144,17 +144,20 @@ static void skip_empty_recv(const struct keel_node *n, struct keel_op *op)
  * of an out-of-place AllReduce (keel never writes it), a ring's all-gather (sums that are
  * final, never written again) and what a broadcast passes on. A ring's reduce-scatter sends
  * partial sums that later steps overwrite, and recursive doubling and the hierarchy send
- * partial results too; device staging and compressed fragments have their own buffers. */
+ * partial results from the output too; device staging and compressed fragments have their
+ * own buffers. */
 static bool send_stable(const struct keel_op *op, uint32_t t, const struct step *s)
 {
 	if (op->dev.on || op->enc_tx != WIRE_ENC_RAW)
 		return false;
 	if (op->kind == OPK_BROADCAST)
 		return true;
-	if (op->algo != KEEL_ALGO_RING)
-		return false;
-	/* in place, step 0 sends from the restart copy (pump_sends): the input as it was */
-	return s->send_from_out ? t + 1 >= op->world : op->in != op->out || op->has_copy;
+	bool ring = op->algo == KEEL_ALGO_RING;
+	/* Out of place, the input is never written, whatever the algorithm; a ring in place
+	 * sends it from the restart copy (pump_sends), the input as it was. */
+	if (!s->send_from_out)
+		return op->in != op->out || (ring && op->has_copy);
+	return ring && t + 1 >= op->world;
 }
 
 /* Queue as many fragments as the window and the data dependencies allow. */
