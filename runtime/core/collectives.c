@@ -72,7 +72,8 @@ static int32_t rank_of(const struct keel_node *n, int32_t pos)
 }
 
 /* The step in ranks rather than view positions. */
-static void op_step(const struct keel_node *n, const struct keel_op *op, uint32_t t, struct step *s)
+static void map_step(const struct keel_node *n, const struct keel_op *op, uint32_t t,
+		     struct step *s)
 {
 	/* Positions are those of the view the operation began on: it must be the installed one
 	 * (a view change sends it back to QUEUED before anything maps its steps again). */
@@ -81,6 +82,26 @@ static void op_step(const struct keel_node *n, const struct keel_op *op, uint32_
 	s->send_peer = rank_of(n, s->send_peer);
 	s->recv_peer = rank_of(n, s->recv_peer);
 	KEEL_ASSERT_DEBUG(s->send_peer != (int32_t)n->self && s->recv_peer != (int32_t)n->self);
+}
+
+/* map_step, remembered: every poll asks for the send step, the receive step and the one
+ * before the send step, and mapping one was a tenth of a small AllReduce's instructions.
+ * Two entries by parity hold a step and the one before it. */
+static void op_step(const struct keel_node *n, struct keel_op *op, uint32_t t, struct step *s)
+{
+	uint32_t k = t & 1u;
+	if (op->step_memo_t[k] == t + 1) {
+		*s = op->step_memo[k];
+#ifdef KEEL_DEBUG
+		struct step fresh;
+		map_step(n, op, t, &fresh);
+		KEEL_ASSERT(memcmp(&fresh, s, sizeof(fresh)) == 0);
+#endif
+		return;
+	}
+	map_step(n, op, t, s);
+	op->step_memo[k] = *s;
+	op->step_memo_t[k] = t + 1;
 }
 
 static bool send_passed(const struct keel_op *op, uint32_t t, uint64_t end)
@@ -94,7 +115,7 @@ static bool send_passed(const struct keel_op *op, uint32_t t, uint64_t end)
  * once every earlier receive is complete (and applied on the device) or, when step t - 1 receives a
  * region that contains them (the pipelined ring, recursive doubling, a slice cut into parts), as
  * soon as its receive has passed them. */
-static bool out_ready(const struct keel_node *n, const struct keel_op *op, uint32_t t, uint64_t lo,
+static bool out_ready(const struct keel_node *n, struct keel_op *op, uint32_t t, uint64_t lo,
 		      uint64_t hi)
 {
 	/* only a later step sends from the output */
@@ -324,6 +345,7 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 	op->send_step = op->recv_step = 0;
 	op->send_off = op->recv_off = 0;
 	op->recv_step_len = 0;
+	op->step_memo_t[0] = op->step_memo_t[1] = 0;
 	if (op->dev.on)
 		coll_dev_begin(n, op); /* a view of one copies on the device */
 	else if (op->world == 1 && op->bytes != 0 && op->in != op->out)
@@ -392,7 +414,7 @@ static bool peer_entered(const struct keel_node *n, int32_t peer, uint32_t id)
 /* Have the peers this collective waits for now — the one its receive step expects data from,
  * the one its send step sends to (a full window: the receiver holds what it cannot use yet)
  * — started it? */
-static bool waited_peers_entered(const struct keel_node *n, const struct keel_op *op)
+static bool waited_peers_entered(const struct keel_node *n, struct keel_op *op)
 {
 	KEEL_ASSERT(op->state == OP_RUNNING);
 	KEEL_ASSERT(op->recv_step <= op->step_count && op->send_step <= op->step_count);
@@ -453,7 +475,7 @@ static bool advance(struct keel_node *n, struct keel_op *op)
 		op_finish(n, op, n->fatal != 0 ? n->fatal : KEEL_ENOQUORUM);
 		return true;
 	}
-	if (op->began && n->now_ns - op->start_ns >= keel_op_bound_ns(&n->cfg)) {
+	if (op->began && n->now_ns - op->start_ns >= n->op_bound_ns) {
 		op_finish(n, op, -ETIMEDOUT);
 		return true;
 	}
@@ -466,7 +488,7 @@ static bool advance(struct keel_node *n, struct keel_op *op)
 	if (op->state == OP_QUEUED) {
 		if (!coll_dev_idle(op))
 			return false; /* the last view's device work drains before a restart */
-		if (!n->member && n->now_ns - op->queued_ns >= keel_op_bound_ns(&n->cfg)) {
+		if (!n->member && n->now_ns - op->queued_ns >= n->op_bound_ns) {
 			op_finish(n, op, -ETIMEDOUT); /* never admitted: nobody to run it with */
 			return true;
 		}
@@ -514,14 +536,14 @@ uint64_t coll_next_deadline(const struct keel_node *n)
 			return n->now_ns;
 	const struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
 	if (op->id == n->op_run_id && op->state == OP_QUEUED && !n->member)
-		return op->queued_ns + keel_op_bound_ns(&n->cfg);
+		return op->queued_ns + n->op_bound_ns;
 	if (op->id != n->op_run_id || (op->state != OP_RUNNING && op->state != OP_LOCAL_DONE))
 		return UINT64_MAX;
 	KEEL_ASSERT(op->began); /* RUNNING and LOCAL_DONE come after op_begin */
 	uint64_t stall = op->progress_ns + n->cfg.op_timeout_ns;
 	if (op->entry_wait) /* heartbeats wake us when a member enters */
 		stall = op->progress_ns + n->cfg.entry_timeout_ns;
-	uint64_t bound = op->start_ns + keel_op_bound_ns(&n->cfg);
+	uint64_t bound = op->start_ns + n->op_bound_ns;
 	return stall < bound ? stall : bound;
 }
 

@@ -291,6 +291,7 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	n->cfg.op_timeout_ns = keel_op_timeout_ns(cfg); /* 0: derived from the detector */
 	if (n->cfg.compress_util_pct == 0)
 		n->cfg.compress_util_pct = KEEL_COMPRESS_UTIL_PCT_DEFAULT;
+	n->op_bound_ns = keel_op_bound_ns(&n->cfg); /* asked on every poll: the config is fixed */
 	n->tp = cfg->transport;
 	n->self = cfg->rank;
 	n->world = cfg->world_size;

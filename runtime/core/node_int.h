@@ -190,6 +190,10 @@ struct keel_op {
 	/* recv_step was found to expect data, recv_len bytes of it (skip_empty_recv): until
 	 * recv_off reaches that, it needs no second look. 0: not looked at. */
 	uint64_t recv_step_len;
+	/* The last two steps mapped to ranks (op_step), by the step's parity: t + 1 in
+	 * step_memo_t, 0 for none. Cleared by op_begin, as every mapping depends on the view. */
+	struct step step_memo[2];
+	uint32_t step_memo_t[2];
 	uint64_t progress_ns; /* last time anything moved */
 	struct op_dev dev;
 	/* Gradient AllReduce (compress.c): f32 SUM or AVG that may travel compressed. fb: the
@@ -250,6 +254,7 @@ struct keel_node {
 	struct rx_slot *stream_rx;
 	uint8_t *stream_tx_buf, *stream_rx_buf;
 	/* totals over all peers, so that an idle poll skips the per-peer scans (large worlds) */
+	uint64_t op_bound_ns; /* keel_op_bound_ns(&cfg) */
 	uint64_t tx_flight;   /* reliable datagrams sent and not yet acknowledged */
 	uint64_t tx_borrowed; /* of those, the ones whose payload lies in a caller's buffer */
 	uint64_t rx_held;     /* datagrams held in receive slots */
