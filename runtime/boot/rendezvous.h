@@ -48,7 +48,8 @@ enum keel_rv_verdict {
 	KEEL_RV_JOB,	  /* another job id */
 	KEEL_RV_WORLD,	  /* another world size */
 	KEEL_RV_RANK,	  /* rank 0, or a rank outside the world */
-	KEEL_RV_ADDRESS,  /* unknown address family, port 0 or a bad blob */
+	KEEL_RV_ADDRESS,  /* unknown address family, port 0 or a bad blob (a datagram size no rank
+			     can use) */
 	KEEL_RV_SEAT,	  /* the rank's seat is held by a live connection */
 	KEEL_RV_IDLE,	  /* no whole hello before the connection's deadline */
 	KEEL_RV_EVICTED,  /* closed to make room (the oldest unproven connection goes first) */

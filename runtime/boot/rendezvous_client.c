@@ -13,6 +13,7 @@
 
 #include "assert_int.h"
 #include "boot_int.h"
+#include "keel/limits.h"
 #include "keel/posix.h"
 #include "rendezvous_int.h"
 
@@ -180,7 +181,10 @@ static int client_reject_msg(const struct client *c, char *err, size_t err_len)
 				 w, c->l->job_id, c->l->job_id_fixed ? "" : " (none given)");
 	case RV_ST_FAMILY:
 		return keel_fail(err, err_len, KEEL_ERENDEZVOUS,
-				 "rank 0 at %s refused rank %u: unknown address family", w, rank);
+				 "rank 0 at %s refused rank %u: its address or start-up data is "
+				 "malformed (an unknown address family, or a datagram size outside "
+				 "%u..%u)",
+				 w, rank, KEEL_MTU_MIN, KEEL_MTU_MAX);
 	case RV_ST_TIMEOUT:
 		return keel_fail(err, err_len, -ETIMEDOUT,
 				 "rank 0 at MASTER_ADDR:MASTER_PORT %s timed out: only %u of %u "

@@ -55,7 +55,7 @@ enum rv_status {
 	RV_ST_WORLD = 2,     /* detail: rank 0's world size */
 	RV_ST_RANGE = 3,     /* detail: the rank */
 	RV_ST_JOB = 4, /* detail: 0 (the job id is never told, not even to a rank with the key) */
-	RV_ST_FAMILY = 6,  /* address family unknown */
+	RV_ST_FAMILY = 6,  /* address family unknown, or a bad blob */
 	RV_ST_TIMEOUT = 7, /* rank 0 ran out of time; detail: ranks that arrived, rank 0 included */
 };
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "assert_int.h"
+#include "keel/limits.h"
 #include "rendezvous_int.h"
 
 void rv_put16(uint8_t *p, uint16_t v)
@@ -35,7 +36,7 @@ static const char *const verdict_names[KEEL_RV_VERDICTS] = {
     [KEEL_RV_ACCEPT] = "accepted",	  [KEEL_RV_NOT_KEEL] = "not keel",
     [KEEL_RV_VERSION] = "wrong version",  [KEEL_RV_PROOF] = "bad proof",
     [KEEL_RV_JOB] = "wrong job",	  [KEEL_RV_WORLD] = "wrong world size",
-    [KEEL_RV_RANK] = "rank out of range", [KEEL_RV_ADDRESS] = "bad address",
+    [KEEL_RV_RANK] = "rank out of range", [KEEL_RV_ADDRESS] = "bad address or blob",
     [KEEL_RV_SEAT] = "seat taken",	  [KEEL_RV_IDLE] = "idle",
     [KEEL_RV_EVICTED] = "evicted",	  [KEEL_RV_HUNG_UP] = "hung up",
 };
@@ -106,7 +107,8 @@ static void blob_put(uint8_t *p, const struct keel_rendezvous_blob *b)
 	rv_put32(p + 12 + KEEL_RENDEZVOUS_BLOB_MAX, b->mtu | (b->mtu_set ? RV_MTU_SET : 0));
 }
 
-/* Untrusted input: false for a length beyond the blob. */
+/* Untrusted input: false for a length beyond the blob, or a datagram size no rank can use
+ * (0: none announced). */
 static bool blob_get(const uint8_t *p, struct keel_rendezvous_blob *b)
 {
 	memset(b, 0, sizeof(*b));
@@ -121,7 +123,7 @@ static bool blob_get(const uint8_t *p, struct keel_rendezvous_blob *b)
 	uint32_t mtu = rv_get32(p + 12 + KEEL_RENDEZVOUS_BLOB_MAX);
 	b->mtu = mtu & ~RV_MTU_SET;
 	b->mtu_set = (mtu & RV_MTU_SET) != 0;
-	return true;
+	return b->mtu == 0 || (b->mtu >= KEEL_MTU_MIN && b->mtu <= KEEL_MTU_MAX);
 }
 
 void keel_rv_entry_put(uint8_t *p, const struct sockaddr_storage *ss,

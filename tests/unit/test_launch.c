@@ -510,8 +510,10 @@ static void test_launch_key_file(void **state)
 
 /* ---- the proof of the key ------------------------------------------------------------------ */
 
-/* A hello of rank 2 in a world of 4, job 1234, at 127.0.0.1:5000 with a blob. */
-static void proof_hello(uint8_t *hello, const uint8_t *rv_key, const uint8_t *nonce_s)
+/* A hello of rank 2 in a world of 4, job 1234, at 127.0.0.1:5000 with a blob announcing
+ * datagrams of `mtu` bytes. */
+static void hello_with_mtu(uint8_t *hello, const uint8_t *rv_key, const uint8_t *nonce_s,
+			   uint32_t mtu)
 {
 	struct keel_rv_hello h = {.version = KEEL_RENDEZVOUS_VERSION,
 				  .flags = RV_FLAG_JOB_FIXED | (rv_key != NULL ? RV_FLAG_KEYED : 0),
@@ -519,7 +521,7 @@ static void proof_hello(uint8_t *hello, const uint8_t *rv_key, const uint8_t *no
 				  .world = 4,
 				  .rank = 2};
 	struct keel_rendezvous_blob blob = {
-	    .kind = 9, .len = 3, .data = {1, 2, 3}, .mtu = 1472, .mtu_set = true};
+	    .kind = 9, .len = 3, .data = {1, 2, 3}, .mtu = mtu, .mtu_set = true};
 	struct sockaddr_storage at;
 
 	memset(&at, 0, sizeof(at));
@@ -531,6 +533,11 @@ static void proof_hello(uint8_t *hello, const uint8_t *rv_key, const uint8_t *no
 	keel_rv_hello_encode(&h, hello);
 	if (rv_key != NULL)
 		keel_rv_hello_sign(rv_key, nonce_s, hello);
+}
+
+static void proof_hello(uint8_t *hello, const uint8_t *rv_key, const uint8_t *nonce_s)
+{
+	hello_with_mtu(hello, rv_key, nonce_s, 1472);
 }
 
 static enum keel_rv_verdict judge(const uint8_t *hello, const struct keel_rv_policy *p)
@@ -649,6 +656,27 @@ static void test_launch_proof_hello_fields(void **state)
 	assert_int_equal(keel_rv_hello_prefix(hello, 3), KEEL_RV_ACCEPT);
 	assert_int_equal(keel_rv_hello_prefix((const uint8_t *)"GET / HTTP/1.0", 14),
 			 KEEL_RV_NOT_KEEL);
+}
+
+/* A datagram size no rank can use (outside KEEL_MTU_MIN..KEEL_MTU_MAX) is a malformed entry:
+ * rank 0 refuses the hello, and no rank ever sizes its datagrams from it. 0 means none
+ * announced (a launcher without datagrams of its own). */
+static void test_launch_hello_mtu_range(void **state)
+{
+	uint8_t hello[RV_HELLO_LEN];
+	struct keel_rv_policy p = {.keyed = false, .job_fixed = true, .job = 1234, .world = 4};
+	const uint32_t good[] = {0, KEEL_MTU_MIN, 1472, KEEL_MTU_MAX};
+	const uint32_t bad[] = {1, KEEL_MTU_MIN - 1, KEEL_MTU_MAX + 1, 0x7fffffffu};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		hello_with_mtu(hello, NULL, NULL, good[i]);
+		assert_int_equal(judge(hello, &p), KEEL_RV_ACCEPT);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		hello_with_mtu(hello, NULL, NULL, bad[i]);
+		assert_int_equal(judge(hello, &p), KEEL_RV_ADDRESS);
+	}
 }
 
 static void test_launch_proof_reply(void **state)
@@ -2205,6 +2233,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_key_file, env_clear),
 	    cmocka_unit_test_setup(test_launch_proof_hello, env_clear),
 	    cmocka_unit_test_setup(test_launch_proof_hello_fields, env_clear),
+	    cmocka_unit_test_setup(test_launch_hello_mtu_range, env_clear),
 	    cmocka_unit_test_setup(test_launch_proof_reply, env_clear),
 	    cmocka_unit_test_setup(test_launch_refusals_str, env_clear),
 	    cmocka_unit_test_setup(test_launch_peers_env, env_clear),
