@@ -630,26 +630,38 @@ static int start_chaos(struct keel_boot *b, char *err, size_t err_len)
 	return 0;
 }
 
-/* KEEL_SPIN_YIELD=1: the spin yields the CPU each turn, and ranks that outnumber their CPUs
- * (which block at once by default: a plain spin keeps the peer they wait for off the CPU) spin
- * too. With shared memory (rx_ready: input is a load) it catches the answer without a wake-up:
- * 4 ranks on 2 cores, small AllReduces 16-28 us instead of 140-290 us. Not the default: on the
- * same box it put the new view after a kill ~2.5 ms later at the median and raised false
- * suspicions (docs/PERF.md), and quick failure handling comes first. */
+/* Ranks that outnumber their CPUs get no plain spin (it keeps the peer they wait for off the
+ * CPU), so each wait was a wake-up: 40-60 us each on a VM, 160-250 us per small AllReduce at 4
+ * ranks on 2 cores. By default they now spin briefly with a yield each turn, catching the
+ * answer without a wake-up (with shared memory, rx_ready is a load): 17-21 us. A yielding
+ * spinner can still keep a peer off a core for a scheduler slice, a few ms: with heartbeats of
+ * 1 ms and 250 us that put the new view after a kill 1.7 and 3.5 ms later at the median and
+ * raised false suspicions, while at 2.5 and 10 ms it changed nothing measurable (docs/PERF.md).
+ * So the default yields only when the heartbeat interval is at least YIELD_HEARTBEAT_MIN_NS
+ * (the default interval for oversubscribed ranks is 30 ms and up) and KEEL_SPIN_US is unset;
+ * KEEL_SPIN_YIELD=0|1 decides instead. */
+#define YIELD_HEARTBEAT_MIN_NS 2500000ull
+#define YIELD_SPIN_NS	       20000ull /* 50 us measured slower at 4 ranks on 2 cores */
+
 static int spin_yield_choose(struct keel_boot *b, enum keel_wait_mode mode, uint64_t *spin_ns,
 			     char *err, size_t err_len)
 {
 	const char *env = getenv("KEEL_SPIN_YIELD");
-	bool yield = false;
+	const char *spin_us = getenv("KEEL_SPIN_US");
+	bool yield;
 	if (env != NULL && *env != '\0') {
 		if (strcmp(env, "0") != 0 && strcmp(env, "1") != 0) {
 			snprintf(err, err_len, "KEEL_SPIN_YIELD=%s: expected 0 or 1", env);
 			return -EINVAL;
 		}
 		yield = env[0] == '1' && mode != KEEL_WAIT_BLOCK;
+	} else {
+		yield = mode == KEEL_WAIT_ADAPTIVE && keel_posix_oversubscribed() &&
+			(spin_us == NULL || *spin_us == '\0') &&
+			b->cfg.heartbeat_ns >= YIELD_HEARTBEAT_MIN_NS;
 	}
 	if (yield && mode == KEEL_WAIT_ADAPTIVE && *spin_ns == 0)
-		*spin_ns = KEEL_POSIX_SPIN_NS_DEFAULT;
+		*spin_ns = YIELD_SPIN_NS;
 	keel_posix_waiter_set_spin_yield(&b->waiter, yield);
 	return 0;
 }

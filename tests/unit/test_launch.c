@@ -1731,8 +1731,9 @@ static int boot_capture(struct keel_boot *b, char *err, size_t err_len, char *ou
 	return rc;
 }
 
-/* KEEL_SPIN_YIELD: 1 makes the waiter's spin yield, and gives ranks that outnumber their CPUs
- * (spin 0 by default) the default spin; 0 or unset: no yield; anything else names itself. */
+/* Ranks that outnumber their CPUs spin briefly with a yield by default, unless their heartbeat
+ * interval is under 2.5 ms, the user chose a spin (KEEL_SPIN_US) or blocking; KEEL_SPIN_YIELD=1
+ * makes the spin yield anyway, 0 never; anything else names itself. */
 static void test_launch_boot_spin_yield(void **state)
 {
 	struct keel_boot b;
@@ -1774,18 +1775,46 @@ static void test_launch_boot_spin_yield(void **state)
 					 r > 0 ? "," : "", (unsigned)(p0 + r));
 	env("KEEL_PEERS", peers);
 	free(peers);
+	/* by default: a short yielding spin, as the heartbeat interval grew with the ranks */
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_true(b.cfg.heartbeat_ns >= 2500000);
+	assert_true(b.waiter.spin_yield);
+	assert_int_equal(b.waiter.spin_ns, 20000);
+	keel_boot_stop(&b, 0);
+	/* heartbeats faster than a scheduler slice: no spin, it blocks at once */
+	env("KEEL_HEARTBEAT_US", "1000");
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
 	assert_false(b.waiter.spin_yield);
-	assert_int_equal(b.waiter.spin_ns, 0); /* blocks at once */
+	assert_int_equal(b.waiter.spin_ns, 0);
 	keel_boot_stop(&b, 0);
-	env("KEEL_SPIN_YIELD", "1");
+	env("KEEL_HEARTBEAT_US", "2500");
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
 	assert_true(b.waiter.spin_yield);
-	assert_int_equal(b.waiter.spin_ns, KEEL_POSIX_SPIN_NS_DEFAULT);
 	keel_boot_stop(&b, 0);
+	unsetenv("KEEL_HEARTBEAT_US");
+	/* a spin the user chose is left alone: no yield unless asked */
+	env("KEEL_SPIN_US", "0");
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_false(b.waiter.spin_yield);
+	assert_int_equal(b.waiter.spin_ns, 0);
+	keel_boot_stop(&b, 0);
+	unsetenv("KEEL_SPIN_US");
+	env("KEEL_WAIT", "block");
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_false(b.waiter.spin_yield);
+	keel_boot_stop(&b, 0);
+	unsetenv("KEEL_WAIT");
+	env("KEEL_SPIN_YIELD", "1");
+	env("KEEL_HEARTBEAT_US", "250"); /* asked for: yields whatever the interval */
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_true(b.waiter.spin_yield);
+	assert_int_equal(b.waiter.spin_ns, 20000);
+	keel_boot_stop(&b, 0);
+	unsetenv("KEEL_HEARTBEAT_US");
 	env("KEEL_SPIN_YIELD", "0");
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
 	assert_false(b.waiter.spin_yield);
+	assert_int_equal(b.waiter.spin_ns, 0);
 	keel_boot_stop(&b, 0);
 	env("KEEL_SPIN_YIELD", "yes");
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
