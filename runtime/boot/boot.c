@@ -633,14 +633,14 @@ static int start_chaos(struct keel_boot *b, char *err, size_t err_len)
 /* Ranks that outnumber their CPUs get no plain spin (it keeps the peer they wait for off the
  * CPU), so each wait was a wake-up: 40-60 us each on a VM, 160-250 us per small AllReduce at 4
  * ranks on 2 cores. By default they now spin briefly with a yield each turn, catching the
- * answer without a wake-up (with shared memory, rx_ready is a load): 17-21 us. A yielding
- * spinner can still keep a peer off a core for a scheduler slice, a few ms: with heartbeats of
- * 1 ms and 250 us that put the new view after a kill 1.7 and 3.5 ms later at the median and
- * raised false suspicions, while at 2.5 and 10 ms it changed nothing measurable (docs/PERF.md).
- * So the default yields only when the heartbeat interval is at least YIELD_HEARTBEAT_MIN_NS
- * (the default interval for oversubscribed ranks is 30 ms and up) and KEEL_SPIN_US is unset;
+ * answer without a wake-up (with shared memory, rx_ready is a load): 17-21 us. But a yielding
+ * spinner still delays the peer whose timer fires: 4 ranks on 2 cores, a kill's new view came
+ * 1.7-3.5 ms later at the median with 250 us and 1 ms heartbeats (and false suspicions rose),
+ * 2-4 ms later with 5 ms heartbeats, and no later with 10 and 40 ms (docs/PERF.md). So the
+ * default yields only when the heartbeat interval is at least YIELD_HEARTBEAT_MIN_NS (the
+ * default interval for oversubscribed ranks is 30 ms and up) and KEEL_SPIN_US is unset;
  * KEEL_SPIN_YIELD=0|1 decides instead. */
-#define YIELD_HEARTBEAT_MIN_NS 2500000ull
+#define YIELD_HEARTBEAT_MIN_NS 10000000ull
 #define YIELD_SPIN_NS	       20000ull /* 50 us measured slower at 4 ranks on 2 cores */
 
 static int spin_yield_choose(struct keel_boot *b, enum keel_wait_mode mode, uint64_t *spin_ns,
