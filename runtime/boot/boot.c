@@ -648,7 +648,14 @@ static int spin_yield_choose(struct keel_boot *b, enum keel_wait_mode mode, uint
 {
 	const char *env = getenv("KEEL_SPIN_YIELD");
 	const char *spin_us = getenv("KEEL_SPIN_US");
+	bool spin_set = spin_us != NULL && *spin_us != '\0';
+	/* The ranks on this host as the launch found them, under any launcher's name for it
+	 * (keel_posix_wait_mode_from_env reads LOCAL_WORLD_SIZE alone), or the whole world when
+	 * none is given: the count default_heartbeat_ns uses too. */
+	bool crowded = (long)b->launch.local_world_size > keel_posix_cpu_count();
 	bool yield;
+	if (mode == KEEL_WAIT_ADAPTIVE && !spin_set)
+		*spin_ns = crowded ? 0 : KEEL_POSIX_SPIN_NS_DEFAULT;
 	if (env != NULL && *env != '\0') {
 		if (strcmp(env, "0") != 0 && strcmp(env, "1") != 0) {
 			snprintf(err, err_len, "KEEL_SPIN_YIELD=%s: expected 0 or 1", env);
@@ -656,8 +663,7 @@ static int spin_yield_choose(struct keel_boot *b, enum keel_wait_mode mode, uint
 		}
 		yield = env[0] == '1' && mode != KEEL_WAIT_BLOCK;
 	} else {
-		yield = mode == KEEL_WAIT_ADAPTIVE && keel_posix_oversubscribed() &&
-			(spin_us == NULL || *spin_us == '\0') &&
+		yield = mode == KEEL_WAIT_ADAPTIVE && crowded && !spin_set &&
 			b->cfg.heartbeat_ns >= YIELD_HEARTBEAT_MIN_NS;
 	}
 	if (yield && mode == KEEL_WAIT_ADAPTIVE && *spin_ns == 0)

@@ -1819,6 +1819,25 @@ static void test_launch_boot_spin_yield(void **state)
 	env("KEEL_SPIN_YIELD", "yes");
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "KEEL_SPIN_YIELD=yes: expected 0 or 1"));
+	unsetenv("KEEL_SPIN_YIELD");
+	/* under mpirun: the ranks on the host counted from Open MPI's own variable */
+	unsetenv("RANK");
+	unsetenv("LOCAL_WORLD_SIZE");
+	env("OMPI_COMM_WORLD_RANK", "0");
+	snprintf(ranks, sizeof(ranks), "%ld", share + 1);
+	env("OMPI_COMM_WORLD_SIZE", ranks);
+	env("OMPI_COMM_WORLD_LOCAL_SIZE", ranks);
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_true(b.waiter.spin_yield);
+	assert_int_equal(b.waiter.spin_ns, 20000);
+	keel_boot_stop(&b, 0);
+	snprintf(ranks, sizeof(ranks), "%ld", share);
+	env("OMPI_COMM_WORLD_LOCAL_SIZE", ranks); /* the others on other hosts */
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_false(b.waiter.spin_yield);
+	assert_int_equal(b.waiter.spin_ns, KEEL_POSIX_SPIN_NS_DEFAULT);
+	keel_boot_stop(&b, 0);
+	env("RANK", "0");
 	env("LOCAL_WORLD_SIZE", "1");
 	assert_false(keel_posix_oversubscribed());
 	env("LOCAL_WORLD_SIZE", "many");
