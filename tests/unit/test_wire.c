@@ -894,14 +894,16 @@ static void test_wire_crc32c_matches_reference_small(void **state)
 	}
 }
 
-/* Lengths around every multi-stream block size the hardware path uses (3 x 256, 3 x 1024,
- * 3 x 4096), plus jumbo and 64 KiB buffers, from unaligned starts. */
+/* Lengths around every multi-stream block size the hardware path uses (3 x 128, 3 x 256,
+ * 3 x 448, 3 x 1024, 3 x 4096), a 1 472-byte datagram's payload and every length up to 1 600,
+ * plus jumbo and 64 KiB buffers, from unaligned starts. */
 static void test_wire_crc32c_matches_reference_large(void **state)
 {
 	(void)state;
-	static const size_t lens[] = {767,   768,   769,   775,	  1536,	 3071,	3072,
-				      3073,  3840,  9000,  12287, 12288, 12289, 24583,
-				      36864, 65535, 65536, 65537, 70000};
+	static const size_t lens[] = {383,   384,   385,   767,	  768,	 769,	775,
+				      1343,  1344,  1345,  1408,  1472,	 1536,	3071,
+				      3072,  3073,  3840,  9000,  12287, 12288, 12289,
+				      24583, 36864, 65535, 65536, 65537, 70000};
 	static uint8_t b[70000 + 8];
 
 	fill_pattern(b, sizeof(b), 5);
@@ -913,6 +915,8 @@ static void test_wire_crc32c_matches_reference_large(void **state)
 					 crc32c_bitwise(0, b + off, lens[i]));
 		}
 	}
+	for (size_t len = 201; len <= 1600; len++)
+		assert_int_equal(crc32c(0x1234u, b + 5, len), crc32c_bitwise(0x1234u, b + 5, len));
 }
 
 static void test_wire_crc32c_chains(void **state)
