@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # KEEL_TRACE: keel-train on 3 ranks with checkpoints, rank 2 SIGKILLed at 3.0 s (after the
-# detector's 2 s start-up grace, so that the suspicion comes within ~50 ms). Each
+# detector's 2 s start-up grace, so that the suspicion comes within ~50 ms). Each sample costs
+# 40 us more (--compute-us), so training lasts past the kill however fast keel's collectives
+# are (~18 000 steps of 8 samples: 5.7 s of compute alone; once they got faster, a quiet
+# machine finished before 3 s and the survivors had no failure to trace). Each
 # survivor's file must be a JSON array of trace events with the fields Perfetto reads (name,
 # ph, ts, pid, tid; dur on complete events), holding its AllReduce spans (bytes, algorithm),
 # the suspicion of rank 2, the view of 2 members, and checkpoint writes; the killed rank's file
@@ -21,8 +24,8 @@ tmp=$(mktemp -d /tmp/keel-trace.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
 KEEL_TRACE="$tmp/rank%r.json" KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 3 --timeout 80 \
-	--kill 2@3.0 -- "$TRAIN" --epochs 100 --batch 8 --lr 0.1 --ckpt-dir "$tmp/ckpt" \
-	--quiet >"$tmp/log" 2>&1 || { cat "$tmp/log"; echo "trace: keel-train failed"; exit 1; }
+	--kill 2@3.0 -- "$TRAIN" --epochs 100 --batch 8 --lr 0.1 --compute-us 40 \
+	--ckpt-dir "$tmp/ckpt" --quiet >"$tmp/log" 2>&1 || { cat "$tmp/log"; echo "trace: keel-train failed"; exit 1; }
 
 completed=$(sed -n 's/^keel: view changes.*, completed \([0-9]*\)$/\1/p' "$tmp/log")
 [ -n "$completed" ] || { cat "$tmp/log"; echo "trace: no count of completed collectives"; exit 1; }
