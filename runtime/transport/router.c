@@ -221,14 +221,17 @@ static int router_send_burst(struct keel_transport *t, uint64_t now_ns,
 			continue;
 		}
 		/* The run of datagrams that go on route r, renamed into its ranks. A datagram
-		 * in two pieces stops it where the route cannot take those (the peer's route
-		 * changed after the core wrote it): refused like one to a full route, it comes
-		 * back from the core in one piece. */
-		bool gathers = (x->rt[r]->caps & KEEL_CAP_GATHER) != 0;
+		 * in two pieces stops it where the route cannot take those for its peer (the
+		 * route changed after the core wrote it; the answer is router_peer_caps', which
+		 * the core asked): refused like one to a full route, it comes back from the
+		 * core in one piece. */
 		uint32_t n = 0;
 		while (i + n < count && n < KEEL_BURST_MAX && peer_valid(x, d[i + n].peer) &&
 		       (n == 0 || route_for(x, d[i + n].peer) == r) &&
-		       (gathers || d[i + n].tail_len == 0)) {
+		       (d[i + n].tail_len == 0 ||
+			(keel_transport_peer_caps(x->rt[r],
+						  x->to_route[d[i + n].peer * x->routes + r]) &
+			 KEEL_CAP_GATHER) != 0)) {
 			x->out[n] = d[i + n];
 			x->out[n].peer = x->to_route[d[i + n].peer * x->routes + r];
 			n++;

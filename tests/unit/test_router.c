@@ -300,6 +300,57 @@ static uint32_t send_one(struct routed *x, uint32_t from, uint32_t to, uint8_t t
 	return KEEL_ROUTER_NONE;
 }
 
+/* Wait for one datagram at `to` and check it is `want` (len bytes) from `from`. */
+static void recv_expect(struct routed *x, uint32_t from, uint32_t to, const uint8_t *want,
+			uint32_t len)
+{
+	uint8_t in[MTU];
+	for (int tries = 0; tries < 100000; tries++) {
+		struct keel_datagram r = {.buf = in, .cap = sizeof(in)};
+		int got = x->c.tp[to]->ops->recv_burst(x->c.tp[to], 1, &r, 1);
+		assert_true(got >= 0);
+		if (got == 0)
+			continue;
+		assert_int_equal(r.peer, from);
+		assert_int_equal(r.len, len);
+		assert_memory_equal(r.buf, want, len);
+		return;
+	}
+	fail_msg("datagram %u -> %u never arrived", from, to);
+}
+
+/* A datagram in two pieces (KEEL_CAP_GATHER) goes on a route that takes them for its peer and
+ * arrives whole. A route that takes one piece (here shared memory behind a layer without the
+ * cap) refuses it as a full route would, so the core copies it in and sends it whole; after a
+ * fallback to UDP, which takes two, they go again. peer_caps says which, for each peer. */
+static void test_router_two_pieces_only_where_the_route_takes_them(void **state)
+{
+	(void)state;
+	static const uint32_t hosts[] = {0, 0};
+	struct routed x;
+	struct keel_transport *t = NULL;
+	uint8_t out[64];
+	assert_int_equal(routed_init(&x, 2, hosts, false, true), 0);
+	t = x.c.tp[0];
+	for (uint32_t i = 0; i < sizeof(out); i++)
+		out[i] = (uint8_t)(i * 3 + 1);
+	struct keel_datagram d = {
+	    .buf = out, .len = 16, .tail = out + 16, .tail_len = 48, .peer = 1};
+	assert_true((keel_transport_peer_caps(t, 1) & KEEL_CAP_GATHER) != 0);
+	assert_int_equal(t->ops->send_burst(t, 1, &d, 1), 1);
+	recv_expect(&x, 0, 1, out, sizeof(out));
+	x.brk[0].t.caps &= ~(uint32_t)KEEL_CAP_GATHER; /* the shared-memory route: one piece */
+	assert_int_equal(keel_transport_peer_caps(t, 1) & KEEL_CAP_GATHER, 0);
+	assert_int_equal(t->ops->send_burst(t, 1, &d, 1), 0); /* refused, not lost */
+	assert_int_equal(send_one(&x, 0, 1, 9), 0);	      /* whole: still shared memory */
+	x.brk[0].cut[1] = true;
+	assert_int_equal(send_one(&x, 0, 1, 10), 1); /* fell back to UDP */
+	assert_true((keel_transport_peer_caps(t, 1) & KEEL_CAP_GATHER) != 0);
+	assert_int_equal(t->ops->send_burst(t, 1, &d, 1), 1);
+	recv_expect(&x, 0, 1, out, sizeof(out));
+	routed_fini(&x);
+}
+
 static void test_router_routes_each_peer_by_host(void **state)
 {
 	(void)state;
@@ -675,6 +726,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_router_routes_each_peer_by_host),
+	    cmocka_unit_test(test_router_two_pieces_only_where_the_route_takes_them),
 	    cmocka_unit_test(test_router_ready_and_arm),
 	    cmocka_unit_test(test_router_falls_back_when_a_route_fails_for_one_peer),
 	    cmocka_unit_test(test_router_uses_a_route_once_it_is_up),
