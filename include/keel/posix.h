@@ -93,9 +93,10 @@ void keel_posix_waiter_set_transport(struct keel_posix_waiter *w, struct keel_tr
  * CPU. Off after keel_posix_waiter_init. */
 void keel_posix_waiter_set_spin_yield(struct keel_posix_waiter *w, bool yield);
 
-/* Ranks on this host outnumber the CPUs they share (LOCAL_WORLD_SIZE, set by keel-run or
- * torchrun, above keel_posix_cpu_count()). */
-bool keel_posix_oversubscribed(void);
+/* Do `local_ranks` ranks on this host outnumber the CPUs they share (keel_posix_cpu_count())?
+ * The count is the launch's (struct keel_launch.local_world_size: LOCAL_WORLD_SIZE, Open
+ * MPI's or Slurm's own variable, or the whole job when none is set). */
+bool keel_posix_oversubscribed(uint32_t local_ranks);
 
 /* The keel_waiter view of `w`, for keel_config.waiter. `w` must outlive its use.
  * wait(ctx, deadline_ns) returns when deadline_ns (keel_posix_now_ns time) has passed or the fd
@@ -106,13 +107,14 @@ struct keel_waiter keel_posix_waiter_get(struct keel_posix_waiter *w);
 /* Choose the wait mode from the environment:
  *   KEEL_WAIT=busy|adaptive|block   (case-sensitive; unset or empty: adaptive)
  *   KEEL_SPIN_US=N                  (spin of the adaptive mode, 0..KEEL_POSIX_SPIN_US_MAX)
- * Without KEEL_SPIN_US the adaptive spin is KEEL_POSIX_SPIN_NS_DEFAULT when LOCAL_WORLD_SIZE
- * (ranks on this host, set by keel-run or torchrun; 1 if unset or unreadable) is at most the
- * CPUs this process may run on, else 0: spinning ranks on shared cores steal each other's time.
+ * Without KEEL_SPIN_US the adaptive spin is KEEL_POSIX_SPIN_NS_DEFAULT unless `local_ranks`
+ * ranks on this host outnumber its CPUs (keel_posix_oversubscribed), else 0: spinning ranks
+ * on shared cores steal each other's time (keel_boot then makes it a short yielding spin).
  * *spin_ns is 0 for block and UINT64_MAX for busy.
  * Errors: -EINVAL for an unknown KEEL_WAIT or a bad KEEL_SPIN_US (outputs are then untouched;
  * the caller prints the variable). */
-KEEL_MUST_USE int keel_posix_wait_mode_from_env(enum keel_wait_mode *mode, uint64_t *spin_ns);
+KEEL_MUST_USE int keel_posix_wait_mode_from_env(uint32_t local_ranks, enum keel_wait_mode *mode,
+						uint64_t *spin_ns);
 
 /* "busy", "adaptive" or "block" ("?" for anything else). */
 const char *keel_posix_wait_mode_name(enum keel_wait_mode mode);

@@ -130,18 +130,21 @@ struct keel_transport {
 	uint32_t world_size;
 };
 
+/* Is d, as handed to send_burst, a whole datagram of at most `mtu` bytes: its pieces given
+ * where they have bytes, and the two together within the mtu? What every backend checks
+ * before it copies or sends one. */
+static inline bool keel_datagram_fits(const struct keel_datagram *d, uint32_t mtu)
+{
+	return d->tail_len <= mtu && d->len <= mtu - d->tail_len &&
+	       (d->buf != NULL || d->len == 0) && (d->tail != NULL || d->tail_len == 0);
+}
+
 /* The caps of the way to `peer` now: the transport's peer_caps, else its caps. What the core
  * asks before leaving out a CRC or sending a tail, and what a router or decorator asks of the
  * transport beneath it. */
 static inline uint32_t keel_transport_peer_caps(struct keel_transport *t, uint32_t peer)
 {
 	return t->ops->peer_caps != NULL ? t->ops->peer_caps(t, peer) : t->caps;
-}
-
-/* Does the way to `peer` carry bytes intact (KEEL_CAP_INTACT)? */
-static inline bool keel_transport_peer_intact(struct keel_transport *t, uint32_t peer)
-{
-	return (keel_transport_peer_caps(t, peer) & KEEL_CAP_INTACT) != 0;
 }
 
 #ifdef __cplusplus

@@ -54,9 +54,9 @@ static int env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *out, ch
  * KEEL_HEARTBEAT_US, the interval grows with the oversubscription (docs/PERF.md). */
 static uint64_t default_heartbeat_ns(const struct keel_launch *l, uint64_t base_ns)
 {
-	long cpus = keel_posix_cpu_count();
-	if ((long)l->local_world_size <= cpus)
+	if (!keel_posix_oversubscribed(l->local_world_size))
 		return base_ns;
+	long cpus = keel_posix_cpu_count();
 	return base_ns * (uint64_t)((2 * (long)l->local_world_size + cpus - 1) / cpus);
 }
 
@@ -649,13 +649,7 @@ static int spin_yield_choose(struct keel_boot *b, enum keel_wait_mode mode, uint
 	const char *env = getenv("KEEL_SPIN_YIELD");
 	const char *spin_us = getenv("KEEL_SPIN_US");
 	bool spin_set = spin_us != NULL && *spin_us != '\0';
-	/* The ranks on this host as the launch found them, under any launcher's name for it
-	 * (keel_posix_wait_mode_from_env reads LOCAL_WORLD_SIZE alone), or the whole world when
-	 * none is given: the count default_heartbeat_ns uses too. */
-	bool crowded = (long)b->launch.local_world_size > keel_posix_cpu_count();
 	bool yield;
-	if (mode == KEEL_WAIT_ADAPTIVE && !spin_set)
-		*spin_ns = crowded ? 0 : KEEL_POSIX_SPIN_NS_DEFAULT;
 	if (env != NULL && *env != '\0') {
 		if (strcmp(env, "0") != 0 && strcmp(env, "1") != 0) {
 			snprintf(err, err_len, "KEEL_SPIN_YIELD=%s: expected 0 or 1", env);
@@ -663,7 +657,8 @@ static int spin_yield_choose(struct keel_boot *b, enum keel_wait_mode mode, uint
 		}
 		yield = env[0] == '1' && mode != KEEL_WAIT_BLOCK;
 	} else {
-		yield = mode == KEEL_WAIT_ADAPTIVE && crowded && !spin_set &&
+		yield = mode == KEEL_WAIT_ADAPTIVE &&
+			keel_posix_oversubscribed(b->launch.local_world_size) && !spin_set &&
 			b->cfg.heartbeat_ns >= YIELD_HEARTBEAT_MIN_NS;
 	}
 	if (yield && mode == KEEL_WAIT_ADAPTIVE && *spin_ns == 0)
@@ -676,7 +671,9 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 {
 	enum keel_wait_mode mode;
 	uint64_t spin_ns;
-	int rc = keel_posix_wait_mode_from_env(&mode, &spin_ns);
+	/* the ranks on this host as the launch found them, under any launcher's name for it:
+	 * the count default_heartbeat_ns uses too */
+	int rc = keel_posix_wait_mode_from_env(b->launch.local_world_size, &mode, &spin_ns);
 	if (rc != 0) {
 		snprintf(err, err_len,
 			 "KEEL_WAIT=%s / KEEL_SPIN_US=%s: expected busy|adaptive|block "

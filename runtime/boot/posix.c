@@ -266,19 +266,18 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out)
 	return 0;
 }
 
-bool keel_posix_oversubscribed(void)
+bool keel_posix_oversubscribed(uint32_t local_ranks)
 {
-	uint64_t local_ranks = 1;
-	return parse_u64(getenv("LOCAL_WORLD_SIZE"), UINT32_MAX, &local_ranks) == 0 &&
-	       local_ranks > (uint64_t)keel_posix_cpu_count();
+	return (long)local_ranks > keel_posix_cpu_count();
 }
 
-int keel_posix_wait_mode_from_env(enum keel_wait_mode *mode, uint64_t *spin_ns)
+int keel_posix_wait_mode_from_env(uint32_t local_ranks, enum keel_wait_mode *mode,
+				  uint64_t *spin_ns)
 {
 	const char *wait = getenv("KEEL_WAIT");
 	const char *spin_us = getenv("KEEL_SPIN_US");
 	enum keel_wait_mode m = KEEL_WAIT_ADAPTIVE;
-	uint64_t local_ranks = 1, us = 0;
+	uint64_t us = 0;
 	uint64_t spin = KEEL_POSIX_SPIN_NS_DEFAULT;
 
 	KEEL_ASSERT(mode != NULL && spin_ns != NULL);
@@ -296,8 +295,7 @@ int keel_posix_wait_mode_from_env(enum keel_wait_mode *mode, uint64_t *spin_ns)
 		if (parse_u64(spin_us, KEEL_POSIX_SPIN_US_MAX, &us) != 0)
 			return -EINVAL;
 		spin = us * 1000ull;
-	} else if (parse_u64(getenv("LOCAL_WORLD_SIZE"), UINT32_MAX, &local_ranks) == 0 &&
-		   local_ranks > (uint64_t)keel_posix_cpu_count()) {
+	} else if (keel_posix_oversubscribed(local_ranks)) {
 		spin = 0;
 	}
 	*mode = m;

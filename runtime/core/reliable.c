@@ -413,7 +413,8 @@ int rel_send_borrowed(struct keel_node *n, uint32_t peer, struct wire_header *h,
 		      const uint8_t *payload, uint32_t len)
 {
 	KEEL_ASSERT(h != NULL && payload != NULL && len != 0);
-	KEEL_ASSERT((node_peer_caps(n, peer) & KEEL_CAP_GATHER) != 0);
+	/* pump_sends asked just now: no second route lookup on this path outside debug */
+	KEEL_ASSERT_DEBUG((node_peer_caps(n, peer) & KEEL_CAP_GATHER) != 0);
 	if (rel_send_slot(n, peer) == NULL)
 		return -EAGAIN;
 	send_commit(n, peer, h, len, payload);

@@ -452,9 +452,7 @@ void keel_shm_stats_get(struct keel_transport *t, struct keel_shm_stats *out)
 
 static bool datagram_ok(const struct shm *s, const struct keel_datagram *g)
 {
-	return g->peer < s->t.world_size && g->peer != s->t.rank && g->tail_len <= s->t.mtu &&
-	       g->len <= s->t.mtu - g->tail_len && (g->buf != NULL || g->len == 0) &&
-	       (g->tail != NULL || g->tail_len == 0);
+	return g->peer < s->t.world_size && g->peer != s->t.rank && keel_datagram_fits(g, s->t.mtu);
 }
 
 /* Copy the run of d[0..count) bound for d[0].peer that fits, after position pos of a ring with

@@ -510,8 +510,7 @@ static int send_msgs(struct udp *u, uint32_t n, bool *blocked, bool *gso_refused
 static bool send_valid(const struct udp *u, const struct keel_datagram *g)
 {
 	return g->peer < u->t.world_size && u->peers[g->peer].sa.sa_family != AF_UNSPEC &&
-	       g->tail_len <= u->t.mtu && g->len <= u->t.mtu - g->tail_len &&
-	       (g->buf != NULL || g->len == 0) && (g->tail != NULL || g->tail_len == 0);
+	       keel_datagram_fits(g, u->t.mtu);
 }
 
 /* A datagram's bytes on the wire: its header piece and its tail. */

@@ -1731,6 +1731,20 @@ static int boot_capture(struct keel_boot *b, char *err, size_t err_len, char *ou
 	return rc;
 }
 
+/* Start rank 0 as the environment says and check the waiter's spin: yields or not, and its
+ * length in ns (UINT64_MAX: not checked). */
+static void boot_spin_expect(bool yield, uint64_t spin_ns)
+{
+	struct keel_boot b;
+	char err[256];
+
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_int_equal(b.waiter.spin_yield, yield);
+	if (spin_ns != UINT64_MAX)
+		assert_int_equal(b.waiter.spin_ns, spin_ns);
+	keel_boot_stop(&b, 0);
+}
+
 /* Ranks that outnumber their CPUs spin briefly with a yield by default, unless their heartbeat
  * interval is under 10 ms, the user chose a spin (KEEL_SPIN_US) or blocking; KEEL_SPIN_YIELD=1
  * makes the spin yield anyway, 0 never; anything else names itself. */
@@ -1760,12 +1774,10 @@ static void test_launch_boot_spin_yield(void **state)
 				    ? CPU_COUNT(&all)
 				    : sysconf(_SC_NPROCESSORS_ONLN));
 	char ranks[24];
-	snprintf(ranks, sizeof(ranks), "%ld", share);
-	env("LOCAL_WORLD_SIZE", ranks);
-	assert_false(keel_posix_oversubscribed());
+	assert_false(keel_posix_oversubscribed((uint32_t)share));
+	assert_true(keel_posix_oversubscribed((uint32_t)share + 1));
 	snprintf(ranks, sizeof(ranks), "%ld", share + 1);
 	env("LOCAL_WORLD_SIZE", ranks);
-	assert_true(keel_posix_oversubscribed());
 	/* a job of that many ranks on this host (rank 0 starts; KEEL_PEERS needs no others) */
 	size_t peers_len = (size_t)(share + 1) * 24 + 1, used = 0;
 	char *peers = calloc(1, peers_len);
@@ -1778,44 +1790,27 @@ static void test_launch_boot_spin_yield(void **state)
 	/* by default: a short yielding spin, as the heartbeat interval grew with the ranks */
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
 	assert_true(b.cfg.heartbeat_ns >= 10000000);
-	assert_true(b.waiter.spin_yield);
-	assert_int_equal(b.waiter.spin_ns, 20000);
 	keel_boot_stop(&b, 0);
+	boot_spin_expect(true, 20000);
 	/* heartbeats under 10 ms: a yielding spinner would delay them; it blocks at once */
 	env("KEEL_HEARTBEAT_US", "9999");
-	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
-	assert_false(b.waiter.spin_yield);
-	assert_int_equal(b.waiter.spin_ns, 0);
-	keel_boot_stop(&b, 0);
+	boot_spin_expect(false, 0);
 	env("KEEL_HEARTBEAT_US", "10000");
-	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
-	assert_true(b.waiter.spin_yield);
-	keel_boot_stop(&b, 0);
+	boot_spin_expect(true, 20000);
 	unsetenv("KEEL_HEARTBEAT_US");
 	/* a spin the user chose is left alone: no yield unless asked */
 	env("KEEL_SPIN_US", "0");
-	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
-	assert_false(b.waiter.spin_yield);
-	assert_int_equal(b.waiter.spin_ns, 0);
-	keel_boot_stop(&b, 0);
+	boot_spin_expect(false, 0);
 	unsetenv("KEEL_SPIN_US");
 	env("KEEL_WAIT", "block");
-	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
-	assert_false(b.waiter.spin_yield);
-	keel_boot_stop(&b, 0);
+	boot_spin_expect(false, 0);
 	unsetenv("KEEL_WAIT");
 	env("KEEL_SPIN_YIELD", "1");
 	env("KEEL_HEARTBEAT_US", "250"); /* asked for: yields whatever the interval */
-	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
-	assert_true(b.waiter.spin_yield);
-	assert_int_equal(b.waiter.spin_ns, 20000);
-	keel_boot_stop(&b, 0);
+	boot_spin_expect(true, 20000);
 	unsetenv("KEEL_HEARTBEAT_US");
 	env("KEEL_SPIN_YIELD", "0");
-	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
-	assert_false(b.waiter.spin_yield);
-	assert_int_equal(b.waiter.spin_ns, 0);
-	keel_boot_stop(&b, 0);
+	boot_spin_expect(false, 0);
 	env("KEEL_SPIN_YIELD", "yes");
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "KEEL_SPIN_YIELD=yes: expected 0 or 1"));
@@ -1827,21 +1822,12 @@ static void test_launch_boot_spin_yield(void **state)
 	snprintf(ranks, sizeof(ranks), "%ld", share + 1);
 	env("OMPI_COMM_WORLD_SIZE", ranks);
 	env("OMPI_COMM_WORLD_LOCAL_SIZE", ranks);
-	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
-	assert_true(b.waiter.spin_yield);
-	assert_int_equal(b.waiter.spin_ns, 20000);
-	keel_boot_stop(&b, 0);
+	boot_spin_expect(true, 20000);
 	snprintf(ranks, sizeof(ranks), "%ld", share);
 	env("OMPI_COMM_WORLD_LOCAL_SIZE", ranks); /* the others on other hosts */
-	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
-	assert_false(b.waiter.spin_yield);
-	assert_int_equal(b.waiter.spin_ns, KEEL_POSIX_SPIN_NS_DEFAULT);
-	keel_boot_stop(&b, 0);
+	boot_spin_expect(false, KEEL_POSIX_SPIN_NS_DEFAULT);
 	env("RANK", "0");
-	env("LOCAL_WORLD_SIZE", "1");
-	assert_false(keel_posix_oversubscribed());
-	env("LOCAL_WORLD_SIZE", "many");
-	assert_false(keel_posix_oversubscribed()); /* unreadable: one rank */
+	assert_false(keel_posix_oversubscribed(1));
 	assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
 }
 
@@ -2221,41 +2207,42 @@ static void test_launch_wait_mode_from_env(void **state)
 	uint64_t spin = 0;
 
 	(void)state;
-	assert_int_equal(keel_posix_wait_mode_from_env(&mode, &spin), 0);
+	assert_int_equal(keel_posix_wait_mode_from_env(1, &mode, &spin), 0);
 	assert_int_equal(mode, KEEL_WAIT_ADAPTIVE);
 	assert_int_equal(spin, KEEL_POSIX_SPIN_NS_DEFAULT);
-	env("LOCAL_WORLD_SIZE", "1"); /* fewer ranks than CPUs: spin */
-	assert_int_equal(keel_posix_wait_mode_from_env(&mode, &spin), 0);
+	/* as many ranks as CPUs: spin */
+	assert_int_equal(
+	    keel_posix_wait_mode_from_env((uint32_t)keel_posix_cpu_count(), &mode, &spin), 0);
 	assert_int_equal(spin, KEEL_POSIX_SPIN_NS_DEFAULT);
-	env("LOCAL_WORLD_SIZE", "100000"); /* oversubscribed: block at once */
-	assert_int_equal(keel_posix_wait_mode_from_env(&mode, &spin), 0);
+	/* oversubscribed: block at once */
+	assert_int_equal(keel_posix_wait_mode_from_env(100000, &mode, &spin), 0);
 	assert_int_equal(mode, KEEL_WAIT_ADAPTIVE);
 	assert_int_equal(spin, 0);
 	env("KEEL_SPIN_US", "7"); /* explicit spin wins */
-	assert_int_equal(keel_posix_wait_mode_from_env(&mode, &spin), 0);
+	assert_int_equal(keel_posix_wait_mode_from_env(100000, &mode, &spin), 0);
 	assert_int_equal(spin, 7000);
 	env("KEEL_WAIT", "busy");
-	assert_int_equal(keel_posix_wait_mode_from_env(&mode, &spin), 0);
+	assert_int_equal(keel_posix_wait_mode_from_env(1, &mode, &spin), 0);
 	assert_int_equal(mode, KEEL_WAIT_BUSY);
 	assert_int_equal(spin, UINT64_MAX);
 	env("KEEL_WAIT", "block");
-	assert_int_equal(keel_posix_wait_mode_from_env(&mode, &spin), 0);
+	assert_int_equal(keel_posix_wait_mode_from_env(1, &mode, &spin), 0);
 	assert_int_equal(mode, KEEL_WAIT_BLOCK);
 	assert_int_equal(spin, 0);
 	env("KEEL_WAIT", "adaptive");
-	assert_int_equal(keel_posix_wait_mode_from_env(&mode, &spin), 0);
+	assert_int_equal(keel_posix_wait_mode_from_env(1, &mode, &spin), 0);
 	assert_int_equal(mode, KEEL_WAIT_ADAPTIVE);
 	assert_string_equal(keel_posix_wait_mode_name(mode), "adaptive");
 	for (size_t i = 0; i < sizeof(bad_wait) / sizeof(bad_wait[0]); i++) {
 		env("KEEL_WAIT", bad_wait[i]);
 		mode = KEEL_WAIT_BLOCK;
-		assert_int_equal(keel_posix_wait_mode_from_env(&mode, &spin), -EINVAL);
+		assert_int_equal(keel_posix_wait_mode_from_env(1, &mode, &spin), -EINVAL);
 		assert_int_equal(mode, KEEL_WAIT_BLOCK); /* untouched */
 	}
 	env("KEEL_WAIT", "busy");
 	for (size_t i = 0; i < sizeof(bad_spin) / sizeof(bad_spin[0]); i++) {
 		env("KEEL_SPIN_US", bad_spin[i]);
-		assert_int_equal(keel_posix_wait_mode_from_env(&mode, &spin), -EINVAL);
+		assert_int_equal(keel_posix_wait_mode_from_env(1, &mode, &spin), -EINVAL);
 	}
 }
 
