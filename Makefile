@@ -251,7 +251,10 @@ format-check:
 clean:
 	rm -rf build build-san build-*
 
+# Every object built with -MMD has its .d here, the start-up parts archived with the DPDK and
+# verbs backends too: a stale boot_verbs.o (an old struct layout) once crashed every verbs run.
 -include $(RUNTIME_OBJ:.o=.d) $(BOOT_OBJ:.o=.d) \
+	$(BUILD)/obj/runtime/boot/boot_dpdk.d $(BUILD)/obj/runtime/boot/boot_verbs.d \
 	$(foreach t,$(TOOL_NAMES),$(patsubst %.o,%.d,$(call tool_obj,$(t)))) \
 	$(UNIT_SRC:%.c=$(BUILD)/obj/%.d) $(INTEG_SRC:%.c=$(BUILD)/obj/%.d) $(REFCHECK_OBJ:.o=.d) $(SIZE_ARG_OBJ:.o=.d) \
 	$(PLOT_OBJ:.o=.d)

@@ -22,7 +22,7 @@ $(BUILD)/obj/sim/%.o: sim/%.c $(CONFIG_STAMP)
 # platform file SimGrid refuses (sim/platform_load.cc).
 $(BUILD)/obj/sim/%.o: sim/%.cc sim/%.h $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror $(SIM_CFLAGS) -c $< -o $@
+	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror $(SIM_CFLAGS) -MMD -MP -c $< -o $@
 
 $(KEEL_SIM): $(SIM_OBJ) $(REFCHECK_OBJ) $(LIBBOOT) $(LIBKEEL)
 	@mkdir -p $(dir $@)

@@ -52,7 +52,7 @@ LIBKEEL_VERBS_STATIC := $(BUILD)/libkeel_verbs_static.a
 $(BUILD)/obj-static-verbs/ibv_shim.o: verbs/ibv_shim.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_KEEL) $(INC) $(VERBS_CFLAGS) -DRDMA_STATIC_PROVIDERS=$(VERBS_STATIC_PROVIDERS) \
-		-c $< -o $@
+		-MMD -MP -c $< -o $@
 $(LIBKEEL_VERBS_STATIC): $(BUILD)/obj/verbs/transport_verbs.o $(BUILD)/obj-static-verbs/ibv_shim.o \
 	$(BUILD)/obj/runtime/boot/boot_verbs.o
 	$(public_archive)
@@ -81,4 +81,5 @@ static-verbs:
 	@echo "keel: 'make static-verbs' needs libibverbs (install libibverbs-dev)"
 endif
 
--include $(VERBS_OBJ:.o=.d) $(BUILD)/obj/tests/support/verbs_fake.d
+-include $(VERBS_OBJ:.o=.d) $(BUILD)/obj/tests/support/verbs_fake.d \
+	$(BUILD)/obj-static-verbs/ibv_shim.d
