@@ -66,6 +66,12 @@ struct ibv_mr *keel_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int ac
 	return ibv_reg_mr(pd, addr, len, access);
 }
 
+struct ibv_mr *keel_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+				      int fd, int access)
+{
+	return ibv_reg_dmabuf_mr(pd, offset, len, iova, fd, access);
+}
+
 int keel_ibv_dereg_mr(struct ibv_mr *mr)
 {
 	return ibv_dereg_mr(mr);

@@ -31,6 +31,7 @@
 /* Credits arrive by RDMA WRITE, which raises no completion at the writer: while a sender
  * waits for them, it asks to be polled again this soon instead of sleeping to its deadline. */
 #define CREDIT_POLL_NS 50000ull
+#define SGE_MAX	       2u /* a datagram's header and its tail */
 /* A keepalive (see keepalive_scan) is never posted more often than this per peer. */
 #define KEEPALIVE_MIN_NS 1000000ull
 
@@ -61,6 +62,14 @@ struct vpeer {
 	uint32_t *rx_len;  /* [slot_count] */
 };
 
+/* Caller memory registered for sends from where payloads lie (keel_verbs_register). */
+struct vregion {
+	struct ibv_mr *mr; /* NULL: a free entry */
+	uintptr_t lo, hi;
+	bool dmabuf;
+	uint32_t *mark; /* [world_size]: the peer's sq_posted after the last WR reading it */
+};
+
 struct verbs {
 	struct keel_transport t;
 	struct keel_verbs_config cfg;
@@ -86,14 +95,16 @@ struct verbs {
 	char dev_name[KEEL_VERBS_DEV_NAME_LEN];
 	struct ibv_wc wc[WC_BURST];
 	struct ibv_send_wr swr[CHAIN_MAX];
-	struct ibv_sge ssge[CHAIN_MAX];
+	struct ibv_sge ssge[CHAIN_MAX][SGE_MAX];
+	struct vregion regions[KEEL_VERBS_REGIONS_MAX];
+	uint32_t region_count;
 	struct ibv_recv_wr *rwr; /* [slot_count] */
 	struct ibv_sge *rsge;	 /* [slot_count] */
 	struct keel_verbs_stats st;
 };
 
 struct layout {
-	size_t peers, sq_mark, rx_len, rwr, rsge, region, stride, total;
+	size_t peers, sq_mark, rx_len, marks, rwr, rsge, region, stride, total;
 	uint32_t sq_depth;
 };
 
@@ -166,6 +177,8 @@ static void layout_of(const struct keel_verbs_config *c, struct layout *l)
 	off = align_to(off + w * l->sq_depth * sizeof(uint32_t), CACHE_LINE_BYTES);
 	l->rx_len = off;
 	off = align_to(off + w * s * sizeof(uint32_t), CACHE_LINE_BYTES);
+	l->marks = off;
+	off = align_to(off + KEEL_VERBS_REGIONS_MAX * w * sizeof(uint32_t), CACHE_LINE_BYTES);
 	l->rwr = off;
 	off = align_to(off + s * sizeof(struct ibv_recv_wr), CACHE_LINE_BYTES);
 	l->rsge = off;
@@ -205,6 +218,8 @@ static struct verbs *carve(void *mem, size_t mem_len, const struct keel_verbs_co
 	v->stride = l.stride;
 	v->region_len = cfg->world_size * l.stride;
 	v->sq_depth = l.sq_depth;
+	for (uint32_t i = 0; i < KEEL_VERBS_REGIONS_MAX; i++)
+		v->regions[i].mark = (uint32_t *)(base + l.marks) + (size_t)i * cfg->world_size;
 	v->sig_interval = cfg->slot_count / 2;
 	v->credit_batch = cfg->slot_count / 4 != 0 ? cfg->slot_count / 4 : 1;
 	/* one ACK timeout: a dead peer's QP always has a request in its retry window */
@@ -331,7 +346,7 @@ static int create_qp(struct verbs *v, struct vpeer *q)
 		a.sq_sig_all = 0;
 		a.cap.max_send_wr = v->sq_depth;
 		a.cap.max_recv_wr = v->cfg.slot_count;
-		a.cap.max_send_sge = 1;
+		a.cap.max_send_sge = SGE_MAX;
 		a.cap.max_recv_sge = 1;
 		a.cap.max_inline_data = inl;
 		q->qp = keel_ibv_create_qp(v->pd, &a);
@@ -365,6 +380,12 @@ static int set_nonblock(int fd)
 
 static void release(struct verbs *v)
 {
+	for (uint32_t i = 0; i < KEEL_VERBS_REGIONS_MAX; i++) {
+		if (v->regions[i].mr != NULL)
+			(void)keel_ibv_dereg_mr(v->regions[i].mr);
+		v->regions[i].mr = NULL;
+	}
+	v->region_count = 0;
 	for (uint32_t p = 0; v->peers != NULL && p < v->cfg.world_size; p++) {
 		if (v->peers[p].qp != NULL)
 			(void)keel_ibv_destroy_qp(v->peers[p].qp);
@@ -443,7 +464,7 @@ int keel_verbs_init(struct keel_transport **out, void *mem, size_t mem_len,
 	v->t = (struct keel_transport){.ops = &verbs_ops,
 				       .state = v,
 				       .caps = KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED |
-					       KEEL_CAP_RDMA_WRITE,
+					       KEEL_CAP_RDMA_WRITE | KEEL_CAP_GATHER,
 				       .mtu = mtu,
 				       .rank = cfg->rank,
 				       .world_size = cfg->world_size};
@@ -617,6 +638,14 @@ static void peer_fail(struct verbs *v, uint32_t peer)
 	if (peer >= v->cfg.world_size || v->peers[peer].state == PEER_FAILED)
 		return;
 	v->peers[peer].state = PEER_FAILED;
+	/* Into the error state: the NIC stops reading our memory for this peer (a registered
+	 * region may then be let go) and the peer's QP fails too, so it fences us as well. */
+	if (v->peers[peer].qp != NULL) {
+		struct ibv_qp_attr m;
+		memset(&m, 0, sizeof(m));
+		m.qp_state = IBV_QPS_ERR;
+		(void)keel_ibv_modify_qp(v->peers[peer].qp, &m, IBV_QP_STATE);
+	}
 	if (v->st.peers_failed++ == 0)
 		v->st.first_fail_ns = v->last_now_ns;
 }
@@ -676,7 +705,33 @@ static uint32_t post_chain(struct verbs *v, uint32_t peer, uint32_t n, uint32_t 
 	return ok;
 }
 
-/* Build the WR for datagram d into v->swr[i]. Returns false when the peer has no room. */
+/* The registered region holding all of [p, p + len), or NULL. */
+static struct vregion *region_of(struct verbs *v, const uint8_t *p, uint32_t len)
+{
+	uintptr_t lo = (uintptr_t)p;
+	for (uint32_t i = 0, seen = 0; seen < v->region_count; i++) {
+		struct vregion *r = &v->regions[i];
+		if (r->mr == NULL)
+			continue;
+		seen++;
+		if (lo >= r->lo && len <= r->hi - lo)
+			return r;
+	}
+	return NULL;
+}
+
+static void add_sge(struct ibv_send_wr *wr, const void *p, uint32_t len, uint32_t lkey)
+{
+	if (len == 0)
+		return;
+	wr->sg_list[wr->num_sge++] =
+	    (struct ibv_sge){.addr = (uint64_t)(uintptr_t)p, .length = len, .lkey = lkey};
+}
+
+/* Build the WR for datagram d (one or two pieces) into v->swr[i]. Returns false when the peer
+ * has no room. The header always lands in a send slot (or inline); a tail is copied after it,
+ * unless it lies in a registered region: then the WR gathers it from there, signaled, so
+ * keel_verbs_unregister learns when the NIC is done reading. */
 static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_datagram *d, uint32_t i)
 {
 	struct vpeer *q = &v->peers[peer];
@@ -688,30 +743,39 @@ static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_data
 		v->credit_wait = true;
 		return false;
 	}
-	bool small = d->len <= v->cfg.send_max_bytes;
-	bool inl = small && d->len <= v->inline_max;
+	uint32_t total = d->len + d->tail_len;
+	bool small = total <= v->cfg.send_max_bytes;
+	bool inl = small && total <= v->inline_max;
 	if (q->sq_posted - q->sq_done >= v->sq_depth || (!inl && q->tx_seq - q->tx_done >= s)) {
 		v->st.tx_no_room++;
 		return false;
 	}
+	struct vregion *zc = !inl && d->tail_len != 0 && v->region_count != 0
+				 ? region_of(v, d->tail, d->tail_len)
+				 : NULL;
 	uint32_t slot = q->tx_seq % s, gen = (q->tx_seq / s) & IMM_GEN_MASK;
 	struct ibv_send_wr *wr = &v->swr[i];
-	struct ibv_sge *sge = &v->ssge[i];
 	memset(wr, 0, sizeof(*wr));
-	if (inl) {
-		sge->addr = (uint64_t)(uintptr_t)d->buf; /* copied by the provider at post */
+	wr->sg_list = v->ssge[i];
+	if (inl) { /* the provider copies both pieces at post */
+		add_sge(wr, d->buf, d->len, v->mr->lkey);
+		add_sge(wr, d->tail, d->tail_len, v->mr->lkey);
 	} else {
 		uint8_t *dst = q->tx_slots + (size_t)slot * v->cfg.slot_bytes;
 		memcpy(dst, d->buf, d->len);
-		sge->addr = (uint64_t)(uintptr_t)dst;
+		if (zc != NULL) {
+			add_sge(wr, dst, d->len, v->mr->lkey);
+			add_sge(wr, d->tail, d->tail_len, zc->mr->lkey);
+			v->st.tx_zero_copy++;
+		} else {
+			if (d->tail_len != 0)
+				memcpy(dst + d->len, d->tail, d->tail_len);
+			add_sge(wr, dst, total, v->mr->lkey);
+		}
 	}
-	sge->length = d->len;
-	sge->lkey = v->mr->lkey;
-	wr->sg_list = sge;
-	wr->num_sge = 1;
 	wr->imm_data = htonl(slot << IMM_SLOT_SHIFT | gen);
 	wr->send_flags = inl ? IBV_SEND_INLINE : 0;
-	if (next_signaled(v, q))
+	if (next_signaled(v, q) || zc != NULL)
 		wr->send_flags |= IBV_SEND_SIGNALED;
 	wr->wr_id = wrid(WR_DATA, peer, q->sq_posted);
 	if (small) {
@@ -729,6 +793,8 @@ static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_data
 	q->tx_seq++;
 	q->sq_mark[q->sq_posted % v->sq_depth] = q->tx_seq;
 	q->sq_posted++;
+	if (zc != NULL)
+		zc->mark[peer] = q->sq_posted;
 	return true;
 }
 
@@ -744,8 +810,9 @@ static int verbs_send_burst(struct keel_transport *t, uint64_t now_ns,
 	bool reaped = false;
 	while (i < count) {
 		uint32_t peer = d[i].peer;
-		if (peer >= v->cfg.world_size || peer == v->cfg.rank || d[i].len > t->mtu ||
-		    d[i].len == 0 || v->peers[peer].state == PEER_IDLE)
+		if (peer >= v->cfg.world_size || peer == v->cfg.rank ||
+		    !keel_datagram_fits(&d[i], t->mtu) || d[i].len + d[i].tail_len == 0 ||
+		    v->peers[peer].state == PEER_IDLE)
 			return i == 0 ? -EINVAL : (int)i;
 		struct vpeer *q = &v->peers[peer];
 		if (q->state == PEER_FAILED) {
@@ -755,7 +822,8 @@ static int verbs_send_burst(struct keel_transport *t, uint64_t now_ns,
 		}
 		uint32_t tx0 = q->tx_seq, sq0 = q->sq_posted, n = 0;
 		while (i + n < count && n < CHAIN_MAX && d[i + n].peer == peer &&
-		       d[i + n].len <= t->mtu && d[i + n].len != 0 &&
+		       keel_datagram_fits(&d[i + n], t->mtu) &&
+		       d[i + n].len + d[i + n].tail_len != 0 &&
 		       build_data_wr(v, peer, &d[i + n], n))
 			n++;
 		if (n == 0 && !reaped) {
@@ -1071,6 +1139,109 @@ static void verbs_fini(struct keel_transport *t)
 	if (t == NULL || t->state == NULL)
 		return;
 	release(of(t));
+}
+
+/* ---- memory the NIC reads tails from ---- */
+
+static bool region_overlaps(const struct verbs *v, uintptr_t lo, uintptr_t hi)
+{
+	for (uint32_t i = 0; i < KEEL_VERBS_REGIONS_MAX; i++)
+		if (v->regions[i].mr != NULL && lo < v->regions[i].hi && v->regions[i].lo < hi)
+			return true;
+	return false;
+}
+
+/* Checks and a free entry for [addr, addr + len); NULL with *rc set when there is none. */
+static struct vregion *region_slot(struct verbs *v, const void *addr, size_t len, int *rc)
+{
+	uintptr_t lo = (uintptr_t)addr;
+	*rc = -EINVAL;
+	if (v->pd == NULL || addr == NULL || len == 0 || len > UINTPTR_MAX - lo ||
+	    region_overlaps(v, lo, lo + len))
+		return NULL;
+	*rc = -ENOSPC;
+	for (uint32_t i = 0; i < KEEL_VERBS_REGIONS_MAX; i++)
+		if (v->regions[i].mr == NULL)
+			return &v->regions[i];
+	return NULL;
+}
+
+static int region_add(struct verbs *v, struct vregion *r, struct ibv_mr *mr, const void *addr,
+		      size_t len, bool dmabuf)
+{
+	if (mr == NULL)
+		return null_errno();
+	r->mr = mr;
+	r->lo = (uintptr_t)addr;
+	r->hi = (uintptr_t)addr + len;
+	r->dmabuf = dmabuf;
+	for (uint32_t p = 0; p < v->cfg.world_size; p++)
+		r->mark[p] = v->peers[p].sq_done; /* nothing posted reads it yet */
+	v->region_count++;
+	return 0;
+}
+
+int keel_verbs_register(struct keel_transport *t, const void *addr, size_t len)
+{
+	if (t == NULL || t->ops != &verbs_ops)
+		return -EINVAL;
+	struct verbs *v = of(t);
+	int rc;
+	struct vregion *r = region_slot(v, addr, len, &rc);
+	if (r == NULL)
+		return rc;
+	/* the NIC only reads it: no access flag beyond local read, which every MR has */
+	return region_add(v, r, keel_ibv_reg_mr(v->pd, (void *)(uintptr_t)addr, len, 0), addr, len,
+			  false);
+}
+
+int keel_verbs_register_dmabuf(struct keel_transport *t, const void *addr, size_t len, int fd,
+			       uint64_t offset)
+{
+	if (t == NULL || t->ops != &verbs_ops || fd < 0)
+		return -EINVAL;
+	struct verbs *v = of(t);
+	int rc;
+	struct vregion *r = region_slot(v, addr, len, &rc);
+	if (r == NULL)
+		return rc;
+	/* iova = the device address, so work requests name its bytes as the caller does */
+	struct ibv_mr *mr =
+	    keel_ibv_reg_dmabuf_mr(v->pd, offset, len, (uint64_t)(uintptr_t)addr, fd, 0);
+	if (mr == NULL && (errno == EOPNOTSUPP || errno == ENOSYS || errno == EPROTONOSUPPORT))
+		return -EOPNOTSUPP;
+	return region_add(v, r, mr, addr, len, true);
+}
+
+/* May the NIC still read region r for `peer`: a WR gathering from it posted and not
+ * completed, on a QP not in error? */
+static bool region_busy_for(const struct verbs *v, const struct vregion *r, uint32_t peer)
+{
+	const struct vpeer *q = &v->peers[peer];
+	uint32_t ahead = r->mark[peer] - q->sq_done;
+	return q->state == PEER_CONNECTED && ahead != 0 && ahead <= q->sq_posted - q->sq_done;
+}
+
+int keel_verbs_unregister(struct keel_transport *t, const void *addr)
+{
+	if (t == NULL || t->ops != &verbs_ops)
+		return -EINVAL;
+	struct verbs *v = of(t);
+	struct vregion *r = NULL;
+	for (uint32_t i = 0; i < KEEL_VERBS_REGIONS_MAX && r == NULL; i++)
+		if (v->regions[i].mr != NULL && v->regions[i].lo == (uintptr_t)addr)
+			r = &v->regions[i];
+	if (r == NULL)
+		return -ENOENT;
+	if (v->ctx != NULL && !v->down)
+		(void)poll_completions(v); /* the receives they bring wait in their slots */
+	for (uint32_t p = 0; p < v->cfg.world_size && v->ctx != NULL && !v->down; p++)
+		if (p != v->cfg.rank && region_busy_for(v, r, p))
+			return -EBUSY;
+	int rc = keel_ibv_dereg_mr(r->mr);
+	r->mr = NULL;
+	v->region_count--;
+	return rc == 0 ? 0 : neg_errno(rc);
 }
 
 /* A QP in error (peer_fail) or a device gone: the router sends this peer's traffic on

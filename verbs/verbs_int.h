@@ -22,6 +22,10 @@ struct ibv_pd *keel_ibv_alloc_pd(struct ibv_context *ctx);
 int keel_ibv_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *keel_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access);
 int keel_ibv_dereg_mr(struct ibv_mr *mr);
+/* Device memory exported as a dma-buf (GPUDirect RDMA); NULL with errno EOPNOTSUPP where the
+ * provider or the library cannot. iova: the address work requests name it by. */
+struct ibv_mr *keel_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+				      int fd, int access);
 struct ibv_comp_channel *keel_ibv_create_comp_channel(struct ibv_context *ctx);
 int keel_ibv_destroy_comp_channel(struct ibv_comp_channel *ch);
 struct ibv_cq *keel_ibv_create_cq(struct ibv_context *ctx, int cqe, struct ibv_comp_channel *ch);

@@ -130,6 +130,27 @@ KEEL_MUST_USE int keel_boot_wait_member(struct keel_boot *b, uint64_t timeout_ns
  * (keel_metrics_observe). t_ns is keel_posix_now_ns time. */
 void keel_boot_note(struct keel_boot *b, const struct keel_event *ev);
 
+/* Register a buffer that collectives read, reused by every one of them (a training loop's
+ * gradient buffer, or the stage of keel_allreduce_device), so the network reads its bytes
+ * where they lie instead of keel copying them. Under KEEL_TRANSPORT=verbs the NIC reads them
+ * (keel_verbs_register: host memory, or device memory the NIC's driver can pin); the other
+ * transports copy anyway, and this returns 0 without doing anything. Register once, after
+ * keel_boot_start; write the buffer only between collectives; unregister before freeing it.
+ * Errors: -EINVAL (NULL, 0 bytes, overlaps a registered buffer), -ENOSPC (more than
+ * KEEL_VERBS_REGIONS_MAX), or the NIC driver's -errno. */
+KEEL_MUST_USE int keel_boot_register(struct keel_boot *b, const void *addr, size_t len);
+
+/* The same for device memory exported as a dma-buf (keel_device_cuda_dmabuf gives fd and
+ * offset): GPUDirect RDMA through ibv_reg_dmabuf_mr. -EOPNOTSUPP when the transport is not
+ * verbs, or the NIC's provider cannot register dma-bufs (Soft-RoCE cannot). */
+KEEL_MUST_USE int keel_boot_register_dmabuf(struct keel_boot *b, const void *addr, size_t len,
+					    int fd, uint64_t offset);
+
+/* Let go of a buffer registered at addr: 0 (also when nothing was registered because the
+ * transport copies), -EBUSY while the NIC may still read it (poll and retry), -ENOENT when
+ * verbs has no buffer registered at addr. */
+KEEL_MUST_USE int keel_boot_unregister(struct keel_boot *b, const void *addr);
+
 /* Keep polling until everything this node sent is acknowledged (at most `linger_ns`), then
  * release everything. */
 void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns);

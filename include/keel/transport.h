@@ -74,7 +74,9 @@ struct keel_transport_ops {
 	/* Hand up to `count` datagrams to the network. Never blocks.
 	 * Returns how many were accepted, in order (0..count), or a negative error
 	 * (-EINVAL for a bad peer, KEEL_ETRANSPORT for a fatal backend error).
-	 * Buffers stay the caller's: the backend has copied or sent them on return.
+	 * Buffers stay the caller's: the backend has copied or sent them on return (one
+	 * exception: a tail inside memory the program registered with a backend for that, such
+	 * as keel_verbs_register, may be read by the NIC until its work completes).
 	 * A datagram not accepted was not sent; the caller may retry it later. */
 	int (*send_burst)(struct keel_transport *t, uint64_t now_ns, const struct keel_datagram *d,
 			  uint32_t count);

@@ -19,7 +19,11 @@
  * QP then fails with IBV_WC_RETRY_EXC_ERR within keel_verbs_nic_detect_ns of it.
  *
  * Ops (see keel/transport.h):
- * - send_burst copies each datagram into a registered send slot (or inlines it), chains the
+ * - send_burst takes datagrams in one or two pieces (KEEL_CAP_GATHER). It copies each into a
+ *   registered send slot (or inlines it), except a tail lying wholly inside memory the caller
+ *   registered with keel_verbs_register or keel_verbs_register_dmabuf: the work request gathers
+ *   that tail from where it lies (the NIC reads it; from GPU memory that is GPUDirect RDMA), and
+ *   only the header is copied. It chains the
  *   work requests per peer into one ibv_post_send, signals one in sig_interval. It returns the
  *   prefix it accepted: a peer out of credits, send-queue room or send slots ends the burst
  *   (the core offers the rest again). A datagram to a failed peer is accepted and dropped
@@ -132,6 +136,38 @@ uint32_t keel_verbs_local_qpn(struct keel_transport *t, uint32_t peer);
 KEEL_MUST_USE int keel_verbs_connect(struct keel_transport *t, uint32_t peer,
 				     const struct keel_verbs_addr *remote, uint32_t remote_qpn);
 
+/* Most regions registered at once (keel_verbs_register*). */
+#define KEEL_VERBS_REGIONS_MAX 8u
+
+/* Register caller memory [addr, addr + len) with the NIC, read only, so that datagram tails
+ * lying in it are sent from where they lie instead of copied into a send slot (keel's core
+ * hands out such tails for payloads that stay put: an AllReduce's input out of place, its
+ * final sums, a broadcast's buffer). Host memory, or device memory where the NIC's driver can
+ * pin it through ibv_reg_mr (nvidia-peermem). Registration pins the pages: do it once, at
+ * start, for buffers reused by every collective (the gradient buffer).
+ * While registered, the NIC may read those bytes after send_burst returned, until the work
+ * request completes: write them only between collectives, as the API asks of any input. After
+ * a collective that failed, a send to a peer still being retried may read them for up to
+ * keel_verbs_nic_detect_ns; such a datagram belongs to a collective no member uses anymore.
+ * Errors: -EINVAL (not a verbs transport, NULL, 0 bytes, overlaps a registered region),
+ * -ENOSPC (KEEL_VERBS_REGIONS_MAX already), or the -errno of ibv_reg_mr. */
+KEEL_MUST_USE int keel_verbs_register(struct keel_transport *t, const void *addr, size_t len);
+
+/* The same for device memory exported as a dma-buf (GPUDirect RDMA through
+ * ibv_reg_dmabuf_mr): `fd` and `offset` as keel_device_cuda_dmabuf gives them for [addr,
+ * addr + len), addr being the device address tails name. -EOPNOTSUPP when the NIC's provider
+ * or rdma-core cannot register dma-bufs (Soft-RoCE cannot): the caller then stages through
+ * host memory, as keel does when nothing is registered. Other errors as keel_verbs_register.
+ * keel keeps no reference to fd: the caller may close it once this returned. */
+KEEL_MUST_USE int keel_verbs_register_dmabuf(struct keel_transport *t, const void *addr, size_t len,
+					     int fd, uint64_t offset);
+
+/* Let go of the region registered at addr. -EBUSY while a work request that reads it has not
+ * completed on a QP still working (poll the node and retry; a peer that failed holds nothing:
+ * its QP is in the error state); -ENOENT when no region starts at addr; -EINVAL when t is not
+ * a verbs transport. Regions still registered are let go by fini. */
+KEEL_MUST_USE int keel_verbs_unregister(struct keel_transport *t, const void *addr);
+
 /* The device and GID index in use, for logs. */
 const char *keel_verbs_device_name(struct keel_transport *t);
 int keel_verbs_gid_index(struct keel_transport *t);
@@ -141,6 +177,7 @@ bool keel_verbs_peer_failed(struct keel_transport *t, uint32_t peer);
 
 struct keel_verbs_stats {
 	uint64_t tx_send, tx_send_inline, tx_write_imm, tx_credit_writes, tx_posts;
+	uint64_t tx_zero_copy; /* datagrams whose tail the NIC read from a registered region */
 	uint64_t tx_keepalive_writes; /* credit words rewritten to a peer holding our messages */
 	uint64_t tx_dropped_failed;   /* accepted for a failed peer and dropped */
 	uint64_t tx_no_credit;	      /* bursts ended: peer had no free slot */

@@ -29,6 +29,8 @@ extern __typeof__(keel_boot_dpdk_start) keel_boot_dpdk_start __attribute__((weak
 extern __typeof__(keel_boot_dpdk_stop) keel_boot_dpdk_stop __attribute__((weak));
 extern __typeof__(keel_boot_verbs_start) keel_boot_verbs_start __attribute__((weak));
 extern __typeof__(keel_boot_verbs_stop) keel_boot_verbs_stop __attribute__((weak));
+extern __typeof__(keel_boot_verbs_register) keel_boot_verbs_register __attribute__((weak));
+extern __typeof__(keel_boot_verbs_unregister) keel_boot_verbs_unregister __attribute__((weak));
 
 /* Read an unsigned environment knob; -EINVAL with a message if set but not a number in range. */
 static int env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *out, char *err,
@@ -959,4 +961,36 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 	b->mem_node = b->mem_chaos = b->mem_udp = b->mem_shm = b->mem_router = NULL;
 	b->host_of = NULL;
 	b->peer_offers = NULL;
+}
+
+/* Only verbs reads from caller memory in place; the others copy, so nothing is registered. */
+static int boot_register(const struct keel_boot *b, const void *addr, size_t len, int fd,
+			 uint64_t offset)
+{
+	if (b == NULL || addr == NULL || len == 0)
+		return -EINVAL;
+	int rc =
+	    keel_boot_verbs_register != NULL ? keel_boot_verbs_register(addr, len, fd, offset) : 1;
+	if (rc == 1) /* verbs not started */
+		return fd >= 0 ? -EOPNOTSUPP : 0;
+	return rc;
+}
+
+int keel_boot_register(struct keel_boot *b, const void *addr, size_t len)
+{
+	return boot_register(b, addr, len, -1, 0);
+}
+
+int keel_boot_register_dmabuf(struct keel_boot *b, const void *addr, size_t len, int fd,
+			      uint64_t offset)
+{
+	return fd < 0 ? -EINVAL : boot_register(b, addr, len, fd, offset);
+}
+
+int keel_boot_unregister(struct keel_boot *b, const void *addr)
+{
+	if (b == NULL || addr == NULL)
+		return -EINVAL;
+	int rc = keel_boot_verbs_unregister != NULL ? keel_boot_verbs_unregister(addr) : 1;
+	return rc == 1 ? 0 : rc;
 }

@@ -241,6 +241,19 @@ int keel_boot_verbs_start(struct keel_launch *l, uint32_t mtu, uint64_t rendezvo
 	return 0;
 }
 
+int keel_boot_verbs_register(const void *addr, size_t len, int dmabuf_fd, uint64_t offset)
+{
+	if (verbs_tp == NULL)
+		return 1;
+	return dmabuf_fd >= 0 ? keel_verbs_register_dmabuf(verbs_tp, addr, len, dmabuf_fd, offset)
+			      : keel_verbs_register(verbs_tp, addr, len);
+}
+
+int keel_boot_verbs_unregister(const void *addr)
+{
+	return verbs_tp == NULL ? 1 : keel_verbs_unregister(verbs_tp, addr);
+}
+
 void keel_boot_verbs_stop(void)
 {
 	const char *st = getenv("KEEL_VERBS_STATS");
@@ -251,7 +264,8 @@ void keel_boot_verbs_stop(void)
 			fprintf(
 			    stderr,
 			    "keel-verbs: rank %u device %s gid %d send %llu inline %llu "
-			    "write_imm %llu credit_writes %llu keepalive_writes %llu posts %llu "
+			    "write_imm %llu zero_copy %llu credit_writes %llu keepalive_writes "
+			    "%llu posts %llu "
 			    "rx_send %llu "
 			    "rx_write_imm %llu delivered %llu no_credit %llu no_room %llu "
 			    "bad_wr %llu bad_imm %llu wc_errors %llu retry_exc %llu "
@@ -259,7 +273,7 @@ void keel_boot_verbs_stop(void)
 			    verbs_tp->rank, keel_verbs_device_name(verbs_tp),
 			    keel_verbs_gid_index(verbs_tp), (unsigned long long)s.tx_send,
 			    (unsigned long long)s.tx_send_inline,
-			    (unsigned long long)s.tx_write_imm,
+			    (unsigned long long)s.tx_write_imm, (unsigned long long)s.tx_zero_copy,
 			    (unsigned long long)s.tx_credit_writes,
 			    (unsigned long long)s.tx_keepalive_writes,
 			    (unsigned long long)s.tx_posts, (unsigned long long)s.rx_send,

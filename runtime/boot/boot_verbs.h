@@ -29,6 +29,11 @@
 int keel_boot_verbs_start(struct keel_launch *l, uint32_t mtu, uint64_t rendezvous_timeout_ns,
 			  struct keel_transport **out, char *err, size_t err_len);
 
+/* keel_verbs_register / _dmabuf / _unregister on the started transport; 1 when verbs was not
+ * started (nothing to register with). */
+int keel_boot_verbs_register(const void *addr, size_t len, int dmabuf_fd, uint64_t offset);
+int keel_boot_verbs_unregister(const void *addr);
+
 /* Print counters (if asked) and finish the transport. Safe if never started. */
 void keel_boot_verbs_stop(void);
 

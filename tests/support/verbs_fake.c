@@ -12,6 +12,7 @@
 #include "verbs_fake.h"
 
 #define RING 4096u
+#define MRS  64u
 
 /* A completion channel: an eventfd that turns readable when an armed CQ gets a completion. */
 struct fchan {
@@ -35,18 +36,24 @@ struct fqp {
 	struct frecv rq[RING];
 	uint32_t head, tail;
 	uint32_t dest;
+	bool err; /* moved to IBV_QPS_ERR: work is flushed, nothing executed */
 };
 
 struct verbs_fake fake;
 static struct fqp *qps[256];
 static uint32_t qp_count, next_key = 100;
 static struct ibv_device dev0;
+static struct ibv_mr *mrs[MRS]; /* live registrations: every SGE's lkey is checked */
+static struct ibv_wc held[RING];
+static struct ibv_cq *held_cq[RING];
+static uint32_t held_n;
 
 void verbs_fake_reset(void)
 {
 	memset(&fake, 0, sizeof(fake));
 	fake.fail_post_send_at = -1;
 	qp_count = 0;
+	held_n = 0;
 }
 
 static void push(struct fcq *c, const struct ibv_wc *wc)
@@ -148,17 +155,53 @@ int keel_ibv_dealloc_pd(struct ibv_pd *pd)
 struct ibv_mr *keel_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
 	(void)access;
+	uint32_t i = 0;
+	while (i < MRS && mrs[i] != NULL)
+		i++;
+	if (i == MRS || fake.fail_reg_mr) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	struct ibv_mr *mr = calloc(1, sizeof(*mr));
 	mr->pd = pd;
 	mr->addr = addr;
 	mr->length = len;
 	mr->lkey = mr->rkey = next_key++;
+	mrs[i] = mr;
+	fake.mrs++;
 	return mr;
+}
+struct ibv_mr *keel_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
+				      int fd, int access)
+{
+	(void)offset;
+	(void)fd;
+	if (!fake.dmabuf) {
+		errno = EOPNOTSUPP; /* as rdma-core says for a provider without dma-buf support */
+		return NULL;
+	}
+	return keel_ibv_reg_mr(pd, (void *)(uintptr_t)iova, len, access);
 }
 int keel_ibv_dereg_mr(struct ibv_mr *mr)
 {
+	for (uint32_t i = 0; i < MRS; i++)
+		if (mrs[i] == mr)
+			mrs[i] = NULL;
+	fake.mrs--;
 	free(mr);
 	return 0;
+}
+
+/* Does a live registration with this lkey hold all of the SGE? */
+static bool sge_ok(const struct ibv_sge *g)
+{
+	for (uint32_t i = 0; i < MRS; i++) {
+		const struct ibv_mr *m = mrs[i];
+		if (m != NULL && m->lkey == g->lkey && g->addr >= (uintptr_t)m->addr &&
+		    g->addr + g->length <= (uintptr_t)m->addr + m->length)
+			return true;
+	}
+	return false;
 }
 struct ibv_comp_channel *keel_ibv_create_comp_channel(struct ibv_context *c)
 {
@@ -212,6 +255,10 @@ int keel_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 {
 	if (mask & IBV_QP_DEST_QPN)
 		((struct fqp *)qp)->dest = a->dest_qp_num;
+	if ((mask & IBV_QP_STATE) && a->qp_state == IBV_QPS_ERR) {
+		((struct fqp *)qp)->err = true;
+		fake.qp_errors++;
+	}
 	return 0;
 }
 
@@ -223,31 +270,48 @@ static struct fqp *find(uint32_t qpn)
 	return NULL;
 }
 
-/* Execute one WR against the destination QP; false when the destination is gone. */
-static bool execute(struct fqp *d, const struct ibv_send_wr *wr)
+/* Execute one WR against the destination QP: its SGEs gathered in order, each checked against
+ * the registrations unless the WR is inline (the provider copied it at post). */
+static enum ibv_wc_status execute(struct fqp *d, const struct ibv_send_wr *wr)
 {
-	const struct ibv_sge *s = wr->sg_list;
+	static uint8_t msg[1u << 20];
+	uint32_t len = 0;
+	for (int i = 0; i < wr->num_sge; i++) {
+		const struct ibv_sge *g = &wr->sg_list[i];
+		if ((!(wr->send_flags & IBV_SEND_INLINE) && !sge_ok(g)) ||
+		    g->length > sizeof(msg) - len)
+			return IBV_WC_LOC_PROT_ERR;
+		memcpy(msg + len, (void *)(uintptr_t)g->addr, g->length);
+		len += g->length;
+	}
+	fake.gathers += wr->num_sge > 1;
 	struct ibv_wc wc = {.status = IBV_WC_SUCCESS,
 			    .wc_flags = IBV_WC_WITH_IMM,
 			    .imm_data = wr->imm_data,
-			    .byte_len = s->length};
+			    .byte_len = len};
 	if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
-		memcpy((void *)(uintptr_t)wr->wr.rdma.remote_addr, (void *)(uintptr_t)s->addr,
-		       s->length);
+		memcpy((void *)(uintptr_t)wr->wr.rdma.remote_addr, msg, len);
 	if (wr->opcode == IBV_WR_RDMA_WRITE)
-		return true;
+		return IBV_WC_SUCCESS;
 	if (d->head == d->tail)
-		return false; /* receiver not ready: a real NIC would RNR-retry */
+		return IBV_WC_RETRY_EXC_ERR; /* receiver not ready: a real NIC would RNR-retry */
 	struct frecv *r = &d->rq[d->head++ % RING];
 	if (wr->opcode == IBV_WR_SEND_WITH_IMM) {
-		memcpy((void *)(uintptr_t)r->addr, (void *)(uintptr_t)s->addr, s->length);
+		memcpy((void *)(uintptr_t)r->addr, msg, len);
 		wc.opcode = IBV_WC_RECV;
 	} else {
 		wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
 	}
 	wc.wr_id = r->wr_id;
 	push((struct fcq *)d->qp.recv_cq, &wc);
-	return true;
+	return IBV_WC_SUCCESS;
+}
+
+void verbs_fake_release_send_wc(void)
+{
+	for (uint32_t i = 0; i < held_n; i++)
+		push((struct fcq *)held_cq[i], &held[i]);
+	held_n = 0;
 }
 
 struct ibv_qp *verbs_fake_qp(uint32_t qpn)
@@ -268,12 +332,18 @@ int keel_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_sen
 			return ENOMEM;
 		}
 		struct fqp *d = find(q->dest);
-		bool ok = d != NULL && execute(d, wr);
-		if (!ok || (wr->send_flags & IBV_SEND_SIGNALED)) {
-			struct ibv_wc wc = {.wr_id = wr->wr_id,
-					    .status = ok ? IBV_WC_SUCCESS : IBV_WC_RETRY_EXC_ERR,
-					    .opcode = IBV_WC_SEND};
-			push((struct fcq *)q->qp.send_cq, &wc);
+		enum ibv_wc_status st = q->err	    ? IBV_WC_WR_FLUSH_ERR
+					: d == NULL ? IBV_WC_RETRY_EXC_ERR
+						    : execute(d, wr);
+		if (st != IBV_WC_SUCCESS || (wr->send_flags & IBV_SEND_SIGNALED)) {
+			struct ibv_wc wc = {
+			    .wr_id = wr->wr_id, .status = st, .opcode = IBV_WC_SEND};
+			if (fake.hold_send_wc && st == IBV_WC_SUCCESS && held_n < RING) {
+				held[held_n] = wc; /* the NIC has not finished it yet */
+				held_cq[held_n++] = q->qp.send_cq;
+			} else {
+				push((struct fcq *)q->qp.send_cq, &wc);
+			}
 		}
 	}
 	return 0;

@@ -18,11 +18,19 @@ struct verbs_fake {
 	 * the arming */
 	void (*on_notify)(void *ctx);
 	void *on_notify_ctx;
+	bool dmabuf;	    /* ibv_reg_dmabuf_mr works (else EOPNOTSUPP, as on Soft-RoCE) */
+	bool fail_reg_mr;   /* ibv_reg_mr returns NULL with ENOMEM */
+	bool hold_send_wc;  /* successful send completions wait for verbs_fake_release_send_wc */
+	uint32_t gathers;   /* WRs executed with more than one SGE */
+	uint32_t qp_errors; /* QPs moved to the error state */
+	int mrs;	    /* registrations alive */
 };
 extern struct verbs_fake fake;
 
 void verbs_fake_reset(void);
 struct ibv_qp *verbs_fake_qp(uint32_t qpn);
 void verbs_fake_push_wc(struct ibv_cq *cq, const struct ibv_wc *wc);
+/* Complete the send work held by hold_send_wc, in order. */
+void verbs_fake_release_send_wc(void);
 
 #endif

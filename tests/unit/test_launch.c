@@ -1745,6 +1745,27 @@ static void boot_spin_expect(bool yield, uint64_t spin_ns)
 	keel_boot_stop(&b, 0);
 }
 
+/* keel_boot_register on a transport that copies (a single rank over UDP here): nothing to
+ * register, so 0 and 0 again to let go; bad arguments are refused by name; a dma-buf cannot be
+ * read by a transport that is not verbs. The verbs side: tests/unit/test_verbs.c and the VM. */
+static void test_launch_boot_register_copying_transport(void **state)
+{
+	(void)state;
+	struct keel_boot b;
+	char err[256];
+	static uint8_t grad[4096];
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_int_equal(keel_boot_register(&b, grad, sizeof(grad)), 0);
+	assert_int_equal(keel_boot_unregister(&b, grad), 0);
+	assert_int_equal(keel_boot_register(&b, NULL, 64), -EINVAL);
+	assert_int_equal(keel_boot_register(&b, grad, 0), -EINVAL);
+	assert_int_equal(keel_boot_register(NULL, grad, 64), -EINVAL);
+	assert_int_equal(keel_boot_unregister(&b, NULL), -EINVAL);
+	assert_int_equal(keel_boot_register_dmabuf(&b, grad, sizeof(grad), 3, 0), -EOPNOTSUPP);
+	assert_int_equal(keel_boot_register_dmabuf(&b, grad, sizeof(grad), -1, 0), -EINVAL);
+	keel_boot_stop(&b, 0);
+}
+
 /* Ranks that outnumber their CPUs spin briefly with a yield by default, unless their heartbeat
  * interval is under 10 ms, the user chose a spin (KEEL_SPIN_US) or blocking; KEEL_SPIN_YIELD=1
  * makes the spin yield anyway, 0 never; anything else names itself. */
@@ -2302,6 +2323,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_waiter_more_fds, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_transport, env_clear),
 	    cmocka_unit_test_setup(test_launch_boot_spin_yield, env_clear),
+	    cmocka_unit_test_setup(test_launch_boot_register_copying_transport, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_wake_fd, env_clear),
 	    cmocka_unit_test_setup(test_launch_host, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_adaptive, env_clear),

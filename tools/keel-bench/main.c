@@ -27,6 +27,7 @@ struct bench_opts {
 	double seconds;
 	const char *device; /* --device cpu|cuda: buffers in device memory (NULL: host) */
 	bool grad;	    /* --grad: gradient AllReduces, which keel may compress */
+	bool reg; /* --register: buffers registered with the transport (keel_boot_register) */
 };
 
 /* --grad: the error-feedback buffer of the gradient AllReduces (keel_grad_feedback_len). */
@@ -68,6 +69,9 @@ static void usage(FILE *f)
 	    "  -G, --grad            gradient AllReduces (f32 sum or avg) that keel may send\n"
 	    "                        compressed (KEEL_COMPRESS=auto|off|bf16|f16); --check then\n"
 	    "                        allows the documented rounding\n"
+	    "  -R, --register        register the input and output buffers with the transport\n"
+	    "                        (keel_boot_register: over verbs the NIC reads payloads\n"
+	    "                        where they lie; a no-op elsewhere)\n"
 	    "common options:\n"
 	    "  --transport T         udp (default), shm (ranks on one host), dpdk or verbs\n"
 	    "                        (KEEL_SHM_RING_KB, KEEL_DPDK_*, KEEL_VERBS_*: README)\n"
@@ -115,6 +119,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 					      {"transport", required_argument, 0, 'T'},
 					      {"device", required_argument, 0, 'D'},
 					      {"grad", no_argument, 0, 'G'},
+					      {"register", no_argument, 0, 'R'},
 					      {"help", no_argument, 0, 'h'},
 					      {0, 0, 0, 0}};
 	*o = (struct bench_opts){.min_bytes = 8,
@@ -126,7 +131,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 				 .warmup = 5,
 				 .seconds = 2.0};
 	int c;
-	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:W:cmt:D:Gh", longs, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:W:cmt:D:GRh", longs, NULL)) != -1) {
 		uint64_t v;
 		switch (c) {
 		case 'b':
@@ -193,6 +198,9 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 			break;
 		case 'G':
 			o->grad = true;
+			break;
+		case 'R':
+			o->reg = true;
 			break;
 		case 'T':
 			/* boot.c reads KEEL_TRANSPORT; it says what it does not know. */
@@ -454,6 +462,13 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	if (in == NULL || out == NULL || (o->check && ref == NULL) ||
 	    (o->median && (mine == NULL || slowest == NULL)))
 		die(b, "buffers", -ENOMEM);
+	if (o->reg) {
+		int rc = keel_boot_register(b, in, cap);
+		if (rc == 0)
+			rc = keel_boot_register(b, out, cap);
+		if (rc != 0)
+			die(b, "--register", rc);
+	}
 	uint32_t n = b->launch.world_size;
 	bool lead = b->launch.rank == 0;
 	if (lead) {
@@ -565,6 +580,16 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			       "reduction over the members it reports)\n",
 			       smaller);
 		printf("# Avg bus bandwidth    : %g\n", rows ? busbw_sum / rows : 0.0);
+	}
+	for (uint32_t which = 0; o->reg && which < 2; which++) {
+		void *buf = which == 0 ? (void *)in : (void *)out;
+		int rc;
+		/* a send that read it may still be completing at the NIC */
+		while ((rc = keel_boot_unregister(b, buf)) == -EBUSY)
+			if ((rc = keel_boot_poll(b)) < 0)
+				break;
+		if (rc != 0)
+			die(b, "unregistering a buffer", rc);
 	}
 	free(in);
 	free(out);
