@@ -745,14 +745,17 @@ static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_data
 	}
 	uint32_t total = d->len + d->tail_len;
 	bool small = total <= v->cfg.send_max_bytes;
-	bool inl = small && total <= v->inline_max;
+	struct vregion *zc =
+	    d->tail_len != 0 && v->region_count != 0 ? region_of(v, d->tail, d->tail_len) : NULL;
+	/* Inline, the CPU copies the pieces at post: a few bytes of host memory, never a
+	 * dma-buf's (device memory). */
+	bool inl = small && total <= v->inline_max && (zc == NULL || !zc->dmabuf);
+	if (inl)
+		zc = NULL;
 	if (q->sq_posted - q->sq_done >= v->sq_depth || (!inl && q->tx_seq - q->tx_done >= s)) {
 		v->st.tx_no_room++;
 		return false;
 	}
-	struct vregion *zc = !inl && d->tail_len != 0 && v->region_count != 0
-				 ? region_of(v, d->tail, d->tail_len)
-				 : NULL;
 	uint32_t slot = q->tx_seq % s, gen = (q->tx_seq / s) & IMM_GEN_MASK;
 	struct ibv_send_wr *wr = &v->swr[i];
 	memset(wr, 0, sizeof(*wr));

@@ -133,7 +133,7 @@ void keel_boot_note(struct keel_boot *b, const struct keel_event *ev);
 /* Register a buffer that collectives read, reused by every one of them (a training loop's
  * gradient buffer, or the stage of keel_allreduce_device), so the network reads its bytes
  * where they lie instead of keel copying them. Under KEEL_TRANSPORT=verbs the NIC reads them
- * (keel_verbs_register: host memory, or device memory the NIC's driver can pin); the other
+ * (keel_verbs_register: host memory; device memory: keel_boot_register_dmabuf); the other
  * transports copy anyway, and this returns 0 without doing anything. Register once, after
  * keel_boot_start; write the buffer only between collectives; unregister before freeing it.
  * Errors: -EINVAL (NULL, 0 bytes, overlaps a registered buffer), -ENOSPC (more than

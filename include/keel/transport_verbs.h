@@ -142,8 +142,9 @@ KEEL_MUST_USE int keel_verbs_connect(struct keel_transport *t, uint32_t peer,
 /* Register caller memory [addr, addr + len) with the NIC, read only, so that datagram tails
  * lying in it are sent from where they lie instead of copied into a send slot (keel's core
  * hands out such tails for payloads that stay put: an AllReduce's input out of place, its
- * final sums, a broadcast's buffer). Host memory, or device memory where the NIC's driver can
- * pin it through ibv_reg_mr (nvidia-peermem). Registration pins the pages: do it once, at
+ * final sums, a broadcast's buffer). Host memory: a datagram small enough to inline is
+ * copied by the CPU at post (device memory goes through keel_verbs_register_dmabuf, never
+ * inlined). Registration pins the pages: do it once, at
  * start, for buffers reused by every collective (the gradient buffer).
  * While registered, the NIC may read those bytes after send_burst returned, until the work
  * request completes: write them only between collectives, as the API asks of any input. After
