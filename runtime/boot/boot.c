@@ -724,9 +724,19 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 	if (b->mem_node == NULL)
 		return -ENOMEM;
 	rc = keel_init(&b->node, b->mem_node, b->mem_node_len, &b->cfg, keel_posix_now_ns());
-	if (rc != 0)
+	if (rc != 0) {
 		snprintf(err, err_len, "keel_init: %s", keel_strerror(rc));
-	return rc;
+		return rc;
+	}
+	/* Over verbs the NIC also reads what keel sends from its own memory (an in-place
+	 * input's restart copy) where it lies; the other transports copy: nothing is done. */
+	int reg = keel_boot_register(b, b->mem_node, b->mem_node_len);
+	if (reg != 0)
+		fprintf(stderr,
+			"keel: rank %u: node memory not registered with the NIC (%s): "
+			"payloads sent from it are copied\n",
+			b->launch.rank, keel_strerror(reg));
+	return 0;
 }
 
 /* KEEL_TRACE and NVTX: the node's events go to the trace unless the program has a hook. */
