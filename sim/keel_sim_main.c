@@ -30,7 +30,7 @@ static void usage(FILE *f)
 	    "  [--chaos loss=0.01,seed=3] [--repair on|off] [--compress none|off|auto|bf16|f16]\n"
 	    "  [--bytes 4M --repeat 5] [--check 1] [--scenario FILE]\n"
 	    "  [--sweep KEY=V1,V2,...] [--format table|csv|json] [--progress]\n"
-	    "  [--fidelity full|auto]\n"
+	    "  [--fidelity full|auto] [--trains N]\n"
 	    "  [--plot FILE.svg|FILE.png]\n"
 	    "  [--write-platform FILE] [--list-models] [--cfg=simgrid/option:value ...]\n"
 	    "  [--define 'gpu NAME rate=FLOP/s [mem=BYTES] [link=LINK]' | 'link NAME bw=B/s "
@@ -177,9 +177,10 @@ static int run_child(const struct sim_scenario *s, int fd, char **sg_args, int s
 	}
 	fprintf(stderr,
 		"keel-sim: %u ranks, %.1f simulated s in %.2f s wall, %llu messages "
-		"(%.0f per wall s), peak RSS %ld MiB\n",
+		"(%.0f per wall s) in %llu SimGrid messages, peak RSS %ld MiB\n",
 		r.ranks, r.sim_s, r.wall_s, (unsigned long long)r.messages,
-		r.wall_s > 0 ? (double)r.messages / r.wall_s : 0, r.rss_kb / 1024);
+		r.wall_s > 0 ? (double)r.messages / r.wall_s : 0, (unsigned long long)r.comms,
+		r.rss_kb / 1024);
 	fidelity_line(&r);
 	straggler_line(s, &r);
 	failure_lines(&r);

@@ -1859,7 +1859,7 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 			sum += ar_end_s[k];
 		r->allreduce_s = sum / (s->repeat - first);
 	}
-	sim_net_totals(W.net, &r->messages, &r->bytes, &r->rx_queue_drops);
+	sim_net_totals(W.net, &r->messages, &r->comms, &r->bytes, &r->rx_queue_drops);
 }
 
 int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char **argv, char *err,
@@ -1936,6 +1936,7 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	    /* a window of data and control beside it; heartbeat runs carry no data
 	       (transport_sim.c) */
 	    .rx_gets = W.window + (strcmp(s->mode, "heartbeat") == 0 ? 2 : 16),
+	    .train_max = s->trains,
 	};
 	W.net = sim_net_create(&nc, (void *const *)W.hosts);
 	W.nodes = calloc(W.n, sizeof(*W.nodes));

@@ -25,6 +25,7 @@ void sim_scenario_default(struct sim_scenario *s)
 	s->batch = 512;
 	s->mfu = 0.4;
 	s->grad_scale = 0; /* 0: chosen so a ring step moves about two datagrams */
+	s->trains = 1;	   /* bulk datagrams per SimGrid message (1: one each) */
 	s->ckpt_every = 100;
 	s->repair = true;
 	s->ckpt_Bps = 2e9; /* local NVMe, per GPU */
@@ -202,6 +203,8 @@ static int set_number(struct sim_scenario *s, const char *key, double d)
 		s->mfu = d;
 	else if (strcmp(key, "grad-scale") == 0 && fits_u32(d))
 		s->grad_scale = (uint32_t)d;
+	else if (strcmp(key, "trains") == 0 && d >= 1 && d <= SIM_TRAIN_MAX)
+		s->trains = (uint32_t)d;
 	else if (strcmp(key, "ckpt-every") == 0 && fits_u32(d))
 		s->ckpt_every = (uint32_t)d;
 	else if (strcmp(key, "ckpt-bw") == 0 && d > 0)

@@ -118,6 +118,7 @@ struct sim_scenario {
 	uint32_t batch;		 /* global batch, samples per step */
 	double mfu;		 /* model FLOPs utilisation applied to peak speed */
 	uint32_t grad_scale;	 /* each data datagram stands for this many */
+	uint32_t trains;	 /* bulk datagrams to one peer per SimGrid message (1: one each) */
 	uint32_t ckpt_every;	 /* steps; 0: never */
 	double ckpt_Bps;	 /* checkpoint write bandwidth per GPU */
 	double restart_s;	 /* relaunch + rendezvous + load, restart modes */
@@ -306,6 +307,7 @@ struct sim_result {
 	double compute_s_min, compute_s_max; /* one step's compute, fastest and slowest GPU */
 	uint32_t servers;		     /* distinct servers among the hosts */
 	uint64_t messages, bytes;
+	uint64_t comms; /* SimGrid messages that carried them (trains: fewer) */
 	uint64_t compress_frags, compress_bytes_saved; /* --compress: all nodes, scaled bytes */
 	uint64_t rx_queue_drops;
 	uint32_t grad_scale;
@@ -414,7 +416,9 @@ struct sim_net_config {
 	uint32_t scale;		/* data datagrams are charged len * scale bytes */
 	uint32_t scale_min_len; /* datagrams up to this long (control) are charged len */
 	uint32_t rx_gets;	/* gets each receiver keeps posted (0: 16); see transport_sim.c */
+	uint32_t train_max;	/* bulk datagrams to one peer in one SimGrid message (0, 1: one) */
 };
+#define SIM_TRAIN_MAX 1024u
 
 struct sim_net *sim_net_create(const struct sim_net_config *cfg, void *const *hosts);
 void sim_net_destroy(struct sim_net *net);
@@ -427,7 +431,7 @@ void sim_net_set_alive(struct sim_net *net, uint32_t e, bool alive);
 void sim_net_wait(struct sim_net *net, uint32_t e, uint64_t deadline_ns);
 void sim_net_wake(struct sim_net *net, uint32_t e);
 bool sim_net_has_input(const struct sim_net *net, uint32_t e);
-void sim_net_totals(const struct sim_net *net, uint64_t *messages, uint64_t *bytes,
+void sim_net_totals(const struct sim_net *net, uint64_t *messages, uint64_t *comms, uint64_t *bytes,
 		    uint64_t *drops);
 uint64_t sim_now_ns(void);
 
