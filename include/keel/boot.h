@@ -131,7 +131,7 @@ KEEL_MUST_USE int keel_boot_wait_member(struct keel_boot *b, uint64_t timeout_ns
 void keel_boot_note(struct keel_boot *b, const struct keel_event *ev);
 
 /* Register a buffer that collectives read, reused by every one of them (a training loop's
- * gradient buffer), so the network reads its bytes
+ * gradient buffer, or the stage of keel_allreduce_device), so the network reads its bytes
  * where they lie instead of keel copying them. Under KEEL_TRANSPORT=verbs the NIC reads them
  * (keel_verbs_register: host memory; device memory: keel_boot_register_dmabuf); the other
  * transports copy anyway, and this returns 0 without doing anything. Register once, after

@@ -165,11 +165,12 @@ static void skip_empty_recv(const struct keel_node *n, struct keel_op *op)
  * of an out-of-place AllReduce (keel never writes it), a ring's all-gather (sums that are
  * final, never written again) and what a broadcast passes on. A ring's reduce-scatter sends
  * partial sums that later steps overwrite, and recursive doubling and the hierarchy send
- * partial results from the output too; device staging and compressed fragments have their
- * own buffers. */
+ * partial results from the output too; compressed fragments have their own buffers. On
+ * device buffers the same holds for the stage: its input copy is staged once and never
+ * written again (a restart starts from it), and its mirror is the output. */
 static bool send_stable(const struct keel_op *op, uint32_t t, const struct step *s)
 {
-	if (op->dev.on || op->enc_tx != WIRE_ENC_RAW)
+	if (op->enc_tx != WIRE_ENC_RAW)
 		return false;
 	if (op->kind == OPK_BROADCAST)
 		return true;

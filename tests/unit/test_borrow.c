@@ -15,6 +15,8 @@
 #include <cmocka.h>
 
 #include "cluster_int.h"
+#include "keel/device.h"
+#include "keel/device_cpu.h"
 #include "keel/keel.h"
 #include "node_int.h"
 #include "refcheck.h"
@@ -36,6 +38,8 @@ struct spy {
 	uint64_t tails_refused; /* offered in two pieces while gather was off */
 	uint64_t poisoned;	/* data datagrams carrying a poison byte */
 	int poison;		/* a byte no payload may carry, or -1 */
+	const uint8_t *lo, *hi; /* where tails may lie (a device op's stage), or NULL */
+	uint64_t tails_outside; /* tails outside [lo, hi) */
 };
 
 static struct spy g_spy[WORLD];
@@ -72,6 +76,9 @@ static int spy_send(struct keel_transport *t, uint64_t now, const struct keel_da
 			s->tails++;
 		else
 			s->whole++;
+		if (d[i].tail != NULL && s->lo != NULL &&
+		    (d[i].tail < s->lo || d[i].tail + d[i].tail_len > s->hi))
+			s->tails_outside++;
 		if (s->poison >= 0 && memchr(pl, s->poison, len) != NULL)
 			s->poisoned++;
 	}
@@ -95,10 +102,13 @@ static const struct keel_transport_ops spy_ops = {
     .name = "spy", .send_burst = spy_send, .recv_burst = spy_recv, .peer_caps = spy_peer_caps};
 
 static enum keel_algo g_algo;
+static struct keel_device g_dev[WORLD]; /* CPU stand-ins, when g_with_dev */
+static bool g_with_dev;
 
 static void tweak(struct keel_config *cfg)
 {
 	cfg->algo = g_algo;
+	cfg->device = g_with_dev ? &g_dev[cfg->rank] : NULL;
 	cfg->entry_timeout_ns = 50000000; /* a member that never comes: 50 ms */
 }
 
@@ -254,12 +264,78 @@ static void test_borrow_failed_collective_lets_go(void **state)
 	cluster_fini(&c);
 }
 
+/* On device buffers the stage holds what is sent: its input copy (staged once, never written
+ * again) and, in the ring's all-gather, the final sums in its mirror. Those go as tails
+ * pointing into the stage, never into the device buffers; partial sums go whole. Out of
+ * place and in place, every result exact, nothing borrowed once the collective ended. */
+static void test_borrow_device_stage(void **state)
+{
+	(void)state;
+	struct keel_device_cpu_config dc;
+	keel_device_cpu_config_default(&dc);
+	size_t dev_sz = keel_device_cpu_storage_size(&dc);
+	void *dev_mem[WORLD];
+	for (uint32_t r = 0; r < WORLD; r++) {
+		dev_mem[r] = calloc(1, dev_sz);
+		dc.seed = r + 1;
+		assert_int_equal(keel_device_cpu_init(&g_dev[r], dev_mem[r], dev_sz, &dc), 0);
+	}
+	g_with_dev = true;
+	struct cluster c;
+	spy_cluster_init(&c, KEEL_ALGO_RING);
+	size_t stage_bytes = keel_allreduce_device_stage_bytes(COUNT, KEEL_F32);
+	uint8_t *stage[WORLD];
+	keel_check_reference(g_ref, 0, COUNT, WORLD, KEEL_F32, KEEL_SUM);
+	for (uint32_t in_place = 0; in_place < 2; in_place++) {
+		struct keel_op *h[CLUSTER_MAX] = {NULL};
+		int rc[CLUSTER_MAX];
+		for (uint32_t r = 0; r < WORLD; r++) {
+			stage[r] = malloc(stage_bytes);
+			assert_int_equal(
+			    g_dev[r].ops->host_register(g_dev[r].state, stage[r], stage_bytes), 0);
+			g_spy[r].lo = stage[r];
+			g_spy[r].hi = stage[r] + stage_bytes;
+			keel_check_fill(g_in[r], 0, COUNT, r, KEEL_F32, KEEL_SUM);
+			float *out = in_place ? g_in[r] : g_out[r];
+			assert_int_equal(keel_allreduce_device_start(c.node[r], g_in[r], out, COUNT,
+								     KEEL_F32, KEEL_SUM, stage[r],
+								     stage_bytes, &h[r]),
+					 0);
+		}
+		assert_int_equal(cluster_wait_ops(&c, h, rc, 200000), 0);
+		for (uint32_t r = 0; r < WORLD; r++) {
+			assert_int_equal(rc[r], 0);
+			assert_int_equal(keel_check_wrong(in_place ? g_in[r] : g_out[r], g_ref, 0,
+							  COUNT, KEEL_F32),
+					 0);
+			assert_int_equal(c.node[r]->tx_borrowed, 0);
+			assert_int_equal(g_dev[r].ops->host_unregister(g_dev[r].state, stage[r]),
+					 0);
+			free(stage[r]);
+			g_spy[r].lo = g_spy[r].hi = NULL;
+		}
+		printf("# device ring %s: %llu tails, %llu whole\n",
+		       in_place ? "in place" : "out of place", (unsigned long long)tails_all(),
+		       (unsigned long long)(g_spy[0].whole + g_spy[1].whole + g_spy[2].whole));
+		assert_true(tails_all() > 0 && g_spy[0].whole > 0);
+		for (uint32_t r = 0; r < WORLD; r++)
+			assert_int_equal(g_spy[r].tails_outside, 0);
+	}
+	cluster_fini(&c);
+	g_with_dev = false;
+	for (uint32_t r = 0; r < WORLD; r++) {
+		g_dev[r].ops->fini(g_dev[r].state);
+		free(dev_mem[r]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_borrow_where_the_bytes_stay),
 	    cmocka_unit_test(test_borrow_route_change_copies_in),
 	    cmocka_unit_test(test_borrow_failed_collective_lets_go),
+	    cmocka_unit_test(test_borrow_device_stage),
 	};
 	return cmocka_run_group_tests_name("borrow", tests, NULL, NULL);
 }
