@@ -714,7 +714,7 @@ static struct vregion *region_of(struct verbs *v, const uint8_t *p, uint32_t len
 		if (r->mr == NULL)
 			continue;
 		seen++;
-		if (lo >= r->lo && len <= r->hi - lo)
+		if (lo >= r->lo && lo <= r->hi && len <= r->hi - lo)
 			return r;
 	}
 	return NULL;

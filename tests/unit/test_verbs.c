@@ -257,9 +257,17 @@ static void test_verbs_registered_tails_zero_copy(void **state)
 	keel_verbs_stats_get(p.t[0], &st);
 	assert_int_equal(st.tx_zero_copy, 3);
 	assert_int_equal(fake.gathers, 3);
-	/* an inline datagram is copied by the provider; a tail past the region's end is copied */
+	/* an inline datagram is copied by the provider; a tail past the region's end is copied,
+	 * and so is one lying wholly above it (or below) */
 	two_pieces_arrive_whole(&p, grad, 32, 8);
 	two_pieces_arrive_whole(&p, grad + 2 * SLOT - 100, 3000, 40);
+	two_pieces_arrive_whole(&p, grad + 2 * SLOT + 8, 3000, 40);
+	assert_int_equal(keel_verbs_unregister(p.t[0], grad), 0);
+	assert_int_equal(keel_verbs_register(p.t[0], grad + SLOT, SLOT), 0);
+	two_pieces_arrive_whole(&p, grad, 900, 40);
+	assert_int_equal(keel_verbs_unregister(p.t[0], grad + SLOT), 0);
+	assert_int_equal(keel_verbs_register(p.t[0], grad, 2 * SLOT), 0);
+	assert_false(keel_verbs_peer_failed(p.t[0], 1));
 	keel_verbs_stats_get(p.t[0], &st);
 	assert_int_equal(st.tx_zero_copy, 3);
 

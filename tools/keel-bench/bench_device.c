@@ -87,8 +87,9 @@ int bench_device_open(struct bench_device *d, const char *kind, size_t cap, char
 	int rc = is_cuda(d) ? cuda_open(d, err, err_len) : cpu_open(d, err, err_len);
 	if (rc != 0)
 		return rc;
-	/* Stage for the largest message: input copy and output mirror. */
-	d->stage_bytes = 2 * cap;
+	/* Stage for the largest message: input copy and output mirror, whole pages (what
+	 * aligned_alloc requires, and what a registration pins anyway). */
+	d->stage_bytes = (2 * cap + 4095) & ~(size_t)4095;
 	d->stage = aligned_alloc(4096, d->stage_bytes);
 	rc = d->stage == NULL ? -ENOMEM
 			      : d->dev.ops->host_register(d->dev.state, d->stage, d->stage_bytes);

@@ -69,7 +69,8 @@ static void usage(FILE *f)
 	    "  -G, --grad            gradient AllReduces (f32 sum or avg) that keel may send\n"
 	    "                        compressed (KEEL_COMPRESS=auto|off|bf16|f16); --check then\n"
 	    "                        allows the documented rounding\n"
-	    "  -R, --register        register the input and output buffers with the transport\n"
+	    "  -R, --register        register the input and output buffers (and the stage of\n"
+	    "                        --device) with the transport\n"
 	    "                        (keel_boot_register: over verbs the NIC reads payloads\n"
 	    "                        where they lie; a no-op elsewhere)\n"
 	    "common options:\n"
@@ -462,10 +463,11 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	if (in == NULL || out == NULL || (o->check && ref == NULL) ||
 	    (o->median && (mine == NULL || slowest == NULL)))
 		die(b, "buffers", -ENOMEM);
-	if (o->reg) {
-		int rc = keel_boot_register(b, in, cap);
-		if (rc == 0)
-			rc = keel_boot_register(b, out, cap);
+	/* --register: the buffers sends read (with --device, the stage holds them) */
+	void *reg_buf[3] = {in, out, g_dev_on ? g_dev.stage : NULL};
+	size_t reg_len[3] = {cap, cap, g_dev_on ? g_dev.stage_bytes : 0};
+	for (uint32_t k = 0; o->reg && k < 3 && reg_buf[k] != NULL; k++) {
+		int rc = keel_boot_register(b, reg_buf[k], reg_len[k]);
 		if (rc != 0)
 			die(b, "--register", rc);
 	}
@@ -581,8 +583,8 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			       smaller);
 		printf("# Avg bus bandwidth    : %g\n", rows ? busbw_sum / rows : 0.0);
 	}
-	for (uint32_t which = 0; o->reg && which < 2; which++) {
-		void *buf = which == 0 ? (void *)in : (void *)out;
+	for (uint32_t which = 0; o->reg && which < 3 && reg_buf[which] != NULL; which++) {
+		void *buf = reg_buf[which];
 		int rc;
 		/* a send that read it may still be completing at the NIC */
 		while ((rc = keel_boot_unregister(b, buf)) == -EBUSY)
