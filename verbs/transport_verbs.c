@@ -1184,7 +1184,11 @@ static int region_add(struct verbs *v, struct vregion *r, struct ibv_mr *mr, con
 	return 0;
 }
 
-int keel_verbs_register(struct keel_transport *t, const void *addr, size_t len)
+/* Register [addr, addr + len) for the NIC to read: host memory (fd < 0, ibv_reg_mr), or a
+ * dma-buf (fd, offset) whose iova is the device address, so work requests name its bytes as
+ * the caller does. */
+static int region_register(struct keel_transport *t, const void *addr, size_t len, int fd,
+			   uint64_t offset)
 {
 	if (t == NULL || t->ops != &verbs_ops)
 		return -EINVAL;
@@ -1194,26 +1198,24 @@ int keel_verbs_register(struct keel_transport *t, const void *addr, size_t len)
 	if (r == NULL)
 		return rc;
 	/* the NIC only reads it: no access flag beyond local read, which every MR has */
-	return region_add(v, r, keel_ibv_reg_mr(v->pd, (void *)(uintptr_t)addr, len, 0), addr, len,
-			  false);
+	struct ibv_mr *mr =
+	    fd < 0 ? keel_ibv_reg_mr(v->pd, (void *)(uintptr_t)addr, len, 0)
+		   : keel_ibv_reg_dmabuf_mr(v->pd, offset, len, (uint64_t)(uintptr_t)addr, fd, 0);
+	if (mr == NULL && fd >= 0 &&
+	    (errno == EOPNOTSUPP || errno == ENOSYS || errno == EPROTONOSUPPORT))
+		return -EOPNOTSUPP;
+	return region_add(v, r, mr, addr, len, fd >= 0);
+}
+
+int keel_verbs_register(struct keel_transport *t, const void *addr, size_t len)
+{
+	return region_register(t, addr, len, -1, 0);
 }
 
 int keel_verbs_register_dmabuf(struct keel_transport *t, const void *addr, size_t len, int fd,
 			       uint64_t offset)
 {
-	if (t == NULL || t->ops != &verbs_ops || fd < 0)
-		return -EINVAL;
-	struct verbs *v = of(t);
-	int rc;
-	struct vregion *r = region_slot(v, addr, len, &rc);
-	if (r == NULL)
-		return rc;
-	/* iova = the device address, so work requests name its bytes as the caller does */
-	struct ibv_mr *mr =
-	    keel_ibv_reg_dmabuf_mr(v->pd, offset, len, (uint64_t)(uintptr_t)addr, fd, 0);
-	if (mr == NULL && (errno == EOPNOTSUPP || errno == ENOSYS || errno == EPROTONOSUPPORT))
-		return -EOPNOTSUPP;
-	return region_add(v, r, mr, addr, len, true);
+	return fd < 0 ? -EINVAL : region_register(t, addr, len, fd, offset);
 }
 
 /* May the NIC still read region r for `peer`: a WR gathering from it posted and not

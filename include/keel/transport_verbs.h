@@ -42,7 +42,8 @@
  *
  * Memory: state, per-peer tables and every slot live in the caller's memory
  * (keel_verbs_storage_size); one MR covers the slot area. ibv_* init calls may allocate
- * inside rdma-core, at init only. */
+ * inside rdma-core, at init only, and so may keel_verbs_register* (once, at start-up, like
+ * init); the regions' table is in the caller's memory too. */
 #ifndef KEEL_TRANSPORT_VERBS_H
 #define KEEL_TRANSPORT_VERBS_H
 

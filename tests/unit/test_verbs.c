@@ -300,11 +300,10 @@ static void test_verbs_failed_peer_releases_regions(void **state)
 	two_pieces_arrive_whole(&p, grad, 3000, 40);
 	assert_int_equal(keel_verbs_unregister(p.t[0], grad), -EBUSY);
 	uint32_t errs = fake.qp_errors;
-	/* a forged immediate from rank 0 makes rank 1 fence it; here rank 0 sees its peer fail */
-	struct ibv_wc wc = {.wr_id = (uint64_t)2 << 62 | (uint64_t)1 << 32,
-			    .status = IBV_WC_RETRY_EXC_ERR};
-	struct ibv_qp *qp = verbs_fake_qp(keel_verbs_local_qpn(p.t[0], 1));
-	verbs_fake_push_wc(qp->send_cq, &wc);
+	/* the peer dies: the next send to it ends in a retry-exceeded completion */
+	fake.dead_qpn = keel_verbs_local_qpn(p.t[1], 0);
+	static uint8_t h[64];
+	assert_int_equal(send_one(p.t[0], 1, h, sizeof(h)), 1);
 	static uint8_t in[8][SLOT];
 	struct keel_datagram d[8];
 	(void)recv_some(p.t[0], in, d, 8);
