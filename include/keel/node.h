@@ -142,7 +142,9 @@ struct keel_config {
 	/* Authentication. With auth set, every datagram carries a MAC under auth_key (a secret
 	 * every rank of the job shares and nobody else has: keel-run makes one per job; see
 	 * README "Security") covering header and payload, in place of the CRC; a datagram without
-	 * a valid MAC, or one already received (a replay), is dropped and counted. Without it
+	 * a valid MAC, or one already received (a replay), is dropped and counted. Datagrams
+	 * through memory only the job's user can write (a transport with KEEL_CAP_INTACT: shared
+	 * memory) go without MAC and CRC, and only such a transport's are taken so. Without it
 	 * keel checks a CRC32C only: anyone who can send to the job's ports can forge traffic.
 	 * Each life of a rank must have a new incarnation (the MAC's nonce includes it). */
 	bool auth;

@@ -21,10 +21,11 @@ enum keel_transport_caps {
 				      * own receive path dropped) */
 	KEEL_CAP_ORDERED = 1u << 1,  /* per-peer FIFO */
 	KEEL_CAP_RDMA_WRITE = 1u << 2,
-	KEEL_CAP_INTACT = 1u << 3, /* bytes arrive exactly as sent, through memory and no wire
-				    * (shared memory): the core leaves out its CRC32C on this
-				    * transport's datagrams, and the backend marks each one it
-				    * delivers KEEL_DGRAM_INTACT */
+	KEEL_CAP_INTACT = 1u << 3, /* bytes arrive exactly as sent, through memory that only
+				    * the job's user can write and no wire (shared memory): the
+				    * core leaves out its CRC32C, and in a job with a key its
+				    * MAC, on this transport's datagrams, and the backend marks
+				    * each one it delivers KEEL_DGRAM_INTACT */
 	KEEL_CAP_GATHER = 1u << 4, /* send_burst takes a datagram in two pieces (tail below):
 				    * the core then sends payloads that stay put from where they
 				    * lie, without copying them into its window first */

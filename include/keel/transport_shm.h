@@ -101,7 +101,9 @@ size_t keel_shm_storage_size(const struct keel_shm_config *cfg);
  * Errors: -EINVAL (bad config: world, rank, mtu, ring_bytes not a power of two or too small,
  * a name that is empty, lacks its leading '/' or is too long, a region too small), -ENOSPC
  * (mem NULL or too small), -EADDRINUSE (this rank's doorbell is bound by a live process: the
- * same rank runs twice), or shm_open/ftruncate/mmap/socket's -errno. On error nothing is left
+ * same rank runs twice), -EACCES (the named region belongs to another user, or its group or
+ * others may open it: its rings are trusted without CRC or MAC, so only this user may write
+ * them), or shm_open/ftruncate/mmap/socket's -errno. On error nothing is left
  * open or mapped and *out is NULL. */
 KEEL_MUST_USE int keel_shm_init(struct keel_transport **out, void *mem, size_t mem_len,
 				const struct keel_shm_config *cfg);

@@ -450,6 +450,13 @@ static int start_shm(struct keel_boot *b, const uint32_t *local, uint32_t count,
 	size_t sz = keel_shm_storage_size(&c);
 	b->mem_shm = sz != 0 ? calloc(1, sz) : NULL;
 	rc = b->mem_shm == NULL ? -EINVAL : keel_shm_init(&b->shm, b->mem_shm, sz, &c);
+	if (rc == -EACCES)
+		return keel_fail(err, err_len, rc,
+				 "KEEL_TRANSPORT=shm: region /dev/shm%s belongs to another user or "
+				 "may be opened by others (its rings carry no CRC or MAC, so only "
+				 "this user may write them): remove it (rm /dev/shm%s) and start "
+				 "the job again",
+				 name, name);
 	if (rc != 0)
 		return keel_fail(err, err_len, rc,
 				 "KEEL_TRANSPORT=shm: region %s (%u ranks, KEEL_SHM_RING_KB=%llu, "

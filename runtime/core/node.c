@@ -397,10 +397,16 @@ void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t le
 	n->txq_count++;
 }
 
+/* With a key, a way that is a wire promises nothing the core may use: every datagram on it is
+ * sealed whole (no CRC left out, no tail). A way through memory only the job's ranks can write
+ * (KEEL_CAP_INTACT: shared memory, whose region only the job's user may open) needs no MAC,
+ * as it needs no CRC: the key keeps out whoever can reach the job's ports (docs/SECURITY.md),
+ * and nobody else reaches those rings. */
 uint32_t node_peer_caps(struct keel_node *n, uint32_t peer)
 {
 	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
-	return n->auth ? 0u : keel_transport_peer_caps(n->tp, peer);
+	uint32_t caps = keel_transport_peer_caps(n->tp, peer);
+	return !n->auth || (caps & KEEL_CAP_INTACT) != 0 ? caps : 0u;
 }
 
 bool node_peer_intact(struct keel_node *n, uint32_t peer)
@@ -425,13 +431,24 @@ static void add_crcs(struct keel_node *n)
 }
 
 /* The MAC goes on as a datagram leaves, not when it is written: a copy sent again gets a new
- * counter, so the receiver's replay window never refuses a retransmission. */
+ * counter, so the receiver's replay window never refuses a retransmission. A datagram whose
+ * way is memory (node_peer_caps) leaves unsealed, as without a key; so does one with a tail
+ * whose way became a wire after it was written (a router fell back from shared memory): it
+ * cannot be sealed in two pieces, the receiver drops it, and the copy sent again goes whole
+ * (transmit, reliable.c). Every copy sent again is sealed: whatever lost the first (a layer
+ * that did not pass KEEL_DGRAM_INTACT on) cannot then lose them all. */
 static void seal_all(struct keel_node *n)
 {
 	KEEL_ASSERT(n->auth && n->txq_count <= n->burst);
 	for (uint32_t i = 0; i < n->txq_count; i++) {
 		struct keel_datagram *d = &n->txq[i];
-		KEEL_ASSERT(d->tail == NULL); /* node_peer_caps: no tails with a key */
+		bool again = (d->flags & KEEL_DGRAM_RETRANSMIT) != 0;
+		KEEL_ASSERT(!again || d->tail == NULL); /* transmit copied it in */
+		if (d->tail != NULL || (!again && node_peer_intact(n, d->peer))) {
+			wire_set_sealed(d->buf, false);
+			continue;
+		}
+		wire_set_sealed(d->buf, true);
 		KEEL_ASSERT_DEBUG(d->len + KEEL_AUTH_TRAILER_BYTES <= n->mtu);
 		auth_seal(&n->auth_ctx, d->buf, (uint32_t)d->len);
 		d->len += KEEL_AUTH_TRAILER_BYTES;
@@ -537,7 +554,8 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 	};
 	struct wire_header h;
 	enum wire_verdict v = wire_decode(d->buf, d->len, &exp, &h);
-	if (v == WIRE_OK && n->auth &&
+	/* a datagram through memory carries no counter: only the job's ranks write there */
+	if (v == WIRE_OK && n->auth && (h.flags & WIRE_FLAG_AUTH) != 0 &&
 	    !auth_replay_accept(&n->auth_peers[h.src], h.auth_inc, h.auth_counter))
 		v = WIRE_BAD_REPLAY;
 	if (v != WIRE_OK) {

@@ -350,8 +350,10 @@ static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 	if (due < p->rtx_deadline_ns)
 		p->rtx_deadline_ns = due;
 	/* A borrowed payload goes as the datagram's tail while the way to the peer takes two
-	 * pieces; after a route change it is copied in once and goes whole from then on. */
-	if (s->tail != NULL && (node_peer_caps(n, peer) & KEEL_CAP_GATHER) == 0)
+	 * pieces; after a route change it is copied in once and goes whole from then on. With a
+	 * key every copy sent again is sealed (seal_all, node.c), which takes it whole. */
+	if (s->tail != NULL &&
+	    ((node_peer_caps(n, peer) & KEEL_CAP_GATHER) == 0 || (n->auth && s->tries > 1)))
 		copy_in(n, p, seq);
 	uint32_t tail_len = s->tail != NULL ? s->len - WIRE_HEADER_SIZE : 0;
 	/* a slot the transport refused was never sent (rel_txq_refused took its try back) */

@@ -180,6 +180,18 @@ void wire_add_crc(uint8_t *buf, const uint8_t *tail)
 		   datagram_crc(buf, tail != NULL ? tail : buf + WIRE_HEADER_SIZE, payload_len));
 }
 
+void wire_set_sealed(uint8_t *buf, bool sealed)
+{
+	KEEL_ASSERT(buf != NULL);
+	uint16_t flags = wire_get16(buf + OFF_FLAGS);
+	/* wire_encode wrote it for a MAC or without a CRC: its crc field is 0 either way */
+	KEEL_ASSERT((flags & (WIRE_FLAG_AUTH | WIRE_FLAG_NO_CRC)) != 0 &&
+		    wire_get32(buf + OFF_CRC) == 0);
+	flags &= (uint16_t) ~(WIRE_FLAG_AUTH | WIRE_FLAG_NO_CRC);
+	wire_put16(buf + OFF_FLAGS,
+		   (uint16_t)(flags | (sealed ? WIRE_FLAG_AUTH : WIRE_FLAG_NO_CRC)));
+}
+
 static void read_header(const uint8_t *buf, struct wire_header *h)
 {
 	KEEL_ASSERT(buf != NULL);
@@ -262,6 +274,10 @@ static enum wire_verdict integrity(const uint8_t *buf, size_t len, const struct 
 			   ? WIRE_OK
 			   : WIRE_BAD_CRC;
 	}
+	/* Unsealed and without a CRC: only memory that nobody outside the job writes may carry
+	 * that (shared memory, node_peer_caps); off a wire it is a forgery or a damaged one. */
+	if (!sealed && no_crc)
+		return exp->intact && h->crc == 0 ? WIRE_OK : WIRE_BAD_AUTH;
 	if (!sealed || no_crc || h->crc != 0 ||
 	    !auth_open(exp->auth, buf, len, h->src, &h->auth_inc, &h->auth_counter))
 		return WIRE_BAD_AUTH;
@@ -301,8 +317,9 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_
 	/* Accepted: the payload is exactly what follows the header, of a type keel knows. These
 	 * hold because of the checks above, whatever the bytes were. */
 	KEEL_ASSERT((uint64_t)WIRE_HEADER_SIZE + tmp.payload_len +
-			(exp->auth != NULL ? KEEL_AUTH_TRAILER_BYTES : 0) ==
+			((tmp.flags & WIRE_FLAG_AUTH) != 0 ? KEEL_AUTH_TRAILER_BYTES : 0) ==
 		    (uint64_t)len);
+	KEEL_ASSERT(exp->auth == NULL || (tmp.flags & WIRE_FLAG_AUTH) != 0 || exp->intact);
 	KEEL_ASSERT(tmp.type >= WIRE_HEARTBEAT && tmp.type <= WIRE_TYPE_MAX);
 	/* coll_deliver and wire_heartbeat_decode read exactly these regions. */
 	KEEL_ASSERT(tmp.type != WIRE_DATA ||

@@ -12,8 +12,8 @@
 
 #define WIRE_MAGIC 0x4c45454bu /* "KEEL" read as a little-endian u32 */
 /* 2: heartbeats carry ops_started and may probe; 3: MAC trailer; 4: no CRC through shared
- * memory (WIRE_FLAG_NO_CRC) */
-#define WIRE_VERSION	 4u
+ * memory (WIRE_FLAG_NO_CRC); 5: with a key too, no MAC through shared memory */
+#define WIRE_VERSION	 5u
 #define WIRE_HEADER_SIZE 56u
 
 enum wire_type {
@@ -31,8 +31,9 @@ enum wire_type {
 #define WIRE_FLAG_RETRANSMIT 0x1u /* this copy was sent again (no RTT sample from its ack) */
 #define WIRE_FLAG_AUTH	     0x2u /* a MAC trailer follows the payload; the crc field is 0 */
 /* No CRC (the crc field is 0): the sender's way to dst is memory (KEEL_CAP_INTACT), where a
- * CRC pass on each side cost a third of a large AllReduce's time. Accepted only from a
- * datagram its transport marked KEEL_DGRAM_INTACT; never with WIRE_FLAG_AUTH. */
+ * CRC pass on each side cost a third of a large AllReduce's time; with a key, no MAC either
+ * (nothing outside the job writes that memory). Accepted only from a datagram its transport
+ * marked KEEL_DGRAM_INTACT; never leaves with WIRE_FLAG_AUTH. */
 #define WIRE_FLAG_NO_CRC 0x10u
 /* DATA of a gradient AllReduce: how the payload is encoded (enum wire_enc, in bits 2-3). The
  * header's offset and total_len count the f32 bytes the payload stands for. */
@@ -132,12 +133,18 @@ void wire_encode(uint8_t *buf, const struct wire_header *h);
  * datagram is left as it is. Its payload is at buf + WIRE_HEADER_SIZE, or at `tail` when
  * not NULL (a datagram in two pieces, struct keel_datagram). */
 void wire_add_crc(uint8_t *buf, const uint8_t *tail);
+/* A keyed node's datagram as it leaves (encoded with WIRE_FLAG_AUTH, or WIRE_FLAG_NO_CRC): to
+ * be sealed (WIRE_FLAG_AUTH; auth_seal then appends the trailer), or to go through memory
+ * without MAC or CRC (WIRE_FLAG_NO_CRC, which only a receiver told the datagram is intact
+ * accepts). */
+void wire_set_sealed(uint8_t *buf, bool sealed);
 /* Was this encoded datagram written with WIRE_FLAG_NO_CRC? */
 bool wire_crc_left_out(const uint8_t *buf);
 
 /* Validate and decode the datagram buf[0..len). On WIRE_OK, *h is filled and the payload
  * is buf + WIRE_HEADER_SIZE. Checks in this order: size, magic, version, type, lengths,
- * MAC (exp->auth set: required and verified) or crc (not set: a MAC'd datagram is refused;
+ * MAC (exp->auth set: required and verified, except that where exp->intact WIRE_FLAG_NO_CRC
+ * without WIRE_FLAG_AUTH stands for it) or crc (not set: a MAC'd datagram is refused;
  * WIRE_FLAG_NO_CRC stands for the crc only where exp->intact),
  * job, destination, source, epoch. Only DATA and ACK are fenced by epoch here: liveness
  * (HEARTBEAT, LEAVE) crosses views, and VIEW messages are the protocol that changes them.

@@ -270,7 +270,10 @@ static void wake_settle(struct shm *s)
 	}
 }
 
-/* A region mapped by name: created if absent (every rank sizes it alike), else checked. */
+/* A region mapped by name: created if absent (every rank sizes it alike), else checked.
+ * Only this user may have made it, and only this user may open it: a datagram through the
+ * rings carries no CRC, and in a job with a key no MAC either (nothing outside the job can
+ * write here), so a region another user made first, or left open to others, is refused. */
 static int region_map(struct shm *s, const struct keel_shm_config *cfg, size_t len)
 {
 	int fd = shm_open(cfg->name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -282,6 +285,8 @@ static int region_map(struct shm *s, const struct keel_shm_config *cfg, size_t l
 		return -errno;
 	if (fstat(fd, &st) != 0)
 		err = -errno;
+	else if (st.st_uid != geteuid() || (st.st_mode & 077) != 0)
+		err = -EACCES; /* another user made it, or may open it: see region_map's comment */
 	else if (st.st_size != 0 && (size_t)st.st_size != len)
 		err = -EINVAL; /* made for another world size or ring size */
 	else if (st.st_size == 0 && ftruncate(fd, (off_t)len) != 0)

@@ -27,4 +27,18 @@ out=$(RANK=0 KEEL_PEERS="127.0.0.1:$base,nonsense" WORLD_SIZE=2 timeout 10 "$BEN
 if [ $? -eq 0 ] || ! echo "$out" | grep -q "nonsense"; then
 	echo "peers_list: a malformed KEEL_PEERS entry was not refused by name: $out"; fail=1
 fi
+# A shared-memory region that others may open (made first by someone else, or left open) is
+# refused by name, and left as it was: its rings would carry datagrams without CRC or MAC.
+region=/dev/shm/keel-0-$((base + 7))-0
+(umask 022 && : >"$region")
+out=$(RANK=0 WORLD_SIZE=2 KEEL_TRANSPORT=shm KEEL_PEERS="127.0.0.1:$((base + 7)),127.0.0.1:$((base + 8))" \
+	timeout 20 "$BENCH" allreduce -b 8 -e 8 -n 1 2>&1)
+rc=$?
+if [ $rc -eq 0 ] || ! echo "$out" | grep -q "region $region belongs to another user or may be opened by others" ||
+	[ "$(stat -c %a:%s "$region")" != 644:0 ]; then
+	echo "peers_list: an open shared-memory region was not refused (rc $rc): $out"; fail=1
+else
+	echo "peers_list: an open shared-memory region refused by name"
+fi
+rm -f "$region"
 exit $fail

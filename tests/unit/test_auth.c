@@ -204,13 +204,32 @@ static void test_auth_decoder_verdicts(void **state)
 	plain.flags = WIRE_FLAG_AUTH;
 	wire_encode(buf, &plain);
 	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &keyed, &h), WIRE_BAD_LENGTH);
-	/* no CRC, as over shared memory: never stands for a MAC, even from intact memory */
+	/* No CRC and no MAC, as over shared memory: taken where the transport says it came
+	 * through memory (nothing outside the job writes there), a forgery anywhere else. */
 	plain.flags = WIRE_FLAG_NO_CRC;
 	wire_encode(buf, &plain);
 	struct wire_expect keyed_intact = keyed, keyless_intact = keyless;
 	keyed_intact.intact = keyless_intact.intact = true;
 	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &keyless_intact, &h), WIRE_OK);
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &keyed_intact, &h), WIRE_OK);
+	assert_int_equal(h.auth_counter, 0);
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &keyed, &h), WIRE_BAD_AUTH);
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &keyless, &h), WIRE_BAD_CRC);
+	/* ...with a crc where there should be none: damaged, even from memory */
+	wire_put32(buf + 52, 1); /* the header's crc field */
 	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &keyed_intact, &h), WIRE_BAD_AUTH);
+	/* a MAC'd datagram that also claims no CRC is refused, from memory too */
+	len = sealed_datagram(&tx, buf, 1, 0);
+	wire_put16(buf + 6, (uint16_t)(wire_get16(buf + 6) | WIRE_FLAG_NO_CRC)); /* flags */
+	assert_int_equal(wire_decode(buf, len, &keyed_intact, &h), WIRE_BAD_AUTH);
+	/* the sender's side: a datagram encoded for a MAC set to go through memory, and back */
+	plain.flags = WIRE_FLAG_AUTH;
+	wire_encode(buf, &plain);
+	wire_set_sealed(buf, false);
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &keyed_intact, &h), WIRE_OK);
+	assert_int_equal(h.flags & (WIRE_FLAG_AUTH | WIRE_FLAG_NO_CRC), WIRE_FLAG_NO_CRC);
+	wire_set_sealed(buf, true);
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &keyed_intact, &h), WIRE_BAD_LENGTH);
 	assert_string_equal(wire_verdict_name(WIRE_BAD_AUTH), "bad mac");
 	assert_string_equal(wire_verdict_name(WIRE_BAD_REPLAY), "replay");
 }
@@ -299,12 +318,11 @@ static void test_auth_other_key_or_none_is_not_heard(void **state)
 	cluster_fini(&c);
 }
 
-/* A datagram taken off the wire and sent again is refused as a replay; the original counts. */
-static void test_auth_replayed_datagram_is_refused(void **state)
+/* Rank 1's first datagram to rank 0 of a keyed pair on UDP, taken off the socket before rank 0
+ * reads it; it is then sent `copies` times from rank 1's socket, as it was or turned into one
+ * that claims to have come through memory (no MAC, no CRC). Returns rank 0's counters. */
+static void resend_rank1_mail(bool as_memory, int copies, struct keel_counters *k)
 {
-	(void)state;
-	if (!have_sodium())
-		skip();
 	struct cluster c;
 	const uint8_t *keys[] = {key_a, key_a};
 	assert_int_equal(keyed_cluster(&c, 2, keys), 0);
@@ -321,17 +339,43 @@ static void test_auth_replayed_datagram_is_refused(void **state)
 		c.now_ns += c.step_ns;
 		got = recv(fd0, buf, sizeof(buf), MSG_DONTWAIT); /* rank 0's mail, taken first */
 	}
-	assert_true(got > (ssize_t)WIRE_HEADER_SIZE);
-	for (int copy = 0; copy < 3; copy++)
+	assert_true(got > (ssize_t)(WIRE_HEADER_SIZE + KEEL_AUTH_TRAILER_BYTES));
+	if (as_memory) { /* the trailer cut off, the header's flags (byte 6) as memory's */
+		wire_set_sealed(buf, false);
+		got -= KEEL_AUTH_TRAILER_BYTES;
+	}
+	for (int copy = 0; copy < copies; copy++)
 		assert_int_equal(sendto(fd1, buf, (size_t)got, 0, (struct sockaddr *)&a0, l0), got);
 	uint64_t dl;
 	assert_int_equal(keel_poll(c.node[0], c.now_ns, &dl), 0);
+	keel_counters_get(c.node[0], k);
+	cluster_fini(&c);
+}
+
+/* A datagram taken off the wire and sent again is refused as a replay; the original counts. */
+static void test_auth_replayed_datagram_is_refused(void **state)
+{
+	(void)state;
+	if (!have_sodium())
+		skip();
 	struct keel_counters k;
-	keel_counters_get(c.node[0], &k);
+	resend_rank1_mail(false, 3, &k);
 	assert_int_equal(k.rx_datagrams, 1);
 	assert_int_equal(k.drop_replay, 2);
 	assert_int_equal(k.drop_auth, 0);
-	cluster_fini(&c);
+}
+
+/* Datagrams through shared memory go without a MAC (nothing outside the job writes there);
+ * one that claims the same off a wire is a forgery: refused before any field is believed. */
+static void test_auth_unsealed_datagram_off_a_wire_is_refused(void **state)
+{
+	(void)state;
+	if (!have_sodium())
+		skip();
+	struct keel_counters k;
+	resend_rank1_mail(true, 2, &k);
+	assert_int_equal(k.rx_datagrams, 0);
+	assert_int_equal(k.drop_auth, 2);
 }
 
 static void test_auth_config_errors(void **state)
@@ -428,6 +472,7 @@ int main(int argc, char **argv)
 	    cmocka_unit_test(test_auth_nodes_reduce_exactly),
 	    cmocka_unit_test(test_auth_other_key_or_none_is_not_heard),
 	    cmocka_unit_test(test_auth_replayed_datagram_is_refused),
+	    cmocka_unit_test(test_auth_unsealed_datagram_off_a_wire_is_refused),
 	    cmocka_unit_test(test_auth_config_errors),
 	};
 	return cmocka_run_group_tests_name("auth", tests, NULL, NULL);

@@ -14,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "auth_int.h"
 #include "cluster_int.h"
 #include "keel/device.h"
 #include "keel/device_cpu.h"
@@ -40,6 +41,9 @@ struct spy {
 	int poison;		/* a byte no payload may carry, or -1 */
 	const uint8_t *lo, *hi; /* where tails may lie (a device op's stage), or NULL */
 	uint64_t tails_outside; /* tails outside [lo, hi) */
+	bool wire;		/* peer_caps: the way is a wire (no INTACT, no GATHER), as a
+				 * router's after it fell back from shared memory */
+	uint64_t sealed;	/* data datagrams sent with a MAC */
 };
 
 static struct spy g_spy[WORLD];
@@ -76,6 +80,8 @@ static int spy_send(struct keel_transport *t, uint64_t now, const struct keel_da
 			s->tails++;
 		else
 			s->whole++;
+		if ((wire_get16(d[i].buf + 6) & WIRE_FLAG_AUTH) != 0) /* the header's flags */
+			s->sealed++;
 		if (d[i].tail != NULL && s->lo != NULL &&
 		    (d[i].tail < s->lo || d[i].tail + d[i].tail_len > s->hi))
 			s->tails_outside++;
@@ -95,6 +101,8 @@ static uint32_t spy_peer_caps(struct keel_transport *t, uint32_t peer)
 {
 	struct spy *s = t->state;
 	uint32_t caps = keel_transport_peer_caps(s->inner, peer);
+	if (s->wire)
+		caps &= ~(uint32_t)(KEEL_CAP_INTACT | KEEL_CAP_GATHER);
 	return s->gather ? caps : caps & ~(uint32_t)KEEL_CAP_GATHER;
 }
 
@@ -104,9 +112,14 @@ static const struct keel_transport_ops spy_ops = {
 static enum keel_algo g_algo;
 static struct keel_device g_dev[WORLD]; /* CPU stand-ins, when g_with_dev */
 static bool g_with_dev;
+static bool g_keyed; /* every rank holds the same job key */
 
 static void tweak(struct keel_config *cfg)
 {
+	static const uint8_t key[KEEL_AUTH_KEY_BYTES] = "keel borrow test key, 32 bytes.";
+	cfg->auth = g_keyed;
+	if (g_keyed)
+		memcpy(cfg->auth_key, key, sizeof(key));
 	cfg->algo = g_algo;
 	cfg->device = g_with_dev ? &g_dev[cfg->rank] : NULL;
 	cfg->entry_timeout_ns = 50000000; /* a member that never comes: 50 ms */
@@ -329,6 +342,79 @@ static void test_borrow_device_stage(void **state)
 	}
 }
 
+static uint64_t sealed_all(void)
+{
+	uint64_t n = 0;
+	for (uint32_t r = 0; r < WORLD; r++)
+		n += g_spy[r].sealed;
+	return n;
+}
+
+static void no_drops(struct cluster *c)
+{
+	struct keel_counters k;
+	for (uint32_t r = 0; r < WORLD; r++) {
+		keel_counters_get(c->node[r], &k);
+		assert_int_equal(k.drop_auth + k.drop_replay + k.drop_crc, 0);
+	}
+}
+
+/* With a job key, datagrams through shared memory go as without one: no MAC (only the job's
+ * ranks can write those rings), payloads borrowed. Where a way becomes a wire (a router fell
+ * back), everything on it is sealed and whole from then on, the tails written before the
+ * change included; nothing is dropped, every result exact. */
+static void test_borrow_keyed_memory_needs_no_mac(void **state)
+{
+	(void)state;
+	struct keel_config probe;
+	keel_config_default(&probe);
+	probe.auth = true;
+	if (auth_pick(probe.mac) == 0)
+		skip(); /* built without libsodium */
+	g_keyed = true;
+	struct cluster c;
+	spy_cluster_init(&c, KEEL_ALGO_RING);
+	allreduce_all(&c, false, COUNT);
+	printf("# keyed, memory: %llu tails, %llu sealed\n", (unsigned long long)tails_all(),
+	       (unsigned long long)sealed_all());
+	assert_true(tails_all() > 0);
+	assert_int_equal(sealed_all(), 0);
+	no_drops(&c);
+
+	/* rank 0's ways become wires while its tails wait in the window (a full ring) */
+	struct keel_op *h[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX];
+	keel_check_reference(g_ref, 0, COUNT, WORLD, KEEL_F32, KEEL_SUM);
+	g_spy[0].jam_data[1] = true;
+	for (uint32_t r = 0; r < WORLD; r++) {
+		keel_check_fill(g_in[r], 0, COUNT, r, KEEL_F32, KEEL_SUM);
+		assert_int_equal(keel_allreduce_start(c.node[r], g_in[r], g_out[r], COUNT, KEEL_F32,
+						      KEEL_SUM, &h[r]),
+				 0);
+	}
+	for (int i = 0; i < 200; i++)
+		cluster_round(&c);
+	assert_true(c.node[0]->tx_borrowed > 0);
+	uint64_t tails0 = g_spy[0].tails;
+	g_spy[0].wire = true;
+	g_spy[0].jam_data[1] = false;
+	assert_int_equal(cluster_wait_ops(&c, h, rc, 200000), 0);
+	for (uint32_t r = 0; r < WORLD; r++) {
+		assert_int_equal(rc[r], 0);
+		assert_int_equal(keel_check_wrong(g_out[r], g_ref, 0, COUNT, KEEL_F32), 0);
+	}
+	assert_int_equal(g_spy[0].tails, tails0); /* none offered after the change */
+	assert_true(g_spy[0].sealed > 0);
+	assert_int_equal(g_spy[1].sealed + g_spy[2].sealed, 0); /* their ways stayed memory */
+	uint64_t sealed0 = g_spy[0].sealed, whole0 = g_spy[0].whole;
+	allreduce_all(&c, true, COUNT);
+	assert_int_equal(g_spy[0].sealed - sealed0, g_spy[0].whole - whole0); /* all of them */
+	assert_int_equal(g_spy[0].tails, tails0);
+	no_drops(&c);
+	cluster_fini(&c);
+	g_keyed = false;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -336,6 +422,7 @@ int main(void)
 	    cmocka_unit_test(test_borrow_route_change_copies_in),
 	    cmocka_unit_test(test_borrow_failed_collective_lets_go),
 	    cmocka_unit_test(test_borrow_device_stage),
+	    cmocka_unit_test(test_borrow_keyed_memory_needs_no_mac),
 	};
 	return cmocka_run_group_tests_name("borrow", tests, NULL, NULL);
 }

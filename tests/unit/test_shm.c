@@ -9,12 +9,14 @@
 #include <cmocka.h> /* after the four headers it needs */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -537,6 +539,43 @@ static void test_shm_named_region_attach(void **state)
 	assert_int_equal(keel_shm_unlink(cfg.name), -ENOENT);
 }
 
+/* A name made first by someone else, or open to others: the rings are trusted without CRC
+ * or MAC, so init refuses it (-EACCES) and leaves it as it was. Another user's is tried only
+ * where this process may give a file away (root). */
+static void test_shm_region_of_others_refused(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_transport *t = NULL;
+	struct stat st;
+	(void)state;
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	for (int how = 0; how < 3; how++) {
+		int fd = shm_open(cfg.name, O_RDWR | O_CREAT | O_EXCL, 0600);
+		assert_true(fd >= 0);
+		if (how == 0)
+			assert_int_equal(fchmod(fd, 0640), 0); /* the group may read it */
+		else if (how == 1)
+			assert_int_equal(fchmod(fd, 0606), 0); /* others may write it */
+		else if (geteuid() != 0 || fchown(fd, 65534, 65534) != 0) {
+			printf("# another user's region: not tried (not root)\n");
+			close(fd);
+			assert_int_equal(keel_shm_unlink(cfg.name), 0);
+			continue;
+		}
+		assert_int_equal(keel_shm_init(&t, g_mem[0], MEM_BYTES, &cfg), -EACCES);
+		assert_null(t);
+		assert_int_equal(fstat(fd, &st), 0);
+		assert_int_equal(st.st_size, 0); /* not sized, not touched */
+		close(fd);
+		assert_int_equal(keel_shm_unlink(cfg.name), 0);
+	}
+	/* this user's, closed to others: taken */
+	t = shm_open_rank(0, &cfg, 0);
+	assert_non_null(t);
+	t->ops->fini(t);
+	assert_int_equal(keel_shm_unlink(cfg.name), 0);
+}
+
 /* A receiver that restarts (same rank, new life) never reads what was sent to its old life. */
 static void test_shm_restarted_receiver(void **state)
 {
@@ -844,6 +883,7 @@ int main(void)
 	    cmocka_unit_test(test_shm_bad_config),
 	    cmocka_unit_test(test_shm_burst_in_order),
 	    cmocka_unit_test(test_shm_named_region_attach),
+	    cmocka_unit_test(test_shm_region_of_others_refused),
 	    cmocka_unit_test(test_shm_restarted_receiver),
 	    cmocka_unit_test(test_shm_fork_exchange),
 	    cmocka_unit_test(test_shm_fork_exchange_caller_arms),
