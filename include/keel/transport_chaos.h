@@ -52,9 +52,10 @@ KEEL_MUST_USE int keel_chaos_parse(const char *spec, struct keel_chaos_config *c
 
 size_t keel_chaos_storage_size(const struct keel_chaos_config *cfg);
 /* Errors: -EINVAL (no inner, ppm > 1e6, hold_max > 65536), -ENOSPC (mem NULL or too small);
- * on error *out is NULL. The decorator has the inner transport's caps minus RELIABLE/ORDERED
- * (it breaks both) and INTACT (so every datagram through it carries a CRC), and its mtu, rank
- * and world_size. */
+ * on error *out is NULL. The decorator has the inner transport's caps, per peer too, minus
+ * RELIABLE/ORDERED (it breaks both) and INTACT (so every datagram through it carries a CRC);
+ * GATHER passes (a datagram in two pieces that it holds back is copied whole), and it has the
+ * inner's mtu, rank and world_size. */
 KEEL_MUST_USE int keel_chaos_init(struct keel_transport **out, void *mem, size_t mem_len,
 				  const struct keel_chaos_config *cfg);
 

@@ -456,6 +456,20 @@ static void seal_all(struct keel_node *n)
 	}
 }
 
+void node_txq_drop(struct keel_node *n, uint32_t peer, uint32_t seq)
+{
+	KEEL_ASSERT(seq != 0 && n->txq_count <= n->burst);
+	uint32_t w = 0;
+	for (uint32_t i = 0; i < n->txq_count; i++) {
+		if (n->txq_tag[i] == seq && n->txq[i].peer == peer)
+			continue;
+		n->txq[w] = n->txq[i];
+		n->txq_tag[w++] = n->txq_tag[i];
+	}
+	KEEL_ASSERT(w < n->txq_count && n->ctrl_used <= w); /* it was there; control stays */
+	n->txq_count = w;
+}
+
 /* A queued datagram the transport did not take: a reliable one stays in its window and is
  * sent again next poll; a control one (heartbeat, ack) is simply lost. */
 static void txq_refused(struct keel_node *n, uint32_t i)
@@ -506,8 +520,11 @@ void node_txq_flush(struct keel_node *n)
 		}
 		KEEL_ASSERT((uint32_t)sent <= count - done);
 		n->ctr.tx_datagrams += (uint64_t)sent;
-		for (uint32_t i = done; i < done + (uint32_t)sent; i++)
+		for (uint32_t i = done; i < done + (uint32_t)sent; i++) {
 			n->ctr.tx_bytes += n->txq[i].len + n->txq[i].tail_len;
+			if (n->txq_tag[i] != 0)
+				rel_txq_sent(n, n->txq[i].peer, n->txq_tag[i]);
+		}
 		done += (uint32_t)sent;
 		if (done == count || (sent == 0 && retry))
 			break;

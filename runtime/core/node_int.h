@@ -32,6 +32,7 @@ struct tx_slot {
 	uint8_t sacked;	   /* the receiver holds it out of order: do not resend */
 	uint8_t fast_done; /* already fast-retransmitted since its last send */
 	uint8_t no_sample; /* its timer was restarted: its ack measures no round trip */
+	uint8_t queued;	   /* in the transport queue (node.c) until its next flush */
 };
 
 /* One datagram held by the receiver: out of order, or in order but not yet consumable.
@@ -373,8 +374,10 @@ _Static_assert(CTRL_BUF_MIN >= WIRE_HEADER_SIZE + WIRE_HEARTBEAT_SIZE + KEEL_AUT
 void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t len,
 		   const uint8_t *tail, uint32_t tail_len, uint32_t seq, uint32_t flags);
 void node_txq_flush(struct keel_node *n);
+/* Take reliable datagram `seq` to `peer` out of the transport queue, unsent (every copy). */
+void node_txq_drop(struct keel_node *n, uint32_t peer, uint32_t seq);
 /* The caps of the transport's way to `peer` now that the core may use: none with a job key
- * (a MAC covers each datagram whole, and is never left out). */
+ * on a wire (a MAC covers each datagram whole, and is never left out). */
 uint32_t node_peer_caps(struct keel_node *n, uint32_t peer);
 /* May a datagram to `peer` go without a CRC? While its way is memory (KEEL_CAP_INTACT). */
 bool node_peer_intact(struct keel_node *n, uint32_t peer);
@@ -413,6 +416,8 @@ void rel_redeliver(struct keel_node *n);
 void rel_timers(struct keel_node *n);
 void rel_send_acks(struct keel_node *n);
 void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq);
+/* A reliable datagram the transport queue handed over: it no longer holds it. */
+void rel_txq_sent(struct keel_node *n, uint32_t peer, uint32_t seq);
 /* Owe `peer` an ack at this poll's end (it carries our count of finished collectives). */
 void rel_ack_soon(struct keel_node *n, uint32_t peer);
 uint64_t rel_next_deadline(const struct keel_node *n);

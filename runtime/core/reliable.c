@@ -311,9 +311,18 @@ static void copy_in(struct keel_node *n, struct rel_peer *p, uint32_t seq)
 	n->tx_borrowed--;
 }
 
-/* A slot leaves the window (acknowledged, or its stream reset): it borrows nothing more. */
-static void slot_release(struct keel_node *n, struct tx_slot *s)
+/* A slot leaves the window (acknowledged, or its stream reset): it borrows nothing more, and
+ * the transport queue (node.c) no longer sends it. A copy still queued since this poll began
+ * (sent again, then acknowledged) would go out at the flush from a buffer that may have been
+ * written for a later seq meanwhile (or lent to another peer): with the header of one
+ * datagram and the borrowed payload of another, its CRC computed over the pair. */
+static void slot_release(struct keel_node *n, uint32_t peer, uint32_t seq)
 {
+	struct tx_slot *s = &n->rel_peers[peer].tx[seq & (n->window - 1)];
+	if (s->queued) {
+		node_txq_drop(n, peer, seq);
+		s->queued = 0;
+	}
 	if (s->tail == NULL)
 		return;
 	KEEL_ASSERT(n->tx_borrowed > 0);
@@ -359,6 +368,7 @@ static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 	/* a slot the transport refused was never sent (rel_txq_refused took its try back) */
 	node_txq_push(n, peer, tx_bytes(n, p, seq), s->len - tail_len, s->tail, tail_len, seq,
 		      s->tries > 1 ? KEEL_DGRAM_RETRANSMIT : 0);
+	s->queued = 1; /* after the push: a full queue is flushed before it takes this one */
 }
 
 uint8_t *rel_send_slot(struct keel_node *n, uint32_t peer)
@@ -445,11 +455,21 @@ void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq)
 		return; /* acknowledged meanwhile, or its stream was reset by a view */
 	KEEL_ASSERT(p->tx != NULL);
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
+	s->queued = 0;
 	s->sent_ns = 0;
 	if (s->tries > 0)
 		s->tries--;
 	p->unsent = true;
 	active_mark(n, peer);
+}
+
+void rel_txq_sent(struct keel_node *n, uint32_t peer, uint32_t seq)
+{
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	struct rel_peer *p = &n->rel_peers[peer];
+	/* a slot that left the window took its queue entries with it (slot_release) */
+	KEEL_ASSERT_DEBUG(!seq_before(seq, p->snd_una) && seq_before(seq, p->snd_nxt));
+	p->tx[seq & (n->window - 1)].queued = 0;
 }
 
 static void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
@@ -523,7 +543,7 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 		struct tx_slot *s = &p->tx[p->snd_una & mask];
 		if (s->tries == 1 && !s->no_sample && s->sent_ns != 0)
 			sample = n->now_ns - s->sent_ns;
-		slot_release(n, s);
+		slot_release(n, peer, p->snd_una);
 		p->snd_una++;
 		n->tx_flight--;
 	}
@@ -753,7 +773,7 @@ void rel_peer_reset(struct keel_node *n, uint32_t peer)
 	window_check(n, p);
 	/* before the slots go: what they borrowed is counted */
 	for (uint32_t seq = p->snd_una; p->tx != NULL && seq != p->snd_nxt; seq++)
-		slot_release(n, &p->tx[seq & (n->window - 1)]);
+		slot_release(n, peer, seq);
 	if (n->stream_pool) {
 		stream_detach(n, peer); /* the next datagram in flight takes a fresh one */
 	} else {

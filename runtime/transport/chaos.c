@@ -21,6 +21,10 @@
 /* Longest spec keel_chaos_parse reads; bounds its loop. */
 #define SPEC_LEN_MAX 1024u
 #define NONE	     UINT32_MAX
+/* What the decorator takes from the inner's caps: it loses, duplicates and reorders, and no
+ * CRC may be left out (every datagram through it carries its own). Two pieces pass: a copy it
+ * holds back is written whole, a datagram it passes on goes as it came. */
+#define CAPS_BROKEN ((uint32_t)(KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED | KEEL_CAP_INTACT))
 
 /* A datagram held back for delay or reorder; its bytes live at data + index * mtu. */
 struct hold_slot {
@@ -299,10 +303,7 @@ int keel_chaos_init(struct keel_transport **out, void *mem, size_t mem_len,
 	c->t = (struct keel_transport){
 	    .ops = &chaos_ops,
 	    .state = c,
-	    /* and no CRC left out: every datagram through chaos carries its own; and none
-	     * in two pieces: a held or duplicated datagram is copied whole */
-	    .caps = cfg->inner->caps & ~(uint32_t)(KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED |
-						   KEEL_CAP_INTACT | KEEL_CAP_GATHER),
+	    .caps = cfg->inner->caps & ~CAPS_BROKEN,
 	    .mtu = cfg->inner->mtu,
 	    .rank = cfg->inner->rank,
 	    .world_size = cfg->inner->world_size,
@@ -413,10 +414,12 @@ static uint32_t slot_hold(struct chaos *c, const struct keel_datagram *g, uint64
 	s->release_ns = release_ns;
 	s->seq = c->seq_next++;
 	s->peer = g->peer;
-	s->len = g->len;
+	s->len = g->len + g->tail_len; /* datagram_valid: within the mtu */
 	s->flags = g->flags;
 	if (g->len > 0)
 		memcpy(c->data + (size_t)slot * c->t.mtu, g->buf, g->len);
+	if (g->tail_len > 0) /* a tail is held whole: its owner may write it once this returns */
+		memcpy(c->data + (size_t)slot * c->t.mtu + g->len, g->tail, g->tail_len);
 	return slot;
 }
 
@@ -639,7 +642,7 @@ static int send_one(struct chaos *c, uint64_t now_ns, const struct keel_datagram
 
 static bool datagram_valid(const struct keel_transport *t, const struct keel_datagram *g)
 {
-	return g->peer < t->world_size && g->len <= t->mtu && (g->buf != NULL || g->len == 0);
+	return g->peer < t->world_size && keel_datagram_fits(g, t->mtu);
 }
 
 static int chaos_send_burst(struct keel_transport *t, uint64_t now_ns,
@@ -726,6 +729,14 @@ static uint64_t chaos_next_deadline_ns(struct keel_transport *t)
 	return d;
 }
 
+/* The inner's way to the peer (a router's route), less what the decorator breaks. */
+static uint32_t chaos_peer_caps(struct keel_transport *t, uint32_t peer)
+{
+	struct chaos *c = chaos_of(t);
+
+	return keel_transport_peer_caps(c->inner, peer) & ~CAPS_BROKEN;
+}
+
 static int chaos_wait_fd(struct keel_transport *t)
 {
 	struct chaos *c = chaos_of(t);
@@ -768,4 +779,5 @@ static const struct keel_transport_ops chaos_ops = {
     .wait_fd = chaos_wait_fd,
     .fini = chaos_fini,
     .arm_wait = chaos_arm_wait,
+    .peer_caps = chaos_peer_caps,
 };

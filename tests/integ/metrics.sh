@@ -126,7 +126,7 @@ pids+=($prom)
 "${CLIENT[@]}" prom-ready "$Q" || fail "(b) Prometheus did not start"
 "${CLIENT[@]}" prom-scraping "$Q" 3 || fail "(b) Prometheus does not scrape"
 KEEL_METRICS_ADDR=127.0.0.1:$P timeout 60 "$RUN" -n 3 --timeout 50 --kill 2@3.0 -- \
-	"$TRAIN" --epochs 200 --batch 8 --lr 0.1 --quiet >"$tmp/train.log" 2>&1 ||
+	"$TRAIN" --epochs 400 --batch 8 --lr 0.1 --quiet >"$tmp/train.log" 2>&1 ||
 	fail "(b) keel-train failed"
 grep -q 'rank 2 killed by signal 9' "$tmp/train.log" || fail "(b) rank 2 was not killed"
 query() { "${CLIENT[@]}" query "$Q" "$1" >"$tmp/q.txt" || fail "(b) query $1"; }
@@ -158,7 +158,7 @@ wait "$prom" 2>/dev/null || true
 # ---- (c) attacks on the endpoint while AllReduce runs ----
 P=$("${CLIENT[@]}" ports 3)
 KEEL_METRICS_ADDR=127.0.0.1:$P timeout 60 "$RUN" -n 3 --timeout 50 -- \
-	"$BENCH" allreduce -b 8 -e 1M -n 600 --check >"$tmp/bench.log" 2>&1 &
+	"$BENCH" allreduce -b 8 -e 1M -n 2000 --check >"$tmp/bench.log" 2>&1 &
 bench=$!
 pids+=($bench)
 "${CLIENT[@]}" wait "$P" $((P + 1)) $((P + 2)) || fail "(c) the ranks do not serve /metrics"

@@ -16,7 +16,7 @@ fail=0
 for r in 0 2; do # paused after the start-up grace (2 s), resumed long before training ends
 	rm -rf "$tmp/ckpt"
 	KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --pause "$r@2.5:1.5" -- \
-		"$TRAIN" --epochs 200 --batch 8 --lr 0.1 --ckpt-dir "$tmp/ckpt" --quiet \
+		"$TRAIN" --epochs 300 --batch 8 --lr 0.1 --ckpt-dir "$tmp/ckpt" --quiet \
 		>"$tmp/log" 2>&1
 	rc=$?
 	grep -v '^epoch' "$tmp/log"
@@ -30,11 +30,13 @@ for r in 0 2; do # paused after the start-up grace (2 s), resumed long before tr
 		echo "train_pause: rank $r paused for 1.5 s: excluded, readmitted, accuracy ok"
 	fi
 done
-# Paused longer than the job lasts here (it ends about 3.5 s in): when rank 2 resumes the others
-# have left; it learns so from their goodbyes and exits 0 — or, on a machine slow enough that
-# training still runs, it is readmitted. Either way no rank waits out a timeout.
-KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --pause 2@1.5:3 -- \
-	"$TRAIN" --epochs 60 --batch 8 --lr 0.1 --quiet >"$tmp/log" 2>&1
+# Paused longer than the job lasts here (it ends about 3.7 s in; 60 epochs once took 3.5 s, and
+# ended before the pause began once keyed ranks on one host stopped sealing every datagram):
+# when rank 2 resumes the others have left; it learns so from their goodbyes and exits 0 — or,
+# on a machine slow enough that training still runs, it is readmitted. Either way no rank waits
+# out a timeout.
+KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --pause 2@1.5:4 -- \
+	"$TRAIN" --epochs 150 --batch 8 --lr 0.1 --quiet >"$tmp/log" 2>&1
 rc=$?
 grep -v '^epoch' "$tmp/log" | grep -E "rank 2|keel-run"
 if [ $rc -ne 0 ]; then

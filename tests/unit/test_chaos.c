@@ -335,6 +335,52 @@ static void test_chaos_delay_until_release(void **state)
 	pair_close(&p);
 }
 
+/* Datagrams in two pieces (KEEL_CAP_GATHER passes through the decorator, per peer too): a
+ * copy held back is written whole at once, so the caller may write its tail as soon as the
+ * send returns; what arrives later is what was sent. Under delay, duplicates and reorder. */
+static void test_chaos_two_pieces_held_whole(void **state)
+{
+	static uint32_t seqs[64];
+	static uint8_t tails[16][56];
+	struct keel_chaos_config cc;
+	struct keel_chaos_stats st;
+	struct keel_datagram d[16];
+	struct pair p;
+	uint64_t dl, last = NOW0;
+	uint32_t count = 0, i, steps = 0;
+
+	(void)state;
+	cfg_seeded(&cc, 11);
+	cc.delay_ns_max = 1000000;
+	cc.dup_ppm = 300000;
+	cc.reorder_ppm = 300000;
+	pair_open(&p, &cc);
+	assert_true((p.u[0]->caps & KEEL_CAP_GATHER) != 0);
+	assert_true((p.c->caps & KEEL_CAP_GATHER) != 0);
+	assert_int_equal(keel_transport_peer_caps(p.c, 1),
+			 keel_transport_peer_caps(p.u[0], 1) &
+			     ~(uint32_t)(KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED | KEEL_CAP_INTACT));
+	for (i = 0; i < 16; i++) {
+		memcpy(g_tx[i], &i, sizeof(i));
+		memset(g_tx[i] + 4, (int)i, 4);
+		memset(tails[i], (int)i, sizeof(tails[i]));
+		d[i] = (struct keel_datagram){
+		    .buf = g_tx[i], .len = 8, .peer = 1, .tail = tails[i], .tail_len = 56};
+	}
+	assert_int_equal(p.c->ops->send_burst(p.c, NOW0, d, 16), 16);
+	memset(tails, 0xee, sizeof(tails)); /* the caller's buffer, written again */
+	while ((dl = p.c->ops->next_deadline_ns(p.c)) != UINT64_MAX) {
+		assert_true(steps++ < 64);
+		assert_int_equal(p.c->ops->recv_burst(p.c, dl, NULL, 0), 0);
+		last = dl;
+	}
+	keel_chaos_stats_get(p.c, &st);
+	recv_seqs(p.u[1], last, 16 + (uint32_t)st.duplicated, seqs, 64, &count);
+	assert_int_equal(count, 16 + st.duplicated); /* each with its own bytes (recv_seqs) */
+	assert_true(st.delayed + st.reordered > 0);
+	pair_close(&p);
+}
+
 static void test_chaos_cut_and_heal(void **state)
 {
 	static uint8_t mem_delay[MEM_BYTES];
@@ -687,6 +733,7 @@ int main(void)
 	    cmocka_unit_test(test_chaos_dup),
 	    cmocka_unit_test(test_chaos_reorder),
 	    cmocka_unit_test(test_chaos_delay_until_release),
+	    cmocka_unit_test(test_chaos_two_pieces_held_whole),
 	    cmocka_unit_test(test_chaos_cut_and_heal),
 	    cmocka_unit_test(test_chaos_hold_full),
 	    cmocka_unit_test(test_chaos_parse),
