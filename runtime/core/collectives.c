@@ -160,14 +160,17 @@ static void skip_empty_recv(const struct keel_node *n, struct keel_op *op)
 	op->recv_step_len = 0;
 }
 
-/* Do the bytes step t sends stay as they are until the operation ends? Then its datagrams may
- * borrow them (rel_send_borrowed) instead of copying them into the window: the caller's input
- * of an out-of-place AllReduce (keel never writes it), a ring's all-gather (sums that are
- * final, never written again) and what a broadcast passes on. A ring's reduce-scatter sends
- * partial sums that later steps overwrite, and recursive doubling and the hierarchy send
- * partial results from the output too; compressed fragments have their own buffers. On
- * device buffers the same holds for the stage: its input copy is staged once and never
- * written again (a restart starts from it), and its mirror is the output. */
+/* May step t's datagrams borrow the bytes they carry (rel_send_borrowed) instead of copying
+ * them into the window? Where those bytes stay as they are until the operation ends: the
+ * caller's input of an out-of-place AllReduce (keel never writes it), a ring's all-gather
+ * (sums that are final, never written again) and what a broadcast passes on. And a host
+ * ring's reduce-scatter: its partial sums are written once more, by the all-gather's copy of
+ * the final sums, and coll_deliver copies in whatever still borrows them first
+ * (rel_borrowed_copy_in_range; by then the next rank has used them, so usually nothing).
+ * Recursive doubling and the hierarchy write their output at every step; compressed
+ * fragments have their own buffers. On device buffers the stage's input copy is staged once
+ * and never written again (a restart starts from it), and its mirror is the output, which
+ * the device writes at its own pace: its partial sums are copied. */
 static bool send_stable(const struct keel_op *op, uint32_t t, const struct step *s)
 {
 	if (op->enc_tx != WIRE_ENC_RAW)
@@ -179,7 +182,7 @@ static bool send_stable(const struct keel_op *op, uint32_t t, const struct step 
 	 * sends it from the restart copy (pump_sends), the input as it was. */
 	if (!s->send_from_out)
 		return op->in != op->out || (ring && op->has_copy);
-	return ring && t + 1 >= op->world;
+	return ring && (t + 1 >= op->world || !op->dev.on);
 }
 
 /* Queue as many fragments as the window and the data dependencies allow. */
@@ -679,6 +682,9 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 			return false; /* the device still works on these bytes: later */
 		coll_dev_take(n, op, op->recv_step, &s, op->recv_off, payload, len);
 	} else {
+		/* bytes sent from here earlier (a ring's partial sums) are written again */
+		if (n->tx_borrowed != 0)
+			rel_borrowed_copy_in_range(n, op->out + s.recv_off + op->recv_off, len);
 		apply(op, &s, op->recv_off, payload, len);
 	}
 	op->recv_off += len;

@@ -407,6 +407,8 @@ int rel_send_borrowed(struct keel_node *n, uint32_t peer, struct wire_header *h,
 		      const uint8_t *payload, uint32_t len);
 /* Copy every payload still borrowed by a datagram in flight into its window slot. */
 void rel_borrowed_copy_in(struct keel_node *n);
+/* The same for payloads that share a byte with [lo, lo + len): about to be written. */
+void rel_borrowed_copy_in_range(struct keel_node *n, const uint8_t *lo, uint64_t len);
 int rel_send(struct keel_node *n, uint32_t peer, struct wire_header *h, const void *payload,
 	     uint32_t len);
 void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack, uint16_t wnd);

@@ -345,6 +345,23 @@ void rel_borrowed_copy_in(struct keel_node *n)
 	KEEL_ASSERT(n->tx_borrowed == 0); /* every borrowed slot is in flight to an active peer */
 }
 
+void rel_borrowed_copy_in_range(struct keel_node *n, const uint8_t *lo, uint64_t len)
+{
+	KEEL_ASSERT(lo != NULL && len != 0);
+	uintptr_t a = (uintptr_t)lo, b = a + (uintptr_t)len;
+	/* as rel_borrowed_copy_in: the active peers' windows, when anything is borrowed */
+	for (uint32_t peer = active_next(n, 0, false); n->tx_borrowed > 0 && peer < n->world;
+	     peer = active_next(n, peer + 1, false)) {
+		struct rel_peer *p = &n->rel_peers[peer];
+		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
+			const struct tx_slot *s = &p->tx[seq & (n->window - 1)];
+			uintptr_t t = (uintptr_t)s->tail;
+			if (s->tail != NULL && t < b && a < t + (s->len - WIRE_HEADER_SIZE))
+				copy_in(n, p, seq);
+		}
+	}
+}
+
 static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 {
 	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
