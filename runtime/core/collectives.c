@@ -682,8 +682,9 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 			return false; /* the device still works on these bytes: later */
 		coll_dev_take(n, op, op->recv_step, &s, op->recv_off, payload, len);
 	} else {
-		/* bytes sent from here earlier (a ring's partial sums) are written again */
-		if (n->tx_borrowed != 0)
+		/* a ring's all-gather writes final sums over the partial sums it sent: copy in
+		 * any datagram still borrowing them (no other step writes bytes it sent) */
+		if (n->tx_borrowed != 0 && s.action == ACT_COPY && op->algo == KEEL_ALGO_RING)
 			rel_borrowed_copy_in_range(n, op->out + s.recv_off + op->recv_off, len);
 		apply(op, &s, op->recv_off, payload, len);
 	}

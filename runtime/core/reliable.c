@@ -330,26 +330,11 @@ static void slot_release(struct keel_node *n, uint32_t peer, uint32_t seq)
 	n->tx_borrowed--;
 }
 
-void rel_borrowed_copy_in(struct keel_node *n)
+/* Copy in the borrowed payloads that share a byte with [a, b). Bounded by the peers that have
+ * anything in flight (the active set), each by its window; nothing at all in the usual case,
+ * where every borrowed datagram was acknowledged before the bytes are needed again. */
+static void copy_in_where(struct keel_node *n, uintptr_t a, uintptr_t b)
 {
-	/* Bounded by the peers that have anything in flight (the active set), each by its
-	 * window; nothing at all in the usual case, where every borrowed datagram of the
-	 * collective was acknowledged before its members' completion reached this node. */
-	for (uint32_t peer = active_next(n, 0, false); n->tx_borrowed > 0 && peer < n->world;
-	     peer = active_next(n, peer + 1, false)) {
-		struct rel_peer *p = &n->rel_peers[peer];
-		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++)
-			if (p->tx[seq & (n->window - 1)].tail != NULL)
-				copy_in(n, p, seq);
-	}
-	KEEL_ASSERT(n->tx_borrowed == 0); /* every borrowed slot is in flight to an active peer */
-}
-
-void rel_borrowed_copy_in_range(struct keel_node *n, const uint8_t *lo, uint64_t len)
-{
-	KEEL_ASSERT(lo != NULL && len != 0);
-	uintptr_t a = (uintptr_t)lo, b = a + (uintptr_t)len;
-	/* as rel_borrowed_copy_in: the active peers' windows, when anything is borrowed */
 	for (uint32_t peer = active_next(n, 0, false); n->tx_borrowed > 0 && peer < n->world;
 	     peer = active_next(n, peer + 1, false)) {
 		struct rel_peer *p = &n->rel_peers[peer];
@@ -360,6 +345,18 @@ void rel_borrowed_copy_in_range(struct keel_node *n, const uint8_t *lo, uint64_t
 				copy_in(n, p, seq);
 		}
 	}
+}
+
+void rel_borrowed_copy_in(struct keel_node *n)
+{
+	copy_in_where(n, 0, UINTPTR_MAX);
+	KEEL_ASSERT(n->tx_borrowed == 0); /* every borrowed slot is in flight to an active peer */
+}
+
+void rel_borrowed_copy_in_range(struct keel_node *n, const uint8_t *lo, uint64_t len)
+{
+	KEEL_ASSERT(lo != NULL && len != 0);
+	copy_in_where(n, (uintptr_t)lo, (uintptr_t)lo + (uintptr_t)len);
 }
 
 static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
@@ -468,8 +465,9 @@ void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq)
 {
 	KEEL_ASSERT(peer < n->world && peer != n->self);
 	struct rel_peer *p = &n->rel_peers[peer];
-	if (seq_before(seq, p->snd_una) || !seq_before(seq, p->snd_nxt))
-		return; /* acknowledged meanwhile, or its stream was reset by a view */
+	/* a slot acknowledged meanwhile, or whose stream a view reset, took its queue entries
+	 * with it (slot_release) */
+	KEEL_ASSERT_DEBUG(!seq_before(seq, p->snd_una) && seq_before(seq, p->snd_nxt));
 	KEEL_ASSERT(p->tx != NULL);
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 	s->queued = 0;
