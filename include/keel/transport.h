@@ -37,10 +37,14 @@ enum keel_transport_caps {
 enum keel_datagram_flags {
 	KEEL_DGRAM_CONTROL = 1u << 0,	 /* heartbeat, ack, leave or view: small and urgent */
 	KEEL_DGRAM_RETRANSMIT = 1u << 1, /* a reliable datagram sent again after a loss */
-	/* recv only: it came through memory that nothing but the job's ranks writes (shared
+	/* recv: it came through memory that nothing but the job's ranks writes (shared
 	 * memory), so the core accepts it without a CRC. The caller sets flags to 0 or
 	 * KEEL_DGRAM_LEND before each recv_burst; only a backend that delivers through such
-	 * memory sets this (a router passes on what its routes set). */
+	 * memory sets this (a router passes on what its routes set).
+	 * send: the core wrote it without a CRC (or MAC) because the way to the peer had
+	 * KEEL_CAP_INTACT. A layer that would now put it on a way without that cap (a router
+	 * that just fell back to a wire) refuses it as it would for a full way: it comes back
+	 * from the core with its CRC. Backends ignore it. */
 	KEEL_DGRAM_INTACT = 1u << 2,
 	/* recv only, set by the caller: it takes lent buffers. A backend may then point buf into
 	 * its own memory instead of copying the datagram (a shared-memory ring; cap is then not

@@ -424,9 +424,13 @@ static void add_crcs(struct keel_node *n)
 	KEEL_ASSERT(!n->auth && n->txq_count <= n->burst);
 	for (uint32_t i = 0; i < n->txq_count; i++) {
 		struct keel_datagram *d = &n->txq[i];
-		if (wire_crc_left_out(d->buf) &&
-		    ((d->flags & KEEL_DGRAM_RETRANSMIT) != 0 || !node_peer_intact(n, d->peer)))
+		if (!wire_crc_left_out(d->buf))
+			continue;
+		if ((d->flags & KEEL_DGRAM_RETRANSMIT) != 0 || !node_peer_intact(n, d->peer))
 			wire_add_crc(d->buf, d->tail);
+		else
+			d->flags |=
+			    KEEL_DGRAM_INTACT; /* a route change before it leaves: refused */
 	}
 }
 
@@ -444,8 +448,11 @@ static void seal_all(struct keel_node *n)
 		struct keel_datagram *d = &n->txq[i];
 		bool again = (d->flags & KEEL_DGRAM_RETRANSMIT) != 0;
 		KEEL_ASSERT(!again || d->tail == NULL); /* transmit copied it in */
-		if (d->tail != NULL || (!again && node_peer_intact(n, d->peer))) {
+		bool intact = !again && node_peer_intact(n, d->peer);
+		if (d->tail != NULL || intact) {
 			wire_set_sealed(d->buf, false);
+			if (intact) /* a route change before it leaves: refused (router.c) */
+				d->flags |= KEEL_DGRAM_INTACT;
 			continue;
 		}
 		wire_set_sealed(d->buf, true);
@@ -652,6 +659,10 @@ int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_n
 	n->budget_bytes = POLL_BUDGET_BYTES;
 	rel_redeliver(n);
 	coll_progress(n);
+	/* A collective started since the last poll queued its first data: it leaves now, not
+	 * after a receive that has nothing yet (its peers wait for exactly this). */
+	if (n->txq_count != 0)
+		node_txq_flush(n);
 	for (uint32_t round = 0; round < RX_ROUNDS_MAX && n->fatal == 0; round++) {
 		uint32_t got = receive_burst(n);
 		rel_redeliver(n);
@@ -662,10 +673,11 @@ int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_n
 		rel_send_acks(n);
 		node_txq_flush(n);
 	}
-	rel_timers(n);
-	fd_beat(n);
+	/* Acks first: a result reached just now (op_local_done) is what the members wait for. */
 	rel_send_acks(n);
 	node_txq_flush(n);
+	rel_timers(n);
+	fd_beat(n);
 	fd_check(n);
 	mb_poll(n);
 	coll_progress(n);

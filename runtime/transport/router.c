@@ -199,6 +199,17 @@ static uint32_t route_for(struct router *x, uint32_t peer)
 	return NONE;
 }
 
+/* Can route r carry d as the core wrote it (for the caps the peer's route had then)? */
+static bool route_takes(struct router *x, uint32_t r, const struct keel_datagram *d)
+{
+	uint32_t need = (d->tail_len != 0 ? KEEL_CAP_GATHER : 0u) |
+			((d->flags & KEEL_DGRAM_INTACT) != 0 ? KEEL_CAP_INTACT : 0u);
+	if (need == 0)
+		return true;
+	uint32_t caps = keel_transport_peer_caps(x->rt[r], x->to_route[d->peer * x->routes + r]);
+	return (caps & need) == need;
+}
+
 static bool peer_valid(const struct router *x, uint32_t peer)
 {
 	return peer < x->t.world_size && peer != x->t.rank;
@@ -221,23 +232,21 @@ static int router_send_burst(struct keel_transport *t, uint64_t now_ns,
 			continue;
 		}
 		/* The run of datagrams that go on route r, renamed into its ranks. A datagram
-		 * in two pieces stops it where the route cannot take those for its peer (the
-		 * route changed after the core wrote it; the answer is router_peer_caps', which
-		 * the core asked): refused like one to a full route, it comes back from the
-		 * core in one piece. */
+		 * the route cannot take as written stops it: in two pieces where the route takes
+		 * one, or without a CRC (KEEL_DGRAM_INTACT) where the route is a wire. The route
+		 * changed after the core wrote it (the core asked router_peer_caps then):
+		 * refused like one to a full route, it comes back from the core as the new route
+		 * needs it. */
 		uint32_t n = 0;
 		while (i + n < count && n < KEEL_BURST_MAX && peer_valid(x, d[i + n].peer) &&
 		       (n == 0 || route_for(x, d[i + n].peer) == r) &&
-		       (d[i + n].tail_len == 0 ||
-			(keel_transport_peer_caps(x->rt[r],
-						  x->to_route[d[i + n].peer * x->routes + r]) &
-			 KEEL_CAP_GATHER) != 0)) {
+		       route_takes(x, r, &d[i + n])) {
 			x->out[n] = d[i + n];
 			x->out[n].peer = x->to_route[d[i + n].peer * x->routes + r];
 			n++;
 		}
 		if (n == 0)
-			break; /* d[i] is in two pieces and route r takes one */
+			break; /* route r cannot take d[i] as the core wrote it */
 		int rc = x->rt[r]->ops->send_burst(x->rt[r], now_ns, x->out, n);
 		if (rc == -EINVAL)
 			return i == 0 ? -EINVAL : (int)i;

@@ -340,6 +340,36 @@ static void test_router_two_pieces_only_where_the_route_takes_them(void **state)
 	routed_fini(&x);
 }
 
+/* A datagram the core wrote without a CRC for shared memory (KEEL_DGRAM_INTACT on send) goes
+ * there; once the peer's route is a wire (the ring cut: the router falls back to UDP), the same
+ * datagram is refused as by a full route, so it comes back from the core with its CRC rather
+ * than reaching a receiver that drops it. Unflagged datagrams take the new route at once. */
+static void test_router_intact_datagram_refused_on_a_wire(void **state)
+{
+	(void)state;
+	static const uint32_t hosts[] = {0, 0};
+	struct routed x;
+	uint8_t out[64];
+	assert_int_equal(routed_init(&x, 2, hosts, false, true), 0);
+	struct keel_transport *t = x.c.tp[0];
+	memset(out, 0x5a, sizeof(out));
+	struct keel_datagram d = {
+	    .buf = out, .len = sizeof(out), .peer = 1, .flags = KEEL_DGRAM_INTACT};
+	assert_true((keel_transport_peer_caps(t, 1) & KEEL_CAP_INTACT) != 0);
+	assert_int_equal(t->ops->send_burst(t, 1, &d, 1), 1); /* shared memory takes it */
+	recv_expect(&x, 0, 1, out, sizeof(out));
+	x.brk[0].cut[1] = true;
+	assert_int_equal(t->ops->send_burst(t, 1, &d, 1), 0); /* the route fell back: refused */
+	assert_int_equal(keel_router_peer_route(t, 1), 1);
+	assert_int_equal(keel_transport_peer_caps(t, 1) & KEEL_CAP_INTACT, 0);
+	struct keel_datagram two[2] = {d, d};
+	two[0].flags = 0; /* one with its CRC goes, the one without stays */
+	assert_int_equal(t->ops->send_burst(t, 1, two, 2), 1);
+	recv_expect(&x, 0, 1, out, sizeof(out));
+	assert_int_equal(send_one(&x, 0, 1, 11), 1);
+	routed_fini(&x);
+}
+
 static void test_router_routes_each_peer_by_host(void **state)
 {
 	(void)state;
@@ -716,6 +746,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_router_routes_each_peer_by_host),
 	    cmocka_unit_test(test_router_two_pieces_only_where_the_route_takes_them),
+	    cmocka_unit_test(test_router_intact_datagram_refused_on_a_wire),
 	    cmocka_unit_test(test_router_ready_and_arm),
 	    cmocka_unit_test(test_router_falls_back_when_a_route_fails_for_one_peer),
 	    cmocka_unit_test(test_router_uses_a_route_once_it_is_up),
