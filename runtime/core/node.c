@@ -428,19 +428,19 @@ static void add_crcs(struct keel_node *n)
 			continue;
 		if ((d->flags & KEEL_DGRAM_RETRANSMIT) != 0 || !node_peer_intact(n, d->peer))
 			wire_add_crc(d->buf, d->tail);
-		else
-			d->flags |=
-			    KEEL_DGRAM_INTACT; /* a route change before it leaves: refused */
+		else /* written for memory: a router that falls back to a wire refuses it */
+			d->flags |= KEEL_DGRAM_INTACT;
 	}
 }
 
 /* The MAC goes on as a datagram leaves, not when it is written: a copy sent again gets a new
  * counter, so the receiver's replay window never refuses a retransmission. A datagram whose
- * way is memory (node_peer_caps) leaves unsealed, as without a key; so does one with a tail
- * whose way became a wire after it was written (a router fell back from shared memory): it
- * cannot be sealed in two pieces, the receiver drops it, and the copy sent again goes whole
- * (transmit, reliable.c). Every copy sent again is sealed: whatever lost the first (a layer
- * that did not pass KEEL_DGRAM_INTACT on) cannot then lose them all. */
+ * way is memory (node_peer_caps) leaves unsealed, as without a key, marked KEEL_DGRAM_INTACT;
+ * so does one with a tail (written while its way was memory: it cannot be sealed in two
+ * pieces). A router whose route for the peer became a wire since refuses such a datagram,
+ * and the copy sent again goes whole and sealed (transmit, reliable.c); a layer that did not
+ * would reach a receiver that drops it. Every copy sent again is sealed: whatever lost the
+ * first (a layer that did not pass KEEL_DGRAM_INTACT on) cannot then lose them all. */
 static void seal_all(struct keel_node *n)
 {
 	KEEL_ASSERT(n->auth && n->txq_count <= n->burst);
@@ -448,11 +448,11 @@ static void seal_all(struct keel_node *n)
 		struct keel_datagram *d = &n->txq[i];
 		bool again = (d->flags & KEEL_DGRAM_RETRANSMIT) != 0;
 		KEEL_ASSERT(!again || d->tail == NULL); /* transmit copied it in */
-		bool intact = !again && node_peer_intact(n, d->peer);
-		if (d->tail != NULL || intact) {
+		if (d->tail != NULL || (!again && node_peer_intact(n, d->peer))) {
+			/* Written for memory (a tail only ever is, with a key): a router that
+			 * fell back to a wire since refuses it, and it comes back sealed whole. */
 			wire_set_sealed(d->buf, false);
-			if (intact) /* a route change before it leaves: refused (router.c) */
-				d->flags |= KEEL_DGRAM_INTACT;
+			d->flags |= KEEL_DGRAM_INTACT;
 			continue;
 		}
 		wire_set_sealed(d->buf, true);
