@@ -12,6 +12,10 @@
 #   --ranks LIST     rank counts, e.g. 2,4 (default 2,4)
 #   --sizes LIST     sizes in bytes, e.g. 4,4K,1M (default 4 B .. 64 MiB, x4)
 #   --quick          fewer sizes (4 B .. 4 MiB, x16) and iterations: a minute or two
+#   --rounds N       run every program N times per size, in turn (default 1); prints the
+#                    median of its times and, per ratio, the median of the rounds' own ratios
+#                    (with their range): a machine whose speed drifts moves every round's
+#                    figures together, so per-round ratios hold where single runs do not
 #   --only LIST      run only these columns: keel-shm,keel-udp,ompi-vader,ompi-tcp,gloo
 #   --gloo-algos L   Gloo algorithms to try (default all the program knows)
 #   --hosts H        keel ranks pretend to be H hosts (KEEL_HOST=h0.., by rank); peers unchanged
@@ -30,13 +34,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUILD=build RANKS=2,4 SIZES='' QUICK=0 ONLY='' GLOO_ALGOS='' HOSTS=1 AUTH=0 FORCE=0 NETNS=0
+BUILD=build RANKS=2,4 SIZES='' QUICK=0 ROUNDS=1 ONLY='' GLOO_ALGOS='' HOSTS=1 AUTH=0 FORCE=0 NETNS=0
 VETH_MTU=1500
 LOAD_MAX='' KEEL_WAIT_MODE='' WARMUP_MS=200
 MEASURED=''
 COLUMNS_ALL="keel-shm keel-udp ompi-vader ompi-tcp gloo"
 usage() {
-	sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 }
 while [ $# -gt 0 ]; do
@@ -44,6 +48,7 @@ while [ $# -gt 0 ]; do
 	--ranks) RANKS=$2; shift 2 ;;
 	--sizes) SIZES=$2; shift 2 ;;
 	--quick) QUICK=1; shift ;;
+	--rounds) ROUNDS=$2; shift 2 ;;
 	--only) ONLY=$2; shift 2 ;;
 	--gloo-algos) GLOO_ALGOS=$2; shift 2 ;;
 	--hosts) HOSTS=$2; shift 2 ;;
@@ -94,6 +99,7 @@ for s in $SIZES; do [ $((s % 4)) -eq 0 ] && [ "$s" -ge 4 ] || die "size $s: not 
 RANKS=${RANKS//,/ }
 for n in $RANKS; do [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] || die "bad rank count '$n'"; done
 [[ $HOSTS =~ ^[1-9][0-9]*$ ]] || die "bad --hosts '$HOSTS'"
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] && [ "$ROUNDS" -le 99 ] || die "bad --rounds '$ROUNDS' (1..99)"
 [[ $VETH_MTU =~ ^[0-9]+$ ]] && [ "$VETH_MTU" -ge 1280 ] && [ "$VETH_MTU" -le 65535 ] ||
 	die "bad --veth-mtu '$VETH_MTU' (1280..65535)"
 if [ $NETNS -eq 1 ]; then
@@ -209,8 +215,10 @@ run_gloo() { # ranks bytes iters warmup
 	timeout 600 "$RUN" -n "$1" --timeout 300 -- "$PEERS/gloo-allreduce" -s "$store" \
 		-b "$2" -e "$2" -n "$3" -w "$4" -t "$WARMUP_MS" ${gloo_live:+-a "$gloo_live"}
 }
+ROUND=1
 measure() { # column ranks bytes iters warmup
 	local col=$1 log="$LOGS/$1-$2-$3.txt" rc=0
+	if [ "$ROUND" -gt 1 ]; then log="$LOGS/$1-$2-$3-r$ROUND.txt"; fi
 	case $col in
 	keel-shm) run_keel "$SHM_TP" "${@:2}" >"$log" 2>&1 || rc=$? ;;
 	keel-udp) run_keel udp "${@:2}" >"$log" 2>&1 || rc=$? ;;
@@ -239,6 +247,16 @@ measure() { # column ranks bytes iters warmup
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b;
 	else printf "-" }'; }
+# The median of the numbers given ("-" for none); with `range`, then "(min-max)" when several.
+median() {
+	local range=0
+	if [ "${1:-}" = range ]; then range=1; shift; fi
+	[ $# -gt 0 ] || { printf -- '-'; return; }
+	printf '%s\n' "$@" | sort -g | awk -v r=$range '{ a[NR] = $1 } END {
+		m = NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+		printf "%.2f", m
+		if (r && NR > 1) printf " (%.2f-%.2f)", a[1], a[NR] }'
+}
 human() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%gM", b / 1048576;
 	else if (b >= 1024) printf "%gK", b / 1024; else printf "%d", b }'; }
 
@@ -251,6 +269,10 @@ echo "# machine: $cores cores, $cpu; $(uname -r)"
 echo "# load average before: $load_before (limit for quoting: 1-min <= $LOAD_MAX)"
 [ "$busy" = 1 ] && echo "# BUSY MACHINE, NOT QUOTABLE (--force)"
 echo "# time: median over iterations of the slowest rank's time in each, us; checked exactly"
+if [ "$ROUNDS" -gt 1 ]; then
+	echo "# rounds: $ROUNDS, every program once per round for each size, in turn; times: the median" \
+		"over the rounds; ratios: the median of the rounds' own ratios (their range)"
+fi
 echo "# warm-up: a tenth of the iterations, and at least $WARMUP_MS ms, for every program"
 keel_note="keel-bench allreduce --median --check, wait ${KEEL_WAIT_MODE:-${KEEL_WAIT:-default}}"
 if [ $AUTH -eq 0 ]; then keel_note="$keel_note, no job key"; fi
@@ -267,34 +289,53 @@ fi
 [ $NETNS -eq 1 ] ||
 	echo "# gloo: tcp on 127.0.0.1, best of: ${GLOO_ALGOS:-all algorithms} (algorithm named)"
 echo "# logs: $LOGS"
-printf '%5s %8s %10s %10s %10s %10s %10s %-16s %9s %9s %9s\n' ranks size keel-shm keel-udp \
-	ompi-vader ompi-tcp gloo gloo-algo shm/vader udp/tcp udp/gloo
+RW=9 # a ratio's column; wider where it carries its rounds' range
+if [ "$ROUNDS" -gt 1 ]; then RW=19; fi
+printf "%5s %8s %10s %10s %10s %10s %10s %-16s %${RW}s %${RW}s %${RW}s\n" ranks size keel-shm \
+	keel-udp ompi-vader ompi-tcp gloo gloo-algo shm/vader udp/tcp udp/gloo
 for n in $RANKS; do
 	gloo_live=$GLOO_ALGOS
 	for b in $SIZES; do
 		it=$(iters_for "$b")
 		w=$(warmup_for "$it")
-		declare -A t=()
+		declare -A t=() times=() rat=()
 		galgo=-
-		for c in $COLUMNS_ALL; do
-			t[$c]=-
-			[[ " $COLUMNS " == *" $c "* ]] || continue
-			measure "$c" "$n" "$b" "$it" "$w"
-			r=$MEASURED
-			if [ "$r" = FAIL ]; then
-				failed=1
-				t[$c]=FAIL
-				continue
-			fi
-			t[$c]=${r%% *}
-			if [ "$c" = gloo ]; then galgo=${r#* }; fi
+		for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+			declare -A rt=()
+			for c in $COLUMNS_ALL; do
+				[[ " $COLUMNS " == *" $c "* ]] || continue
+				[ "${t[$c]:-}" != FAIL ] || continue # not run again once it failed
+				measure "$c" "$n" "$b" "$it" "$w"
+				r=$MEASURED
+				if [ "$r" = FAIL ]; then
+					failed=1
+					t[$c]=FAIL
+					continue
+				fi
+				rt[$c]=${r%% *}
+				times[$c]="${times[$c]:-} ${rt[$c]}"
+				if [ "$c" = gloo ]; then galgo=${r#* }; fi
+			done
+			for p in keel-shm/ompi-vader keel-udp/ompi-tcp keel-udp/gloo; do
+				a=${rt[${p%/*}]:-} z=${rt[${p#*/}]:-}
+				if [ -n "$a" ] && [ -n "$z" ]; then rat[$p]="${rat[$p]:-} $(ratio "$a" "$z")"; fi
+			done
+			unset rt
 		done
-		printf '%5s %8s %10s %10s %10s %10s %10s %-16s %9s %9s %9s\n' "$n" "$(human "$b")" \
+		for c in $COLUMNS_ALL; do
+			if [ "${t[$c]:-}" = FAIL ]; then continue; fi
+			if [ -z "${times[$c]:-}" ]; then t[$c]=-; else t[$c]=$(median ${times[$c]}); fi
+		done
+		# with one round, a program's time as it printed it
+		if [ "$ROUNDS" -eq 1 ]; then
+			for c in $COLUMNS_ALL; do [ -z "${times[$c]:-}" ] || t[$c]=${times[$c]# }; done
+		fi
+		printf "%5s %8s %10s %10s %10s %10s %10s %-16s %${RW}s %${RW}s %${RW}s\n" "$n" "$(human "$b")" \
 			"${t[keel-shm]}" "${t[keel-udp]}" "${t[ompi-vader]}" "${t[ompi-tcp]}" \
-			"${t[gloo]}" "$galgo" "$(ratio "${t[keel-shm]}" "${t[ompi-vader]}")" \
-			"$(ratio "${t[keel-udp]}" "${t[ompi-tcp]}")" \
-			"$(ratio "${t[keel-udp]}" "${t[gloo]}")"
-		unset t
+			"${t[gloo]}" "$galgo" "$(median range ${rat[keel-shm/ompi-vader]:-})" \
+			"$(median range ${rat[keel-udp/ompi-tcp]:-})" \
+			"$(median range ${rat[keel-udp/gloo]:-})"
+		unset t times rat
 	done
 done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

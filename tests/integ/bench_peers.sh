@@ -46,6 +46,22 @@ check keel-median 9 env KEEL_TRANSPORT=shm timeout 60 "$BUILD/bin/keel-run" -n 2
 	--timeout 50 -- "$BUILD/bin/keel-bench" allreduce --median --check "${sizes[@]}" -n 5 -w 1 \
 	--warmup-ms 30
 
+# --rounds: every program runs once per round, each round's log kept; the row gives the
+# median time and the median of the rounds' ratios with their range.
+out=$(tools/bench-peers.sh --build "$BUILD" --force --rounds 2 --ranks 2 --sizes 4 \
+	--only keel-shm,ompi-vader 2>&1) || {
+	echo "bench_peers: --rounds failed:"
+	tail -20 <<<"$out"
+	exit 1
+}
+row=$(awk '$1 == 2 && $2 == 4' <<<"$out")
+[[ $row =~ [0-9.]+\ \([0-9.]+-[0-9.]+\) ]] ||
+	{ echo "bench_peers: --rounds: no ratio with its range in: $row"; exit 1; }
+for f in keel-shm-2-4.txt keel-shm-2-4-r2.txt ompi-vader-2-4.txt ompi-vader-2-4-r2.txt; do
+	[ -s "$BUILD/bench-peers/last-run/$f" ] || { echo "bench_peers: --rounds: no log $f"; exit 1; }
+done
+echo "bench_peers: --rounds 2: both rounds run and logged, ratio with its range"
+
 # --netns: keel and Open MPI with each rank in its own network namespace (root only): both
 # exact, keel's datagrams sized to the veth's 1500-byte MTU, and nothing left behind.
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
