@@ -49,13 +49,20 @@ static uint32_t wire_id(const struct keel_node *n, const struct keel_op *op)
 	return op->id - n->op_base;
 }
 
+static uint32_t next_slot(const struct keel_node *n, uint32_t slot)
+{
+	KEEL_ASSERT_DEBUG(slot < n->ops_max);
+	return slot + 1 == n->ops_max ? 0 : slot + 1;
+}
+
 static struct keel_op *frontier_op(struct keel_node *n)
 {
 	KEEL_ASSERT_DEBUG(n->ops_max > 0);
 	/* Operations finish in order, so those in flight are op_run_id..op_next_id - 1, each in
 	 * its own slot: never more than ops_max. */
 	KEEL_ASSERT_DEBUG(n->op_next_id - n->op_run_id <= n->ops_max);
-	struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
+	KEEL_ASSERT_DEBUG(n->op_run_slot < n->ops_max);
+	struct keel_op *op = &n->ops[n->op_run_slot];
 	if (op->id != n->op_run_id || op->state == OP_FREE || op->state == OP_DONE)
 		return NULL;
 	return op;
@@ -262,6 +269,7 @@ static void op_finish(struct keel_node *n, struct keel_op *op, int status)
 	else
 		n->ctr.ops_failed++;
 	n->op_run_id++;
+	n->op_run_slot = next_slot(n, n->op_run_slot);
 	uint64_t took = n->now_ns > op->queued_ns ? n->now_ns - op->queued_ns : 0;
 	if (status == 0 && op->kind == OPK_ALLREDUCE)
 		metrics_observe(n, KEEL_HIST_ALLREDUCE + keel_size_class(op->bytes), took);
@@ -538,7 +546,7 @@ uint64_t coll_next_deadline(const struct keel_node *n)
 	for (uint32_t i = 0; n->cfg.device != NULL && i < n->ops_max; i++)
 		if (n->ops[i].state != OP_FREE && !coll_dev_idle(&n->ops[i]))
 			return n->now_ns;
-	const struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
+	const struct keel_op *op = &n->ops[n->op_run_slot];
 	if (op->id == n->op_run_id && op->state == OP_QUEUED && !n->member)
 		return op->queued_ns + n->op_bound_ns;
 	if (op->id != n->op_run_id || (op->state != OP_RUNNING && op->state != OP_LOCAL_DONE))
@@ -553,7 +561,7 @@ uint64_t coll_next_deadline(const struct keel_node *n)
 
 uint32_t coll_done_count(const struct keel_node *n)
 {
-	const struct keel_op *op = &n->ops[n->op_run_id % n->ops_max];
+	const struct keel_op *op = &n->ops[n->op_run_slot];
 	bool has = op->id == n->op_run_id && op->state == OP_LOCAL_DONE;
 	KEEL_ASSERT(!seq_before(n->op_run_id, n->op_base));
 	uint32_t done = n->op_run_id - n->op_base + (has ? 1u : 0u);
@@ -721,9 +729,10 @@ static bool excluded_unseen(struct keel_node *n)
 
 static struct keel_op *op_alloc(struct keel_node *n)
 {
-	struct keel_op *op = &n->ops[n->op_next_id % n->ops_max];
+	struct keel_op *op = &n->ops[n->op_next_slot];
 	if (op->state != OP_FREE)
 		return NULL;
+	n->op_next_slot = next_slot(n, n->op_next_slot);
 	/* A free slot: the frontier's slot is not it, so fewer than ops_max are in flight. */
 	KEEL_ASSERT(n->op_next_id - n->op_run_id < n->ops_max);
 	uint8_t *bits = op->done_bits;

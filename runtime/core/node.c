@@ -362,6 +362,10 @@ void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uin
 	node_header_init(n, &h, type, peer);
 	h.op_id = op_id;
 	h.payload_len = len;
+	/* Memory: no CRC, as for data (send_commit) and for a key's control datagrams
+	 * (seal_all); add_crcs adds it where the way became a wire before the flush. */
+	if (!n->auth && node_peer_intact(n, peer))
+		h.flags |= WIRE_FLAG_NO_CRC;
 	rel_ack_fields(n, peer, &h);
 	if (len != 0)
 		memcpy(buf + WIRE_HEADER_SIZE, payload, len);

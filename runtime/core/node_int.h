@@ -277,8 +277,12 @@ struct keel_node {
 	/* collectives */
 	struct keel_op *ops;
 	uint32_t ops_max;
-	uint32_t op_next_id;	 /* id of the next op to start */
-	uint32_t op_run_id;	 /* id of the op now running (== op_next_id when idle) */
+	uint32_t op_next_id; /* id of the next op to start */
+	uint32_t op_run_id;  /* id of the op now running (== op_next_id when idle) */
+	/* Their slots in ops[], kept in step with them: no division on every look at the
+	 * frontier (a tenth of a microsecond per small AllReduce), and no two ids in flight
+	 * share a slot when the ids wrap. */
+	uint32_t op_next_slot, op_run_slot;
 	uint32_t op_base;	 /* local id of the first collective of this epoch (wire id 0) */
 	uint32_t ops_done_local; /* collectives of this epoch whose result this node has */
 	uint8_t *restart_copy;	 /* restart_copy_bytes for in-place inputs */
