@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "cluster_int.h"
+#include "node_int.h"
 
 #define HB 1000000ull /* the cluster's heartbeat interval: 1 ms */
 #include "refcheck.h"
@@ -356,6 +357,46 @@ static void test_allreduce_busy_when_ops_max_pending(void **state)
 	assert_int_equal(
 	    keel_allreduce_start(c.node[0], buf[2], buf[2], 8, KEEL_F32, KEEL_SUM, &op[2]), -EBUSY);
 	assert_int_equal(keel_op_test(c.node[0], op[0]), -EINPROGRESS);
+	cluster_fini(&c);
+}
+
+static void three_ops(struct keel_config *cfg)
+{
+	cfg->ops_max = 3; /* not a power of two: 2^32 is no multiple of it */
+}
+
+/* Operation ids are 32 bits and wrap in a long job (2^32 collectives: about an hour at a
+ * microsecond each). Three collectives in flight across the wrap, with ops_max 3, each get a
+ * slot of their own, start, and end exact; the ids map to wire ids as before. */
+static void test_allreduce_ids_wrap_with_ops_in_flight(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, three_ops), 0);
+	for (uint32_t r = 0; r < 2; r++) {
+		struct keel_node *n = c.node[r];
+		n->op_next_id = n->op_run_id = n->op_base = UINT32_MAX - 1;
+	}
+	float in[2][3][8], out[2][3][8];
+	struct keel_op *op[3][CLUSTER_MAX];
+	for (uint32_t k = 0; k < 3; k++)
+		for (uint32_t r = 0; r < 2; r++) {
+			for (uint32_t i = 0; i < 8; i++)
+				in[r][k][i] = (float)(r * 100 + k * 10 + i);
+			assert_int_equal(keel_allreduce_start(c.node[r], in[r][k], out[r][k], 8,
+							      KEEL_F32, KEEL_SUM, &op[k][r]),
+					 0);
+		}
+	for (uint32_t k = 0; k < 3; k++) {
+		int rc[CLUSTER_MAX];
+		assert_int_equal(cluster_wait_ops(&c, op[k], rc, 200000), 0);
+		for (uint32_t r = 0; r < 2; r++) {
+			assert_int_equal(rc[r], 0);
+			for (uint32_t i = 0; i < 8; i++)
+				assert_true(out[r][k][i] == (float)(100 + 2 * (k * 10 + i)));
+		}
+	}
+	assert_int_equal(c.node[0]->op_run_id, 1u); /* past the wrap */
 	cluster_fini(&c);
 }
 
@@ -853,6 +894,7 @@ int main(void)
 	    cmocka_unit_test(test_allreduce_pooled_streams),
 	    cmocka_unit_test(test_allreduce_bad_arguments),
 	    cmocka_unit_test(test_allreduce_busy_when_ops_max_pending),
+	    cmocka_unit_test(test_allreduce_ids_wrap_with_ops_in_flight),
 	    cmocka_unit_test(test_allreduce_message_too_large),
 	    cmocka_unit_test(test_allreduce_transport_failure),
 	    cmocka_unit_test(test_allreduce_waits_entry_timeout_for_a_member_that_never_starts),
