@@ -20,11 +20,20 @@ trap 'rm -rf "$store"' EXIT
 sizes=(-b 4 -e 4K -f 1024)
 mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2)
 
-# Every row has 0 wrong elements and the summary says OK; the program exited 0.
+# Every row has 0 wrong elements and the summary says OK; the program exited 0. Gloo's own TCP
+# pair now and then reports "Connection closed by peer" mid-run (once in a CI run, once in a
+# bench-peers run, never in 15 runs in a row on an idle machine): that run is tried once more,
+# and said so; a second such failure, or any other, fails the check.
 check() { # name, wrong-column, command...
 	local name=$1 col=$2 out rc=0
 	shift 2
 	out=$("$@" 2>&1) || rc=$?
+	if [ $rc -ne 0 ] && [ "$name" = gloo ] && grep -q "Connection closed by peer" <<<"$out"; then
+		echo "bench_peers: gloo: Gloo's TCP pair closed under it; once more"
+		rm -rf "${store:?}"/*
+		rc=0
+		out=$("$@" 2>&1) || rc=$?
+	fi
 	local rows bad
 	rows=$(awk '/^ +[0-9]+ +[0-9]+ /' <<<"$out" | wc -l)
 	bad=$(awk -v c="$col" '/^ +[0-9]+ +[0-9]+ / && $c != 0' <<<"$out")

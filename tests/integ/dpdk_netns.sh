@@ -94,7 +94,16 @@ if command -v tshark >/dev/null; then
 	timeout 60 tshark -q -i "kp${TAG}0" -f "udp port 47100" -c 200 -w "$LOG/cap.pcapng" \
 		>"$LOG/tshark.out" 2>&1 &
 	TSHARK=$!
-	sleep 1.5 # tshark starts slowly
+	# tshark starts slowly (seconds on a loaded machine): wait until it says it captures,
+	# or the run it should see would be over before it looks (0 frames)
+	for _ in $(seq 100); do
+		grep -q "^Capturing on" "$LOG/tshark.out" 2>/dev/null && break
+		kill -0 "$TSHARK" 2>/dev/null || break
+		sleep 0.1
+	done
+	grep -q "^Capturing on" "$LOG/tshark.out" ||
+		{ echo "capture: tshark did not start:"; cat "$LOG/tshark.out"; fail=1; }
+	sleep 0.2 # from the message to the first packet taken
 	CAP_OK=1
 fi
 for n in 2 3 4; do
