@@ -280,8 +280,8 @@ struct keel_node {
 	uint32_t op_next_id; /* id of the next op to start */
 	uint32_t op_run_id;  /* id of the op now running (== op_next_id when idle) */
 	/* Their slots in ops[], kept in step with them: no division on every look at the
-	 * frontier (a tenth of a microsecond per small AllReduce), and no two ids in flight
-	 * share a slot when the ids wrap. */
+	 * frontier, and no two ids in flight share a slot when the ids wrap (id % ops_max did,
+	 * for an ops_max that does not divide 2^32). */
 	uint32_t op_next_slot, op_run_slot;
 	uint32_t op_base;	 /* local id of the first collective of this epoch (wire id 0) */
 	uint32_t ops_done_local; /* collectives of this epoch whose result this node has */

@@ -660,8 +660,8 @@ static int shm_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel
 		return 0;
 	if (!s->caller_arms || s->armed)
 		wake_settle(s);
-	/* Round-robin from a moving start: a busy sender cannot starve the others. (Wrapped by
-	 * hand: a division per ring costs more than the look at an empty ring.) */
+	/* Round-robin from a moving start: a busy sender cannot starve the others (wrapped by
+	 * hand, no division per ring). */
 	KEEL_ASSERT(s->rr < t->world_size);
 	uint32_t from = s->rr;
 	for (i = 0; i < t->world_size && n < count_max; i++) {

@@ -367,7 +367,8 @@ static void three_ops(struct keel_config *cfg)
 
 /* Operation ids are 32 bits and wrap in a long job (2^32 collectives: about an hour at a
  * microsecond each). Three collectives in flight across the wrap, with ops_max 3, each get a
- * slot of their own, start, and end exact; the ids map to wire ids as before. */
+ * slot of their own, start, and end exact; the ids map to wire ids as before. (White box: the
+ * nodes' ids are set just below the wrap, as 2^32 collectives would leave them.) */
 static void test_allreduce_ids_wrap_with_ops_in_flight(void **state)
 {
 	(void)state;
