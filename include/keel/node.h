@@ -128,6 +128,14 @@ struct keel_config {
 	uint64_t restart_copy_bytes; /* in-place collectives up to this size keep a copy of their
 				      * input so a view change can restart them; larger ones
 				      * fail with KEEL_EVIEWCHANGED instead (0: none) */
+	/* AllReduces on host buffers of at most this many bytes are reported as soon as this
+	 * node has the result, and the node keeps a copy of the last one: a view change that
+	 * finds such a result at some members only carries it, in the view itself, to the
+	 * members still without it, which report it too (so one trip per collective where
+	 * larger ones take two: their result waits until every member has it). Clamped to what
+	 * one control datagram carries besides the view (about mtu - 200 - 6 x world_size
+	 * bytes). 0: every result waits for every member. */
+	uint32_t eager_result_bytes;
 	keel_view_fn on_view;	     /* optional */
 	void *on_view_ctx;
 	/* Trace events (keel/trace.h): collectives, suspicions, view rounds and views. */
@@ -178,8 +186,8 @@ uint64_t keel_detect_bound_ns(const struct keel_config *cfg);
 uint32_t keel_view_mtu_min(uint32_t world_size);
 
 /* Bytes of caller memory keel_init needs for `cfg`, or 0 if cfg is invalid.
- * The figure depends on world_size, window, mtu, burst, ops_max, streams, auth and
- * restart_copy_bytes only. */
+ * The figure depends on world_size, window, mtu, burst, ops_max, streams, auth,
+ * restart_copy_bytes and eager_result_bytes only. */
 size_t keel_storage_size(const struct keel_config *cfg);
 
 /* Validate `cfg` and build a node inside `mem` (at least keel_storage_size bytes,
@@ -276,6 +284,8 @@ struct keel_counters {
 	uint64_t tx_blocked;	 /* datagrams the transport refused for now */
 	uint64_t ops_completed, ops_failed;
 	uint64_t ops_restarted;	   /* collectives restarted on a new view */
+	uint64_t ops_adopted;	   /* results a view change brought from members that reported
+				    * them early (eager_result_bytes) */
 	uint64_t view_changes;	   /* views installed after the first */
 	uint64_t view_proposals;   /* view-change rounds this node started as coordinator */
 	uint64_t drop_view;	   /* membership messages malformed or for a view we cannot use */

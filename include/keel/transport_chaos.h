@@ -62,6 +62,9 @@ KEEL_MUST_USE int keel_chaos_init(struct keel_transport **out, void *mem, size_t
 /* Cut (or heal) the link between this node and `peer`: while cut, datagrams to it are
  * dropped on send and from it on receive. -EINVAL if peer is out of range. */
 KEEL_MUST_USE int keel_chaos_cut(struct keel_transport *t, uint32_t peer, bool cut);
+/* Cut (or heal) one way only, an asymmetric partition: while cut, datagrams to `peer` are
+ * dropped on send; what it sends still arrives. -EINVAL if peer is out of range. */
+KEEL_MUST_USE int keel_chaos_cut_send(struct keel_transport *t, uint32_t peer, bool cut);
 
 /* Decisions are counted when made; a datagram the inner refused is decided again when the
  * caller retries it. */

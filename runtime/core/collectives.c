@@ -3,7 +3,10 @@
  * the reliable window; every received fragment is reduced or copied at once and forwarded.
  * A result is reported only when every member has it, so a view change finds the running
  * collective either complete everywhere or nowhere: it then finishes, or restarts on the new
- * view from the caller's untouched input. */
+ * view from the caller's untouched input. Small AllReduces (keel_config.eager_result_bytes) are
+ * reported as soon as this node has the result, and a copy is kept: a view change that finds
+ * one at some members only brings it to the others in the view (membership.c), so it stands
+ * everywhere just the same. */
 #include <string.h>
 
 #include "assert_int.h"
@@ -17,7 +20,8 @@
  *   QUEUED -> RUNNING                    op_begin: over the installed view
  *   RUNNING -> LOCAL_DONE                op_local_done: this node has the result
  *   RUNNING, LOCAL_DONE -> QUEUED        coll_on_install: restarted on the new view
- *   QUEUED, RUNNING, LOCAL_DONE -> DONE  op_finish: its result stands, or it failed
+ *   QUEUED, RUNNING, LOCAL_DONE -> DONE  op_finish: its result stands (RUNNING: the view
+ *                                        brought it), or it failed
  *   DONE -> FREE                         keel_op_test_info: the caller took its status
  * Any other edge is an engine bug: a result reported twice, a released handle run again. */
 static const uint8_t op_edges[OP_DONE + 1] = {
@@ -340,6 +344,11 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 	}
 	op_set_state(op, OP_RUNNING);
 	op->progress_ns = n->now_ns;
+	/* The view its result will be computed over (a view change restarts it, or brings the
+	 * result computed over this same view). */
+	op->done_epoch = n->view.epoch;
+	op->done_count = n->view.count;
+	memcpy(op->done_bits, n->view.bits, n->world / 8 + 1);
 	op->world = n->view.count;
 	op->self_pos = n->pos_of[n->self];
 	KEEL_ASSERT(op->self_pos < op->world);
@@ -372,21 +381,39 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 	return true;
 }
 
-/* This node has the result: tell every member at once (an ack carries the count). */
-static void op_local_done(struct keel_node *n, struct keel_op *op)
+/* May this result be reported before every member has it? An AllReduce on host buffers
+ * small enough to keep, with peers, and only while no view change is being decided (this
+ * node promised in a round: its promise said which results it holds, and the new view says
+ * which stand). Every member of its view had started it, so none can be more than this one
+ * collective behind the others. */
+static bool may_keep(const struct keel_node *n, const struct keel_op *op)
+{
+	return op->kind == OPK_ALLREDUCE && !op->dev.on && !op->grad && op->bytes != 0 &&
+	       op->bytes <= n->kept_cap && op->world > 1 && n->acc_promised == 0;
+}
+
+/* This node has the result. Kept (may_keep): a copy for members that lack it, reported now.
+ * Else every member is told at once (an ack carries the count), and it waits for theirs. */
+static bool op_local_done(struct keel_node *n, struct keel_op *op)
 {
 	op_set_state(op, OP_LOCAL_DONE);
 	KEEL_ASSERT(op->send_step == op->step_count && op->recv_step == op->step_count);
 	/* Collectives of this epoch that this node has the result of all come before it. */
 	KEEL_ASSERT(n->ops_done_local <= wire_id(n, op));
-	op->done_epoch = n->view.epoch;
-	op->done_count = n->view.count;
-	memcpy(op->done_bits, n->view.bits, n->world / 8 + 1);
-	KEEL_ASSERT(view_has(&n->view, n->self)); /* the result's view includes this node */
+	/* the result's view is the one it began on, and includes this node */
+	KEEL_ASSERT(op->done_epoch == n->view.epoch && view_has(&n->view, n->self));
 	n->ops_done_local = wire_id(n, op) + 1;
+	if (may_keep(n, op)) {
+		memcpy(n->kept, op->out, (size_t)op->bytes);
+		n->kept_len = (uint32_t)op->bytes;
+		n->kept_epoch = n->view.epoch;
+		n->kept_done = n->ops_done_local;
+		return true; /* the members hear the count on our next datagram to them */
+	}
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self && view_has(&n->view, r))
 			rel_ack_soon(n, r);
+	return false;
 }
 
 /* Every member has the result — unless a view change is being decided (this node promised
@@ -515,7 +542,10 @@ static bool advance(struct keel_node *n, struct keel_op *op)
 		if (op->send_step < op->step_count || op->recv_step < op->step_count ||
 		    !coll_dev_idle(op))
 			return op_stalled(n, op);
-		op_local_done(n, op);
+		if (op_local_done(n, op)) {
+			op_finish(n, op, 0);
+			return true;
+		}
 	}
 	KEEL_ASSERT(op->state == OP_LOCAL_DONE);
 	if (!everyone_done(n, op))
@@ -577,13 +607,32 @@ uint32_t coll_pending(const struct keel_node *n)
 	return n->op_next_id - n->op_base;
 }
 
-/* A view was installed. `frontier` (meaningful when this node was a member of the previous
- * epoch, `same_line`) counts the previous epoch's collectives complete at every member:
- * those this node holds finish now; the one after restarts on the new view. */
-void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier, bool excluded)
+/* The view brought the result of `op`, which some members reported early: it stands here too,
+ * computed over the view `op` began on. A call that cannot take it (on device buffers, of
+ * another length: the members called differently) fails as a restart would have. */
+static void op_adopt(struct keel_node *n, struct keel_op *op, const uint8_t *result, uint32_t len)
+{
+	KEEL_ASSERT(op->state == OP_RUNNING && op->done_epoch == n->epoch - 1);
+	if (op->kind != OPK_ALLREDUCE || op->dev.on || op->bytes != len ||
+	    (op->grad && op->enc_tx != WIRE_ENC_RAW)) {
+		op_finish(n, op, KEEL_EVIEWCHANGED);
+		return;
+	}
+	rel_borrowed_copy_in(n); /* datagrams in flight may still borrow from the output */
+	memcpy(op->out, result, len);
+	n->ctr.ops_adopted++;
+	op_finish(n, op, 0);
+}
+
+/* A view was installed (n->view). Its frontier (meaningful when this node was a member of the
+ * previous epoch, `same_line`) counts the previous epoch's collectives that stand: those this
+ * node holds finish now; one it still runs finishes with the result the view carries; the one
+ * after restarts on the new view. */
+void coll_on_install(struct keel_node *n, bool same_line, bool excluded)
 {
 	KEEL_ASSERT(n != NULL);
 	KEEL_ASSERT(!excluded || !n->member); /* left out: membership.c cleared n->member */
+	uint32_t frontier = n->view.frontier;
 	for (uint32_t guard = 0; guard < n->ops_max; guard++) {
 		struct keel_op *op = frontier_op(n);
 		if (op == NULL || op->state != OP_LOCAL_DONE || !same_line ||
@@ -591,6 +640,10 @@ void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier, boo
 			break;
 		op_finish(n, op, 0); /* its result stands: computed over op->done_* */
 	}
+	struct keel_op *last = frontier_op(n);
+	if (same_line && !excluded && n->view.result_len != 0 && last != NULL &&
+	    last->state == OP_RUNNING && wire_id(n, last) + 1 == frontier)
+		op_adopt(n, last, n->view.result, n->view.result_len);
 	/* Left out: the members restart these without us, or already finished them; the
 	 * caller's sequence of collectives no longer matches theirs. */
 	for (uint32_t guard = 0; excluded && guard < n->ops_max; guard++) {

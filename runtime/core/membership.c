@@ -25,20 +25,23 @@ enum vmsg {
 
 /* Payload: u8 kind, u8 0, u16 0, u32 target epoch, u64 ballot (WIRE_VIEW_MIN bytes), then
  *   PROMISE  u64 accepted ballot, u32 collectives with results, u32 collectives started,
- *            u32 incarnation, [value if accepted ballot]
+ *            u32 incarnation, then the value if accepted ballot, else optionally a kept
+ *            result: u32 its collective + 1, u32 length, its bytes
  *   ACCEPT   value
  *   COMMIT   (the ballot field: the deciding ballot) acceptors, ceil(world / 8) bytes with
  *            bit r set for each member whose ACCEPTED the coordinator counted; value
  *   NACK     u64 promised ballot
  *   SUSPECT  u32 rank, u32 incarnation
  * A value: u32 epoch, u32 flags (bits 16.. joined count), u32 pending ops, u32 donor,
- * u32 frontier, u32 count, then count x (u16 rank, u32 incarnation), ranks ascending. */
+ * u32 frontier, u32 count, u32 result length, then count x (u16 rank, u32 incarnation), ranks
+ * ascending, then the result (of collective frontier - 1, for members that lack it). */
 #define OFF_KIND	  0u
 #define OFF_TARGET	  4u
 #define OFF_BALLOT	  8u
-#define VALUE_HEADER	  24u
+#define VALUE_HEADER	  28u
 #define VALUE_ENTRY	  6u
 #define PROMISE_EXTRA	  20u
+#define KEPT_HEADER	  8u
 #define VIEW_JOINED_SHIFT 16u
 
 _Static_assert(OFF_BALLOT + 8 == WIRE_VIEW_MIN, "view message header");
@@ -52,10 +55,11 @@ static size_t align8(size_t v)
 	return r;
 }
 
-size_t mb_view_bytes(uint32_t world)
+size_t mb_view_bytes(uint32_t world, uint32_t kept)
 {
 	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);
-	return 2 * align8((size_t)world / 8 + 1) + (size_t)world * sizeof(uint32_t);
+	return 2 * align8((size_t)world / 8 + 1) + align8((size_t)world * sizeof(uint32_t)) +
+	       align8(kept);
 }
 
 /* Bytes of a COMMIT's acceptor set. */
@@ -64,25 +68,47 @@ static size_t acceptor_bytes(uint32_t world)
 	return ((size_t)world + 7) / 8;
 }
 
-uint32_t mb_ctrl_size(uint32_t world)
+/* The largest view message without a kept result: a COMMIT (acceptors, then the value). A
+ * PROMISE's kept result (KEPT_HEADER more than the value's) needs at most what the value's
+ * header and entries take besides it. */
+static size_t ctrl_need(uint32_t world, uint32_t kept)
 {
 	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);
 	/* room for the MAC trailer, whether or not this node has a key */
-	size_t need = WIRE_HEADER_SIZE + KEEL_VIEW_MSG_OVERHEAD + (size_t)world * VALUE_ENTRY +
-		      acceptor_bytes(world) + KEEL_AUTH_TRAILER_BYTES;
-	need = (need + 63) & ~(size_t)63;
+	return WIRE_HEADER_SIZE + KEEL_VIEW_MSG_OVERHEAD + (size_t)world * VALUE_ENTRY +
+	       acceptor_bytes(world) + KEEL_AUTH_TRAILER_BYTES + (kept != 0 ? KEPT_HEADER + kept : 0);
+}
+
+uint32_t mb_ctrl_size(uint32_t world, uint32_t kept)
+{
+	size_t need = (ctrl_need(world, kept) + 63) & ~(size_t)63;
 	KEEL_ASSERT(need <= UINT32_MAX);
 	return need < CTRL_BUF_MIN ? CTRL_BUF_MIN : (uint32_t)need;
 }
 
-static void view_carve(struct view *v, uint8_t **cursor, uint32_t world)
+uint32_t mb_kept_cap(uint32_t world, uint32_t mtu, uint32_t want)
+{
+	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);
+	size_t room = mtu & ~63u; /* mb_ctrl_size rounds up to 64 bytes */
+	size_t base = ctrl_need(world, 0) + KEPT_HEADER;
+	if (room <= base)
+		return 0;
+	size_t cap = room - base < want ? room - base : want;
+	cap &= ~(size_t)7; /* whole elements of every type */
+	KEEL_ASSERT(cap == 0 || mb_ctrl_size(world, (uint32_t)cap) <= mtu);
+	return (uint32_t)cap;
+}
+
+static void view_carve(struct view *v, uint8_t **cursor, uint32_t world, uint32_t kept)
 {
 	KEEL_ASSERT(v != NULL && cursor != NULL && *cursor != NULL);
 	KEEL_ASSERT(((uintptr_t)*cursor & 3u) == 0); /* inc[] is u32: keep it aligned */
 	v->bits = *cursor;
 	v->acceptors = *cursor + align8((size_t)world / 8 + 1);
 	v->inc = (uint32_t *)(*cursor + 2 * align8((size_t)world / 8 + 1));
-	*cursor += mb_view_bytes(world);
+	v->result = *cursor + 2 * align8((size_t)world / 8 + 1) +
+		    align8((size_t)world * sizeof(uint32_t));
+	*cursor += mb_view_bytes(world, kept);
 }
 
 void mb_carve(struct keel_node *n, uint8_t **cursor)
@@ -92,14 +118,15 @@ void mb_carve(struct keel_node *n, uint8_t **cursor)
 	struct view *views[] = {&n->view, &n->acc_value, &n->prop_best, &n->prop_value,
 				&n->scratch_view};
 	for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++)
-		view_carve(views[i], cursor, n->world);
+		view_carve(views[i], cursor, n->world, n->kept_cap);
 	n->rank_at = (uint32_t *)*cursor;
 	*cursor += align8((size_t)n->world * sizeof(uint32_t));
 	n->pos_of = (uint32_t *)*cursor;
 	*cursor += align8((size_t)n->world * sizeof(uint32_t));
 	/* node.c's layout reserves exactly this (plus alignment slack) */
 	KEEL_ASSERT((size_t)(*cursor - start) ==
-		    5 * mb_view_bytes(n->world) + 2 * align8((size_t)n->world * sizeof(uint32_t)));
+		    5 * mb_view_bytes(n->world, n->kept_cap) +
+			2 * align8((size_t)n->world * sizeof(uint32_t)));
 }
 
 /* A view's shape: its member count matches its bits (O(world): debug builds only). */
@@ -127,7 +154,7 @@ static void view_clear(struct view *v, uint32_t world)
 {
 	KEEL_ASSERT(v != NULL && v->bits != NULL && v->inc != NULL);
 	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);
-	v->epoch = v->count = v->flags = v->ops_resume = v->frontier = 0;
+	v->epoch = v->count = v->flags = v->ops_resume = v->frontier = v->result_len = 0;
 	v->donor = UINT32_MAX;
 	v->ballot = 0;
 	memset(v->bits, 0, world / 8 + 1);
@@ -139,12 +166,15 @@ static void view_copy(struct view *dst, const struct view *src, uint32_t world)
 {
 	KEEL_ASSERT(dst != NULL && src != NULL && dst != src);
 	KEEL_ASSERT(dst->bits != src->bits && dst->inc != src->inc && src->count <= world);
-	uint8_t *bits = dst->bits, *acceptors = dst->acceptors;
+	uint8_t *bits = dst->bits, *acceptors = dst->acceptors, *result = dst->result;
 	uint32_t *inc = dst->inc;
 	*dst = *src;
 	dst->bits = bits;
 	dst->acceptors = acceptors;
 	dst->inc = inc;
+	dst->result = result;
+	if (src->result_len != 0)
+		memcpy(dst->result, src->result, src->result_len);
 	memcpy(dst->bits, src->bits, world / 8 + 1);
 	memcpy(dst->acceptors, src->acceptors, world / 8 + 1);
 	memcpy(dst->inc, src->inc, (size_t)world * sizeof(uint32_t));
@@ -169,6 +199,7 @@ static size_t value_encode(uint8_t *p, const struct view *v, uint32_t world)
 	wire_put32(p + 12, v->donor);
 	wire_put32(p + 16, v->frontier);
 	wire_put32(p + 20, v->count);
+	wire_put32(p + 24, v->result_len);
 	size_t off = VALUE_HEADER;
 	for (uint32_t r = 0; r < world; r++) {
 		if (!view_has(v, r))
@@ -178,17 +209,23 @@ static size_t value_encode(uint8_t *p, const struct view *v, uint32_t world)
 		off += VALUE_ENTRY;
 	}
 	KEEL_ASSERT(off == VALUE_HEADER + (size_t)v->count * VALUE_ENTRY);
-	return off;
+	KEEL_ASSERT(v->result_len == 0 || v->frontier != 0);
+	memcpy(p + off, v->result, v->result_len);
+	return off + v->result_len;
 }
 
 /* Decode and validate a value from the network: never trusted. */
-static bool value_decode(const uint8_t *p, size_t len, struct view *v, uint32_t world)
+static bool value_decode(const uint8_t *p, size_t len, struct view *v, uint32_t world,
+			 uint32_t kept_cap)
 {
 	KEEL_ASSERT(p != NULL && v != NULL && world != 0); /* the bytes themselves: checked below */
 	if (len < VALUE_HEADER)
 		return false;
-	uint32_t count = wire_get32(p + 20);
-	if (count == 0 || count > world || len < VALUE_HEADER + (size_t)count * VALUE_ENTRY)
+	uint32_t count = wire_get32(p + 20), result_len = wire_get32(p + 24);
+	/* a result is for collective frontier - 1: none without a frontier */
+	if (count == 0 || count > world || result_len > kept_cap ||
+	    (result_len != 0 && wire_get32(p + 16) == 0) ||
+	    len < VALUE_HEADER + (size_t)count * VALUE_ENTRY + result_len)
 		return false;
 	view_clear(v, world);
 	v->epoch = wire_get32(p);
@@ -206,6 +243,8 @@ static bool value_decode(const uint8_t *p, size_t len, struct view *v, uint32_t 
 		view_add(v, rank, inc);
 	}
 	KEEL_ASSERT(v->count == count); /* ranks ascending: each one added once */
+	v->result_len = result_len;
+	memcpy(v->result, p + VALUE_HEADER + (size_t)count * VALUE_ENTRY, result_len);
 	return v->epoch != 0 && (v->donor == UINT32_MAX || v->donor < world);
 }
 
@@ -363,7 +402,7 @@ static void install(struct keel_node *n, const struct view *v)
 		n->excluded_unseen = true;
 		fd_beat_all(n); /* ask to be admitted now, not at the next interval */
 	}
-	coll_on_install(n, was_member && v->epoch == old_epoch + 1, v->frontier, excluded);
+	coll_on_install(n, was_member && v->epoch == old_epoch + 1, excluded);
 	if (old_epoch != 0)
 		n->ctr.view_changes++;
 	metrics_on_view(n, v->count);
@@ -376,6 +415,25 @@ static void install(struct keel_node *n, const struct view *v)
 }
 
 /* ---- the coordinator's round ---- */
+
+/* This node holds a result it reported early in this epoch (collectives.c keeps it). */
+static bool kept_now(const struct keel_node *n)
+{
+	KEEL_ASSERT(n->kept_done == 0 || (n->kept_len != 0 && n->kept_len <= n->kept_cap));
+	return n->kept_done != 0 && n->kept_epoch == n->view.epoch;
+}
+
+/* A member that promised keeps the result of collective done - 1: the newest one is what the
+ * value carries (any two kept for one collective are the same bytes). */
+static void note_kept(struct keel_node *n, uint32_t done, const uint8_t *bytes, uint32_t len)
+{
+	KEEL_ASSERT(done != 0 && len != 0 && len <= n->kept_cap);
+	if (done <= n->prop_kept_done)
+		return;
+	n->prop_kept_done = done;
+	n->prop_kept_len = len;
+	memcpy(n->prop_kept, bytes, len);
+}
 
 static void start_prepare(struct keel_node *n)
 {
@@ -398,6 +456,7 @@ static void start_prepare(struct keel_node *n)
 	n->prop_phase = PROP_PREPARE;
 	n->prop_started_ns = n->prop_sent_ns = n->now_ns;
 	n->prop_best_ballot = 0;
+	n->prop_kept_done = n->prop_kept_len = 0;
 	n->ctr.view_proposals++;
 	for (uint32_t r = 0; r < n->world; r++)
 		n->mb_peers[r].pr_promised = n->mb_peers[r].pr_accepted = false;
@@ -408,6 +467,8 @@ static void start_prepare(struct keel_node *n)
 		me->pr_promised = true;
 		me->pr_done = coll_done_count(n);
 		me->pr_ops_pending = coll_pending(n);
+		if (kept_now(n))
+			note_kept(n, n->kept_done, n->kept, n->kept_len);
 		if (n->acc_ballot != 0) {
 			view_copy(&n->prop_best, &n->acc_value, n->world);
 			n->prop_best_ballot = n->acc_ballot;
@@ -470,6 +531,13 @@ static void build_value(struct keel_node *n)
 	}
 	if (v->frontier == UINT32_MAX)
 		v->frontier = 0;
+	/* A result some member reported early stands: the members without it take it from the
+	 * view. (Every member had started that collective, so none is further behind.) */
+	if (n->prop_kept_done > v->frontier) {
+		v->frontier = n->prop_kept_done;
+		v->result_len = n->prop_kept_len;
+		memcpy(v->result, n->prop_kept, n->prop_kept_len);
+	}
 	v->ops_resume = pending > v->frontier ? pending - v->frontier : 0;
 	v->flags = joined << VIEW_JOINED_SHIFT;
 	KEEL_ASSERT(v->epoch == n->view.epoch + 1 && joined <= v->count);
@@ -837,8 +905,14 @@ static void on_prepare(struct keel_node *n, uint32_t peer, uint32_t target, uint
 		 * neighbours only: the promise is where it learns every voter's incarnation. */
 		wire_put32(extra + 16, n->incarnation);
 		size_t len = PROMISE_EXTRA;
-		if (n->acc_ballot != 0)
+		if (n->acc_ballot != 0) /* the coordinator adopts it: what we keep is moot */
 			len += value_encode(extra + PROMISE_EXTRA, &n->acc_value, n->world);
+		else if (kept_now(n)) {
+			wire_put32(extra + len, n->kept_done);
+			wire_put32(extra + len + 4, n->kept_len);
+			memcpy(extra + len + KEPT_HEADER, n->kept, n->kept_len);
+			len += KEPT_HEADER + n->kept_len;
+		}
 		send_msg(n, peer, VM_PROMISE, target, ballot, extra, len);
 	} else {
 		uint8_t extra[8];
@@ -865,7 +939,7 @@ static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, cons
 	uint64_t acc_ballot = wire_get64(x);
 	if (acc_ballot != 0) {
 		if (!value_decode(x + PROMISE_EXTRA, len - PROMISE_EXTRA, &n->scratch_view,
-				  n->world) ||
+				  n->world, n->kept_cap) ||
 		    n->scratch_view.epoch != n->view.epoch + 1) {
 			n->ctr.drop_view++;
 			return;
@@ -875,6 +949,16 @@ static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, cons
 			n->prop_best_ballot = acc_ballot;
 		}
 		KEEL_ASSERT(n->prop_best_ballot != 0 && n->prop_best.epoch == n->view.epoch + 1);
+	} else if (len > PROMISE_EXTRA) {
+		const uint8_t *k = x + PROMISE_EXTRA;
+		uint32_t done = len >= PROMISE_EXTRA + KEPT_HEADER ? wire_get32(k) : 0;
+		uint32_t kept_len = len >= PROMISE_EXTRA + KEPT_HEADER ? wire_get32(k + 4) : 0;
+		if (done == 0 || kept_len == 0 || kept_len > n->kept_cap ||
+		    len != PROMISE_EXTRA + KEPT_HEADER + (size_t)kept_len) {
+			n->ctr.drop_view++;
+			return;
+		}
+		note_kept(n, done, k + KEPT_HEADER, kept_len);
 	}
 	struct mb_peer *p = &n->mb_peers[peer];
 	if (n->view.inc[peer] == 0 || inc > p->inc)
@@ -901,7 +985,8 @@ static void on_accept(struct keel_node *n, uint32_t peer, uint32_t target, uint6
 		send_msg(n, peer, VM_NACK, target, ballot, extra, sizeof(extra));
 		return;
 	}
-	if (!value_decode(x, len, &n->scratch_view, n->world) || n->scratch_view.epoch != target) {
+	if (!value_decode(x, len, &n->scratch_view, n->world, n->kept_cap) ||
+	    n->scratch_view.epoch != target) {
 		n->ctr.drop_view++;
 		return;
 	}
@@ -960,7 +1045,7 @@ static void on_commit(struct keel_node *n, uint32_t peer, uint32_t target, uint6
 		return; /* known already */
 	size_t abytes = acceptor_bytes(n->world);
 	struct view *v = &n->scratch_view;
-	if (len < abytes || !value_decode(x + abytes, len - abytes, v, n->world) ||
+	if (len < abytes || !value_decode(x + abytes, len - abytes, v, n->world, n->kept_cap) ||
 	    v->epoch != target) {
 		n->ctr.drop_view++;
 		return;

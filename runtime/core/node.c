@@ -40,6 +40,7 @@ void keel_config_default(struct keel_config *cfg)
 	cfg->soft_retries = KEEL_SOFT_RETRIES_DEFAULT;
 	cfg->algo = KEEL_ALGO_AUTO;
 	cfg->rd_max_bytes = KEEL_RD_MAX_BYTES_DEFAULT;
+	cfg->eager_result_bytes = KEEL_EAGER_RESULT_BYTES_DEFAULT;
 	cfg->incarnation = 1;
 	cfg->view_timeout_ns = KEEL_VIEW_TIMEOUT_NS_DEFAULT;
 	cfg->compress = KEEL_COMPRESS_AUTO;
@@ -115,14 +116,21 @@ static bool config_valid(const struct keel_config *cfg)
 	if (!device_valid(cfg))
 		return false;
 	/* a view travels in one control datagram */
-	return mb_ctrl_size(cfg->world_size) <= mtu;
+	return mb_ctrl_size(cfg->world_size, 0) <= mtu;
+}
+
+/* Results reported early are kept up to this size: what a view message carries besides the
+ * view (config_valid passed). */
+static uint32_t kept_cap(const struct keel_config *cfg)
+{
+	return mb_kept_cap(cfg->world_size, effective_mtu(cfg), cfg->eager_result_bytes);
 }
 
 /* One description of the storage layout, used both to size it and to carve it. */
 struct layout {
 	size_t node, rel_peers, rel_active, fd_peers, mb_peers, auth_peers, fd_lists, owners,
 	    tx_slots, rx_slots, tx_buf, rx_buf, txq, txq_tag, ctrl, rxq, rx_burst, ops, op_bits,
-	    views, msg, copy, hier, cmp, total;
+	    views, msg, copy, kept, hier, cmp, total;
 };
 
 static size_t align_up(size_t v, size_t a)
@@ -150,6 +158,7 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	size_t world = cfg->world_size, win = cfg->window, burst = cfg->burst;
 	size_t streams = stream_count(cfg);
 	size_t mtu = align_up(effective_mtu(cfg), 64);
+	uint32_t kept = kept_cap(cfg);
 	size_t off = 0;
 #define PLACE(field, bytes)                                                                        \
 	do {                                                                                       \
@@ -171,15 +180,16 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	PLACE(rx_buf, streams * win * mtu);
 	PLACE(txq, burst * sizeof(struct keel_datagram));
 	PLACE(txq_tag, burst * sizeof(uint32_t));
-	PLACE(ctrl, burst * mb_ctrl_size(cfg->world_size));
+	PLACE(ctrl, burst * mb_ctrl_size(cfg->world_size, kept));
 	PLACE(rxq, 2 * burst * sizeof(struct keel_datagram)); /* the queue, and its fresh state */
 	PLACE(rx_burst, burst * mtu);
 	PLACE(ops, cfg->ops_max * sizeof(struct keel_op));
 	PLACE(op_bits, cfg->ops_max * (world / 8 + 1));
 	/* five views (installed, accepted, best promised, proposed, scratch) + two rank maps */
-	PLACE(views, 5 * mb_view_bytes(cfg->world_size) + 2 * align_up(world * 4, 8) + 64);
-	PLACE(msg, mb_ctrl_size(cfg->world_size));
+	PLACE(views, 5 * mb_view_bytes(cfg->world_size, kept) + 2 * align_up(world * 4, 8) + 64);
+	PLACE(msg, mb_ctrl_size(cfg->world_size, kept));
 	PLACE(copy, cfg->restart_copy_bytes);
+	PLACE(kept, 2 * (size_t)kept); /* the node's own, and the best a round heard of */
 	PLACE(hier, coll_hier_bytes(cfg->world_size)); /* host map and per-view tables */
 	PLACE(cmp,
 	      cmp_bytes(cfg->world_size, (uint32_t)mtu)); /* link figures, a widened fragment */
@@ -189,7 +199,7 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	KEEL_ASSERT(l->node < l->rel_peers && l->rel_peers < l->fd_peers &&
 		    l->fd_peers < l->mb_peers && l->mb_peers < l->fd_lists &&
 		    l->auth_peers <= l->fd_lists);
-	KEEL_ASSERT(l->copy + cfg->restart_copy_bytes <= l->hier);
+	KEEL_ASSERT(l->copy + cfg->restart_copy_bytes <= l->kept && l->kept + 2 * kept <= l->hier);
 	KEEL_ASSERT(l->hier + coll_hier_bytes(cfg->world_size) <= l->cmp);
 	KEEL_ASSERT(l->cmp + cmp_bytes(cfg->world_size, (uint32_t)mtu) + 64 <= l->total);
 }
@@ -198,7 +208,7 @@ uint32_t keel_view_mtu_min(uint32_t world_size)
 {
 	if (world_size == 0 || world_size > KEEL_WORLD_MAX)
 		return 0;
-	uint32_t need = mb_ctrl_size(world_size);
+	uint32_t need = mb_ctrl_size(world_size, 0);
 	return need < KEEL_MTU_MIN ? KEEL_MTU_MIN : need;
 }
 
@@ -268,6 +278,8 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	KEEL_ASSERT(cursor <= base + l->msg);
 	n->msg_buf = base + l->msg;
 	n->restart_copy = base + l->copy;
+	n->kept = base + l->kept;
+	n->prop_kept = n->kept + n->kept_cap;
 	coll_hier_carve(n, base + l->hier, &n->cfg);
 	cmp_carve(n, base + l->cmp);
 }
@@ -300,7 +312,8 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	n->window = cfg->window;
 	n->burst = cfg->burst;
 	n->ops_max = cfg->ops_max;
-	n->ctrl_size = mb_ctrl_size(n->world);
+	n->kept_cap = kept_cap(cfg);
+	n->ctrl_size = mb_ctrl_size(n->world, n->kept_cap);
 	n->now_ns = now_ns;
 	n->auth = cfg->auth;
 	n->payload_max = n->mtu - WIRE_HEADER_SIZE - (n->auth ? KEEL_AUTH_TRAILER_BYTES : 0);

@@ -223,6 +223,11 @@ struct view {
 	uint8_t *acceptors; /* world bits */
 	uint8_t *bits;	    /* world bits */
 	uint32_t *inc;	    /* world entries, meaningful for members */
+	/* The result of the previous epoch's collective frontier - 1 when some members
+	 * reported it early (keel_config.eager_result_bytes) and others lack it: they take it
+	 * from here. result_len 0: none. Storage: the node's kept_cap bytes. */
+	uint8_t *result;
+	uint32_t result_len;
 };
 
 static inline bool view_has(const struct view *v, uint32_t rank)
@@ -286,6 +291,11 @@ struct keel_node {
 	uint32_t op_base;	 /* local id of the first collective of this epoch (wire id 0) */
 	uint32_t ops_done_local; /* collectives of this epoch whose result this node has */
 	uint8_t *restart_copy;	 /* restart_copy_bytes for in-place inputs */
+	/* The last result reported early (collectives.c), kept for members that lack it: the
+	 * collective kept_done - 1 of epoch kept_epoch, kept_len bytes (kept_done 0: none). At
+	 * most kept_cap bytes (eager_result_bytes, clamped to what a view message carries). */
+	uint8_t *kept;
+	uint32_t kept_cap, kept_len, kept_epoch, kept_done;
 	/* membership */
 	struct mb_peer *mb_peers; /* world entries: written by membership.c only */
 	uint32_t incarnation;
@@ -313,6 +323,10 @@ struct keel_node {
 	uint32_t prop_round;
 	uint64_t prop_ballot, prop_started_ns, prop_sent_ns, prop_best_ballot;
 	struct view prop_best, prop_value;
+	/* The newest result kept by a member that promised in this round (self included):
+	 * collective prop_kept_done - 1 of this epoch, prop_kept_len bytes in prop_kept. */
+	uint8_t *prop_kept;
+	uint32_t prop_kept_done, prop_kept_len;
 	struct view scratch_view; /* decoding target for values from the network */
 	uint64_t report_ns;	  /* last report (suspicion, soft fault) to the coordinator */
 	/* What mb_poll derives from peer states, the view and reports, recomputed only when one
@@ -457,8 +471,13 @@ void fd_check(struct keel_node *n);
 uint64_t fd_next_deadline(const struct keel_node *n);
 
 /* membership.c */
-size_t mb_view_bytes(uint32_t world); /* storage for one struct view's arrays */
-uint32_t mb_ctrl_size(uint32_t world);
+/* Storage for one struct view's arrays, and the control datagram size, for `world` ranks and
+ * kept results of up to `kept` bytes (mb_kept_cap). */
+size_t mb_view_bytes(uint32_t world, uint32_t kept);
+uint32_t mb_ctrl_size(uint32_t world, uint32_t kept);
+/* The largest kept result (a multiple of 8, up to `want`) whose view messages still fit `mtu`;
+ * 0 when none does. */
+uint32_t mb_kept_cap(uint32_t world, uint32_t mtu, uint32_t want);
 void mb_carve(struct keel_node *n, uint8_t **cursor); /* the views' arrays from storage */
 void mb_init(struct keel_node *n);
 void mb_on_view_msg(struct keel_node *n, uint32_t peer, const struct wire_header *h,
@@ -544,7 +563,7 @@ void coll_hier_step(const struct keel_op *op, uint32_t t, struct step *s);
 /* collectives.c */
 /* A view was installed: finish the collectives complete everywhere, restart the next one;
  * when the view left this node out (`excluded`), fail the rest with KEEL_EEXCLUDED. */
-void coll_on_install(struct keel_node *n, bool same_line, uint32_t frontier, bool excluded);
+void coll_on_install(struct keel_node *n, bool same_line, bool excluded);
 /* For a view change: collectives of this epoch whose result this node has, and started. */
 uint32_t coll_done_count(const struct keel_node *n);
 uint32_t coll_pending(const struct keel_node *n);

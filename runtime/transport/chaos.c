@@ -48,7 +48,8 @@ struct chaos {
 	uint64_t rng[4];
 	uint64_t seq_next;
 	struct keel_chaos_stats stats;
-	uint64_t cut[KEEL_WORLD_MAX / 64]; /* bit per peer */
+	uint64_t cut[KEEL_WORLD_MAX / 64];    /* bit per peer: both ways */
+	uint64_t cut_tx[KEEL_WORLD_MAX / 64]; /* bit per peer: what we send it only */
 	struct hold_slot *slots;	   /* [hold_max] */
 	uint8_t *data;			   /* [hold_max * mtu] */
 	uint32_t *free_list;		   /* [hold_max]: a stack of free slot indexes */
@@ -323,19 +324,35 @@ static bool peer_is_cut(const struct chaos *c, uint32_t peer)
 	return peer < KEEL_WORLD_MAX && (c->cut[peer / 64] >> (peer % 64) & 1u);
 }
 
-int keel_chaos_cut(struct keel_transport *t, uint32_t peer, bool cut)
+/* What we send `peer` is dropped: the link is cut both ways, or this way only. */
+static bool send_is_cut(const struct chaos *c, uint32_t peer)
 {
-	struct chaos *c = chaos_of(t);
+	return peer_is_cut(c, peer) ||
+	       (peer < KEEL_WORLD_MAX && (c->cut_tx[peer / 64] >> (peer % 64) & 1u));
+}
+
+static int set_cut(struct keel_transport *t, uint64_t *bits, uint32_t peer, bool cut)
+{
 	uint64_t bit;
 
 	if (peer >= t->world_size)
 		return -EINVAL;
 	bit = (uint64_t)1 << (peer % 64);
 	if (cut)
-		c->cut[peer / 64] |= bit;
+		bits[peer / 64] |= bit;
 	else
-		c->cut[peer / 64] &= ~bit;
+		bits[peer / 64] &= ~bit;
 	return 0;
+}
+
+int keel_chaos_cut(struct keel_transport *t, uint32_t peer, bool cut)
+{
+	return set_cut(t, chaos_of(t)->cut, peer, cut);
+}
+
+int keel_chaos_cut_send(struct keel_transport *t, uint32_t peer, bool cut)
+{
+	return set_cut(t, chaos_of(t)->cut_tx, peer, cut);
 }
 
 void keel_chaos_stats_get(struct keel_transport *t, struct keel_chaos_stats *out)
@@ -497,7 +514,7 @@ static int out_append_slot(struct chaos *c, uint64_t now_ns, uint32_t slot, uint
 	int r = 0;
 
 	*refused = NONE;
-	if (peer_is_cut(c, s->peer)) {
+	if (send_is_cut(c, s->peer)) {
 		c->stats.cut_dropped++;
 		slot_free(c, slot);
 		return 0;
@@ -594,7 +611,7 @@ static bool must_stop(int r, uint32_t refused)
 static int send_one(struct chaos *c, uint64_t now_ns, const struct keel_datagram *g, uint32_t idx,
 		    uint32_t *refused)
 {
-	bool cut = peer_is_cut(c, g->peer), consumed = false;
+	bool cut = send_is_cut(c, g->peer), consumed = false;
 	uint32_t copies = 1, k;
 	int r;
 

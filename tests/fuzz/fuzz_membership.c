@@ -37,14 +37,17 @@
 /* membership.c's message layout (its comment above OFF_KIND): private there, so restated */
 enum vmsg { VM_PREPARE = 1, VM_PROMISE, VM_ACCEPT, VM_ACCEPTED, VM_COMMIT, VM_NACK, VM_SUSPECT };
 #define VM_KINDS      8u
-#define VALUE_HEADER  24u
+#define VALUE_HEADER  28u
 #define VALUE_ENTRY   6u
 #define PROMISE_EXTRA 20u
+#define KEPT_HEADER   8u /* a promise's kept result: u32 collective + 1, u32 length */
+#define KEPT_MAX      16u
 #define ENTRIES_MAX   8u
 /* a COMMIT's acceptor set: ceil(world / 8) bytes, one for the worlds here */
 #define ACCEPTOR_BYTES 1u
 #define MSG_MAX                                                                                    \
-	(WIRE_VIEW_MIN + PROMISE_EXTRA + ACCEPTOR_BYTES + VALUE_HEADER + ENTRIES_MAX * VALUE_ENTRY)
+	(WIRE_VIEW_MIN + PROMISE_EXTRA + ACCEPTOR_BYTES + VALUE_HEADER + ENTRIES_MAX * VALUE_ENTRY + \
+	 KEPT_HEADER + KEPT_MAX)
 
 enum setup {
 	ST_MEMBER,    /* a member of the first view (epoch 1, every rank) */
@@ -86,9 +89,12 @@ static void check_sent_value(const uint8_t *p, size_t len, uint32_t target)
 {
 	if (len < VALUE_HEADER)
 		fail("sent value shorter than its header", (uint32_t)len, 0);
-	uint32_t count = wire_get32(p + 20);
-	if (count == 0 || count > g_world || len != VALUE_HEADER + (size_t)count * VALUE_ENTRY)
+	uint32_t count = wire_get32(p + 20), result_len = wire_get32(p + 24);
+	if (count == 0 || count > g_world ||
+	    len != VALUE_HEADER + (size_t)count * VALUE_ENTRY + result_len)
 		fail("sent value's count does not match its length", count, len);
+	if (result_len > g_n->kept_cap || (result_len != 0 && wire_get32(p + 16) == 0))
+		fail("sent value carries a result it cannot", result_len, wire_get32(p + 16));
 	if (wire_get32(p) != target)
 		fail("sent value is for another epoch than the message", wire_get32(p), target);
 	for (uint32_t i = 0; i < count; i++) {
@@ -125,8 +131,11 @@ static void check_sent_view(const uint8_t *p, size_t len)
 			fail("a promise that misreports the acceptor", kind, ballot);
 		if (wire_get64(x) != 0)
 			check_sent_value(x + PROMISE_EXTRA, xlen - PROMISE_EXTRA, target);
-		else if (xlen != PROMISE_EXTRA)
-			fail("a promise with a value but no accepted ballot", kind, xlen);
+		else if (xlen != PROMISE_EXTRA &&
+			 (n->kept_done == 0 || n->kept_epoch != n->view.epoch ||
+			  xlen != PROMISE_EXTRA + KEPT_HEADER + n->kept_len ||
+			  wire_get32(x + PROMISE_EXTRA) != n->kept_done))
+			fail("a promise with more than what it keeps", kind, xlen);
 	}
 	if (kind == VM_ACCEPTED && (ballot != n->acc_ballot || ballot > n->acc_promised))
 		fail("accepted a ballot it does not hold", kind, ballot);
@@ -252,6 +261,7 @@ static size_t value_put(uint8_t *p, const struct value *v)
 	wire_put32(p + 12, v->donor);
 	wire_put32(p + 16, v->frontier);
 	wire_put32(p + 20, v->count);
+	wire_put32(p + 24, 0); /* no result: the collectives are not run here */
 	for (uint32_t i = 0; i < v->entries; i++) {
 		wire_put16(p + VALUE_HEADER + i * VALUE_ENTRY, v->rank[i]);
 		wire_put32(p + VALUE_HEADER + i * VALUE_ENTRY + 2, v->inc[i]);
@@ -375,8 +385,9 @@ static void pick_value(struct value *v, const uint8_t *f, uint32_t target)
 }
 
 /* PROMISE's extra from x[0..27]: x[10] bit 0 an accepted ballot (x[0..9]), bit 1 a value
- * even without one; x[11] done, x[12] pending, x[13] which incarnation, x[14] any; the value
- * from x[16..27]. */
+ * even without one, else bit 2 a kept result (x[15] low nibble its length, high nibble how
+ * far its stated length is off); x[11] done, x[12] pending, x[13] which incarnation, x[14]
+ * any; the value from x[16..27]. */
 static size_t promise_put(uint8_t *p, const uint8_t *x, uint32_t from, uint32_t target)
 {
 	const struct keel_node *n = g_n;
@@ -395,6 +406,12 @@ static size_t promise_put(uint8_t *p, const uint8_t *x, uint32_t from, uint32_t 
 		struct value v;
 		pick_value(&v, x + 16, target);
 		len += value_put(p + len, &v);
+	} else if (x[10] & 4u) {
+		uint32_t kept = x[15] & 15u;
+		wire_put32(p + len, x[11] + 1u);
+		wire_put32(p + len + 4, kept + (x[15] >> 4));
+		memset(p + len + KEPT_HEADER, x[14], kept);
+		len += KEPT_HEADER + kept;
 	}
 	return len;
 }

@@ -578,6 +578,151 @@ static void test_allreduce_in_place_without_copy_reports_view_change(void **stat
 	restart_run(true, false);
 }
 
+static uint32_t g_eager = KEEL_EAGER_RESULT_BYTES_DEFAULT;
+
+static void tweak_eager(struct keel_config *cfg)
+{
+	tweak(cfg);
+	cfg->algo = KEEL_ALGO_RD; /* where one cut leaves every other member with the result */
+	cfg->eager_result_bytes = g_eager;
+}
+
+/* A result some members reported early, and others never got: what rank 0 sends `laggard` is
+ * cut (recursive doubling: its fold-out at 3 and 5 ranks, its last exchange at
+ * 4), so every other rank has the result and the laggard lacks rank 0's part; then rank 0
+ * dies. With eager results (the default) the others reported it at once, and the view that
+ * drops rank 0 brings it to the laggard, which reports the same bytes over the same old view;
+ * the next collective runs over the survivors at every one of them. With eager_result_bytes 0
+ * nobody reported it, and everyone restarts it over the survivors. */
+static void early_result_run(uint32_t world, uint32_t laggard, size_t count, enum keel_dtype dt,
+			     enum keel_redop redop, bool in_place, uint32_t eager)
+{
+	struct cluster c;
+	g_eager = eager;
+	assert_int_equal(cluster_init(&c, world, "loss=0", g_seed, tweak_eager), 0);
+	g_eager = KEEL_EAGER_RESULT_BYTES_DEFAULT;
+	for (int i = 0; i < 5; i++) /* everyone has heard everyone */
+		cluster_round(&c);
+	size_t es = keel_dtype_size(dt);
+	bool early = eager != 0 && count * es <= eager; /* reported at once */
+	uint8_t *in[CLUSTER_MAX], *out[CLUSTER_MAX], *ref = malloc(count * es);
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX] = {0};
+	assert_int_equal(keel_chaos_cut_send(c.chaos[0], laggard, true), 0);
+	for (uint32_t r = 0; r < world; r++) {
+		in[r] = malloc(count * es);
+		out[r] = in_place ? in[r] : malloc(count * es);
+		keel_check_fill(in[r], 0, count, r, dt, redop);
+		assert_int_equal(keel_allreduce_start(c.node[r], in[r], out[r], count, dt, redop,
+						      &ops[r]),
+				 0);
+	}
+	/* The others finish (eager) or wait for the laggard's ack (not eager); well before
+	 * the laggard could suspect rank 0 (a heartbeat interval is 100 rounds). */
+	bool done[CLUSTER_MAX] = {false};
+	for (int round = 0; round < 60; round++) {
+		for (uint32_t r = 1; r < world; r++) {
+			if (done[r] || r == laggard)
+				continue;
+			struct keel_op_info info;
+			rc[r] = keel_op_test_info(c.node[r], ops[r], &info, NULL, 0);
+			if (rc[r] == -EINPROGRESS)
+				continue;
+			done[r] = true;
+			assert_int_equal(rc[r], 0);
+			assert_int_equal(info.epoch, 1);
+			assert_int_equal(info.member_count, world);
+		}
+		cluster_round(&c);
+	}
+	for (uint32_t r = 1; r < world; r++)
+		assert_int_equal(done[r], early && r != laggard);
+	/* rank 0 dies */
+	c.paused[0] = true;
+	keel_check_reference(ref, 0, count, world, dt, redop);
+	uint32_t survivors[CLUSTER_MAX];
+	for (uint32_t r = 1; r < world; r++)
+		survivors[r - 1] = r;
+	if (!early)
+		keel_check_reference_members(ref, 0, count, survivors, world - 1, dt, redop);
+	for (int round = 0; round < 200000; round++) {
+		bool all = true;
+		for (uint32_t r = 1; r < world; r++) {
+			if (done[r])
+				continue;
+			struct keel_op_info info;
+			rc[r] = keel_op_test_info(c.node[r], ops[r], &info, NULL, 0);
+			if (rc[r] == -EINPROGRESS) {
+				all = false;
+				continue;
+			}
+			done[r] = true;
+			assert_int_equal(rc[r], 0);
+			/* what the others reported: the old view; or a restart over the new one */
+			assert_int_equal(info.epoch, early ? 1 : 2);
+			assert_int_equal(info.member_count, early ? world : world - 1);
+		}
+		if (all)
+			break;
+		cluster_round(&c);
+	}
+	for (uint32_t r = 1; r < world; r++) {
+		assert_true(done[r]);
+		assert_int_equal(keel_check_wrong(out[r], ref, 0, count, dt), 0);
+		struct keel_counters k;
+		keel_counters_get(c.node[r], &k);
+		assert_int_equal(k.ops_adopted, early && r == laggard ? 1 : 0);
+		assert_int_equal(k.ops_restarted, early ? 0 : 1);
+	}
+	/* The survivors go on together: the next collective is the same one everywhere. */
+	int32_t next_in[CLUSTER_MAX][3], next_out[CLUSTER_MAX][3];
+	for (uint32_t r = 1; r < world; r++) {
+		for (int i = 0; i < 3; i++)
+			next_in[r][i] = (int32_t)(r + 1) << i;
+		assert_int_equal(keel_allreduce_start(c.node[r], next_in[r], next_out[r], 3,
+						      KEEL_I32, KEEL_SUM, &ops[r]),
+				 0);
+	}
+	ops[0] = NULL;
+	struct keel_op_info info[CLUSTER_MAX];
+	assert_int_equal(cluster_wait_ops_info(&c, ops, rc, info, 200000), 0);
+	int32_t want = 0;
+	for (uint32_t r = 1; r < world; r++)
+		want += (int32_t)r + 1;
+	for (uint32_t r = 1; r < world; r++) {
+		assert_int_equal(rc[r], 0);
+		assert_int_equal(info[r].epoch, 2);
+		assert_int_equal(info[r].member_count, world - 1);
+		for (int i = 0; i < 3; i++)
+			assert_int_equal(next_out[r][i], want << i);
+	}
+	for (uint32_t r = 0; r < world; r++) {
+		if (!in_place)
+			free(out[r]);
+		free(in[r]);
+	}
+	free(ref);
+	cluster_fini(&c);
+}
+
+static void test_allreduce_early_result_brought_by_the_view(void **state)
+{
+	(void)state;
+	early_result_run(3, 2, 7, KEEL_F32, KEEL_SUM, false, KEEL_EAGER_RESULT_BYTES_DEFAULT);
+	early_result_run(4, 2, 256, KEEL_I32, KEEL_MAX, true, KEEL_EAGER_RESULT_BYTES_DEFAULT);
+	early_result_run(5, 4, 1, KEEL_F64, KEEL_AVG, false, KEEL_EAGER_RESULT_BYTES_DEFAULT);
+	early_result_run(4, 2, 33, KEEL_U8, KEEL_PROD, false, 64);
+}
+
+static void test_allreduce_without_eager_results_restarts_on_the_view(void **state)
+{
+	(void)state;
+	early_result_run(3, 2, 7, KEEL_F32, KEEL_SUM, false, 0);
+	early_result_run(4, 2, 256, KEEL_I32, KEEL_MAX, false, 0);
+	/* above the size kept: the result waits for every member, as without eager results */
+	early_result_run(4, 2, 17, KEEL_F64, KEEL_SUM, false, 128);
+}
+
 /* ---- hierarchical AllReduce (KEEL_ALGO_HIER): host maps, world <= CLUSTER_MAX ---- */
 
 /* Shapes: 2 hosts x 2 (blocked), 2 x 3 (interleaved: hosts need not be contiguous ranks),
@@ -904,6 +1049,8 @@ int main(void)
 	    cmocka_unit_test(test_allreduce_restarts_on_new_view),
 	    cmocka_unit_test(test_allreduce_in_place_restarts_from_its_copy),
 	    cmocka_unit_test(test_allreduce_in_place_without_copy_reports_view_change),
+	    cmocka_unit_test(test_allreduce_early_result_brought_by_the_view),
+	    cmocka_unit_test(test_allreduce_without_eager_results_restarts_on_the_view),
 	    cmocka_unit_test(test_allreduce_blocking_call),
 	    cmocka_unit_test(test_allreduce_hier_every_dtype_op_size),
 	    cmocka_unit_test(test_allreduce_hier_shm),
