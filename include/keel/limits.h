@@ -75,8 +75,10 @@ extern "C" {
  * each a wakeup); it moves log2(n) copies of the buffer against the ring's 2(n-1)/n, so the
  * default stays below the 4-rank crossover for larger worlds. */
 #define KEEL_RD_MAX_BYTES_DEFAULT 65536u
-/* AllReduces up to this size are reported at once, their result kept (keel_config). */
+/* AllReduces up to this size are reported at once, their result kept (keel_config); a view
+ * carries a result of up to KEEL_EAGER_RESULT_MAX bytes, the most eager_result_bytes gives. */
 #define KEEL_EAGER_RESULT_BYTES_DEFAULT 1024u
+#define KEEL_EAGER_RESULT_MAX		1024u
 /* Gradient compression, KEEL_COMPRESS_AUTO: a link is compressed once its traffic over the
  * last window or two passes this share of the bandwidth measured on it; a bandwidth sample is
  * one collective's bytes to a peer over the time they took, from collectives that sent at

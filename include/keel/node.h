@@ -132,9 +132,10 @@ struct keel_config {
 	 * node has the result, and the node keeps a copy of the last one: a view change that
 	 * finds such a result at some members only carries it, in the view itself, to the
 	 * members still without it, which report it too (so one trip per collective where
-	 * larger ones take two: their result waits until every member has it). Clamped to what
-	 * one control datagram carries besides the view (about mtu - 200 - 6 x world_size
-	 * bytes). 0: every result waits for every member. */
+	 * larger ones take two: their result waits until every member has it). At most
+	 * KEEL_EAGER_RESULT_MAX, and what one control datagram carries besides the view (about
+	 * mtu - 200 - 6 x world_size bytes); a multiple of 8. 0: every result waits for every
+	 * member. Ranks may differ in it: each takes what the others kept. */
 	uint32_t eager_result_bytes;
 	keel_view_fn on_view;	     /* optional */
 	void *on_view_ctx;

@@ -107,6 +107,9 @@ static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t 
 	v = cfg->view_timeout_ns / 1000;
 	rc |= env_u64("KEEL_VIEW_TIMEOUT_US", 1, 3600000000ull, &v, err, err_len);
 	cfg->view_timeout_ns = v * 1000;
+	v = cfg->eager_result_bytes;
+	rc |= env_u64("KEEL_EAGER_RESULT_BYTES", 0, KEEL_EAGER_RESULT_MAX, &v, err, err_len);
+	cfg->eager_result_bytes = (uint32_t)v;
 	if (rc != 0)
 		return -EINVAL;
 	return env_algo(cfg, err, err_len) != 0 || env_compress(cfg, err, err_len) != 0 ? -EINVAL

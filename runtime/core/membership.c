@@ -118,14 +118,14 @@ void mb_carve(struct keel_node *n, uint8_t **cursor)
 	struct view *views[] = {&n->view, &n->acc_value, &n->prop_best, &n->prop_value,
 				&n->scratch_view};
 	for (size_t i = 0; i < sizeof(views) / sizeof(views[0]); i++)
-		view_carve(views[i], cursor, n->world, n->kept_cap);
+		view_carve(views[i], cursor, n->world, n->result_cap);
 	n->rank_at = (uint32_t *)*cursor;
 	*cursor += align8((size_t)n->world * sizeof(uint32_t));
 	n->pos_of = (uint32_t *)*cursor;
 	*cursor += align8((size_t)n->world * sizeof(uint32_t));
 	/* node.c's layout reserves exactly this (plus alignment slack) */
 	KEEL_ASSERT((size_t)(*cursor - start) ==
-		    5 * mb_view_bytes(n->world, n->kept_cap) +
+		    5 * mb_view_bytes(n->world, n->result_cap) +
 			2 * align8((size_t)n->world * sizeof(uint32_t)));
 }
 
@@ -216,14 +216,14 @@ static size_t value_encode(uint8_t *p, const struct view *v, uint32_t world)
 
 /* Decode and validate a value from the network: never trusted. */
 static bool value_decode(const uint8_t *p, size_t len, struct view *v, uint32_t world,
-			 uint32_t kept_cap)
+			 uint32_t result_cap)
 {
 	KEEL_ASSERT(p != NULL && v != NULL && world != 0); /* the bytes themselves: checked below */
 	if (len < VALUE_HEADER)
 		return false;
 	uint32_t count = wire_get32(p + 20), result_len = wire_get32(p + 24);
 	/* a result is for collective frontier - 1: none without a frontier */
-	if (count == 0 || count > world || result_len > kept_cap ||
+	if (count == 0 || count > world || result_len > result_cap ||
 	    (result_len != 0 && wire_get32(p + 16) == 0) ||
 	    len < VALUE_HEADER + (size_t)count * VALUE_ENTRY + result_len)
 		return false;
@@ -427,7 +427,7 @@ static bool kept_now(const struct keel_node *n)
  * value carries (any two kept for one collective are the same bytes). */
 static void note_kept(struct keel_node *n, uint32_t done, const uint8_t *bytes, uint32_t len)
 {
-	KEEL_ASSERT(done != 0 && len != 0 && len <= n->kept_cap);
+	KEEL_ASSERT(done != 0 && len != 0 && len <= n->result_cap);
 	if (done <= n->prop_kept_done)
 		return;
 	n->prop_kept_done = done;
@@ -939,7 +939,7 @@ static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, cons
 	uint64_t acc_ballot = wire_get64(x);
 	if (acc_ballot != 0) {
 		if (!value_decode(x + PROMISE_EXTRA, len - PROMISE_EXTRA, &n->scratch_view,
-				  n->world, n->kept_cap) ||
+				  n->world, n->result_cap) ||
 		    n->scratch_view.epoch != n->view.epoch + 1) {
 			n->ctr.drop_view++;
 			return;
@@ -953,7 +953,7 @@ static void on_promise(struct keel_node *n, uint32_t peer, uint64_t ballot, cons
 		const uint8_t *k = x + PROMISE_EXTRA;
 		uint32_t done = len >= PROMISE_EXTRA + KEPT_HEADER ? wire_get32(k) : 0;
 		uint32_t kept_len = len >= PROMISE_EXTRA + KEPT_HEADER ? wire_get32(k + 4) : 0;
-		if (done == 0 || kept_len == 0 || kept_len > n->kept_cap ||
+		if (done == 0 || kept_len == 0 || kept_len > n->result_cap ||
 		    len != PROMISE_EXTRA + KEPT_HEADER + (size_t)kept_len) {
 			n->ctr.drop_view++;
 			return;
@@ -985,7 +985,7 @@ static void on_accept(struct keel_node *n, uint32_t peer, uint32_t target, uint6
 		send_msg(n, peer, VM_NACK, target, ballot, extra, sizeof(extra));
 		return;
 	}
-	if (!value_decode(x, len, &n->scratch_view, n->world, n->kept_cap) ||
+	if (!value_decode(x, len, &n->scratch_view, n->world, n->result_cap) ||
 	    n->scratch_view.epoch != target) {
 		n->ctr.drop_view++;
 		return;
@@ -1045,7 +1045,7 @@ static void on_commit(struct keel_node *n, uint32_t peer, uint32_t target, uint6
 		return; /* known already */
 	size_t abytes = acceptor_bytes(n->world);
 	struct view *v = &n->scratch_view;
-	if (len < abytes || !value_decode(x + abytes, len - abytes, v, n->world, n->kept_cap) ||
+	if (len < abytes || !value_decode(x + abytes, len - abytes, v, n->world, n->result_cap) ||
 	    v->epoch != target) {
 		n->ctr.drop_view++;
 		return;

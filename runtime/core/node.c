@@ -119,11 +119,12 @@ static bool config_valid(const struct keel_config *cfg)
 	return mb_ctrl_size(cfg->world_size, 0) <= mtu;
 }
 
-/* Results reported early are kept up to this size: what a view message carries besides the
- * view (config_valid passed). */
-static uint32_t kept_cap(const struct keel_config *cfg)
+/* The largest result a view carries: KEEL_EAGER_RESULT_MAX, or less where the view messages
+ * would not fit the mtu. Every node takes one that large, whatever its own eager_result_bytes
+ * (config_valid passed). */
+static uint32_t result_cap(const struct keel_config *cfg)
 {
-	return mb_kept_cap(cfg->world_size, effective_mtu(cfg), cfg->eager_result_bytes);
+	return mb_kept_cap(cfg->world_size, effective_mtu(cfg), KEEL_EAGER_RESULT_MAX);
 }
 
 /* One description of the storage layout, used both to size it and to carve it. */
@@ -158,7 +159,7 @@ static void layout_compute(const struct keel_config *cfg, struct layout *l)
 	size_t world = cfg->world_size, win = cfg->window, burst = cfg->burst;
 	size_t streams = stream_count(cfg);
 	size_t mtu = align_up(effective_mtu(cfg), 64);
-	uint32_t kept = kept_cap(cfg);
+	uint32_t kept = result_cap(cfg);
 	size_t off = 0;
 #define PLACE(field, bytes)                                                                        \
 	do {                                                                                       \
@@ -279,7 +280,7 @@ static void carve(struct keel_node *n, uint8_t *base, const struct layout *l)
 	n->msg_buf = base + l->msg;
 	n->restart_copy = base + l->copy;
 	n->kept = base + l->kept;
-	n->prop_kept = n->kept + n->kept_cap;
+	n->prop_kept = n->kept + n->result_cap;
 	coll_hier_carve(n, base + l->hier, &n->cfg);
 	cmp_carve(n, base + l->cmp);
 }
@@ -312,8 +313,11 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	n->window = cfg->window;
 	n->burst = cfg->burst;
 	n->ops_max = cfg->ops_max;
-	n->kept_cap = kept_cap(cfg);
-	n->ctrl_size = mb_ctrl_size(n->world, n->kept_cap);
+	n->result_cap = result_cap(cfg);
+	/* what this node reports early and keeps */
+	n->kept_cap = cfg->eager_result_bytes < n->result_cap ? cfg->eager_result_bytes & ~7u
+							       : n->result_cap;
+	n->ctrl_size = mb_ctrl_size(n->world, n->result_cap);
 	n->now_ns = now_ns;
 	n->auth = cfg->auth;
 	n->payload_max = n->mtu - WIRE_HEADER_SIZE - (n->auth ? KEEL_AUTH_TRAILER_BYTES : 0);

@@ -225,7 +225,7 @@ struct view {
 	uint32_t *inc;	    /* world entries, meaningful for members */
 	/* The result of the previous epoch's collective frontier - 1 when some members
 	 * reported it early (keel_config.eager_result_bytes) and others lack it: they take it
-	 * from here. result_len 0: none. Storage: the node's kept_cap bytes. */
+	 * from here. result_len 0: none. Storage: the node's result_cap bytes. */
 	uint8_t *result;
 	uint32_t result_len;
 };
@@ -292,10 +292,11 @@ struct keel_node {
 	uint32_t ops_done_local; /* collectives of this epoch whose result this node has */
 	uint8_t *restart_copy;	 /* restart_copy_bytes for in-place inputs */
 	/* The last result reported early (collectives.c), kept for members that lack it: the
-	 * collective kept_done - 1 of epoch kept_epoch, kept_len bytes (kept_done 0: none). At
-	 * most kept_cap bytes (eager_result_bytes, clamped to what a view message carries). */
+	 * collective kept_done - 1 of epoch kept_epoch, kept_len bytes (kept_done 0: none). This
+	 * node reports results of up to kept_cap bytes early (eager_result_bytes, clamped to
+	 * result_cap); a view carries one of up to result_cap (result_cap bytes of storage). */
 	uint8_t *kept;
-	uint32_t kept_cap, kept_len, kept_epoch, kept_done;
+	uint32_t kept_cap, result_cap, kept_len, kept_epoch, kept_done;
 	/* membership */
 	struct mb_peer *mb_peers; /* world entries: written by membership.c only */
 	uint32_t incarnation;

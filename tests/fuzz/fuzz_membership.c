@@ -93,7 +93,7 @@ static void check_sent_value(const uint8_t *p, size_t len, uint32_t target)
 	if (count == 0 || count > g_world ||
 	    len != VALUE_HEADER + (size_t)count * VALUE_ENTRY + result_len)
 		fail("sent value's count does not match its length", count, len);
-	if (result_len > g_n->kept_cap || (result_len != 0 && wire_get32(p + 16) == 0))
+	if (result_len > g_n->result_cap || (result_len != 0 && wire_get32(p + 16) == 0))
 		fail("sent value carries a result it cannot", result_len, wire_get32(p + 16));
 	if (wire_get32(p) != target)
 		fail("sent value is for another epoch than the message", wire_get32(p), target);

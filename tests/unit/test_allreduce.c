@@ -579,12 +579,13 @@ static void test_allreduce_in_place_without_copy_reports_view_change(void **stat
 }
 
 static uint32_t g_eager = KEEL_EAGER_RESULT_BYTES_DEFAULT;
+static uint32_t g_eager_off_rank = UINT32_MAX; /* a rank that reports nothing early */
 
 static void tweak_eager(struct keel_config *cfg)
 {
 	tweak(cfg);
 	cfg->algo = KEEL_ALGO_RD; /* where one cut leaves every other member with the result */
-	cfg->eager_result_bytes = g_eager;
+	cfg->eager_result_bytes = cfg->rank == g_eager_off_rank ? 0 : g_eager;
 }
 
 /* A result some members reported early, and others never got: what rank 0 sends `laggard` is
@@ -712,6 +713,10 @@ static void test_allreduce_early_result_brought_by_the_view(void **state)
 	early_result_run(4, 2, 256, KEEL_I32, KEEL_MAX, true, KEEL_EAGER_RESULT_BYTES_DEFAULT);
 	early_result_run(5, 4, 1, KEEL_F64, KEEL_AVG, false, KEEL_EAGER_RESULT_BYTES_DEFAULT);
 	early_result_run(4, 2, 33, KEEL_U8, KEEL_PROD, false, 64);
+	/* ranks may differ: one that keeps nothing itself still takes a result from the view */
+	g_eager_off_rank = 2;
+	early_result_run(4, 2, 5, KEEL_I64, KEEL_MIN, false, KEEL_EAGER_RESULT_BYTES_DEFAULT);
+	g_eager_off_rank = UINT32_MAX;
 }
 
 static void test_allreduce_without_eager_results_restarts_on_the_view(void **state)
