@@ -392,10 +392,25 @@ static bool may_keep(const struct keel_node *n, const struct keel_op *op)
 	       op->bytes <= n->kept_cap && op->world > 1 && n->acc_promised == 0;
 }
 
+/* The member `op`'s first step sends to (-1: none). */
+static int32_t first_send_peer(const struct keel_node *n, struct keel_op *op)
+{
+	KEEL_ASSERT(op->state == OP_RUNNING);
+	for (uint32_t t = 0; t < op->step_count; t++) {
+		struct step s;
+		op_step(n, op, t, &s);
+		if (s.send_peer >= 0)
+			return s.send_peer;
+	}
+	return -1;
+}
+
 /* This node has the result. Kept (may_keep): a copy for members that lack it, reported now.
  * Else every member is told at once (an ack carries the count), and it waits for theirs. */
 static bool op_local_done(struct keel_node *n, struct keel_op *op)
 {
+	bool keep = may_keep(n, op);
+	int32_t next_peer = keep ? first_send_peer(n, op) : -1;
 	op_set_state(op, OP_LOCAL_DONE);
 	KEEL_ASSERT(op->send_step == op->step_count && op->recv_step == op->step_count);
 	/* Collectives of this epoch that this node has the result of all come before it. */
@@ -408,7 +423,16 @@ static bool op_local_done(struct keel_node *n, struct keel_op *op)
 		n->kept_len = (uint32_t)op->bytes;
 		n->kept_epoch = n->view.epoch;
 		n->kept_done = n->ops_done_local;
-		return true; /* the members hear the count on our next datagram to them */
+		/* The members hear the count on our next datagram to them. Acks we owe go now,
+		 * except to the member the next collective (this call again, as a training step
+		 * makes it) sends to first, whose data carries it: left to the ack timer, they
+		 * would wake ranks that wait for a core (4 ranks on 2 cores over shared memory, 1
+		 * KiB: 1.5-2x slower), and sent to every member, they cost a send per collective
+		 * (2 ranks over UDP, 4 B: 10.8 us against 6.6). */
+		for (uint32_t r = 0; r < n->world; r++)
+			if (r != n->self && (int32_t)r != next_peer && view_has(&n->view, r))
+				rel_ack_owed_now(n, r);
+		return true;
 	}
 	for (uint32_t r = 0; r < n->world; r++)
 		if (r != n->self && view_has(&n->view, r))

@@ -242,6 +242,14 @@ void rel_ack_soon(struct keel_node *n, uint32_t peer)
 	KEEL_ASSERT(p->ack_pending && n->acks_owed > 0);
 }
 
+void rel_ack_owed_now(struct keel_node *n, uint32_t peer)
+{
+	KEEL_ASSERT(peer < n->world && peer != n->self);
+	struct rel_peer *p = &n->rel_peers[peer];
+	if (p->ack_pending && p->ack_due_ns > n->now_ns)
+		p->ack_due_ns = n->now_ns;
+}
+
 void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 {
 	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self && h != NULL);
