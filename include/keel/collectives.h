@@ -49,13 +49,17 @@ struct keel_op_info {
  * passed), KEEL_ENOQUORUM (this node is on the minority side of a split), KEEL_EVIEWCHANGED
  * (the view changed under an in-place collective larger than restart_copy_bytes, or the root
  * of a broadcast left the view before every member had its bytes: the input is gone, the
- * caller must run it again — every member gets this same answer), KEEL_EEXCLUDED (the others
+ * caller must run it again — every member gets this same answer; or a view change brought
+ * another member's result of a small AllReduce, eager_result_bytes, to a call made on device
+ * buffers or of another length), KEEL_EEXCLUDED (the others
  * installed a view without this node — it was paused or cut off past the detector — and went on:
  * this node asks to be admitted again at once; once keel_view_get says self_member, fetch state
  * from view.donor as a restarted rank does, or leave), KEEL_EMISMATCH (a member started a different
  * collective at this place of the sequence: a bug in the caller's program), KEEL_ETRANSPORT. A view
- * change restarts a collective on the new view from the caller's untouched input; the result is
- * then the reduction over exactly the new view's members. */
+ * change restarts a collective that no member has a result of on the new view from the caller's
+ * untouched input; the result is then the reduction over exactly the new view's members. One
+ * that some member reported (a small AllReduce, eager_result_bytes) stands: the new view brings
+ * its result to the members without it, reported over the view it was computed on. */
 KEEL_MUST_USE int keel_op_test(struct keel_node *node, struct keel_op *handle);
 
 /* keel_op_test, and on completion (0 returned) also what the result was computed over:

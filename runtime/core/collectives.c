@@ -6,7 +6,7 @@
  * view from the caller's untouched input. Small AllReduces (keel_config.eager_result_bytes) are
  * reported as soon as this node has the result, and a copy is kept: a view change that finds
  * one at some members only brings it to the others in the view (membership.c), so it stands
- * everywhere just the same. */
+ * at every member just the same. */
 #include <string.h>
 
 #include "assert_int.h"

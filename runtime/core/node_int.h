@@ -564,7 +564,8 @@ uint32_t coll_hier_step_count(const struct keel_op *op);
 void coll_hier_step(const struct keel_op *op, uint32_t t, struct step *s);
 
 /* collectives.c */
-/* A view was installed: finish the collectives complete everywhere, restart the next one;
+/* A view was installed: finish the collectives that stand (complete everywhere, or brought by
+ * the view), restart the next one;
  * when the view left this node out (`excluded`), fail the rest with KEEL_EEXCLUDED. */
 void coll_on_install(struct keel_node *n, bool same_line, bool excluded);
 /* For a view change: collectives of this epoch whose result this node has, and started. */

@@ -15,7 +15,11 @@
 #include "keel/boot.h"
 #include "refcheck.h"
 
-#define COUNT 20000u /* ring above the 64 KiB switch; the vote rides at the end */
+/* Elements per call: KEEL_TEST_COUNT, else 20 000 (the ring, above the 64 KiB switch); a small
+ * count runs recursive doubling with results reported early (eager_result_bytes). The vote to
+ * stop rides after them. */
+static uint32_t g_count = 20000u;
+#define COUNT g_count
 
 struct stats {
 	uint64_t calls, wrong, errors, over_bound, restarts, noquorum, excluded;
@@ -96,6 +100,9 @@ int main(void)
 		return 1;
 	}
 	uint32_t rank = b.launch.rank;
+	const char *count_env = getenv("KEEL_TEST_COUNT");
+	if (count_env != NULL && strtoul(count_env, NULL, 10) > 0)
+		g_count = (uint32_t)strtoul(count_env, NULL, 10);
 	float *in = malloc((COUNT + 1) * sizeof(float)), *out = malloc((COUNT + 1) * sizeof(float));
 	float *ref = malloc(COUNT * sizeof(float));
 	keel_check_fill(in, 0, COUNT, rank, KEEL_F32, KEEL_SUM);
@@ -121,11 +128,12 @@ int main(void)
 	printf("rank %u life %u: final view epoch %u members %s | calls %" PRIu64 " wrong %" PRIu64
 	       " errors %" PRIu64 " over-bound %" PRIu64 " restarted %" PRIu64 " noquorum %" PRIu64
 	       " excluded %" PRIu64 " worst %.1f ms (recovery bound %.1f ms) | views %" PRIu64
-	       " suspicions %" PRIu64 " false %" PRIu64 " probes refuted %" PRIu64 "\n",
+	       " suspicions %" PRIu64 " false %" PRIu64 " probes refuted %" PRIu64
+	       " adopted %" PRIu64 "\n",
 	       rank, b.cfg.incarnation, v.epoch, list, st.calls, st.wrong, st.errors, st.over_bound,
 	       st.restarts, st.noquorum, st.excluded, st.worst_ns / 1e6,
 	       keel_recovery_bound_ns(&b.cfg) / 1e6, k.view_changes, k.suspicions,
-	       k.false_suspicions, k.probes_refuted);
+	       k.false_suspicions, k.probes_refuted, k.ops_adopted);
 	fflush(stdout);
 	keel_boot_stop(&b, 500000000ull);
 	free(in);
