@@ -413,6 +413,9 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 	cfg.host_of = host_map();
 	if (W.scale > 1) /* a scaled datagram is slow to serialise: learn the RTT first */
 		cfg.rto_initial_ns = cfg.rto_max_ns;
+	/* An element here stands for `scale` of the modelled job's: results are reported early
+	 * (eager_result_bytes) where the modelled sizes would be. */
+	cfg.eager_result_bytes = KEEL_EAGER_RESULT_BYTES_DEFAULT / W.scale;
 	if (s->recovery == SIM_RECOVER_TIMEOUT)
 		cfg.miss_limit = 1000000; /* no failure detector (node_heartbeat_ns) */
 	cfg.transport = nd->chaos != NULL ? nd->chaos : nd->tp;

@@ -33,16 +33,18 @@ enum vmsg {
  *   NACK     u64 promised ballot
  *   SUSPECT  u32 rank, u32 incarnation
  * A value: u32 epoch, u32 flags (bits 16.. joined count), u32 pending ops, u32 donor,
- * u32 frontier, u32 count, u32 result length, then count x (u16 rank, u32 incarnation), ranks
- * ascending, then the result (of collective frontier - 1, for members that lack it). */
+ * u32 frontier, u32 count, then count x (u16 rank, u32 incarnation), ranks ascending; with
+ * flag VIEW_RESULT then u32 length and a result (of collective frontier - 1, for members that
+ * lack it). */
 #define OFF_KIND	  0u
 #define OFF_TARGET	  4u
 #define OFF_BALLOT	  8u
-#define VALUE_HEADER	  28u
+#define VALUE_HEADER	  24u
 #define VALUE_ENTRY	  6u
 #define PROMISE_EXTRA	  20u
 #define KEPT_HEADER	  8u
 #define VIEW_JOINED_SHIFT 16u
+#define VIEW_RESULT	  1u /* a value flag: a result follows the entries */
 
 _Static_assert(OFF_BALLOT + 8 == WIRE_VIEW_MIN, "view message header");
 _Static_assert(VALUE_HEADER + PROMISE_EXTRA + WIRE_VIEW_MIN <= KEEL_VIEW_MSG_OVERHEAD,
@@ -194,12 +196,11 @@ static size_t value_encode(uint8_t *p, const struct view *v, uint32_t world)
 {
 	KEEL_ASSERT(p != NULL && v != NULL && v->count <= world);
 	wire_put32(p, v->epoch);
-	wire_put32(p + 4, v->flags);
+	wire_put32(p + 4, (v->flags & ~VIEW_RESULT) | (v->result_len != 0 ? VIEW_RESULT : 0));
 	wire_put32(p + 8, v->ops_resume);
 	wire_put32(p + 12, v->donor);
 	wire_put32(p + 16, v->frontier);
 	wire_put32(p + 20, v->count);
-	wire_put32(p + 24, v->result_len);
 	size_t off = VALUE_HEADER;
 	for (uint32_t r = 0; r < world; r++) {
 		if (!view_has(v, r))
@@ -209,9 +210,12 @@ static size_t value_encode(uint8_t *p, const struct view *v, uint32_t world)
 		off += VALUE_ENTRY;
 	}
 	KEEL_ASSERT(off == VALUE_HEADER + (size_t)v->count * VALUE_ENTRY);
-	KEEL_ASSERT(v->result_len == 0 || v->frontier != 0);
-	memcpy(p + off, v->result, v->result_len);
-	return off + v->result_len;
+	if (v->result_len == 0)
+		return off;
+	KEEL_ASSERT(v->frontier != 0);
+	wire_put32(p + off, v->result_len);
+	memcpy(p + off + 4, v->result, v->result_len);
+	return off + 4 + v->result_len;
 }
 
 /* Decode and validate a value from the network: never trusted. */
@@ -221,12 +225,17 @@ static bool value_decode(const uint8_t *p, size_t len, struct view *v, uint32_t 
 	KEEL_ASSERT(p != NULL && v != NULL && world != 0); /* the bytes themselves: checked below */
 	if (len < VALUE_HEADER)
 		return false;
-	uint32_t count = wire_get32(p + 20), result_len = wire_get32(p + 24);
-	/* a result is for collective frontier - 1: none without a frontier */
-	if (count == 0 || count > world || result_len > result_cap ||
-	    (result_len != 0 && wire_get32(p + 16) == 0) ||
-	    len < VALUE_HEADER + (size_t)count * VALUE_ENTRY + result_len)
+	uint32_t count = wire_get32(p + 20), result_len = 0;
+	size_t entries = VALUE_HEADER + (size_t)count * VALUE_ENTRY;
+	if (count == 0 || count > world || len < entries)
 		return false;
+	if ((wire_get32(p + 4) & VIEW_RESULT) != 0) {
+		result_len = len >= entries + 4 ? wire_get32(p + entries) : 0;
+		/* a result is for collective frontier - 1: none without a frontier */
+		if (result_len == 0 || result_len > result_cap || wire_get32(p + 16) == 0 ||
+		    len < entries + 4 + result_len)
+			return false;
+	}
 	view_clear(v, world);
 	v->epoch = wire_get32(p);
 	v->flags = wire_get32(p + 4);
@@ -244,7 +253,7 @@ static bool value_decode(const uint8_t *p, size_t len, struct view *v, uint32_t 
 	}
 	KEEL_ASSERT(v->count == count); /* ranks ascending: each one added once */
 	v->result_len = result_len;
-	memcpy(v->result, p + VALUE_HEADER + (size_t)count * VALUE_ENTRY, result_len);
+	memcpy(v->result, p + entries + 4, result_len);
 	return v->epoch != 0 && (v->donor == UINT32_MAX || v->donor < world);
 }
 

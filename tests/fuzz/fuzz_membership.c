@@ -37,7 +37,8 @@
 /* membership.c's message layout (its comment above OFF_KIND): private there, so restated */
 enum vmsg { VM_PREPARE = 1, VM_PROMISE, VM_ACCEPT, VM_ACCEPTED, VM_COMMIT, VM_NACK, VM_SUSPECT };
 #define VM_KINDS      8u
-#define VALUE_HEADER  28u
+#define VALUE_HEADER  24u
+#define VIEW_RESULT   1u /* a value flag: u32 length and a result follow the entries */
 #define VALUE_ENTRY   6u
 #define PROMISE_EXTRA 20u
 #define KEPT_HEADER   8u /* a promise's kept result: u32 collective + 1, u32 length */
@@ -89,11 +90,13 @@ static void check_sent_value(const uint8_t *p, size_t len, uint32_t target)
 {
 	if (len < VALUE_HEADER)
 		fail("sent value shorter than its header", (uint32_t)len, 0);
-	uint32_t count = wire_get32(p + 20), result_len = wire_get32(p + 24);
-	if (count == 0 || count > g_world ||
-	    len != VALUE_HEADER + (size_t)count * VALUE_ENTRY + result_len)
+	uint32_t count = wire_get32(p + 20);
+	size_t entries = VALUE_HEADER + (size_t)count * VALUE_ENTRY;
+	bool result = (wire_get32(p + 4) & VIEW_RESULT) != 0;
+	uint32_t result_len = result && len >= entries + 4 ? wire_get32(p + entries) : 0;
+	if (count == 0 || count > g_world || len != entries + (result ? 4u + result_len : 0u))
 		fail("sent value's count does not match its length", count, len);
-	if (result_len > g_n->result_cap || (result_len != 0 && wire_get32(p + 16) == 0))
+	if (result && (result_len == 0 || result_len > g_n->result_cap || wire_get32(p + 16) == 0))
 		fail("sent value carries a result it cannot", result_len, wire_get32(p + 16));
 	if (wire_get32(p) != target)
 		fail("sent value is for another epoch than the message", wire_get32(p), target);
@@ -261,7 +264,6 @@ static size_t value_put(uint8_t *p, const struct value *v)
 	wire_put32(p + 12, v->donor);
 	wire_put32(p + 16, v->frontier);
 	wire_put32(p + 20, v->count);
-	wire_put32(p + 24, 0); /* no result: the collectives are not run here */
 	for (uint32_t i = 0; i < v->entries; i++) {
 		wire_put16(p + VALUE_HEADER + i * VALUE_ENTRY, v->rank[i]);
 		wire_put32(p + VALUE_HEADER + i * VALUE_ENTRY + 2, v->inc[i]);

@@ -703,13 +703,12 @@ static void send_commit_to_0(struct cluster *c, uint32_t src, uint32_t epoch, ui
 	for (uint32_t r = 0; r < 3; r++) {
 		if ((members & (1u << r)) == 0)
 			continue;
-		wire_put16(v + 28 + 6 * count, (uint16_t)r);
-		wire_put32(v + 28 + 6 * count + 2, 1); /* incarnation */
+		wire_put16(v + 24 + 6 * count, (uint16_t)r);
+		wire_put32(v + 24 + 6 * count + 2, 1); /* incarnation */
 		count++;
 	}
 	wire_put32(v + 20, count);
-	wire_put32(v + 24, 0); /* no result carried */
-	uint32_t len = 17 + 28 + 6 * count;
+	uint32_t len = 17 + 24 + 6 * count;
 	struct wire_header h = {.magic = WIRE_MAGIC,
 				.version = WIRE_VERSION,
 				.type = WIRE_VIEW,
