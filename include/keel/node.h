@@ -137,7 +137,7 @@ struct keel_config {
 	 * mtu - 200 - 6 x world_size bytes); a multiple of 8. 0: every result waits for every
 	 * member. Ranks may differ in it: each takes what the others kept. */
 	uint32_t eager_result_bytes;
-	keel_view_fn on_view;	     /* optional */
+	keel_view_fn on_view; /* optional */
 	void *on_view_ctx;
 	/* Trace events (keel/trace.h): collectives, suspicions, view rounds and views. */
 	keel_event_fn on_event; /* optional */

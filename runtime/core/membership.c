@@ -78,7 +78,8 @@ static size_t ctrl_need(uint32_t world, uint32_t kept)
 	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);
 	/* room for the MAC trailer, whether or not this node has a key */
 	return WIRE_HEADER_SIZE + KEEL_VIEW_MSG_OVERHEAD + (size_t)world * VALUE_ENTRY +
-	       acceptor_bytes(world) + KEEL_AUTH_TRAILER_BYTES + (kept != 0 ? KEPT_HEADER + kept : 0);
+	       acceptor_bytes(world) + KEEL_AUTH_TRAILER_BYTES +
+	       (kept != 0 ? KEPT_HEADER + kept : 0);
 }
 
 uint32_t mb_ctrl_size(uint32_t world, uint32_t kept)
@@ -108,8 +109,8 @@ static void view_carve(struct view *v, uint8_t **cursor, uint32_t world, uint32_
 	v->bits = *cursor;
 	v->acceptors = *cursor + align8((size_t)world / 8 + 1);
 	v->inc = (uint32_t *)(*cursor + 2 * align8((size_t)world / 8 + 1));
-	v->result = *cursor + 2 * align8((size_t)world / 8 + 1) +
-		    align8((size_t)world * sizeof(uint32_t));
+	v->result =
+	    *cursor + 2 * align8((size_t)world / 8 + 1) + align8((size_t)world * sizeof(uint32_t));
 	*cursor += mb_view_bytes(world, kept);
 }
 

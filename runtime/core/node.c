@@ -315,8 +315,8 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	n->ops_max = cfg->ops_max;
 	n->result_cap = result_cap(cfg);
 	/* what this node reports early and keeps */
-	n->kept_cap = cfg->eager_result_bytes < n->result_cap ? cfg->eager_result_bytes & ~7u
-							       : n->result_cap;
+	n->kept_cap =
+	    cfg->eager_result_bytes < n->result_cap ? cfg->eager_result_bytes & ~7u : n->result_cap;
 	n->ctrl_size = mb_ctrl_size(n->world, n->result_cap);
 	n->now_ns = now_ns;
 	n->auth = cfg->auth;

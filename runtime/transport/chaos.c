@@ -50,11 +50,11 @@ struct chaos {
 	struct keel_chaos_stats stats;
 	uint64_t cut[KEEL_WORLD_MAX / 64];    /* bit per peer: both ways */
 	uint64_t cut_tx[KEEL_WORLD_MAX / 64]; /* bit per peer: what we send it only */
-	struct hold_slot *slots;	   /* [hold_max] */
-	uint8_t *data;			   /* [hold_max * mtu] */
-	uint32_t *free_list;		   /* [hold_max]: a stack of free slot indexes */
-	uint32_t *heap;			   /* [hold_max]: delayed slots, min-heap on release */
-	uint32_t *reorder;		   /* [hold_max]: slots waiting for the next datagram */
+	struct hold_slot *slots;	      /* [hold_max] */
+	uint8_t *data;			      /* [hold_max * mtu] */
+	uint32_t *free_list;		      /* [hold_max]: a stack of free slot indexes */
+	uint32_t *heap;			      /* [hold_max]: delayed slots, min-heap on release */
+	uint32_t *reorder;		      /* [hold_max]: slots waiting for the next datagram */
 	uint32_t free_count, heap_count, reorder_count;
 	uint32_t out_count;
 	struct keel_datagram out[OUT_MAX]; /* the batch for the inner transport */

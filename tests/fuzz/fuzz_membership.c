@@ -47,8 +47,8 @@ enum vmsg { VM_PREPARE = 1, VM_PROMISE, VM_ACCEPT, VM_ACCEPTED, VM_COMMIT, VM_NA
 /* a COMMIT's acceptor set: ceil(world / 8) bytes, one for the worlds here */
 #define ACCEPTOR_BYTES 1u
 #define MSG_MAX                                                                                    \
-	(WIRE_VIEW_MIN + PROMISE_EXTRA + ACCEPTOR_BYTES + VALUE_HEADER + ENTRIES_MAX * VALUE_ENTRY + \
-	 KEPT_HEADER + KEPT_MAX)
+	(WIRE_VIEW_MIN + PROMISE_EXTRA + ACCEPTOR_BYTES + VALUE_HEADER +                           \
+	 ENTRIES_MAX * VALUE_ENTRY + KEPT_HEADER + KEPT_MAX)
 
 enum setup {
 	ST_MEMBER,    /* a member of the first view (epoch 1, every rank) */

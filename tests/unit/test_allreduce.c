@@ -614,9 +614,8 @@ static void early_result_run(uint32_t world, uint32_t laggard, size_t count, enu
 		in[r] = malloc(count * es);
 		out[r] = in_place ? in[r] : malloc(count * es);
 		keel_check_fill(in[r], 0, count, r, dt, redop);
-		assert_int_equal(keel_allreduce_start(c.node[r], in[r], out[r], count, dt, redop,
-						      &ops[r]),
-				 0);
+		assert_int_equal(
+		    keel_allreduce_start(c.node[r], in[r], out[r], count, dt, redop, &ops[r]), 0);
 	}
 	/* The others finish (eager) or wait for the laggard's ack (not eager); well before
 	 * the laggard could suspect rank 0 (a heartbeat interval is 100 rounds). */
