@@ -418,7 +418,7 @@ static bool op_local_done(struct keel_node *n, struct keel_op *op)
 	/* the result's view is the one it began on, and includes this node */
 	KEEL_ASSERT(op->done_epoch == n->view.epoch && view_has(&n->view, n->self));
 	n->ops_done_local = wire_id(n, op) + 1;
-	if (may_keep(n, op)) {
+	if (keep) {
 		memcpy(n->kept, op->out, (size_t)op->bytes);
 		n->kept_len = (uint32_t)op->bytes;
 		n->kept_epoch = n->view.epoch;

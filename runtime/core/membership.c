@@ -70,9 +70,9 @@ static size_t acceptor_bytes(uint32_t world)
 	return ((size_t)world + 7) / 8;
 }
 
-/* The largest view message without a kept result: a COMMIT (acceptors, then the value). A
- * PROMISE's kept result (KEPT_HEADER more than the value's) needs at most what the value's
- * header and entries take besides it. */
+/* The largest view message, in a datagram: a COMMIT (acceptors, then a value whose result,
+ * when it carries one, takes 4 + kept bytes); a PROMISE carries a value like it, or a kept
+ * result in KEPT_HEADER + kept bytes after its fixed part, which is shorter. */
 static size_t ctrl_need(uint32_t world, uint32_t kept)
 {
 	KEEL_ASSERT(world != 0 && world <= KEEL_WORLD_MAX);

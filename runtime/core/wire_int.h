@@ -12,8 +12,9 @@
 
 #define WIRE_MAGIC 0x4c45454bu /* "KEEL" read as a little-endian u32 */
 /* 2: heartbeats carry ops_started and may probe; 3: MAC trailer; 4: no CRC through shared
- * memory (WIRE_FLAG_NO_CRC); 5: with a key too, no MAC through shared memory */
-#define WIRE_VERSION	 5u
+ * memory (WIRE_FLAG_NO_CRC); 5: with a key too, no MAC through shared memory; 6: small
+ * AllReduces reported early, views may carry a result (an older node would drop it unread) */
+#define WIRE_VERSION	 6u
 #define WIRE_HEADER_SIZE 56u
 
 enum wire_type {

@@ -273,7 +273,7 @@ static void test_wire_layout_fixed_offsets(void **state)
 	(void)state;
 	static const uint8_t want[52] = {
 	    'K',  'E',	'E',  'L',  /* magic */
-	    5,			    /* version */
+	    6,			    /* version */
 	    3,			    /* type */
 	    0x04, 0x01,		    /* flags 0x0104 (not WIRE_FLAG_AUTH: the CRC is pinned below) */
 	    0x14, 0x13, 0x12, 0x11, /* job 0x11121314 */
@@ -405,8 +405,9 @@ static void test_wire_bad_version(void **state)
 {
 	(void)state;
 	/* 2: before the MAC trailer; 3: before WIRE_FLAG_NO_CRC; 4: every keyed datagram sealed
-	 * (a peer of 4 would drop this version's unsealed ones through shared memory) */
-	static const uint8_t versions[] = {0, 1, 2, 3, 4, 6, 0x81, 255};
+	 * (a peer of 4 would drop this version's unsealed ones through shared memory); 5: every
+	 * result waited for every member (a peer of 5 would ignore a result a view carries) */
+	static const uint8_t versions[] = {0, 1, 2, 3, 4, 5, 7, 0x81, 255};
 	struct wire_header h = make_header(WIRE_ACK, 0);
 
 	for (size_t i = 0; i < sizeof(versions); i++) {
