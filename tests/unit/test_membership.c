@@ -685,12 +685,22 @@ static void test_membership_random_schedules_keep_one_view_per_epoch(void **stat
 
 /* ---- a COMMIT's proof ---- */
 
+/* What a COMMIT's value says of a result it carries (a collective some members reported
+ * early): the frontier, and with `flag` the length field `stated` and `bytes` bytes after it
+ * (`field` false: the value ends before the length field). */
+struct carried {
+	uint32_t frontier;
+	bool flag, field;
+	uint32_t stated, bytes;
+};
+
 /* A COMMIT to node 0 of a 3-rank job, sent from `src`'s own socket (the transport knows it as
- * that rank): deciding ballot, acceptor bits, a value of epoch `epoch` with `members`. */
-static void send_commit_to_0(struct cluster *c, uint32_t src, uint32_t epoch, uint64_t ballot,
-			     uint8_t acceptors, uint8_t members)
+ * that rank): deciding ballot, acceptor bits, a value of epoch `epoch` with `members`, and
+ * what `res` says of a result (NULL: none). */
+static void send_commit_carrying(struct cluster *c, uint32_t src, uint32_t epoch, uint64_t ballot,
+				 uint8_t acceptors, uint8_t members, const struct carried *res)
 {
-	uint8_t buf[256] = {0};
+	uint8_t buf[2048] = {0};
 	uint8_t *p = buf + WIRE_HEADER_SIZE;
 	p[0] = 5; /* VM_COMMIT */
 	wire_put32(p + 4, epoch);
@@ -709,6 +719,15 @@ static void send_commit_to_0(struct cluster *c, uint32_t src, uint32_t epoch, ui
 	}
 	wire_put32(v + 20, count);
 	uint32_t len = 17 + 24 + 6 * count;
+	if (res != NULL) {
+		wire_put32(v + 16, res->frontier);
+		wire_put32(v + 4, res->flag ? 1u : 0u); /* VIEW_RESULT */
+		if (res->field) {
+			wire_put32(buf + WIRE_HEADER_SIZE + len, res->stated);
+			memset(buf + WIRE_HEADER_SIZE + len + 4, 0x5a, res->bytes);
+			len += 4 + res->bytes;
+		}
+	}
 	struct wire_header h = {.magic = WIRE_MAGIC,
 				.version = WIRE_VERSION,
 				.type = WIRE_VIEW,
@@ -726,6 +745,12 @@ static void send_commit_to_0(struct cluster *c, uint32_t src, uint32_t epoch, ui
 	assert_int_equal(sendto(fd, buf, total, 0, (struct sockaddr *)&a0, l0), (ssize_t)total);
 	uint64_t dl;
 	assert_int_equal(keel_poll(c->node[0], c->now_ns, &dl), 0);
+}
+
+static void send_commit_to_0(struct cluster *c, uint32_t src, uint32_t epoch, uint64_t ballot,
+			     uint8_t acceptors, uint8_t members)
+{
+	send_commit_carrying(c, src, epoch, ballot, acceptors, members, NULL);
 }
 
 static uint32_t epoch_of_0(const struct cluster *c)
@@ -774,6 +799,41 @@ static void test_membership_commit_needs_its_proof(void **state)
 	cluster_fini(&c);
 }
 
+/* A value that says it carries a result must carry one that fits: flagged without its length,
+ * of length 0, longer than any a view carries (KEEL_EAGER_RESULT_MAX), longer than the bytes
+ * that follow, or for no collective (frontier 0). Each is dropped (drop_view) and nothing is
+ * installed; a well-formed one is installed (node 0 runs nothing, so it adopts nothing). */
+static void test_membership_commit_result_checked(void **state)
+{
+	(void)state;
+	struct cluster c;
+	assert_int_equal(cluster_init(&c, 3, NULL, g_seed, NULL), 0);
+	uint64_t ballot_1 = (1ull << 16) | 1;
+	const struct carried refused[] = {
+	    {.frontier = 1, .flag = true, .field = false},
+	    {.frontier = 1, .flag = true, .field = true, .stated = 0, .bytes = 0},
+	    {.frontier = 1, .flag = true, .field = true, .stated = 1032, .bytes = 1032},
+	    {.frontier = 1, .flag = true, .field = true, .stated = 8, .bytes = 4},
+	    {.frontier = 0, .flag = true, .field = true, .stated = 8, .bytes = 8},
+	};
+	struct keel_counters k;
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		keel_counters_get(c.node[0], &k);
+		uint64_t before = k.drop_view;
+		send_commit_carrying(&c, 1, 2, ballot_1, 0x6, 0x7, &refused[i]);
+		keel_counters_get(c.node[0], &k);
+		assert_int_equal(k.drop_view, before + 1);
+		assert_int_equal(epoch_of_0(&c), 1);
+	}
+	const struct carried good = {
+	    .frontier = 1, .flag = true, .field = true, .stated = 8, .bytes = 8};
+	send_commit_carrying(&c, 1, 2, ballot_1, 0x6, 0x7, &good);
+	assert_int_equal(epoch_of_0(&c), 2);
+	keel_counters_get(c.node[0], &k);
+	assert_int_equal(k.ops_adopted, 0);
+	cluster_fini(&c);
+}
+
 int main(void)
 {
 	g_seed = cluster_seed(1);
@@ -795,6 +855,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_membership_majority_restart_stops, setup),
 	    cmocka_unit_test_setup(test_membership_random_schedules_keep_one_view_per_epoch, setup),
 	    cmocka_unit_test_setup(test_membership_commit_needs_its_proof, setup),
+	    cmocka_unit_test_setup(test_membership_commit_result_checked, setup),
 	};
 	return cmocka_run_group_tests_name("membership", tests, NULL, NULL);
 }
