@@ -538,6 +538,63 @@ static void test_device_stand_in_contract(void **state)
 	free(mem);
 }
 
+/* Ranks that called alike but for the buffers: ranks 0 and 1 on host buffers report a small
+ * result early (eager_result_bytes), rank 2 runs the same call on device buffers and never
+ * gets rank 0's last datagram (a one-way cut); rank 0 dies. The view that drops it carries the
+ * result, which a device call cannot take: rank 2's call fails with KEEL_EVIEWCHANGED, as a
+ * restart that lost its input would, rank 1 keeps the result it reported, and the two go on
+ * together with the next collective. */
+static void test_device_call_cannot_take_a_result_the_view_brings(void **state)
+{
+	(void)state;
+	struct cluster c;
+	enum { N = 7 };
+	g_algo = KEEL_ALGO_RD;
+	assert_int_equal(cluster_with_devices(&c, 3, "loss=0"), 0);
+	g_algo = KEEL_ALGO_AUTO;
+	for (int i = 0; i < 5; i++)
+		cluster_round(&c);
+	assert_int_equal(keel_chaos_cut_send(c.chaos[0], 2, true), 0);
+	float in[2][N], out[2][N];
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX] = {0};
+	for (uint32_t r = 0; r < 2; r++) {
+		keel_check_fill(in[r], 0, N, r, KEEL_F32, KEEL_SUM);
+		assert_int_equal(
+		    keel_allreduce_start(c.node[r], in[r], out[r], N, KEEL_F32, KEEL_SUM, &ops[r]),
+		    0);
+	}
+	struct rank_bufs b;
+	bufs_init(&b, 2, N, KEEL_F32, KEEL_SUM, false);
+	assert_int_equal(keel_allreduce_device_start(c.node[2], b.d_in, b.d_out, N, KEEL_F32,
+						     KEEL_SUM, b.stage, b.stage_bytes, &ops[2]),
+			 0);
+	for (int round = 0; round < 60; round++)
+		cluster_round(&c);
+	assert_int_equal(keel_op_test(c.node[1], ops[1]), 0); /* reported early */
+	assert_int_equal(keel_op_test(c.node[2], ops[2]), -EINPROGRESS);
+	c.paused[0] = true;
+	ops[0] = ops[1] = NULL;
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 200000), 0);
+	assert_int_equal(rc[2], KEEL_EVIEWCHANGED);
+	struct keel_counters k;
+	keel_counters_get(c.node[2], &k);
+	assert_int_equal(k.ops_adopted, 0);
+	/* the survivors' next collective is the same one at both */
+	int32_t next_in[CLUSTER_MAX] = {0, 10, 20}, next_out[CLUSTER_MAX] = {0};
+	for (uint32_t r = 1; r < 3; r++)
+		assert_int_equal(keel_allreduce_start(c.node[r], &next_in[r], &next_out[r], 1,
+						      KEEL_I32, KEEL_SUM, &ops[r]),
+				 0);
+	assert_int_equal(cluster_wait_ops(&c, ops, rc, 200000), 0);
+	for (uint32_t r = 1; r < 3; r++) {
+		assert_int_equal(rc[r], 0);
+		assert_int_equal(next_out[r], 30);
+	}
+	bufs_fini(&b, 2);
+	cluster_with_devices_fini(&c);
+}
+
 int main(void)
 {
 	g_seed = cluster_seed(7);
@@ -552,6 +609,7 @@ int main(void)
 	    cmocka_unit_test(test_device_rank_killed_mid_pipeline),
 	    cmocka_unit_test(test_device_rank_paused_mid_pipeline),
 	    cmocka_unit_test(test_device_failure_is_reported),
+	    cmocka_unit_test(test_device_call_cannot_take_a_result_the_view_brings),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
