@@ -50,8 +50,9 @@ struct keel_op_info {
  * (the view changed under an in-place collective larger than restart_copy_bytes, or the root
  * of a broadcast left the view before every member had its bytes: the input is gone, the
  * caller must run it again — every member gets this same answer; or a view change brought
- * another member's result of a small AllReduce, eager_result_bytes, to a call made on device
- * buffers or of another length), KEEL_EEXCLUDED (the others
+ * the result of a small AllReduce, eager_result_bytes, that other members reported, to a call
+ * here on device buffers or of another length: they went on, so it must not be run again —
+ * take the result, or the state it updates, from a live member), KEEL_EEXCLUDED (the others
  * installed a view without this node — it was paused or cut off past the detector — and went on:
  * this node asks to be admitted again at once; once keel_view_get says self_member, fetch state
  * from view.donor as a restarted rank does, or leave), KEEL_EMISMATCH (a member started a different
