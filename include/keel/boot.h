@@ -112,6 +112,12 @@ KEEL_MUST_USE int keel_boot_wait(struct keel_boot *b, struct keel_op *op, struct
  * (a rank must poll at least every heartbeat interval, or its peers will suspect it). */
 KEEL_MUST_USE int keel_boot_poll(struct keel_boot *b);
 
+/* A loop of its own that calls keel_poll directly calls this once per pass: /metrics
+ * (KEEL_METRICS_ADDR) is served from the waits, and a rank whose collectives end without
+ * waiting (small results are reported at once) would otherwise answer no scrape. Costs a
+ * counter; keel_boot_wait, keel_boot_poll and the blocking collectives do it themselves. */
+void keel_boot_serve(struct keel_boot *b);
+
 /* The ranks this node could join have all finished: at least one said it left (keel_leave)
  * and no other is alive. A restarted or excluded rank waiting for admission stops there. */
 bool keel_boot_others_left(const struct keel_boot *b);

@@ -863,6 +863,7 @@ int keel_boot_wait(struct keel_boot *b, struct keel_op *op, struct keel_op_info 
 {
 	for (;;) { /* every collective ends within keel_op_bound_ns */
 		uint64_t next;
+		keel_boot_serve(b);
 		int prc = keel_poll(b->node, keel_posix_now_ns(), &next);
 		int rc = keel_op_test_info(b->node, op, info, members, members_cap);
 		if (rc != -EINPROGRESS)

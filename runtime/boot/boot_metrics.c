@@ -292,12 +292,6 @@ int keel_boot_metrics_open(struct keel_boot *b, char *err, size_t err_len)
 	return 0;
 }
 
-static uint64_t wrapped_now_ns(void *ctx)
-{
-	const struct keel_boot_metrics *m = ctx;
-	return m->inner.now_ns(m->inner.ctx);
-}
-
 static void look(struct keel_boot_metrics *m, uint64_t now_ns)
 {
 	m->waits = 0;
@@ -318,6 +312,31 @@ static uint64_t deadline_with_server(struct keel_boot_metrics *m, uint64_t deadl
 	}
 	next = next > m->look_ns ? next : m->look_ns;
 	return next < deadline_ns ? next : deadline_ns;
+}
+
+/* A pass of a poll loop, waiting or not: every LOOK_WAITS passes, a look at the server (a
+ * rank whose collectives end without a wait, their results reported early and the data
+ * already in, would otherwise answer no scrape). */
+static void pass(struct keel_boot_metrics *m)
+{
+	if (++m->waits >= LOOK_WAITS)
+		look(m, m->inner.now_ns(m->inner.ctx));
+}
+
+/* keel_allreduce and its kind read the clock before each poll: a pass. */
+static uint64_t wrapped_now_ns(void *ctx)
+{
+	struct keel_boot_metrics *m = ctx;
+	uint64_t now = m->inner.now_ns(m->inner.ctx);
+	if (++m->waits >= LOOK_WAITS)
+		look(m, now);
+	return now;
+}
+
+void keel_boot_serve(struct keel_boot *b)
+{
+	if (b->metrics != NULL)
+		pass(b->metrics);
 }
 
 /* The POSIX waiter (its blocking also ended by the server's descriptor), then a look at the

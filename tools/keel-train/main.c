@@ -436,6 +436,7 @@ static int run_op(struct trainer *t, struct keel_op_info *info, uint32_t *member
 		return rc;
 	for (;;) {
 		uint64_t next;
+		keel_boot_serve(&t->b);
 		int prc = keel_poll(t->b.node, keel_posix_now_ns(), &next);
 		rc = keel_op_test_info(t->b.node, op, info, members, RANKS_MAX);
 		if (rc != -EINPROGRESS)
