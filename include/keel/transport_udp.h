@@ -36,6 +36,11 @@ struct keel_udp_config {
 				* net.core.rmem_max it needs CAP_NET_ADMIN) */
 	bool gso;	       /* coalesce runs of datagrams to one peer into one send
 				* (UDP_SEGMENT) where the kernel supports it; default true */
+	bool stage_runs;       /* with gso and an mtu of at most 4096: copy each coalesced run
+				* into one buffer of the transport's before the send, so the
+				* kernel copies one piece instead of two per datagram (header,
+				* payload where it lies); default true. Costs burst x mtu bytes
+				* of storage */
 };
 
 /* Fill defaults: 127.0.0.1, port 0, KEEL_MTU_DEFAULT, KEEL_BURST_DEFAULT. */
@@ -72,6 +77,7 @@ struct keel_udp_stats {
 	uint64_t tx_errors;	    /* other send errors (e.g. ECONNREFUSED from a dead peer) */
 	uint64_t tx_gso_sends;	    /* coalesced sends (each carried 2..64 datagrams) */
 	uint64_t tx_gso_refused;    /* the kernel refused a coalesced send: coalescing went off */
+	uint64_t tx_staged_sends;   /* coalesced sends copied into one piece first (stage_runs) */
 	uint64_t rx_gro_runs;	    /* coalesced receives (each held 2 or more datagrams) */
 	bool gso;		    /* send coalescing is on now */
 	bool gro;		    /* receive coalescing is on */

@@ -201,6 +201,21 @@ static uint32_t default_link_mtu(const char *host, uint32_t world)
 	return mtu > view ? mtu : view;
 }
 
+/* An on/off environment switch. Unset or empty: returns 0 and leaves *on as it is; "0" or
+ * "1": sets *on and returns 1; anything else: -EINVAL, with an error that names the variable. */
+static int env_switch(const char *name, bool *on, char *err, size_t err_len)
+{
+	const char *v = getenv(name);
+	if (v == NULL || *v == '\0')
+		return 0;
+	if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+		snprintf(err, err_len, "%s=%.32s: expected 0 (off) or 1 (on)", name, v);
+		return -EINVAL;
+	}
+	*on = v[0] == '1';
+	return 1;
+}
+
 static int start_udp(struct keel_boot *b, const char *host, uint16_t port, char *err,
 		     size_t err_len)
 {
@@ -212,12 +227,9 @@ static int start_udp(struct keel_boot *b, const char *host, uint16_t port, char 
 	u.burst = b->cfg.burst;
 	u.bind_host = host;
 	u.bind_port = port;
-	const char *gso = getenv("KEEL_UDP_GSO");
-	if (gso != NULL && strcmp(gso, "0") != 0 && strcmp(gso, "1") != 0) {
-		snprintf(err, err_len, "KEEL_UDP_GSO=%.32s: expected 0 (off) or 1 (on)", gso);
+	if (env_switch("KEEL_UDP_GSO", &u.gso, err, err_len) < 0 ||
+	    env_switch("KEEL_UDP_STAGE", &u.stage_runs, err, err_len) < 0)
 		return -EINVAL;
-	}
-	u.gso = gso == NULL || strcmp(gso, "1") == 0;
 	size_t sz = keel_udp_storage_size(&u);
 	b->mem_udp = sz != 0 ? calloc(1, sz) : NULL;
 	int rc = b->mem_udp == NULL ? -EINVAL : keel_udp_init(&b->udp, b->mem_udp, sz, &u);
@@ -658,16 +670,14 @@ static int start_chaos(struct keel_boot *b, char *err, size_t err_len)
 static int spin_yield_choose(struct keel_boot *b, enum keel_wait_mode mode, uint64_t *spin_ns,
 			     char *err, size_t err_len)
 {
-	const char *env = getenv("KEEL_SPIN_YIELD");
 	const char *spin_us = getenv("KEEL_SPIN_US");
 	bool spin_set = spin_us != NULL && *spin_us != '\0';
-	bool yield;
-	if (env != NULL && *env != '\0') {
-		if (strcmp(env, "0") != 0 && strcmp(env, "1") != 0) {
-			snprintf(err, err_len, "KEEL_SPIN_YIELD=%s: expected 0 or 1", env);
-			return -EINVAL;
-		}
-		yield = env[0] == '1' && mode != KEEL_WAIT_BLOCK;
+	bool yield = false;
+	int set = env_switch("KEEL_SPIN_YIELD", &yield, err, err_len);
+	if (set < 0)
+		return set;
+	if (set > 0) {
+		yield = yield && mode != KEEL_WAIT_BLOCK;
 	} else {
 		yield = mode == KEEL_WAIT_ADAPTIVE &&
 			keel_posix_oversubscribed(b->launch.local_world_size) && !spin_set &&

@@ -39,17 +39,30 @@
 #define GSO_CTRL_BYTES CMSG_SPACE(sizeof(uint16_t))
 /* Receive coalescing (UDP_GRO, Linux 5.0): the kernel hands up a run of datagrams from one
  * sender as one buffer of up to 64 KiB, with the datagrams' size in a control message. It
- * lands in gro_buf and is cut into the caller's buffers (one copy, instead of a trip through
- * the stack per datagram). Worth it only where two datagrams fit one IP packet. */
+ * lands in one of two slots and is cut into datagrams: lent where the caller takes lent bytes
+ * (KEEL_DGRAM_LEND: no copy), copied into the caller's buffers otherwise. Lent bytes must stay
+ * until the caller's next call, so a receive lends from one slot only and lands the runs after
+ * the lent one in the other, copying those out: a receive still takes as many runs as it did
+ * (one datagram each, where the sender did not coalesce). Worth it only where two datagrams
+ * fit one IP packet. */
 #ifndef UDP_GRO
 #define UDP_GRO 104
 #endif
-#define GRO_BUF_BYTES  65536u
+#define GRO_BUF_BYTES 65536u
+#define GRO_SLOTS     2u
+/* Staged runs: a coalesced run of datagrams of up to STAGE_SEG_MAX bytes is copied into one
+ * contiguous buffer before it is sent. In two pieces per datagram (header, payload where it
+ * lies) a 64 KiB run of 1 472-byte datagrams is 88 iovecs, and the kernel's copy pays for each
+ * piece: on the 2-vCPU VM of docs/PERF.md ("Staged sends") such a send took twice as long
+ * as one of the same bytes in one piece, a copy in user space included. Larger datagrams
+ * make few pieces per run and go as they are. */
+#define STAGE_SEG_MAX  4096u
 #define GRO_CTRL_BYTES CMSG_SPACE(sizeof(int))
 
 _Static_assert(KEEL_WORLD_MAX < UINT16_MAX, "a hash slot holds rank + 1 in 16 bits");
 _Static_assert(KEEL_BURST_MAX <= 1024, "recvmmsg/sendmmsg take at most UIO_MAXIOV messages");
 _Static_assert(KEEL_MTU_MAX <= 65507, "an IPv4 UDP payload is at most 65507 bytes");
+_Static_assert(GRO_SLOTS == 2, "recv_gro picks the other slot with slot ^ 1");
 
 /* Large enough for either family; sa_family == AF_UNSPEC (0) marks a peer not yet set. */
 union peer_addr {
@@ -73,12 +86,15 @@ struct udp {
 	uint8_t *gso_ctrl;	/* [burst][GSO_CTRL_BYTES]: each send's UDP_SEGMENT message */
 	bool gso;		/* coalesce runs to one peer (off when the kernel refused it) */
 	bool gro;		/* the kernel may hand up coalesced runs (then recv_gro) */
-	uint8_t *gro_buf;	/* [GRO_BUF_BYTES]: where a coalesced run lands */
+	uint8_t *gro_buf;	/* [GRO_SLOTS][GRO_BUF_BYTES]: where coalesced runs land */
+	uint8_t *stage;		/* [stage_bytes]: staged runs of one burst, each 64-aligned */
+	uint32_t stage_bytes;	/* 0 when runs are never staged */
 	uint8_t gro_ctrl[GRO_CTRL_BYTES];
-	/* What is left of the last run in gro_buf: delivered first by the next receive. A
-	 * receive returns fewer datagrams than asked only once this is empty, and arm_wait
-	 * refuses to let the caller sleep on it. */
-	uint32_t gro_off, gro_left, gro_seg, gro_peer;
+	/* What is left of the last run, in slot gro_slot: delivered first by the next receive.
+	 * A receive returns fewer datagrams than asked only once this is empty or every slot
+	 * is lent, and arm_wait refuses to let the caller sleep on it. */
+	uint32_t gro_off, gro_left, gro_seg, gro_peer, gro_slot;
+	uint32_t gro_lent; /* bit per slot lent from since this receive began */
 	/* msgs[msgs_dirty..burst) hold the receive layout (all but the iovecs' targets), so a
 	 * receive rewrites only the headers a send or the kernel touched since: rewriting all
 	 * burst headers was most of an idle poll's cost (docs/PERF.md, issue 16). */
@@ -88,7 +104,8 @@ struct udp {
 
 /* Byte offsets of each array from the aligned start of `mem`. */
 struct layout {
-	size_t peers, hash, msgs, iovs, msg_dgrams, srcs, gso_ctrl, gro_buf, total;
+	size_t peers, hash, msgs, iovs, msg_dgrams, srcs, gso_ctrl, gro_buf, stage, total;
+	uint32_t stage_bytes;
 	uint32_t hash_slots;
 };
 
@@ -150,6 +167,12 @@ static bool config_valid(const struct keel_udp_config *cfg)
 	       cfg->sockbuf_bytes >= 0 && parse_host(cfg->bind_host, &a) == 0;
 }
 
+/* Receive coalescing is asked for (the kernel may still refuse it). */
+static bool gro_wanted(const struct keel_udp_config *cfg)
+{
+	return cfg->gso && 2 * cfg->mtu <= GSO_BYTES_MAX;
+}
+
 static void layout_compute(const struct keel_udp_config *cfg, struct layout *l)
 {
 	uint32_t slots = HASH_SLOTS_MIN;
@@ -166,7 +189,13 @@ static void layout_compute(const struct keel_udp_config *cfg, struct layout *l)
 	l->srcs = l->msg_dgrams + align_up(cfg->burst * sizeof(uint32_t));
 	l->gso_ctrl = l->srcs + align_up(cfg->burst * sizeof(union peer_addr));
 	l->gro_buf = l->gso_ctrl + align_up(cfg->burst * GSO_CTRL_BYTES);
-	l->total = l->gro_buf + GRO_BUF_BYTES;
+	l->stage = l->gro_buf + (gro_wanted(cfg) ? GRO_SLOTS * GRO_BUF_BYTES : 0);
+	/* A burst's runs hold at most burst datagrams of at most mtu bytes, each run rounded
+	 * up to a cache line. */
+	l->stage_bytes = cfg->gso && cfg->stage_runs && cfg->mtu <= STAGE_SEG_MAX
+			     ? cfg->burst * ((uint32_t)align_up(cfg->mtu))
+			     : 0;
+	l->total = l->stage + l->stage_bytes;
 }
 
 void keel_udp_config_default(struct keel_udp_config *cfg)
@@ -181,6 +210,7 @@ void keel_udp_config_default(struct keel_udp_config *cfg)
 	cfg->burst = KEEL_BURST_DEFAULT;
 	cfg->sockbuf_bytes = 0;
 	cfg->gso = true;
+	cfg->stage_runs = true;
 }
 
 size_t keel_udp_storage_size(const struct keel_udp_config *cfg)
@@ -362,6 +392,8 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 	u->srcs = (union peer_addr *)(base + l.srcs);
 	u->gso_ctrl = base + l.gso_ctrl;
 	u->gro_buf = base + l.gro_buf;
+	u->stage = base + l.stage;
+	u->stage_bytes = l.stage_bytes;
 	u->hash_mask = l.hash_slots - 1;
 	u->burst = cfg->burst;
 	u->msgs_dirty = u->burst; /* no header has the receive layout yet */
@@ -385,7 +417,7 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 		return err; /* nothing is left open; *out stays NULL */
 	u->gso = cfg->gso && gso_supported(u->fd);
 	u->stats.gso = u->gso;
-	u->gro = cfg->gso && 2 * cfg->mtu <= GSO_BYTES_MAX && gro_enable(u->fd);
+	u->gro = gro_wanted(cfg) && gro_enable(u->fd);
 	u->stats.gro = u->gro;
 	*out = &u->t;
 	return 0;
@@ -480,6 +512,9 @@ static int send_msgs(struct udp *u, uint32_t n, bool *blocked, bool *gso_refused
 			for (int k = 0; k < r; k++, i++) {
 				u->stats.tx_datagrams += msg_datagrams(u, i);
 				u->stats.tx_gso_sends += msg_datagrams(u, i) > 1;
+				/* a run in one iovec was staged */
+				u->stats.tx_staged_sends +=
+				    msg_datagrams(u, i) > 1 && u->msgs[i].msg_hdr.msg_iovlen == 1;
 			}
 			tries = 0;
 			continue;
@@ -536,26 +571,64 @@ static uint32_t gso_run(const struct udp *u, const struct keel_datagram *d, uint
 	return j - i;
 }
 
+/* Point iov at the pieces of d[0..run) as they lie; returns the iovecs used. */
+static uint32_t iov_pieces(const struct keel_datagram *d, uint32_t run, struct iovec *iov)
+{
+	uint32_t v = 0;
+
+	for (uint32_t k = 0; k < run; k++) {
+		iov[v++] = (struct iovec){.iov_base = d[k].buf, .iov_len = d[k].len};
+		if (d[k].tail_len > 0)
+			iov[v++] = (struct iovec){.iov_base = (void *)(uintptr_t)d[k].tail,
+						  .iov_len = d[k].tail_len};
+	}
+	return v;
+}
+
+/* Copy the run d[0..run) into stage at *used, as the bytes the kernel would cut it from, and
+ * point *iov at them. False (nothing copied) when runs are not staged: a single datagram, or
+ * a transport whose mtu is above STAGE_SEG_MAX (then stage_bytes is 0). */
+static bool stage_run(struct udp *u, const struct keel_datagram *d, uint32_t run, uint32_t *used,
+		      struct iovec *iov)
+{
+	uint32_t bytes = 0;
+	uint8_t *o = u->stage + *used;
+
+	if (run < 2 || u->stage_bytes == 0)
+		return false;
+	for (uint32_t k = 0; k < run; k++) {
+		memcpy(o + bytes, d[k].buf, d[k].len);
+		bytes += d[k].len;
+		if (d[k].tail_len > 0) {
+			memcpy(o + bytes, d[k].tail, d[k].tail_len);
+			bytes += d[k].tail_len;
+		}
+	}
+	*iov = (struct iovec){.iov_base = o, .iov_len = bytes};
+	*used += (uint32_t)align_up(bytes);
+	/* fill_send_msgs takes at most burst datagrams of at most mtu bytes (send_valid) */
+	KEEL_ASSERT(*used <= u->stage_bytes);
+	return true;
+}
+
 /* Fill msgs with the valid prefix of d[0..n); stops at a bad peer or an oversized datagram.
  * Returns the datagrams taken; *msgs_out the messages they make. */
 static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uint32_t n,
 			       uint32_t *msgs_out)
 {
-	uint32_t i = 0, m = 0, v = 0;
+	uint32_t i = 0, m = 0, v = 0, staged = 0;
 
+	KEEL_ASSERT(n <= u->burst);
 	while (i < n && send_valid(u, &d[i])) {
 		struct msghdr *h = &u->msgs[m].msg_hdr;
 		uint32_t run = gso_run(u, d, i, n), first = v;
 
 		/* The kernel cuts a coalesced run every seg bytes of the iovecs joined: a
 		 * datagram in two pieces is two iovecs, and its segment still one datagram. */
-		for (uint32_t k = i; k < i + run; k++) {
-			u->iovs[v++] = (struct iovec){.iov_base = d[k].buf, .iov_len = d[k].len};
-			if (d[k].tail_len > 0)
-				u->iovs[v++] =
-				    (struct iovec){.iov_base = (void *)(uintptr_t)d[k].tail,
-						   .iov_len = d[k].tail_len};
-		}
+		if (stage_run(u, d + i, run, &staged, &u->iovs[v]))
+			v++;
+		else
+			v += iov_pieces(d + i, run, &u->iovs[v]);
 		KEEL_ASSERT(v <= 2 * u->burst);
 		memset(h, 0, sizeof(*h));
 		h->msg_name = &u->peers[d[i].peer];
@@ -650,8 +723,14 @@ static void fill_recv_msgs(struct udp *u, struct keel_datagram *d, uint32_t n)
 				     u->msgs[n - 1].msg_hdr.msg_control == NULL));
 }
 
-/* Cut what is left of the last coalesced run into d[0..n); returns the datagrams filled. A
- * datagram longer than its buffer is dropped and counted, as recvmmsg's truncation is. */
+static uint8_t *gro_slot_buf(const struct udp *u, uint32_t slot)
+{
+	return u->gro_buf + (size_t)slot * GRO_BUF_BYTES;
+}
+
+/* Cut what is left of the last coalesced run into d[0..n), lent or copied; returns the
+ * datagrams filled. A datagram longer than its buffer's cap is dropped and counted, as
+ * recvmmsg's truncation is. */
 static uint32_t gro_deliver(struct udp *u, struct keel_datagram *d, uint32_t n)
 {
 	uint32_t k = 0;
@@ -660,7 +739,16 @@ static uint32_t gro_deliver(struct udp *u, struct keel_datagram *d, uint32_t n)
 		uint32_t len = min_u32(u->gro_seg, u->gro_left);
 
 		if (len <= d[k].cap) {
-			memcpy(d[k].buf, u->gro_buf + u->gro_off, len);
+			uint8_t *at = gro_slot_buf(u, u->gro_slot) + u->gro_off;
+
+			/* One slot lends per call: the other stays free to land the next run */
+			if ((d[k].flags & KEEL_DGRAM_LEND) &&
+			    (u->gro_lent | 1u << u->gro_slot) == 1u << u->gro_slot) {
+				d[k].buf = at;
+				u->gro_lent |= 1u << u->gro_slot;
+			} else {
+				memcpy(d[k].buf, at, len);
+			}
 			d[k].len = len;
 			d[k].peer = u->gro_peer;
 			k++;
@@ -693,12 +781,19 @@ static uint32_t gro_segment(const struct msghdr *h)
  * (the rest of a run waits in gro_buf), the socket is empty, or after n receives. */
 static int recv_gro(struct udp *u, struct keel_datagram *d, uint32_t n)
 {
-	uint32_t kept = gro_deliver(u, d, n), tries = 0;
+	uint32_t kept, tries = 0;
 
+	u->gro_lent = 0; /* the caller gave back what the last receive lent */
+	kept = gro_deliver(u, d, n);
 	/* At most n receives a call, as recvmmsg takes at most n: a flood of datagrams from
 	 * unknown addresses must not keep the caller here. */
 	for (uint32_t calls = 0; kept < n && calls < n; calls++) {
-		struct iovec iov = {.iov_base = u->gro_buf, .iov_len = GRO_BUF_BYTES};
+		/* The last run is used up (gro_deliver stops at n or at its end); a slot lent
+		 * from in this call still holds bytes the caller reads, so land in the other. */
+		if ((u->gro_lent >> u->gro_slot) & 1u)
+			u->gro_slot ^= 1u;
+		struct iovec iov = {.iov_base = gro_slot_buf(u, u->gro_slot),
+				    .iov_len = GRO_BUF_BYTES};
 		struct msghdr h = {
 		    .msg_name = &u->srcs[0],
 		    .msg_namelen = sizeof(u->srcs[0]),

@@ -1834,7 +1834,7 @@ static void test_launch_boot_spin_yield(void **state)
 	boot_spin_expect(false, 0);
 	env("KEEL_SPIN_YIELD", "yes");
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "KEEL_SPIN_YIELD=yes: expected 0 or 1"));
+	assert_non_null(strstr(err, "KEEL_SPIN_YIELD=yes: expected 0 (off) or 1 (on)"));
 	unsetenv("KEEL_SPIN_YIELD");
 	/* under mpirun: the ranks on the host counted from Open MPI's own variable */
 	unsetenv("RANK");

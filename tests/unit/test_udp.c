@@ -527,18 +527,21 @@ static void test_udp_burst_beyond_sockbuf(void **state)
 }
 
 /* Sender t[0] -> receivers; checks each datagram's length, source and bytes in order. */
-static void expect_seq(struct keel_transport *t, uint32_t src, uint32_t dst, const uint32_t *lens,
-		       uint32_t first, uint32_t n, uint32_t per_call)
+static uint32_t expect_seq(struct keel_transport *t, uint32_t src, uint32_t dst,
+			   const uint32_t *lens, uint32_t first, uint32_t n, uint32_t per_call,
+			   uint32_t flags)
 {
 	static struct keel_datagram d[KEEL_BURST_MAX];
 	static uint8_t want[KEEL_MTU_MAX];
-	uint32_t got = 0, round;
+	uint32_t got = 0, round, lent = 0;
 
 	for (round = 0; round < WAIT_ROUNDS * 4 && got < n; round++) {
 		uint32_t ask = per_call < n - got ? per_call : n - got;
 		int r;
 
 		recv_setup(d, ask, KEEL_MTU_MAX);
+		for (uint32_t k = 0; k < ask; k++)
+			d[k].flags = flags;
 		r = t->ops->recv_burst(t, 0, d, ask);
 		assert_true(r >= 0 && (uint32_t)r <= ask);
 		for (int k = 0; k < r; k++, got++) {
@@ -546,6 +549,7 @@ static void expect_seq(struct keel_transport *t, uint32_t src, uint32_t dst, con
 			assert_int_equal(d[k].len, lens[first + got]);
 			fill_payload(want, lens[first + got], src, dst, first + got);
 			assert_memory_equal(d[k].buf, want, lens[first + got]);
+			lent += d[k].buf != g_bufs[k];
 		}
 		/* Fewer than asked means nothing is held back: the caller may sleep. */
 		if ((uint32_t)r < ask) {
@@ -555,6 +559,7 @@ static void expect_seq(struct keel_transport *t, uint32_t src, uint32_t dst, con
 		}
 	}
 	assert_int_equal(got, n);
+	return lent;
 }
 
 /* Cut d into two pieces (KEEL_CAP_GATHER) at a point that depends on i, for every third i:
@@ -573,8 +578,10 @@ static void split_some(struct keel_datagram *d, uint32_t i)
 /* Runs of equal datagrams to one peer go as one send (UDP_SEGMENT), some of them in two pieces,
  * and come up as one receive (UDP_GRO), cut back into datagrams: every one arrives, in order,
  * whole; runs end at a shorter datagram, at another peer and at 64 datagrams. A receiver
- * asking for fewer than a run holds the rest and says so (arm_wait false, rx_ready true). */
-static void test_udp_coalesced_runs(void **state)
+ * asking for fewer than a run holds the rest and says so (arm_wait false, rx_ready true).
+ * With stage_runs every run is copied into one piece first (each is counted), without it
+ * none is: the same bytes arrive either way. */
+static void coalesced_runs(bool stage, uint32_t rx_flags)
 {
 	struct keel_transport *t[3];
 	struct keel_udp_config cfg;
@@ -582,13 +589,13 @@ static void test_udp_coalesced_runs(void **state)
 	static struct keel_datagram d[KEEL_BURST_MAX];
 	static uint8_t bufs[KEEL_BURST_MAX][1472];
 	static uint32_t lens1[256], lens2[256];
-	uint32_t i, n1 = 0, n2 = 0, mtu = 1472;
+	uint32_t i, n1 = 0, n2 = 0, mtu = 1472, lent;
 
-	(void)state;
 	for (i = 0; i < 3; i++) {
 		cfg_make(&cfg, i, 3, NULL);
 		cfg.mtu = mtu;
 		cfg.burst = KEEL_BURST_MAX;
+		cfg.stage_runs = stage;
 		t[i] = udp_open((int)i, &cfg);
 	}
 	wire_all(t, 3);
@@ -622,17 +629,26 @@ static void test_udp_coalesced_runs(void **state)
 	assert_int_equal(st0.tx_datagrams, 130);
 	assert_true(st0.tx_gso_sends >= 4); /* 64, 36+1, 5, 3, 20 */
 	assert_true(st0.tx_syscalls <= 2);
+	assert_int_equal(st0.tx_staged_sends, stage ? st0.tx_gso_sends : 0);
 	/* Receiver 1 takes 7 at a time: runs straddle its calls. */
-	expect_seq(t[1], 0, 1, lens1, 0, 20, 7);
+	lent = expect_seq(t[1], 0, 1, lens1, 0, 20, 7, rx_flags);
 	keel_udp_stats_get(t[1], &st1);
 	if (st1.gro) {
 		assert_true(st1.rx_gro_runs >= 1);
 		assert_false(t[1]->ops->arm_wait(t[1])); /* part of the first run is held */
 		assert_true(t[1]->ops->rx_ready(t[1]));
 	}
-	expect_seq(t[1], 0, 1, lens1, 20, n1 - 20, 7);
-	expect_seq(t[2], 0, 2, lens2, 0, n2, KEEL_BURST_MAX);
+	/* Lent: calls that span runs, whose later runs must not land on the lent one. */
+	lent += expect_seq(t[1], 0, 1, lens1, 20, n1 - 20, rx_flags ? KEEL_BURST_MAX : 7, rx_flags);
+	lent += expect_seq(t[2], 0, 2, lens2, 0, n2, KEEL_BURST_MAX, rx_flags);
 	keel_udp_stats_get(t[1], &st1);
+	/* Without KEEL_DGRAM_LEND every datagram is copied into the caller's buffers; with
+	 * it, each call lends from the run it starts in (the first 20 come 7 a call from the
+	 * first run) and copies the runs after it. */
+	if (rx_flags == 0 || !st1.gro)
+		assert_int_equal(lent, 0);
+	else
+		assert_true(lent >= 20 && lent < n1 + n2);
 	print_message("sender: %llu sends of %llu datagrams in %llu syscalls; receiver 1: %llu "
 		      "coalesced receives, %llu syscalls\n",
 		      (unsigned long long)st0.tx_gso_sends, (unsigned long long)st0.tx_datagrams,
@@ -642,6 +658,39 @@ static void test_udp_coalesced_runs(void **state)
 	assert_int_equal(st1.rx_truncated, 0);
 	for (i = 0; i < 3; i++)
 		udp_close(t[i]);
+}
+
+static void test_udp_coalesced_runs(void **state)
+{
+	(void)state;
+	coalesced_runs(false, 0);
+}
+
+static void test_udp_coalesced_runs_lent(void **state)
+{
+	(void)state;
+	coalesced_runs(true, KEEL_DGRAM_LEND);
+}
+
+/* The stage costs burst x mtu bytes, and nothing where runs are not staged: datagrams above
+ * 4 KiB, or no coalescing. */
+static void test_udp_coalesced_runs_staged(void **state)
+{
+	struct keel_udp_config on, off;
+
+	(void)state;
+	coalesced_runs(true, 0);
+	cfg_make(&on, 0, 2, NULL);
+	on.mtu = 1472;
+	off = on;
+	off.stage_runs = false;
+	assert_int_equal(keel_udp_storage_size(&on) - keel_udp_storage_size(&off),
+			 (size_t)on.burst * 1472);
+	on.gso = off.gso = false;
+	assert_int_equal(keel_udp_storage_size(&on), keel_udp_storage_size(&off));
+	on.gso = off.gso = true;
+	on.mtu = off.mtu = 8972;
+	assert_int_equal(keel_udp_storage_size(&on), keel_udp_storage_size(&off));
 }
 
 /* A kernel that refuses a coalesced send (here: checksums turned off on the socket, which
@@ -682,7 +731,7 @@ static void test_udp_coalescing_refused(void **state)
 	assert_int_equal(st.tx_gso_refused, 1);
 	assert_int_equal(st.tx_gso_sends, 0);
 	assert_int_equal(st.tx_datagrams, 64);
-	expect_seq(t[1], 0, 1, lens, 0, 64, 64);
+	expect_seq(t[1], 0, 1, lens, 0, 64, 64, 0);
 	udp_close(t[0]);
 	udp_close(t[1]);
 }
@@ -767,6 +816,8 @@ int main(void)
 	    cmocka_unit_test(test_udp_burst_beyond_sockbuf),
 	    cmocka_unit_test(test_udp_peer_table_full_world),
 	    cmocka_unit_test(test_udp_coalesced_runs),
+	    cmocka_unit_test(test_udp_coalesced_runs_staged),
+	    cmocka_unit_test(test_udp_coalesced_runs_lent),
 	    cmocka_unit_test(test_udp_coalescing_refused),
 	};
 
