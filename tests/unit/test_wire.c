@@ -896,16 +896,17 @@ static void test_wire_crc32c_matches_reference_small(void **state)
 	}
 }
 
-/* Lengths around every multi-stream block size the hardware path uses (3 x 128, 3 x 256,
- * 3 x 448, 3 x 1024, 3 x 4096), a 1 472-byte datagram's payload and every length up to 1 600,
- * plus jumbo and 64 KiB buffers, from unaligned starts. */
+/* Lengths around every multi-stream block size the crc32 path uses (3 x 128, 3 x 256,
+ * 3 x 448, 3 x 1024, 3 x 4096) and the folding path's (256-byte rounds, 64-byte steps, the rest
+ * under 64), a 1 472-byte datagram's payload and every length up to 1 600, plus jumbo and 64 KiB
+ * buffers, from unaligned starts; both paths where the CPU has the folding one. */
 static void test_wire_crc32c_matches_reference_large(void **state)
 {
 	(void)state;
-	static const size_t lens[] = {383,   384,   385,   767,	  768,	 769,	775,
-				      1343,  1344,  1345,  1408,  1472,	 1536,	3071,
-				      3072,  3073,  3840,  9000,  12287, 12288, 12289,
-				      24583, 36864, 65535, 65536, 65537, 70000};
+	static const size_t lens[] = {
+	    255,  256,	257,  319,   320,   321,   511,	  512,	 513,	383,   384,   385,
+	    767,  768,	769,  775,   1343,  1344,  1345,  1408,	 1472,	1536,  3071,  3072,
+	    3073, 3840, 9000, 12287, 12288, 12289, 24583, 36864, 65535, 65536, 65537, 70000};
 	static uint8_t b[70000 + 8];
 
 	fill_pattern(b, sizeof(b), 5);
@@ -913,12 +914,22 @@ static void test_wire_crc32c_matches_reference_large(void **state)
 		b[i] ^= (uint8_t)(i >> 8);
 	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
 		for (size_t off = 0; off < 8; off += 3) {
-			assert_int_equal(crc32c(0, b + off, lens[i]),
-					 crc32c_bitwise(0, b + off, lens[i]));
+			uint32_t want = crc32c_bitwise(0, b + off, lens[i]);
+
+			assert_int_equal(crc32c(0, b + off, lens[i]), want);
+			assert_int_equal(crc32c_narrow(0, b + off, lens[i]), want);
 		}
 	}
-	for (size_t len = 201; len <= 1600; len++)
-		assert_int_equal(crc32c(0x1234u, b + 5, len), crc32c_bitwise(0x1234u, b + 5, len));
+	for (size_t len = 201; len <= 1600; len++) {
+		uint32_t want = crc32c_bitwise(0x1234u, b + 5, len);
+
+		assert_int_equal(crc32c(0x1234u, b + 5, len), want);
+		assert_int_equal(crc32c_narrow(0x1234u, b + 5, len), want);
+	}
+	print_message("crc32c: %s\n",
+		      crc32c_wide_available()
+			  ? "folding on 512-bit registers and crc32 steps both checked"
+			  : "no VPCLMULQDQ here: the crc32 steps checked");
 }
 
 static void test_wire_crc32c_chains(void **state)
