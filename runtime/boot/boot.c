@@ -62,6 +62,30 @@ static uint64_t default_heartbeat_ns(const struct keel_launch *l, uint64_t base_
 	return base_ns * (uint64_t)((2 * (long)l->local_world_size + cpus - 1) / cpus);
 }
 
+/* The defaults' window and burst were set for KEEL_MTU_DEFAULT-byte datagrams. Smaller ones (a
+ * 1500-byte link's 1 472) carry less each: unless KEEL_WINDOW or KEEL_BURST says otherwise,
+ * both grow by the largest power of two that keeps as many bytes as the defaults, at most
+ * DATAGRAM_SCALE_MAX. In namespaces over veth, 2 ranks at 1 472 bytes, window 256 and burst
+ * 128 took 1 MiB in 535-546 us against 642-663 with 64 and 32; 512 and 256 were slower
+ * (docs/PERF.md, "Kernel UDP: fewer pieces, wider checksums, bigger windows"). Over UDP
+ * only: the DPDK port's mbuf pool is sized from the burst. */
+#define DATAGRAM_SCALE_MAX 4u
+_Static_assert(KEEL_WINDOW_DEFAULT *DATAGRAM_SCALE_MAX <= KEEL_WINDOW_MAX &&
+		   KEEL_BURST_DEFAULT * DATAGRAM_SCALE_MAX <= KEEL_BURST_MAX,
+	       "a scaled window or burst is still valid");
+
+static void scale_to_datagram(struct keel_config *cfg)
+{
+	uint32_t scale = 1;
+	while (scale < DATAGRAM_SCALE_MAX && 2 * scale * cfg->mtu <= KEEL_MTU_DEFAULT)
+		scale *= 2;
+	const char *w = getenv("KEEL_WINDOW"), *bu = getenv("KEEL_BURST");
+	if (w == NULL || *w == '\0')
+		cfg->window = KEEL_WINDOW_DEFAULT * scale;
+	if (bu == NULL || *bu == '\0')
+		cfg->burst = KEEL_BURST_DEFAULT * scale;
+}
+
 static int env_algo(struct keel_config *cfg, char *err, size_t err_len);
 static int env_compress(struct keel_config *cfg, char *err, size_t err_len);
 
@@ -816,7 +840,13 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	uint32_t mtu =
 	    is_loopback(host) ? KEEL_MTU_MAX : default_link_mtu(host, b->launch.world_size);
 	const uint32_t link_mtu = mtu;
-	rc = env_config(&b->cfg, &mtu, err, err_len);
+	enum tp_choice tp = TP_AUTO;
+	rc = transport_choice(&tp, err, err_len);
+	bool on_udp = tp != TP_DPDK && tp != TP_VERBS; /* its socket serves the rendezvous */
+	if (rc == 0)
+		rc = env_config(&b->cfg, &mtu, err, err_len);
+	if (rc == 0 && on_udp)
+		scale_to_datagram(&b->cfg);
 	if (rc == 0)
 		rc = auth_config(b, err, err_len);
 	if (rc == 0 && tweak != NULL)
@@ -825,10 +855,6 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	b->mtu_set = (mtu_env != NULL && *mtu_env != '\0') || b->cfg.mtu != link_mtu;
 	if (rc == 0) /* KEEL_METRICS_ADDR: a bad address fails here, before the rendezvous */
 		rc = keel_boot_metrics_open(b, err, err_len);
-	enum tp_choice tp = TP_AUTO;
-	if (rc == 0)
-		rc = transport_choice(&tp, err, err_len);
-	bool on_udp = tp != TP_DPDK && tp != TP_VERBS; /* its socket serves the rendezvous */
 	b->offers = tp == TP_AUTO || tp == TP_SHM ? KEEL_RV_OFFER_SHM : 0;
 	if (rc == 0 && tp == TP_DPDK)
 		rc = start_dpdk(b, err, err_len);

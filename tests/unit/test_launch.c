@@ -56,6 +56,10 @@ static const char *const env_names[] = {
     "KEEL_MAC",
     "KEEL_HOST",
     "KEEL_SPIN_YIELD",
+    "KEEL_MTU",
+    "KEEL_WINDOW",
+    "KEEL_BURST",
+    "KEEL_UDP_STAGE",
 };
 
 static int env_clear(void **state)
@@ -1852,6 +1856,58 @@ static void test_launch_boot_spin_yield(void **state)
 	assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
 }
 
+/* Start rank 0 of a 2-rank KEEL_PEERS job and check the window and burst it chose. */
+static void boot_window_expect(uint32_t window, uint32_t burst)
+{
+	struct keel_boot b;
+	char err[256];
+
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	if (b.cfg.window != window || b.cfg.burst != burst)
+		print_error("mtu %u: window %u burst %u, want %u and %u\n", b.cfg.mtu, b.cfg.window,
+			    b.cfg.burst, window, burst);
+	assert_int_equal(b.cfg.window, window);
+	assert_int_equal(b.cfg.burst, burst);
+	keel_boot_stop(&b, 0);
+}
+
+/* Datagrams smaller than the default carry less each: the window and burst grow with them (up
+ * to 4x), unless KEEL_WINDOW or KEEL_BURST is set. Only over UDP (the DPDK pool is sized from
+ * the burst). And KEEL_UDP_STAGE is a 0/1 switch like KEEL_UDP_GSO. */
+static void test_launch_boot_window_follows_datagram_size(void **state)
+{
+	char peers[64], err[256];
+	struct keel_boot b;
+	uint16_t p0 = free_tcp_port();
+
+	(void)state;
+	snprintf(peers, sizeof(peers), "127.0.0.1:%u,127.0.0.1:%u", p0, p0 + 1u);
+	env("KEEL_PEERS", peers);
+	env("RANK", "0");
+	env("KEEL_JOB_ID", "7");				     /* no warning about job id 0 */
+	boot_window_expect(KEEL_WINDOW_DEFAULT, KEEL_BURST_DEFAULT); /* loopback: 64 KiB */
+	env("KEEL_MTU", "8972");
+	boot_window_expect(KEEL_WINDOW_DEFAULT, KEEL_BURST_DEFAULT);
+	env("KEEL_MTU", "4000");
+	boot_window_expect(2 * KEEL_WINDOW_DEFAULT, 2 * KEEL_BURST_DEFAULT);
+	env("KEEL_MTU", "1472");
+	boot_window_expect(4 * KEEL_WINDOW_DEFAULT, 4 * KEEL_BURST_DEFAULT);
+	env("KEEL_MTU", "300");
+	boot_window_expect(4 * KEEL_WINDOW_DEFAULT, 4 * KEEL_BURST_DEFAULT); /* at most 4x */
+	env("KEEL_MTU", "1472");
+	env("KEEL_WINDOW", "32");
+	boot_window_expect(32, 4 * KEEL_BURST_DEFAULT);
+	unsetenv("KEEL_WINDOW");
+	env("KEEL_BURST", "16");
+	boot_window_expect(4 * KEEL_WINDOW_DEFAULT, 16);
+	unsetenv("KEEL_BURST");
+	env("KEEL_UDP_STAGE", "0");
+	boot_window_expect(4 * KEEL_WINDOW_DEFAULT, 4 * KEEL_BURST_DEFAULT);
+	env("KEEL_UDP_STAGE", "2");
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "KEEL_UDP_STAGE=2: expected 0 (off) or 1 (on)"));
+}
+
 static void test_launch_boot_auth(void **state)
 {
 	struct keel_boot b;
@@ -2323,6 +2379,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_waiter_more_fds, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_transport, env_clear),
 	    cmocka_unit_test_setup(test_launch_boot_spin_yield, env_clear),
+	    cmocka_unit_test_setup(test_launch_boot_window_follows_datagram_size, env_clear),
 	    cmocka_unit_test_setup(test_launch_boot_register_copying_transport, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_wake_fd, env_clear),
 	    cmocka_unit_test_setup(test_launch_host, env_clear),
