@@ -263,8 +263,11 @@ struct keel_node {
 	uint64_t op_bound_ns; /* keel_op_bound_ns(&cfg) */
 	uint64_t tx_flight;   /* reliable datagrams sent and not yet acknowledged */
 	uint64_t tx_borrowed; /* of those, the ones whose payload lies in a caller's buffer */
-	uint64_t rx_held;     /* datagrams held in receive slots */
-	uint32_t acks_owed;   /* peers with ack_pending */
+	/* Every borrowed payload lies in [borrow_lo, borrow_hi) (reset when none is left): a
+	 * write elsewhere needs no look at the window (rel_borrowed_copy_in_range). */
+	uintptr_t borrow_lo, borrow_hi;
+	uint64_t rx_held;   /* datagrams held in receive slots */
+	uint32_t acks_owed; /* peers with ack_pending */
 	/* One bit per peer that may have data in flight, an ack owed or datagrams held: the
 	 * per-poll scans visit these instead of the whole world (a ring step talks to two peers
 	 * of 1 024). Set whenever a peer gets any of those; cleared lazily by the scans. */

@@ -309,14 +309,24 @@ static uint64_t backoff_rto(const struct keel_node *n, const struct rel_peer *p,
 	return rto;
 }
 
+/* One borrowed payload fewer; with none left, nothing lies anywhere. */
+static void borrow_end(struct keel_node *n, struct tx_slot *s)
+{
+	KEEL_ASSERT(s->tail != NULL && n->tx_borrowed > 0);
+	s->tail = NULL;
+	if (--n->tx_borrowed == 0) {
+		n->borrow_lo = UINTPTR_MAX;
+		n->borrow_hi = 0;
+	}
+}
+
 /* Bring a borrowed payload into the slot's own buffer, after its header. */
 static void copy_in(struct keel_node *n, struct rel_peer *p, uint32_t seq)
 {
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 	KEEL_ASSERT(s->tail != NULL && s->len > WIRE_HEADER_SIZE && n->tx_borrowed > 0);
 	memcpy(tx_bytes(n, p, seq) + WIRE_HEADER_SIZE, s->tail, s->len - WIRE_HEADER_SIZE);
-	s->tail = NULL;
-	n->tx_borrowed--;
+	borrow_end(n, s);
 }
 
 /* A slot leaves the window (acknowledged, or its stream reset): it borrows nothing more, and
@@ -331,18 +341,19 @@ static void slot_release(struct keel_node *n, uint32_t peer, uint32_t seq)
 		node_txq_drop(n, peer, seq);
 		s->queued = 0;
 	}
-	if (s->tail == NULL)
-		return;
-	KEEL_ASSERT(n->tx_borrowed > 0);
-	s->tail = NULL;
-	n->tx_borrowed--;
+	if (s->tail != NULL)
+		borrow_end(n, s);
 }
 
 /* Copy in the borrowed payloads that share a byte with [a, b). Bounded by the peers that have
  * anything in flight (the active set), each by its window; nothing at all in the usual case,
- * where every borrowed datagram was acknowledged before the bytes are needed again. */
+ * where every borrowed datagram was acknowledged before the bytes are needed again, or where
+ * they lie in another buffer (an out-of-place input): a scan of a 256-slot window for each
+ * datagram a ring's all-gather received was 5 % of a 1 MiB AllReduce over UDP. */
 static void copy_in_where(struct keel_node *n, uintptr_t a, uintptr_t b)
 {
+	if (b <= n->borrow_lo || a >= n->borrow_hi)
+		return;
 	for (uint32_t peer = active_next(n, 0, false); n->tx_borrowed > 0 && peer < n->world;
 	     peer = active_next(n, peer + 1, false)) {
 		struct rel_peer *p = &n->rel_peers[peer];
@@ -430,8 +441,12 @@ static void send_commit(struct keel_node *n, uint32_t peer, struct wire_header *
 	memset(s, 0, sizeof(*s));
 	s->len = WIRE_HEADER_SIZE + len;
 	s->tail = tail;
-	if (tail != NULL)
+	if (tail != NULL) {
+		uintptr_t lo = (uintptr_t)tail, hi = lo + len;
 		n->tx_borrowed++;
+		n->borrow_lo = lo < n->borrow_lo ? lo : n->borrow_lo;
+		n->borrow_hi = hi > n->borrow_hi ? hi : n->borrow_hi;
+	}
 	n->ctr.data_sent++;
 	p->data_sent++;
 	transmit(n, peer, seq);
