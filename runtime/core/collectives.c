@@ -196,6 +196,13 @@ static bool send_stable(const struct keel_op *op, uint32_t t, const struct step 
 	return ring && (t + 1 >= op->world || !op->dev.on);
 }
 
+/* Bytes send_stable lets a step borrow that the operation writes again: a host ring's partial
+ * sums (its reduce-scatter after the first step), overwritten by the all-gather's final sums. */
+static bool send_rewritten(const struct keel_op *op, uint32_t t, const struct step *s)
+{
+	return s->send_from_out && op->algo == KEEL_ALGO_RING && t + 1 < op->world;
+}
+
 /* Queue as many fragments as the window and the data dependencies allow. */
 static void pump_sends(struct keel_node *n, struct keel_op *op)
 {
@@ -241,8 +248,8 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 			wire = h.payload_len;
 		} else if (send_stable(op, op->send_step, &s) &&
 			   (node_peer_caps(n, (uint32_t)s.send_peer) & KEEL_CAP_GATHER) != 0) {
-			int rc =
-			    rel_send_borrowed(n, (uint32_t)s.send_peer, &h, src, (uint32_t)len);
+			int rc = rel_send_borrowed(n, (uint32_t)s.send_peer, &h, src, (uint32_t)len,
+						   send_rewritten(op, op->send_step, &s));
 			KEEL_ASSERT(rc == 0);
 		} else {
 			int rc = rel_send(n, (uint32_t)s.send_peer, &h, src, (uint32_t)len);

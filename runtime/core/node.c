@@ -319,7 +319,7 @@ int keel_init(struct keel_node **out, void *mem, size_t mem_len, const struct ke
 	    cfg->eager_result_bytes < n->result_cap ? cfg->eager_result_bytes & ~7u : n->result_cap;
 	n->ctrl_size = mb_ctrl_size(n->world, n->result_cap);
 	n->now_ns = now_ns;
-	n->borrow_lo = UINTPTR_MAX; /* nothing borrowed: an empty range */
+	n->rewritten_lo = UINTPTR_MAX; /* nothing borrowed: an empty range */
 	n->auth = cfg->auth;
 	n->payload_max = n->mtu - WIRE_HEADER_SIZE - (n->auth ? KEEL_AUTH_TRAILER_BYTES : 0);
 	if (n->auth) {

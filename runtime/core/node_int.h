@@ -33,6 +33,9 @@ struct tx_slot {
 	uint8_t fast_done; /* already fast-retransmitted since its last send */
 	uint8_t no_sample; /* its timer was restarted: its ack measures no round trip */
 	uint8_t queued;	   /* in the transport queue (node.c) until its next flush */
+	/* a borrowed payload the operation writes again (a ring's partial sums): a write of
+	 * those bytes copies it in first (rel_borrowed_copy_in_range) */
+	uint8_t rewritten;
 };
 
 /* One datagram held by the receiver: out of order, or in order but not yet consumable.
@@ -263,9 +266,10 @@ struct keel_node {
 	uint64_t op_bound_ns; /* keel_op_bound_ns(&cfg) */
 	uint64_t tx_flight;   /* reliable datagrams sent and not yet acknowledged */
 	uint64_t tx_borrowed; /* of those, the ones whose payload lies in a caller's buffer */
-	/* Every borrowed payload lies in [borrow_lo, borrow_hi) (reset when none is left): a
-	 * write elsewhere needs no look at the window (rel_borrowed_copy_in_range). */
-	uintptr_t borrow_lo, borrow_hi;
+	/* Of those, the ones marked rewritten; every one lies in [rewritten_lo, rewritten_hi)
+	 * (reset when none is left): a write elsewhere needs no look at the window. */
+	uint64_t tx_rewritten;
+	uintptr_t rewritten_lo, rewritten_hi;
 	uint64_t rx_held;   /* datagrams held in receive slots */
 	uint32_t acks_owed; /* peers with ack_pending */
 	/* One bit per peer that may have data in flight, an ack owed or datagrams held: the
@@ -424,9 +428,11 @@ void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, 
  * which must keep those bytes until rel_borrowed_copy_in (the collective that owns them calls
  * it before it ends or writes them again). Only where node_peer_caps has KEEL_CAP_GATHER. A
  * copy is made later only if the way to the peer stops taking two pieces before it is sent
- * again. -EAGAIN when the window is full. */
+ * again. `rewritten`: the operation writes those bytes again before it ends, after
+ * rel_borrowed_copy_in_range over them; otherwise it never does. -EAGAIN when the window is
+ * full. */
 int rel_send_borrowed(struct keel_node *n, uint32_t peer, struct wire_header *h,
-		      const uint8_t *payload, uint32_t len);
+		      const uint8_t *payload, uint32_t len, bool rewritten);
 /* Copy every payload still borrowed by a datagram in flight into its window slot. */
 void rel_borrowed_copy_in(struct keel_node *n);
 /* The same for payloads that share a byte with [lo, lo + len): about to be written. */
