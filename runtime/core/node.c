@@ -799,6 +799,25 @@ bool keel_is_idle(const struct keel_node *node)
 	return true;
 }
 
+/* How many of this epoch's collectives this node knows every member of its view has: the
+ * members that stay read a LEAVE's count as "every member had these" (everyone_done). Its own
+ * reports are not that: one reported early (eager_result_bytes) may be missing at a member
+ * still waiting for the data, so the count is the least of what the members said they
+ * finished, and of its own reports. Too low only makes the others wait for their acks or for
+ * the view change its leave brings. */
+static uint32_t results_everyone_has(const struct keel_node *n)
+{
+	uint32_t least = n->op_run_id - n->op_base;
+	for (uint32_t r = 0; r < n->world; r++) {
+		if (r == n->self || !view_has(&n->view, r) || fd_peer_of(n, r)->left)
+			continue;
+		uint32_t done = mb_peer_of(n, r)->ops_done;
+		if (seq_before(done, least))
+			least = done;
+	}
+	return least;
+}
+
 int keel_leave(struct keel_node *node, uint64_t now_ns)
 {
 	KEEL_ASSERT(node != NULL && node->tp != NULL);
@@ -808,9 +827,10 @@ int keel_leave(struct keel_node *node, uint64_t now_ns)
 	/* Every rank, once: members; restarted ranks asking to join; and ranks the view left out
 	 * that may still run — a paused one reads this when it resumes, and need not wait to be
 	 * admitted by nobody. O(world) datagrams, at exit only. */
+	uint32_t everyone = results_everyone_has(n);
 	for (uint32_t i = 0; i < n->world; i++)
 		if (i != n->self)
-			node_send_ctrl(n, i, WIRE_LEAVE, n->op_run_id - n->op_base, NULL, 0);
+			node_send_ctrl(n, i, WIRE_LEAVE, everyone, NULL, 0);
 	node_txq_flush(n);
 	KEEL_ASSERT(n->txq_count == 0 && n->ctrl_used == 0);
 	return n->fatal;

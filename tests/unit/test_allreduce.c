@@ -727,6 +727,68 @@ static void test_allreduce_without_eager_results_restarts_on_the_view(void **sta
 	early_result_run(4, 2, 17, KEEL_F64, KEEL_SUM, false, 128);
 }
 
+/* A member that leaves cleanly says how many of the epoch's collectives it knows every member
+ * has; one it only reported early is not one of them. Four ranks: rank 1 reports nothing early
+ * and waits for the others' acks; rank 2 never gets rank 0's last datagram; ranks 0 and 3
+ * report at once. Rank 3 leaves, rank 0 dies. Had rank 1 taken rank 3's count as "every
+ * member has it", it would report over the old view while rank 2, which nobody can bring the
+ * result to (the only kept copies left with ranks 0 and 3), restarts it: the two would part.
+ * Both restart it over the two of them instead, and go on together. */
+static void test_allreduce_clean_leave_counts_only_results_everyone_has(void **state)
+{
+	(void)state;
+	struct cluster c;
+	enum { N = 7 };
+	g_eager_off_rank = 1;
+	assert_int_equal(cluster_init(&c, 4, "loss=0", g_seed, tweak_eager), 0);
+	g_eager_off_rank = UINT32_MAX;
+	for (int i = 0; i < 5; i++) /* everyone has heard everyone */
+		cluster_round(&c);
+	float in[4][N], out[4][N], ref[N];
+	struct keel_op *ops[CLUSTER_MAX] = {NULL};
+	int rc[CLUSTER_MAX] = {0};
+	assert_int_equal(keel_chaos_cut_send(c.chaos[0], 2, true), 0);
+	for (uint32_t r = 0; r < 4; r++) {
+		keel_check_fill(in[r], 0, N, r, KEEL_F32, KEEL_SUM);
+		assert_int_equal(
+		    keel_allreduce_start(c.node[r], in[r], out[r], N, KEEL_F32, KEEL_SUM, &ops[r]),
+		    0);
+	}
+	for (int round = 0; round < 60; round++)
+		cluster_round(&c);
+	for (uint32_t r = 0; r < 4; r++) /* 0 and 3 reported early; 1 waits for 2's ack */
+		assert_int_equal(keel_op_test(c.node[r], ops[r]),
+				 r == 0 || r == 3 ? 0 : -EINPROGRESS);
+	assert_true(keel_is_idle(c.node[3])); /* as keel_leave asks */
+	assert_int_equal(keel_leave(c.node[3], c.now_ns), 0);
+	c.paused[3] = true;
+	c.paused[0] = true;
+	ops[0] = ops[3] = NULL;
+	struct keel_op_info info[CLUSTER_MAX];
+	assert_int_equal(cluster_wait_ops_info(&c, ops, rc, info, 200000), 0);
+	keel_check_reference_members(ref, 0, N, (const uint32_t[]){1, 2}, 2, KEEL_F32, KEEL_SUM);
+	for (uint32_t r = 1; r < 3; r++) {
+		assert_int_equal(rc[r], 0);
+		assert_int_equal(info[r].epoch, 2); /* restarted over the two left */
+		assert_int_equal(info[r].member_count, 2);
+		assert_int_equal(keel_check_wrong(out[r], ref, 0, N, KEEL_F32), 0);
+	}
+	/* the next collective is the same one at both */
+	int32_t next_in[CLUSTER_MAX], next_out[CLUSTER_MAX];
+	for (uint32_t r = 1; r < 3; r++) {
+		next_in[r] = (int32_t)r;
+		assert_int_equal(keel_allreduce_start(c.node[r], &next_in[r], &next_out[r], 1,
+						      KEEL_I32, KEEL_SUM, &ops[r]),
+				 0);
+	}
+	assert_int_equal(cluster_wait_ops_info(&c, ops, rc, info, 200000), 0);
+	for (uint32_t r = 1; r < 3; r++) {
+		assert_int_equal(rc[r], 0);
+		assert_int_equal(next_out[r], 3);
+	}
+	cluster_fini(&c);
+}
+
 /* ---- hierarchical AllReduce (KEEL_ALGO_HIER): host maps, world <= CLUSTER_MAX ---- */
 
 /* Shapes: 2 hosts x 2 (blocked), 2 x 3 (interleaved: hosts need not be contiguous ranks),
@@ -1054,6 +1116,7 @@ int main(void)
 	    cmocka_unit_test(test_allreduce_in_place_restarts_from_its_copy),
 	    cmocka_unit_test(test_allreduce_in_place_without_copy_reports_view_change),
 	    cmocka_unit_test(test_allreduce_early_result_brought_by_the_view),
+	    cmocka_unit_test(test_allreduce_clean_leave_counts_only_results_everyone_has),
 	    cmocka_unit_test(test_allreduce_without_eager_results_restarts_on_the_view),
 	    cmocka_unit_test(test_allreduce_blocking_call),
 	    cmocka_unit_test(test_allreduce_hier_every_dtype_op_size),
