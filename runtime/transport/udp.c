@@ -89,7 +89,7 @@ struct udp {
 	uint8_t *gro_buf;	/* [GRO_SLOTS][GRO_BUF_BYTES]: where coalesced runs land */
 	uint8_t *stage;		/* [stage_bytes]: staged runs of one burst, each 64-aligned */
 	uint32_t stage_bytes;	/* 0 when runs are never staged */
-	uint8_t gro_ctrl[GRO_CTRL_BYTES];
+	_Alignas(struct cmsghdr) uint8_t gro_ctrl[GRO_CTRL_BYTES]; /* CMSG_FIRSTHDR reads it */
 	/* What is left of the last run, in slot gro_slot: delivered first by the next receive.
 	 * A receive returns fewer datagrams than asked only once this is empty or every slot
 	 * is lent, and arm_wait refuses to let the caller sleep on it. */
