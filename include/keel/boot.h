@@ -78,7 +78,9 @@ struct keel_boot {
  *   node's metrics (keel/metrics.h) plus the router's, the waiter's, the server's own and,
  *   where NVIDIA's driver is installed, each GPU's utilisation and memory; a bad address or a
  *   port in use fails the start; keel/metrics_http.h), KEEL_METRICS_JOB (the job label of
- *   those series, at most 63 bytes; default: the job id in decimal).
+ *   those series, at most 63 bytes; default: the job id in decimal), KEEL_METRICS_LINGER_MS
+ *   (keel_boot_stop keeps the node polling and /metrics answering that long first, so that a
+ *   scraper sees how a short job ended; 0..3600000, default 0).
  * With a job key (KEEL_JOB_KEY_FILE or KEEL_JOB_KEY: keel/launch.h) the rendezvous proves it
  * and cfg.auth is set with it, so every datagram is authenticated (docs/SECURITY.md); without
  * one, a job of more than one rank prints one line on stderr (once per process) saying so.

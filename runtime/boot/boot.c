@@ -973,6 +973,7 @@ void keel_boot_stop(struct keel_boot *b, uint64_t linger_ns)
 {
 	/* Stay until peers have acknowledged everything we sent (a lost last datagram would
 	 * otherwise leave a peer waiting for it), at most linger_ns. */
+	keel_boot_metrics_linger(b); /* KEEL_METRICS_LINGER_MS: the end, for a scraper */
 	uint64_t end = keel_posix_now_ns() + linger_ns;
 	while (b->node != NULL && linger_ns != 0 && !keel_is_idle(b->node) &&
 	       keel_posix_now_ns() < end) {

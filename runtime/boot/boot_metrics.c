@@ -44,6 +44,7 @@ struct keel_boot_metrics {
 	uint64_t look_ns;	     /* no look before this */
 	uint32_t waits;		     /* since the last look */
 	char addr[96];		     /* KEEL_METRICS_ADDR, for messages */
+	uint64_t linger_ns;	     /* KEEL_METRICS_LINGER_MS: serve on after the program stops */
 	char job_raw[JOB_LABEL_MAX]; /* the job label, for keel_metrics_render (it escapes) */
 	char job[JOB_LABEL_MAX];     /* escaped, for the series added here */
 	struct keel_nvml gpu;
@@ -269,6 +270,8 @@ static int job_label(struct keel_boot_metrics *m, char *err, size_t err_len)
 	return 0;
 }
 
+#define LINGER_MS_MAX 3600000u /* an hour */
+
 int keel_boot_metrics_open(struct keel_boot *b, char *err, size_t err_len)
 {
 	const char *addr = getenv("KEEL_METRICS_ADDR");
@@ -281,6 +284,18 @@ int keel_boot_metrics_open(struct keel_boot *b, char *err, size_t err_len)
 	m->listen_fd = -1;
 	snprintf(m->addr, sizeof(m->addr), "%s", addr);
 	b->metrics = m;
+	const char *linger = getenv("KEEL_METRICS_LINGER_MS");
+	if (linger != NULL && *linger != '\0') {
+		char *end;
+		errno = 0;
+		unsigned long long ms = strtoull(linger, &end, 10);
+		if (errno != 0 || *end != '\0' || linger[0] == '-' || ms > LINGER_MS_MAX)
+			return keel_fail(err, err_len, -EINVAL,
+					 "KEEL_METRICS_LINGER_MS=%.32s: expected a whole number of "
+					 "milliseconds in 0..%u",
+					 linger, LINGER_MS_MAX);
+		m->linger_ns = ms * 1000000ull;
+	}
 	char why[200];
 	int rc =
 	    keel_metrics_http_listen(addr, b->launch.local_rank, &m->listen_fd, why, sizeof(why));
@@ -436,6 +451,22 @@ void keel_boot_metrics_poll(struct keel_boot *b)
 {
 	if (b->metrics != NULL)
 		look(b->metrics, keel_posix_now_ns());
+}
+
+void keel_boot_metrics_linger(struct keel_boot *b)
+{
+	struct keel_boot_metrics *m = b->metrics;
+	if (m == NULL || m->srv == NULL || m->linger_ns == 0 || b->node == NULL)
+		return;
+	uint64_t end = keel_posix_now_ns() + m->linger_ns;
+	for (uint64_t now; (now = keel_posix_now_ns()) < end;) {
+		uint64_t next;
+		int rc = keel_poll(b->node, now, &next);
+		if (rc != 0 && rc != KEEL_ENOQUORUM && rc != KEEL_EEXCLUDED)
+			break; /* the transport failed: nothing more to report */
+		keel_boot_serve(b);
+		b->cfg.waiter.wait(b->cfg.waiter.ctx, next < end ? next : end);
+	}
 }
 
 void keel_boot_metrics_stop(struct keel_boot *b)

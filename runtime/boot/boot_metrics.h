@@ -20,6 +20,9 @@ void keel_boot_metrics_wrap(struct keel_boot *b);
 int keel_boot_metrics_start(struct keel_boot *b, char *err, size_t err_len);
 /* Serve what is ready, if it is time to look (keel_boot_poll). */
 void keel_boot_metrics_poll(struct keel_boot *b);
+/* KEEL_METRICS_LINGER_MS: the node keeps polling (heartbeats, views) and the server answering
+ * for that long, so that a scraper sees how the job ended. No-op without it. */
+void keel_boot_metrics_linger(struct keel_boot *b);
 /* Close the server and free its memory; b->cfg.waiter is the POSIX waiter again. */
 void keel_boot_metrics_stop(struct keel_boot *b);
 

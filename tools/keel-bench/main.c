@@ -894,6 +894,7 @@ int main(int argc, char **argv)
 	int status = is_ar   ? bench_allreduce(&b, &o)
 		     : is_hb ? bench_heartbeat(&b, &o)
 			     : bench_rdma_lat(&b, &o);
+	fflush(stdout); /* the results, before any linger (KEEL_METRICS_LINGER_MS) */
 	keel_boot_stop(&b, 500000000ull);
 	if (g_dev_on)
 		bench_device_close(&g_dev);
