@@ -298,8 +298,12 @@ struct keel_counters {
 };
 void keel_counters_get(const struct keel_node *node, struct keel_counters *out);
 
-/* True when no collective is pending and every reliable datagram this node sent has been
- * acknowledged: the moment a process may exit without leaving a peer short of data. */
+/* True when no collective is pending, every reliable datagram this node sent has been
+ * acknowledged, and every member of the view has said it finished the collectives this node
+ * finished (a result reported early, eager_result_bytes, may still be missing elsewhere): the
+ * moment a process may exit without leaving a peer short of data or handing it a view change
+ * in the middle of a collective. The others say so with their next datagram, a heartbeat at
+ * the latest. */
 bool keel_is_idle(const struct keel_node *node);
 
 /* Tell every peer this node is leaving for good (a clean exit, not a failure): they mark it

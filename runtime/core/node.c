@@ -785,20 +785,6 @@ void keel_counters_get(const struct keel_node *node, struct keel_counters *out)
 	*out = node->ctr;
 }
 
-bool keel_is_idle(const struct keel_node *node)
-{
-	KEEL_ASSERT(node != NULL);
-	if (node->op_run_id != node->op_next_id)
-		return false;
-	for (uint32_t i = 0; i < node->world; i++) {
-		const struct rel_peer *p = rel_peer_of(node, i);
-		KEEL_ASSERT(!seq_before(p->snd_nxt, p->snd_una));
-		if (p->snd_una != p->snd_nxt)
-			return false;
-	}
-	return true;
-}
-
 /* How many of this epoch's collectives this node knows every member of its view has: the
  * members that stay read a LEAVE's count as "every member had these" (everyone_done). Its own
  * reports are not that: one reported early (eager_result_bytes) may be missing at a member
@@ -816,6 +802,24 @@ static uint32_t results_everyone_has(const struct keel_node *n)
 			least = done;
 	}
 	return least;
+}
+
+bool keel_is_idle(const struct keel_node *node)
+{
+	KEEL_ASSERT(node != NULL);
+	if (node->op_run_id != node->op_next_id)
+		return false;
+	/* A result reported early (eager) may still be missing at a member, or not even started
+	 * there: leaving now would hand that member a view change in the middle of it. */
+	if (node->member && results_everyone_has(node) != node->op_run_id - node->op_base)
+		return false;
+	for (uint32_t i = 0; i < node->world; i++) {
+		const struct rel_peer *p = rel_peer_of(node, i);
+		KEEL_ASSERT(!seq_before(p->snd_nxt, p->snd_una));
+		if (p->snd_una != p->snd_nxt)
+			return false;
+	}
+	return true;
 }
 
 int keel_leave(struct keel_node *node, uint64_t now_ns)
