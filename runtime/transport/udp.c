@@ -53,7 +53,8 @@
 /* Staged runs: a coalesced run of datagrams of up to STAGE_SEG_MAX bytes is copied into one
  * contiguous buffer before it is sent. In two pieces per datagram (header, payload where it
  * lies) a 64 KiB run of 1 472-byte datagrams is 88 iovecs, and the kernel's copy pays for each
- * piece: on the 2-vCPU VM of docs/PERF.md ("Staged sends") such a send took twice as long
+ * piece: on the 2-vCPU VM of docs/PERF.md ("Kernel UDP: fewer pieces, wider checksums, bigger
+ * windows") such a send took twice as long
  * as one of the same bytes in one piece, a copy in user space included. Larger datagrams
  * make few pieces per run and go as they are. */
 #define STAGE_SEG_MAX  4096u
@@ -91,10 +92,10 @@ struct udp {
 	uint32_t stage_bytes;	/* 0 when runs are never staged */
 	_Alignas(struct cmsghdr) uint8_t gro_ctrl[GRO_CTRL_BYTES]; /* CMSG_FIRSTHDR reads it */
 	/* What is left of the last run, in slot gro_slot: delivered first by the next receive.
-	 * A receive returns fewer datagrams than asked only once this is empty or every slot
-	 * is lent, and arm_wait refuses to let the caller sleep on it. */
+	 * A receive returns fewer datagrams than asked only once this is empty, and arm_wait
+	 * refuses to let the caller sleep on it. */
 	uint32_t gro_off, gro_left, gro_seg, gro_peer, gro_slot;
-	uint32_t gro_lent; /* bit per slot lent from since this receive began */
+	uint32_t gro_lent; /* the bit of the slot this receive lends from (at most one) */
 	/* msgs[msgs_dirty..burst) hold the receive layout (all but the iovecs' targets), so a
 	 * receive rewrites only the headers a send or the kernel touched since: rewriting all
 	 * burst headers was most of an idle poll's cost (docs/PERF.md, issue 16). */
