@@ -52,6 +52,8 @@ struct keel_boot {
 	/* cfg.mtu was chosen (KEEL_MTU, or the tool's tweak), not taken from the link: the
 	 * rendezvous refuses a job where another rank cannot take datagrams that large */
 	bool mtu_set;
+	/* window and burst were scaled this many times for cfg.mtu (0: not over UDP) */
+	uint32_t datagram_scale;
 	struct boot_trace *trace; /* KEEL_TRACE file and NVTX ranges; NULL when neither */
 	/* KEEL_METRICS_ADDR: this rank's /metrics server, served from its waits (NULL when off) */
 	struct keel_boot_metrics *metrics;

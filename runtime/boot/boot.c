@@ -74,16 +74,27 @@ _Static_assert(KEEL_WINDOW_DEFAULT *DATAGRAM_SCALE_MAX <= KEEL_WINDOW_MAX &&
 		   KEEL_BURST_DEFAULT * DATAGRAM_SCALE_MAX <= KEEL_BURST_MAX,
 	       "a scaled window or burst is still valid");
 
-static void scale_to_datagram(struct keel_config *cfg)
+static uint32_t datagram_scale(uint32_t mtu)
 {
 	uint32_t scale = 1;
-	while (scale < DATAGRAM_SCALE_MAX && 2 * scale * cfg->mtu <= KEEL_MTU_DEFAULT)
+	while (scale < DATAGRAM_SCALE_MAX && 2 * scale * mtu <= KEEL_MTU_DEFAULT)
 		scale *= 2;
+	return scale;
+}
+
+/* Window and burst for the datagram size cfg->mtu, where they are still the defaults scaled
+ * `from` times (1: as keel_config_default left them) and no variable chose them. Returns the
+ * scale now applied. Called again once the rendezvous has agreed on a smaller size (a rank on
+ * a 1500-byte link beside jumbo frames): a window the program's tweak chose stays. */
+static uint32_t scale_to_datagram(struct keel_config *cfg, uint32_t from)
+{
+	uint32_t scale = datagram_scale(cfg->mtu);
 	const char *w = getenv("KEEL_WINDOW"), *bu = getenv("KEEL_BURST");
-	if (w == NULL || *w == '\0')
+	if ((w == NULL || *w == '\0') && cfg->window == KEEL_WINDOW_DEFAULT * from)
 		cfg->window = KEEL_WINDOW_DEFAULT * scale;
-	if (bu == NULL || *bu == '\0')
+	if ((bu == NULL || *bu == '\0') && cfg->burst == KEEL_BURST_DEFAULT * from)
 		cfg->burst = KEEL_BURST_DEFAULT * scale;
+	return scale;
 }
 
 static int env_algo(struct keel_config *cfg, char *err, size_t err_len);
@@ -339,6 +350,8 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 	/* KEEL_PEERS exchanges nothing: each rank keeps its own size (README says to set one) */
 	if (rc == 0 && b->launch.peers == NULL)
 		rc = agree_mtu(b, blobs, err, err_len);
+	if (rc == 0 && b->datagram_scale != 0) /* the agreed size may be smaller than ours */
+		b->datagram_scale = scale_to_datagram(&b->cfg, b->datagram_scale);
 	free(blobs);
 	/* The UDP port of this host's first rank: bound by that rank while the job runs, so no
 	 * other running job on this host names its region with it. */
@@ -846,7 +859,7 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	if (rc == 0)
 		rc = env_config(&b->cfg, &mtu, err, err_len);
 	if (rc == 0 && on_udp)
-		scale_to_datagram(&b->cfg);
+		b->datagram_scale = scale_to_datagram(&b->cfg, 1);
 	if (rc == 0)
 		rc = auth_config(b, err, err_len);
 	if (rc == 0 && tweak != NULL)

@@ -28,6 +28,10 @@ for tp in udp auto; do
 	run 3 $tp "- - 1472" || { cat "$tmp/out"; echo "mtu_agree: $tp: sizes 65507, 65507, 1472 failed"; exit 1; } >&2
 	grep -q 'mtu 1472,' "$tmp/out" ||
 		{ cat "$tmp/out"; echo "mtu_agree: $tp: rank 0 did not take the job's smallest size"; exit 1; } >&2
+	# its window was set for 65507-byte datagrams before the rendezvous; it follows the size
+	# the job agreed on (4x the default at 1472 bytes), as it would have for its own link
+	grep -q 'mtu 1472, window 256,' "$tmp/out" ||
+		{ cat "$tmp/out"; echo "mtu_agree: $tp: rank 0's window did not follow the agreed size"; exit 1; } >&2
 	grep -q '^# Out of bounds values : 0 OK' "$tmp/out" ||
 		{ cat "$tmp/out"; echo "mtu_agree: $tp: wrong results"; exit 1; } >&2
 	echo "mtu_agree: $tp: ranks of 65507 and 1472 bytes agreed on 1472, results exact"
