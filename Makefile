@@ -69,12 +69,14 @@ INTEG_BINS := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ-%,$(INTEG_SRC))
 # The exact-result oracle: keel-bench --check, keel-sim and the tests share it.
 REFCHECK_OBJ := $(BUILD)/obj/tests/support/refcheck.o
 SIZE_ARG_OBJ := $(BUILD)/obj/tests/support/size_arg.o
+# Device memory the CPU stand-in guards (faults when the host touches it): tests, keel-bench.
+GUARDED_OBJ := $(BUILD)/obj/tests/support/guarded_mem.o
 # A tool is its folder: tools/<tool>/*.c (main.c and what that tool alone uses).
 tool_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tools/$(1)/*.c)))
 # What several tools share (tools/common/: the gnuplot runner behind --plot); a tool that uses
 # it links the object and gets -Itools/common.
 PLOT_OBJ := $(BUILD)/obj/tools/common/plot.o
-KEEL_BENCH_OBJ := $(call tool_obj,keel-bench) $(REFCHECK_OBJ) $(SIZE_ARG_OBJ)
+KEEL_BENCH_OBJ := $(call tool_obj,keel-bench) $(REFCHECK_OBJ) $(SIZE_ARG_OBJ) $(GUARDED_OBJ)
 
 LIBKEEL := $(BUILD)/libkeel.a
 LIBBOOT := $(BUILD)/libkeel_boot.a
@@ -199,7 +201,7 @@ $(BUILD)/bin/keel-train: $(PLOT_OBJ)
 $(BUILD)/bin/keel-plan: TOOL_LIBS := $(EXPAT_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBBOOT) $(LIBKEEL_WHITEBOX) $(EXTRA_LIBS) \
-	$(REFCHECK_OBJ)
+	$(REFCHECK_OBJ) $(GUARDED_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_KEEL) -o $@ $(filter %.o,$^) $(LINK_GROUP_WHITEBOX) $(CMOCKA_LIBS) \
 		$(TOOL_LIBS) -lm

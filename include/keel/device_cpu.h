@@ -3,7 +3,8 @@
  * "finishes" a seeded number of test() calls later, and only then takes effect, so finishing
  * out of order and late are both exercised; a chosen piece of work can fail. "Device memory"
  * is any host memory outside the registered staging regions (the stand-in checks that every
- * copy and reduction reads and writes the side its direction names). */
+ * copy and reduction reads and writes the side its direction names); memory the program
+ * guards (keel_device_cpu_guard) faults when the CPU touches it, as a GPU's would. */
 #ifndef KEEL_DEVICE_CPU_H
 #define KEEL_DEVICE_CPU_H
 
@@ -19,6 +20,7 @@ extern "C" {
 
 #define KEEL_DEVICE_CPU_INFLIGHT_MAX 256u /* pieces of work queued at once */
 #define KEEL_DEVICE_CPU_REGIONS_MAX  16u  /* registered staging regions */
+#define KEEL_DEVICE_CPU_GUARDS_MAX   16u  /* guarded device regions (keel_device_cpu_guard) */
 
 struct keel_device_cpu_config {
 	uint32_t inflight_max; /* 1..KEEL_DEVICE_CPU_INFLIGHT_MAX; more: copy/reduce -EAGAIN */
@@ -40,6 +42,21 @@ size_t keel_device_cpu_storage_size(const struct keel_device_cpu_config *cfg);
  * keel_device_cpu_storage_size). */
 KEEL_MUST_USE int keel_device_cpu_init(struct keel_device *dev, void *mem, size_t mem_len,
 				       const struct keel_device_cpu_config *cfg);
+
+/* Device memory the host cannot touch, as a GPU's (cudaMalloc memory faults on a CPU load):
+ * `view` is what the program hands keel as device memory, mapped without access (PROT_NONE),
+ * so that any load or store by the CPU faults; `work` maps the same pages with access, and the
+ * stand-in's copies and reductions go through it. The caller maps both (a memfd mapped twice)
+ * and reads or fills what the device holds through `work`, as it would with cudaMemcpy. A
+ * device address inside a view must lie wholly inside it; memory in no view and outside the
+ * registered stages still counts as device memory, unguarded. Errors: -EINVAL (NULL, 0 bytes,
+ * view equal to work, or overlapping a view or a registered stage), -ENOSPC
+ * (KEEL_DEVICE_CPU_GUARDS_MAX views already). */
+KEEL_MUST_USE int keel_device_cpu_guard(const struct keel_device *dev, void *view, void *work,
+					size_t bytes);
+/* Forget the view starting at `view` (unmap it only after): 0, -ENOENT (no such view),
+ * -EBUSY (queued work still reads or writes it). */
+KEEL_MUST_USE int keel_device_cpu_unguard(const struct keel_device *dev, void *view);
 
 struct keel_device_cpu_stats {
 	uint64_t copies, reductions, bytes;

@@ -30,10 +30,17 @@ struct region {
 	size_t bytes;
 };
 
+/* Device memory the CPU must not touch: the program's view faults, work reaches the pages. */
+struct guard {
+	uint8_t *view, *work;
+	size_t bytes;
+};
+
 struct cpu_dev {
 	struct keel_device_cpu_config cfg;
 	uint64_t rng, tick, queued;
 	struct region regions[KEEL_DEVICE_CPU_REGIONS_MAX];
+	struct guard guards[KEEL_DEVICE_CPU_GUARDS_MAX];
 	struct keel_device_cpu_stats stats;
 	struct work *slots; /* inflight_max */
 };
@@ -98,9 +105,44 @@ static bool touches_stage(const struct cpu_dev *d, const void *p, size_t bytes)
 	return false;
 }
 
+static bool ranges_meet(uintptr_t x, size_t x_len, uintptr_t y, size_t y_len)
+{
+	return x < y + y_len && y < x + x_len;
+}
+
+/* The guard [p, p + bytes) lies in, or NULL when it meets none; *ok is false when it meets
+ * one without lying wholly inside it. */
+static const struct guard *guard_of(const struct cpu_dev *d, const void *p, size_t bytes, bool *ok)
+{
+	uintptr_t x = (uintptr_t)p;
+	*ok = true;
+	for (uint32_t i = 0; i < KEEL_DEVICE_CPU_GUARDS_MAX; i++) {
+		const struct guard *g = &d->guards[i];
+		uintptr_t v = (uintptr_t)g->view;
+		if (g->view == NULL || !ranges_meet(x, bytes, v, g->bytes))
+			continue;
+		*ok = x >= v && bytes <= g->bytes && x - v <= g->bytes - bytes;
+		return g;
+	}
+	return NULL;
+}
+
 static bool side_ok(const struct cpu_dev *d, const void *p, size_t bytes, bool host)
 {
-	return host ? staged(d, p, bytes) : !touches_stage(d, p, bytes);
+	if (host)
+		return staged(d, p, bytes);
+	bool ok;
+	(void)guard_of(d, p, bytes, &ok);
+	return ok && !touches_stage(d, p, bytes);
+}
+
+/* Where the stand-in itself reaches device memory: through the guard's working mapping. */
+static void *reach(const struct cpu_dev *d, const void *p, size_t bytes)
+{
+	bool ok;
+	const struct guard *g = guard_of(d, p, bytes, &ok);
+	KEEL_ASSERT(ok); /* checked when the work was queued */
+	return g == NULL ? (void *)(uintptr_t)p : g->work + ((const uint8_t *)p - g->view);
 }
 
 /* A free slot, filled with what every piece of work has; NULL when inflight_max are queued. */
@@ -155,9 +197,9 @@ static int cpu_reduce(void *state, const struct keel_device_reduce *r, uint32_t 
 	    (unsigned)r->op >= KEEL_REDOP_COUNT || r->count > SIZE_MAX / 8)
 		return -EINVAL;
 	size_t bytes = r->count * keel_dtype_size(r->dtype);
-	bool a_host = r->a != r->dst;
-	if (!side_ok(d, r->dst, bytes, false) || !side_ok(d, r->b, bytes, true) ||
-	    (a_host && !staged(d, r->a, bytes) && touches_stage(d, r->a, bytes)) ||
+	/* a: the device buffer (dst itself, or the input) or the stage */
+	bool a_ok = staged(d, r->a, bytes) || side_ok(d, r->a, bytes, false);
+	if (!side_ok(d, r->dst, bytes, false) || !side_ok(d, r->b, bytes, true) || !a_ok ||
 	    (r->mirror != NULL && !side_ok(d, r->mirror, bytes, true)))
 		return -EINVAL;
 	struct work *w = take_slot(d, ticket);
@@ -173,18 +215,19 @@ static void run_work(struct cpu_dev *d, struct work *w)
 {
 	KEEL_ASSERT(w->kind == WORK_COPY || w->kind == WORK_REDUCE);
 	if (w->kind == WORK_COPY) {
-		memmove(w->dst, w->src, w->bytes);
+		memmove(reach(d, w->dst, w->bytes), reach(d, w->src, w->bytes), w->bytes);
 		d->stats.copies++;
 		d->stats.bytes += w->bytes;
 		return;
 	}
 	const struct keel_device_reduce *r = &w->r;
 	size_t bytes = r->count * keel_dtype_size(r->dtype);
-	keel_reduce(r->dst, r->a, r->b, r->count, r->dtype, r->op);
+	void *dst = reach(d, r->dst, bytes);
+	keel_reduce(dst, reach(d, r->a, bytes), r->b, r->count, r->dtype, r->op);
 	if (r->divisor > 1)
-		keel_reduce_finish_avg(r->dst, r->count, r->dtype, r->divisor);
+		keel_reduce_finish_avg(dst, r->count, r->dtype, r->divisor);
 	if (r->mirror != NULL)
-		memcpy(r->mirror, r->dst, bytes);
+		memcpy(r->mirror, dst, bytes);
 	d->stats.reductions++;
 	d->stats.bytes += bytes;
 }
@@ -230,9 +273,12 @@ static int cpu_register(void *state, void *mem, size_t bytes)
 	struct cpu_dev *d = state;
 	if (d == NULL || mem == NULL || bytes == 0)
 		return -EINVAL;
+	bool ok;
 	if (touches_stage(d, mem, bytes))
 		return -EINVAL; /* registered already (CUDA: cudaErrorHostMemoryAlreadyRegistered)
 				 */
+	if (guard_of(d, mem, bytes, &ok) != NULL)
+		return -EINVAL; /* device memory is not staging */
 	for (uint32_t i = 0; i < KEEL_DEVICE_CPU_REGIONS_MAX; i++) {
 		if (d->regions[i].base == NULL) {
 			d->regions[i] = (struct region){.base = mem, .bytes = bytes};
@@ -256,6 +302,62 @@ static int cpu_unregister(void *state, void *mem)
 	return -EINVAL;
 }
 
+/* Does queued work read or write [p, p + bytes)? */
+static bool work_touches(const struct cpu_dev *d, const uint8_t *p, size_t bytes)
+{
+	uintptr_t x = (uintptr_t)p;
+	for (uint32_t i = 0; i < d->cfg.inflight_max; i++) {
+		const struct work *w = &d->slots[i];
+		if (w->kind == WORK_COPY && (ranges_meet((uintptr_t)w->dst, w->bytes, x, bytes) ||
+					     ranges_meet((uintptr_t)w->src, w->bytes, x, bytes)))
+			return true;
+		if (w->kind == WORK_REDUCE) {
+			size_t n = w->r.count * keel_dtype_size(w->r.dtype);
+			if (ranges_meet((uintptr_t)w->r.dst, n, x, bytes) ||
+			    ranges_meet((uintptr_t)w->r.a, n, x, bytes))
+				return true;
+		}
+	}
+	return false;
+}
+
+static struct cpu_dev *cpu_of(const struct keel_device *dev);
+
+int keel_device_cpu_guard(const struct keel_device *dev, void *view, void *work, size_t bytes)
+{
+	struct cpu_dev *d = cpu_of(dev);
+	bool ok;
+	if (d == NULL || view == NULL || work == NULL || bytes == 0 || view == work ||
+	    (uintptr_t)view > UINTPTR_MAX - bytes)
+		return -EINVAL;
+	if (guard_of(d, view, bytes, &ok) != NULL || touches_stage(d, view, bytes))
+		return -EINVAL;
+	for (uint32_t i = 0; i < KEEL_DEVICE_CPU_GUARDS_MAX; i++) {
+		if (d->guards[i].view == NULL) {
+			d->guards[i] = (struct guard){.view = view, .work = work, .bytes = bytes};
+			return 0;
+		}
+	}
+	return -ENOSPC;
+}
+
+int keel_device_cpu_unguard(const struct keel_device *dev, void *view)
+{
+	struct cpu_dev *d = cpu_of(dev);
+	if (d == NULL || view == NULL)
+		return -EINVAL;
+	for (uint32_t i = 0; i < KEEL_DEVICE_CPU_GUARDS_MAX; i++) {
+		struct guard *g = &d->guards[i];
+		if (g->view != view)
+			continue;
+		if (work_touches(d, g->view, g->bytes))
+			return -EBUSY;
+		*g = (struct guard){0};
+		return 0;
+	}
+	return -ENOENT;
+}
+
 static void cpu_fini(void *state)
 {
 	(void)state; /* caller memory; nothing held */
@@ -270,6 +372,11 @@ static const struct keel_device_ops cpu_ops = {
     .host_unregister = cpu_unregister,
     .fini = cpu_fini,
 };
+
+static struct cpu_dev *cpu_of(const struct keel_device *dev)
+{
+	return dev != NULL && dev->ops == &cpu_ops ? dev->state : NULL;
+}
 
 int keel_device_cpu_init(struct keel_device *dev, void *mem, size_t mem_len,
 			 const struct keel_device_cpu_config *cfg)

@@ -12,7 +12,12 @@
 
 #include <cmocka.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "cluster_int.h"
+#include "guarded_mem.h"
 #include "keel/device.h"
 #include "keel/device_cpu.h"
 #include "node_int.h"
@@ -73,30 +78,36 @@ static void cluster_with_devices_fini(struct cluster *c)
 	devices_fini(world);
 }
 
-/* One rank's buffers: "device" input and output, and its registered stage. */
+/* One rank's buffers: "device" input and output, and its registered stage. The device
+ * buffers fault when the CPU touches them, as a GPU's would (guarded_mem.h): the test fills
+ * and reads them through their working mapping, d_in_w and d_out_w. */
 struct rank_bufs {
+	struct guarded_mem mem;
 	uint8_t *d_in, *d_out, *stage;
+	uint8_t *d_in_w, *d_out_w;
 	size_t stage_bytes;
 };
 
 static void bufs_init(struct rank_bufs *b, uint32_t r, size_t count, enum keel_dtype dt,
 		      enum keel_redop op, bool in_place)
 {
-	size_t bytes = count * keel_dtype_size(dt) + 1;
-	b->d_in = malloc(bytes);
-	b->d_out = in_place ? b->d_in : malloc(bytes);
+	size_t bytes = count * keel_dtype_size(dt) + 64; /* out starts aligned to 64 */
+	bytes -= bytes % 64;
+	assert_int_equal(guarded_mem_map(&b->mem, &g_dev[r], in_place ? bytes : 2 * bytes), 0);
+	b->d_in = b->mem.view;
+	b->d_in_w = b->mem.work;
+	b->d_out = in_place ? b->d_in : b->d_in + bytes;
+	b->d_out_w = in_place ? b->d_in_w : b->d_in_w + bytes;
 	b->stage_bytes = keel_allreduce_device_stage_bytes(count, dt) + 1;
 	b->stage = malloc(b->stage_bytes);
-	keel_check_fill(b->d_in, 0, count, r, dt, op);
+	keel_check_fill(b->d_in_w, 0, count, r, dt, op);
 	assert_int_equal(g_dev[r].ops->host_register(g_dev[r].state, b->stage, b->stage_bytes), 0);
 }
 
 static void bufs_fini(struct rank_bufs *b, uint32_t r)
 {
 	assert_int_equal(g_dev[r].ops->host_unregister(g_dev[r].state, b->stage), 0);
-	if (b->d_out != b->d_in)
-		free(b->d_out);
-	free(b->d_in);
+	assert_int_equal(guarded_mem_unmap(&b->mem), 0);
 	free(b->stage);
 }
 
@@ -128,20 +139,20 @@ static void run_one(struct cluster *c, size_t count, enum keel_dtype dt, enum ke
 							     b[r].stage_bytes, &ops[r]),
 				 0);
 	}
-	memcpy(in_copy, b[0].d_in, count * es);
+	memcpy(in_copy, b[0].d_in_w, count * es);
 	assert_int_equal(cluster_wait_ops(c, ops, rc, 2000000), 0);
 	for (uint32_t r = 0; r < c->world; r++) {
-		if (rc[r] != 0 || memcmp(b[r].d_out, ref, count * es) != 0) {
+		if (rc[r] != 0 || memcmp(b[r].d_out_w, ref, count * es) != 0) {
 			print_error("world %u rank %u count %zu %s %s %s: rc %d (%s), %zu wrong\n",
 				    c->world, r, count, keel_dtype_name(dt), keel_redop_name(op),
 				    in_place ? "in-place" : "out-of-place", rc[r],
 				    keel_strerror(rc[r]),
-				    keel_check_wrong(b[r].d_out, ref, 0, count, dt));
+				    keel_check_wrong(b[r].d_out_w, ref, 0, count, dt));
 			fail();
 		}
 	}
 	if (!in_place) /* the device input is never written */
-		assert_memory_equal(b[0].d_in, in_copy, count * es);
+		assert_memory_equal(b[0].d_in_w, in_copy, count * es);
 	devices_drained(c);
 	for (uint32_t r = 0; r < c->world; r++)
 		bufs_fini(&b[r], r);
@@ -289,7 +300,7 @@ static void kill_run(bool in_place, enum keel_algo algo)
 		assert_int_equal(rc[r], 0);
 		assert_int_equal(info[r].member_count, 2);
 		assert_true(info[r].restarts >= 1);
-		assert_int_equal(keel_check_wrong(b[r].d_out, ref, 0, N, KEEL_F32), 0);
+		assert_int_equal(keel_check_wrong(b[r].d_out_w, ref, 0, N, KEEL_F32), 0);
 	}
 	devices_drained(&c);
 	for (uint32_t r = 0; r < 3; r++)
@@ -346,7 +357,7 @@ static void pause_run(uint32_t pause_rounds, bool excluded)
 	for (uint32_t r = 0; r < members; r++) {
 		assert_int_equal(rc[r], 0);
 		assert_int_equal(info[r].member_count, members);
-		assert_int_equal(keel_check_wrong(b[r].d_out, ref, 0, N, KEEL_F32), 0);
+		assert_int_equal(keel_check_wrong(b[r].d_out_w, ref, 0, N, KEEL_F32), 0);
 	}
 	if (excluded)
 		assert_int_equal(rc[2], KEEL_EEXCLUDED);
@@ -538,6 +549,72 @@ static void test_device_stand_in_contract(void **state)
 	free(mem);
 }
 
+/* Guarded device memory: the CPU faults on it, the stand-in works through the second
+ * mapping; every documented error of keel_device_cpu_guard and _unguard. */
+static void test_device_stand_in_guards(void **state)
+{
+	(void)state;
+	struct keel_device_cpu_config dc;
+	keel_device_cpu_config_default(&dc);
+	dc.jitter_tests = 0;
+	size_t sz = keel_device_cpu_storage_size(&dc);
+	void *mem = calloc(1, sz);
+	struct keel_device dev;
+	assert_int_equal(keel_device_cpu_init(&dev, mem, sz, &dc), 0);
+	struct guarded_mem g;
+	assert_int_equal(guarded_mem_map(&g, &dev, 100), 0);
+	assert_true(g.bytes >= 100);
+	/* the host faults on the view, as on cudaMalloc memory */
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		signal(SIGSEGV, SIG_DFL); /* not cmocka's handler: the child must die of it */
+		volatile uint8_t x = ((volatile const uint8_t *)g.view)[0];
+		(void)x;
+		_exit(0);
+	}
+	int status = 0;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
+	/* the device's copies reach it: D2H copies what the working mapping holds */
+	static int32_t host[64], other[64];
+	assert_int_equal(dev.ops->host_register(dev.state, host, sizeof(host)), 0);
+	for (int i = 0; i < 16; i++)
+		((int32_t *)(void *)g.work)[i] = 7 * i;
+	uint32_t t;
+	assert_int_equal(dev.ops->copy(dev.state, host, g.view, 64, KEEL_COPY_D2H, &t), 0);
+	assert_int_equal(keel_device_cpu_unguard(&dev, g.view), -EBUSY); /* queued work reads it */
+	while (dev.ops->test(dev.state, t) == -EINPROGRESS)
+		;
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(host[i], 7 * i);
+	/* a device range that leaves the view, a stage over it */
+	assert_int_equal(
+	    dev.ops->copy(dev.state, host, g.view + g.bytes - 8, 16, KEEL_COPY_D2H, &t), -EINVAL);
+	assert_int_equal(dev.ops->host_register(dev.state, g.view, 64), -EINVAL);
+	/* guard's own errors */
+	assert_int_equal(keel_device_cpu_guard(NULL, other, host, 64), -EINVAL);
+	assert_int_equal(keel_device_cpu_guard(&dev, NULL, host, 64), -EINVAL);
+	assert_int_equal(keel_device_cpu_guard(&dev, other, NULL, 64), -EINVAL);
+	assert_int_equal(keel_device_cpu_guard(&dev, other, other, 64), -EINVAL);
+	assert_int_equal(keel_device_cpu_guard(&dev, other, host, 0), -EINVAL);
+	assert_int_equal(keel_device_cpu_guard(&dev, g.view + 8, other, 64), -EINVAL);
+	assert_int_equal(keel_device_cpu_guard(&dev, host + 8, other, 64), -EINVAL); /* a stage */
+	uint8_t *views = calloc(KEEL_DEVICE_CPU_GUARDS_MAX, 64);
+	for (uint32_t i = 1; i < KEEL_DEVICE_CPU_GUARDS_MAX; i++)
+		assert_int_equal(keel_device_cpu_guard(&dev, views + 64 * i, other, 64), 0);
+	assert_int_equal(keel_device_cpu_guard(&dev, views, other, 64), -ENOSPC);
+	for (uint32_t i = 1; i < KEEL_DEVICE_CPU_GUARDS_MAX; i++)
+		assert_int_equal(keel_device_cpu_unguard(&dev, views + 64 * i), 0);
+	assert_int_equal(keel_device_cpu_unguard(&dev, views + 64), -ENOENT);
+	assert_int_equal(keel_device_cpu_unguard(&dev, NULL), -EINVAL);
+	assert_int_equal(guarded_mem_unmap(&g), 0);
+	assert_int_equal(dev.ops->host_unregister(dev.state, host), 0);
+	free(views);
+	dev.ops->fini(dev.state);
+	free(mem);
+}
+
 /* Ranks that called alike but for the buffers: ranks 0 and 1 on host buffers report a small
  * result early (eager_result_bytes), rank 2 runs the same call on device buffers and never
  * gets rank 0's last datagram (a one-way cut); rank 0 dies. The view that drops it carries the
@@ -600,6 +677,7 @@ int main(void)
 	g_seed = cluster_seed(7);
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_device_stand_in_contract),
+	    cmocka_unit_test(test_device_stand_in_guards),
 	    cmocka_unit_test(test_device_bad_arguments),
 	    cmocka_unit_test(test_device_ring_every_dtype_op_size),
 	    cmocka_unit_test(test_device_rd_every_dtype_op_size),

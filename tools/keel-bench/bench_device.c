@@ -63,11 +63,14 @@ static int cpu_open(struct bench_device *d, char *err, size_t err_len)
 	cfg.jitter_tests = 0;
 	size_t sz = keel_device_cpu_storage_size(&cfg);
 	d->dev_mem = calloc(1, sz);
-	d->d_in = malloc(d->cap);
-	d->d_out = malloc(d->cap);
-	int rc = d->dev_mem == NULL || d->d_in == NULL || d->d_out == NULL
-		     ? -ENOMEM
-		     : keel_device_cpu_init(&d->dev, d->dev_mem, sz, &cfg);
+	int rc = d->dev_mem == NULL ? -ENOMEM : keel_device_cpu_init(&d->dev, d->dev_mem, sz, &cfg);
+	/* device memory the CPU cannot touch: a pipeline that reads it on the host faults here */
+	if (rc == 0)
+		rc = guarded_mem_map(&d->g_in, &d->dev, d->cap);
+	if (rc == 0)
+		rc = guarded_mem_map(&d->g_out, &d->dev, d->cap);
+	d->d_in = d->g_in.view;
+	d->d_out = d->g_out.view;
 	snprintf(d->name, sizeof(d->name), "CPU stand-in");
 	if (rc != 0)
 		snprintf(err, err_len, "--device cpu: %s", keel_strerror(rc));
@@ -99,10 +102,19 @@ int bench_device_open(struct bench_device *d, const char *kind, size_t cap, char
 	return rc;
 }
 
+/* The stand-in's working mapping of device address p (in d_in's or d_out's view). */
+static uint8_t *cpu_reach(struct bench_device *d, const void *p)
+{
+	const uint8_t *x = p;
+	const struct guarded_mem *g =
+	    x >= d->g_out.view && x < d->g_out.view + d->g_out.bytes ? &d->g_out : &d->g_in;
+	return g->work + (x - g->view);
+}
+
 int bench_device_put(struct bench_device *d, void *dst_dev, const void *src, size_t bytes)
 {
 	if (!is_cuda(d)) {
-		memcpy(dst_dev, src, bytes);
+		memcpy(cpu_reach(d, dst_dev), src, bytes);
 		return 0;
 	}
 	return keel_device_cuda_copy_sync(&d->dev, dst_dev, src, bytes, KEEL_COPY_H2D);
@@ -111,7 +123,7 @@ int bench_device_put(struct bench_device *d, void *dst_dev, const void *src, siz
 int bench_device_get(struct bench_device *d, void *dst, const void *src_dev, size_t bytes)
 {
 	if (!is_cuda(d)) {
-		memcpy(dst, src_dev, bytes);
+		memcpy(dst, cpu_reach(d, src_dev), bytes);
 		return 0;
 	}
 	return keel_device_cuda_copy_sync(&d->dev, dst, src_dev, bytes, KEEL_COPY_D2H);
@@ -126,8 +138,8 @@ void bench_device_close(struct bench_device *d)
 		keel_device_cuda_free(&d->dev, d->d_in);
 		keel_device_cuda_free(&d->dev, d->d_out);
 	} else {
-		free(d->d_in);
-		free(d->d_out);
+		(void)guarded_mem_unmap(&d->g_in); /* the operations ended: nothing queued */
+		(void)guarded_mem_unmap(&d->g_out);
 	}
 	if (d->dev.ops != NULL)
 		d->dev.ops->fini(d->dev.state);

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 
+#include "guarded_mem.h"
 #include "keel/device.h"
 
 struct bench_device {
@@ -12,7 +13,9 @@ struct bench_device {
 	struct keel_device dev;
 	void *dev_mem;
 	void *d_in, *d_out; /* device buffers */
-	void *stage;	    /* registered host memory */
+	/* cpu: d_in and d_out fault when the CPU touches them, as a GPU's would */
+	struct guarded_mem g_in, g_out;
+	void *stage; /* registered host memory */
 	size_t stage_bytes, cap;
 	char name[128]; /* the GPU's, for the header */
 };
@@ -21,7 +24,8 @@ struct bench_device {
  * (e.g. "keel-bench was built without CUDA"). */
 int bench_device_open(struct bench_device *d, const char *kind, size_t cap, char *err,
 		      size_t err_len);
-/* Copy host <-> the device buffers (blocking; checks only). */
+/* Copy host <-> the device buffers (blocking; checks only). The stand-in's buffers are
+ * reached through their working mapping: keel never touches them from the CPU. */
 int bench_device_put(struct bench_device *d, void *dst_dev, const void *src, size_t bytes);
 int bench_device_get(struct bench_device *d, void *dst, const void *src_dev, size_t bytes);
 void bench_device_close(struct bench_device *d);
