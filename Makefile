@@ -259,5 +259,6 @@ clean:
 	$(BUILD)/obj/runtime/boot/boot_dpdk.d $(BUILD)/obj/runtime/boot/boot_verbs.d \
 	$(foreach t,$(TOOL_NAMES),$(patsubst %.o,%.d,$(call tool_obj,$(t)))) \
 	$(UNIT_SRC:%.c=$(BUILD)/obj/%.d) $(INTEG_SRC:%.c=$(BUILD)/obj/%.d) $(REFCHECK_OBJ:.o=.d) $(SIZE_ARG_OBJ:.o=.d) \
+	$(GUARDED_OBJ:.o=.d) \
 	$(PLOT_OBJ:.o=.d)
 .SECONDARY:
