@@ -302,6 +302,26 @@ uint32_t crc32c(uint32_t crc, const void *data, size_t len)
 	return ~crc_raw(~crc, data, len);
 }
 
+uint32_t crc32c_then_zeros(uint32_t crc, const void *data, size_t len, size_t zeros)
+{
+	KEEL_ASSERT(data != NULL || len == 0);
+#ifdef __SSE4_2__
+	/* one call for a header whose CRC field counts as zero: no pass through a zero buffer */
+	uint64_t r = len == 0 ? ~crc : crc_narrow(~crc, data, len);
+	for (; zeros >= 8; zeros -= 8)
+		r = _mm_crc32_u64(r, 0);
+	for (; zeros > 0; zeros--)
+		r = _mm_crc32_u8((uint32_t)r, 0);
+	return ~(uint32_t)r;
+#else
+	static const unsigned char zero[8];
+	crc = crc32c(crc, data, len);
+	for (; zeros > 0; zeros -= zeros < 8 ? zeros : 8)
+		crc = crc32c(crc, zero, zeros < 8 ? zeros : 8);
+	return crc;
+#endif
+}
+
 uint32_t crc32c_narrow(uint32_t crc, const void *data, size_t len)
 {
 	if (len == 0)

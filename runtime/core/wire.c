@@ -121,12 +121,8 @@ uint64_t wire_get64(const uint8_t *p)
 /* CRC of the header as it stands in buf, its crc field taken as zero, then the payload. */
 static uint32_t datagram_crc(const uint8_t *buf, const uint8_t *payload, uint32_t payload_len)
 {
-	static const uint8_t zero_crc[4];
-	uint32_t crc;
-
 	KEEL_ASSERT_DEBUG(buf != NULL);
-	crc = crc32c(0, buf, OFF_CRC);
-	crc = crc32c(crc, zero_crc, sizeof(zero_crc));
+	uint32_t crc = crc32c_then_zeros(0, buf, OFF_CRC, WIRE_HEADER_SIZE - OFF_CRC);
 	return crc32c(crc, payload, payload_len);
 }
 

@@ -38,18 +38,20 @@
 #endif
 #define GSO_CTRL_BYTES CMSG_SPACE(sizeof(uint16_t))
 /* Receive coalescing (UDP_GRO, Linux 5.0): the kernel hands up a run of datagrams from one
- * sender as one buffer of up to 64 KiB, with the datagrams' size in a control message. It
- * lands in one of two slots and is cut into datagrams: lent where the caller takes lent bytes
- * (KEEL_DGRAM_LEND: no copy), copied into the caller's buffers otherwise. Lent bytes must stay
- * until the caller's next call, so a receive lends from one slot only and lands the runs after
- * the lent one in the other, copying those out: a receive still takes as many runs as it did
- * (one datagram each, where the sender did not coalesce). Worth it only where two datagrams
- * fit one IP packet. */
+ * sender as one buffer of up to 64 KiB, with the datagrams' size in a control message. Runs
+ * land in GRO_SLOTS slots, as many as are free in one recvmmsg (each syscall costs about a
+ * microsecond on a paravirtualized VM: docs/PERF.md), and are cut into datagrams: lent where
+ * the caller takes lent bytes (KEEL_DGRAM_LEND: no copy), copied into the caller's buffers
+ * otherwise. Lent bytes must stay until the caller's next call, so a slot lent from takes no
+ * new run in that call; the last slot never lends, so a receive can always land one more run
+ * (copied out) and still takes as many runs as it did with one slot (one datagram each, where
+ * the sender did not coalesce). Worth it only where two datagrams fit one IP packet. */
 #ifndef UDP_GRO
 #define UDP_GRO 104
 #endif
 #define GRO_BUF_BYTES 65536u
-#define GRO_SLOTS     2u
+#define GRO_SLOTS     4u /* a burst of 128 datagrams of 1 472 bytes is 3 runs: all lent */
+#define GRO_COPY_SLOT (GRO_SLOTS - 1u)
 /* Staged runs: a coalesced run of datagrams of up to STAGE_SEG_MAX bytes is copied into one
  * contiguous buffer before it is sent. In two pieces per datagram (header, payload where it
  * lies) a 64 KiB run of 1 472-byte datagrams is 88 iovecs, and the kernel's copy pays for each
@@ -63,7 +65,7 @@
 _Static_assert(KEEL_WORLD_MAX < UINT16_MAX, "a hash slot holds rank + 1 in 16 bits");
 _Static_assert(KEEL_BURST_MAX <= 1024, "recvmmsg/sendmmsg take at most UIO_MAXIOV messages");
 _Static_assert(KEEL_MTU_MAX <= 65507, "an IPv4 UDP payload is at most 65507 bytes");
-_Static_assert(GRO_SLOTS == 2, "recv_gro picks the other slot with slot ^ 1");
+_Static_assert(GRO_SLOTS >= 2 && GRO_SLOTS <= 8, "gro_lent and gro_order hold every slot");
 
 /* Large enough for either family; sa_family == AF_UNSPEC (0) marks a peer not yet set. */
 union peer_addr {
@@ -90,12 +92,21 @@ struct udp {
 	uint8_t *gro_buf;	/* [GRO_SLOTS][GRO_BUF_BYTES]: where coalesced runs land */
 	uint8_t *stage;		/* [stage_bytes]: staged runs of one burst, each 64-aligned */
 	uint32_t stage_bytes;	/* 0 when runs are never staged */
-	_Alignas(struct cmsghdr) uint8_t gro_ctrl[GRO_CTRL_BYTES]; /* CMSG_FIRSTHDR reads it */
-	/* What is left of the last run, in slot gro_slot: delivered first by the next receive.
-	 * A receive returns fewer datagrams than asked only once this is empty, and arm_wait
-	 * refuses to let the caller sleep on it. */
-	uint32_t gro_off, gro_left, gro_seg, gro_peer, gro_slot;
-	uint32_t gro_lent; /* the bit of the slot this receive lends from (at most one) */
+	/* The runs landed and not yet delivered, oldest first (gro_order[0..gro_pending)), each
+	 * in its own slot: delivered first by the next receive. A receive returns fewer datagrams
+	 * than asked only once none is left, and arm_wait refuses to let the caller sleep on one.
+	 */
+	struct gro_run {
+		uint32_t off, left, seg, peer;
+	} gro_runs[GRO_SLOTS];
+	uint8_t gro_order[GRO_SLOTS];
+	uint32_t gro_pending;
+	uint32_t gro_lent; /* the bits of the slots this receive lent from */
+	/* one recvmmsg lands a run in each free slot */
+	struct mmsghdr gro_msgs[GRO_SLOTS];
+	struct iovec gro_iovs[GRO_SLOTS];
+	union peer_addr gro_srcs[GRO_SLOTS];
+	_Alignas(struct cmsghdr) uint8_t gro_ctrl[GRO_SLOTS][GRO_CTRL_BYTES]; /* CMSG_FIRSTHDR */
 	/* msgs[msgs_dirty..burst) hold the receive layout (all but the iovecs' targets), so a
 	 * receive rewrites only the headers a send or the kernel touched since: rewriting all
 	 * burst headers was most of an idle poll's cost (docs/PERF.md, issue 16). */
@@ -729,35 +740,39 @@ static uint8_t *gro_slot_buf(const struct udp *u, uint32_t slot)
 	return u->gro_buf + (size_t)slot * GRO_BUF_BYTES;
 }
 
-/* Cut what is left of the last coalesced run into d[0..n), lent or copied; returns the
- * datagrams filled. A datagram longer than its buffer's cap is dropped and counted, as
- * recvmmsg's truncation is. */
+/* Cut the runs landed, oldest first, into d[0..n), lent or copied; returns the datagrams
+ * filled. A datagram longer than its buffer's cap is dropped and counted, as recvmmsg's
+ * truncation is. A run of length 0 is one empty datagram. */
 static uint32_t gro_deliver(struct udp *u, struct keel_datagram *d, uint32_t n)
 {
 	uint32_t k = 0;
 
-	while (u->gro_left > 0 && k < n) {
-		uint32_t len = min_u32(u->gro_seg, u->gro_left);
+	while (u->gro_pending > 0 && k < n) {
+		uint32_t slot = u->gro_order[0];
+		struct gro_run *run = &u->gro_runs[slot];
+		uint32_t len = min_u32(run->seg, run->left);
 
 		if (len <= d[k].cap) {
-			uint8_t *at = gro_slot_buf(u, u->gro_slot) + u->gro_off;
+			uint8_t *at = gro_slot_buf(u, slot) + run->off;
 
-			/* One slot lends per call: the other stays free to land the next run */
-			if ((d[k].flags & KEEL_DGRAM_LEND) &&
-			    (u->gro_lent | 1u << u->gro_slot) == 1u << u->gro_slot) {
+			if ((d[k].flags & KEEL_DGRAM_LEND) && slot != GRO_COPY_SLOT) {
 				d[k].buf = at;
-				u->gro_lent |= 1u << u->gro_slot;
-			} else {
+				u->gro_lent |= 1u << slot;
+			} else if (len > 0) {
 				memcpy(d[k].buf, at, len);
 			}
 			d[k].len = len;
-			d[k].peer = u->gro_peer;
+			d[k].peer = run->peer;
 			k++;
 		} else {
 			u->stats.rx_truncated++;
 		}
-		u->gro_off += len;
-		u->gro_left -= len;
+		run->off += len;
+		run->left -= len;
+		if (run->left == 0) { /* used up: the slot is free for the next landing */
+			u->gro_pending--;
+			memmove(u->gro_order, u->gro_order + 1, u->gro_pending);
+		}
 	}
 	return k;
 }
@@ -778,33 +793,83 @@ static uint32_t gro_segment(const struct msghdr *h)
 	return 0;
 }
 
-/* Receive with coalescing: one recvmsg per run into gro_buf, cut into d. Stops when d is full
- * (the rest of a run waits in gro_buf), the socket is empty, or after n receives. */
+/* Is `slot` free to land a run in this receive: no run left in it, nothing lent from it? */
+static bool gro_slot_free(const struct udp *u, uint32_t slot)
+{
+	if ((u->gro_lent >> slot) & 1u)
+		return false;
+	for (uint32_t i = 0; i < u->gro_pending; i++)
+		if (u->gro_order[i] == slot)
+			return false;
+	return true;
+}
+
+/* Point gro_msgs at the free slots, at most `max` of them; *slots gets each one's slot. */
+static uint32_t gro_prepare(struct udp *u, uint32_t max, uint8_t *slots)
+{
+	uint32_t v = 0;
+
+	for (uint32_t slot = 0; slot < GRO_SLOTS && v < max; slot++) {
+		if (!gro_slot_free(u, slot))
+			continue;
+		u->gro_iovs[v] =
+		    (struct iovec){.iov_base = gro_slot_buf(u, slot), .iov_len = GRO_BUF_BYTES};
+		u->gro_msgs[v].msg_hdr = (struct msghdr){
+		    .msg_name = &u->gro_srcs[v],
+		    .msg_namelen = sizeof(u->gro_srcs[v]),
+		    .msg_iov = &u->gro_iovs[v],
+		    .msg_iovlen = 1,
+		    .msg_control = u->gro_ctrl[v],
+		    .msg_controllen = sizeof(u->gro_ctrl[v]),
+		};
+		slots[v++] = (uint8_t)slot;
+	}
+	return v;
+}
+
+/* Queue what message i of the last recvmmsg brought into `slot`, if it is a run to keep. */
+static void gro_land(struct udp *u, uint32_t i, uint32_t slot)
+{
+	const struct msghdr *h = &u->gro_msgs[i].msg_hdr;
+	uint32_t r = u->gro_msgs[i].msg_len;
+
+	if (h->msg_flags & MSG_TRUNC) {
+		u->stats.rx_truncated++;
+		return;
+	}
+	int rank = hash_lookup(u, &u->gro_srcs[i]);
+	if (rank < 0) {
+		u->stats.rx_unknown_source++;
+		return;
+	}
+	uint32_t seg = gro_segment(h);
+	if (seg == 0 || seg > r)
+		seg = r;
+	u->stats.rx_gro_runs += seg < r;
+	u->gro_runs[slot] =
+	    (struct gro_run){.off = 0, .left = r, .seg = seg, .peer = (uint32_t)rank};
+	KEEL_ASSERT(u->gro_pending < GRO_SLOTS);
+	u->gro_order[u->gro_pending++] = (uint8_t)slot;
+}
+
+/* Receive with coalescing: one recvmmsg lands a run in each free slot, and the runs are cut
+ * into d. Stops when d is full (the rest waits in its slots), the socket is empty (fewer runs
+ * came than asked for), no slot is free, or after n receives. */
 static int recv_gro(struct udp *u, struct keel_datagram *d, uint32_t n)
 {
 	uint32_t kept, tries = 0;
+	uint8_t slots[GRO_SLOTS];
 
 	u->gro_lent = 0; /* the caller gave back what the last receive lent */
 	kept = gro_deliver(u, d, n);
 	/* At most n receives a call, as recvmmsg takes at most n: a flood of datagrams from
 	 * unknown addresses must not keep the caller here. */
 	for (uint32_t calls = 0; kept < n && calls < n; calls++) {
-		/* The last run is used up (gro_deliver stops at n or at its end); a slot lent
-		 * from in this call still holds bytes the caller reads, so land in the other. */
-		if ((u->gro_lent >> u->gro_slot) & 1u)
-			u->gro_slot ^= 1u;
-		struct iovec iov = {.iov_base = gro_slot_buf(u, u->gro_slot),
-				    .iov_len = GRO_BUF_BYTES};
-		struct msghdr h = {
-		    .msg_name = &u->srcs[0],
-		    .msg_namelen = sizeof(u->srcs[0]),
-		    .msg_iov = &iov,
-		    .msg_iovlen = 1,
-		    .msg_control = u->gro_ctrl,
-		    .msg_controllen = sizeof(u->gro_ctrl),
-		};
-		ssize_t r = recvmsg(u->fd, &h, MSG_DONTWAIT);
-		int rank;
+		/* each run is a datagram at least: no more runs than d has room for */
+		uint32_t v = gro_prepare(u, n - kept, slots);
+		if (v == 0)
+			break; /* every slot lent or holding what d has no room for */
+		int r = recvmmsg(u->fd, u->gro_msgs, v, MSG_DONTWAIT, NULL);
 
 		u->stats.rx_syscalls++;
 		if (r < 0) {
@@ -819,29 +884,11 @@ static int recv_gro(struct udp *u, struct keel_datagram *d, uint32_t n)
 				break;
 			continue;
 		}
-		if (h.msg_flags & MSG_TRUNC) {
-			u->stats.rx_truncated++;
-			continue;
-		}
-		rank = hash_lookup(u, &u->srcs[0]);
-		if (rank < 0) {
-			u->stats.rx_unknown_source++;
-			continue;
-		}
-		u->gro_seg = gro_segment(&h);
-		if (u->gro_seg == 0 || u->gro_seg > (uint32_t)r)
-			u->gro_seg = (uint32_t)r;
-		u->stats.rx_gro_runs += u->gro_seg < (uint32_t)r;
-		u->gro_off = 0;
-		u->gro_left = (uint32_t)r;
-		u->gro_peer = (uint32_t)rank;
-		if (r == 0) { /* an empty datagram is one datagram */
-			d[kept].len = 0;
-			d[kept].peer = (uint32_t)rank;
-			kept++;
-			continue;
-		}
+		for (uint32_t i = 0; i < (uint32_t)r; i++)
+			gro_land(u, i, slots[i]);
 		kept += gro_deliver(u, d + kept, n - kept);
+		if ((uint32_t)r < v)
+			break; /* the socket had no more: no call to learn it again */
 	}
 	u->stats.rx_datagrams += kept;
 	return (int)kept;
@@ -928,7 +975,7 @@ static bool udp_rx_ready(struct keel_transport *t)
 	struct udp *u = udp_of(t);
 	char byte;
 
-	if (u->gro_left > 0)
+	if (u->gro_pending > 0)
 		return true;
 	if (u->fd < 0)
 		return false;
@@ -940,7 +987,7 @@ static bool udp_rx_ready(struct keel_transport *t)
 /* The socket wakes a sleeper by itself; only the rest of a run in gro_buf would not. */
 static bool udp_arm_wait(struct keel_transport *t)
 {
-	return udp_of(t)->gro_left == 0;
+	return udp_of(t)->gro_pending == 0;
 }
 
 static void udp_fini(struct keel_transport *t)

@@ -943,6 +943,24 @@ static void test_wire_crc32c_chains(void **state)
 		assert_int_equal(crc32c(crc32c(0, b, cut), b + cut, sizeof(b) - cut), whole);
 }
 
+/* A header whose CRC field counts as zero, in one call: the same as the bytes followed by
+ * that many zero bytes, for every start, length and count of zeros around a word. */
+static void test_wire_crc32c_then_zeros(void **state)
+{
+	(void)state;
+	static uint8_t b[80 + 8], z[80 + 20];
+
+	fill_pattern(b, sizeof(b), 71);
+	for (size_t off = 0; off < 8; off++)
+		for (size_t len = 0; len <= 80; len++)
+			for (size_t zeros = 0; zeros <= 17; zeros++) {
+				memcpy(z, b + off, len);
+				memset(z + len, 0, zeros);
+				assert_int_equal(crc32c_then_zeros(0x5eedu, b + off, len, zeros),
+						 crc32c_bitwise(0x5eedu, z, len + zeros));
+			}
+}
+
 /* ---- random mutation ---- */
 
 static uint64_t rng_next(uint64_t *s)
@@ -1127,6 +1145,7 @@ int main(void)
 	    cmocka_unit_test(test_wire_crc32c_matches_reference_small),
 	    cmocka_unit_test(test_wire_crc32c_matches_reference_large),
 	    cmocka_unit_test(test_wire_crc32c_chains),
+	    cmocka_unit_test(test_wire_crc32c_then_zeros),
 	    cmocka_unit_test(test_wire_random_mutation),
 	    cmocka_unit_test(test_wire_strerror_every_code),
 	    cmocka_unit_test(test_wire_strerror_unknown),
