@@ -34,7 +34,8 @@ EXTRA_SYS_LIBS += $(shell pkg-config --libs libibverbs)
 # The unit test runs the backend against a fake device (tests/support/verbs_fake.c): it
 # links transport_verbs.o without ibv_shim.o, so every keel_ibv_* call lands in the fake.
 $(BUILD)/tests/test_verbs: $(BUILD)/obj/tests/unit/test_verbs.o \
-	$(BUILD)/obj/tests/support/verbs_fake.o $(BUILD)/obj/verbs/transport_verbs.o $(LIBKEEL)
+	$(BUILD)/obj/tests/support/verbs_fake.o $(GUARDED_OBJ) $(BUILD)/obj/verbs/transport_verbs.o \
+	$(LIBKEEL)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_KEEL) -o $@ $^ $(CMOCKA_LIBS) $(SODIUM_LIBS) -lm
 $(BUILD)/obj/tests/unit/test_verbs.o $(BUILD)/obj/tests/support/verbs_fake.o: \

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "verbs_fake.h"
@@ -44,6 +45,10 @@ static struct fqp *qps[256];
 static uint32_t qp_count, next_key = 100;
 static struct ibv_device dev0;
 static struct ibv_mr *mrs[MRS]; /* live registrations: every SGE's lkey is checked */
+/* A dma-buf registration's own mapping of the buffer (NULL for host memory): the NIC reads
+ * device memory through the dma-buf, never at the device address, which the CPU may not
+ * touch (tests map it without access). */
+static uint8_t *mr_maps[MRS];
 static struct ibv_wc held[RING];
 static struct ibv_cq *held_cq[RING];
 static uint32_t held_n;
@@ -174,34 +179,56 @@ struct ibv_mr *keel_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int ac
 struct ibv_mr *keel_ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t len, uint64_t iova,
 				      int fd, int access)
 {
-	(void)offset;
-	(void)fd;
 	if (!fake.dmabuf) {
 		errno = EOPNOTSUPP; /* as rdma-core says for a provider without dma-buf support */
 		return NULL;
 	}
-	return keel_ibv_reg_mr(pd, (void *)(uintptr_t)iova, len, access);
+	/* the importer's mapping first: a bad fd fails as rdma-core's would */
+	void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
+	if (map == MAP_FAILED)
+		return NULL; /* errno from mmap (EBADF, EINVAL...) */
+	struct ibv_mr *mr = keel_ibv_reg_mr(pd, (void *)(uintptr_t)iova, len, access);
+	if (mr == NULL) {
+		(void)munmap(map, len);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < MRS; i++)
+		if (mrs[i] == mr)
+			mr_maps[i] = map;
+	return mr;
 }
 int keel_ibv_dereg_mr(struct ibv_mr *mr)
 {
 	for (uint32_t i = 0; i < MRS; i++)
-		if (mrs[i] == mr)
+		if (mrs[i] == mr) {
+			if (mr_maps[i] != NULL)
+				(void)munmap(mr_maps[i], mr->length);
 			mrs[i] = NULL;
+			mr_maps[i] = NULL;
+		}
 	fake.mrs--;
 	free(mr);
 	return 0;
 }
 
-/* Does a live registration with this lkey hold all of the SGE? */
-static bool sge_ok(const struct ibv_sge *g)
+/* The live registration with this lkey that holds all of the SGE, as its index, or -1. */
+static int sge_mr(const struct ibv_sge *g)
 {
 	for (uint32_t i = 0; i < MRS; i++) {
 		const struct ibv_mr *m = mrs[i];
 		if (m != NULL && m->lkey == g->lkey && g->addr >= (uintptr_t)m->addr &&
 		    g->addr + g->length <= (uintptr_t)m->addr + m->length)
-			return true;
+			return (int)i;
 	}
-	return false;
+	return -1;
+}
+
+/* Where the NIC reads an SGE: through a dma-buf's mapping, or at its address. */
+static const uint8_t *sge_bytes(const struct ibv_sge *g, int mr)
+{
+	if (mr >= 0 && mr_maps[mr] != NULL)
+		return mr_maps[mr] + (g->addr - (uintptr_t)mrs[mr]->addr);
+	return (const uint8_t *)(uintptr_t)g->addr;
 }
 struct ibv_comp_channel *keel_ibv_create_comp_channel(struct ibv_context *c)
 {
@@ -278,10 +305,12 @@ static enum ibv_wc_status execute(struct fqp *d, const struct ibv_send_wr *wr)
 	uint32_t len = 0;
 	for (int i = 0; i < wr->num_sge; i++) {
 		const struct ibv_sge *g = &wr->sg_list[i];
-		if ((!(wr->send_flags & IBV_SEND_INLINE) && !sge_ok(g)) ||
-		    g->length > sizeof(msg) - len)
+		bool inl = (wr->send_flags & IBV_SEND_INLINE) != 0;
+		int mr = inl ? -1 : sge_mr(g);
+		if ((!inl && mr < 0) || g->length > sizeof(msg) - len)
 			return IBV_WC_LOC_PROT_ERR;
-		memcpy(msg + len, (void *)(uintptr_t)g->addr, g->length);
+		/* inline: the provider copied it at post, from the address (host memory only) */
+		memcpy(msg + len, sge_bytes(g, mr), g->length);
 		len += g->length;
 	}
 	fake.gathers += wr->num_sge > 1;

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "guarded_mem.h"
 #include "keel/transport_verbs.h"
 #include "verbs_fake.h"
 
@@ -196,18 +197,22 @@ static int send_two(struct keel_transport *t, uint32_t peer, uint8_t *head, uint
 
 /* Send `total` bytes of a pattern as header + tail (cut at `cut`, the tail from `src`), and
  * check the peer gets them whole. */
-static void two_pieces_arrive_whole(struct pair *p, uint8_t *src, uint32_t total, uint32_t cut)
+/* Send src[0..total) as a header (its first `cut` bytes, copied) and a tail left where it
+ * lies; `cpu` is where the test itself reads and writes those bytes (src itself for host
+ * memory, the working mapping for device memory the CPU must not touch). */
+static void two_pieces_arrive_whole(struct pair *p, uint8_t *src, uint8_t *cpu, uint32_t total,
+				    uint32_t cut)
 {
 	static uint8_t head[SLOT], in[8][SLOT];
 	struct keel_datagram d[8];
 	for (uint32_t i = 0; i < total; i++)
-		src[i] = (uint8_t)(i * 7 + total + cut);
-	memcpy(head, src, cut);
+		cpu[i] = (uint8_t)(i * 7 + total + cut);
+	memcpy(head, cpu, cut);
 	assert_int_equal(send_two(p->t[0], 1, head, cut, src + cut, total - cut), 1);
 	memset(head, 0xee, cut); /* sent: the header is the transport's now */
 	assert_int_equal(recv_some(p->t[1], in, d, 8), 1);
 	assert_int_equal(d[0].len, total);
-	assert_memory_equal(in[0], src, total);
+	assert_memory_equal(in[0], cpu, total);
 }
 
 /* KEEL_CAP_GATHER: a header and a tail arrive as one datagram by every way a datagram goes
@@ -224,7 +229,7 @@ static void test_verbs_two_pieces(void **state)
 	for (uint32_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		uint32_t cuts[] = {1, 8, sizes[i] / 2, sizes[i] - 1, sizes[i]};
 		for (uint32_t c = 0; c < 5; c++)
-			two_pieces_arrive_whole(&p, src, sizes[i], cuts[c]);
+			two_pieces_arrive_whole(&p, src, src, sizes[i], cuts[c]);
 	}
 	struct keel_verbs_stats st;
 	keel_verbs_stats_get(p.t[0], &st);
@@ -250,21 +255,21 @@ static void test_verbs_registered_tails_zero_copy(void **state)
 	assert_int_equal(keel_verbs_register(p.t[0], grad, 2 * SLOT), 0);
 	assert_int_equal(fake.mrs, mrs + 1);
 	/* SEND and WRITE_WITH_IMM from inside the region, both ends of it */
-	two_pieces_arrive_whole(&p, grad, 900, 40);
-	two_pieces_arrive_whole(&p, grad, 3000, 40);
-	two_pieces_arrive_whole(&p, grad + 2 * SLOT - SLOT, SLOT, 40);
+	two_pieces_arrive_whole(&p, grad, grad, 900, 40);
+	two_pieces_arrive_whole(&p, grad, grad, 3000, 40);
+	two_pieces_arrive_whole(&p, grad + SLOT, grad + SLOT, SLOT, 40);
 	struct keel_verbs_stats st;
 	keel_verbs_stats_get(p.t[0], &st);
 	assert_int_equal(st.tx_zero_copy, 3);
 	assert_int_equal(fake.gathers, 3);
 	/* an inline datagram is copied by the provider; a tail past the region's end is copied,
 	 * and so is one lying wholly above it (or below) */
-	two_pieces_arrive_whole(&p, grad, 32, 8);
-	two_pieces_arrive_whole(&p, grad + 2 * SLOT - 100, 3000, 40);
-	two_pieces_arrive_whole(&p, grad + 2 * SLOT + 8, 3000, 40);
+	two_pieces_arrive_whole(&p, grad, grad, 32, 8);
+	two_pieces_arrive_whole(&p, grad + 2 * SLOT - 100, grad + 2 * SLOT - 100, 3000, 40);
+	two_pieces_arrive_whole(&p, grad + 2 * SLOT + 8, grad + 2 * SLOT + 8, 3000, 40);
 	assert_int_equal(keel_verbs_unregister(p.t[0], grad), 0);
 	assert_int_equal(keel_verbs_register(p.t[0], grad + SLOT, SLOT), 0);
-	two_pieces_arrive_whole(&p, grad, 900, 40);
+	two_pieces_arrive_whole(&p, grad, grad, 900, 40);
 	assert_int_equal(keel_verbs_unregister(p.t[0], grad + SLOT), 0);
 	assert_int_equal(keel_verbs_register(p.t[0], grad, 2 * SLOT), 0);
 	assert_false(keel_verbs_peer_failed(p.t[0], 1));
@@ -273,7 +278,7 @@ static void test_verbs_registered_tails_zero_copy(void **state)
 
 	/* the NIC has not finished a send that reads it: not let go */
 	fake.hold_send_wc = true;
-	two_pieces_arrive_whole(&p, grad, 3000, 40);
+	two_pieces_arrive_whole(&p, grad, grad, 3000, 40);
 	assert_int_equal(keel_verbs_unregister(p.t[0], grad), -EBUSY);
 	verbs_fake_release_send_wc();
 	fake.hold_send_wc = false;
@@ -281,7 +286,7 @@ static void test_verbs_registered_tails_zero_copy(void **state)
 	assert_int_equal(fake.mrs, mrs);
 	assert_int_equal(keel_verbs_unregister(p.t[0], grad), -ENOENT);
 	/* registered no more: copied again */
-	two_pieces_arrive_whole(&p, grad, 3000, 40);
+	two_pieces_arrive_whole(&p, grad, grad, 3000, 40);
 	keel_verbs_stats_get(p.t[0], &st);
 	assert_int_equal(st.tx_zero_copy, 4);
 	pair_down(&p);
@@ -297,7 +302,7 @@ static void test_verbs_failed_peer_releases_regions(void **state)
 	static uint8_t grad[2 * SLOT];
 	assert_int_equal(keel_verbs_register(p.t[0], grad, sizeof(grad)), 0);
 	fake.hold_send_wc = true;
-	two_pieces_arrive_whole(&p, grad, 3000, 40);
+	two_pieces_arrive_whole(&p, grad, grad, 3000, 40);
 	assert_int_equal(keel_verbs_unregister(p.t[0], grad), -EBUSY);
 	uint32_t errs = fake.qp_errors;
 	/* the peer dies: the next send to it ends in a retry-exceeded completion */
@@ -349,22 +354,29 @@ static void test_verbs_register_errors(void **state)
 }
 
 /* A provider that registers dma-bufs (mlx5 with a GPU's memory): tails in it go from where they
- * lie, named by the device address (the iova). */
+ * lie, named by the device address (the iova). The "device memory" faults when the CPU
+ * touches it (guarded_mem.h); the fake NIC reads it through the dma-buf (the memfd), as an
+ * importer does, so a transport that copied or inlined such a tail would crash here. */
 static void test_verbs_dmabuf_tails(void **state)
 {
 	(void)state;
 	struct pair p;
 	pair_up(&p);
 	fake.dmabuf = true;
-	static uint8_t dev[2 * SLOT]; /* stands for device memory: the fake reads it at the iova */
-	assert_int_equal(keel_verbs_register_dmabuf(p.t[0], dev, sizeof(dev), 5, 4096), 0);
-	two_pieces_arrive_whole(&p, dev, 3000, 64);
+	struct guarded_mem dev;
+	assert_int_equal(guarded_mem_map(&dev, NULL, 2 * SLOT), 0);
+	uint8_t *tail_lo = dev.view + 4096; /* registered from an offset into the dma-buf */
+	assert_int_equal(keel_verbs_register_dmabuf(p.t[0], tail_lo, SLOT, dev.fd, 4096), 0);
+	two_pieces_arrive_whole(&p, tail_lo, dev.work + 4096, 3000, 64);
 	/* small enough to inline, but the CPU must not read device memory: gathered too */
-	two_pieces_arrive_whole(&p, dev, 40, 8);
+	two_pieces_arrive_whole(&p, tail_lo, dev.work + 4096, 40, 8);
 	struct keel_verbs_stats st;
 	keel_verbs_stats_get(p.t[0], &st);
 	assert_int_equal(st.tx_zero_copy, 2);
-	assert_int_equal(keel_verbs_unregister(p.t[0], dev), 0);
+	assert_int_equal(keel_verbs_unregister(p.t[0], tail_lo), 0);
+	/* a dma-buf the provider cannot map is refused with its errno */
+	assert_int_equal(keel_verbs_register_dmabuf(p.t[0], tail_lo, SLOT, -1, 0), -EINVAL);
+	assert_int_equal(guarded_mem_unmap(&dev), 0);
 	fake.dmabuf = false;
 	pair_down(&p);
 }
