@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <setjmp.h>
 
@@ -374,8 +375,12 @@ static void test_verbs_dmabuf_tails(void **state)
 	keel_verbs_stats_get(p.t[0], &st);
 	assert_int_equal(st.tx_zero_copy, 2);
 	assert_int_equal(keel_verbs_unregister(p.t[0], tail_lo), 0);
-	/* a dma-buf the provider cannot map is refused with its errno */
-	assert_int_equal(keel_verbs_register_dmabuf(p.t[0], tail_lo, SLOT, -1, 0), -EINVAL);
+	/* a descriptor the provider cannot map as a dma-buf (a pipe) is refused with its errno */
+	int pipe_fd[2];
+	assert_int_equal(pipe(pipe_fd), 0);
+	assert_int_equal(keel_verbs_register_dmabuf(p.t[0], tail_lo, SLOT, pipe_fd[0], 0), -EACCES);
+	close(pipe_fd[0]);
+	close(pipe_fd[1]);
 	assert_int_equal(guarded_mem_unmap(&dev), 0);
 	fake.dmabuf = false;
 	pair_down(&p);
