@@ -49,13 +49,13 @@ KEEL_MUST_USE int keel_device_cpu_init(struct keel_device *dev, void *mem, size_
  * stand-in's copies and reductions go through it. The caller maps both (a memfd mapped twice)
  * and reads or fills what the device holds through `work`, as it would with cudaMemcpy. A
  * device address inside a view must lie wholly inside it; memory in no view and outside the
- * registered stages still counts as device memory, unguarded. Errors: -EINVAL (NULL, 0 bytes,
- * view equal to work, or overlapping a view or a registered stage), -ENOSPC
- * (KEEL_DEVICE_CPU_GUARDS_MAX views already). */
+ * registered stages still counts as device memory, unguarded. Errors: -EINVAL (dev not a CPU
+ * stand-in, NULL, 0 bytes, view equal to work, or overlapping a view or a registered stage),
+ * -ENOSPC (KEEL_DEVICE_CPU_GUARDS_MAX views already). */
 KEEL_MUST_USE int keel_device_cpu_guard(const struct keel_device *dev, void *view, void *work,
 					size_t bytes);
 /* Forget the view starting at `view` (unmap it only after): 0, -ENOENT (no such view),
- * -EBUSY (queued work still reads or writes it). */
+ * -EBUSY (queued work still reads or writes it), -EINVAL (dev not a CPU stand-in, NULL). */
 KEEL_MUST_USE int keel_device_cpu_unguard(const struct keel_device *dev, void *view);
 
 struct keel_device_cpu_stats {

@@ -594,6 +594,10 @@ static void test_device_stand_in_guards(void **state)
 	assert_int_equal(dev.ops->host_register(dev.state, g.view, 64), -EINVAL);
 	/* guard's own errors */
 	assert_int_equal(keel_device_cpu_guard(NULL, other, host, 64), -EINVAL);
+	static const struct keel_device_ops not_cpu_ops = {.name = "not-cpu"};
+	struct keel_device not_cpu = {.ops = &not_cpu_ops, .state = dev.state};
+	assert_int_equal(keel_device_cpu_guard(&not_cpu, other, host, 64), -EINVAL);
+	assert_int_equal(keel_device_cpu_unguard(&not_cpu, g.view), -EINVAL);
 	assert_int_equal(keel_device_cpu_guard(&dev, NULL, host, 64), -EINVAL);
 	assert_int_equal(keel_device_cpu_guard(&dev, other, NULL, 64), -EINVAL);
 	assert_int_equal(keel_device_cpu_guard(&dev, other, other, 64), -EINVAL);
