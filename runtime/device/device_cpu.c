@@ -92,22 +92,21 @@ static bool staged(const struct cpu_dev *d, const void *p, size_t bytes)
 	return false;
 }
 
-/* Does [p, p + bytes) touch any registered region? ("device memory" must not) */
-static bool touches_stage(const struct cpu_dev *d, const void *p, size_t bytes)
-{
-	uintptr_t x = (uintptr_t)p;
-	for (uint32_t i = 0; i < KEEL_DEVICE_CPU_REGIONS_MAX; i++) {
-		const struct region *g = &d->regions[i];
-		uintptr_t b = (uintptr_t)g->base;
-		if (g->base != NULL && x < b + g->bytes && b < x + bytes)
-			return true;
-	}
-	return false;
-}
-
 static bool ranges_meet(uintptr_t x, size_t x_len, uintptr_t y, size_t y_len)
 {
 	return x < y + y_len && y < x + x_len;
+}
+
+/* Does [p, p + bytes) touch any registered region? ("device memory" must not) */
+static bool touches_stage(const struct cpu_dev *d, const void *p, size_t bytes)
+{
+	for (uint32_t i = 0; i < KEEL_DEVICE_CPU_REGIONS_MAX; i++) {
+		const struct region *g = &d->regions[i];
+		if (g->base != NULL &&
+		    ranges_meet((uintptr_t)p, bytes, (uintptr_t)g->base, g->bytes))
+			return true;
+	}
+	return false;
 }
 
 /* The guard [p, p + bytes) lies in, or NULL when it meets none; *ok is false when it meets
@@ -125,6 +124,12 @@ static const struct guard *guard_of(const struct cpu_dev *d, const void *p, size
 		return g;
 	}
 	return NULL;
+}
+
+static bool touches_guard(const struct cpu_dev *d, const void *p, size_t bytes)
+{
+	bool ok;
+	return guard_of(d, p, bytes, &ok) != NULL;
 }
 
 static bool side_ok(const struct cpu_dev *d, const void *p, size_t bytes, bool host)
@@ -273,11 +278,10 @@ static int cpu_register(void *state, void *mem, size_t bytes)
 	struct cpu_dev *d = state;
 	if (d == NULL || mem == NULL || bytes == 0)
 		return -EINVAL;
-	bool ok;
 	if (touches_stage(d, mem, bytes))
 		return -EINVAL; /* registered already (CUDA: cudaErrorHostMemoryAlreadyRegistered)
 				 */
-	if (guard_of(d, mem, bytes, &ok) != NULL)
+	if (touches_guard(d, mem, bytes))
 		return -EINVAL; /* device memory is not staging */
 	for (uint32_t i = 0; i < KEEL_DEVICE_CPU_REGIONS_MAX; i++) {
 		if (d->regions[i].base == NULL) {
@@ -326,11 +330,10 @@ static struct cpu_dev *cpu_of(const struct keel_device *dev);
 int keel_device_cpu_guard(const struct keel_device *dev, void *view, void *work, size_t bytes)
 {
 	struct cpu_dev *d = cpu_of(dev);
-	bool ok;
 	if (d == NULL || view == NULL || work == NULL || bytes == 0 || view == work ||
 	    (uintptr_t)view > UINTPTR_MAX - bytes)
 		return -EINVAL;
-	if (guard_of(d, view, bytes, &ok) != NULL || touches_stage(d, view, bytes))
+	if (touches_guard(d, view, bytes) || touches_stage(d, view, bytes))
 		return -EINVAL;
 	for (uint32_t i = 0; i < KEEL_DEVICE_CPU_GUARDS_MAX; i++) {
 		if (d->guards[i].view == NULL) {
