@@ -38,8 +38,14 @@ $(BUILD)/tests/test_verbs: $(BUILD)/obj/tests/unit/test_verbs.o \
 	$(LIBKEEL)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_KEEL) -o $@ $^ $(CMOCKA_LIBS) $(SODIUM_LIBS) -lm
-$(BUILD)/obj/tests/unit/test_verbs.o $(BUILD)/obj/tests/support/verbs_fake.o: \
-	CFLAGS_KEEL += $(VERBS_CFLAGS) -Iverbs
+# GPUDirect RDMA: keel nodes over the backend on the same fake device.
+$(BUILD)/tests/test_gpudirect: $(BUILD)/obj/tests/unit/test_gpudirect.o \
+	$(BUILD)/obj/tests/support/verbs_fake.o $(GUARDED_OBJ) $(REFCHECK_OBJ) \
+	$(BUILD)/obj/verbs/transport_verbs.o $(LIBKEEL)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_KEEL) -o $@ $^ $(CMOCKA_LIBS) $(SODIUM_LIBS) -lm
+$(BUILD)/obj/tests/unit/test_verbs.o $(BUILD)/obj/tests/unit/test_gpudirect.o \
+	$(BUILD)/obj/tests/support/verbs_fake.o: CFLAGS_KEEL += $(VERBS_CFLAGS) -Iverbs
 
 VERBS_STATIC_LIBS = -Wl,--whole-archive -l:librxe-rdmav34.a -Wl,--no-whole-archive \
 	-l:libibverbs.a -lnl-route-3 -lnl-3 -lpthread

@@ -752,6 +752,12 @@ static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_data
 	bool inl = small && total <= v->inline_max && (zc == NULL || !zc->dmabuf);
 	if (inl)
 		zc = NULL;
+	/* A tail the core says is device memory is read by the NIC or not sent: a copy by the
+	 * CPU would fault (device_tail_ok said no, or the region went since it said yes). */
+	if ((d->flags & KEEL_DGRAM_DEVICE_TAIL) != 0 && (zc == NULL || !zc->dmabuf)) {
+		v->st.tx_device_refused++;
+		return false;
+	}
 	if (q->sq_posted - q->sq_done >= v->sq_depth || (!inl && q->tx_seq - q->tx_done >= s)) {
 		v->st.tx_no_room++;
 		return false;
@@ -1031,6 +1037,8 @@ static uint32_t deliver_peer(struct verbs *v, uint32_t peer, struct keel_datagra
 			memcpy(d[out].buf, q->rx_slots + (size_t)slot * v->cfg.slot_bytes, len);
 			d[out].len = len;
 			d[out].peer = peer;
+			/* an RC QP delivers only what passed the ICRC, end to end */
+			d[out].flags |= KEEL_DGRAM_LINK_CHECKED;
 			out++;
 		} else {
 			v->st.rx_bad_len++; /* longer than the caller's buffer: dropped, counted */
@@ -1257,6 +1265,20 @@ static bool verbs_peer_ok(struct keel_transport *t, uint32_t peer)
 	return !v->down && v->ctx != NULL && !keel_verbs_peer_failed(t, peer);
 }
 
+/* The NIC reads a tail of device memory where it lies in one dma-buf registration, on a
+ * connected RC QP, whose ICRC covers every byte end to end. */
+static bool verbs_device_tail_ok(struct keel_transport *t, uint32_t peer, const void *addr,
+				 size_t len)
+{
+	struct verbs *v = of(t);
+	if (v->down || v->ctx == NULL || peer >= v->cfg.world_size || peer == v->cfg.rank ||
+	    v->peers[peer].state != PEER_CONNECTED || len == 0 || len > UINT32_MAX ||
+	    v->region_count == 0)
+		return false;
+	const struct vregion *r = region_of(v, addr, (uint32_t)len);
+	return r != NULL && r->dmabuf;
+}
+
 static const struct keel_transport_ops verbs_ops = {
     .name = "verbs",
     .send_burst = verbs_send_burst,
@@ -1265,4 +1287,5 @@ static const struct keel_transport_ops verbs_ops = {
     .wait_fd = verbs_wait_fd,
     .fini = verbs_fini,
     .peer_ok = verbs_peer_ok,
+    .device_tail_ok = verbs_device_tail_ok,
 };

@@ -34,6 +34,10 @@ extern "C" {
  * are gathered up to it before one reduction is queued (keel_config.device_chunk_bytes). */
 #define KEEL_DEVICE_CHUNK_DEFAULT (256u << 10)
 #define KEEL_DEVICE_CHUNK_MIN	  4096u
+/* GPUDirect RDMA: datagrams whose device payload the device copies to the host at once, when
+ * the way to a peer no longer has a NIC that reads device memory (a router fell back from
+ * verbs). Each holds one datagram in the node's storage (a node with a device only). */
+#define KEEL_DEVICE_COPYIN_MAX 4u
 /* Failure detection. */
 /* 10 ms: 30 ms detection with miss_limit 3, and no false suspicions when ranks share cores
  * with other work (docs/PERF.md). Dedicated cores run 1 ms on UDP, 100-500 us on DPDK/verbs. */

@@ -295,6 +295,11 @@ struct keel_counters {
 				    * a member (it was paused or cut off): KEEL_EEXCLUDED */
 	uint64_t compress_frags;   /* gradient fragments sent as bf16 or f16 */
 	uint64_t compress_bytes_saved; /* payload bytes those fragments did not send */
+	/* GPUDirect RDMA (device AllReduce over verbs with dma-buf registrations): datagrams
+	 * whose payload the NIC read from device memory, and of those, the ones the device
+	 * copied to the host instead because the way to the peer lost that NIC mid-flight. */
+	uint64_t device_direct_frags;
+	uint64_t device_copy_ins;
 };
 void keel_counters_get(const struct keel_node *node, struct keel_counters *out);
 

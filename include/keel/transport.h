@@ -52,6 +52,17 @@ enum keel_datagram_flags {
 	 * arm_wait on the transport, which gives them back; the caller must be done with them
 	 * by then. */
 	KEEL_DGRAM_LEND = 1u << 3,
+	/* send: the tail lies in device memory (GPUDirect RDMA), which nothing on the host may
+	 * read: only a backend whose device_tail_ok said yes for it takes it, and its NIC reads
+	 * it. A layer that would put it anywhere else (a router that fell back from verbs)
+	 * refuses it as it would for a full way: the core then has the device copy it to the
+	 * host and sends it whole, with its CRC. Set by the core only. */
+	KEEL_DGRAM_DEVICE_TAIL = 1u << 4,
+	/* recv: the link checked every byte of it end to end (an RC queue pair's ICRC), so a
+	 * datagram whose CRC covers its header alone (its payload came from the sender's device
+	 * memory) is accepted, in a job without a key. Set by a backend whose device_tail_ok
+	 * can say yes; a layer that may change bytes on the way (chaos) clears it. */
+	KEEL_DGRAM_LINK_CHECKED = 1u << 5,
 };
 
 /* One datagram in a burst.
@@ -124,6 +135,14 @@ struct keel_transport_ops {
 	 * a route that changes between two sends costs nothing but that. Never blocks. May be
 	 * NULL: t->caps answers for every peer. */
 	uint32_t (*peer_caps)(struct keel_transport *t, uint32_t peer);
+	/* May a datagram to `peer` now carry a tail from device memory [addr, addr + len)
+	 * (KEEL_DGRAM_DEVICE_TAIL)? Yes only where the NIC reads those bytes itself (they lie in
+	 * one dma-buf registration, keel_verbs_register_dmabuf) and the link checks every byte
+	 * end to end, since the core, which cannot read them, sends their datagram with a CRC
+	 * over its header alone. A router answers for the route the peer is on. Never blocks;
+	 * asked per datagram. May be NULL: never. */
+	bool (*device_tail_ok)(struct keel_transport *t, uint32_t peer, const void *addr,
+			       size_t len);
 };
 
 /* A transport instance. Backends embed or point to their private state;

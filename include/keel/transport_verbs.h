@@ -179,7 +179,9 @@ bool keel_verbs_peer_failed(struct keel_transport *t, uint32_t peer);
 
 struct keel_verbs_stats {
 	uint64_t tx_send, tx_send_inline, tx_write_imm, tx_credit_writes, tx_posts;
-	uint64_t tx_zero_copy; /* datagrams whose tail the NIC read from a registered region */
+	uint64_t tx_zero_copy;	    /* datagrams whose tail the NIC read from a registered region */
+	uint64_t tx_device_refused; /* device tails (KEEL_DGRAM_DEVICE_TAIL) outside any dma-buf
+				     * registration: refused, never copied by the CPU */
 	uint64_t tx_keepalive_writes; /* credit words rewritten to a peer holding our messages */
 	uint64_t tx_dropped_failed;   /* accepted for a failed peer and dropped */
 	uint64_t tx_no_credit;	      /* bursts ended: peer had no free slot */

@@ -56,7 +56,44 @@ bool coll_dev_applied_passed(const struct keel_op *op, uint32_t t, uint64_t end)
 bool coll_dev_input_ready(const struct keel_op *op, uint64_t end)
 {
 	KEEL_ASSERT_DEBUG(end <= op->bytes);
-	return !op->dev.on || op->dev.in_ready >= end;
+	return !op->dev.on || op->dev.direct_in || op->dev.in_ready >= end;
+}
+
+bool coll_dev_direct_in(const struct keel_op *op)
+{
+	return op->dev.on && op->dev.direct_in;
+}
+
+uint8_t *coll_dev_home(struct keel_node *n, const uint8_t *p, uint32_t len)
+{
+	for (uint32_t i = 0; i < n->ops_max; i++) {
+		struct keel_op *op = &n->ops[i];
+		const struct op_dev *d = &op->dev;
+		if (op->state == OP_FREE || !d->on || !d->direct_used)
+			continue;
+		uintptr_t lo = (uintptr_t)d->d_in, at = (uintptr_t)p;
+		if (at >= lo && at - lo <= op->bytes && len <= op->bytes - (at - lo))
+			return (uint8_t *)(uintptr_t)op->in + (at - lo);
+	}
+	return NULL;
+}
+
+bool coll_dev_nic_done(const struct keel_node *n, const struct keel_op *op)
+{
+	const struct op_dev *d = &op->dev;
+	if (!d->direct_used || (n->tx_device == 0 && n->copyin_busy == 0))
+		return true;
+	return !rel_device_tails_in(n, d->d_in, op->bytes) &&
+	       !rel_device_copies_into(n, op->in, op->bytes);
+}
+
+/* May the NIC on the way to every other member read [p, p + bytes) of device memory? */
+static bool members_take_device(struct keel_node *n, const void *p, uint64_t bytes)
+{
+	for (uint32_t r = 0; r < n->world; r++)
+		if (r != n->self && view_has(&n->view, r) && !node_peer_device_tail(n, r, p, bytes))
+			return false;
+	return true;
 }
 
 bool coll_dev_idle(const struct keel_op *op)
@@ -95,7 +132,7 @@ static bool flush(struct keel_node *n, struct keel_op *op)
 	coll_step(op, d->pend_step, &s);
 	KEEL_ASSERT(s.action != ACT_NONE && d->pend_hi <= s.recv_len);
 	uint64_t at = s.recv_off + d->pend_lo, len = d->pend_hi - d->pend_lo;
-	if (s.action == ACT_REDUCE_IN && d->in_ready < at + len)
+	if (s.action == ACT_REDUCE_IN && !coll_dev_input_ready(op, at + len))
 		return false;
 	const struct keel_device *dev = device_of(n);
 	uint32_t ticket = 0;
@@ -104,9 +141,11 @@ static bool flush(struct keel_node *n, struct keel_op *op)
 		rc = dev->ops->copy(dev->state, d->d_out + at, op->out + at, len, KEEL_COPY_H2D,
 				    &ticket);
 	} else {
+		/* the input staged, or where it lies when nothing needs it staged */
+		const uint8_t *in = d->direct_in ? d->d_in : op->in;
 		struct keel_device_reduce r = {
 		    .dst = d->d_out + at,
-		    .a = s.action == ACT_REDUCE_IN ? (const void *)(op->in + at) : d->d_out + at,
+		    .a = s.action == ACT_REDUCE_IN ? (const void *)(in + at) : d->d_out + at,
 		    .b = op->out + at,
 		    .mirror = op->out + at,
 		    .count = len / op->elem_size,
@@ -187,8 +226,8 @@ static bool stage_input(struct keel_node *n, struct keel_op *op)
 	struct op_dev *d = &op->dev;
 	const struct keel_device *dev = device_of(n);
 	bool moved = false;
-	if (op->state == OP_RUNNING && op->world == 1)
-		return false; /* a view of one copies device to device: nothing to stage */
+	if (d->direct_in || (op->state == OP_RUNNING && op->world == 1))
+		return false; /* the NIC reads it, or device to device: nothing to stage */
 	for (uint32_t guard = 0; guard < KEEL_DEVICE_INFLIGHT_MAX && d->staged < op->bytes;
 	     guard++) {
 		if (d->in_tail - d->in_head == KEEL_DEVICE_INFLIGHT_MAX || d->fault != 0)
@@ -256,9 +295,19 @@ void coll_dev_begin(struct keel_node *n, struct keel_op *op)
 {
 	struct op_dev *d = &op->dev;
 	KEEL_ASSERT(d->on && d->ap_head == d->ap_tail); /* the last attempt's work drained */
-	(void)n;
-	d->pend = false; /* bytes of the last view's attempt */
+	d->pend = false;				/* bytes of the last view's attempt */
 	d->solo_copy = op->world == 1 && op->bytes != 0 && d->d_in != d->d_out;
+	coll_dev_plan(n, op, op->world);
+}
+
+void coll_dev_plan(struct keel_node *n, struct keel_op *op, uint32_t world)
+{
+	struct op_dev *d = &op->dev;
+	/* Out of place the input is never written, so datagrams may read it where it lies until
+	 * acknowledged; in place it is the output, and a restart needs the staged copy. */
+	d->direct_in =
+	    world > 1 && d->d_in != d->d_out && members_take_device(n, d->d_in, op->bytes);
+	d->direct_used = d->direct_used || d->direct_in;
 }
 
 void coll_dev_stop(struct keel_op *op, bool finished)

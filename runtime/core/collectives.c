@@ -243,7 +243,12 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		    op->algo == KEEL_ALGO_RING && op->has_copy ? n->restart_copy : op->in;
 		const uint8_t *src = (s.send_from_out ? op->out : in) + s.send_off + op->send_off;
 		uint64_t wire = len;
-		if (op->enc_tx != WIRE_ENC_RAW) {
+		if (!s.send_from_out && coll_dev_direct_in(op)) { /* the NIC reads it: no stage */
+			int rc = rel_send_device(n, (uint32_t)s.send_peer, &h,
+						 op->dev.d_in + s.send_off + op->send_off,
+						 (uint32_t)len);
+			KEEL_ASSERT(rc == 0);
+		} else if (op->enc_tx != WIRE_ENC_RAW) {
 			len = cmp_send(n, op, &s, (uint32_t)s.send_peer, &h, src, len);
 			wire = h.payload_len;
 		} else if (send_stable(op, op->send_step, &s) &&
@@ -916,6 +921,9 @@ int keel_allreduce_device_start(struct keel_node *node, const void *send, void *
 	d->on = count != 0;
 	d->d_in = send;
 	d->d_out = recv;
+	d->direct_in = d->direct_used = false;
+	if (node->member)
+		coll_dev_plan(node, *handle, node->view.count);
 	coll_progress(node);
 	return 0;
 }
@@ -1019,6 +1027,8 @@ int keel_op_test_info(struct keel_node *node, struct keel_op *handle, struct kee
 		return -EINPROGRESS;
 	if (!coll_dev_idle(handle) && !coll_dev_drain(node, handle))
 		return -EINPROGRESS; /* the device still writes the caller's buffers */
+	if (!coll_dev_nic_done(node, handle))
+		return -EINPROGRESS; /* a NIC may still read its input */
 	/* A result (status 0) was computed over a view: op_local_done recorded it. */
 	KEEL_ASSERT_DEBUG(handle->status <= 0);
 	KEEL_ASSERT_DEBUG(handle->status != 0 ||

@@ -335,6 +335,12 @@ static const struct counter_row event_rows[] = {
     {"keel_compressed_bytes_saved_total",
      "Payload bytes compressed gradient fragments did not send.",
      offsetof(struct keel_counters, compress_bytes_saved)},
+    {"keel_device_direct_fragments_total",
+     "Datagrams whose payload the NIC read from device memory (GPUDirect RDMA).",
+     offsetof(struct keel_counters, device_direct_frags)},
+    {"keel_device_copy_ins_total",
+     "Device payloads copied to the host because their way lost the NIC that read them.",
+     offsetof(struct keel_counters, device_copy_ins)},
 };
 
 static void counter_rows(struct ctx *c, const struct counter_row *rows, size_t count)

@@ -436,6 +436,14 @@ bool node_peer_intact(struct keel_node *n, uint32_t peer)
 	return (node_peer_caps(n, peer) & KEEL_CAP_INTACT) != 0;
 }
 
+bool node_peer_device_tail(struct keel_node *n, uint32_t peer, const void *addr, uint64_t len)
+{
+	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
+	struct keel_transport *t = n->tp;
+	return !n->auth && t->ops->device_tail_ok != NULL && len != 0 &&
+	       t->ops->device_tail_ok(t, peer, addr, (size_t)len);
+}
+
 /* A datagram written without a CRC (its way was memory, or its payload is a borrowed tail)
  * gets its CRC as it leaves on a way that is not memory (the router fell back from shared
  * memory since, or the way takes tails but is a wire): the receiver would drop it otherwise.
@@ -597,6 +605,7 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 	    .transport_src = d->peer,
 	    .auth = n->auth ? &n->auth_ctx : NULL,
 	    .intact = (d->flags & KEEL_DGRAM_INTACT) != 0,
+	    .link_checked = (d->flags & KEEL_DGRAM_LINK_CHECKED) != 0,
 	};
 	struct wire_header h;
 	enum wire_verdict v = wire_decode(d->buf, d->len, &exp, &h);
@@ -698,6 +707,8 @@ int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_n
 	/* Acks first: a result reached just now (op_local_done) is what the members wait for. */
 	rel_send_acks(n);
 	node_txq_flush(n);
+	if (n->copyin_busy != 0)
+		rel_device_copies(n); /* a payload the device copied to the host goes now */
 	rel_timers(n);
 	fd_beat(n);
 	fd_check(n);

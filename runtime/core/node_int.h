@@ -36,6 +36,20 @@ struct tx_slot {
 	/* a borrowed payload the operation writes again (a ring's partial sums): a write of
 	 * those bytes copies it in first (rel_borrowed_copy_in_range) */
 	uint8_t rewritten;
+	/* the borrowed payload lies in device memory (rel_send_device): the NIC reads it, the
+	 * CPU never does */
+	uint8_t device;
+	uint8_t dev_copy; /* its way lost that NIC: the device copies it to the host now */
+};
+
+/* A device copy of a borrowed device payload to the host (reliable.c, device_copy_in), into
+ * its home in the operation's stage (coll_dev_home): the window slot may be released while
+ * it runs, and the stage is registered host memory the device may write. */
+struct dev_copyin {
+	const uint8_t *home;
+	uint32_t peer, seq; /* the slot it is for; peer UINT32_MAX: the slot went meanwhile */
+	uint32_t ticket;
+	bool busy;
 };
 
 /* One datagram held by the receiver: out of order, or in order but not yet consumable.
@@ -147,6 +161,9 @@ struct op_dev {
 	uint8_t *d_out;
 	uint64_t staged, in_ready; /* input bytes queued for staging, and staged (a prefix) */
 	bool solo_copy;		   /* a view of one: d_out = d_in still to be queued */
+	/* GPUDirect RDMA: this attempt sends its input from d_in (the NIC reads it), and some
+	 * attempt did (datagrams may still read it; coll_dev_home finds it) */
+	bool direct_in, direct_used;
 	struct dev_item in_q[KEEL_DEVICE_INFLIGHT_MAX], ap_q[KEEL_DEVICE_INFLIGHT_MAX];
 	uint32_t in_head, in_tail, ap_head, ap_tail; /* free-running, mask by the capacity */
 	/* Received bytes [pend_lo, pend_hi) of step pend_step, in the mirror, not yet queued:
@@ -270,6 +287,12 @@ struct keel_node {
 	 * (reset when none is left): a write elsewhere needs no look at the window. */
 	uint64_t tx_rewritten;
 	uintptr_t rewritten_lo, rewritten_hi;
+	/* Of the borrowed, the ones in device memory: an operation whose input they are is
+	 * handed back only once none is left (coll_dev_nic_done). */
+	uint64_t tx_device;
+	/* Device copies of such payloads to the host; copyin_busy of them running. */
+	struct dev_copyin copyin[KEEL_DEVICE_COPYIN_MAX];
+	uint32_t copyin_busy;
 	uint64_t rx_held;   /* datagrams held in receive slots */
 	uint32_t acks_owed; /* peers with ack_pending */
 	/* One bit per peer that may have data in flight, an ack owed or datagrams held: the
@@ -407,6 +430,10 @@ void node_txq_drop(struct keel_node *n, uint32_t peer, uint32_t seq);
 uint32_t node_peer_caps(struct keel_node *n, uint32_t peer);
 /* May a datagram to `peer` go without a CRC? While its way is memory (KEEL_CAP_INTACT). */
 bool node_peer_intact(struct keel_node *n, uint32_t peer);
+/* May a datagram to `peer` carry a payload from device memory [addr, addr + len), read by
+ * the NIC (the transport's device_tail_ok), with a CRC over its header alone? Never in a job
+ * with a key: a MAC is computed by the CPU over every byte. */
+bool node_peer_device_tail(struct keel_node *n, uint32_t peer, const void *addr, uint64_t len);
 void node_budget_spend(struct keel_node *n, uint32_t bytes);
 /* Check and dispatch one received datagram (the poll loop; the membership model checker). */
 void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d);
@@ -433,7 +460,21 @@ void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, 
  * full. */
 int rel_send_borrowed(struct keel_node *n, uint32_t peer, struct wire_header *h,
 		      const uint8_t *payload, uint32_t len, bool rewritten);
-/* Copy every payload still borrowed by a datagram in flight into its window slot. */
+/* rel_send_borrowed for a payload in device memory, which the NIC reads and the CPU never
+ * does (node_peer_device_tail said yes for it): its datagram carries a CRC over the header
+ * alone. Those bytes stay as they are until it is acknowledged (an operation's input, never
+ * written). Should the way lose that NIC, the device copies it to its home in the stage
+ * first (coll_dev_home). -EAGAIN as rel_send_borrowed. */
+int rel_send_device(struct keel_node *n, uint32_t peer, struct wire_header *h,
+		    const uint8_t *payload, uint32_t len);
+/* Does a datagram in flight still borrow device bytes in [lo, lo + len)? */
+bool rel_device_tails_in(const struct keel_node *n, const uint8_t *lo, uint64_t len);
+/* Does a device copy of such bytes still run into host memory in [lo, lo + len)? */
+bool rel_device_copies_into(const struct keel_node *n, const uint8_t *lo, uint64_t len);
+/* Take finished device copies to the host (rel_send_device's fallback) into their slots. */
+void rel_device_copies(struct keel_node *n);
+/* Copy every payload still borrowed by a datagram in flight into its window slot, but those
+ * in device memory, which stay until acknowledged. */
 void rel_borrowed_copy_in(struct keel_node *n);
 /* The same for payloads that share a byte with [lo, lo + len): about to be written. */
 void rel_borrowed_copy_in_range(struct keel_node *n, const uint8_t *lo, uint64_t len);
@@ -554,6 +595,20 @@ bool coll_dev_drain(struct keel_node *n, struct keel_op *op);
 /* A (re)start on a new view: forget what was gathered for the old one (its queued work
  * drains first: coll_dev_idle), queue the copy of a view of one. */
 void coll_dev_begin(struct keel_node *n, struct keel_op *op);
+/* GPUDirect RDMA of the input: does this attempt send input bytes from device memory,
+ * which the NIC reads (every member's way said yes for the whole input, out of place, no
+ * key; decided at each begin)? Those sends need no staging. */
+bool coll_dev_direct_in(const struct keel_op *op);
+/* Decide it for a view of `world` members: at each begin, and when the operation is queued
+ * (so that nothing stages an input the NIC will read). */
+void coll_dev_plan(struct keel_node *n, struct keel_op *op, uint32_t world);
+/* The stage bytes standing for device input [p, p + len) of an operation not yet handed
+ * back that sent it from device memory: where the device copies it when the way loses the
+ * NIC that read it. NULL when no such operation holds it. */
+uint8_t *coll_dev_home(struct keel_node *n, const uint8_t *p, uint32_t len);
+/* May the caller have its buffers back as far as the NIC is concerned: nothing sent from
+ * this operation's device memory is unacknowledged or being copied? */
+bool coll_dev_nic_done(const struct keel_node *n, const struct keel_op *op);
 /* Check the device arguments of keel_allreduce_device_start; 0 or -EINVAL. */
 int coll_dev_check_args(const struct keel_node *n, const void *send, const void *recv,
 			uint64_t bytes, uint32_t elem_size, const void *stage, size_t stage_bytes);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "assert_int.h"
+#include "keel/device.h"
 #include "keel/limits.h"
 #include "node_int.h"
 
@@ -50,16 +51,19 @@ static void totals_check(const struct keel_node *n)
 	KEEL_ASSERT(n->acks_owed <= n->world);
 	KEEL_ASSERT(n->rx_held <= (uint64_t)n->world * n->window);
 #ifdef KEEL_DEBUG
-	uint64_t flight = 0, held = 0, borrowed = 0;
+	uint64_t flight = 0, held = 0, borrowed = 0, device = 0;
 	uint32_t owed = 0;
 	for (uint32_t i = 0; i < n->world; i++) {
 		const struct rel_peer *p = &n->rel_peers[i];
 		flight += p->snd_nxt - p->snd_una;
 		held += p->rx_held;
 		owed += p->ack_pending;
-		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++)
+		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
 			borrowed += p->tx[seq & (n->window - 1)].tail != NULL;
+			device += p->tx[seq & (n->window - 1)].device;
+		}
 	}
+	KEEL_ASSERT_DEBUG(device == n->tx_device);
 	KEEL_ASSERT_DEBUG(flight == n->tx_flight);
 	KEEL_ASSERT_DEBUG(borrowed == n->tx_borrowed);
 	KEEL_ASSERT_DEBUG(held == n->rx_held);
@@ -316,6 +320,11 @@ static void borrow_end(struct keel_node *n, struct tx_slot *s)
 	KEEL_ASSERT(s->tail != NULL && n->tx_borrowed > 0);
 	s->tail = NULL;
 	n->tx_borrowed--;
+	if (s->device) {
+		KEEL_ASSERT(n->tx_device > 0 && !s->rewritten);
+		s->device = 0;
+		n->tx_device--;
+	}
 	if (s->rewritten) {
 		KEEL_ASSERT(n->tx_rewritten > 0);
 		s->rewritten = 0;
@@ -331,8 +340,83 @@ static void copy_in(struct keel_node *n, struct rel_peer *p, uint32_t seq)
 {
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 	KEEL_ASSERT(s->tail != NULL && s->len > WIRE_HEADER_SIZE && n->tx_borrowed > 0);
+	KEEL_ASSERT(!s->device); /* the CPU never reads device memory: device_copy_in does */
 	memcpy(tx_bytes(n, p, seq) + WIRE_HEADER_SIZE, s->tail, s->len - WIRE_HEADER_SIZE);
 	borrow_end(n, s);
+}
+
+/* Forget the device copy running for this slot: it lands in its bounce buffer, unused. */
+static void device_copy_orphan(struct keel_node *n, uint32_t peer, uint32_t seq)
+{
+	for (uint32_t i = 0; i < KEEL_DEVICE_COPYIN_MAX; i++)
+		if (n->copyin[i].busy && n->copyin[i].peer == peer && n->copyin[i].seq == seq)
+			n->copyin[i].peer = UINT32_MAX;
+}
+
+/* A device payload whose way lost the NIC that read it (a router fell back from verbs to a
+ * wire): the device copies it to its home in the stage (the slot may be released and its
+ * buffer lent to another peer while the copy runs), and rel_device_copies puts it in the
+ * slot; it then goes whole, with a CRC over all of it. Meanwhile it waits unsent. */
+static void device_copy_in(struct keel_node *n, uint32_t peer, uint32_t seq)
+{
+	struct rel_peer *p = &n->rel_peers[peer];
+	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
+	KEEL_ASSERT(s->device && s->tail != NULL && n->cfg.device != NULL);
+	s->sent_ns = 0; /* not sent: tried again at the next poll */
+	p->unsent = true;
+	active_mark(n, peer);
+	if (s->dev_copy)
+		return;
+	const struct keel_device *dev = n->cfg.device;
+	uint32_t len = s->len - WIRE_HEADER_SIZE;
+	uint8_t *home = coll_dev_home(n, s->tail, len);
+	KEEL_ASSERT(home != NULL); /* its operation has not been handed back: it waits for this */
+	for (uint32_t i = 0; i < KEEL_DEVICE_COPYIN_MAX; i++) {
+		struct dev_copyin *c = &n->copyin[i];
+		if (c->busy)
+			continue;
+		uint32_t ticket = 0;
+		int rc = dev->ops->copy(dev->state, home, s->tail, len, KEEL_COPY_D2H, &ticket);
+		if (rc != 0) /* full (-EAGAIN) or failing: tried again at the next transmit */
+			return;
+		*c = (struct dev_copyin){
+		    .home = home, .peer = peer, .seq = seq, .ticket = ticket, .busy = true};
+		n->copyin_busy++;
+		s->dev_copy = 1;
+		return;
+	}
+}
+
+void rel_device_copies(struct keel_node *n)
+{
+	const struct keel_device *dev = n->cfg.device;
+	KEEL_ASSERT(dev != NULL && n->copyin_busy <= KEEL_DEVICE_COPYIN_MAX);
+	for (uint32_t i = 0; i < KEEL_DEVICE_COPYIN_MAX; i++) {
+		struct dev_copyin *c = &n->copyin[i];
+		if (!c->busy)
+			continue;
+		int rc = dev->ops->test(dev->state, c->ticket);
+		if (rc == -EINPROGRESS)
+			continue;
+		c->busy = false;
+		n->copyin_busy--;
+		if (c->peer == UINT32_MAX)
+			continue; /* its slot went meanwhile */
+		struct rel_peer *p = &n->rel_peers[c->peer];
+		struct tx_slot *s = &p->tx[c->seq & (n->window - 1)];
+		/* slot_release orphans the copy of a slot that goes: this one is in flight */
+		KEEL_ASSERT(p->tx != NULL && s->dev_copy && s->device);
+		s->dev_copy = 0;
+		if (rc != 0)
+			continue; /* the device failed it: its next transmit asks again */
+		uint8_t *buf = tx_bytes(n, p, c->seq);
+		memcpy(buf + WIRE_HEADER_SIZE, c->home, s->len - WIRE_HEADER_SIZE);
+		wire_crc_whole(buf);
+		borrow_end(n, s);
+		n->ctr.device_copy_ins++;
+		p->unsent = true; /* it goes whole at the next look at the window */
+		active_mark(n, c->peer);
+	}
 }
 
 /* A slot leaves the window (acknowledged, or its stream reset): it borrows nothing more, and
@@ -346,6 +430,10 @@ static void slot_release(struct keel_node *n, uint32_t peer, uint32_t seq)
 	if (s->queued) {
 		node_txq_drop(n, peer, seq);
 		s->queued = 0;
+	}
+	if (s->dev_copy) {
+		device_copy_orphan(n, peer, seq);
+		s->dev_copy = 0;
 	}
 	if (s->tail != NULL)
 		borrow_end(n, s);
@@ -362,16 +450,45 @@ static void copy_in_where(struct keel_node *n, uintptr_t a, uintptr_t b)
 		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
 			const struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 			uintptr_t t = (uintptr_t)s->tail;
-			if (s->tail != NULL && t < b && a < t + (s->len - WIRE_HEADER_SIZE))
+			if (s->tail != NULL && !s->device && t < b &&
+			    a < t + (s->len - WIRE_HEADER_SIZE))
 				copy_in(n, p, seq);
 		}
 	}
 }
 
+bool rel_device_copies_into(const struct keel_node *n, const uint8_t *lo, uint64_t len)
+{
+	uintptr_t a = (uintptr_t)lo, b = a + (uintptr_t)len;
+	for (uint32_t i = 0; i < KEEL_DEVICE_COPYIN_MAX; i++) {
+		uintptr_t h = (uintptr_t)n->copyin[i].home;
+		if (n->copyin[i].busy && h >= a && h < b)
+			return true;
+	}
+	return false;
+}
+
+bool rel_device_tails_in(const struct keel_node *n, const uint8_t *lo, uint64_t len)
+{
+	uintptr_t a = (uintptr_t)lo, b = a + (uintptr_t)len;
+	for (uint32_t peer = active_next(n, 0, false); n->tx_device != 0 && peer < n->world;
+	     peer = active_next(n, peer + 1, false)) {
+		const struct rel_peer *p = &n->rel_peers[peer];
+		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
+			const struct tx_slot *s = &p->tx[seq & (n->window - 1)];
+			uintptr_t t = (uintptr_t)s->tail;
+			if (s->device && t < b && a < t + (s->len - WIRE_HEADER_SIZE))
+				return true;
+		}
+	}
+	return false;
+}
+
 void rel_borrowed_copy_in(struct keel_node *n)
 {
 	copy_in_where(n, 0, UINTPTR_MAX);
-	KEEL_ASSERT(n->tx_borrowed == 0); /* every borrowed slot is in flight to an active peer */
+	/* every borrowed slot is in flight to an active peer; device ones stay borrowed */
+	KEEL_ASSERT(n->tx_borrowed == n->tx_device);
 }
 
 /* Only payloads marked rewritten can lie where the operation writes: the others never do. A
@@ -391,6 +508,12 @@ static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 	struct rel_peer *p = &n->rel_peers[peer];
 	KEEL_ASSERT_DEBUG(p->tx != NULL && seq - p->snd_una < p->snd_nxt - p->snd_una);
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
+	/* A device payload goes only while the NIC on the way reads it; else the device copies
+	 * it to the host first. */
+	if (s->device && !node_peer_device_tail(n, peer, s->tail, s->len - WIRE_HEADER_SIZE)) {
+		device_copy_in(n, peer, seq);
+		return;
+	}
 	s->sent_ns = n->now_ns;
 	s->tries++;
 	KEEL_ASSERT_DEBUG(s->tries != 0 && s->len >= WIRE_HEADER_SIZE && s->len <= n->mtu);
@@ -401,13 +524,14 @@ static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 	/* A borrowed payload goes as the datagram's tail while the way to the peer takes two
 	 * pieces; after a route change it is copied in once and goes whole from then on. With a
 	 * key every copy sent again is sealed (seal_all, node.c), which takes it whole. */
-	if (s->tail != NULL &&
+	if (s->tail != NULL && !s->device &&
 	    ((node_peer_caps(n, peer) & KEEL_CAP_GATHER) == 0 || (n->auth && s->tries > 1)))
 		copy_in(n, p, seq);
 	uint32_t tail_len = s->tail != NULL ? s->len - WIRE_HEADER_SIZE : 0;
 	/* a slot the transport refused was never sent (rel_txq_refused took its try back) */
 	node_txq_push(n, peer, tx_bytes(n, p, seq), s->len - tail_len, s->tail, tail_len, seq,
-		      s->tries > 1 ? KEEL_DGRAM_RETRANSMIT : 0);
+		      (s->tries > 1 ? KEEL_DGRAM_RETRANSMIT : 0) |
+			  (s->device ? KEEL_DGRAM_DEVICE_TAIL : 0));
 	s->queued = 1; /* after the push: a full queue is flushed before it takes this one */
 }
 
@@ -424,8 +548,9 @@ uint8_t *rel_send_slot(struct keel_node *n, uint32_t peer)
 }
 
 static void send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, uint32_t len,
-			const uint8_t *tail, bool rewritten)
+			const uint8_t *tail, bool rewritten, bool device)
 {
+	KEEL_ASSERT(!device || (tail != NULL && !rewritten && !n->auth));
 	KEEL_ASSERT(peer < n->world && peer != n->self);
 	KEEL_ASSERT(len <= n->payload_max); /* room for the MAC trailer too */
 	KEEL_ASSERT(h != NULL);
@@ -440,7 +565,9 @@ static void send_commit(struct keel_node *n, uint32_t peer, struct wire_header *
 	h->payload_len = len;
 	/* Memory: no CRC pass here nor at the peer. A borrowed payload is not in the window to
 	 * be checked here: add_crcs (node.c) covers it as it leaves, where the way is a wire. */
-	if (tail != NULL || node_peer_intact(n, peer))
+	if (device) /* the CPU cannot read it: the link checks it end to end */
+		h->flags |= WIRE_FLAG_HEADER_CRC;
+	else if (tail != NULL || node_peer_intact(n, peer))
 		h->flags |= WIRE_FLAG_NO_CRC;
 	rel_ack_fields(n, peer, h);
 	wire_encode(buf, h);
@@ -450,6 +577,11 @@ static void send_commit(struct keel_node *n, uint32_t peer, struct wire_header *
 	s->tail = tail;
 	if (tail != NULL)
 		n->tx_borrowed++;
+	if (device) {
+		s->device = 1;
+		n->tx_device++;
+		n->ctr.device_direct_frags++;
+	}
 	if (tail != NULL && rewritten) {
 		uintptr_t lo = (uintptr_t)tail, hi = lo + len;
 		s->rewritten = 1;
@@ -465,7 +597,7 @@ static void send_commit(struct keel_node *n, uint32_t peer, struct wire_header *
 
 void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, uint32_t len)
 {
-	send_commit(n, peer, h, len, NULL, false);
+	send_commit(n, peer, h, len, NULL, false, false);
 }
 
 int rel_send_borrowed(struct keel_node *n, uint32_t peer, struct wire_header *h,
@@ -476,7 +608,18 @@ int rel_send_borrowed(struct keel_node *n, uint32_t peer, struct wire_header *h,
 	KEEL_ASSERT_DEBUG((node_peer_caps(n, peer) & KEEL_CAP_GATHER) != 0);
 	if (rel_send_slot(n, peer) == NULL)
 		return -EAGAIN;
-	send_commit(n, peer, h, len, payload, rewritten);
+	send_commit(n, peer, h, len, payload, rewritten, false);
+	return 0;
+}
+
+int rel_send_device(struct keel_node *n, uint32_t peer, struct wire_header *h,
+		    const uint8_t *payload, uint32_t len)
+{
+	KEEL_ASSERT(h != NULL && payload != NULL && len != 0);
+	KEEL_ASSERT_DEBUG(node_peer_device_tail(n, peer, payload, len));
+	if (rel_send_slot(n, peer) == NULL)
+		return -EAGAIN;
+	send_commit(n, peer, h, len, payload, false, true);
 	return 0;
 }
 
@@ -799,6 +942,8 @@ uint64_t rel_next_deadline(const struct keel_node *n)
 	uint64_t dl = UINT64_MAX;
 	KEEL_ASSERT(n->tx_flight <= (uint64_t)n->world * n->window);
 	totals_check(n);
+	if (n->copyin_busy != 0) /* a device says nothing when it finishes */
+		return n->now_ns;
 	if (n->tx_flight == 0 && n->acks_owed == 0)
 		return dl;
 	FOR_ACTIVE(n, i, false)

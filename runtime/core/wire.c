@@ -149,9 +149,12 @@ void wire_encode(uint8_t *buf, const struct wire_header *h)
 	wire_put32(buf + OFF_OFFSET, h->offset);
 	wire_put32(buf + OFF_TOTAL_LEN, h->total_len);
 	wire_put32(buf + OFF_PAYLOAD_LEN, h->payload_len);
-	wire_put32(buf + OFF_CRC, (h->flags & (WIRE_FLAG_AUTH | WIRE_FLAG_NO_CRC)) != 0
-				      ? 0
-				      : datagram_crc(buf, buf + WIRE_HEADER_SIZE, h->payload_len));
+	uint32_t crc = 0;
+	if ((h->flags & WIRE_FLAG_HEADER_CRC) != 0)
+		crc = datagram_crc(buf, buf + WIRE_HEADER_SIZE, 0);
+	else if ((h->flags & (WIRE_FLAG_AUTH | WIRE_FLAG_NO_CRC)) == 0)
+		crc = datagram_crc(buf, buf + WIRE_HEADER_SIZE, h->payload_len);
+	wire_put32(buf + OFF_CRC, crc);
 	/* The CRC covered the payload length the header now announces. */
 	KEEL_ASSERT(wire_get32(buf + OFF_PAYLOAD_LEN) == h->payload_len);
 }
@@ -174,6 +177,18 @@ void wire_add_crc(uint8_t *buf, const uint8_t *tail)
 	wire_put16(buf + OFF_FLAGS, (uint16_t)(flags & ~WIRE_FLAG_NO_CRC));
 	wire_put32(buf + OFF_CRC,
 		   datagram_crc(buf, tail != NULL ? tail : buf + WIRE_HEADER_SIZE, payload_len));
+}
+
+void wire_crc_whole(uint8_t *buf)
+{
+	KEEL_ASSERT(buf != NULL);
+	uint16_t flags = wire_get16(buf + OFF_FLAGS);
+	KEEL_ASSERT((flags & WIRE_FLAG_HEADER_CRC) != 0 &&
+		    (flags & (WIRE_FLAG_AUTH | WIRE_FLAG_NO_CRC)) == 0);
+	uint32_t payload_len = wire_get32(buf + OFF_PAYLOAD_LEN);
+	KEEL_ASSERT(payload_len <= PAYLOAD_MAX);
+	wire_put16(buf + OFF_FLAGS, (uint16_t)(flags & ~WIRE_FLAG_HEADER_CRC));
+	wire_put32(buf + OFF_CRC, datagram_crc(buf, buf + WIRE_HEADER_SIZE, payload_len));
 }
 
 void wire_set_sealed(uint8_t *buf, bool sealed)
@@ -260,10 +275,16 @@ static enum wire_verdict integrity(const uint8_t *buf, size_t len, const struct 
 {
 	bool sealed = (h->flags & WIRE_FLAG_AUTH) != 0;
 	bool no_crc = (h->flags & WIRE_FLAG_NO_CRC) != 0;
+	bool header_crc = (h->flags & WIRE_FLAG_HEADER_CRC) != 0;
 	if (exp->auth == NULL) {
 		if (sealed)
 			return WIRE_BAD_AUTH; /* a keyed sender: a rank started with a key, we
 						 without */
+		if (header_crc)		      /* only a link that checks every byte may carry it */
+			return exp->link_checked && !no_crc &&
+				       datagram_crc(buf, buf + WIRE_HEADER_SIZE, 0) == h->crc
+				   ? WIRE_OK
+				   : WIRE_BAD_CRC;
 		if (no_crc) /* only memory may carry it: off a wire it is a damaged one */
 			return exp->intact && h->crc == 0 ? WIRE_OK : WIRE_BAD_CRC;
 		return datagram_crc(buf, buf + WIRE_HEADER_SIZE, h->payload_len) == h->crc
@@ -272,6 +293,8 @@ static enum wire_verdict integrity(const uint8_t *buf, size_t len, const struct 
 	}
 	/* Unsealed and without a CRC: only memory that nobody outside the job writes may carry
 	 * that (shared memory, node_peer_caps); off a wire it is a forgery or a damaged one. */
+	if (header_crc) /* a keyed job's payloads are all MAC'd by the CPU */
+		return WIRE_BAD_AUTH;
 	if (!sealed && no_crc)
 		return exp->intact && h->crc == 0 ? WIRE_OK : WIRE_BAD_AUTH;
 	if (!sealed || no_crc || h->crc != 0 ||

@@ -13,8 +13,10 @@
 #define WIRE_MAGIC 0x4c45454bu /* "KEEL" read as a little-endian u32 */
 /* 2: heartbeats carry ops_started and may probe; 3: MAC trailer; 4: no CRC through shared
  * memory (WIRE_FLAG_NO_CRC); 5: with a key too, no MAC through shared memory; 6: small
- * AllReduces reported early, views may carry a result (an older node would drop it unread) */
-#define WIRE_VERSION	 6u
+ * AllReduces reported early, views may carry a result (an older node would drop it unread);
+ * 7: payloads read from device memory by the NIC carry a CRC over the header alone
+ * (WIRE_FLAG_HEADER_CRC) */
+#define WIRE_VERSION	 7u
 #define WIRE_HEADER_SIZE 56u
 
 enum wire_type {
@@ -36,6 +38,12 @@ enum wire_type {
  * (nothing outside the job writes that memory). Accepted only from a datagram its transport
  * marked KEEL_DGRAM_INTACT; never leaves with WIRE_FLAG_AUTH. */
 #define WIRE_FLAG_NO_CRC 0x10u
+/* The crc covers the header alone: the payload was read by the sender's NIC from device
+ * memory (GPUDirect RDMA), where its CPU cannot read it, over a link that checks every byte
+ * end to end (an RC queue pair's ICRC). Accepted only from a datagram its transport marked
+ * KEEL_DGRAM_LINK_CHECKED, in a job without a key; never with WIRE_FLAG_NO_CRC or
+ * WIRE_FLAG_AUTH. */
+#define WIRE_FLAG_HEADER_CRC 0x20u
 /* DATA of a gradient AllReduce: how the payload is encoded (enum wire_enc, in bits 2-3). The
  * header's offset and total_len count the f32 bytes the payload stands for. */
 #define WIRE_FLAG_ENC_SHIFT 2u
@@ -119,14 +127,17 @@ struct wire_expect {
 	uint32_t world_size;
 	uint32_t transport_src; /* sender rank the transport reported, or UINT32_MAX if unknown */
 	const struct auth_ctx *auth; /* the job's keys, or NULL: no key, CRC32C only */
-	bool intact; /* the transport marked the datagram KEEL_DGRAM_INTACT: WIRE_FLAG_NO_CRC
-		      * is accepted */
+	bool intact;	   /* the transport marked the datagram KEEL_DGRAM_INTACT: WIRE_FLAG_NO_CRC
+			    * is accepted */
+	bool link_checked; /* marked KEEL_DGRAM_LINK_CHECKED: WIRE_FLAG_HEADER_CRC is accepted
+			    * (without a key) */
 };
 
 /* Write `h` (crc ignored) and compute the CRC over header and `payload_len` bytes that
  * already sit at buf + WIRE_HEADER_SIZE. buf must hold WIRE_HEADER_SIZE + h->payload_len.
  * With WIRE_FLAG_AUTH in h->flags the crc field is 0: auth_seal adds the MAC when it leaves.
- * With WIRE_FLAG_NO_CRC it is 0 too, and no pass is made over the payload. */
+ * With WIRE_FLAG_NO_CRC it is 0 too, and no pass is made over the payload. With
+ * WIRE_FLAG_HEADER_CRC it covers the header alone (buf need only hold the header). */
 void wire_encode(uint8_t *buf, const struct wire_header *h);
 
 /* An encoded datagram marked WIRE_FLAG_NO_CRC about to leave on a way that is not memory:
@@ -134,6 +145,9 @@ void wire_encode(uint8_t *buf, const struct wire_header *h);
  * datagram is left as it is. Its payload is at buf + WIRE_HEADER_SIZE, or at `tail` when
  * not NULL (a datagram in two pieces, struct keel_datagram). */
 void wire_add_crc(uint8_t *buf, const uint8_t *tail);
+/* An encoded datagram marked WIRE_FLAG_HEADER_CRC whose payload now sits at
+ * buf + WIRE_HEADER_SIZE (the device copied it to the host): a CRC over all of it instead. */
+void wire_crc_whole(uint8_t *buf);
 /* A keyed node's datagram as it leaves (encoded with WIRE_FLAG_AUTH, or WIRE_FLAG_NO_CRC): to
  * be sealed (WIRE_FLAG_AUTH; auth_seal then appends the trailer), or to go through memory
  * without MAC or CRC (WIRE_FLAG_NO_CRC, which only a receiver told the datagram is intact
@@ -146,7 +160,8 @@ bool wire_crc_left_out(const uint8_t *buf);
  * is buf + WIRE_HEADER_SIZE. Checks in this order: size, magic, version, type, lengths,
  * MAC (exp->auth set: required and verified, except that where exp->intact WIRE_FLAG_NO_CRC
  * without WIRE_FLAG_AUTH stands for it) or crc (not set: a MAC'd datagram is refused;
- * WIRE_FLAG_NO_CRC stands for the crc only where exp->intact),
+ * WIRE_FLAG_NO_CRC stands for the crc only where exp->intact, and WIRE_FLAG_HEADER_CRC's
+ * crc over the header only where exp->link_checked),
  * job, destination, source, epoch. Only DATA and ACK are fenced by epoch here: liveness
  * (HEARTBEAT, LEAVE) crosses views, and VIEW messages are the protocol that changes them.
  * Never reads outside buf[0..len). */

@@ -716,6 +716,8 @@ static int chaos_recv_burst(struct keel_transport *t, uint64_t now_ns, struct ke
 			c->stats.cut_dropped++;
 			continue;
 		}
+		/* this layer may have changed its bytes on the way: no end-to-end check holds */
+		d[i].flags &= ~(uint32_t)KEEL_DGRAM_LINK_CHECKED;
 		/* Close the gap by exchanging buffers, as the inner backends do. */
 		if (kept != i) {
 			struct keel_datagram tmp = d[kept];

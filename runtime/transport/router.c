@@ -204,9 +204,17 @@ static bool route_takes(struct router *x, uint32_t r, const struct keel_datagram
 {
 	uint32_t need = (d->tail_len != 0 ? KEEL_CAP_GATHER : 0u) |
 			((d->flags & KEEL_DGRAM_INTACT) != 0 ? KEEL_CAP_INTACT : 0u);
+	struct keel_transport *rt = x->rt[r];
+	uint32_t rpeer = x->to_route[d->peer * x->routes + r];
+	/* a tail in device memory goes only where the NIC reads it (a route without that, or
+	 * whose registration is gone, would have the CPU copy it) */
+	if ((d->flags & KEEL_DGRAM_DEVICE_TAIL) != 0 &&
+	    (rt->ops->device_tail_ok == NULL ||
+	     !rt->ops->device_tail_ok(rt, rpeer, d->tail, d->tail_len)))
+		return false;
 	if (need == 0)
 		return true;
-	uint32_t caps = keel_transport_peer_caps(x->rt[r], x->to_route[d->peer * x->routes + r]);
+	uint32_t caps = keel_transport_peer_caps(rt, rpeer);
 	return (caps & need) == need;
 }
 
@@ -391,6 +399,20 @@ static uint32_t router_peer_caps(struct keel_transport *t, uint32_t peer)
 	return caps;
 }
 
+/* Device tails go where the route the peer is on now says its NIC reads them. */
+static bool router_device_tail_ok(struct keel_transport *t, uint32_t peer, const void *addr,
+				  size_t len)
+{
+	struct router *x = of(t);
+	if (!peer_valid(x, peer))
+		return false;
+	uint32_t r = route_for(x, peer);
+	if (r == NONE || x->rt[r]->ops->device_tail_ok == NULL)
+		return false;
+	return x->rt[r]->ops->device_tail_ok(x->rt[r], x->to_route[peer * x->routes + r], addr,
+					     len);
+}
+
 static void router_fini(struct keel_transport *t)
 {
 	struct router *x = of(t);
@@ -411,6 +433,7 @@ static const struct keel_transport_ops router_ops = {
     .rx_ready = router_rx_ready,
     .arm_wait = router_arm_wait,
     .peer_caps = router_peer_caps,
+    .device_tail_ok = router_device_tail_ok,
 };
 
 /* One epoll descriptor over every route's wait_fd; -1 (and 0) when a route has none. */

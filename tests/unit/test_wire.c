@@ -171,7 +171,7 @@ static void test_wire_roundtrip_heartbeat(void **state)
 	struct wire_heartbeat hb_out;
 	size_t len;
 
-	h.flags = 0xa5a5;
+	h.flags = 0xa585; /* not WIRE_FLAG_HEADER_CRC (0x20): this datagram's CRC covers all */
 	h.ack = 0xffffffffu;
 	h.sack = 0x80000001u;
 	wire_heartbeat_encode(buf + WIRE_HEADER_SIZE, &hb);
@@ -273,7 +273,7 @@ static void test_wire_layout_fixed_offsets(void **state)
 	(void)state;
 	static const uint8_t want[52] = {
 	    'K',  'E',	'E',  'L',  /* magic */
-	    6,			    /* version */
+	    7,			    /* version */
 	    3,			    /* type */
 	    0x04, 0x01,		    /* flags 0x0104 (not WIRE_FLAG_AUTH: the CRC is pinned below) */
 	    0x14, 0x13, 0x12, 0x11, /* job 0x11121314 */
@@ -406,8 +406,9 @@ static void test_wire_bad_version(void **state)
 	(void)state;
 	/* 2: before the MAC trailer; 3: before WIRE_FLAG_NO_CRC; 4: every keyed datagram sealed
 	 * (a peer of 4 would drop this version's unsealed ones through shared memory); 5: every
-	 * result waited for every member (a peer of 5 would ignore a result a view carries) */
-	static const uint8_t versions[] = {0, 1, 2, 3, 4, 5, 7, 0x81, 255};
+	 * result waited for every member (a peer of 5 would ignore a result a view carries); 6:
+	 * no CRC over the header alone (a peer of 6 would drop device payloads as damaged) */
+	static const uint8_t versions[] = {0, 1, 2, 3, 4, 5, 6, 8, 0x81, 255};
 	struct wire_header h = make_header(WIRE_ACK, 0);
 
 	for (size_t i = 0; i < sizeof(versions); i++) {
@@ -611,6 +612,64 @@ static void test_wire_no_crc_only_from_memory(void **state)
 	/* and its payload is checked again */
 	buf[WIRE_HEADER_SIZE + 7] ^= 4;
 	assert_int_equal(wire_decode(buf, len, &intact, &out), WIRE_BAD_CRC);
+}
+
+/* WIRE_FLAG_HEADER_CRC (a payload the sender's NIC read from device memory): its CRC covers
+ * the header alone, accepted only where the transport says the link checked every byte, and
+ * never in a keyed job; wire_crc_whole makes it an ordinary datagram once the payload is in. */
+static void test_wire_header_crc_only_from_checked_link(void **state)
+{
+	(void)state;
+	struct wire_header h = make_header(WIRE_DATA, 700), out;
+	struct wire_expect link = expect_default, intact = expect_default, keyed = expect_default;
+	static struct auth_ctx key; /* never opened: the flag is refused before any MAC */
+	uint8_t buf[BUF_MAX], whole[BUF_MAX];
+	size_t len;
+
+	link.link_checked = true;
+	intact.intact = true;
+	keyed.auth = &key;
+	keyed.link_checked = true;
+	h.flags |= WIRE_FLAG_HEADER_CRC;
+	fill_pattern(buf + WIRE_HEADER_SIZE, h.payload_len, 3);
+	len = encode(buf, &h);
+	assert_false(wire_crc_left_out(buf));
+	uint8_t head[WIRE_HEADER_SIZE];
+	memcpy(head, buf, sizeof(head));
+	memset(head + 52, 0, 4);
+	assert_int_equal(rd32(buf + 52), crc32c(0, head, sizeof(head))); /* the header alone */
+	assert_int_equal(wire_decode(buf, len, &link, &out), WIRE_OK);
+	assert_headers_equal(&h, &out);
+	assert_int_equal(decode(buf, len), WIRE_BAD_CRC);		      /* any other link */
+	assert_int_equal(wire_decode(buf, len, &intact, &out), WIRE_BAD_CRC); /* memory too */
+	assert_int_equal(wire_decode(buf, len, &keyed, &out), WIRE_BAD_AUTH);
+	/* the payload is the link's to check; every bit of the header is still ours */
+	buf[WIRE_HEADER_SIZE + 100] ^= 0x40;
+	assert_int_equal(wire_decode(buf, len, &link, &out), WIRE_OK);
+	buf[WIRE_HEADER_SIZE + 100] ^= 0x40;
+	for (size_t i = 0; i < WIRE_HEADER_SIZE; i++) {
+		for (unsigned bit = 0; bit < 8; bit++) {
+			buf[i] ^= (uint8_t)(1u << bit);
+			assert_int_not_equal(wire_decode(buf, len, &link, &out), WIRE_OK);
+			buf[i] ^= (uint8_t)(1u << bit);
+		}
+	}
+	/* with WIRE_FLAG_NO_CRC as well it is nobody's: refused */
+	h.flags |= WIRE_FLAG_NO_CRC;
+	len = encode(buf, &h);
+	assert_int_equal(wire_decode(buf, len, &link, &out), WIRE_BAD_CRC);
+	h.flags &= ~WIRE_FLAG_NO_CRC;
+
+	/* the device copied the payload in: a CRC over all of it, as if written whole */
+	len = encode(buf, &h);
+	wire_crc_whole(buf);
+	h.flags &= ~WIRE_FLAG_HEADER_CRC;
+	memcpy(whole + WIRE_HEADER_SIZE, buf + WIRE_HEADER_SIZE, h.payload_len);
+	encode(whole, &h);
+	assert_memory_equal(buf, whole, len);
+	assert_int_equal(decode(buf, len), WIRE_OK);
+	buf[WIRE_HEADER_SIZE + 100] ^= 0x40;
+	assert_int_equal(wire_decode(buf, len, &link, &out), WIRE_BAD_CRC);
 }
 
 /* A datagram in two pieces (a header in the window, its payload borrowed from where it lies):
@@ -1130,6 +1189,7 @@ int main(void)
 	    cmocka_unit_test(test_wire_bad_crc_header),
 	    cmocka_unit_test(test_wire_bad_crc_payload),
 	    cmocka_unit_test(test_wire_no_crc_only_from_memory),
+	    cmocka_unit_test(test_wire_header_crc_only_from_checked_link),
 	    cmocka_unit_test(test_wire_add_crc_over_tail),
 	    cmocka_unit_test(test_wire_wrong_job),
 	    cmocka_unit_test(test_wire_wrong_destination),

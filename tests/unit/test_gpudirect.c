@@ -1,0 +1,340 @@
+/* GPUDirect RDMA of a device AllReduce's input: keel nodes over the verbs backend on the fake
+ * device (tests/support/verbs_fake.c), each with a CPU stand-in device whose memory faults
+ * when the host touches it (guarded_mem.h). The input is registered as a dma-buf, so its
+ * datagrams go with the NIC reading it (the fake reads it through the memfd, as an importer
+ * does) and nothing stages it: the stage's input half stays as it was. Also: the staged path
+ * when nothing is registered, in place, or with a key; and a registration that goes
+ * mid-operation (the device copies the unsent payloads to the host and they go whole). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+
+#include <cmocka.h>
+
+#include "guarded_mem.h"
+#include "keel/device_cpu.h"
+#include "keel/keel.h"
+#include "keel/transport_verbs.h"
+#include "refcheck.h"
+#include "verbs_fake.h"
+
+#define WORLD_MAX 4u
+#define SLOT	  4096u
+#define ROUNDS	  200000u
+
+struct rank {
+	struct keel_transport *t;
+	void *t_mem;
+	struct keel_device dev;
+	void *dev_mem;
+	struct keel_node *node;
+	void *node_mem;
+	struct guarded_mem mem; /* d_in, then d_out */
+	uint8_t *d_in, *d_out, *d_in_w, *d_out_w;
+	uint8_t *stage;
+	size_t stage_bytes, bytes;
+	struct keel_op *op;
+	int status;
+	bool registered;
+};
+
+struct job {
+	uint32_t world;
+	uint64_t now_ns;
+	bool keyed;
+	struct rank r[WORLD_MAX];
+};
+
+static void transports_up(struct job *j)
+{
+	verbs_fake_reset();
+	fake.dmabuf = true;
+	for (uint32_t r = 0; r < j->world; r++) {
+		struct keel_verbs_config c;
+		keel_verbs_config_default(&c);
+		c.rank = r;
+		c.world_size = j->world;
+		c.slot_bytes = SLOT;
+		c.slot_count = 16;
+		c.send_max_bytes = 1024;
+		c.inline_bytes = 64;
+		size_t sz = keel_verbs_storage_size(&c);
+		assert_true(sz > 0);
+		j->r[r].t_mem = calloc(1, sz);
+		assert_int_equal(keel_verbs_init(&j->r[r].t, j->r[r].t_mem, sz, &c), 0);
+	}
+	for (uint32_t r = 0; r < j->world; r++)
+		for (uint32_t p = 0; p < j->world; p++) {
+			if (p == r)
+				continue;
+			struct keel_verbs_addr a;
+			keel_verbs_local_addr(j->r[p].t, &a);
+			assert_int_equal(keel_verbs_connect(j->r[r].t, p, &a,
+							    keel_verbs_local_qpn(j->r[p].t, r)),
+					 0);
+		}
+}
+
+static void nodes_up(struct job *j)
+{
+	for (uint32_t r = 0; r < j->world; r++) {
+		struct rank *k = &j->r[r];
+		struct keel_device_cpu_config dc;
+		keel_device_cpu_config_default(&dc);
+		dc.seed = 7 + r;
+		size_t dsz = keel_device_cpu_storage_size(&dc);
+		k->dev_mem = calloc(1, dsz);
+		assert_int_equal(keel_device_cpu_init(&k->dev, k->dev_mem, dsz, &dc), 0);
+		struct keel_config cfg;
+		keel_config_default(&cfg);
+		cfg.rank = r;
+		cfg.world_size = j->world;
+		cfg.job_id = 42;
+		cfg.transport = k->t;
+		cfg.heartbeat_ns = 1000000;
+		cfg.join_timeout_ns = 1;
+		cfg.device = &k->dev;
+		cfg.device_chunk_bytes = 16384;
+		if (j->keyed) {
+			cfg.auth = true;
+			memset(cfg.auth_key, 0x5a, sizeof(cfg.auth_key));
+		}
+		size_t sz = keel_storage_size(&cfg);
+		assert_true(sz > 0);
+		k->node_mem = calloc(1, sz);
+		assert_int_equal(keel_init(&k->node, k->node_mem, sz, &cfg, j->now_ns), 0);
+	}
+}
+
+/* Device buffers of `count` elements (in place: one), the input registered as a dma-buf when
+ * `dmabuf`, and a stage whose input half holds 0xee: whatever stages the input overwrites it. */
+static void buffers_up(struct job *j, size_t count, enum keel_dtype dt, enum keel_redop op,
+		       bool in_place, bool dmabuf)
+{
+	for (uint32_t r = 0; r < j->world; r++) {
+		struct rank *k = &j->r[r];
+		k->bytes = count * keel_dtype_size(dt);
+		size_t span = (k->bytes + 4095) & ~(size_t)4095;
+		assert_int_equal(guarded_mem_map(&k->mem, &k->dev, in_place ? span : 2 * span), 0);
+		k->d_in = k->mem.view;
+		k->d_in_w = k->mem.work;
+		k->d_out = in_place ? k->d_in : k->d_in + span;
+		k->d_out_w = in_place ? k->d_in_w : k->d_in_w + span;
+		keel_check_fill(k->d_in_w, 0, count, r, dt, op);
+		k->stage_bytes = keel_allreduce_device_stage_bytes(count, dt);
+		k->stage = malloc(k->stage_bytes);
+		memset(k->stage, 0xee, k->stage_bytes);
+		assert_int_equal(k->dev.ops->host_register(k->dev.state, k->stage, k->stage_bytes),
+				 0);
+		k->registered = dmabuf;
+		if (dmabuf) /* the memfd is the dma-buf; the view's offset 0 is its offset 0 */
+			assert_int_equal(
+			    keel_verbs_register_dmabuf(k->t, k->d_in, k->bytes, k->mem.fd, 0), 0);
+	}
+}
+
+static void start_all(struct job *j, size_t count, enum keel_dtype dt, enum keel_redop op)
+{
+	for (uint32_t r = 0; r < j->world; r++) {
+		struct rank *k = &j->r[r];
+		k->status = -EINPROGRESS;
+		assert_int_equal(keel_allreduce_device_start(k->node, k->d_in, k->d_out, count, dt,
+							     op, k->stage, k->stage_bytes, &k->op),
+				 0);
+	}
+}
+
+/* One round: every rank polls once, then tests its operation. A rank whose operation was
+ * handed back writes its input at once, as a training step would: a datagram that still read
+ * it would carry those bytes to a peer still running. */
+static bool round_all(struct job *j)
+{
+	bool all = true;
+	j->now_ns += 10000;
+	for (uint32_t r = 0; r < j->world; r++) {
+		struct rank *k = &j->r[r];
+		uint64_t dl;
+		assert_int_equal(keel_poll(k->node, j->now_ns, &dl), 0);
+		if (k->status == -EINPROGRESS) {
+			k->status = keel_op_test(k->node, k->op);
+			if (k->status == 0 && k->d_in != k->d_out)
+				memset(k->d_in_w, 0xff, k->bytes);
+		}
+		all = all && k->status != -EINPROGRESS;
+	}
+	return all;
+}
+
+static void run_to_end(struct job *j)
+{
+	uint32_t n = 0;
+	while (!round_all(j))
+		assert_true(++n < ROUNDS);
+	for (uint32_t r = 0; r < j->world; r++)
+		assert_int_equal(j->r[r].status, 0);
+}
+
+static void check_results(struct job *j, size_t count, enum keel_dtype dt, enum keel_redop op)
+{
+	uint8_t *ref = malloc(count * keel_dtype_size(dt) + 1);
+	keel_check_reference(ref, 0, count, j->world, dt, op);
+	for (uint32_t r = 0; r < j->world; r++)
+		assert_int_equal(keel_check_wrong(j->r[r].d_out_w, ref, 0, count, dt), 0);
+	free(ref);
+}
+
+/* Does the stage's input half still hold what buffers_up wrote (nothing staged it)? */
+static bool input_unstaged(const struct rank *k)
+{
+	for (size_t i = 0; i < k->bytes; i++)
+		if (k->stage[i] != 0xee)
+			return false;
+	return true;
+}
+
+static void job_down(struct job *j)
+{
+	for (uint32_t r = 0; r < j->world; r++) {
+		struct rank *k = &j->r[r];
+		keel_fini(k->node);
+		if (k->registered)
+			assert_int_equal(keel_verbs_unregister(k->t, k->d_in), 0);
+		assert_int_equal(k->dev.ops->host_unregister(k->dev.state, k->stage), 0);
+		assert_int_equal(guarded_mem_unmap(&k->mem), 0);
+		free(k->stage);
+		free(k->node_mem);
+		k->t->ops->fini(k->t);
+		free(k->t_mem);
+		k->dev.ops->fini(k->dev.state);
+		free(k->dev_mem);
+	}
+	fake.dmabuf = false;
+}
+
+static void job_up(struct job *j, uint32_t world, bool keyed)
+{
+	memset(j, 0, sizeof(*j));
+	j->world = world;
+	j->keyed = keyed;
+	j->now_ns = 1000000000ull;
+	transports_up(j);
+	nodes_up(j);
+}
+
+/* Every rank's input leaves from device memory, read by the NIC: no byte of it is staged,
+ * every such datagram went zero copy, and the results are exact. 2 and 3 ranks (recursive
+ * doubling and the ring, AUTO by size), several dtypes and sizes around fragment edges. */
+static void test_gpudirect_input_not_staged(void **state)
+{
+	(void)state;
+	static const struct {
+		uint32_t world;
+		size_t count;
+		enum keel_dtype dt;
+		enum keel_redop op;
+	} cases[] = {
+	    {2, 1, KEEL_F32, KEEL_SUM},
+	    {2, 1010, KEEL_I32, KEEL_MAX},
+	    {3, 3 * 1010 + 1, KEEL_F32, KEEL_SUM},
+	    {3, 96 * 1024, KEEL_BF16, KEEL_AVG},
+	    {4, 200000, KEEL_F64, KEEL_MIN},
+	    {2, 300000, KEEL_U8, KEEL_SUM},
+	};
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct job j;
+		job_up(&j, cases[c].world, false);
+		buffers_up(&j, cases[c].count, cases[c].dt, cases[c].op, false, true);
+		start_all(&j, cases[c].count, cases[c].dt, cases[c].op);
+		run_to_end(&j);
+		check_results(&j, cases[c].count, cases[c].dt, cases[c].op);
+		uint64_t direct = 0;
+		for (uint32_t r = 0; r < j.world; r++) {
+			struct keel_counters ctr;
+			struct keel_verbs_stats vs;
+			keel_counters_get(j.r[r].node, &ctr);
+			keel_verbs_stats_get(j.r[r].t, &vs);
+			direct +=
+			    ctr.device_direct_frags; /* a rank with no input to send sends none */
+			assert_int_equal(ctr.device_copy_ins, 0);
+			/* each went as a WR gathering from the registration, nothing else did */
+			assert_int_equal(vs.tx_zero_copy, ctr.device_direct_frags);
+			assert_int_equal(vs.tx_device_refused, 0);
+			assert_true(input_unstaged(&j.r[r]));
+		}
+		assert_true(direct > 0);
+		assert_true(fake.gathers > 0);
+		job_down(&j);
+	}
+}
+
+/* Where the NIC cannot read the input, it is staged as before: nothing registered, in place
+ * (a restart needs the staged copy), or a job with a key (the CPU MACs every byte). */
+static void test_gpudirect_staged_when_not_possible(void **state)
+{
+	(void)state;
+	static const struct {
+		bool dmabuf, in_place, keyed;
+	} cases[] = {{false, false, false}, {true, true, false}, {true, false, true}};
+	const size_t count = 3 * 5000 + 7;
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct job j;
+		job_up(&j, 3, cases[c].keyed);
+		buffers_up(&j, count, KEEL_F32, KEEL_SUM, cases[c].in_place, cases[c].dmabuf);
+		start_all(&j, count, KEEL_F32, KEEL_SUM);
+		run_to_end(&j);
+		check_results(&j, count, KEEL_F32, KEEL_SUM);
+		for (uint32_t r = 0; r < j.world; r++) {
+			struct keel_counters ctr;
+			keel_counters_get(j.r[r].node, &ctr);
+			assert_int_equal(ctr.device_direct_frags, 0);
+			assert_false(input_unstaged(&j.r[r]));
+		}
+		job_down(&j);
+	}
+}
+
+/* The registration goes while rank 0's payloads wait for credits: the device copies each
+ * to the host (its home in the stage) and it goes whole, with its CRC. Exact results, and
+ * the operation is handed back only once nothing reads its input any more. */
+static void test_gpudirect_registration_lost_mid_op(void **state)
+{
+	(void)state;
+	const size_t count = 3 * 64 * 1024; /* 256 KiB a chunk: far more than 16 credits */
+	struct job j;
+	job_up(&j, 3, false);
+	buffers_up(&j, count, KEEL_F32, KEEL_SUM, false, true);
+	start_all(&j, count, KEEL_F32, KEEL_SUM);
+	uint64_t dl;
+	j.now_ns += 10000;
+	assert_int_equal(keel_poll(j.r[0].node, j.now_ns, &dl), 0);
+	struct keel_counters ctr;
+	struct keel_verbs_stats vs;
+	keel_counters_get(j.r[0].node, &ctr);
+	keel_verbs_stats_get(j.r[0].t, &vs);
+	assert_true(ctr.device_direct_frags > vs.tx_zero_copy); /* some wait for credits */
+	assert_int_equal(keel_verbs_unregister(j.r[0].t, j.r[0].d_in), 0);
+	j.r[0].registered = false;
+	run_to_end(&j);
+	check_results(&j, count, KEEL_F32, KEEL_SUM);
+	keel_counters_get(j.r[0].node, &ctr);
+	assert_true(ctr.device_copy_ins > 0);
+	keel_verbs_stats_get(j.r[0].t, &vs);
+	assert_int_equal(vs.tx_zero_copy + ctr.device_copy_ins, ctr.device_direct_frags);
+	job_down(&j);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_gpudirect_input_not_staged),
+	    cmocka_unit_test(test_gpudirect_staged_when_not_possible),
+	    cmocka_unit_test(test_gpudirect_registration_lost_mid_op),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
