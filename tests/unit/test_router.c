@@ -29,6 +29,7 @@ struct breaker {
 				* in error */
 	bool fatal;	       /* send and receive return KEEL_ETRANSPORT */
 	bool strip_intact;     /* received datagrams lose KEEL_DGRAM_INTACT (a careless layer) */
+	bool device_tails;     /* device_tail_ok says yes (a NIC that reads device memory) */
 	uint64_t recv_calls;
 	uint64_t rx_no_crc; /* datagrams received that were sent without a CRC */
 };
@@ -103,6 +104,13 @@ static bool breaker_arm_wait(struct keel_transport *t)
 	return !breaker_of(t)->fatal && in->ops->arm_wait(in);
 }
 
+static bool breaker_device_tail_ok(struct keel_transport *t, uint32_t peer, const void *addr,
+				   size_t len)
+{
+	(void)addr;
+	return breaker_of(t)->device_tails && !breaker_of(t)->cut[peer] && len != 0;
+}
+
 static const struct keel_transport_ops breaker_ops = {
     .name = "breaker",
     .send_burst = breaker_send,
@@ -111,6 +119,7 @@ static const struct keel_transport_ops breaker_ops = {
     .peer_ok = breaker_peer_ok,
     .rx_ready = breaker_rx_ready,
     .arm_wait = breaker_arm_wait,
+    .device_tail_ok = breaker_device_tail_ok,
 };
 
 static void breaker_init(struct breaker *b, struct keel_transport *inner)
@@ -367,6 +376,43 @@ static void test_router_intact_datagram_refused_on_a_wire(void **state)
 	assert_int_equal(t->ops->send_burst(t, 1, two, 2), 1);
 	recv_expect(&x, 0, 1, out, sizeof(out));
 	assert_int_equal(send_one(&x, 0, 1, 11), 1);
+	routed_fini(&x);
+}
+
+/* A datagram whose tail is device memory (KEEL_DGRAM_DEVICE_TAIL) goes only on a route whose
+ * device_tail_ok says yes for it; once the peer's route falls back to one that cannot read
+ * device memory (UDP), it is refused as by a full route, so the core has the device copy it
+ * to the host. device_tail_ok answers for the route the peer is on. */
+static void test_router_device_tail_only_where_the_nic_reads_it(void **state)
+{
+	(void)state;
+	static const uint32_t hosts[] = {0, 0};
+	struct routed x;
+	uint8_t out[64];
+	assert_int_equal(routed_init(&x, 2, hosts, false, true), 0);
+	struct keel_transport *t = x.c.tp[0];
+	for (uint32_t i = 0; i < sizeof(out); i++)
+		out[i] = (uint8_t)(i * 5 + 2);
+	struct keel_datagram d = {.buf = out,
+				  .len = 16,
+				  .tail = out + 16,
+				  .tail_len = 48,
+				  .peer = 1,
+				  .flags = KEEL_DGRAM_DEVICE_TAIL};
+	assert_false(t->ops->device_tail_ok(t, 1, out + 16, 48)); /* shared memory: no NIC */
+	assert_int_equal(t->ops->send_burst(t, 1, &d, 1), 0);
+	x.brk[0].device_tails = true;
+	assert_true(t->ops->device_tail_ok(t, 1, out + 16, 48));
+	assert_false(t->ops->device_tail_ok(t, 0, out + 16, 48)); /* itself */
+	assert_int_equal(t->ops->send_burst(t, 1, &d, 1), 1);
+	recv_expect(&x, 0, 1, out, sizeof(out));
+	x.brk[0].cut[1] = true;
+	assert_int_equal(send_one(&x, 0, 1, 12), 1); /* fell back to UDP */
+	assert_false(t->ops->device_tail_ok(t, 1, out + 16, 48));
+	assert_int_equal(t->ops->send_burst(t, 1, &d, 1), 0); /* refused, not lost */
+	d.flags = 0;					      /* copied to the host: it goes */
+	assert_int_equal(t->ops->send_burst(t, 1, &d, 1), 1);
+	recv_expect(&x, 0, 1, out, sizeof(out));
 	routed_fini(&x);
 }
 
@@ -747,6 +793,7 @@ int main(void)
 	    cmocka_unit_test(test_router_routes_each_peer_by_host),
 	    cmocka_unit_test(test_router_two_pieces_only_where_the_route_takes_them),
 	    cmocka_unit_test(test_router_intact_datagram_refused_on_a_wire),
+	    cmocka_unit_test(test_router_device_tail_only_where_the_nic_reads_it),
 	    cmocka_unit_test(test_router_ready_and_arm),
 	    cmocka_unit_test(test_router_falls_back_when_a_route_fails_for_one_peer),
 	    cmocka_unit_test(test_router_uses_a_route_once_it_is_up),

@@ -17,6 +17,7 @@
 #pragma weak keel_device_cuda_alloc
 #pragma weak keel_device_cuda_free
 #pragma weak keel_device_cuda_copy_sync
+#pragma weak keel_device_cuda_dmabuf
 
 static bool is_cuda(const struct bench_device *d)
 {
@@ -127,6 +128,19 @@ int bench_device_get(struct bench_device *d, void *dst, const void *src_dev, siz
 		return 0;
 	}
 	return keel_device_cuda_copy_sync(&d->dev, dst, src_dev, bytes, KEEL_COPY_D2H);
+}
+
+int bench_device_input_dmabuf(struct bench_device *d, int *fd, uint64_t *offset, bool *owned)
+{
+	*owned = is_cuda(d);
+	if (!is_cuda(d)) {
+		*fd = d->g_in.fd;
+		*offset = 0;
+		return 0;
+	}
+	if (keel_device_cuda_dmabuf == NULL)
+		return -EOPNOTSUPP;
+	return keel_device_cuda_dmabuf(&d->dev, d->d_in, d->cap, fd, offset);
 }
 
 void bench_device_close(struct bench_device *d)

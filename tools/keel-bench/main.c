@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench_device.h"
 #include "bench_failover.h"
@@ -273,6 +274,24 @@ static void die(struct keel_boot *b, const char *what, int rc)
  * copy): every member hears KEEL_EVIEWCHANGED and, as the API asks, runs it again. */
 #define VIEW_CHANGE_RETRIES 3
 
+/* --device with --register: the device input as a dma-buf, for the NIC to read (GPUDirect
+ * RDMA). 0, or why it is staged instead: -EOPNOTSUPP where the transport or the driver
+ * cannot; other errors end the run, as for --register. */
+static int register_device_input(struct keel_boot *b)
+{
+	int fd = -1;
+	uint64_t offset = 0;
+	bool owned = false;
+	int rc = bench_device_input_dmabuf(&g_dev, &fd, &offset, &owned);
+	if (rc == 0)
+		rc = keel_boot_register_dmabuf(b, g_dev.d_in, g_dev.cap, fd, offset);
+	if (owned && fd >= 0)
+		close(fd);
+	if (rc != 0 && rc != -EOPNOTSUPP)
+		die(b, "--register (device input as a dma-buf)", rc);
+	return rc;
+}
+
 /* One AllReduce of the benchmark: host buffers, or (--device) device buffers staged. The
  * timed loops do not look at the values, so a lost in-place input is simply run again. */
 static int ar_run(struct keel_boot *b, const struct bench_opts *o, void *in, void *out,
@@ -471,6 +490,7 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 		if (rc != 0)
 			die(b, "--register", rc);
 	}
+	int direct = g_dev_on && o->reg ? register_device_input(b) : -ENOENT;
 	uint32_t n = b->launch.world_size;
 	bool lead = b->launch.rank == 0;
 	if (lead) {
@@ -504,6 +524,13 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			    g_dev.kind, g_dev.name, g_dev.stage_bytes,
 			    b->cfg.device_chunk_bytes != 0 ? b->cfg.device_chunk_bytes
 							   : KEEL_DEVICE_CHUNK_DEFAULT);
+		if (g_dev_on && o->reg)
+			printf("# device input: %s%s%s\n",
+			       direct == 0 ? "registered as a dma-buf, the NIC reads it where "
+					     "every peer's way can (GPUDirect RDMA)"
+					   : "staged through host memory (the transport cannot read "
+					     "device memory: ",
+			       direct == 0 ? "" : keel_strerror(direct), direct == 0 ? "" : ")");
 		printf("#%61s%32s\n", "out-of-place", "in-place");
 		printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count",
 		       "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
@@ -565,6 +592,8 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	double fallbacks = across(b, (double)rs.fallbacks, KEEL_SUM);
 	double bytes_sent = across(b, (double)k.tx_bytes, KEEL_SUM);
 	double saved = across(b, (double)k.compress_bytes_saved, KEEL_SUM);
+	double direct_frags = across(b, (double)k.device_direct_frags, KEEL_SUM);
+	double copy_ins = across(b, (double)k.device_copy_ins, KEEL_SUM);
 	if (lead) {
 		printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f, late "
 		       "polls %.0f\n",
@@ -574,6 +603,10 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			       "fallbacks\n",
 			       on_shm, on_udp, fallbacks);
 		printf("# Bytes sent %.0f, saved by compression %.0f\n", bytes_sent, saved);
+		if (g_dev_on)
+			printf("# Datagrams the NIC read from device memory %.0f, copied to the "
+			       "host after a route change %.0f\n",
+			       direct_frags, copy_ins);
 		printf("# Out of bounds values : %.0f %s\n", wrong_total,
 		       o->check ? (wrong_total == 0 ? "OK" : "FAILED")
 				: "(not checked: use --check)");
@@ -583,8 +616,10 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			       smaller);
 		printf("# Avg bus bandwidth    : %g\n", rows ? busbw_sum / rows : 0.0);
 	}
-	for (uint32_t which = 0; o->reg && which < 3 && reg_buf[which] != NULL; which++) {
-		void *buf = reg_buf[which];
+	for (uint32_t which = 0; o->reg && which < 4; which++) {
+		void *buf = which < 3 ? reg_buf[which] : direct == 0 ? g_dev.d_in : NULL;
+		if (buf == NULL)
+			continue;
 		int rc;
 		/* a send that read it may still be completing at the NIC */
 		while ((rc = keel_boot_unregister(b, buf)) == -EBUSY)
