@@ -59,21 +59,38 @@ bool coll_dev_input_ready(const struct keel_op *op, uint64_t end)
 	return !op->dev.on || op->dev.direct_in || op->dev.in_ready >= end;
 }
 
-bool coll_dev_direct_in(const struct keel_op *op)
+const uint8_t *coll_dev_direct_src(const struct keel_op *op, bool from_out)
 {
-	return op->dev.on && op->dev.direct_in;
+	const struct op_dev *d = &op->dev;
+	if (!d->on || !(from_out ? d->direct_out : d->direct_in))
+		return NULL;
+	return from_out ? d->d_out : d->d_in;
 }
 
+/* Is [p, p + len) inside the `bytes` at base? Returns its offset there, or UINT64_MAX. */
+static uint64_t offset_in(const uint8_t *base, uint64_t bytes, const uint8_t *p, uint32_t len)
+{
+	uintptr_t lo = (uintptr_t)base, at = (uintptr_t)p;
+	return at >= lo && at - lo <= bytes && len <= bytes - (at - lo) ? at - lo : UINT64_MAX;
+}
+
+/* An input's home is its staged copy; an output's, its mirror. Two operations may share a
+ * buffer: the caller writes it only once both were handed back, so either home's copy of
+ * those bytes is the same. */
 uint8_t *coll_dev_home(struct keel_node *n, const uint8_t *p, uint32_t len)
 {
 	for (uint32_t i = 0; i < n->ops_max; i++) {
 		struct keel_op *op = &n->ops[i];
 		const struct op_dev *d = &op->dev;
-		if (op->state == OP_FREE || !d->on || !d->direct_used)
+		if (op->state == OP_FREE || !d->on)
 			continue;
-		uintptr_t lo = (uintptr_t)d->d_in, at = (uintptr_t)p;
-		if (at >= lo && at - lo <= op->bytes && len <= op->bytes - (at - lo))
-			return (uint8_t *)(uintptr_t)op->in + (at - lo);
+		uint64_t at =
+		    d->direct_in_used ? offset_in(d->d_in, op->bytes, p, len) : UINT64_MAX;
+		if (at != UINT64_MAX)
+			return (uint8_t *)(uintptr_t)op->in + at;
+		at = d->direct_out_used ? offset_in(d->d_out, op->bytes, p, len) : UINT64_MAX;
+		if (at != UINT64_MAX)
+			return op->out + at;
 	}
 	return NULL;
 }
@@ -81,10 +98,13 @@ uint8_t *coll_dev_home(struct keel_node *n, const uint8_t *p, uint32_t len)
 bool coll_dev_nic_done(const struct keel_node *n, const struct keel_op *op)
 {
 	const struct op_dev *d = &op->dev;
-	if (!d->direct_used || (n->tx_device == 0 && n->copyin_busy == 0))
+	if ((!d->direct_in_used && !d->direct_out_used) ||
+	    (n->tx_device == 0 && n->copyin_busy == 0))
 		return true;
+	/* the stage: the input's staged copy, then the output's mirror */
 	return !rel_device_tails_in(n, d->d_in, op->bytes) &&
-	       !rel_device_copies_into(n, op->in, op->bytes);
+	       !rel_device_tails_in(n, d->d_out, op->bytes) &&
+	       !rel_device_copies_into(n, op->in, 2 * op->bytes);
 }
 
 /* May the NIC on the way to every other member read [p, p + bytes) of device memory? */
@@ -134,6 +154,9 @@ static bool flush(struct keel_node *n, struct keel_op *op)
 	uint64_t at = s.recv_off + d->pend_lo, len = d->pend_hi - d->pend_lo;
 	if (s.action == ACT_REDUCE_IN && !coll_dev_input_ready(op, at + len))
 		return false;
+	/* a ring's partial sums, written again by its all-gather: not while a NIC reads them */
+	if (d->direct_out && n->tx_device != 0 && rel_device_tails_in(n, d->d_out + at, len))
+		return false;
 	const struct keel_device *dev = device_of(n);
 	uint32_t ticket = 0;
 	int rc;
@@ -147,7 +170,8 @@ static bool flush(struct keel_node *n, struct keel_op *op)
 		    .dst = d->d_out + at,
 		    .a = s.action == ACT_REDUCE_IN ? (const void *)(in + at) : d->d_out + at,
 		    .b = op->out + at,
-		    .mirror = op->out + at,
+		    /* sums the NIC forwards from d_out need no copy on the host */
+		    .mirror = d->direct_out ? NULL : op->out + at,
 		    .count = len / op->elem_size,
 		    .dtype = op->dtype,
 		    .op = op->redop,
@@ -298,6 +322,12 @@ void coll_dev_begin(struct keel_node *n, struct keel_op *op)
 	d->pend = false;				/* bytes of the last view's attempt */
 	d->solo_copy = op->world == 1 && op->bytes != 0 && d->d_in != d->d_out;
 	coll_dev_plan(n, op, op->world);
+	/* A ring forwards each sum once, and its all-gather writes the partial ones again only
+	 * after the next member used them (flush waits if not); recursive doubling and the
+	 * hierarchy rewrite theirs at every step, and forward from the mirror. */
+	d->direct_out = op->world > 1 && op->algo == KEEL_ALGO_RING &&
+			members_take_device(n, d->d_out, op->bytes);
+	d->direct_out_used = d->direct_out_used || d->direct_out;
 }
 
 void coll_dev_plan(struct keel_node *n, struct keel_op *op, uint32_t world)
@@ -307,7 +337,7 @@ void coll_dev_plan(struct keel_node *n, struct keel_op *op, uint32_t world)
 	 * acknowledged; in place it is the output, and a restart needs the staged copy. */
 	d->direct_in =
 	    world > 1 && d->d_in != d->d_out && members_take_device(n, d->d_in, op->bytes);
-	d->direct_used = d->direct_used || d->direct_in;
+	d->direct_in_used = d->direct_in_used || d->direct_in;
 }
 
 void coll_dev_stop(struct keel_op *op, bool finished)

@@ -243,10 +243,11 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		    op->algo == KEEL_ALGO_RING && op->has_copy ? n->restart_copy : op->in;
 		const uint8_t *src = (s.send_from_out ? op->out : in) + s.send_off + op->send_off;
 		uint64_t wire = len;
-		if (!s.send_from_out && coll_dev_direct_in(op)) { /* the NIC reads it: no stage */
-			int rc = rel_send_device(n, (uint32_t)s.send_peer, &h,
-						 op->dev.d_in + s.send_off + op->send_off,
-						 (uint32_t)len);
+		const uint8_t *dev_src = coll_dev_direct_src(op, s.send_from_out);
+		if (dev_src != NULL) { /* the NIC reads it from device memory: nothing staged */
+			int rc =
+			    rel_send_device(n, (uint32_t)s.send_peer, &h,
+					    dev_src + s.send_off + op->send_off, (uint32_t)len);
 			KEEL_ASSERT(rc == 0);
 		} else if (op->enc_tx != WIRE_ENC_RAW) {
 			len = cmp_send(n, op, &s, (uint32_t)s.send_peer, &h, src, len);
@@ -561,8 +562,9 @@ static bool advance(struct keel_node *n, struct keel_op *op)
 		return true;
 	}
 	if (op->state == OP_QUEUED) {
-		if (!coll_dev_idle(op))
-			return false; /* the last view's device work drains before a restart */
+		if (!coll_dev_idle(op) || !coll_dev_nic_done(n, op))
+			return false; /* the last view's device work and reads drain before a
+				       * restart writes the output and its mirror again */
 		if (!n->member && n->now_ns - op->queued_ns >= n->op_bound_ns) {
 			op_finish(n, op, -ETIMEDOUT); /* never admitted: nobody to run it with */
 			return true;
@@ -921,7 +923,7 @@ int keel_allreduce_device_start(struct keel_node *node, const void *send, void *
 	d->on = count != 0;
 	d->d_in = send;
 	d->d_out = recv;
-	d->direct_in = d->direct_used = false;
+	d->direct_in = d->direct_out = d->direct_in_used = d->direct_out_used = false;
 	if (node->member)
 		coll_dev_plan(node, *handle, node->view.count);
 	coll_progress(node);

@@ -161,9 +161,10 @@ struct op_dev {
 	uint8_t *d_out;
 	uint64_t staged, in_ready; /* input bytes queued for staging, and staged (a prefix) */
 	bool solo_copy;		   /* a view of one: d_out = d_in still to be queued */
-	/* GPUDirect RDMA: this attempt sends its input from d_in (the NIC reads it), and some
-	 * attempt did (datagrams may still read it; coll_dev_home finds it) */
-	bool direct_in, direct_used;
+	/* GPUDirect RDMA: this attempt sends its input from d_in, and (a ring) the sums it
+	 * forwards from d_out, the NIC reading them there; and some attempt did (datagrams may
+	 * still read them; coll_dev_home finds them) */
+	bool direct_in, direct_out, direct_in_used, direct_out_used;
 	struct dev_item in_q[KEEL_DEVICE_INFLIGHT_MAX], ap_q[KEEL_DEVICE_INFLIGHT_MAX];
 	uint32_t in_head, in_tail, ap_head, ap_tail; /* free-running, mask by the capacity */
 	/* Received bytes [pend_lo, pend_hi) of step pend_step, in the mirror, not yet queued:
@@ -595,19 +596,21 @@ bool coll_dev_drain(struct keel_node *n, struct keel_op *op);
 /* A (re)start on a new view: forget what was gathered for the old one (its queued work
  * drains first: coll_dev_idle), queue the copy of a view of one. */
 void coll_dev_begin(struct keel_node *n, struct keel_op *op);
-/* GPUDirect RDMA of the input: does this attempt send input bytes from device memory,
- * which the NIC reads (every member's way said yes for the whole input, out of place, no
- * key; decided at each begin)? Those sends need no staging. */
-bool coll_dev_direct_in(const struct keel_op *op);
-/* Decide it for a view of `world` members: at each begin, and when the operation is queued
- * (so that nothing stages an input the NIC will read). */
+/* GPUDirect RDMA: where step data is sent from device memory, which the NIC reads (every
+ * member's way said yes for the whole buffer, no key; decided at each begin): the input, out
+ * of place (it needs no staging), and a ring's sums from the output (the kernel mirrors
+ * nothing). NULL: from the stage, as staged. `from_out`: the step sends from the output. */
+const uint8_t *coll_dev_direct_src(const struct keel_op *op, bool from_out);
+/* Decide the input's way for a view of `world` members: at each begin, and when the
+ * operation is queued (so that nothing stages an input the NIC will read). */
 void coll_dev_plan(struct keel_node *n, struct keel_op *op, uint32_t world);
-/* The stage bytes standing for device input [p, p + len) of an operation not yet handed
- * back that sent it from device memory: where the device copies it when the way loses the
- * NIC that read it. NULL when no such operation holds it. */
+/* The stage bytes standing for device bytes [p, p + len) of an operation not yet handed back
+ * that sent them from device memory (its input, or its output's mirror): where the device
+ * copies them when the way loses the NIC that read them. NULL when no such operation holds
+ * them. */
 uint8_t *coll_dev_home(struct keel_node *n, const uint8_t *p, uint32_t len);
-/* May the caller have its buffers back as far as the NIC is concerned: nothing sent from
- * this operation's device memory is unacknowledged or being copied? */
+/* Nothing sent from this operation's device memory is unacknowledged or being copied: the
+ * caller may have its buffers back, and a restart may write the output and its mirror. */
 bool coll_dev_nic_done(const struct keel_node *n, const struct keel_op *op);
 /* Check the device arguments of keel_allreduce_device_start; 0 or -EINVAL. */
 int coll_dev_check_args(const struct keel_node *n, const void *send, const void *recv,

@@ -616,7 +616,8 @@ int rel_send_device(struct keel_node *n, uint32_t peer, struct wire_header *h,
 		    const uint8_t *payload, uint32_t len)
 {
 	KEEL_ASSERT(h != NULL && payload != NULL && len != 0);
-	KEEL_ASSERT_DEBUG(node_peer_device_tail(n, peer, payload, len));
+	/* The way was asked at the operation's begin; if it changed since, transmit has the
+	 * device copy the payload to the host. */
 	if (rel_send_slot(n, peer) == NULL)
 		return -EAGAIN;
 	send_commit(n, peer, h, len, payload, false, true);

@@ -42,12 +42,14 @@ struct rank {
 	struct keel_op *op;
 	int status;
 	bool registered;
+	bool dead; /* never polled again: its NIC and device keep work it will never reap */
 };
 
 struct job {
 	uint32_t world;
 	uint64_t now_ns;
 	bool keyed;
+	enum keel_algo algo;
 	struct rank r[WORLD_MAX];
 };
 
@@ -101,6 +103,7 @@ static void nodes_up(struct job *j)
 		cfg.join_timeout_ns = 1;
 		cfg.device = &k->dev;
 		cfg.device_chunk_bytes = 16384;
+		cfg.algo = j->algo;
 		if (j->keyed) {
 			cfg.auth = true;
 			memset(cfg.auth_key, 0x5a, sizeof(cfg.auth_key));
@@ -112,7 +115,7 @@ static void nodes_up(struct job *j)
 	}
 }
 
-/* Device buffers of `count` elements (in place: one), the input registered as a dma-buf when
+/* Device buffers of `count` elements (in place: one), registered as one dma-buf when
  * `dmabuf`, and a stage whose input half holds 0xee: whatever stages the input overwrites it. */
 static void buffers_up(struct job *j, size_t count, enum keel_dtype dt, enum keel_redop op,
 		       bool in_place, bool dmabuf)
@@ -134,8 +137,9 @@ static void buffers_up(struct job *j, size_t count, enum keel_dtype dt, enum kee
 				 0);
 		k->registered = dmabuf;
 		if (dmabuf) /* the memfd is the dma-buf; the view's offset 0 is its offset 0 */
-			assert_int_equal(
-			    keel_verbs_register_dmabuf(k->t, k->d_in, k->bytes, k->mem.fd, 0), 0);
+			assert_int_equal(keel_verbs_register_dmabuf(k->t, k->mem.view, k->mem.bytes,
+								    k->mem.fd, 0),
+					 0);
 	}
 }
 
@@ -203,9 +207,14 @@ static void job_down(struct job *j)
 	for (uint32_t r = 0; r < j->world; r++) {
 		struct rank *k = &j->r[r];
 		keel_fini(k->node);
+		if (k->dead) /* fini lets its registration go; its device is dropped whole */
+			k->registered = false;
+		if (k->dead)
+			k->mem.dev = NULL;
 		if (k->registered)
-			assert_int_equal(keel_verbs_unregister(k->t, k->d_in), 0);
-		assert_int_equal(k->dev.ops->host_unregister(k->dev.state, k->stage), 0);
+			assert_int_equal(keel_verbs_unregister(k->t, k->mem.view), 0);
+		if (!k->dead)
+			assert_int_equal(k->dev.ops->host_unregister(k->dev.state, k->stage), 0);
 		assert_int_equal(guarded_mem_unmap(&k->mem), 0);
 		free(k->stage);
 		free(k->node_mem);
@@ -217,14 +226,20 @@ static void job_down(struct job *j)
 	fake.dmabuf = false;
 }
 
-static void job_up(struct job *j, uint32_t world, bool keyed)
+static void job_up_algo(struct job *j, uint32_t world, bool keyed, enum keel_algo algo)
 {
 	memset(j, 0, sizeof(*j));
 	j->world = world;
 	j->keyed = keyed;
+	j->algo = algo;
 	j->now_ns = 1000000000ull;
 	transports_up(j);
 	nodes_up(j);
+}
+
+static void job_up(struct job *j, uint32_t world, bool keyed)
+{
+	job_up_algo(j, world, keyed, KEEL_ALGO_AUTO);
 }
 
 /* Every rank's input leaves from device memory, read by the NIC: no byte of it is staged,
@@ -269,6 +284,96 @@ static void test_gpudirect_input_not_staged(void **state)
 		}
 		assert_true(direct > 0);
 		assert_true(fake.gathers > 0);
+		job_down(&j);
+	}
+}
+
+/* A ring sends its sums from device memory too: out of place every datagram of the
+ * operation is read by the NIC, in place all but the input's (staged: a restart needs it).
+ * The partial sums the all-gather writes again are written only once acknowledged. */
+static void test_gpudirect_ring_sums_from_device(void **state)
+{
+	(void)state;
+	const size_t count = 4 * 40000 + 3;
+	for (int in_place = 0; in_place < 2; in_place++) {
+		struct job j;
+		job_up_algo(&j, 4, false, KEEL_ALGO_RING);
+		buffers_up(&j, count, KEEL_F32, KEEL_SUM, in_place, true);
+		start_all(&j, count, KEEL_F32, KEEL_SUM);
+		run_to_end(&j);
+		check_results(&j, count, KEEL_F32, KEEL_SUM);
+		for (uint32_t r = 0; r < j.world; r++) {
+			struct keel_counters ctr;
+			struct keel_verbs_stats vs;
+			keel_counters_get(j.r[r].node, &ctr);
+			keel_verbs_stats_get(j.r[r].t, &vs);
+			assert_int_equal(vs.tx_zero_copy, ctr.device_direct_frags);
+			if (in_place) {
+				assert_true(ctr.device_direct_frags > 0);
+				assert_true(ctr.device_direct_frags < ctr.data_sent);
+				assert_false(input_unstaged(&j.r[r]));
+			} else {
+				assert_int_equal(ctr.device_direct_frags, ctr.data_sent);
+				assert_true(input_unstaged(&j.r[r]));
+			}
+		}
+		job_down(&j);
+	}
+}
+
+/* A rank dies mid-operation (it stops polling, as a killed process would): the others
+ * restart on the view without it, and the restart writes the output and its mirror again
+ * only once nothing reads them. The result is exact over the members it reports. */
+static void test_gpudirect_rank_dies_mid_op(void **state)
+{
+	(void)state;
+	const size_t count = 3 * 64 * 1024;
+	for (uint32_t victim = 0; victim < 3; victim++) {
+		struct job j;
+		job_up_algo(&j, 3, false, KEEL_ALGO_RING);
+		buffers_up(&j, count, KEEL_F32, KEEL_SUM, false, true);
+		start_all(&j, count, KEEL_F32, KEEL_SUM);
+		for (uint32_t i = 0; i < 3 + victim; i++)
+			(void)round_all(&j);
+		j.r[victim].dead = true;
+		uint32_t n = 0;
+		bool all = false;
+		while (!all) {
+			assert_true(++n < ROUNDS);
+			j.now_ns += 10000;
+			all = true;
+			for (uint32_t r = 0; r < j.world; r++) {
+				struct rank *k = &j.r[r];
+				uint64_t dl;
+				if (r == victim)
+					continue; /* dead: never polled again */
+				assert_int_equal(keel_poll(k->node, j.now_ns, &dl), 0);
+				if (k->status == -EINPROGRESS) {
+					struct keel_op_info info;
+					uint32_t members[3];
+					k->status =
+					    keel_op_test_info(k->node, k->op, &info, members, 3);
+					if (k->status == 0) {
+						assert_int_equal(info.member_count, 2);
+						assert_true(info.restarts > 0);
+						uint8_t *ref = malloc(k->bytes);
+						keel_check_reference_members(ref, 0, count, members,
+									     2, KEEL_F32, KEEL_SUM);
+						assert_int_equal(keel_check_wrong(k->d_out_w, ref,
+										  0, count,
+										  KEEL_F32),
+								 0);
+						free(ref);
+					}
+				}
+				all = all && k->status != -EINPROGRESS;
+			}
+		}
+		for (uint32_t r = 0; r < j.world; r++)
+			assert_int_equal(j.r[r].status, r == victim ? -EINPROGRESS : 0);
+		struct keel_counters ctr;
+		keel_counters_get(j.r[(victim + 1) % 3].node, &ctr);
+		assert_true(ctr.device_direct_frags > 0);
 		job_down(&j);
 	}
 }
@@ -318,7 +423,7 @@ static void test_gpudirect_registration_lost_mid_op(void **state)
 	keel_counters_get(j.r[0].node, &ctr);
 	keel_verbs_stats_get(j.r[0].t, &vs);
 	assert_true(ctr.device_direct_frags > vs.tx_zero_copy); /* some wait for credits */
-	assert_int_equal(keel_verbs_unregister(j.r[0].t, j.r[0].d_in), 0);
+	assert_int_equal(keel_verbs_unregister(j.r[0].t, j.r[0].mem.view), 0);
 	j.r[0].registered = false;
 	run_to_end(&j);
 	check_results(&j, count, KEEL_F32, KEEL_SUM);
@@ -333,6 +438,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_gpudirect_input_not_staged),
+	    cmocka_unit_test(test_gpudirect_ring_sums_from_device),
+	    cmocka_unit_test(test_gpudirect_rank_dies_mid_op),
 	    cmocka_unit_test(test_gpudirect_staged_when_not_possible),
 	    cmocka_unit_test(test_gpudirect_registration_lost_mid_op),
 	};

@@ -526,10 +526,11 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 							   : KEEL_DEVICE_CHUNK_DEFAULT);
 		if (g_dev_on && o->reg)
 			printf("# device input: %s%s%s\n",
-			       direct == 0 ? "registered as a dma-buf, the NIC reads it where "
-					     "every peer's way can (GPUDirect RDMA)"
-					   : "staged through host memory (the transport cannot read "
-					     "device memory: ",
+			       direct == 0
+				   ? "registered as a dma-buf, the NIC reads it where "
+				     "every peer's way can (GPUDirect RDMA)"
+				   : "staged through host memory (the transport cannot read "
+				     "device memory: ",
 			       direct == 0 ? "" : keel_strerror(direct), direct == 0 ? "" : ")");
 		printf("#%61s%32s\n", "out-of-place", "in-place");
 		printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count",
