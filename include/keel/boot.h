@@ -151,10 +151,10 @@ void keel_boot_note(struct keel_boot *b, const struct keel_event *ev);
 KEEL_MUST_USE int keel_boot_register(struct keel_boot *b, const void *addr, size_t len);
 
 /* The same for device memory exported as a dma-buf (keel_device_cuda_dmabuf gives fd and
- * offset): GPUDirect RDMA through ibv_reg_dmabuf_mr. Register the input of
- * keel_allreduce_device and the NIC reads it from device memory instead of keel staging it
- * (keel/device.h). -EOPNOTSUPP when the transport is not verbs, or the NIC's provider cannot
- * register dma-bufs (Soft-RoCE cannot): the device AllReduce then stages, as without it. */
+ * offset): GPUDirect RDMA through ibv_reg_dmabuf_mr. Register the buffers of
+ * keel_allreduce_device and the NIC reads what keel sends from device memory instead of keel
+ * staging it (keel/device.h). -EOPNOTSUPP when the transport is not verbs, or the NIC's provider
+ * cannot register dma-bufs (Soft-RoCE cannot): the device AllReduce then stages, as without it. */
 KEEL_MUST_USE int keel_boot_register_dmabuf(struct keel_boot *b, const void *addr, size_t len,
 					    int fd, uint64_t offset);
 

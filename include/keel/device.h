@@ -95,14 +95,15 @@ size_t keel_allreduce_device_stage_bytes(size_t count, enum keel_dtype dtype);
  * the same guarantees: a view change restarts from the staged input (in place too); the
  * result is the reduction over exactly the view keel_op_test_info reports. send, recv and
  * stage must stay valid until the operation completes.
- * GPUDirect RDMA: out of place, when `send` lies in a dma-buf registration of the verbs
- * transport (keel_boot_register_dmabuf) and the way to every other member of the view is that
- * transport, in a job without a key, the input is not staged: the NIC reads what is sent of
- * it from device memory, and the kernels read it there too. Each such datagram carries a CRC
- * over its header only (the CPU never reads the payload; RC's ICRC checks it end to end).
- * keel_op_test then reports the operation only once every datagram that read the input was
- * acknowledged. Should a peer's way lose that NIC meanwhile (a router falling back to UDP),
- * the device copies the payloads still unsent to the stage and they go from there, whole.
+ * GPUDirect RDMA: where a buffer lies in a dma-buf registration of the verbs transport
+ * (keel_boot_register_dmabuf) and the way to every other member of the view is that
+ * transport, in a job without a key, the NIC reads what keel sends from it: the input out of
+ * place (not staged at all; the kernels read it there too), and the sums a ring forwards from
+ * `recv` (the kernel mirrors none to the stage). Each such datagram carries a CRC over its
+ * header only (the CPU never reads the payload; RC's ICRC checks it end to end).
+ * keel_op_test then reports the operation only once every datagram that read device memory
+ * was acknowledged. Should a peer's way lose that NIC meanwhile (a router falling back to
+ * UDP), the device copies the payloads still unsent to the stage and they go from there.
  * keel_counters says how many went each way (device_direct_frags, device_copy_ins). Anything
  * else is staged as above, results and guarantees the same.
  * Errors: those of keel_allreduce_start, and -EINVAL also when the node has no device, stage

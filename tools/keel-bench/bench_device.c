@@ -130,17 +130,17 @@ int bench_device_get(struct bench_device *d, void *dst, const void *src_dev, siz
 	return keel_device_cuda_copy_sync(&d->dev, dst, src_dev, bytes, KEEL_COPY_D2H);
 }
 
-int bench_device_input_dmabuf(struct bench_device *d, int *fd, uint64_t *offset, bool *owned)
+int bench_device_dmabuf(struct bench_device *d, void *buf, int *fd, uint64_t *offset, bool *owned)
 {
 	*owned = is_cuda(d);
 	if (!is_cuda(d)) {
-		*fd = d->g_in.fd;
+		*fd = buf == d->d_in ? d->g_in.fd : d->g_out.fd;
 		*offset = 0;
 		return 0;
 	}
 	if (keel_device_cuda_dmabuf == NULL)
 		return -EOPNOTSUPP;
-	return keel_device_cuda_dmabuf(&d->dev, d->d_in, d->cap, fd, offset);
+	return keel_device_cuda_dmabuf(&d->dev, buf, d->cap, fd, offset);
 }
 
 void bench_device_close(struct bench_device *d)

@@ -30,10 +30,11 @@ int bench_device_open(struct bench_device *d, const char *kind, size_t cap, char
  * reached through their working mapping: keel never touches them from the CPU. */
 int bench_device_put(struct bench_device *d, void *dst_dev, const void *src, size_t bytes);
 int bench_device_get(struct bench_device *d, void *dst, const void *src_dev, size_t bytes);
-/* The input buffer as a dma-buf, for the NIC to read it (GPUDirect RDMA): *fd and *offset
- * for keel_boot_register_dmabuf. cpu: the guarded memfd (kept open); cuda: exported by the
- * driver (*owned set: close it once registered). -EOPNOTSUPP when the driver cannot. */
-int bench_device_input_dmabuf(struct bench_device *d, int *fd, uint64_t *offset, bool *owned);
+/* A device buffer (d_in or d_out) as a dma-buf, for the NIC to read it (GPUDirect RDMA):
+ * *fd and *offset for keel_boot_register_dmabuf. cpu: the guarded memfd (kept open); cuda:
+ * exported by the driver (*owned set: close it once registered). -EOPNOTSUPP when the driver
+ * cannot. */
+int bench_device_dmabuf(struct bench_device *d, void *buf, int *fd, uint64_t *offset, bool *owned);
 void bench_device_close(struct bench_device *d);
 
 #endif

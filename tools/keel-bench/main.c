@@ -274,22 +274,27 @@ static void die(struct keel_boot *b, const char *what, int rc)
  * copy): every member hears KEEL_EVIEWCHANGED and, as the API asks, runs it again. */
 #define VIEW_CHANGE_RETRIES 3
 
-/* --device with --register: the device input as a dma-buf, for the NIC to read (GPUDirect
- * RDMA). 0, or why it is staged instead: -EOPNOTSUPP where the transport or the driver
+/* --device with --register: the device buffers as dma-bufs, for the NIC to read (GPUDirect
+ * RDMA). 0, or why they are staged instead: -EOPNOTSUPP where the transport or the driver
  * cannot; other errors end the run, as for --register. */
-static int register_device_input(struct keel_boot *b)
+static int register_device_buffers(struct keel_boot *b)
 {
-	int fd = -1;
-	uint64_t offset = 0;
-	bool owned = false;
-	int rc = bench_device_input_dmabuf(&g_dev, &fd, &offset, &owned);
-	if (rc == 0)
-		rc = keel_boot_register_dmabuf(b, g_dev.d_in, g_dev.cap, fd, offset);
-	if (owned && fd >= 0)
-		close(fd);
-	if (rc != 0 && rc != -EOPNOTSUPP)
-		die(b, "--register (device input as a dma-buf)", rc);
-	return rc;
+	void *bufs[2] = {g_dev.d_in, g_dev.d_out};
+	for (int k = 0; k < 2; k++) {
+		int fd = -1;
+		uint64_t offset = 0;
+		bool owned = false;
+		int rc = bench_device_dmabuf(&g_dev, bufs[k], &fd, &offset, &owned);
+		if (rc == 0)
+			rc = keel_boot_register_dmabuf(b, bufs[k], g_dev.cap, fd, offset);
+		if (owned && fd >= 0)
+			close(fd);
+		if (rc != 0 && (rc != -EOPNOTSUPP || k == 1))
+			die(b, "--register (device memory as a dma-buf)", rc);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
 }
 
 /* One AllReduce of the benchmark: host buffers, or (--device) device buffers staged. The
@@ -490,7 +495,7 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 		if (rc != 0)
 			die(b, "--register", rc);
 	}
-	int direct = g_dev_on && o->reg ? register_device_input(b) : -ENOENT;
+	int direct = g_dev_on && o->reg ? register_device_buffers(b) : -ENOENT;
 	uint32_t n = b->launch.world_size;
 	bool lead = b->launch.rank == 0;
 	if (lead) {
@@ -525,10 +530,10 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			    b->cfg.device_chunk_bytes != 0 ? b->cfg.device_chunk_bytes
 							   : KEEL_DEVICE_CHUNK_DEFAULT);
 		if (g_dev_on && o->reg)
-			printf("# device input: %s%s%s\n",
+			printf("# device buffers: %s%s%s\n",
 			       direct == 0
-				   ? "registered as a dma-buf, the NIC reads it where "
-				     "every peer's way can (GPUDirect RDMA)"
+				   ? "registered as dma-bufs, the NIC reads what is sent "
+				     "where every peer's way can (GPUDirect RDMA)"
 				   : "staged through host memory (the transport cannot read "
 				     "device memory: ",
 			       direct == 0 ? "" : keel_strerror(direct), direct == 0 ? "" : ")");
@@ -617,8 +622,9 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			       smaller);
 		printf("# Avg bus bandwidth    : %g\n", rows ? busbw_sum / rows : 0.0);
 	}
-	for (uint32_t which = 0; o->reg && which < 4; which++) {
-		void *buf = which < 3 ? reg_buf[which] : direct == 0 ? g_dev.d_in : NULL;
+	for (uint32_t which = 0; o->reg && which < 5; which++) {
+		void *dev_buf = which == 3 ? g_dev.d_in : g_dev.d_out;
+		void *buf = which < 3 ? reg_buf[which] : direct == 0 ? dev_buf : NULL;
 		if (buf == NULL)
 			continue;
 		int rc;
