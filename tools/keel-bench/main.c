@@ -275,8 +275,8 @@ static void die(struct keel_boot *b, const char *what, int rc)
 #define VIEW_CHANGE_RETRIES 3
 
 /* --device with --register: the device buffers as dma-bufs, for the NIC to read (GPUDirect
- * RDMA). 0, or why they are staged instead: -EOPNOTSUPP where the transport or the driver
- * cannot; other errors end the run, as for --register. */
+ * RDMA). 0, or why they are staged instead (-EOPNOTSUPP where the transport, the NIC or the
+ * driver cannot; whatever the NIC's driver said otherwise): never fatal, the run says so. */
 static int register_device_buffers(struct keel_boot *b)
 {
 	void *bufs[2] = {g_dev.d_in, g_dev.d_out};
@@ -289,8 +289,8 @@ static int register_device_buffers(struct keel_boot *b)
 			rc = keel_boot_register_dmabuf(b, bufs[k], g_dev.cap, fd, offset);
 		if (owned && fd >= 0)
 			close(fd);
-		if (rc != 0 && (rc != -EOPNOTSUPP || k == 1))
-			die(b, "--register (device memory as a dma-buf)", rc);
+		if (rc != 0 && k == 1 && keel_boot_unregister(b, bufs[0]) != 0)
+			die(b, "unregistering the device input", rc); /* nothing sent it yet */
 		if (rc != 0)
 			return rc;
 	}
