@@ -728,6 +728,17 @@ static void add_sge(struct ibv_send_wr *wr, const void *p, uint32_t len, uint32_
 	    (struct ibv_sge){.addr = (uint64_t)(uintptr_t)p, .length = len, .lkey = lkey};
 }
 
+/* A tail the core says is device memory is read by the NIC or not sent: a copy by the CPU
+ * would fault (device_tail_ok said no, or the region went since it said yes). */
+static bool device_tail_unread(struct verbs *v, const struct keel_datagram *d,
+			       const struct vregion *zc)
+{
+	if ((d->flags & KEEL_DGRAM_DEVICE_TAIL) == 0 || (zc != NULL && zc->dmabuf))
+		return false;
+	v->st.tx_device_refused++;
+	return true;
+}
+
 /* Build the WR for datagram d (one or two pieces) into v->swr[i]. Returns false when the peer
  * has no room. The header always lands in a send slot (or inline); a tail is copied after it,
  * unless it lies in a registered region: then the WR gathers it from there, signaled, so
@@ -752,12 +763,8 @@ static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_data
 	bool inl = small && total <= v->inline_max && (zc == NULL || !zc->dmabuf);
 	if (inl)
 		zc = NULL;
-	/* A tail the core says is device memory is read by the NIC or not sent: a copy by the
-	 * CPU would fault (device_tail_ok said no, or the region went since it said yes). */
-	if ((d->flags & KEEL_DGRAM_DEVICE_TAIL) != 0 && (zc == NULL || !zc->dmabuf)) {
-		v->st.tx_device_refused++;
+	if (device_tail_unread(v, d, zc))
 		return false;
-	}
 	if (q->sq_posted - q->sq_done >= v->sq_depth || (!inl && q->tx_seq - q->tx_done >= s)) {
 		v->st.tx_no_room++;
 		return false;

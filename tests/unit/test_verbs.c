@@ -386,6 +386,57 @@ static void test_verbs_dmabuf_tails(void **state)
 	pair_down(&p);
 }
 
+/* device_tail_ok says yes only for bytes inside one dma-buf registration, to a connected
+ * peer; a datagram marked KEEL_DGRAM_DEVICE_TAIL whose tail lies anywhere else is refused
+ * (counted), never copied by the CPU; what the QP delivers is marked LINK_CHECKED. */
+static void test_verbs_device_tails(void **state)
+{
+	(void)state;
+	struct pair p;
+	pair_up(&p);
+	fake.dmabuf = true;
+	struct keel_transport *t = p.t[0];
+	struct guarded_mem dev;
+	assert_int_equal(guarded_mem_map(&dev, NULL, 2 * SLOT), 0);
+	static uint8_t host[SLOT];
+	assert_false(t->ops->device_tail_ok(t, 1, dev.view, 64)); /* nothing registered */
+	assert_int_equal(keel_verbs_register_dmabuf(t, dev.view, SLOT, dev.fd, 0), 0);
+	assert_int_equal(keel_verbs_register(t, host, SLOT), 0);
+	assert_true(t->ops->device_tail_ok(t, 1, dev.view, SLOT));
+	assert_true(t->ops->device_tail_ok(t, 1, dev.view + 100, 64));
+	assert_false(t->ops->device_tail_ok(t, 1, dev.view + 100, SLOT)); /* runs past it */
+	assert_false(t->ops->device_tail_ok(t, 1, host, 64));		  /* host memory */
+	assert_false(t->ops->device_tail_ok(t, 0, dev.view, 64));	  /* itself */
+	assert_false(t->ops->device_tail_ok(t, 2, dev.view, 64));	  /* no such rank */
+	assert_false(t->ops->device_tail_ok(t, 1, dev.view, 0));
+	static uint8_t head[64], in[8][SLOT];
+	memset(head, 0x11, sizeof(head));
+	struct keel_datagram d = {.buf = head,
+				  .len = 64,
+				  .tail = host,
+				  .tail_len = 300,
+				  .peer = 1,
+				  .flags = KEEL_DGRAM_DEVICE_TAIL};
+	assert_int_equal(t->ops->send_burst(t, 0, &d, 1), 0); /* refused, not copied */
+	struct keel_verbs_stats st;
+	keel_verbs_stats_get(t, &st);
+	assert_true(st.tx_device_refused > 0); /* each try at it */
+	d.tail = dev.view + 100;	       /* inside the dma-buf: the NIC reads it */
+	memset(dev.work + 100, 0x77, 300);
+	assert_int_equal(t->ops->send_burst(t, 0, &d, 1), 1);
+	struct keel_datagram r[8];
+	assert_int_equal(recv_some(p.t[1], in, r, 8), 1);
+	assert_int_equal(r[0].len, 364);
+	assert_true((r[0].flags & KEEL_DGRAM_LINK_CHECKED) != 0);
+	assert_memory_equal(in[0] + 64, dev.work + 100, 300);
+	assert_int_equal(keel_verbs_unregister(t, host), 0);
+	assert_int_equal(keel_verbs_unregister(t, dev.view), 0);
+	assert_false(t->ops->device_tail_ok(t, 1, dev.view, 64)); /* gone with its region */
+	assert_int_equal(guarded_mem_unmap(&dev), 0);
+	fake.dmabuf = false;
+	pair_down(&p);
+}
+
 /* A chain of four to one peer whose third WR is the bad_wr: two accepted, the rest offered
  * again later arrives in order. */
 static void test_verbs_bad_wr_mid_chain(void **state)
@@ -619,6 +670,7 @@ int main(void)
 	    cmocka_unit_test(test_verbs_failed_peer_releases_regions),
 	    cmocka_unit_test(test_verbs_register_errors),
 	    cmocka_unit_test(test_verbs_dmabuf_tails),
+	    cmocka_unit_test(test_verbs_device_tails),
 	    cmocka_unit_test(test_verbs_forged_immediates_rejected),
 	    cmocka_unit_test(test_verbs_bad_wr_mid_chain),
 	    cmocka_unit_test(test_verbs_retry_exceeded),
