@@ -319,7 +319,8 @@ void coll_dev_begin(struct keel_node *n, struct keel_op *op)
 {
 	struct op_dev *d = &op->dev;
 	KEEL_ASSERT(d->on && d->ap_head == d->ap_tail); /* the last attempt's work drained */
-	d->pend = false;				/* bytes of the last view's attempt */
+	/* forget the bytes of the last view's attempt */
+	d->pend = false;
 	d->solo_copy = op->world == 1 && op->bytes != 0 && d->d_in != d->d_out;
 	coll_dev_plan(n, op, op->world);
 	/* A ring forwards each sum once, and its all-gather writes the partial ones again only

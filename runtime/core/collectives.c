@@ -1030,7 +1030,7 @@ int keel_op_test_info(struct keel_node *node, struct keel_op *handle, struct kee
 	if (!coll_dev_idle(handle) && !coll_dev_drain(node, handle))
 		return -EINPROGRESS; /* the device still writes the caller's buffers */
 	if (!coll_dev_nic_done(node, handle))
-		return -EINPROGRESS; /* a NIC may still read its input */
+		return -EINPROGRESS; /* a NIC may still read its device buffers */
 	/* A result (status 0) was computed over a view: op_local_done recorded it. */
 	KEEL_ASSERT_DEBUG(handle->status <= 0);
 	KEEL_ASSERT_DEBUG(handle->status != 0 ||
