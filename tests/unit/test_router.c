@@ -317,6 +317,18 @@ static uint32_t send_one(struct routed *x, uint32_t from, uint32_t to, uint8_t t
 	return KEEL_ROUTER_NONE;
 }
 
+/* Two ranks of one host, shared memory (behind a breaker) then UDP, nodes left out: rank 0's
+ * router, and `len` bytes of out filled with a pattern of `seed` to send through it. */
+static struct keel_transport *one_host_pair(struct routed *x, uint8_t *out, uint32_t len,
+					    uint32_t seed)
+{
+	static const uint32_t hosts[] = {0, 0};
+	assert_int_equal(routed_init(x, 2, hosts, false, true), 0);
+	for (uint32_t i = 0; i < len; i++)
+		out[i] = (uint8_t)(i * seed + 1);
+	return x->c.tp[0];
+}
+
 /* A datagram in two pieces (KEEL_CAP_GATHER) goes on a route that takes them for its peer and
  * arrives whole. A route that takes one piece (here shared memory behind a layer without the
  * cap) refuses it as a full route would, so the core copies it in and sends it whole; after a
@@ -324,14 +336,9 @@ static uint32_t send_one(struct routed *x, uint32_t from, uint32_t to, uint8_t t
 static void test_router_two_pieces_only_where_the_route_takes_them(void **state)
 {
 	(void)state;
-	static const uint32_t hosts[] = {0, 0};
 	struct routed x;
-	struct keel_transport *t = NULL;
 	uint8_t out[64];
-	assert_int_equal(routed_init(&x, 2, hosts, false, true), 0);
-	t = x.c.tp[0];
-	for (uint32_t i = 0; i < sizeof(out); i++)
-		out[i] = (uint8_t)(i * 3 + 1);
+	struct keel_transport *t = one_host_pair(&x, out, sizeof(out), 3);
 	struct keel_datagram d = {
 	    .buf = out, .len = 16, .tail = out + 16, .tail_len = 48, .peer = 1};
 	assert_true((keel_transport_peer_caps(t, 1) & KEEL_CAP_GATHER) != 0);
@@ -356,11 +363,9 @@ static void test_router_two_pieces_only_where_the_route_takes_them(void **state)
 static void test_router_intact_datagram_refused_on_a_wire(void **state)
 {
 	(void)state;
-	static const uint32_t hosts[] = {0, 0};
 	struct routed x;
 	uint8_t out[64];
-	assert_int_equal(routed_init(&x, 2, hosts, false, true), 0);
-	struct keel_transport *t = x.c.tp[0];
+	struct keel_transport *t = one_host_pair(&x, out, sizeof(out), 0);
 	memset(out, 0x5a, sizeof(out));
 	struct keel_datagram d = {
 	    .buf = out, .len = sizeof(out), .peer = 1, .flags = KEEL_DGRAM_INTACT};
@@ -386,13 +391,9 @@ static void test_router_intact_datagram_refused_on_a_wire(void **state)
 static void test_router_device_tail_only_where_the_nic_reads_it(void **state)
 {
 	(void)state;
-	static const uint32_t hosts[] = {0, 0};
 	struct routed x;
 	uint8_t out[64];
-	assert_int_equal(routed_init(&x, 2, hosts, false, true), 0);
-	struct keel_transport *t = x.c.tp[0];
-	for (uint32_t i = 0; i < sizeof(out); i++)
-		out[i] = (uint8_t)(i * 5 + 2);
+	struct keel_transport *t = one_host_pair(&x, out, sizeof(out), 5);
 	struct keel_datagram d = {.buf = out,
 				  .len = 16,
 				  .tail = out + 16,
