@@ -243,7 +243,8 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		    op->algo == KEEL_ALGO_RING && op->has_copy ? n->restart_copy : op->in;
 		const uint8_t *src = (s.send_from_out ? op->out : in) + s.send_off + op->send_off;
 		uint64_t wire = len;
-		const uint8_t *dev_src = coll_dev_direct_src(op, s.send_from_out);
+		const uint8_t *dev_src =
+		    op->dev.on ? coll_dev_direct_src(op, s.send_from_out) : NULL;
 		if (dev_src != NULL) { /* the NIC reads it from device memory: nothing staged */
 			int rc =
 			    rel_send_device(n, (uint32_t)s.send_peer, &h,

@@ -291,11 +291,9 @@ struct keel_node {
 	/* Of the borrowed, the ones in device memory: an operation whose input they are is
 	 * handed back only once none is left (coll_dev_nic_done). */
 	uint64_t tx_device;
-	/* Device copies of such payloads to the host; copyin_busy of them running. */
-	struct dev_copyin copyin[KEEL_DEVICE_COPYIN_MAX];
-	uint32_t copyin_busy;
-	uint64_t rx_held;   /* datagrams held in receive slots */
-	uint32_t acks_owed; /* peers with ack_pending */
+	uint32_t copyin_busy; /* device copies of such payloads to the host running (copyin) */
+	uint64_t rx_held;     /* datagrams held in receive slots */
+	uint32_t acks_owed;   /* peers with ack_pending */
 	/* One bit per peer that may have data in flight, an ack owed or datagrams held: the
 	 * per-poll scans visit these instead of the whole world (a ring step talks to two peers
 	 * of 1 024). Set whenever a peer gets any of those; cleared lazily by the scans. */
@@ -384,6 +382,8 @@ struct keel_node {
 	 * (0: none), which the next view's install measures against */
 	struct keel_histogram hist[KEEL_HIST_COUNT];
 	uint64_t first_suspect_ns;
+	/* GPUDirect RDMA's fallback (reliable.c, device_copy_in): cold, so last */
+	struct dev_copyin copyin[KEEL_DEVICE_COPYIN_MAX];
 };
 
 /* Read-only views of each module's per-peer record, for the other modules. */

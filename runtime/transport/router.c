@@ -204,6 +204,8 @@ static bool route_takes(struct router *x, uint32_t r, const struct keel_datagram
 {
 	uint32_t need = (d->tail_len != 0 ? KEEL_CAP_GATHER : 0u) |
 			((d->flags & KEEL_DGRAM_INTACT) != 0 ? KEEL_CAP_INTACT : 0u);
+	if (need == 0)
+		return true;
 	struct keel_transport *rt = x->rt[r];
 	uint32_t rpeer = x->to_route[d->peer * x->routes + r];
 	/* a tail in device memory goes only where the NIC reads it (a route without that, or
@@ -212,8 +214,6 @@ static bool route_takes(struct router *x, uint32_t r, const struct keel_datagram
 	    (rt->ops->device_tail_ok == NULL ||
 	     !rt->ops->device_tail_ok(rt, rpeer, d->tail, d->tail_len)))
 		return false;
-	if (need == 0)
-		return true;
 	uint32_t caps = keel_transport_peer_caps(rt, rpeer);
 	return (caps & need) == need;
 }
