@@ -5,7 +5,11 @@
 #      reference, bit for bit (random bits: NaN, -0, subnormals), then the kernel's bandwidth
 #      against the HBM peak and the host<->device copy rates that bound the staging pipeline;
 #   3. keel-bench allreduce --device cuda --check on 2 ranks (shared memory, then UDP): every
-#      element of every size checked, and the pipeline's bus bandwidth beside the copy rates.
+#      element of every size checked, and the pipeline's bus bandwidth beside the copy rates;
+#   4. where an RDMA device is present, the same over verbs with the device buffers
+#      registered as dma-bufs (--register): GPUDirect RDMA where the NIC and driver take
+#      them (the run says which way its device buffers went, and how many datagrams the NIC
+#      read from device memory), staged otherwise; either way every element checked.
 # Prints a summary block to paste into docs/PERF.md. Exits 77 when no GPU is visible.
 #   tools/gpu-check.sh            (BUILD=dir, CUDA_HOME=/usr/local/cuda, MAX=64M)
 set -euo pipefail
@@ -25,11 +29,18 @@ set -e
 [ "$rc" -eq 77 ] && { echo "gpu-check: no GPU here: skipped"; exit 77; }
 [ "$rc" -eq 0 ] || { echo "gpu-check: kernel checks FAILED"; exit 1; }
 status=0
-for tp in shm udp; do
-	echo "== keel-bench allreduce --device cuda --check, 2 ranks, $tp"
+transports="shm udp"
+# an RDMA device (sysfs) and a keel built with verbs: GPUDirect RDMA is tried over it
+if ls /sys/class/infiniband/* >/dev/null 2>&1 && [ -f "$BUILD/libkeel_verbs.a" ]; then
+	transports="$transports verbs"
+fi
+for tp in $transports; do
+	reg=()
+	[ "$tp" = verbs ] && reg=(--register)
+	echo "== keel-bench allreduce --device cuda --check ${reg[*]}, 2 ranks, $tp"
 	if ! timeout 150 "$BUILD/bin/keel-run" -n 2 --timeout 140 -- "$BUILD/bin/keel-bench" \
-		allreduce --device cuda --check --transport "$tp" -b 4 -e "$MAX" -f 4 -n 10 -w 2 \
-		>"$out/bench-$tp" 2>&1; then
+		allreduce --device cuda --check "${reg[@]}" --transport "$tp" -b 4 -e "$MAX" -f 4 \
+		-n 10 -w 2 >"$out/bench-$tp" 2>&1; then
 		status=1
 	fi
 	grep -v '^keel-run: rank' "$out/bench-$tp" || true
@@ -39,8 +50,9 @@ echo
 echo "==== for docs/PERF.md ($(date -u +%F), $(hostname)) ===="
 sed -n '1p' "$out/kernels"
 grep -E '^(kernels|kernel|copies|GPUDirect)' "$out/kernels"
-for tp in shm udp; do
+for tp in $transports; do
 	echo "2 ranks over $tp, device buffers (size, out-of-place us, busbw GB/s):"
+	grep -hE '^# (device buffers|Datagrams the NIC)' "$out/bench-$tp" || true
 	awk '$1 ~ /^[0-9]+$/ {printf "  %12s B %10s us %8s GB/s\n", $1, $6, $8}' "$out/bench-$tp"
 done
 [ "$status" -eq 0 ] && echo "gpu-check: PASSED" || echo "gpu-check: FAILED"
