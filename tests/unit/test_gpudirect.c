@@ -50,6 +50,7 @@ struct job {
 	uint64_t now_ns;
 	bool keyed;
 	enum keel_algo algo;
+	const uint32_t *host_of; /* NULL: a host per rank */
 	struct rank r[WORLD_MAX];
 };
 
@@ -104,6 +105,7 @@ static void nodes_up(struct job *j)
 		cfg.device = &k->dev;
 		cfg.device_chunk_bytes = 16384;
 		cfg.algo = j->algo;
+		cfg.host_of = j->host_of;
 		if (j->keyed) {
 			cfg.auth = true;
 			memset(cfg.auth_key, 0x5a, sizeof(cfg.auth_key));
@@ -226,15 +228,22 @@ static void job_down(struct job *j)
 	fake.dmabuf = false;
 }
 
-static void job_up_algo(struct job *j, uint32_t world, bool keyed, enum keel_algo algo)
+static void job_up_hosts(struct job *j, uint32_t world, bool keyed, enum keel_algo algo,
+			 const uint32_t *host_of)
 {
 	memset(j, 0, sizeof(*j));
 	j->world = world;
 	j->keyed = keyed;
 	j->algo = algo;
+	j->host_of = host_of;
 	j->now_ns = 1000000000ull;
 	transports_up(j);
 	nodes_up(j);
+}
+
+static void job_up_algo(struct job *j, uint32_t world, bool keyed, enum keel_algo algo)
+{
+	job_up_hosts(j, world, keyed, algo, NULL);
 }
 
 static void job_up(struct job *j, uint32_t world, bool keyed)
@@ -319,6 +328,39 @@ static void test_gpudirect_ring_sums_from_device(void **state)
 		}
 		job_down(&j);
 	}
+}
+
+/* The hierarchy (two hosts of two ranks) sends its input from device memory too, and
+ * forwards its sums from the stage; three operations in turn on the same buffers each end
+ * exact with none of their inputs staged. */
+static void test_gpudirect_hierarchy_in_turn(void **state)
+{
+	(void)state;
+	static const uint32_t hosts[] = {0, 0, 1, 1};
+	const size_t count = 4 * 9000 + 5;
+	struct job j;
+	job_up_hosts(&j, 4, false, KEEL_ALGO_HIER, hosts);
+	buffers_up(&j, count, KEEL_I32, KEEL_SUM, false, true);
+	for (int k = 0; k < 3; k++) { /* the same buffers, three times over */
+		for (uint32_t r = 0; r < j.world; r++) {
+			keel_check_fill(j.r[r].d_in_w, 0, count, r, KEEL_I32, KEEL_SUM);
+			memset(j.r[r].stage, 0xee, j.r[r].stage_bytes);
+		}
+		start_all(&j, count, KEEL_I32, KEEL_SUM);
+		run_to_end(&j);
+		check_results(&j, count, KEEL_I32, KEEL_SUM);
+		for (uint32_t r = 0; r < j.world; r++)
+			assert_true(input_unstaged(&j.r[r]));
+	}
+	uint64_t direct = 0;
+	for (uint32_t r = 0; r < j.world; r++) {
+		struct keel_counters ctr;
+		keel_counters_get(j.r[r].node, &ctr);
+		direct += ctr.device_direct_frags;
+		assert_true(ctr.device_direct_frags < ctr.data_sent); /* sums: from the stage */
+	}
+	assert_true(direct > 0);
+	job_down(&j);
 }
 
 /* A rank dies mid-operation (it stops polling, as a killed process would): the others
@@ -439,6 +481,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_gpudirect_input_not_staged),
 	    cmocka_unit_test(test_gpudirect_ring_sums_from_device),
+	    cmocka_unit_test(test_gpudirect_hierarchy_in_turn),
 	    cmocka_unit_test(test_gpudirect_rank_dies_mid_op),
 	    cmocka_unit_test(test_gpudirect_staged_when_not_possible),
 	    cmocka_unit_test(test_gpudirect_registration_lost_mid_op),
