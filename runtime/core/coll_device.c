@@ -53,10 +53,48 @@ bool coll_dev_applied_passed(const struct keel_op *op, uint32_t t, uint64_t end)
 	return step > t || (step == t && off >= end);
 }
 
-bool coll_dev_input_ready(const struct keel_op *op, uint64_t end)
+bool coll_dev_input_ready(const struct keel_op *op, uint64_t lo, uint64_t end)
 {
-	KEEL_ASSERT_DEBUG(end <= op->bytes);
-	return !op->dev.on || op->dev.direct_in || op->dev.in_ready >= end;
+	const struct op_dev *d = &op->dev;
+	KEEL_ASSERT_DEBUG(lo <= end && end <= op->bytes);
+	if (!d->on || d->direct_in)
+		return true;
+	/* a send from outside the staged bytes would read stale stage: never planned so */
+	(void)lo;
+	KEEL_ASSERT_DEBUG(lo >= d->stage_lo && end <= d->stage_hi);
+	return d->in_ready >= end;
+}
+
+/* Out of place, the input bytes an attempt stages are those it sends, [lo, hi) over its
+ * steps (a ring: its own chunk; recursive doubling: all of it). In place, all of it: the
+ * reductions read the staged copy, since the output overwrites the input. */
+static void plan_staging(struct keel_op *op)
+{
+	struct op_dev *d = &op->dev;
+	uint64_t lo = op->bytes, hi = 0;
+	if (d->d_in == d->d_out) {
+		lo = 0;
+		hi = op->bytes;
+	}
+	for (uint32_t t = 0; t < op->step_count && !d->direct_in && d->d_in != d->d_out; t++) {
+		struct step s;
+		coll_step(op, t, &s);
+		if (s.send_peer < 0 || s.send_from_out || s.send_len == 0)
+			continue;
+		lo = s.send_off < lo ? s.send_off : lo;
+		hi = s.send_off + s.send_len > hi ? s.send_off + s.send_len : hi;
+	}
+	if (hi <= lo)
+		lo = hi = 0; /* nothing to stage */
+	if (lo != d->stage_lo || hi != d->stage_hi) {
+		/* out of place: nothing staged before a begin, and a restart's drained first */
+		KEEL_ASSERT(d->in_head == d->in_tail);
+		d->staged = d->in_ready = lo; /* the last attempt's staging is no use */
+	}
+	d->stage_lo = lo;
+	d->stage_hi = hi;
+	KEEL_ASSERT(d->stage_lo <= d->in_ready && d->in_ready <= d->staged &&
+		    d->staged <= d->stage_hi);
 }
 
 const uint8_t *coll_dev_direct_src(const struct keel_op *op, bool from_out)
@@ -152,7 +190,9 @@ static bool flush(struct keel_node *n, struct keel_op *op)
 	coll_step(op, d->pend_step, &s);
 	KEEL_ASSERT(s.action != ACT_NONE && d->pend_hi <= s.recv_len);
 	uint64_t at = s.recv_off + d->pend_lo, len = d->pend_hi - d->pend_lo;
-	if (s.action == ACT_REDUCE_IN && !coll_dev_input_ready(op, at + len))
+	/* out of place the kernel reads the input in device memory; in place, its staged copy */
+	bool in_place = d->d_in == d->d_out;
+	if (s.action == ACT_REDUCE_IN && in_place && !coll_dev_input_ready(op, at, at + len))
 		return false;
 	/* a ring's partial sums, written again by its all-gather: not while a NIC reads them */
 	if (d->direct_out && n->tx_device != 0 && rel_device_tails_in(n, d->d_out + at, len))
@@ -164,8 +204,7 @@ static bool flush(struct keel_node *n, struct keel_op *op)
 		rc = dev->ops->copy(dev->state, d->d_out + at, op->out + at, len, KEEL_COPY_H2D,
 				    &ticket);
 	} else {
-		/* the input staged, or where it lies when nothing needs it staged */
-		const uint8_t *in = d->direct_in ? d->d_in : op->in;
+		const uint8_t *in = in_place ? op->in : d->d_in;
 		struct keel_device_reduce r = {
 		    .dst = d->d_out + at,
 		    .a = s.action == ACT_REDUCE_IN ? (const void *)(in + at) : d->d_out + at,
@@ -250,13 +289,16 @@ static bool stage_input(struct keel_node *n, struct keel_op *op)
 	struct op_dev *d = &op->dev;
 	const struct keel_device *dev = device_of(n);
 	bool moved = false;
-	if (d->direct_in || (op->state == OP_RUNNING && op->world == 1))
-		return false; /* the NIC reads it, or device to device: nothing to stage */
-	for (uint32_t guard = 0; guard < KEEL_DEVICE_INFLIGHT_MAX && d->staged < op->bytes;
+	if (op->state == OP_RUNNING && op->world == 1)
+		return false; /* a view of one copies device to device: nothing to stage */
+	/* Before its begin an attempt knows what it stages only in place (all of it). */
+	if (op->state != OP_RUNNING && d->d_in != d->d_out)
+		return false;
+	for (uint32_t guard = 0; guard < KEEL_DEVICE_INFLIGHT_MAX && d->staged < d->stage_hi;
 	     guard++) {
 		if (d->in_tail - d->in_head == KEEL_DEVICE_INFLIGHT_MAX || d->fault != 0)
 			break;
-		uint64_t len = op->bytes - d->staged;
+		uint64_t len = d->stage_hi - d->staged;
 		if (len > chunk_bytes(n, op))
 			len = chunk_bytes(n, op);
 		uint32_t ticket = 0;
@@ -273,7 +315,7 @@ static bool stage_input(struct keel_node *n, struct keel_op *op)
 		d->staged += len;
 		moved = true;
 	}
-	KEEL_ASSERT(d->in_ready <= d->staged && d->staged <= op->bytes);
+	KEEL_ASSERT(d->in_ready <= d->staged && d->staged <= d->stage_hi);
 	return moved;
 }
 
@@ -323,6 +365,7 @@ void coll_dev_begin(struct keel_node *n, struct keel_op *op)
 	d->pend = false;
 	d->solo_copy = op->world == 1 && op->bytes != 0 && d->d_in != d->d_out;
 	coll_dev_plan(n, op, op->world);
+	plan_staging(op);
 	/* A ring forwards each sum once, and its all-gather writes the partial ones again only
 	 * after the next member used them (flush waits if not); recursive doubling and the
 	 * hierarchy rewrite theirs at every step, and forward from the mirror. */
@@ -349,7 +392,7 @@ void coll_dev_stop(struct keel_op *op, bool finished)
 	d->pend = false; /* bytes gathered for the view it ran on */
 	d->solo_copy = false;
 	if (finished)
-		d->staged = d->in_ready = op->bytes; /* queue no more input */
+		d->staged = d->in_ready = d->stage_hi; /* queue no more input */
 }
 
 bool coll_dev_drain(struct keel_node *n, struct keel_op *op)

@@ -227,7 +227,7 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		uint64_t lo = s.send_off + op->send_off;
 		if (s.send_from_out && !out_ready(n, op, op->send_step, lo, lo + len))
 			return;
-		if (!s.send_from_out && !coll_dev_input_ready(op, lo + len))
+		if (!s.send_from_out && !coll_dev_input_ready(op, lo, lo + len))
 			return; /* not yet staged from the device */
 		if (!rel_can_send(n, (uint32_t)s.send_peer) || n->budget_bytes == 0)
 			return;
@@ -925,6 +925,9 @@ int keel_allreduce_device_start(struct keel_node *node, const void *send, void *
 	d->d_in = send;
 	d->d_out = recv;
 	d->direct_in = d->direct_out = d->direct_in_used = d->direct_out_used = false;
+	/* in place all of the input is staged, from now; out of place what is sent, from begin */
+	d->stage_lo = d->staged = d->in_ready = 0;
+	d->stage_hi = send == recv ? bytes : 0;
 	if (node->member)
 		coll_dev_plan(node, *handle, node->view.count);
 	coll_progress(node);

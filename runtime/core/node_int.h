@@ -159,7 +159,11 @@ struct op_dev {
 	int fault;	     /* the device failed: KEEL_EDEVICE at the next advance */
 	const uint8_t *d_in; /* the caller's device buffers */
 	uint8_t *d_out;
-	uint64_t staged, in_ready; /* input bytes queued for staging, and staged (a prefix) */
+	/* The input bytes this attempt stages, [stage_lo, stage_hi): all of it in place (a
+	 * restart needs the copy); out of place only what it sends from there (the kernels read
+	 * the input in device memory). Of those, [stage_lo, staged) queued for staging and
+	 * [stage_lo, in_ready) staged. */
+	uint64_t stage_lo, stage_hi, staged, in_ready;
 	bool solo_copy;		   /* a view of one: d_out = d_in still to be queued */
 	/* GPUDirect RDMA: this attempt sends its input from d_in, and (a ring) the sums it
 	 * forwards from d_out, the NIC reading them there; and some attempt did (datagrams may
@@ -573,8 +577,8 @@ void coll_part(uint64_t count, uint32_t w, uint32_t c, uint64_t *first, uint64_t
  * cursor. */
 uint32_t coll_dev_applied_step(const struct keel_op *op);
 bool coll_dev_applied_passed(const struct keel_op *op, uint32_t t, uint64_t end);
-/* Are input bytes [0, end) staged (sends from the input may read them)? Host ops: true. */
-bool coll_dev_input_ready(const struct keel_op *op, uint64_t end);
+/* Are input bytes [lo, end) staged (sends from the input may read them)? Host ops: true. */
+bool coll_dev_input_ready(const struct keel_op *op, uint64_t lo, uint64_t end);
 /* May a received fragment of step t (its step-relative bytes [off, off + len) of region s)
  * be taken now? false: keep it for later (the device still works on those bytes, or the
  * queue is full). Then coll_dev_take copies it into the mirror and queues it. */

@@ -111,6 +111,15 @@ static void bufs_fini(struct rank_bufs *b, uint32_t r)
 	free(b->stage);
 }
 
+/* A killed rank's buffers: its device keeps the work it had queued (nobody polls it), so
+ * they go without unguarding or unregistering; its device is dropped whole right after. */
+static void bufs_drop(struct rank_bufs *b)
+{
+	b->mem.dev = NULL;
+	assert_int_equal(guarded_mem_unmap(&b->mem), 0);
+	free(b->stage);
+}
+
 /* Every device's queue is empty: nothing left running after an operation ended. */
 static void devices_drained(const struct cluster *c)
 {
@@ -303,8 +312,9 @@ static void kill_run(bool in_place, enum keel_algo algo)
 		assert_int_equal(keel_check_wrong(b[r].d_out_w, ref, 0, N, KEEL_F32), 0);
 	}
 	devices_drained(&c);
-	for (uint32_t r = 0; r < 3; r++)
+	for (uint32_t r = 0; r < 2; r++)
 		bufs_fini(&b[r], r);
+	bufs_drop(&b[2]);
 	cluster_with_devices_fini(&c);
 	g_algo = KEEL_ALGO_AUTO;
 	g_chunk = 0;

@@ -420,8 +420,36 @@ static void test_gpudirect_rank_dies_mid_op(void **state)
 	}
 }
 
-/* Where the NIC cannot read the input, it is staged as before: nothing registered, in place
- * (a restart needs the staged copy), or a job with a key (the CPU MACs every byte). */
+/* Staged without GPUDirect, out of place, a ring stages only the chunk it sends from its
+ * input (the kernels read the rest in device memory): one world-th of the input per rank,
+ * where all of it was staged before. */
+static void test_gpudirect_staged_ring_stages_its_chunk_only(void **state)
+{
+	(void)state;
+	const size_t count = 3 * 20000;
+	struct job j;
+	job_up_algo(&j, 3, false, KEEL_ALGO_RING);
+	buffers_up(&j, count, KEEL_F32, KEEL_SUM, false, false);
+	start_all(&j, count, KEEL_F32, KEEL_SUM);
+	run_to_end(&j);
+	check_results(&j, count, KEEL_F32, KEEL_SUM);
+	for (uint32_t r = 0; r < j.world; r++) {
+		const struct rank *k = &j.r[r];
+		size_t lo = k->bytes, hi = 0;
+		for (size_t i = 0; i < k->bytes; i++)
+			if (k->stage[i] != 0xee) {
+				lo = i < lo ? i : lo;
+				hi = i + 1;
+			}
+		assert_true(hi > lo);			   /* it staged its chunk */
+		assert_true(hi - lo <= k->bytes / j.world); /* and nothing else */
+	}
+	job_down(&j);
+}
+
+/* Where the NIC cannot read the input, it is staged as before (out of place, what is sent of
+ * it): nothing registered, in place (all of it: a restart needs the staged copy), or a job
+ * with a key (the CPU MACs every byte). */
 static void test_gpudirect_staged_when_not_possible(void **state)
 {
 	(void)state;
@@ -436,12 +464,14 @@ static void test_gpudirect_staged_when_not_possible(void **state)
 		start_all(&j, count, KEEL_F32, KEEL_SUM);
 		run_to_end(&j);
 		check_results(&j, count, KEEL_F32, KEEL_SUM);
+		uint32_t staged = 0; /* out of place a rank stages only what it sends */
 		for (uint32_t r = 0; r < j.world; r++) {
 			struct keel_counters ctr;
 			keel_counters_get(j.r[r].node, &ctr);
 			assert_int_equal(ctr.device_direct_frags, 0);
-			assert_false(input_unstaged(&j.r[r]));
+			staged += !input_unstaged(&j.r[r]);
 		}
+		assert_true(cases[c].in_place ? staged == j.world : staged > 0);
 		job_down(&j);
 	}
 }
@@ -484,6 +514,7 @@ int main(void)
 	    cmocka_unit_test(test_gpudirect_hierarchy_in_turn),
 	    cmocka_unit_test(test_gpudirect_rank_dies_mid_op),
 	    cmocka_unit_test(test_gpudirect_staged_when_not_possible),
+	    cmocka_unit_test(test_gpudirect_staged_ring_stages_its_chunk_only),
 	    cmocka_unit_test(test_gpudirect_registration_lost_mid_op),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
