@@ -88,7 +88,9 @@ size_t keel_allreduce_device_stage_bytes(size_t count, enum keel_dtype dtype);
  * node's device (keel_config.device); they may be the same buffer (in place) or must not
  * overlap. `stage` is registered host memory of at least keel_allreduce_device_stage_bytes.
  * All three are aligned to the element size (cudaMalloc and page-aligned memory are).
- * The engine copies the input to the stage in chunks of device_chunk_bytes, sends from it,
+ * The engine copies the input it sends to the stage in chunks of device_chunk_bytes (out of
+ * place only those bytes, a ring's own chunk; the kernels read the input in device memory;
+ * in place all of it), sends from it,
  * reduces each received chunk on the device into `recv` (a kernel that reads the chunk from
  * the stage and mirrors its result there), and forwards from the mirror: copy, network and
  * reduction overlap. The ring, recursive doubling and the hierarchy run as on the host, with
