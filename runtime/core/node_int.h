@@ -164,7 +164,7 @@ struct op_dev {
 	 * the input in device memory). Of those, [stage_lo, staged) queued for staging and
 	 * [stage_lo, in_ready) staged. */
 	uint64_t stage_lo, stage_hi, staged, in_ready;
-	bool solo_copy;		   /* a view of one: d_out = d_in still to be queued */
+	bool solo_copy; /* a view of one: d_out = d_in still to be queued */
 	/* GPUDirect RDMA: this attempt sends its input from d_in, and (a ring) the sums it
 	 * forwards from d_out, the NIC reading them there; and some attempt did (datagrams may
 	 * still read them; coll_dev_home finds them) */

@@ -251,6 +251,17 @@ static void job_up(struct job *j, uint32_t world, bool keyed)
 	job_up_algo(j, world, keyed, KEEL_ALGO_AUTO);
 }
 
+/* A whole operation: the job, its buffers, the AllReduce run to its end, results checked. */
+static void job_run(struct job *j, uint32_t world, enum keel_algo algo, size_t count,
+		    enum keel_dtype dt, enum keel_redop op, bool in_place, bool dmabuf)
+{
+	job_up_algo(j, world, false, algo);
+	buffers_up(j, count, dt, op, in_place, dmabuf);
+	start_all(j, count, dt, op);
+	run_to_end(j);
+	check_results(j, count, dt, op);
+}
+
 /* Every rank's input leaves from device memory, read by the NIC: no byte of it is staged,
  * every such datagram went zero copy, and the results are exact. 2 and 3 ranks (recursive
  * doubling and the ring, AUTO by size), several dtypes and sizes around fragment edges. */
@@ -272,11 +283,8 @@ static void test_gpudirect_input_not_staged(void **state)
 	};
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 		struct job j;
-		job_up(&j, cases[c].world, false);
-		buffers_up(&j, cases[c].count, cases[c].dt, cases[c].op, false, true);
-		start_all(&j, cases[c].count, cases[c].dt, cases[c].op);
-		run_to_end(&j);
-		check_results(&j, cases[c].count, cases[c].dt, cases[c].op);
+		job_run(&j, cases[c].world, KEEL_ALGO_AUTO, cases[c].count, cases[c].dt,
+			cases[c].op, false, true);
 		uint64_t direct = 0;
 		for (uint32_t r = 0; r < j.world; r++) {
 			struct keel_counters ctr;
@@ -306,11 +314,7 @@ static void test_gpudirect_ring_sums_from_device(void **state)
 	const size_t count = 4 * 40000 + 3;
 	for (int in_place = 0; in_place < 2; in_place++) {
 		struct job j;
-		job_up_algo(&j, 4, false, KEEL_ALGO_RING);
-		buffers_up(&j, count, KEEL_F32, KEEL_SUM, in_place, true);
-		start_all(&j, count, KEEL_F32, KEEL_SUM);
-		run_to_end(&j);
-		check_results(&j, count, KEEL_F32, KEEL_SUM);
+		job_run(&j, 4, KEEL_ALGO_RING, count, KEEL_F32, KEEL_SUM, in_place, true);
 		for (uint32_t r = 0; r < j.world; r++) {
 			struct keel_counters ctr;
 			struct keel_verbs_stats vs;
@@ -428,11 +432,7 @@ static void test_gpudirect_staged_ring_stages_its_chunk_only(void **state)
 	(void)state;
 	const size_t count = 3 * 20000;
 	struct job j;
-	job_up_algo(&j, 3, false, KEEL_ALGO_RING);
-	buffers_up(&j, count, KEEL_F32, KEEL_SUM, false, false);
-	start_all(&j, count, KEEL_F32, KEEL_SUM);
-	run_to_end(&j);
-	check_results(&j, count, KEEL_F32, KEEL_SUM);
+	job_run(&j, 3, KEEL_ALGO_RING, count, KEEL_F32, KEEL_SUM, false, false);
 	for (uint32_t r = 0; r < j.world; r++) {
 		const struct rank *k = &j.r[r];
 		size_t lo = k->bytes, hi = 0;
@@ -441,7 +441,7 @@ static void test_gpudirect_staged_ring_stages_its_chunk_only(void **state)
 				lo = i < lo ? i : lo;
 				hi = i + 1;
 			}
-		assert_true(hi > lo);			   /* it staged its chunk */
+		assert_true(hi > lo);			    /* it staged its chunk */
 		assert_true(hi - lo <= k->bytes / j.world); /* and nothing else */
 	}
 	job_down(&j);
