@@ -23,7 +23,18 @@
 #define MAILBOX_BYTES	   64u /* credit word written by the peer, own cache line */
 #define CREDIT_SRC_BYTES   64u
 #define IMM_SLOT_SHIFT	   20u
-#define IMM_GEN_MASK	   0xfffffu
+#define IMM_DEVICE	   (1u << 19) /* the payload went to the receiver's device area */
+#define IMM_GEN_MASK	   0x7ffffu
+/* A device message's host slot: the header, then the payload's length (little endian). */
+#define DEV_TRAILER_BYTES 4u
+#define RX_LEN_DEVICE	  (1u << 31) /* rx_len flag: the message's payload is in device slots */
+/* The announcement of a device area, in the peer's mailbox line after the credit word: its
+ * base (8 bytes) and rkey (4), then a magic word written by a later WRITE, so a reader that
+ * sees the magic sees the rest (RC places one WRITE's data before the next one's). */
+#define ANNOUNCE_OFF	  8u
+#define ANNOUNCE_LEN	  12u
+#define ANNOUNCE_MAGIC_OFF 20u
+#define ANNOUNCE_MAGIC	  0x6b64724bu /* "Krdk" */
 #define WRID_KIND_SHIFT	   62u
 #define WRID_PEER_SHIFT	   32u
 #define PSN_MASK	   0xffffffu
@@ -55,11 +66,17 @@ struct vpeer {
 	uint32_t rx_consumed;  /* of which delivered to the caller */
 	uint32_t rx_credited;  /* consumed count last written to the peer's mailbox */
 	uint64_t last_post_ns; /* time of the last WR posted to the peer */
+	uint32_t rx_freed;     /* of the consumed, those whose slots are free again: the credit */
+	uint32_t dev_rkey;     /* the peer's device area for our payloads (0: none announced) */
+	uint64_t raddr_dev;
+	bool announce_due; /* our device area is still to be announced to the peer */
 	uint8_t *rx_slots, *tx_slots;
 	volatile uint64_t *mailbox;
 	uint64_t *credit_src;
 	uint32_t *sq_mark; /* [sq_depth]: tx_seq after each send WR */
 	uint32_t *rx_len;  /* [slot_count] */
+	uint8_t *rx_hold;  /* [slot_count]: delivered with its payload in our device area and
+			    * not released yet (keel_transport_ops.rx_release) */
 };
 
 /* Caller memory registered for sends from where payloads lie (keel_verbs_register). */
@@ -98,13 +115,17 @@ struct verbs {
 	struct ibv_sge ssge[CHAIN_MAX][SGE_MAX];
 	struct vregion regions[KEEL_VERBS_REGIONS_MAX];
 	uint32_t region_count;
+	struct ibv_mr *dev_mr; /* our device area, where peers write payloads (dma-buf) */
+	uint8_t *dev_base;     /* its device address */
+	bool announce_due;     /* some peer has not been told of it yet */
+	uint8_t wr_dgram[CHAIN_MAX]; /* of each WR in v->swr: its datagram's place in the chain */
 	struct ibv_recv_wr *rwr; /* [slot_count] */
 	struct ibv_sge *rsge;	 /* [slot_count] */
 	struct keel_verbs_stats st;
 };
 
 struct layout {
-	size_t peers, sq_mark, rx_len, marks, rwr, rsge, region, stride, total;
+	size_t peers, sq_mark, rx_len, rx_hold, marks, rwr, rsge, region, stride, total;
 	uint32_t sq_depth;
 };
 
@@ -177,6 +198,8 @@ static void layout_of(const struct keel_verbs_config *c, struct layout *l)
 	off = align_to(off + w * l->sq_depth * sizeof(uint32_t), CACHE_LINE_BYTES);
 	l->rx_len = off;
 	off = align_to(off + w * s * sizeof(uint32_t), CACHE_LINE_BYTES);
+	l->rx_hold = off;
+	off = align_to(off + w * s, CACHE_LINE_BYTES);
 	l->marks = off;
 	off = align_to(off + KEEL_VERBS_REGIONS_MAX * w * sizeof(uint32_t), CACHE_LINE_BYTES);
 	l->rwr = off;
@@ -236,6 +259,7 @@ static struct verbs *carve(void *mem, size_t mem_len, const struct keel_verbs_co
 		q->credit_src = (uint64_t *)(area + 2 * slots_len + MAILBOX_BYTES);
 		q->sq_mark = (uint32_t *)(base + l.sq_mark) + (size_t)p * l.sq_depth;
 		q->rx_len = (uint32_t *)(base + l.rx_len) + (size_t)p * cfg->slot_count;
+		q->rx_hold = base + l.rx_hold + (size_t)p * cfg->slot_count;
 	}
 	return v;
 }
@@ -380,6 +404,9 @@ static int set_nonblock(int fd)
 
 static void release(struct verbs *v)
 {
+	if (v->dev_mr != NULL)
+		(void)keel_ibv_dereg_mr(v->dev_mr);
+	v->dev_mr = NULL;
 	for (uint32_t i = 0; i < KEEL_VERBS_REGIONS_MAX; i++) {
 		if (v->regions[i].mr != NULL)
 			(void)keel_ibv_dereg_mr(v->regions[i].mr);
@@ -630,6 +657,8 @@ int keel_verbs_connect(struct keel_transport *t, uint32_t peer, const struct kee
 	q->raddr_mailbox = area + 2ull * s * r->slot_bytes;
 	q->last_post_ns = v->last_now_ns;
 	q->state = PEER_CONNECTED;
+	if (v->dev_mr != NULL)
+		q->announce_due = v->announce_due = true;
 	return 0;
 }
 
@@ -674,10 +703,12 @@ static bool next_signaled(struct verbs *v, struct vpeer *q)
 	return q->sq_posted % v->sig_interval == v->sig_interval - 1;
 }
 
-/* Post a chain of `n` WRs for one peer. Returns how many were posted (all on success); on a
- * bad_wr the WRs from it on are rolled back from the peer's counters. */
-static uint32_t post_chain(struct verbs *v, uint32_t peer, uint32_t n, uint32_t tx_seq0,
-			   uint32_t sq0)
+/* Post a chain of `n` WRs carrying `dgrams` datagrams for one peer. Returns how many datagrams
+ * were posted (all on success); on a bad_wr its datagram and the later ones are rolled back
+ * from the peer's counters (a device payload's WRITE before it may have gone: the datagram is
+ * sent again whole, into the same slots). */
+static uint32_t post_chain(struct verbs *v, uint32_t peer, uint32_t n, uint32_t dgrams,
+			   uint32_t tx_seq0, uint32_t sq0)
 {
 	struct vpeer *q = &v->peers[peer];
 	if (n == 0)
@@ -696,13 +727,15 @@ static uint32_t post_chain(struct verbs *v, uint32_t peer, uint32_t n, uint32_t 
 			ok = i;
 	if (bad == NULL || ok == n)
 		ok = 0; /* the provider did not say: assume nothing went */
-	q->tx_seq = tx_seq0 + ok;
+	uint32_t sent = v->wr_dgram[ok];
+	KEEL_ASSERT(sent < dgrams);
+	q->tx_seq = tx_seq0 + sent;
 	q->sq_posted = sq0 + ok;
 	/* A QP that refuses work for any reason other than a full queue is broken. */
 	int e = neg_errno(rc);
 	if (e != -ENOMEM && e != -EAGAIN)
 		peer_fail(v, peer);
-	return ok;
+	return sent;
 }
 
 /* The registered region holding all of [p, p + len), or NULL. */
@@ -739,11 +772,36 @@ static bool device_tail_unread(struct verbs *v, const struct keel_datagram *d,
 	return true;
 }
 
-/* Build the WR for datagram d (one or two pieces) into v->swr[i]. Returns false when the peer
- * has no room. The header always lands in a send slot (or inline); a tail is copied after it,
- * unless it lies in a registered region: then the WR gathers it from there, signaled, so
- * keel_verbs_unregister learns when the NIC is done reading. */
-static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_datagram *d, uint32_t i)
+/* The peer's device area for our payloads, once its announcement arrived in our mailbox line
+ * (untrusted: a base or rkey of 0 is none). */
+static bool peer_device_area(struct vpeer *q)
+{
+	if (q->dev_rkey != 0)
+		return true;
+	const volatile uint8_t *line = (const volatile uint8_t *)q->mailbox;
+	uint32_t magic = __atomic_load_n((const uint32_t *)(line + ANNOUNCE_MAGIC_OFF),
+					 __ATOMIC_ACQUIRE);
+	if (magic != ANNOUNCE_MAGIC)
+		return false;
+	uint64_t base;
+	uint32_t rkey;
+	memcpy(&base, (const uint8_t *)line + ANNOUNCE_OFF, 8);
+	memcpy(&rkey, (const uint8_t *)line + ANNOUNCE_OFF + 8, 4);
+	if (base == 0 || rkey == 0)
+		return false;
+	q->raddr_dev = base;
+	q->dev_rkey = rkey;
+	return true;
+}
+
+/* Build the WRs for datagram d (one or two pieces) into v->swr[i] on. Returns how many (0 when
+ * the peer has no room). The header always lands in a send slot (or inline); a tail is copied
+ * after it, unless it lies in a registered region: then the WR gathers it from there, signaled,
+ * so keel_verbs_unregister learns when the NIC is done reading. A device tail to a peer that
+ * announced a device area goes there by its own WRITE (GPU to GPU), and the header, with the
+ * payload's length after it, into the host slot by the WRITE_WITH_IMM that follows it. */
+static uint32_t build_data_wr(struct verbs *v, uint32_t peer, const struct keel_datagram *d,
+			      uint32_t i)
 {
 	struct vpeer *q = &v->peers[peer];
 	uint32_t s = v->cfg.slot_count;
@@ -752,7 +810,7 @@ static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_data
 	if (q->tx_seq - q->tx_credit >= s) {
 		v->st.tx_no_credit++;
 		v->credit_wait = true;
-		return false;
+		return 0;
 	}
 	uint32_t total = d->len + d->tail_len;
 	bool small = total <= v->cfg.send_max_bytes;
@@ -764,22 +822,57 @@ static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_data
 	if (inl)
 		zc = NULL;
 	if (device_tail_unread(v, d, zc))
-		return false;
-	if (q->sq_posted - q->sq_done >= v->sq_depth || (!inl && q->tx_seq - q->tx_done >= s)) {
+		return 0;
+	bool to_dev = !small && zc != NULL && zc->dmabuf &&
+		      (d->flags & KEEL_DGRAM_DEVICE_TAIL) != 0 &&
+		      d->len <= v->cfg.slot_bytes - DEV_TRAILER_BYTES && peer_device_area(q);
+	uint32_t wrs = to_dev ? 2 : 1;
+	if (i + wrs > CHAIN_MAX)
+		return 0;
+	if (q->sq_posted - q->sq_done + wrs > v->sq_depth ||
+	    (!inl && q->tx_seq - q->tx_done >= s)) {
 		v->st.tx_no_room++;
-		return false;
+		return 0;
 	}
 	uint32_t slot = q->tx_seq % s, gen = (q->tx_seq / s) & IMM_GEN_MASK;
+	uint8_t dgram = i > 0 ? (uint8_t)(v->wr_dgram[i - 1] + 1) : 0;
 	struct ibv_send_wr *wr = &v->swr[i];
 	memset(wr, 0, sizeof(*wr));
 	wr->sg_list = v->ssge[i];
+	if (to_dev) {
+		/* the payload, into our slot of the peer's device area */
+		add_sge(wr, d->tail, d->tail_len, zc->mr->lkey);
+		wr->opcode = IBV_WR_RDMA_WRITE;
+		wr->wr.rdma.remote_addr =
+		    q->raddr_dev + ((uint64_t)v->cfg.rank * s + slot) * v->cfg.slot_bytes;
+		wr->wr.rdma.rkey = q->dev_rkey;
+		wr->wr_id = wrid(WR_DATA, peer, q->sq_posted);
+		if (next_signaled(v, q))
+			wr->send_flags = IBV_SEND_SIGNALED;
+		if (i > 0)
+			v->swr[i - 1].next = wr;
+		v->wr_dgram[i] = dgram;
+		q->sq_mark[q->sq_posted % v->sq_depth] = q->tx_seq; /* its slot not done yet */
+		q->sq_posted++;
+		v->st.tx_device_writes++;
+		i++;
+		wr = &v->swr[i];
+		memset(wr, 0, sizeof(*wr));
+		wr->sg_list = v->ssge[i];
+	}
 	if (inl) { /* the provider copies both pieces at post */
 		add_sge(wr, d->buf, d->len, v->mr->lkey);
 		add_sge(wr, d->tail, d->tail_len, v->mr->lkey);
 	} else {
 		uint8_t *dst = q->tx_slots + (size_t)slot * v->cfg.slot_bytes;
 		memcpy(dst, d->buf, d->len);
-		if (zc != NULL) {
+		if (to_dev) {
+			uint8_t *tr = dst + d->len;
+			for (uint32_t b = 0; b < DEV_TRAILER_BYTES; b++)
+				tr[b] = (uint8_t)(d->tail_len >> (8 * b));
+			add_sge(wr, dst, d->len + DEV_TRAILER_BYTES, v->mr->lkey);
+			v->st.tx_zero_copy++;
+		} else if (zc != NULL) {
 			add_sge(wr, dst, d->len, v->mr->lkey);
 			add_sge(wr, d->tail, d->tail_len, zc->mr->lkey);
 			v->st.tx_zero_copy++;
@@ -789,7 +882,7 @@ static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_data
 			add_sge(wr, dst, total, v->mr->lkey);
 		}
 	}
-	wr->imm_data = htonl(slot << IMM_SLOT_SHIFT | gen);
+	wr->imm_data = htonl(slot << IMM_SLOT_SHIFT | gen | (to_dev ? IMM_DEVICE : 0));
 	wr->send_flags = inl ? IBV_SEND_INLINE : 0;
 	if (next_signaled(v, q) || zc != NULL)
 		wr->send_flags |= IBV_SEND_SIGNALED;
@@ -806,12 +899,13 @@ static bool build_data_wr(struct verbs *v, uint32_t peer, const struct keel_data
 	}
 	if (i > 0)
 		v->swr[i - 1].next = wr;
+	v->wr_dgram[i] = dgram;
 	q->tx_seq++;
 	q->sq_mark[q->sq_posted % v->sq_depth] = q->tx_seq;
 	q->sq_posted++;
 	if (zc != NULL)
 		zc->mark[peer] = q->sq_posted;
-	return true;
+	return wrs;
 }
 
 static int verbs_send_burst(struct keel_transport *t, uint64_t now_ns,
@@ -836,19 +930,21 @@ static int verbs_send_burst(struct keel_transport *t, uint64_t now_ns,
 			i++;
 			continue;
 		}
-		uint32_t tx0 = q->tx_seq, sq0 = q->sq_posted, n = 0;
-		while (i + n < count && n < CHAIN_MAX && d[i + n].peer == peer &&
+		uint32_t tx0 = q->tx_seq, sq0 = q->sq_posted, n = 0, nwr = 0, got = 0;
+		while (i + n < count && nwr < CHAIN_MAX && d[i + n].peer == peer &&
 		       keel_datagram_fits(&d[i + n], t->mtu) &&
 		       d[i + n].len + d[i + n].tail_len != 0 &&
-		       build_data_wr(v, peer, &d[i + n], n))
+		       (got = build_data_wr(v, peer, &d[i + n], nwr)) != 0) {
+			nwr += got;
 			n++;
+		}
 		if (n == 0 && !reaped) {
 			/* out of send slots or queue room: completions may be waiting */
 			reaped = true;
 			(void)poll_completions(v);
 			continue;
 		}
-		uint32_t ok = post_chain(v, peer, n, tx0, sq0);
+		uint32_t ok = post_chain(v, peer, nwr, n, tx0, sq0);
 		i += ok;
 		if (ok < n || n == 0)
 			break; /* bad_wr, or this peer is out of room: the rest waits */
@@ -862,10 +958,10 @@ static int verbs_send_burst(struct keel_transport *t, uint64_t now_ns,
 static void send_credit(struct verbs *v, uint32_t peer, bool keepalive)
 {
 	struct vpeer *q = &v->peers[peer];
-	if (q->state != PEER_CONNECTED || (q->rx_consumed == q->rx_credited && !keepalive) ||
+	if (q->state != PEER_CONNECTED || (q->rx_freed == q->rx_credited && !keepalive) ||
 	    q->sq_posted - q->sq_done >= v->sq_depth)
 		return;
-	*q->credit_src = q->rx_consumed;
+	*q->credit_src = q->rx_freed;
 	struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)q->credit_src,
 			      .length = sizeof(uint64_t),
 			      .lkey = v->mr->lkey};
@@ -895,7 +991,69 @@ static void send_credit(struct verbs *v, uint32_t peer, bool keepalive)
 		v->st.tx_keepalive_writes++;
 	else
 		v->st.tx_credit_writes++;
-	q->rx_credited = q->rx_consumed;
+	q->rx_credited = q->rx_freed;
+}
+
+/* Tell the peer where its payloads for our device go: two WRITEs into its mailbox line, the
+ * base and rkey, then the magic that makes them valid. Tried again later when the send queue
+ * is full. */
+static void announce(struct verbs *v, uint32_t peer)
+{
+	struct vpeer *q = &v->peers[peer];
+	if (q->state != PEER_CONNECTED || q->sq_posted - q->sq_done + 2 > v->sq_depth)
+		return;
+	uint8_t *src = (uint8_t *)q->credit_src + ANNOUNCE_OFF; /* beside the credit word */
+	uint64_t base = (uint64_t)(uintptr_t)v->dev_base;
+	uint32_t rkey = v->dev_mr->rkey, magic = ANNOUNCE_MAGIC;
+	memcpy(src, &base, 8);
+	memcpy(src + 8, &rkey, 4);
+	memcpy(src + ANNOUNCE_MAGIC_OFF - ANNOUNCE_OFF, &magic, 4);
+	struct ibv_sge sge[2] = {
+	    {.addr = (uint64_t)(uintptr_t)src, .length = ANNOUNCE_LEN, .lkey = v->mr->lkey},
+	    {.addr = (uint64_t)(uintptr_t)(src + ANNOUNCE_MAGIC_OFF - ANNOUNCE_OFF),
+	     .length = 4,
+	     .lkey = v->mr->lkey}};
+	struct ibv_send_wr wr[2], *bad = NULL;
+	memset(wr, 0, sizeof(wr));
+	for (uint32_t k = 0; k < 2; k++) {
+		wr[k].wr_id = wrid(WR_CREDIT, peer, q->sq_posted + k);
+		wr[k].sg_list = &sge[k];
+		wr[k].num_sge = 1;
+		wr[k].opcode = IBV_WR_RDMA_WRITE;
+		wr[k].wr.rdma.rkey = q->rkey;
+	}
+	wr[0].next = &wr[1];
+	wr[0].wr.rdma.remote_addr = q->raddr_mailbox + ANNOUNCE_OFF;
+	wr[1].wr.rdma.remote_addr = q->raddr_mailbox + ANNOUNCE_MAGIC_OFF;
+	/* signaled: the source bytes must stay until the NIC read them (they never change) */
+	wr[1].send_flags = IBV_SEND_SIGNALED;
+	int rc = keel_ibv_post_send(q->qp, wr, &bad);
+	q->last_post_ns = v->last_now_ns;
+	/* on a bad_wr, what went before it stays counted; both go again at the next try */
+	uint32_t went = rc == 0 ? 2 : bad == &wr[1] ? 1 : 0;
+	for (uint32_t k = 0; k < went; k++) {
+		q->sq_mark[q->sq_posted % v->sq_depth] = q->tx_seq;
+		q->sq_posted++;
+	}
+	if (rc != 0) {
+		v->st.tx_bad_wr++;
+		int e = neg_errno(rc);
+		if (e != -ENOMEM && e != -EAGAIN)
+			peer_fail(v, peer);
+		return;
+	}
+	q->announce_due = false;
+}
+
+static void announce_all(struct verbs *v)
+{
+	bool due = false;
+	for (uint32_t p = 0; p < v->cfg.world_size; p++) {
+		if (v->peers[p].announce_due)
+			announce(v, p);
+		due = due || (v->peers[p].announce_due && v->peers[p].state == PEER_CONNECTED);
+	}
+	v->announce_due = due;
 }
 
 /* A peer that holds messages of ours unconsumed and to which we posted nothing for a while
@@ -941,19 +1099,23 @@ static void on_recv(struct verbs *v, const struct ibv_wc *wc, uint32_t peer)
 	uint32_t imm = ntohl(wc->imm_data);
 	bool with_imm = (wc->wc_flags & IBV_WC_WITH_IMM) != 0;
 	bool is_send = wc->opcode == IBV_WC_RECV;
+	bool dev = (imm & IMM_DEVICE) != 0;
+	/* a device payload comes only by WRITE, into an area we announced */
 	if (!with_imm || imm >> IMM_SLOT_SHIFT != want_slot || (imm & IMM_GEN_MASK) != want_gen ||
 	    (uint32_t)wc->wr_id != want_slot ||
-	    (!is_send && wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM)) {
+	    (!is_send && wc->opcode != IBV_WC_RECV_RDMA_WITH_IMM) ||
+	    (dev && (is_send || v->dev_mr == NULL))) {
 		v->st.rx_bad_imm++;
 		peer_fail(v, peer); /* a peer that lies about slots cannot be read safely */
 		return;
 	}
-	if (wc->byte_len == 0 || wc->byte_len > v->cfg.slot_bytes) {
+	if (wc->byte_len == 0 || wc->byte_len > v->cfg.slot_bytes ||
+	    (dev && wc->byte_len <= DEV_TRAILER_BYTES)) {
 		v->st.rx_bad_len++;
 		peer_fail(v, peer);
 		return;
 	}
-	q->rx_len[want_slot] = wc->byte_len;
+	q->rx_len[want_slot] = wc->byte_len | (dev ? RX_LEN_DEVICE : 0);
 	q->rx_seq++;
 	if (is_send)
 		v->st.rx_send++;
@@ -1033,6 +1195,49 @@ static uint32_t poll_completions(struct verbs *v)
 	return total;
 }
 
+/* A device message: the header goes to the caller's buffer, and the payload is handed over
+ * where the peer's WRITE put it, in our device area, its slot held until rx_release. false:
+ * the peer lied about the length (it is failed). */
+static bool deliver_device(struct verbs *v, uint32_t peer, uint32_t slot, uint32_t len,
+			   struct keel_datagram *d)
+{
+	struct vpeer *q = &v->peers[peer];
+	const uint8_t *host = q->rx_slots + (size_t)slot * v->cfg.slot_bytes;
+	uint32_t hdr = len - DEV_TRAILER_BYTES, plen = 0;
+	for (uint32_t b = 0; b < DEV_TRAILER_BYTES; b++)
+		plen |= (uint32_t)host[hdr + b] << (8 * b);
+	if (plen == 0 || plen > v->cfg.slot_bytes || plen > v->t.mtu - hdr) {
+		v->st.rx_bad_len++;
+		peer_fail(v, peer);
+		return false;
+	}
+	memcpy(d->buf, host, hdr);
+	d->len = hdr;
+	d->tail = v->dev_base + ((size_t)peer * v->cfg.slot_count + slot) * v->cfg.slot_bytes;
+	d->tail_len = plen;
+	d->flags |= KEEL_DGRAM_DEVICE_TAIL;
+	q->rx_hold[slot] = 1;
+	v->st.rx_device++;
+	return true;
+}
+
+/* Slots consumed and not held are free: the credit returned to the peer moves up to the first
+ * held one. */
+static void free_slots(struct verbs *v, struct vpeer *q)
+{
+	uint32_t s = v->cfg.slot_count;
+	while (q->rx_freed != q->rx_consumed && q->rx_hold[q->rx_freed % s] == 0)
+		q->rx_freed++;
+}
+
+static void maybe_credit(struct verbs *v, uint32_t peer)
+{
+	struct vpeer *q = &v->peers[peer];
+	if (q->rx_freed - q->rx_credited >= v->credit_batch ||
+	    (q->rx_freed != q->rx_credited && q->rx_freed == q->rx_seq))
+		send_credit(v, peer, false);
+}
+
 /* Copy ready slots of one peer out, repost their receives in one chain, return credits. */
 static uint32_t deliver_peer(struct verbs *v, uint32_t peer, struct keel_datagram *d, uint32_t room)
 {
@@ -1040,7 +1245,18 @@ static uint32_t deliver_peer(struct verbs *v, uint32_t peer, struct keel_datagra
 	uint32_t s = v->cfg.slot_count, n = 0, out = 0;
 	while (q->state == PEER_CONNECTED && q->rx_consumed != q->rx_seq && out < room && n < s) {
 		uint32_t slot = q->rx_consumed % s, len = q->rx_len[slot];
-		if (len <= d[out].cap) {
+		if ((len & RX_LEN_DEVICE) != 0) {
+			len &= ~RX_LEN_DEVICE;
+			if (len - DEV_TRAILER_BYTES > d[out].cap) {
+				v->st.rx_bad_len++; /* dropped: its slot is free at once */
+			} else if (deliver_device(v, peer, slot, len, &d[out])) {
+				d[out].peer = peer;
+				d[out].flags |= KEEL_DGRAM_LINK_CHECKED;
+				out++;
+			} else {
+				break; /* failed */
+			}
+		} else if (len <= d[out].cap) {
 			memcpy(d[out].buf, q->rx_slots + (size_t)slot * v->cfg.slot_bytes, len);
 			d[out].len = len;
 			d[out].peer = peer;
@@ -1061,9 +1277,8 @@ static uint32_t deliver_peer(struct verbs *v, uint32_t peer, struct keel_datagra
 		if (keel_ibv_post_recv(q->qp, v->rwr, &bad) != 0)
 			peer_fail(v, peer);
 	}
-	if (q->rx_consumed - q->rx_credited >= v->credit_batch ||
-	    (q->rx_consumed != q->rx_credited && q->rx_consumed == q->rx_seq))
-		send_credit(v, peer, false);
+	free_slots(v, q);
+	maybe_credit(v, peer);
 	v->st.rx_delivered += out;
 	return out;
 }
@@ -1107,6 +1322,8 @@ static int verbs_recv_burst(struct keel_transport *t, uint64_t now_ns, struct ke
 		return KEEL_ETRANSPORT;
 	if (v->channel != NULL)
 		drain_channel(v);
+	if (v->announce_due)
+		announce_all(v);
 	uint32_t polled = poll_completions(v);
 	uint32_t out = deliver_all(v, d, count_max);
 	keepalive_scan(v, now_ns);
@@ -1286,6 +1503,67 @@ static bool verbs_device_tail_ok(struct keel_transport *t, uint32_t peer, const 
 	return r != NULL && r->dmabuf;
 }
 
+/* ---- our device area, where peers write payloads ---- */
+
+size_t keel_verbs_device_area_bytes(struct keel_transport *t)
+{
+	struct verbs *v = of(t);
+	return (size_t)v->cfg.world_size * v->cfg.slot_count * v->cfg.slot_bytes;
+}
+
+int keel_verbs_register_device_area(struct keel_transport *t, void *addr, size_t len, int fd,
+				    uint64_t offset)
+{
+	if (t == NULL || t->ops != &verbs_ops)
+		return -EINVAL;
+	struct verbs *v = of(t);
+	if (v->pd == NULL || addr == NULL || fd < 0 || len < keel_verbs_device_area_bytes(t) ||
+	    (uintptr_t)addr % CACHE_LINE_BYTES != 0)
+		return -EINVAL;
+	if (v->dev_mr != NULL)
+		return -EEXIST;
+	struct ibv_mr *mr = keel_ibv_reg_dmabuf_mr(v->pd, offset, len, (uint64_t)(uintptr_t)addr,
+						   fd,
+						   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (mr == NULL)
+		return errno == EOPNOTSUPP || errno == ENOSYS || errno == EPROTONOSUPPORT
+			   ? -EOPNOTSUPP
+			   : null_errno();
+	v->dev_mr = mr;
+	v->dev_base = addr;
+	for (uint32_t p = 0; p < v->cfg.world_size; p++)
+		if (v->peers[p].state == PEER_CONNECTED)
+			v->peers[p].announce_due = v->announce_due = true;
+	if (v->announce_due && v->ctx != NULL && !v->down)
+		announce_all(v);
+	return 0;
+}
+
+/* The core is done with a payload delivered in our device area: its slot is free, and the
+ * peer gets its credit back once every slot before it is free too. */
+static void verbs_rx_release(struct keel_transport *t, uint32_t peer, const void *tail)
+{
+	struct verbs *v = of(t);
+	uint32_t s = v->cfg.slot_count;
+	size_t area = (size_t)s * v->cfg.slot_bytes;
+	uintptr_t lo = (uintptr_t)v->dev_base + (size_t)peer * area, at = (uintptr_t)tail;
+	if (v->dev_mr == NULL || peer >= v->cfg.world_size || at < lo || at - lo >= area ||
+	    (at - lo) % v->cfg.slot_bytes != 0) {
+		v->st.rx_bad_release++; /* not a payload we handed out: the caller's bug */
+		return;
+	}
+	struct vpeer *q = &v->peers[peer];
+	uint32_t slot = (uint32_t)((at - lo) / v->cfg.slot_bytes);
+	if (q->rx_hold[slot] == 0) {
+		v->st.rx_bad_release++;
+		return;
+	}
+	q->rx_hold[slot] = 0;
+	free_slots(v, q);
+	if (!v->down && v->ctx != NULL)
+		maybe_credit(v, peer);
+}
+
 static const struct keel_transport_ops verbs_ops = {
     .name = "verbs",
     .send_burst = verbs_send_burst,
@@ -1295,4 +1573,5 @@ static const struct keel_transport_ops verbs_ops = {
     .fini = verbs_fini,
     .peer_ok = verbs_peer_ok,
     .device_tail_ok = verbs_device_tail_ok,
+    .rx_release = verbs_rx_release,
 };

@@ -56,7 +56,11 @@ enum keel_datagram_flags {
 	 * read: only a backend whose device_tail_ok said yes for it takes it, and its NIC reads
 	 * it. A layer that would put it anywhere else (a router that fell back from verbs)
 	 * refuses it as it would for a full way: the core then has the device copy it to the
-	 * host and sends it whole, with its CRC. Set by the core only. */
+	 * host and sends it whole, with its CRC. Set by the core only.
+	 * recv: the payload was written into this rank's device memory by the NIC (a verbs
+	 * device area, keel_verbs_register_device_area): buf/len hold the header alone, and
+	 * tail/tail_len point at the payload there, which nothing on the host may read; the
+	 * caller hands it back with rx_release. */
 	KEEL_DGRAM_DEVICE_TAIL = 1u << 4,
 	/* recv: the link checked every byte of it end to end (an RC queue pair's ICRC), so a
 	 * datagram whose CRC covers its header alone (its payload came from the sender's device
@@ -72,14 +76,15 @@ enum keel_datagram_flags {
  *       keel_datagram_flags); cap is ignored.
  * recv: the caller gives buf/cap, and flags 0 or KEEL_DGRAM_LEND; the backend sets len, the
  *       sender's rank in peer, and KEEL_DGRAM_INTACT in flags where it applies (it may leave
- *       flags as they were otherwise), and may point buf elsewhere (KEEL_DGRAM_LEND). */
+ *       flags as they were otherwise), and may point buf elsewhere (KEEL_DGRAM_LEND); with
+ *       KEEL_DGRAM_DEVICE_TAIL, tail/tail_len too. */
 struct keel_datagram {
 	uint8_t *buf;
 	uint32_t len;
 	uint32_t cap;
 	uint32_t peer;
 	uint32_t flags;
-	const uint8_t *tail; /* send only; recv leaves it alone */
+	const uint8_t *tail; /* send; recv: set only with KEEL_DGRAM_DEVICE_TAIL */
 	uint32_t tail_len;
 };
 
@@ -143,6 +148,12 @@ struct keel_transport_ops {
 	 * asked per datagram. May be NULL: never. */
 	bool (*device_tail_ok)(struct keel_transport *t, uint32_t peer, const void *addr,
 			       size_t len);
+	/* Give back a payload that recv_burst handed over in device memory (KEEL_DGRAM_DEVICE_TAIL
+	 * on a received datagram: tail, from `peer`), once nothing reads it anymore: the device
+	 * work that used it finished, or the core dropped it. Until then the slot is the
+	 * caller's and the sender's credits stop at it. Never blocks. May be NULL where
+	 * recv_burst never hands over device payloads. */
+	void (*rx_release)(struct keel_transport *t, uint32_t peer, const void *tail);
 };
 
 /* A transport instance. Backends embed or point to their private state;

@@ -164,6 +164,25 @@ KEEL_MUST_USE int keel_verbs_register(struct keel_transport *t, const void *addr
 KEEL_MUST_USE int keel_verbs_register_dmabuf(struct keel_transport *t, const void *addr, size_t len,
 					     int fd, uint64_t offset);
 
+/* GPUDirect RDMA of what peers send: bytes of device memory, exported as a dma-buf (fd and
+ * offset as keel_device_cuda_dmabuf gives them for [addr, addr + len)), where the NIC writes
+ * the payloads peers send from their device memory (datagrams with KEEL_DGRAM_DEVICE_TAIL)
+ * instead of into this rank's host slots: each sender gets slot_count slots of slot_bytes at
+ * addr + (sender x slot_count + slot) x slot_bytes, so len must be at least
+ * keel_verbs_device_area_bytes. Once registered, it is announced to each connected peer (two
+ * RDMA WRITEs into its mailbox line; a peer connected later is told at connect); from then on
+ * a peer writes such a payload there, and the header, with the payload's length, into the
+ * host slot. recv_burst then delivers the header in the caller's buffer, and the payload by
+ * pointer: tail and tail_len, with KEEL_DGRAM_DEVICE_TAIL in flags. The payload's slot stays
+ * the caller's until it gives it back with the transport's rx_release (its device work done):
+ * until then the peer's credits stop there. Registered for the transport's life (fini lets
+ * it go). Errors: -EINVAL (not a verbs transport, NULL, fd < 0, too short, addr not aligned
+ * to 64), -EEXIST (already registered), -EOPNOTSUPP (the provider cannot register dma-bufs:
+ * payloads land in host memory as before), or the -errno of ibv_reg_dmabuf_mr. */
+size_t keel_verbs_device_area_bytes(struct keel_transport *t);
+KEEL_MUST_USE int keel_verbs_register_device_area(struct keel_transport *t, void *addr, size_t len,
+						  int fd, uint64_t offset);
+
 /* Let go of the region registered at addr. -EBUSY while a work request that reads it has not
  * completed on a QP still working (poll the node and retry; a peer that failed holds nothing:
  * its QP is in the error state); -ENOENT when no region starts at addr; -EINVAL when t is not
@@ -180,6 +199,7 @@ bool keel_verbs_peer_failed(struct keel_transport *t, uint32_t peer);
 struct keel_verbs_stats {
 	uint64_t tx_send, tx_send_inline, tx_write_imm, tx_credit_writes, tx_posts;
 	uint64_t tx_zero_copy;	    /* datagrams whose tail the NIC read from a registered region */
+	uint64_t tx_device_writes;  /* of which GPU to GPU: into the peer's device area */
 	uint64_t tx_device_refused; /* device tails (KEEL_DGRAM_DEVICE_TAIL) outside any dma-buf
 				     * registration: refused, never copied by the CPU */
 	uint64_t tx_keepalive_writes; /* credit words rewritten to a peer holding our messages */
@@ -188,6 +208,8 @@ struct keel_verbs_stats {
 	uint64_t tx_no_room;	      /* bursts ended: send queue or send slots full */
 	uint64_t tx_bad_wr;	      /* ibv_post_send failures (bad_wr reported) */
 	uint64_t rx_send, rx_write_imm, rx_delivered, rx_polls, rx_wc;
+	uint64_t rx_device;	    /* delivered with the payload in our device area */
+	uint64_t rx_bad_release;    /* rx_release of a payload not held: the caller's bug */
 	uint64_t rx_bad_imm;	/* forged or stale immediates, out-of-range slots */
 	uint64_t rx_bad_len;	/* receives longer than a slot or than the caller's buffer */
 	uint64_t rx_bad_credit; /* mailbox values that went backwards or past what was sent */

@@ -230,6 +230,24 @@ static const uint8_t *sge_bytes(const struct ibv_sge *g, int mr)
 		return mr_maps[mr] + (g->addr - (uintptr_t)mrs[mr]->addr);
 	return (const uint8_t *)(uintptr_t)g->addr;
 }
+/* Where an RDMA WRITE of `len` bytes at remote `addr` lands: inside the live registration
+ * with that rkey (through a dma-buf's mapping, as a peer NIC writes device memory), or NULL,
+ * a remote access error. */
+static uint8_t *remote_bytes(uint32_t rkey, uint64_t addr, uint32_t len, bool *mapped)
+{
+	for (uint32_t i = 0; i < MRS; i++) {
+		const struct ibv_mr *m = mrs[i];
+		if (m == NULL || m->rkey != rkey || addr < (uintptr_t)m->addr ||
+		    addr + len > (uintptr_t)m->addr + m->length)
+			continue;
+		*mapped = mr_maps[i] != NULL;
+		if (*mapped)
+			return mr_maps[i] + (addr - (uintptr_t)m->addr);
+		return (uint8_t *)(uintptr_t)addr;
+	}
+	return NULL;
+}
+
 struct ibv_comp_channel *keel_ibv_create_comp_channel(struct ibv_context *c)
 {
 	struct fchan *f = calloc(1, sizeof(*f));
@@ -318,8 +336,14 @@ static enum ibv_wc_status execute(struct fqp *d, const struct ibv_send_wr *wr)
 			    .wc_flags = IBV_WC_WITH_IMM,
 			    .imm_data = wr->imm_data,
 			    .byte_len = len};
-	if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
-		memcpy((void *)(uintptr_t)wr->wr.rdma.remote_addr, msg, len);
+	if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+		bool mapped = false;
+		uint8_t *at = remote_bytes(wr->wr.rdma.rkey, wr->wr.rdma.remote_addr, len, &mapped);
+		if (at == NULL)
+			return IBV_WC_REM_ACCESS_ERR;
+		memcpy(at, msg, len);
+		fake.device_writes += mapped;
+	}
 	if (wr->opcode == IBV_WR_RDMA_WRITE)
 		return IBV_WC_SUCCESS;
 	if (d->head == d->tail)

@@ -22,6 +22,7 @@ struct verbs_fake {
 	bool fail_reg_mr;   /* ibv_reg_mr returns NULL with ENOMEM */
 	bool hold_send_wc;  /* successful send completions wait for verbs_fake_release_send_wc */
 	uint32_t gathers;   /* WRs executed with more than one SGE */
+	uint32_t device_writes; /* RDMA WRITEs into a dma-buf registration (a device area) */
 	uint32_t qp_errors; /* QPs moved to the error state */
 	int mrs;	    /* registrations alive */
 };
