@@ -719,7 +719,7 @@ static uint32_t post_chain(struct verbs *v, uint32_t peer, uint32_t n, uint32_t 
 	int rc = keel_ibv_post_send(q->qp, v->swr, &bad);
 	q->last_post_ns = v->last_now_ns;
 	if (rc == 0)
-		return n;
+		return dgrams;
 	v->st.tx_bad_wr++;
 	uint32_t ok = n;
 	for (uint32_t i = 0; i < n; i++)
@@ -1559,6 +1559,7 @@ static void verbs_rx_release(struct keel_transport *t, uint32_t peer, const void
 		return;
 	}
 	q->rx_hold[slot] = 0;
+	v->st.rx_released++;
 	free_slots(v, q);
 	if (!v->down && v->ctx != NULL)
 		maybe_credit(v, peer);

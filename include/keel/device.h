@@ -29,7 +29,8 @@ enum keel_copy_dir {
 /* One reduction: dst[i] = a[i] op b[i] for i < count, then, when `divisor` is not 0 (the
  * last step of a KEEL_AVG), dst[i] /= divisor in the dtype's accumulation precision.
  * dst is device memory; a is device memory (may equal dst) or registered host memory; b is
- * registered host memory (a received chunk). When `mirror` is not NULL (registered host
+ * registered host memory (a received chunk), or device memory (a chunk the NIC wrote there,
+ * GPUDirect RDMA). When `mirror` is not NULL (registered host
  * memory, may equal b) it receives the same values as dst, so the host can forward them.
  * Regions do not overlap except dst == a and mirror == b; each is aligned to its element size
  * (a GPU cannot load a misaligned element). Results are those of keel_reduce

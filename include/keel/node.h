@@ -300,6 +300,9 @@ struct keel_counters {
 	 * copied to the host instead because the way to the peer lost that NIC mid-flight. */
 	uint64_t device_direct_frags;
 	uint64_t device_copy_ins;
+	/* Received payloads the NIC wrote into device memory (a verbs device area) that the
+	 * device reduced or copied from there, never through the host. */
+	uint64_t device_rx_frags;
 };
 void keel_counters_get(const struct keel_node *node, struct keel_counters *out);
 

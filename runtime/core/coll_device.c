@@ -190,6 +190,9 @@ static bool flush(struct keel_node *n, struct keel_op *op)
 	coll_step(op, d->pend_step, &s);
 	KEEL_ASSERT(s.action != ACT_NONE && d->pend_hi <= s.recv_len);
 	uint64_t at = s.recv_off + d->pend_lo, len = d->pend_hi - d->pend_lo;
+	/* a copy still bringing some of these bytes to the mirror (coll_dev_take_device) */
+	if (busy_bytes(d, at, at + len))
+		return false;
 	/* out of place the kernel reads the input in device memory; in place, its staged copy */
 	bool in_place = d->d_in == d->d_out;
 	if (s.action == ACT_REDUCE_IN && in_place && !coll_dev_input_ready(op, at, at + len))
@@ -258,6 +261,75 @@ void coll_dev_take(struct keel_node *n, struct keel_op *op, uint32_t t, const st
 		(void)flush(n, op); /* large enough: start the device on it now */
 }
 
+/* A received fragment whose payload the NIC wrote into device memory (GPUDirect RDMA): one
+ * device call reads it there, and its item holds it until popped, when it goes back to the
+ * transport. A copy the host forwards from the mirror goes to the mirror first, then joins
+ * the gathered bytes like a fragment received on the host (flush waits for that copy). */
+bool coll_dev_take_device(struct keel_node *n, struct keel_op *op, uint32_t t,
+			  const struct step *s, uint64_t off, const uint8_t *data, uint64_t len,
+			  uint32_t peer)
+{
+	struct op_dev *d = &op->dev;
+	KEEL_ASSERT(d->on && s->action != ACT_NONE && len > 0 && off + len <= s->recv_len);
+	/* bytes gathered on the host go first, in their own call */
+	if (d->pend && !flush(n, op))
+		return false;
+	uint64_t at = s->recv_off + off;
+	if (d->ap_tail - d->ap_head == KEEL_DEVICE_INFLIGHT_MAX || d->fault != 0 ||
+	    busy_bytes(d, at, at + len))
+		return false;
+	bool in_place = d->d_in == d->d_out;
+	if (s->action == ACT_REDUCE_IN && in_place && !coll_dev_input_ready(op, at, at + len))
+		return false;
+	if (d->direct_out && n->tx_device != 0 && rel_device_tails_in(n, d->d_out + at, len))
+		return false;
+	/* the host forwards from the mirror unless the NIC reads the sums in device memory */
+	uint8_t *mirror = d->direct_out ? NULL : op->out + at;
+	const struct keel_device *dev = device_of(n);
+	uint32_t ticket = 0;
+	int rc;
+	if (s->action == ACT_COPY) {
+		rc = mirror == NULL ? dev->ops->copy(dev->state, d->d_out + at, data, len,
+						     KEEL_COPY_D2D, &ticket)
+				    : dev->ops->copy(dev->state, mirror, data, len, KEEL_COPY_D2H,
+						     &ticket);
+	} else {
+		const uint8_t *in = in_place ? op->in : d->d_in;
+		struct keel_device_reduce r = {
+		    .dst = d->d_out + at,
+		    .a = s->action == ACT_REDUCE_IN ? (const void *)(in + at) : d->d_out + at,
+		    .b = data,
+		    .mirror = mirror,
+		    .count = len / op->elem_size,
+		    .dtype = op->dtype,
+		    .op = op->redop,
+		    .divisor = s->final && op->redop == KEEL_AVG ? op->world : 0};
+		rc = dev->ops->reduce(dev->state, &r, &ticket);
+	}
+	if (rc == -EAGAIN)
+		return false;
+	if (rc != 0) {
+		d->fault = KEEL_EDEVICE;
+		return false;
+	}
+	d->ap_q[d->ap_tail++ & QMASK] = (struct dev_item){.ticket = ticket,
+							  .step = t,
+							  .lo = off,
+							  .hi = off + len,
+							  .at = at,
+							  .held = data,
+							  .held_peer = peer};
+	if (s->action == ACT_COPY && mirror != NULL) {
+		/* the mirror gets the bytes; d_out gets them from there once that copy is done */
+		d->pend = true;
+		d->pend_step = t;
+		d->pend_lo = off;
+		d->pend_hi = off + len;
+	}
+	n->ctr.device_rx_frags++;
+	return true;
+}
+
 /* Test the unfinished items of a queue; pop finished ones from its head. Returns how many
  * finished; `popped_hi` gets the end of the last one popped (staging: the ready prefix). */
 static uint32_t test_queue(struct keel_node *n, struct op_dev *d, struct dev_item *q,
@@ -278,8 +350,14 @@ static uint32_t test_queue(struct keel_node *n, struct op_dev *d, struct dev_ite
 		if (rc != 0)
 			d->fault = KEEL_EDEVICE;
 	}
-	while (*head != tail && q[*head & QMASK].done)
-		*popped_hi = q[(*head)++ & QMASK].hi;
+	while (*head != tail && q[*head & QMASK].done) {
+		struct dev_item *it = &q[(*head)++ & QMASK];
+		*popped_hi = it->hi;
+		/* popped in order: the other item reading the same payload finished too */
+		if (it->held != NULL)
+			node_rx_release(n, it->held_peer, it->held);
+		it->held = NULL;
+	}
 	return finished;
 }
 

@@ -773,11 +773,25 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 		n->ctr.drop_protocol++; /* well formed, but not what this operation expects */
 		return true;
 	}
+	if (n->rx_device && (enc != 0 || !op->dev.on)) {
+		/* A payload the NIC wrote into device memory (GPUDirect RDMA): only a device
+		 * AllReduce reads it, with the device. A member's AllReduce on host buffers
+		 * here is another collective than the sender's. */
+		n->ctr.drop_protocol++;
+		if (!op->dev.on)
+			op_finish(n, op, KEEL_EMISMATCH);
+		return true;
+	}
 	if (s.recv_after_send && !send_passed(op, op->recv_step, op->recv_off + len))
 		return false;
 	if (enc > 0)
 		payload = cmp_widen(n, h, payload);
-	if (op->dev.on) {
+	if (op->dev.on && n->rx_device) {
+		if (!coll_dev_take_device(n, op, op->recv_step, &s, op->recv_off, payload, len,
+					  peer))
+			return false; /* the device still works on these bytes: later */
+		n->rx_device_kept = true; /* its device work gives it back */
+	} else if (op->dev.on) {
 		if (!coll_dev_can_take(n, op, op->recv_step, &s, op->recv_off, len))
 			return false; /* the device still works on these bytes: later */
 		coll_dev_take(n, op, op->recv_step, &s, op->recv_off, payload, len);

@@ -341,6 +341,9 @@ static const struct counter_row event_rows[] = {
     {"keel_device_copy_ins_total",
      "Device payloads copied to the host because their way lost the NIC that read them.",
      offsetof(struct keel_counters, device_copy_ins)},
+    {"keel_device_rx_fragments_total",
+     "Received payloads the NIC wrote into device memory and the device used there.",
+     offsetof(struct keel_counters, device_rx_frags)},
 };
 
 static void counter_rows(struct ctx *c, const struct counter_row *rows, size_t count)

@@ -594,9 +594,17 @@ static void count_drop(struct keel_node *n, enum wire_verdict v)
 	(*c[v])++;
 }
 
+/* A payload the transport handed over in device memory goes back to it, unless the datagram
+ * left it held: in a device work item, or in the receive window. */
+static void handle_device_payload(struct keel_node *n, const struct keel_datagram *d);
+
 void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 {
 	KEEL_ASSERT_DEBUG(n != NULL && d != NULL && d->buf != NULL);
+	if ((d->flags & KEEL_DGRAM_DEVICE_TAIL) != 0 && !n->rx_device) {
+		handle_device_payload(n, d);
+		return;
+	}
 	struct wire_expect exp = {
 	    .job_id = n->cfg.job_id,
 	    .epoch = n->epoch,
@@ -606,6 +614,7 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 	    .auth = n->auth ? &n->auth_ctx : NULL,
 	    .intact = (d->flags & KEEL_DGRAM_INTACT) != 0,
 	    .link_checked = (d->flags & KEEL_DGRAM_LINK_CHECKED) != 0,
+	    .detached = n->rx_device ? d->tail_len : 0,
 	};
 	struct wire_header h;
 	enum wire_verdict v = wire_decode(d->buf, d->len, &exp, &h);
@@ -623,7 +632,7 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 	KEEL_ASSERT_DEBUG(h.src < n->world && h.src != n->self && h.dst == n->self);
 	if (h.type != WIRE_HEARTBEAT)
 		fd_heard(n, h.src);
-	const uint8_t *payload = d->buf + WIRE_HEADER_SIZE;
+	const uint8_t *payload = n->rx_device ? d->tail : d->buf + WIRE_HEADER_SIZE;
 	if (h.epoch == n->epoch && n->member && h.type != WIRE_LEAVE) {
 		/* Acks and finished-collective counts belong to this epoch's streams. Every
 		 * header's op_id says how many collectives its sender finished (DATA: it is on
@@ -649,6 +658,23 @@ void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)
 		fd_on_leave(n, h.src, h.epoch, h.op_id);
 		break;
 	}
+}
+
+static void handle_device_payload(struct keel_node *n, const struct keel_datagram *d)
+{
+	KEEL_ASSERT(d->tail != NULL && d->tail_len != 0 && n->tp->ops->rx_release != NULL);
+	n->rx_device = true;
+	n->rx_device_kept = false;
+	node_handle_datagram(n, d);
+	n->rx_device = false;
+	if (!n->rx_device_kept)
+		node_rx_release(n, d->peer, d->tail);
+	n->rx_device_kept = false;
+}
+
+void node_rx_release(struct keel_node *n, uint32_t peer, const uint8_t *payload)
+{
+	n->tp->ops->rx_release(n->tp, peer, payload);
 }
 
 /* Receive one burst; returns how many datagrams came in. */

@@ -57,6 +57,8 @@ struct dev_copyin {
 struct rx_slot {
 	struct wire_header h;
 	uint32_t used;
+	const uint8_t *dev; /* its payload, held in the transport's device area; else NULL and
+			     * the payload is in the window's buffer */
 };
 
 /* Each module keeps its own per-peer record, in its own carve-out of the caller's storage
@@ -150,6 +152,10 @@ struct dev_item {
 	uint32_t step;
 	uint64_t lo, hi, at;
 	bool done;
+	/* a received payload in the transport's device area this work reads: given back when
+	 * the item is popped (NULL: none) */
+	const uint8_t *held;
+	uint32_t held_peer;
 };
 
 /* An AllReduce on device buffers: op->in and op->out are then the caller's staging (the
@@ -388,6 +394,10 @@ struct keel_node {
 	uint64_t first_suspect_ns;
 	/* GPUDirect RDMA's fallback (reliable.c, device_copy_in): cold, so last */
 	struct dev_copyin copyin[KEEL_DEVICE_COPYIN_MAX];
+	/* node_handle_datagram is on a datagram whose payload the transport handed over in
+	 * device memory; kept: something holds it now (a device work item, the receive window),
+	 * so it is not given back when the datagram was handled */
+	bool rx_device, rx_device_kept;
 };
 
 /* Read-only views of each module's per-peer record, for the other modules. */
@@ -442,6 +452,8 @@ bool node_peer_device_tail(struct keel_node *n, uint32_t peer, const void *addr,
 void node_budget_spend(struct keel_node *n, uint32_t bytes);
 /* Check and dispatch one received datagram (the poll loop; the membership model checker). */
 void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d);
+/* Give a received payload in device memory back to the transport (its rx_release). */
+void node_rx_release(struct keel_node *n, uint32_t peer, const uint8_t *payload);
 /* Queue an unreliable control datagram (heartbeat, ack, leave) to `peer`, carrying our acks;
  * `payload` (len bytes, may be NULL) follows the header. */
 void node_send_ctrl(struct keel_node *n, uint32_t peer, enum wire_type type, uint32_t op_id,
@@ -586,6 +598,12 @@ bool coll_dev_can_take(struct keel_node *n, struct keel_op *op, uint32_t t, cons
 		       uint64_t off, uint64_t len);
 void coll_dev_take(struct keel_node *n, struct keel_op *op, uint32_t t, const struct step *s,
 		   uint64_t off, const uint8_t *data, uint64_t len);
+/* The same for a fragment whose payload lies in the transport's device area (GPUDirect RDMA):
+ * queued at once as device work that reads it there and gives it back to the transport when
+ * done; false: not now (keep it). */
+bool coll_dev_take_device(struct keel_node *n, struct keel_op *op, uint32_t t,
+			  const struct step *s, uint64_t off, const uint8_t *data, uint64_t len,
+			  uint32_t peer);
 /* Test queued work, stage more input, queue what was gathered. Returns true if anything
  * moved. */
 bool coll_dev_progress(struct keel_node *n, struct keel_op *op);

@@ -320,8 +320,13 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_
 		return WIRE_BAD_VERSION;
 	if (tmp.type == 0 || tmp.type > WIRE_TYPE_MAX)
 		return WIRE_BAD_TYPE;
-	if (!lengths_ok(&tmp, len))
+	if (!lengths_ok(&tmp, len + exp->detached))
 		return WIRE_BAD_LENGTH;
+	/* a payload in device memory: the CPU checks the header, the link checked the rest */
+	if (exp->detached != 0 && (tmp.type != WIRE_DATA || (tmp.flags & WIRE_FLAG_AUTH) != 0))
+		return WIRE_BAD_LENGTH;
+	if (exp->detached != 0 && (tmp.flags & WIRE_FLAG_HEADER_CRC) == 0)
+		return exp->auth != NULL ? WIRE_BAD_AUTH : WIRE_BAD_CRC;
 	enum wire_verdict v = integrity(buf, len, exp, &tmp);
 	if (v != WIRE_OK)
 		return v;
@@ -337,7 +342,7 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_
 	 * hold because of the checks above, whatever the bytes were. */
 	KEEL_ASSERT((uint64_t)WIRE_HEADER_SIZE + tmp.payload_len +
 			((tmp.flags & WIRE_FLAG_AUTH) != 0 ? KEEL_AUTH_TRAILER_BYTES : 0) ==
-		    (uint64_t)len);
+		    (uint64_t)len + exp->detached);
 	KEEL_ASSERT(exp->auth == NULL || (tmp.flags & WIRE_FLAG_AUTH) != 0 || exp->intact);
 	KEEL_ASSERT(tmp.type >= WIRE_HEARTBEAT && tmp.type <= WIRE_TYPE_MAX);
 	/* coll_deliver and wire_heartbeat_decode read exactly these regions. */

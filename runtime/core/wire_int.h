@@ -131,6 +131,9 @@ struct wire_expect {
 			    * is accepted */
 	bool link_checked; /* marked KEEL_DGRAM_LINK_CHECKED: WIRE_FLAG_HEADER_CRC is accepted
 			    * (without a key) */
+	uint32_t detached; /* the payload's bytes, where it lies in device memory apart from the
+			    * header (KEEL_DGRAM_DEVICE_TAIL): buf holds the header alone, and only
+			    * a data datagram with WIRE_FLAG_HEADER_CRC is accepted */
 };
 
 /* Write `h` (crc ignored) and compute the CRC over header and `payload_len` bytes that

@@ -202,9 +202,11 @@ static int cpu_reduce(void *state, const struct keel_device_reduce *r, uint32_t 
 	    (unsigned)r->op >= KEEL_REDOP_COUNT || r->count > SIZE_MAX / 8)
 		return -EINVAL;
 	size_t bytes = r->count * keel_dtype_size(r->dtype);
-	/* a: the device buffer (dst itself, or the input) or the stage */
+	/* a: the device buffer (dst itself, or the input) or the stage; b: the stage, or device
+	 * memory the NIC wrote a received chunk into */
 	bool a_ok = staged(d, r->a, bytes) || side_ok(d, r->a, bytes, false);
-	if (!side_ok(d, r->dst, bytes, false) || !side_ok(d, r->b, bytes, true) || !a_ok ||
+	bool b_ok = staged(d, r->b, bytes) || side_ok(d, r->b, bytes, false);
+	if (!side_ok(d, r->dst, bytes, false) || !b_ok || !a_ok ||
 	    (r->mirror != NULL && !side_ok(d, r->mirror, bytes, true)))
 		return -EINVAL;
 	struct work *w = take_slot(d, ticket);
@@ -228,7 +230,7 @@ static void run_work(struct cpu_dev *d, struct work *w)
 	const struct keel_device_reduce *r = &w->r;
 	size_t bytes = r->count * keel_dtype_size(r->dtype);
 	void *dst = reach(d, r->dst, bytes);
-	keel_reduce(dst, reach(d, r->a, bytes), r->b, r->count, r->dtype, r->op);
+	keel_reduce(dst, reach(d, r->a, bytes), reach(d, r->b, bytes), r->count, r->dtype, r->op);
 	if (r->divisor > 1)
 		keel_reduce_finish_avg(dst, r->count, r->dtype, r->divisor);
 	if (r->mirror != NULL)

@@ -714,6 +714,8 @@ static int chaos_recv_burst(struct keel_transport *t, uint64_t now_ns, struct ke
 	for (i = 0; i < (uint32_t)r; i++) {
 		if (peer_is_cut(c, d[i].peer)) {
 			c->stats.cut_dropped++;
+			if ((d[i].flags & KEEL_DGRAM_DEVICE_TAIL) != 0)
+				c->inner->ops->rx_release(c->inner, d[i].peer, d[i].tail);
 			continue;
 		}
 		/* this layer may have changed its bytes on the way: no end-to-end check holds */
@@ -728,6 +730,13 @@ static int chaos_recv_burst(struct keel_transport *t, uint64_t now_ns, struct ke
 		kept++;
 	}
 	return (int)kept;
+}
+
+static void chaos_rx_release(struct keel_transport *t, uint32_t peer, const void *tail)
+{
+	struct chaos *c = chaos_of(t);
+	if (c->inner->ops->rx_release != NULL)
+		c->inner->ops->rx_release(c->inner, peer, tail);
 }
 
 static uint64_t chaos_next_deadline_ns(struct keel_transport *t)
@@ -799,4 +808,5 @@ static const struct keel_transport_ops chaos_ops = {
     .fini = chaos_fini,
     .arm_wait = chaos_arm_wait,
     .peer_caps = chaos_peer_caps,
+    .rx_release = chaos_rx_release,
 };

@@ -305,6 +305,9 @@ static int router_recv_burst(struct keel_transport *t, uint64_t now_ns, struct k
 			uint32_t job = from < x->rt[r]->world_size ? x->to_job[r][from] : NONE;
 			if (job == NONE || job == x->t.rank) {
 				x->st.rx_unknown++;
+				if ((d[j].flags & KEEL_DGRAM_DEVICE_TAIL) != 0 &&
+				    x->rt[r]->ops->rx_release != NULL)
+					x->rt[r]->ops->rx_release(x->rt[r], from, d[j].tail);
 				continue;
 			}
 			if (kept != j) { /* close the gap: the caller's buffers move with them */
@@ -413,6 +416,20 @@ static bool router_device_tail_ok(struct keel_transport *t, uint32_t peer, const
 					     len);
 }
 
+/* A payload handed over in device memory goes back to the route that has such payloads (the
+ * one whose rx_release knows it; the others have none). */
+static void router_rx_release(struct keel_transport *t, uint32_t peer, const void *tail)
+{
+	struct router *x = of(t);
+	if (!peer_valid(x, peer))
+		return;
+	for (uint32_t r = 0; r < x->routes; r++) {
+		uint32_t rp = x->to_route[peer * x->routes + r];
+		if (x->rt[r]->ops->rx_release != NULL && rp != NONE)
+			x->rt[r]->ops->rx_release(x->rt[r], rp, tail);
+	}
+}
+
 static void router_fini(struct keel_transport *t)
 {
 	struct router *x = of(t);
@@ -434,6 +451,7 @@ static const struct keel_transport_ops router_ops = {
     .arm_wait = router_arm_wait,
     .peer_caps = router_peer_caps,
     .device_tail_ok = router_device_tail_ok,
+    .rx_release = router_rx_release,
 };
 
 /* One epoll descriptor over every route's wait_fd; -1 (and 0) when a route has none. */

@@ -35,7 +35,9 @@ struct rank {
 	void *dev_mem;
 	struct keel_node *node;
 	void *node_mem;
-	struct guarded_mem mem; /* d_in, then d_out */
+	struct guarded_mem mem;	 /* d_in, then d_out */
+	struct guarded_mem area; /* the device area peers write payloads into (area.fd >= 0) */
+	bool area_on;
 	uint8_t *d_in, *d_out, *d_in_w, *d_out_w;
 	uint8_t *stage;
 	size_t stage_bytes, bytes;
@@ -145,6 +147,22 @@ static void buffers_up(struct job *j, size_t count, enum keel_dtype dt, enum kee
 	}
 }
 
+/* Each rank's device area, where the NIC writes what peers send from device memory: the
+ * announcements reach every peer at once (the fake NIC runs each WR as it is posted). */
+static void areas_up(struct job *j)
+{
+	for (uint32_t r = 0; r < j->world; r++) {
+		struct rank *k = &j->r[r];
+		size_t bytes = keel_verbs_device_area_bytes(k->t);
+		assert_int_equal(bytes, (size_t)j->world * 16 * SLOT);
+		assert_int_equal(guarded_mem_map(&k->area, &k->dev, bytes), 0);
+		assert_int_equal(keel_verbs_register_device_area(k->t, k->area.view, k->area.bytes,
+								 k->area.fd, 0),
+				 0);
+		k->area_on = true;
+	}
+}
+
 static void start_all(struct job *j, size_t count, enum keel_dtype dt, enum keel_redop op)
 {
 	for (uint32_t r = 0; r < j->world; r++) {
@@ -220,7 +238,11 @@ static void job_down(struct job *j)
 		assert_int_equal(guarded_mem_unmap(&k->mem), 0);
 		free(k->stage);
 		free(k->node_mem);
-		k->t->ops->fini(k->t);
+		k->t->ops->fini(k->t); /* lets the device area go */
+		if (k->area_on && k->dead)
+			k->area.dev = NULL;
+		if (k->area_on)
+			assert_int_equal(guarded_mem_unmap(&k->area), 0);
 		free(k->t_mem);
 		k->dev.ops->fini(k->dev.state);
 		free(k->dev_mem);
@@ -367,8 +389,9 @@ static void test_gpudirect_hierarchy_in_turn(void **state)
 	job_down(&j);
 }
 
-/* A rank dies mid-operation (it stops polling, as a killed process would): the others
- * restart on the view without it, and the restart writes the output and its mirror again
+/* A rank dies mid-operation (it stops polling, as a killed process would), with device areas
+ * (what peers send lands in device memory) or without: the others restart on the view
+ * without it, and the restart writes the output and its mirror again
  * only once nothing reads them. The result is exact over the members it reports. */
 static void test_gpudirect_rank_dies_mid_op(void **state)
 {
@@ -378,6 +401,8 @@ static void test_gpudirect_rank_dies_mid_op(void **state)
 		struct job j;
 		job_up_algo(&j, 3, false, KEEL_ALGO_RING);
 		buffers_up(&j, count, KEEL_F32, KEEL_SUM, false, true);
+		if (victim != 1)
+			areas_up(&j); /* what peers send lands in device memory too */
 		start_all(&j, count, KEEL_F32, KEEL_SUM);
 		for (uint32_t i = 0; i < 3 + victim; i++)
 			(void)round_all(&j);
@@ -506,6 +531,129 @@ static void test_gpudirect_registration_lost_mid_op(void **state)
 	job_down(&j);
 }
 
+/* Poll every rank until each has given back every payload the NIC wrote into its device
+ * area (the last device work pops at the polls after the operation ended). */
+static void areas_settle(struct job *j)
+{
+	for (uint32_t n = 0; n < 1000; n++) {
+		bool held = false;
+		for (uint32_t r = 0; r < j->world; r++) {
+			struct keel_verbs_stats vs;
+			keel_verbs_stats_get(j->r[r].t, &vs);
+			held = held || vs.rx_device != vs.rx_released;
+		}
+		if (!held)
+			return;
+		(void)round_all(j);
+	}
+	fail_msg("a payload in a device area was never given back");
+}
+
+/* Payloads sent from device memory land in the receiver's device memory too (GPUDirect RDMA
+ * both ways): the kernels read them where the NIC wrote them, and each is given back once
+ * its device work is done. Exact results for the ring out of place (nothing on the host but
+ * headers) and in place, recursive doubling and the hierarchy (sums forwarded from the
+ * mirror, written by the kernels that read the received chunks in device memory), and a
+ * ring where rank 0 registered its input alone: its sums go from the stage, and the
+ * all-gather's copies it receives in device memory go to its mirror first. */
+static void test_gpudirect_received_into_device(void **state)
+{
+	(void)state;
+	static const uint32_t hosts[] = {0, 0, 1, 1};
+	static const struct {
+		uint32_t world;
+		enum keel_algo algo;
+		size_t count;
+		enum keel_dtype dt;
+		enum keel_redop op;
+		bool in_place, input_only_at_0;
+	} cases[] = {
+	    {3, KEEL_ALGO_RING, 3 * 20000 + 1, KEEL_F32, KEEL_SUM, false, false},
+	    {4, KEEL_ALGO_RING, 4 * 9000, KEEL_I32, KEEL_MAX, true, false},
+	    {2, KEEL_ALGO_RD, 50000, KEEL_BF16, KEEL_AVG, false, false},
+	    {4, KEEL_ALGO_RD, 30001, KEEL_F64, KEEL_MIN, false, false},
+	    {4, KEEL_ALGO_HIER, 4 * 7000 + 3, KEEL_I32, KEEL_SUM, false, false},
+	    {3, KEEL_ALGO_RING, 3 * 20000, KEEL_U8, KEEL_SUM, false, true},
+	};
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct job j;
+		job_up_hosts(&j, cases[c].world, false, cases[c].algo,
+			     cases[c].algo == KEEL_ALGO_HIER ? hosts : NULL);
+		buffers_up(&j, cases[c].count, cases[c].dt, cases[c].op, cases[c].in_place, true);
+		if (cases[c].input_only_at_0) {
+			struct rank *k = &j.r[0];
+			assert_int_equal(keel_verbs_unregister(k->t, k->mem.view), 0);
+			assert_int_equal(keel_verbs_register_dmabuf(k->t, k->d_in,
+								    (size_t)(k->d_out - k->d_in),
+								    k->mem.fd, 0),
+					 0);
+		}
+		areas_up(&j);
+		start_all(&j, cases[c].count, cases[c].dt, cases[c].op);
+		run_to_end(&j);
+		check_results(&j, cases[c].count, cases[c].dt, cases[c].op);
+		areas_settle(&j);
+		uint64_t used = 0;
+		for (uint32_t r = 0; r < j.world; r++) {
+			struct keel_counters ctr;
+			struct keel_verbs_stats vs;
+			keel_counters_get(j.r[r].node, &ctr);
+			keel_verbs_stats_get(j.r[r].t, &vs);
+			/* what the device used came from the area; the rest was dropped for later */
+			assert_true(ctr.device_rx_frags <= vs.rx_device);
+			assert_int_equal(vs.rx_bad_release, 0);
+			used += ctr.device_rx_frags;
+			if (cases[c].algo == KEEL_ALGO_RING && !cases[c].in_place &&
+			    !cases[c].input_only_at_0) /* every payload: sent and received direct */
+				assert_int_equal(vs.tx_device_writes, ctr.device_direct_frags);
+		}
+		assert_true(used > 0);
+		assert_true(fake.device_writes > 0);
+		if (cases[c].input_only_at_0)
+			j.r[0].registered = true; /* its input's registration: let go by job_down */
+		job_down(&j);
+	}
+}
+
+/* A rank whose device area received a payload sent from device memory while it runs an
+ * AllReduce on host buffers: the sender runs a device AllReduce there, another collective;
+ * KEEL_EMISMATCH says so (the CPU never reads the payload). */
+static void test_gpudirect_device_payload_to_host_op(void **state)
+{
+	(void)state;
+	const size_t count = 2 * 20000;
+	struct job j;
+	job_up_algo(&j, 2, false, KEEL_ALGO_RING);
+	buffers_up(&j, count, KEEL_F32, KEEL_SUM, false, true);
+	areas_up(&j);
+	float *host_in = calloc(count, sizeof(float)), *host_out = calloc(count, sizeof(float));
+	struct rank *k0 = &j.r[0], *k1 = &j.r[1];
+	assert_int_equal(keel_allreduce_start(k0->node, host_in, host_out, count, KEEL_F32,
+					      KEEL_SUM, &k0->op),
+			 0);
+	assert_int_equal(keel_allreduce_device_start(k1->node, k1->d_in, k1->d_out, count,
+						     KEEL_F32, KEEL_SUM, k1->stage,
+						     k1->stage_bytes, &k1->op),
+			 0);
+	k0->status = k1->status = -EINPROGRESS;
+	for (uint32_t n = 0; k0->status == -EINPROGRESS; n++) {
+		assert_true(n < ROUNDS);
+		j.now_ns += 10000;
+		uint64_t dl;
+		assert_int_equal(keel_poll(k0->node, j.now_ns, &dl), 0);
+		assert_int_equal(keel_poll(k1->node, j.now_ns, &dl), 0);
+		k0->status = keel_op_test(k0->node, k0->op);
+	}
+	assert_int_equal(k0->status, KEEL_EMISMATCH);
+	struct keel_verbs_stats vs;
+	keel_verbs_stats_get(k0->t, &vs);
+	assert_true(vs.rx_device > 0);
+	k1->dead = true; /* its operation never ends: dropped with its device */
+	job_down(&j);
+	free(host_in);
+	free(host_out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -516,6 +664,8 @@ int main(void)
 	    cmocka_unit_test(test_gpudirect_staged_when_not_possible),
 	    cmocka_unit_test(test_gpudirect_staged_ring_stages_its_chunk_only),
 	    cmocka_unit_test(test_gpudirect_registration_lost_mid_op),
+	    cmocka_unit_test(test_gpudirect_received_into_device),
+	    cmocka_unit_test(test_gpudirect_device_payload_to_host_op),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
