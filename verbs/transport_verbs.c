@@ -14,27 +14,27 @@
 #include "keel/transport_verbs.h"
 #include "verbs_int.h"
 
-#define PAGE_BYTES	   4096u
-#define CACHE_LINE_BYTES   64u
-#define WC_BURST	   32u /* completions per ibv_poll_cq */
-#define POLLS_PER_RECV	   4u  /* bounded work per recv_burst */
-#define CHAIN_MAX	   64u /* work requests in one ibv_post_send chain */
-#define ASYNC_CHECK_EVERY  64u /* recv_burst calls between two reads of the async fd */
-#define MAILBOX_BYTES	   64u /* credit word written by the peer, own cache line */
-#define CREDIT_SRC_BYTES   64u
-#define IMM_SLOT_SHIFT	   20u
-#define IMM_DEVICE	   (1u << 19) /* the payload went to the receiver's device area */
-#define IMM_GEN_MASK	   0x7ffffu
+#define PAGE_BYTES	  4096u
+#define CACHE_LINE_BYTES  64u
+#define WC_BURST	  32u /* completions per ibv_poll_cq */
+#define POLLS_PER_RECV	  4u  /* bounded work per recv_burst */
+#define CHAIN_MAX	  64u /* work requests in one ibv_post_send chain */
+#define ASYNC_CHECK_EVERY 64u /* recv_burst calls between two reads of the async fd */
+#define MAILBOX_BYTES	  64u /* credit word written by the peer, own cache line */
+#define CREDIT_SRC_BYTES  64u
+#define IMM_SLOT_SHIFT	  20u
+#define IMM_DEVICE	  (1u << 19) /* the payload went to the receiver's device area */
+#define IMM_GEN_MASK	  0x7ffffu
 /* A device message's host slot: the header, then the payload's length (little endian). */
 #define DEV_TRAILER_BYTES 4u
 #define RX_LEN_DEVICE	  (1u << 31) /* rx_len flag: the message's payload is in device slots */
 /* The announcement of a device area, in the peer's mailbox line after the credit word: its
  * base (8 bytes) and rkey (4), then a magic word written by a later WRITE, so a reader that
  * sees the magic sees the rest (RC places one WRITE's data before the next one's). */
-#define ANNOUNCE_OFF	  8u
-#define ANNOUNCE_LEN	  12u
+#define ANNOUNCE_OFF	   8u
+#define ANNOUNCE_LEN	   12u
 #define ANNOUNCE_MAGIC_OFF 20u
-#define ANNOUNCE_MAGIC	  0x6b64724bu /* "Krdk" */
+#define ANNOUNCE_MAGIC	   0x6b64724bu /* "Krdk" */
 #define WRID_KIND_SHIFT	   62u
 #define WRID_PEER_SHIFT	   32u
 #define PSN_MASK	   0xffffffu
@@ -115,12 +115,12 @@ struct verbs {
 	struct ibv_sge ssge[CHAIN_MAX][SGE_MAX];
 	struct vregion regions[KEEL_VERBS_REGIONS_MAX];
 	uint32_t region_count;
-	struct ibv_mr *dev_mr; /* our device area, where peers write payloads (dma-buf) */
-	uint8_t *dev_base;     /* its device address */
-	bool announce_due;     /* some peer has not been told of it yet */
+	struct ibv_mr *dev_mr;	     /* our device area, where peers write payloads (dma-buf) */
+	uint8_t *dev_base;	     /* its device address */
+	bool announce_due;	     /* some peer has not been told of it yet */
 	uint8_t wr_dgram[CHAIN_MAX]; /* of each WR in v->swr: its datagram's place in the chain */
-	struct ibv_recv_wr *rwr; /* [slot_count] */
-	struct ibv_sge *rsge;	 /* [slot_count] */
+	struct ibv_recv_wr *rwr;     /* [slot_count] */
+	struct ibv_sge *rsge;	     /* [slot_count] */
 	struct keel_verbs_stats st;
 };
 
@@ -779,8 +779,8 @@ static bool peer_device_area(struct vpeer *q)
 	if (q->dev_rkey != 0)
 		return true;
 	const volatile uint8_t *line = (const volatile uint8_t *)q->mailbox;
-	uint32_t magic = __atomic_load_n((const uint32_t *)(line + ANNOUNCE_MAGIC_OFF),
-					 __ATOMIC_ACQUIRE);
+	uint32_t magic =
+	    __atomic_load_n((const uint32_t *)(line + ANNOUNCE_MAGIC_OFF), __ATOMIC_ACQUIRE);
 	if (magic != ANNOUNCE_MAGIC)
 		return false;
 	uint64_t base;
@@ -1522,9 +1522,9 @@ int keel_verbs_register_device_area(struct keel_transport *t, void *addr, size_t
 		return -EINVAL;
 	if (v->dev_mr != NULL)
 		return -EEXIST;
-	struct ibv_mr *mr = keel_ibv_reg_dmabuf_mr(v->pd, offset, len, (uint64_t)(uintptr_t)addr,
-						   fd,
-						   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	struct ibv_mr *mr =
+	    keel_ibv_reg_dmabuf_mr(v->pd, offset, len, (uint64_t)(uintptr_t)addr, fd,
+				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (mr == NULL)
 		return errno == EOPNOTSUPP || errno == ENOSYS || errno == EPROTONOSUPPORT
 			   ? -EOPNOTSUPP

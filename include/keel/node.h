@@ -263,17 +263,21 @@ struct keel_counters {
 	uint64_t drop_replay; /* auth: a MAC'd datagram received before, or from an older life */
 	uint64_t drop_job;
 	uint64_t drop_epoch;
-	uint64_t drop_source;	   /* unknown rank, or the transport disagrees about the sender */
-	uint64_t drop_destination; /* not addressed to this rank */
-	uint64_t drop_duplicate;   /* reliable datagram already delivered */
-	uint64_t drop_window;	   /* beyond the receive window */
-	uint64_t drop_no_stream;   /* out of order, and no window buffers free to hold it
-				    * (config streams): the sender resends it */
-	uint64_t drop_stale;	   /* data for an operation that already finished */
-	uint64_t drop_protocol;	   /* well formed, but not what the operation expects (step,
-				    * offset, size): a peer with a different config or a bug */
-	uint64_t data_sent;	   /* reliable datagrams sent for the first time */
-	uint64_t data_delivered;   /* reliable datagrams handed to the collectives, in order */
+	uint64_t drop_source;	    /* unknown rank, or the transport disagrees about the sender */
+	uint64_t drop_destination;  /* not addressed to this rank */
+	uint64_t drop_duplicate;    /* reliable datagram already delivered */
+	uint64_t drop_window;	    /* beyond the receive window */
+	uint64_t drop_no_stream;    /* out of order, and no window buffers free to hold it
+				     * (config streams): the sender resends it */
+	uint64_t drop_stale;	    /* data for an operation that already finished */
+	uint64_t drop_device_later; /* a payload the NIC wrote into device memory that the
+				     * device could not take at once: given back to the NIC,
+				     * not acknowledged (the sender resends it), since a held
+				     * payload would stop the peer's credits */
+	uint64_t drop_protocol;	    /* well formed, but not what the operation expects (step,
+				     * offset, size): a peer with a different config or a bug */
+	uint64_t data_sent;	    /* reliable datagrams sent for the first time */
+	uint64_t data_delivered;    /* reliable datagrams handed to the collectives, in order */
 	uint64_t retransmits;
 	uint64_t fast_retransmits;
 	uint64_t acks_sent;

@@ -208,14 +208,14 @@ struct keel_verbs_stats {
 	uint64_t tx_no_room;	      /* bursts ended: send queue or send slots full */
 	uint64_t tx_bad_wr;	      /* ibv_post_send failures (bad_wr reported) */
 	uint64_t rx_send, rx_write_imm, rx_delivered, rx_polls, rx_wc;
-	uint64_t rx_device;	    /* delivered with the payload in our device area */
-	uint64_t rx_released;	    /* of rx_device, given back by rx_release */
-	uint64_t rx_bad_release;    /* rx_release of a payload not held: the caller's bug */
-	uint64_t rx_bad_imm;	/* forged or stale immediates, out-of-range slots */
-	uint64_t rx_bad_len;	/* receives longer than a slot or than the caller's buffer */
-	uint64_t rx_bad_credit; /* mailbox values that went backwards or past what was sent */
-	uint64_t wc_errors;	/* completions with a status other than success */
-	uint64_t wc_retry_exc;	/* of which IBV_WC_RETRY_EXC_ERR */
+	uint64_t rx_device;	 /* delivered with the payload in our device area */
+	uint64_t rx_released;	 /* of rx_device, given back by rx_release */
+	uint64_t rx_bad_release; /* rx_release of a payload not held: the caller's bug */
+	uint64_t rx_bad_imm;	 /* forged or stale immediates, out-of-range slots */
+	uint64_t rx_bad_len;	 /* receives longer than a slot or than the caller's buffer */
+	uint64_t rx_bad_credit;	 /* mailbox values that went backwards or past what was sent */
+	uint64_t wc_errors;	 /* completions with a status other than success */
+	uint64_t wc_retry_exc;	 /* of which IBV_WC_RETRY_EXC_ERR */
 	uint64_t async_events;
 	uint64_t peers_failed;
 	uint64_t first_fail_ns; /* the caller's now_ns when a peer first failed (0: none yet) */

@@ -265,9 +265,8 @@ void coll_dev_take(struct keel_node *n, struct keel_op *op, uint32_t t, const st
  * device call reads it there, and its item holds it until popped, when it goes back to the
  * transport. A copy the host forwards from the mirror goes to the mirror first, then joins
  * the gathered bytes like a fragment received on the host (flush waits for that copy). */
-bool coll_dev_take_device(struct keel_node *n, struct keel_op *op, uint32_t t,
-			  const struct step *s, uint64_t off, const uint8_t *data, uint64_t len,
-			  uint32_t peer)
+bool coll_dev_take_device(struct keel_node *n, struct keel_op *op, uint32_t t, const struct step *s,
+			  uint64_t off, const uint8_t *data, uint64_t len, uint32_t peer)
 {
 	struct op_dev *d = &op->dev;
 	KEEL_ASSERT(d->on && s->action != ACT_NONE && len > 0 && off + len <= s->recv_len);
@@ -289,10 +288,10 @@ bool coll_dev_take_device(struct keel_node *n, struct keel_op *op, uint32_t t,
 	uint32_t ticket = 0;
 	int rc;
 	if (s->action == ACT_COPY) {
-		rc = mirror == NULL ? dev->ops->copy(dev->state, d->d_out + at, data, len,
-						     KEEL_COPY_D2D, &ticket)
-				    : dev->ops->copy(dev->state, mirror, data, len, KEEL_COPY_D2H,
-						     &ticket);
+		rc = mirror == NULL
+			 ? dev->ops->copy(dev->state, d->d_out + at, data, len, KEEL_COPY_D2D,
+					  &ticket)
+			 : dev->ops->copy(dev->state, mirror, data, len, KEEL_COPY_D2H, &ticket);
 	} else {
 		const uint8_t *in = in_place ? op->in : d->d_in;
 		struct keel_device_reduce r = {

@@ -789,7 +789,7 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 	if (op->dev.on && n->rx_device) {
 		if (!coll_dev_take_device(n, op, op->recv_step, &s, op->recv_off, payload, len,
 					  peer))
-			return false; /* the device still works on these bytes: later */
+			return false;	  /* the device still works on these bytes: later */
 		n->rx_device_kept = true; /* its device work gives it back */
 	} else if (op->dev.on) {
 		if (!coll_dev_can_take(n, op, op->recv_step, &s, op->recv_off, len))

@@ -257,6 +257,7 @@ static void render_drops(struct ctx *c)
 	    {"window", offsetof(struct keel_counters, drop_window)},
 	    {"no_stream", offsetof(struct keel_counters, drop_no_stream)},
 	    {"stale", offsetof(struct keel_counters, drop_stale)},
+	    {"device_later", offsetof(struct keel_counters, drop_device_later)},
 	    {"protocol", offsetof(struct keel_counters, drop_protocol)},
 	    {"view", offsetof(struct keel_counters, drop_view)},
 	};

@@ -57,8 +57,6 @@ struct dev_copyin {
 struct rx_slot {
 	struct wire_header h;
 	uint32_t used;
-	const uint8_t *dev; /* its payload, held in the transport's device area; else NULL and
-			     * the payload is in the window's buffer */
 };
 
 /* Each module keeps its own per-peer record, in its own carve-out of the caller's storage
@@ -601,9 +599,8 @@ void coll_dev_take(struct keel_node *n, struct keel_op *op, uint32_t t, const st
 /* The same for a fragment whose payload lies in the transport's device area (GPUDirect RDMA):
  * queued at once as device work that reads it there and gives it back to the transport when
  * done; false: not now (keep it). */
-bool coll_dev_take_device(struct keel_node *n, struct keel_op *op, uint32_t t,
-			  const struct step *s, uint64_t off, const uint8_t *data, uint64_t len,
-			  uint32_t peer);
+bool coll_dev_take_device(struct keel_node *n, struct keel_op *op, uint32_t t, const struct step *s,
+			  uint64_t off, const uint8_t *data, uint64_t len, uint32_t peer);
 /* Test queued work, stage more input, queue what was gathered. Returns true if anything
  * moved. */
 bool coll_dev_progress(struct keel_node *n, struct keel_op *op);

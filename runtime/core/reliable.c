@@ -781,51 +781,23 @@ static void rx_store(struct keel_node *n, struct rel_peer *p, const struct wire_
 	p->rx_held++;
 	n->rx_held++;
 	active_mark(n, (uint32_t)(p - n->rel_peers));
-	/* a payload in the transport's device area stays there, held: the CPU cannot read it */
-	p->rx[idx].dev = n->rx_device ? payload : NULL;
-	n->rx_device_kept = n->rx_device_kept || n->rx_device;
-	if (!n->rx_device)
-		memcpy(p->rx_buf + (size_t)idx * stride(n), payload, h->payload_len);
+	KEEL_ASSERT(!n->rx_device); /* never held here: rel_on_data */
+	memcpy(p->rx_buf + (size_t)idx * stride(n), payload, h->payload_len);
 	while (p->rcv_ack - p->rcv_nxt < n->window && p->rx[p->rcv_ack & (n->window - 1)].used)
 		p->rcv_ack++;
 	window_check(n, p);
 }
 
-/* Hand a stored datagram to the collectives. One whose payload is held in the transport's
- * device area is taken by device work, which gives it back, or else given back here once
- * taken. Runs inside the handling of another datagram too: that one's state is kept. */
-static bool deliver_stored(struct keel_node *n, uint32_t peer, struct rx_slot *s,
+/* Hand a stored datagram (its payload in the window) to the collectives; also while the
+ * handling of a datagram whose payload lies in device memory delivers the ones after it. */
+static bool deliver_stored(struct keel_node *n, uint32_t peer, const struct wire_header *h,
 			   const uint8_t *buf)
 {
-	if (s->dev == NULL) {
-		bool was = n->rx_device;
-		n->rx_device = false;
-		bool taken = coll_deliver(n, peer, &s->h, buf);
-		n->rx_device = was;
-		return taken;
-	}
-	bool was = n->rx_device, was_kept = n->rx_device_kept;
-	n->rx_device = true;
-	n->rx_device_kept = false;
-	bool taken = coll_deliver(n, peer, &s->h, s->dev);
-	if (taken && !n->rx_device_kept)
-		node_rx_release(n, peer, s->dev);
-	if (taken)
-		s->dev = NULL;
+	bool was = n->rx_device;
+	n->rx_device = false;
+	bool taken = coll_deliver(n, peer, h, buf);
 	n->rx_device = was;
-	n->rx_device_kept = was_kept;
 	return taken;
-}
-
-/* Give back the payloads of `peer` held in the transport's device area (its stream resets). */
-static void release_held(struct keel_node *n, uint32_t peer)
-{
-	struct rel_peer *p = &n->rel_peers[peer];
-	for (uint32_t i = 0; p->rx != NULL && p->rx_held != 0 && i < n->window; i++)
-		if (p->rx[i].used && p->rx[i].dev != NULL) {
-			node_rx_release(n, peer, p->rx[i].dev);
-			p->rx[i].dev = NULL;
-		}
 }
 
 /* Deliver stored datagrams from rcv_nxt on, as far as the collectives take them. */
@@ -838,7 +810,8 @@ static void deliver_run(struct keel_node *n, uint32_t peer)
 		struct rx_slot *s = &p->rx[p->rcv_nxt & mask];
 		if (!s->used)
 			return;
-		if (!deliver_stored(n, peer, s, p->rx_buf + (size_t)(p->rcv_nxt & mask) * stride(n)))
+		if (!deliver_stored(n, peer, &s->h,
+				    p->rx_buf + (size_t)(p->rcv_nxt & mask) * stride(n)))
 			return;
 		bool was_full = p->rcv_ack - p->rcv_nxt >= n->window;
 		/* a held in-order datagram was acknowledged when stored */
@@ -883,6 +856,13 @@ void rel_on_data(struct keel_node *n, uint32_t peer, const struct wire_header *h
 			p->rcv_ack++;
 		deliver_run(n, peer);
 		window_check(n, p);
+		return;
+	}
+	if (n->rx_device) {
+		/* Held in the window, it would keep its slot in the transport's device area, and
+		 * the peer's credits stop at the oldest slot held: heartbeats and views too. Not
+		 * acknowledged: the sender's timer brings it back. */
+		n->ctr.drop_device_later++;
 		return;
 	}
 	if (!stream_attach(n, peer)) {
@@ -1005,7 +985,6 @@ void rel_peer_reset(struct keel_node *n, uint32_t peer)
 	KEEL_ASSERT(peer < n->world);
 	struct rel_peer *p = &n->rel_peers[peer];
 	window_check(n, p);
-	release_held(n, peer);
 	/* before the slots go: what they borrowed is counted */
 	for (uint32_t seq = p->snd_una; p->tx != NULL && seq != p->snd_nxt; seq++)
 		slot_release(n, peer, seq);

@@ -18,13 +18,13 @@ struct verbs_fake {
 	 * the arming */
 	void (*on_notify)(void *ctx);
 	void *on_notify_ctx;
-	bool dmabuf;	    /* ibv_reg_dmabuf_mr works (else EOPNOTSUPP, as on Soft-RoCE) */
-	bool fail_reg_mr;   /* ibv_reg_mr returns NULL with ENOMEM */
-	bool hold_send_wc;  /* successful send completions wait for verbs_fake_release_send_wc */
-	uint32_t gathers;   /* WRs executed with more than one SGE */
+	bool dmabuf;	   /* ibv_reg_dmabuf_mr works (else EOPNOTSUPP, as on Soft-RoCE) */
+	bool fail_reg_mr;  /* ibv_reg_mr returns NULL with ENOMEM */
+	bool hold_send_wc; /* successful send completions wait for verbs_fake_release_send_wc */
+	uint32_t gathers;  /* WRs executed with more than one SGE */
 	uint32_t device_writes; /* RDMA WRITEs into a dma-buf registration (a device area) */
-	uint32_t qp_errors; /* QPs moved to the error state */
-	int mrs;	    /* registrations alive */
+	uint32_t qp_errors;	/* QPs moved to the error state */
+	int mrs;		/* registrations alive */
 };
 extern struct verbs_fake fake;
 

@@ -599,7 +599,8 @@ static void test_gpudirect_received_into_device(void **state)
 			struct keel_verbs_stats vs;
 			keel_counters_get(j.r[r].node, &ctr);
 			keel_verbs_stats_get(j.r[r].t, &vs);
-			/* what the device used came from the area; the rest was dropped for later */
+			/* what the device used came from the area; the rest was dropped for later
+			 */
 			assert_true(ctr.device_rx_frags <= vs.rx_device);
 			assert_int_equal(vs.rx_bad_release, 0);
 			used += ctr.device_rx_frags;
@@ -628,12 +629,11 @@ static void test_gpudirect_device_payload_to_host_op(void **state)
 	areas_up(&j);
 	float *host_in = calloc(count, sizeof(float)), *host_out = calloc(count, sizeof(float));
 	struct rank *k0 = &j.r[0], *k1 = &j.r[1];
-	assert_int_equal(keel_allreduce_start(k0->node, host_in, host_out, count, KEEL_F32,
-					      KEEL_SUM, &k0->op),
-			 0);
-	assert_int_equal(keel_allreduce_device_start(k1->node, k1->d_in, k1->d_out, count,
-						     KEEL_F32, KEEL_SUM, k1->stage,
-						     k1->stage_bytes, &k1->op),
+	assert_int_equal(
+	    keel_allreduce_start(k0->node, host_in, host_out, count, KEEL_F32, KEEL_SUM, &k0->op),
+	    0);
+	assert_int_equal(keel_allreduce_device_start(k1->node, k1->d_in, k1->d_out, count, KEEL_F32,
+						     KEEL_SUM, k1->stage, k1->stage_bytes, &k1->op),
 			 0);
 	k0->status = k1->status = -EINPROGRESS;
 	for (uint32_t n = 0; k0->status == -EINPROGRESS; n++) {
