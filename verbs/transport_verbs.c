@@ -794,6 +794,64 @@ static bool peer_device_area(struct vpeer *q)
 	return true;
 }
 
+/* The WR that writes a device tail into our slot of the peer's device area (v->swr[i]); the
+ * header's WRITE_WITH_IMM follows it on the same QP, so its completion at the peer comes after
+ * the payload is placed. */
+static void payload_write(struct verbs *v, uint32_t peer, const struct keel_datagram *d,
+			  const struct vregion *zc, uint32_t slot, uint32_t i, uint8_t dgram)
+{
+	struct vpeer *q = &v->peers[peer];
+	struct ibv_send_wr *wr = &v->swr[i];
+	memset(wr, 0, sizeof(*wr));
+	wr->sg_list = v->ssge[i];
+	add_sge(wr, d->tail, d->tail_len, zc->mr->lkey);
+	wr->opcode = IBV_WR_RDMA_WRITE;
+	wr->wr.rdma.remote_addr =
+	    q->raddr_dev + ((uint64_t)v->cfg.rank * v->cfg.slot_count + slot) * v->cfg.slot_bytes;
+	wr->wr.rdma.rkey = q->dev_rkey;
+	wr->wr_id = wrid(WR_DATA, peer, q->sq_posted);
+	if (next_signaled(v, q))
+		wr->send_flags = IBV_SEND_SIGNALED;
+	if (i > 0)
+		v->swr[i - 1].next = wr;
+	v->wr_dgram[i] = dgram;
+	q->sq_mark[q->sq_posted % v->sq_depth] = q->tx_seq; /* its slot is not done yet */
+	q->sq_posted++;
+	v->st.tx_device_writes++;
+}
+
+/* The pieces of the WR into the peer's host slot: inline, or the header copied into our send
+ * slot followed by the payload (from where it lies when registered, else copied after it), or,
+ * when the payload went to the peer's device area, the header and the payload's length. */
+static void host_slot_sges(struct verbs *v, struct vpeer *q, const struct keel_datagram *d,
+			   const struct vregion *zc, bool inl, bool to_dev, uint32_t slot,
+			   struct ibv_send_wr *wr)
+{
+	uint32_t total = d->len + d->tail_len;
+	if (inl) { /* the provider copies both pieces at post */
+		add_sge(wr, d->buf, d->len, v->mr->lkey);
+		add_sge(wr, d->tail, d->tail_len, v->mr->lkey);
+	} else {
+		uint8_t *dst = q->tx_slots + (size_t)slot * v->cfg.slot_bytes;
+		memcpy(dst, d->buf, d->len);
+		if (to_dev) {
+			uint8_t *tr = dst + d->len;
+			for (uint32_t b = 0; b < DEV_TRAILER_BYTES; b++)
+				tr[b] = (uint8_t)(d->tail_len >> (8 * b));
+			add_sge(wr, dst, d->len + DEV_TRAILER_BYTES, v->mr->lkey);
+			v->st.tx_zero_copy++;
+		} else if (zc != NULL) {
+			add_sge(wr, dst, d->len, v->mr->lkey);
+			add_sge(wr, d->tail, d->tail_len, zc->mr->lkey);
+			v->st.tx_zero_copy++;
+		} else {
+			if (d->tail_len != 0)
+				memcpy(dst + d->len, d->tail, d->tail_len);
+			add_sge(wr, dst, total, v->mr->lkey);
+		}
+	}
+}
+
 /* Build the WRs for datagram d (one or two pieces) into v->swr[i] on. Returns how many (0 when
  * the peer has no room). The header always lands in a send slot (or inline); a tail is copied
  * after it, unless it lies in a registered region: then the WR gathers it from there, signaled,
@@ -840,48 +898,12 @@ static uint32_t build_data_wr(struct verbs *v, uint32_t peer, const struct keel_
 	memset(wr, 0, sizeof(*wr));
 	wr->sg_list = v->ssge[i];
 	if (to_dev) {
-		/* the payload, into our slot of the peer's device area */
-		add_sge(wr, d->tail, d->tail_len, zc->mr->lkey);
-		wr->opcode = IBV_WR_RDMA_WRITE;
-		wr->wr.rdma.remote_addr =
-		    q->raddr_dev + ((uint64_t)v->cfg.rank * s + slot) * v->cfg.slot_bytes;
-		wr->wr.rdma.rkey = q->dev_rkey;
-		wr->wr_id = wrid(WR_DATA, peer, q->sq_posted);
-		if (next_signaled(v, q))
-			wr->send_flags = IBV_SEND_SIGNALED;
-		if (i > 0)
-			v->swr[i - 1].next = wr;
-		v->wr_dgram[i] = dgram;
-		q->sq_mark[q->sq_posted % v->sq_depth] = q->tx_seq; /* its slot not done yet */
-		q->sq_posted++;
-		v->st.tx_device_writes++;
-		i++;
-		wr = &v->swr[i];
+		payload_write(v, peer, d, zc, slot, i, dgram);
+		wr = &v->swr[++i];
 		memset(wr, 0, sizeof(*wr));
 		wr->sg_list = v->ssge[i];
 	}
-	if (inl) { /* the provider copies both pieces at post */
-		add_sge(wr, d->buf, d->len, v->mr->lkey);
-		add_sge(wr, d->tail, d->tail_len, v->mr->lkey);
-	} else {
-		uint8_t *dst = q->tx_slots + (size_t)slot * v->cfg.slot_bytes;
-		memcpy(dst, d->buf, d->len);
-		if (to_dev) {
-			uint8_t *tr = dst + d->len;
-			for (uint32_t b = 0; b < DEV_TRAILER_BYTES; b++)
-				tr[b] = (uint8_t)(d->tail_len >> (8 * b));
-			add_sge(wr, dst, d->len + DEV_TRAILER_BYTES, v->mr->lkey);
-			v->st.tx_zero_copy++;
-		} else if (zc != NULL) {
-			add_sge(wr, dst, d->len, v->mr->lkey);
-			add_sge(wr, d->tail, d->tail_len, zc->mr->lkey);
-			v->st.tx_zero_copy++;
-		} else {
-			if (d->tail_len != 0)
-				memcpy(dst + d->len, d->tail, d->tail_len);
-			add_sge(wr, dst, total, v->mr->lkey);
-		}
-	}
+	host_slot_sges(v, q, d, zc, inl, to_dev, slot, wr);
 	wr->imm_data = htonl(slot << IMM_SLOT_SHIFT | gen | (to_dev ? IMM_DEVICE : 0));
 	wr->send_flags = inl ? IBV_SEND_INLINE : 0;
 	if (next_signaled(v, q) || zc != NULL)

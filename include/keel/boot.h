@@ -158,6 +158,21 @@ KEEL_MUST_USE int keel_boot_register(struct keel_boot *b, const void *addr, size
 KEEL_MUST_USE int keel_boot_register_dmabuf(struct keel_boot *b, const void *addr, size_t len,
 					    int fd, uint64_t offset);
 
+/* GPUDirect RDMA of what peers send: device memory (a dma-buf, as for
+ * keel_boot_register_dmabuf) of at least keel_boot_device_area_bytes, where the NIC writes the
+ * payloads peers send from their device memory, so the device reduces them there (keel/device.h,
+ * keel_verbs_register_device_area). Register once, after keel_boot_start, on every rank that
+ * runs keel_allreduce_device (a rank that registers one must run device AllReduces only:
+ * a peer's device payload reaching an AllReduce on host buffers ends it with KEEL_EMISMATCH).
+ * It stays registered until keel_boot_stop; free it after that. The area bytes are 0, and
+ * registering gives -EOPNOTSUPP, when the transport is not verbs; -EOPNOTSUPP too when the NIC's
+ * provider cannot register dma-bufs (Soft-RoCE cannot): payloads then land in host memory as
+ * before. -EINVAL (NULL, 0 bytes, fd < 0, shorter than the area bytes, not aligned to 64),
+ * -EEXIST (registered already), or the NIC driver's -errno. */
+size_t keel_boot_device_area_bytes(const struct keel_boot *b);
+KEEL_MUST_USE int keel_boot_register_device_area(struct keel_boot *b, void *addr, size_t len,
+						 int fd, uint64_t offset);
+
 /* Let go of a buffer registered at addr: 0 (also when nothing was registered because the
  * transport copies), -EBUSY while the NIC may still read it (poll and retry), -ENOENT when
  * verbs has no buffer registered at addr. */

@@ -31,6 +31,9 @@ extern __typeof__(keel_boot_verbs_start) keel_boot_verbs_start __attribute__((we
 extern __typeof__(keel_boot_verbs_stop) keel_boot_verbs_stop __attribute__((weak));
 extern __typeof__(keel_boot_verbs_register) keel_boot_verbs_register __attribute__((weak));
 extern __typeof__(keel_boot_verbs_unregister) keel_boot_verbs_unregister __attribute__((weak));
+extern __typeof__(keel_boot_verbs_area_bytes) keel_boot_verbs_area_bytes __attribute__((weak));
+extern __typeof__(keel_boot_verbs_register_area) keel_boot_verbs_register_area
+    __attribute__((weak));
 
 /* Read an unsigned environment knob; -EINVAL with a message if set but not a number in range. */
 static int env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *out, char *err,
@@ -1056,6 +1059,22 @@ int keel_boot_register_dmabuf(struct keel_boot *b, const void *addr, size_t len,
 			      uint64_t offset)
 {
 	return fd < 0 ? -EINVAL : boot_register(b, addr, len, fd, offset);
+}
+
+size_t keel_boot_device_area_bytes(const struct keel_boot *b)
+{
+	return b != NULL && keel_boot_verbs_area_bytes != NULL ? keel_boot_verbs_area_bytes() : 0;
+}
+
+int keel_boot_register_device_area(struct keel_boot *b, void *addr, size_t len, int fd,
+				   uint64_t offset)
+{
+	if (b == NULL || addr == NULL || len == 0 || fd < 0)
+		return -EINVAL;
+	int rc = keel_boot_verbs_register_area != NULL
+		     ? keel_boot_verbs_register_area(addr, len, fd, offset)
+		     : 1;
+	return rc == 1 ? -EOPNOTSUPP : rc;
 }
 
 int keel_boot_unregister(struct keel_boot *b, const void *addr)

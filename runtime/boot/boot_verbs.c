@@ -249,6 +249,17 @@ int keel_boot_verbs_register(const void *addr, size_t len, int dmabuf_fd, uint64
 			      : keel_verbs_register(verbs_tp, addr, len);
 }
 
+size_t keel_boot_verbs_area_bytes(void)
+{
+	return verbs_tp == NULL ? 0 : keel_verbs_device_area_bytes(verbs_tp);
+}
+
+int keel_boot_verbs_register_area(void *addr, size_t len, int fd, uint64_t offset)
+{
+	return verbs_tp == NULL ? 1
+				: keel_verbs_register_device_area(verbs_tp, addr, len, fd, offset);
+}
+
 int keel_boot_verbs_unregister(const void *addr)
 {
 	return verbs_tp == NULL ? 1 : keel_verbs_unregister(verbs_tp, addr);

@@ -33,6 +33,10 @@ int keel_boot_verbs_start(struct keel_launch *l, uint32_t mtu, uint64_t rendezvo
  * started (nothing to register with). */
 int keel_boot_verbs_register(const void *addr, size_t len, int dmabuf_fd, uint64_t offset);
 int keel_boot_verbs_unregister(const void *addr);
+/* keel_verbs_device_area_bytes (0 when verbs was not started) and
+ * keel_verbs_register_device_area (1 when verbs was not started). */
+size_t keel_boot_verbs_area_bytes(void);
+int keel_boot_verbs_register_area(void *addr, size_t len, int fd, uint64_t offset);
 
 /* Print counters (if asked) and finish the transport. Safe if never started. */
 void keel_boot_verbs_stop(void);

@@ -178,6 +178,25 @@ static bool busy_bytes(const struct op_dev *d, uint64_t lo, uint64_t hi)
 	return false;
 }
 
+/* The reduction of received bytes b into the output at `at` for step s: with the input (out
+ * of place in device memory, in place its staged copy) or the output itself, mirrored to the
+ * host where `mirror` is not NULL, divided at the last step of an average. */
+static struct keel_device_reduce reduce_of(const struct keel_op *op, const struct step *s,
+					   uint64_t at, uint64_t len, const void *b, void *mirror)
+{
+	const struct op_dev *d = &op->dev;
+	const uint8_t *in = d->d_in == d->d_out ? op->in : d->d_in;
+	return (struct keel_device_reduce){
+	    .dst = d->d_out + at,
+	    .a = s->action == ACT_REDUCE_IN ? (const void *)(in + at) : d->d_out + at,
+	    .b = b,
+	    .mirror = mirror,
+	    .count = len / op->elem_size,
+	    .dtype = op->dtype,
+	    .op = op->redop,
+	    .divisor = s->final && op->redop == KEEL_AVG ? op->world : 0};
+}
+
 /* Queue the gathered bytes as one copy or reduction. false: not now (the input they reduce
  * with is not staged yet, or the device is full); they stay gathered. */
 static bool flush(struct keel_node *n, struct keel_op *op)
@@ -207,17 +226,9 @@ static bool flush(struct keel_node *n, struct keel_op *op)
 		rc = dev->ops->copy(dev->state, d->d_out + at, op->out + at, len, KEEL_COPY_H2D,
 				    &ticket);
 	} else {
-		const uint8_t *in = in_place ? op->in : d->d_in;
-		struct keel_device_reduce r = {
-		    .dst = d->d_out + at,
-		    .a = s.action == ACT_REDUCE_IN ? (const void *)(in + at) : d->d_out + at,
-		    .b = op->out + at,
-		    /* sums the NIC forwards from d_out need no copy on the host */
-		    .mirror = d->direct_out ? NULL : op->out + at,
-		    .count = len / op->elem_size,
-		    .dtype = op->dtype,
-		    .op = op->redop,
-		    .divisor = s.final && op->redop == KEEL_AVG ? op->world : 0};
+		/* sums the NIC forwards from d_out need no copy on the host */
+		struct keel_device_reduce r =
+		    reduce_of(op, &s, at, len, op->out + at, d->direct_out ? NULL : op->out + at);
 		rc = dev->ops->reduce(dev->state, &r, &ticket);
 	}
 	if (rc == -EAGAIN)
@@ -293,16 +304,7 @@ bool coll_dev_take_device(struct keel_node *n, struct keel_op *op, uint32_t t, c
 					  &ticket)
 			 : dev->ops->copy(dev->state, mirror, data, len, KEEL_COPY_D2H, &ticket);
 	} else {
-		const uint8_t *in = in_place ? op->in : d->d_in;
-		struct keel_device_reduce r = {
-		    .dst = d->d_out + at,
-		    .a = s->action == ACT_REDUCE_IN ? (const void *)(in + at) : d->d_out + at,
-		    .b = data,
-		    .mirror = mirror,
-		    .count = len / op->elem_size,
-		    .dtype = op->dtype,
-		    .op = op->redop,
-		    .divisor = s->final && op->redop == KEEL_AVG ? op->world : 0};
+		struct keel_device_reduce r = reduce_of(op, s, at, len, data, mirror);
 		rc = dev->ops->reduce(dev->state, &r, &ticket);
 	}
 	if (rc == -EAGAIN)

@@ -725,6 +725,33 @@ static void apply(const struct keel_op *op, const struct step *s, uint64_t off, 
 		cmp_round_final(op, dst, s->recv_off + off, cnt);
 }
 
+/* Reduce or copy an accepted fragment's payload into the output: on the host, or queued on
+ * the device (where the payload may lie already). false: the device still works on those
+ * bytes; later. */
+static bool take(struct keel_node *n, struct keel_op *op, const struct step *s, uint32_t peer,
+		 const uint8_t *payload, uint32_t len)
+{
+	if (op->dev.on && n->rx_device) {
+		if (!coll_dev_take_device(n, op, op->recv_step, s, op->recv_off, payload, len,
+					  peer))
+			return false;
+		n->rx_device_kept = true; /* its device work gives it back */
+		return true;
+	}
+	if (op->dev.on) {
+		if (!coll_dev_can_take(n, op, op->recv_step, s, op->recv_off, len))
+			return false;
+		coll_dev_take(n, op, op->recv_step, s, op->recv_off, payload, len);
+		return true;
+	}
+	/* a ring's all-gather writes final sums over the partial sums it sent: copy in any
+	 * datagram still borrowing them (no other step writes bytes it sent) */
+	if (n->tx_borrowed != 0 && s->action == ACT_COPY && op->algo == KEEL_ALGO_RING)
+		rel_borrowed_copy_in_range(n, op->out + s->recv_off + op->recv_off, len);
+	apply(op, s, op->recv_off, payload, len);
+	return true;
+}
+
 bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h,
 		  const uint8_t *payload)
 {
@@ -786,22 +813,8 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 		return false;
 	if (enc > 0)
 		payload = cmp_widen(n, h, payload);
-	if (op->dev.on && n->rx_device) {
-		if (!coll_dev_take_device(n, op, op->recv_step, &s, op->recv_off, payload, len,
-					  peer))
-			return false;	  /* the device still works on these bytes: later */
-		n->rx_device_kept = true; /* its device work gives it back */
-	} else if (op->dev.on) {
-		if (!coll_dev_can_take(n, op, op->recv_step, &s, op->recv_off, len))
-			return false; /* the device still works on these bytes: later */
-		coll_dev_take(n, op, op->recv_step, &s, op->recv_off, payload, len);
-	} else {
-		/* a ring's all-gather writes final sums over the partial sums it sent: copy in
-		 * any datagram still borrowing them (no other step writes bytes it sent) */
-		if (n->tx_borrowed != 0 && s.action == ACT_COPY && op->algo == KEEL_ALGO_RING)
-			rel_borrowed_copy_in_range(n, op->out + s.recv_off + op->recv_off, len);
-		apply(op, &s, op->recv_off, payload, len);
-	}
+	if (!take(n, op, &s, peer, payload, len))
+		return false; /* the device still works on these bytes: later */
 	op->recv_off += len;
 	KEEL_ASSERT(op->recv_off <= s.recv_len); /* checked above, before anything was applied */
 	op->progress_ns = n->now_ns;

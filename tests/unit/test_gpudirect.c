@@ -654,6 +654,46 @@ static void test_gpudirect_device_payload_to_host_op(void **state)
 	free(host_out);
 }
 
+/* keel_verbs_register_device_area's errors, each named: too short, no fd, misaligned, not a
+ * verbs transport, twice, and a provider without dma-bufs. */
+static void test_gpudirect_device_area_errors(void **state)
+{
+	(void)state;
+	struct job j;
+	job_up(&j, 2, false);
+	struct rank *k = &j.r[0];
+	size_t bytes = keel_verbs_device_area_bytes(k->t);
+	assert_int_equal(guarded_mem_map(&k->area, &k->dev, bytes), 0);
+	k->area_on = true;
+	void *a = k->area.view;
+	assert_int_equal(keel_verbs_register_device_area(k->t, a, bytes - 1, k->area.fd, 0),
+			 -EINVAL);
+	assert_int_equal(keel_verbs_register_device_area(k->t, a, bytes, -1, 0), -EINVAL);
+	assert_int_equal(keel_verbs_register_device_area(k->t, NULL, bytes, k->area.fd, 0),
+			 -EINVAL);
+	assert_int_equal(
+	    keel_verbs_register_device_area(k->t, (uint8_t *)a + 8, bytes, k->area.fd, 0), -EINVAL);
+	assert_int_equal(keel_verbs_register_device_area(NULL, a, bytes, k->area.fd, 0), -EINVAL);
+	fake.dmabuf = false;
+	assert_int_equal(keel_verbs_register_device_area(k->t, a, bytes, k->area.fd, 0),
+			 -EOPNOTSUPP);
+	fake.dmabuf = true;
+	assert_int_equal(keel_verbs_register_device_area(k->t, a, bytes, k->area.fd, 0), 0);
+	assert_int_equal(keel_verbs_register_device_area(k->t, a, bytes, k->area.fd, 0), -EEXIST);
+	/* a payload it never handed out: counted, nothing freed */
+	k->t->ops->rx_release(k->t, 1, a);
+	struct keel_verbs_stats vs;
+	keel_verbs_stats_get(k->t, &vs);
+	assert_int_equal(vs.rx_bad_release, 1);
+	for (uint32_t r = 0; r < j.world; r++) { /* job_down's buffers */
+		assert_int_equal(guarded_mem_map(&j.r[r].mem, &j.r[r].dev, 4096), 0);
+		j.r[r].stage = malloc(64);
+		assert_int_equal(j.r[r].dev.ops->host_register(j.r[r].dev.state, j.r[r].stage, 64),
+				 0);
+	}
+	job_down(&j);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -666,6 +706,7 @@ int main(void)
 	    cmocka_unit_test(test_gpudirect_registration_lost_mid_op),
 	    cmocka_unit_test(test_gpudirect_received_into_device),
 	    cmocka_unit_test(test_gpudirect_device_payload_to_host_op),
+	    cmocka_unit_test(test_gpudirect_device_area_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

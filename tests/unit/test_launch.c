@@ -1767,6 +1767,10 @@ static void test_launch_boot_register_copying_transport(void **state)
 	assert_int_equal(keel_boot_unregister(&b, NULL), -EINVAL);
 	assert_int_equal(keel_boot_register_dmabuf(&b, grad, sizeof(grad), 3, 0), -EOPNOTSUPP);
 	assert_int_equal(keel_boot_register_dmabuf(&b, grad, sizeof(grad), -1, 0), -EINVAL);
+	assert_int_equal(keel_boot_device_area_bytes(&b), 0); /* not verbs: no device area */
+	assert_int_equal(keel_boot_register_device_area(&b, grad, sizeof(grad), 3, 0), -EOPNOTSUPP);
+	assert_int_equal(keel_boot_register_device_area(&b, grad, sizeof(grad), -1, 0), -EINVAL);
+	assert_int_equal(keel_boot_register_device_area(&b, NULL, sizeof(grad), 3, 0), -EINVAL);
 	keel_boot_stop(&b, 0);
 }
 
