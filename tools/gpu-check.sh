@@ -7,9 +7,10 @@
 #   3. keel-bench allreduce --device cuda --check on 2 ranks (shared memory, then UDP): every
 #      element of every size checked, and the pipeline's bus bandwidth beside the copy rates;
 #   4. where an RDMA device is present, the same over verbs with the device buffers
-#      registered as dma-bufs (--register): GPUDirect RDMA where the NIC and driver take
-#      them (the run says which way its device buffers went, and how many datagrams the NIC
-#      read from device memory), staged otherwise; either way every element checked.
+#      registered as dma-bufs and a device area for what peers send (--register): GPUDirect
+#      RDMA both ways where the NIC and driver take them (the run says which way its device
+#      buffers went, whether it has a device area, how many datagrams the NIC read from
+#      device memory and how many it wrote there), staged otherwise; every element checked.
 # Prints a summary block to paste into docs/PERF.md. Exits 77 when no GPU is visible.
 #   tools/gpu-check.sh            (BUILD=dir, CUDA_HOME=/usr/local/cuda, MAX=64M)
 set -euo pipefail
@@ -52,7 +53,7 @@ sed -n '1p' "$out/kernels"
 grep -E '^(kernels|kernel|copies|GPUDirect)' "$out/kernels"
 for tp in $transports; do
 	echo "2 ranks over $tp, device buffers (size, out-of-place us, busbw GB/s):"
-	grep -hE '^# (device buffers|Datagrams the NIC)' "$out/bench-$tp" || true
+	grep -hE '^# (device buffers|device area|Datagrams the NIC)' "$out/bench-$tp" || true
 	awk '$1 ~ /^[0-9]+$/ {printf "  %12s B %10s us %8s GB/s\n", $1, $6, $8}' "$out/bench-$tp"
 done
 [ "$status" -eq 0 ] && echo "gpu-check: PASSED" || echo "gpu-check: FAILED"

@@ -83,8 +83,10 @@ if want reg; then
 	grep -h "keel-verbs: rank" "$LOG/regdev" | grep -o "rank [0-9] .*zero_copy [0-9]*"
 	[ "$(grep -c "keel-verbs: rank .* zero_copy [1-9]" "$LOG/regdev")" = 2 ] || bad
 	grep -q "Out of bounds values : 0 OK" "$LOG/regdev" || bad
-	# the device buffers as dma-bufs: Soft-RoCE takes none, and the run says it staged them
+	# the device buffers as dma-bufs: Soft-RoCE takes none, and the run says it staged them;
+	# nor a device area: what is received lands in host memory, and the run says so
 	grep -h "^# device buffers: " "$LOG/regdev" || bad
+	grep -h "^# device area: none" "$LOG/regdev" || bad
 	# under the chaos decorator (it passes two-piece datagrams on): payloads still read in
 	# place, losses repaired by the core, copies sent again reading the same registered bytes
 	PORT=$((PORT + 10))

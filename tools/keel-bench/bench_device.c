@@ -143,6 +143,28 @@ int bench_device_dmabuf(struct bench_device *d, void *buf, int *fd, uint64_t *of
 	return keel_device_cuda_dmabuf(&d->dev, buf, d->cap, fd, offset);
 }
 
+int bench_device_area(struct bench_device *d, size_t bytes, void **area, int *fd,
+		      uint64_t *offset, bool *owned)
+{
+	*owned = is_cuda(d);
+	if (!is_cuda(d)) {
+		int rc = guarded_mem_map(&d->g_area, &d->dev, bytes);
+		if (rc != 0)
+			return rc;
+		d->area = *area = d->g_area.view;
+		*fd = d->g_area.fd;
+		*offset = 0;
+		return 0;
+	}
+	if (keel_device_cuda_dmabuf == NULL)
+		return -EOPNOTSUPP;
+	int rc = keel_device_cuda_alloc(&d->dev, &d->area, bytes);
+	if (rc != 0)
+		return rc;
+	*area = d->area;
+	return keel_device_cuda_dmabuf(&d->dev, d->area, bytes, fd, offset);
+}
+
 void bench_device_close(struct bench_device *d)
 {
 	if (d->stage != NULL && d->dev.ops != NULL)
@@ -151,9 +173,13 @@ void bench_device_close(struct bench_device *d)
 	if (is_cuda(d) && d->dev.ops != NULL) {
 		keel_device_cuda_free(&d->dev, d->d_in);
 		keel_device_cuda_free(&d->dev, d->d_out);
+		if (d->area != NULL)
+			keel_device_cuda_free(&d->dev, d->area);
 	} else {
 		(void)guarded_mem_unmap(&d->g_in); /* the operations ended: nothing queued */
 		(void)guarded_mem_unmap(&d->g_out);
+		if (d->area != NULL)
+			(void)guarded_mem_unmap(&d->g_area);
 	}
 	if (d->dev.ops != NULL)
 		d->dev.ops->fini(d->dev.state);

@@ -297,6 +297,25 @@ static int register_device_buffers(struct keel_boot *b)
 	return 0;
 }
 
+/* --device with --register: also a device area, where the NIC writes what peers send from
+ * their device memory (GPUDirect RDMA of what is received). 0, or why not (never fatal). */
+static int register_device_area(struct keel_boot *b)
+{
+	size_t bytes = keel_boot_device_area_bytes(b);
+	if (bytes == 0)
+		return -EOPNOTSUPP; /* not verbs */
+	void *area = NULL;
+	int fd = -1;
+	uint64_t offset = 0;
+	bool owned = false;
+	int rc = bench_device_area(&g_dev, bytes, &area, &fd, &offset, &owned);
+	if (rc == 0)
+		rc = keel_boot_register_device_area(b, area, bytes, fd, offset);
+	if (owned && fd >= 0)
+		close(fd);
+	return rc;
+}
+
 /* One AllReduce of the benchmark: host buffers, or (--device) device buffers staged. The
  * timed loops do not look at the values, so a lost in-place input is simply run again. */
 static int ar_run(struct keel_boot *b, const struct bench_opts *o, void *in, void *out,
@@ -496,6 +515,7 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 			die(b, "--register", rc);
 	}
 	int direct = g_dev_on && o->reg ? register_device_buffers(b) : -ENOENT;
+	int area = g_dev_on && o->reg ? register_device_area(b) : -ENOENT;
 	uint32_t n = b->launch.world_size;
 	bool lead = b->launch.rank == 0;
 	if (lead) {
@@ -537,6 +557,12 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 				   : "staged through host memory (the transport cannot read "
 				     "device memory: ",
 			       direct == 0 ? "" : keel_strerror(direct), direct == 0 ? "" : ")");
+		if (g_dev_on && o->reg)
+			printf("# device area: %s%s%s\n",
+			       area == 0 ? "registered, the NIC writes what peers send from "
+					   "device memory into it (GPUDirect RDMA)"
+					 : "none, what is received lands in host memory (",
+			       area == 0 ? "" : keel_strerror(area), area == 0 ? "" : ")");
 		printf("#%61s%32s\n", "out-of-place", "in-place");
 		printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count",
 		       "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
@@ -600,6 +626,8 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	double saved = across(b, (double)k.compress_bytes_saved, KEEL_SUM);
 	double direct_frags = across(b, (double)k.device_direct_frags, KEEL_SUM);
 	double copy_ins = across(b, (double)k.device_copy_ins, KEEL_SUM);
+	double rx_frags = across(b, (double)k.device_rx_frags, KEEL_SUM);
+	double rx_later = across(b, (double)k.drop_device_later, KEEL_SUM);
 	if (lead) {
 		printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f, late "
 		       "polls %.0f\n",
@@ -611,8 +639,9 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 		printf("# Bytes sent %.0f, saved by compression %.0f\n", bytes_sent, saved);
 		if (g_dev_on)
 			printf("# Datagrams the NIC read from device memory %.0f, copied to the "
-			       "host after a route change %.0f\n",
-			       direct_frags, copy_ins);
+			       "host after a route change %.0f; received into device memory and "
+			       "used there %.0f, given back to be sent again %.0f\n",
+			       direct_frags, copy_ins, rx_frags, rx_later);
 		printf("# Out of bounds values : %.0f %s\n", wrong_total,
 		       o->check ? (wrong_total == 0 ? "OK" : "FAILED")
 				: "(not checked: use --check)");
