@@ -178,6 +178,14 @@ static bool busy_bytes(const struct op_dev *d, uint64_t lo, uint64_t hi)
 	return false;
 }
 
+/* Did the device queue the work? -EAGAIN: not now (full); another error: it is unusable. */
+static bool accepted(struct op_dev *d, int rc)
+{
+	if (rc != 0 && rc != -EAGAIN)
+		d->fault = KEEL_EDEVICE;
+	return rc == 0;
+}
+
 /* The reduction of received bytes b into the output at `at` for step s: with the input (out
  * of place in device memory, in place its staged copy) or the output itself, mirrored to the
  * host where `mirror` is not NULL, divided at the last step of an average. */
@@ -231,12 +239,8 @@ static bool flush(struct keel_node *n, struct keel_op *op)
 		    reduce_of(op, &s, at, len, op->out + at, d->direct_out ? NULL : op->out + at);
 		rc = dev->ops->reduce(dev->state, &r, &ticket);
 	}
-	if (rc == -EAGAIN)
+	if (!accepted(d, rc))
 		return false;
-	if (rc != 0) {
-		d->fault = KEEL_EDEVICE;
-		return false;
-	}
 	d->ap_q[d->ap_tail++ & QMASK] = (struct dev_item){
 	    .ticket = ticket, .step = d->pend_step, .lo = d->pend_lo, .hi = d->pend_hi, .at = at};
 	d->pend = false;
@@ -307,12 +311,8 @@ bool coll_dev_take_device(struct keel_node *n, struct keel_op *op, uint32_t t, c
 		struct keel_device_reduce r = reduce_of(op, s, at, len, data, mirror);
 		rc = dev->ops->reduce(dev->state, &r, &ticket);
 	}
-	if (rc == -EAGAIN)
+	if (!accepted(d, rc))
 		return false;
-	if (rc != 0) {
-		d->fault = KEEL_EDEVICE;
-		return false;
-	}
 	d->ap_q[d->ap_tail++ & QMASK] = (struct dev_item){.ticket = ticket,
 							  .step = t,
 							  .lo = off,
@@ -383,12 +383,8 @@ static bool stage_input(struct keel_node *n, struct keel_op *op)
 		uint32_t ticket = 0;
 		int rc = dev->ops->copy(dev->state, (void *)(op->in + d->staged),
 					d->d_in + d->staged, len, KEEL_COPY_D2H, &ticket);
-		if (rc == -EAGAIN)
+		if (!accepted(d, rc))
 			break;
-		if (rc != 0) {
-			d->fault = KEEL_EDEVICE;
-			break;
-		}
 		d->in_q[d->in_tail++ & QMASK] = (struct dev_item){
 		    .ticket = ticket, .lo = d->staged, .hi = d->staged + len, .at = d->staged};
 		d->staged += len;

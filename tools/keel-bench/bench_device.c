@@ -143,8 +143,8 @@ int bench_device_dmabuf(struct bench_device *d, void *buf, int *fd, uint64_t *of
 	return keel_device_cuda_dmabuf(&d->dev, buf, d->cap, fd, offset);
 }
 
-int bench_device_area(struct bench_device *d, size_t bytes, void **area, int *fd,
-		      uint64_t *offset, bool *owned)
+int bench_device_area(struct bench_device *d, size_t bytes, void **area, int *fd, uint64_t *offset,
+		      bool *owned)
 {
 	*owned = is_cuda(d);
 	if (!is_cuda(d)) {

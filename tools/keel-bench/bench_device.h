@@ -17,7 +17,7 @@ struct bench_device {
 	void *d_in, *d_out; /* device buffers */
 	/* cpu: d_in and d_out fault when the CPU touches them, as a GPU's would */
 	struct guarded_mem g_in, g_out, g_area;
-	void *area; /* the transport's device area (GPUDirect RDMA of what is received), or NULL */
+	void *area;  /* the transport's device area (GPUDirect RDMA of what is received), or NULL */
 	void *stage; /* registered host memory */
 	size_t stage_bytes, cap;
 	char name[128]; /* the GPU's, for the header */
@@ -40,8 +40,8 @@ int bench_device_dmabuf(struct bench_device *d, void *buf, int *fd, uint64_t *of
  * *offset as bench_device_dmabuf gives them; *owned: close it once registered). It stays
  * until bench_device_close, which comes after the transport's end. -EOPNOTSUPP when the
  * driver cannot export it. */
-int bench_device_area(struct bench_device *d, size_t bytes, void **area, int *fd,
-		      uint64_t *offset, bool *owned);
+int bench_device_area(struct bench_device *d, size_t bytes, void **area, int *fd, uint64_t *offset,
+		      bool *owned);
 void bench_device_close(struct bench_device *d);
 
 #endif
