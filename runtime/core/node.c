@@ -594,8 +594,8 @@ static void count_drop(struct keel_node *n, enum wire_verdict v)
 	(*c[v])++;
 }
 
-/* A payload the transport handed over in device memory goes back to it, unless the datagram
- * left it held: in a device work item, or in the receive window. */
+/* A payload the transport handed over in device memory goes back to it, unless a device work
+ * item now holds it (coll_dev_take_device). */
 static void handle_device_payload(struct keel_node *n, const struct keel_datagram *d);
 
 void node_handle_datagram(struct keel_node *n, const struct keel_datagram *d)

@@ -393,8 +393,8 @@ struct keel_node {
 	/* GPUDirect RDMA's fallback (reliable.c, device_copy_in): cold, so last */
 	struct dev_copyin copyin[KEEL_DEVICE_COPYIN_MAX];
 	/* node_handle_datagram is on a datagram whose payload the transport handed over in
-	 * device memory; kept: something holds it now (a device work item, the receive window),
-	 * so it is not given back when the datagram was handled */
+	 * device memory; kept: a device work item holds it now, so it is not given back when
+	 * the datagram was handled (the receive window never holds one: rel_on_data) */
 	bool rx_device, rx_device_kept;
 };
 

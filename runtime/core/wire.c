@@ -322,8 +322,11 @@ enum wire_verdict wire_decode(const uint8_t *buf, size_t len, const struct wire_
 		return WIRE_BAD_TYPE;
 	if (!lengths_ok(&tmp, len + exp->detached))
 		return WIRE_BAD_LENGTH;
-	/* a payload in device memory: the CPU checks the header, the link checked the rest */
-	if (exp->detached != 0 && (tmp.type != WIRE_DATA || (tmp.flags & WIRE_FLAG_AUTH) != 0))
+	/* A payload in device memory: the CPU checks the header, the link checked the rest.
+	 * Only a data header, alone: bytes after it would make payload_len reach past the
+	 * detached payload, which is all the core reads. */
+	if (exp->detached != 0 &&
+	    (tmp.type != WIRE_DATA || (tmp.flags & WIRE_FLAG_AUTH) != 0 || len != WIRE_HEADER_SIZE))
 		return WIRE_BAD_LENGTH;
 	if (exp->detached != 0 && (tmp.flags & WIRE_FLAG_HEADER_CRC) == 0)
 		return exp->auth != NULL ? WIRE_BAD_AUTH : WIRE_BAD_CRC;

@@ -672,6 +672,48 @@ static void test_wire_header_crc_only_from_checked_link(void **state)
 	assert_int_equal(wire_decode(buf, len, &link, &out), WIRE_BAD_CRC);
 }
 
+/* A datagram whose payload the NIC wrote into device memory: the header alone is in buf, the
+ * payload's length comes from the transport (detached). Accepted only as a data header with a
+ * header-only CRC from a checked link, without a key, and with nothing after the header: a
+ * peer that put payload bytes there too would have the core read past the detached payload. */
+static void test_wire_detached_payload(void **state)
+{
+	(void)state;
+	struct wire_header h = make_header(WIRE_DATA, 700), out;
+	struct wire_expect link = expect_default, keyed = expect_default;
+	static struct auth_ctx key;
+	uint8_t buf[BUF_MAX];
+
+	link.link_checked = true;
+	link.detached = 700;
+	keyed = link;
+	keyed.auth = &key;
+	h.flags |= WIRE_FLAG_HEADER_CRC;
+	encode(buf, &h); /* the payload's bytes after the header are not passed on */
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &link, &out), WIRE_OK);
+	assert_int_equal(out.payload_len, 700);
+	/* the header and 100 payload bytes in buf, 600 detached: payload_len covers both */
+	link.detached = 600;
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE + 100, &link, &out), WIRE_BAD_LENGTH);
+	link.detached = 699; /* the transport's length and the header's disagree */
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &link, &out), WIRE_BAD_LENGTH);
+	link.detached = 700;
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &keyed, &out), WIRE_BAD_AUTH);
+	link.link_checked = false; /* through a layer that may change bytes */
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &link, &out), WIRE_BAD_CRC);
+	link.link_checked = true;
+	/* a full CRC covers bytes the CPU cannot read */
+	h.flags &= ~WIRE_FLAG_HEADER_CRC;
+	encode(buf, &h);
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &link, &out), WIRE_BAD_CRC);
+	/* no other type has its payload in device memory */
+	struct wire_header hb = make_header(WIRE_VIEW, WIRE_VIEW_MIN);
+	hb.flags |= WIRE_FLAG_HEADER_CRC;
+	link.detached = WIRE_VIEW_MIN;
+	encode(buf, &hb);
+	assert_int_equal(wire_decode(buf, WIRE_HEADER_SIZE, &link, &out), WIRE_BAD_LENGTH);
+}
+
 /* A datagram in two pieces (a header in the window, its payload borrowed from where it lies):
  * wire_add_crc over the header and the tail gives the bytes of the datagram written whole. */
 static void test_wire_add_crc_over_tail(void **state)
@@ -1191,6 +1233,7 @@ int main(void)
 	    cmocka_unit_test(test_wire_no_crc_only_from_memory),
 	    cmocka_unit_test(test_wire_header_crc_only_from_checked_link),
 	    cmocka_unit_test(test_wire_add_crc_over_tail),
+	    cmocka_unit_test(test_wire_detached_payload),
 	    cmocka_unit_test(test_wire_wrong_job),
 	    cmocka_unit_test(test_wire_wrong_destination),
 	    cmocka_unit_test(test_wire_src_is_self),
