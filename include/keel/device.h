@@ -98,6 +98,10 @@ size_t keel_allreduce_device_stage_bytes(size_t count, enum keel_dtype dtype);
  * the same guarantees: a view change restarts from the staged input (in place too); the
  * result is the reduction over exactly the view keel_op_test_info reports. send, recv and
  * stage must stay valid until the operation completes.
+ * Streams: keel's device work runs on its own stream, which waits for no other. `send` must
+ * hold its values when start is called (synchronize the stream or event of the work that
+ * wrote it first), and `recv` may be read, by any stream or the host, once keel_op_test
+ * returned 0: no keel work on it is left queued then.
  * GPUDirect RDMA: where a buffer lies in a dma-buf registration of the verbs transport
  * (keel_boot_register_dmabuf) and the way to every other member of the view is that
  * transport, in a job without a key, the NIC reads what keel sends from it: the input out of

@@ -36,7 +36,8 @@ KEEL_MUST_USE int keel_device_cuda_describe(const struct keel_device *dev, char 
 					    size_t name_len, double *hbm_peak_bps);
 
 /* Device memory for tests and tools (cudaMalloc/cudaFree: not used by keel itself), and
- * blocking copies to check results. 0 or -ENOMEM / -EIO. */
+ * blocking copies to fill inputs and check results: queued on keel's stream behind the work
+ * already there, complete on return (host memory may be pageable). 0 or -ENOMEM / -EIO. */
 KEEL_MUST_USE int keel_device_cuda_alloc(const struct keel_device *dev, void **ptr, size_t bytes);
 void keel_device_cuda_free(const struct keel_device *dev, void *ptr);
 KEEL_MUST_USE int keel_device_cuda_copy_sync(const struct keel_device *dev, void *dst,

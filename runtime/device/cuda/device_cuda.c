@@ -294,7 +294,15 @@ int keel_device_cuda_copy_sync(const struct keel_device *dev, void *dst, const v
 	};
 	if (dev == NULL || dev->ops != &cuda_ops || (unsigned)dir >= KEEL_COPY_DIR_COUNT)
 		return -EINVAL;
-	return from_cuda(cudaMemcpy(dst, src, bytes, kinds[dir]));
+	/* On keel's stream, then wait for it: ordered after the work queued there, and done on
+	 * return. cudaMemcpy would run on the legacy stream, which a non-blocking stream does
+	 * not wait for, and from pageable memory it returns before the DMA lands: an AllReduce
+	 * started right after it read the old input (seen on an H200, 4 ranks, 4 B to 1 MiB). */
+	const struct cuda_dev *d = dev->state;
+	cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kinds[dir], d->stream);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(d->stream);
+	return from_cuda(e);
 }
 
 /* The driver's export, found through the runtime (no -lcuda: a static binary carries only
