@@ -223,7 +223,8 @@ static int check_ordering(void)
 			fill_random(src, bytes);
 			rc = keel_device_cuda_copy_sync(&g_dev, d, src, bytes, KEEL_COPY_H2D);
 			if (rc == 0)
-				rc = g_dev.ops->copy(g_dev.state, stage, d, bytes, KEEL_COPY_D2H, &t);
+				rc = g_dev.ops->copy(g_dev.state, stage, d, bytes, KEEL_COPY_D2H,
+						     &t);
 			if (rc == 0)
 				rc = wait_ticket(t);
 			stale_in += rc == 0 && memcmp(stage, src, bytes) != 0;
@@ -236,7 +237,8 @@ static int check_ordering(void)
 			if (rc == 0)
 				rc = g_dev.ops->reduce(g_dev.state, &r, &t);
 			if (rc == 0)
-				rc = keel_device_cuda_copy_sync(&g_dev, back, d, bytes, KEEL_COPY_D2H);
+				rc = keel_device_cuda_copy_sync(&g_dev, back, d, bytes,
+								KEEL_COPY_D2H);
 			if (rc == 0)
 				rc = wait_ticket(t);
 			for (size_t i = 0; rc == 0 && i < bytes; i++)
