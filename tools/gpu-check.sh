@@ -63,7 +63,7 @@ done
 echo
 echo "==== for docs/PERF.md ($(date -u +%F), $(hostname)) ===="
 sed -n '1p' "$out/kernels"
-grep -E '^(kernels|kernel|copy_sync|copies|GPUDirect|FAIL)' "$out/kernels" | head -40
+grep -E '^(kernels|kernel|copy_sync|copies|device call|GPUDirect|FAIL)' "$out/kernels" | head -40
 for tp in $transports; do
 	echo "2 ranks over $tp, device buffers (size, out-of-place us, busbw GB/s):"
 	grep -hE '^# (device buffers|device area|Datagrams the NIC)' "$out/bench-$tp" || true

@@ -166,9 +166,11 @@ KEEL_MUST_USE int keel_boot_register_dmabuf(struct keel_boot *b, const void *add
  * a peer's device payload reaching an AllReduce on host buffers ends it with KEEL_EMISMATCH).
  * It stays registered until keel_boot_stop; free it after that. The area bytes are 0, and
  * registering gives -EOPNOTSUPP, when the transport is not verbs; -EOPNOTSUPP too when the NIC's
- * provider cannot register dma-bufs (Soft-RoCE cannot): payloads then land in host memory as
- * before. -EINVAL (NULL, 0 bytes, fd < 0, shorter than the area bytes, not aligned to 64),
- * -EEXIST (registered already), or the NIC driver's -errno. */
+ * provider cannot register dma-bufs (Soft-RoCE cannot), or when the node's device can neither
+ * order nor flush a NIC's writes into its memory (keel/device.h nic_writes_visible; CUDA:
+ * keel_device_cuda_gdr_writes): payloads then land in host memory as before. -EINVAL (NULL, 0
+ * bytes, fd < 0, shorter than the area bytes, not aligned to 64), -EEXIST (registered already), or
+ * the NIC driver's -errno. */
 size_t keel_boot_device_area_bytes(const struct keel_boot *b);
 KEEL_MUST_USE int keel_boot_register_device_area(struct keel_boot *b, void *addr, size_t len,
 						 int fd, uint64_t offset);

@@ -5,6 +5,7 @@
 #ifndef KEEL_DEVICE_H
 #define KEEL_DEVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -72,6 +73,14 @@ struct keel_device_ops {
 	int (*host_unregister)(void *state, void *mem);
 	/* Release what init took (streams, events). Safe after a failed init. */
 	void (*fini)(void *state);
+	/* GPUDirect RDMA into device memory (a device area): make what a NIC wrote there, whose
+	 * completion the host has seen, visible to device work queued after this call. A NIC's
+	 * writes cross PCIe as posted writes, and on some GPUs a kernel may still read older
+	 * bytes after the completion arrived (NCCL's "GDR flush"). keel calls it once per
+	 * received burst that holds such payloads. May block briefly. NULL: nothing needed.
+	 * 0; -EOPNOTSUPP: this device can neither order nor flush such writes (keel then
+	 * refuses it a device area); -EIO: the device is unusable. */
+	int (*nic_writes_visible)(void *state);
 };
 
 /* A device: its ops and its private state (in caller memory, from its init). */
@@ -79,6 +88,11 @@ struct keel_device {
 	const struct keel_device_ops *ops;
 	void *state;
 };
+
+/* May a NIC write into this device's memory (a device area for GPUDirect RDMA of what is
+ * received)? false when its nic_writes_visible says -EOPNOTSUPP (asking it flushes nothing
+ * there is to flush), or dev is NULL. keel_boot_register_device_area asks it. */
+bool keel_device_takes_nic_writes(const struct keel_device *dev);
 
 /* Staging an AllReduce on device buffers needs: the host copy of the input (which stays
  * untouched, so a view change restarts from it even in place) and the host mirror of the

@@ -32,14 +32,18 @@ struct keel_device_cpu_config {
 	/* The fail_at-th piece of work queued (1-based) fails: test() says -EIO for it and it
 	 * has no effect. 0: none fails. */
 	uint32_t fail_at;
+	/* What nic_writes_visible returns (each call is counted in stats.nic_flushes): 0, or
+	 * -EOPNOTSUPP (a GPU that can neither order nor flush a NIC's writes) or -EIO, so those
+	 * paths can be tested. The stand-in's memory needs no flush either way. */
+	int nic_writes_rc;
 };
 
 /* inflight_max 64, delay 2, jitter 4, seed 1, no failure. */
 void keel_device_cpu_config_default(struct keel_device_cpu_config *cfg);
 
 size_t keel_device_cpu_storage_size(const struct keel_device_cpu_config *cfg);
-/* Errors: -EINVAL (inflight_max out of range, NULL), -ENOSPC (mem NULL or smaller than
- * keel_device_cpu_storage_size). */
+/* Errors: -EINVAL (inflight_max out of range, nic_writes_rc not one of the three, NULL), -ENOSPC
+ * (mem NULL or smaller than keel_device_cpu_storage_size). */
 KEEL_MUST_USE int keel_device_cpu_init(struct keel_device *dev, void *mem, size_t mem_len,
 				       const struct keel_device_cpu_config *cfg);
 
@@ -63,6 +67,7 @@ struct keel_device_cpu_stats {
 	uint64_t finished_out_of_order; /* finished while older work was still queued */
 	uint64_t refused_full;		/* -EAGAIN: inflight_max queued */
 	uint64_t failed;
+	uint64_t nic_flushes;	 /* nic_writes_visible calls */
 	uint32_t used, used_max; /* pieces queued now, and at most */
 };
 void keel_device_cpu_stats(const struct keel_device *dev, struct keel_device_cpu_stats *out);

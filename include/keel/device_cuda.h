@@ -44,14 +44,20 @@ KEEL_MUST_USE int keel_device_cuda_copy_sync(const struct keel_device *dev, void
 					     const void *src, size_t bytes, enum keel_copy_dir dir);
 
 /* GPUDirect RDMA: a dma-buf file descriptor for device memory [ptr, ptr + bytes), for
- * ibv_reg_dmabuf_mr (rdma-core) in a program that registers device memory with its NIC; keel's
- * verbs backend does not send from device memory yet (README, "GPU buffers"). ptr and bytes
- * must be multiples of the
- * GPU page (64 KiB). *offset is ptr's offset in the exported buffer. Errors: -ENOTSUP (the
+ * keel_boot_register_dmabuf and keel_boot_register_device_area (the verbs transport then
+ * registers it with ibv_reg_dmabuf_mr; README "GPU buffers"). ptr and bytes must be multiples
+ * of the GPU page (64 KiB). *offset is ptr's offset in the exported buffer. Errors: -ENOTSUP (the
  * driver cannot export dma-bufs: older than 515, or the kernel lacks CONFIG_DMABUF_MOVE_NOTIFY),
  * -EINVAL. The caller closes the fd after registering it. */
 KEEL_MUST_USE int keel_device_cuda_dmabuf(const struct keel_device *dev, void *ptr, size_t bytes,
 					  int *fd, uint64_t *offset);
+
+/* How this GPU makes what a NIC wrote into its memory visible to its kernels (GPUDirect RDMA
+ * of what is received, keel/device.h nic_writes_visible): 0 the GPU orders such writes itself;
+ * 1 keel flushes them (cudaDeviceFlushGPUDirectRDMAWrites) once per received burst that holds
+ * some; -EOPNOTSUPP neither, and keel_boot_register_device_area refuses such a device. -EINVAL
+ * for a device that is not CUDA's. */
+KEEL_MUST_USE int keel_device_cuda_gdr_writes(const struct keel_device *dev);
 
 #ifdef __cplusplus
 }

@@ -307,6 +307,10 @@ struct keel_counters {
 	/* Received payloads the NIC wrote into device memory (a verbs device area) that the
 	 * device reduced or copied from there, never through the host. */
 	uint64_t device_rx_frags;
+	/* Flushes asked of the device so that payloads the NIC wrote into its memory are
+	 * visible to its work (keel/device.h nic_writes_visible): at most one per received
+	 * burst, before the first device call that reads one of its payloads. */
+	uint64_t device_nic_flushes;
 };
 void keel_counters_get(const struct keel_node *node, struct keel_counters *out);
 

@@ -1071,6 +1071,10 @@ int keel_boot_register_device_area(struct keel_boot *b, void *addr, size_t len, 
 {
 	if (b == NULL || addr == NULL || len == 0 || fd < 0)
 		return -EINVAL;
+	/* a GPU that can neither order nor flush what the NIC writes there would let its
+	 * kernels read older bytes: no device area for it (the sender's NIC stages instead) */
+	if (b->cfg.device != NULL && !keel_device_takes_nic_writes(b->cfg.device))
+		return -EOPNOTSUPP;
 	int rc = keel_boot_verbs_register_area != NULL
 		     ? keel_boot_verbs_register_area(addr, len, fd, offset)
 		     : 1;

@@ -133,6 +133,17 @@ uint8_t *coll_dev_home(struct keel_node *n, const uint8_t *p, uint32_t len)
 	return NULL;
 }
 
+void coll_dev_release_nic(struct keel_node *n, const struct keel_op *op)
+{
+	const struct op_dev *d = &op->dev;
+	if (n->tx_device == 0)
+		return;
+	if (d->direct_in_used)
+		rel_device_copy_in_range(n, d->d_in, op->bytes);
+	if (d->direct_out_used)
+		rel_device_copy_in_range(n, d->d_out, op->bytes);
+}
+
 bool coll_dev_nic_done(const struct keel_node *n, const struct keel_op *op)
 {
 	const struct op_dev *d = &op->dev;
@@ -276,6 +287,23 @@ void coll_dev_take(struct keel_node *n, struct keel_op *op, uint32_t t, const st
 		(void)flush(n, op); /* large enough: start the device on it now */
 }
 
+/* On some GPUs what a NIC wrote is not yet visible to kernels when its completion arrives: the
+ * first device call of a burst that reads such a payload asks the device to flush (a stale or
+ * duplicate payload needs none: it is never read). A failure faults this operation. */
+static bool nic_writes_visible(struct keel_node *n, struct op_dev *d)
+{
+	const struct keel_device *dev = device_of(n);
+	if (n->nic_writes_flushed || dev->ops->nic_writes_visible == NULL)
+		return true;
+	n->ctr.device_nic_flushes++;
+	if (dev->ops->nic_writes_visible(dev->state) != 0) {
+		d->fault = KEEL_EDEVICE;
+		return false;
+	}
+	n->nic_writes_flushed = true;
+	return true;
+}
+
 /* A received fragment whose payload the NIC wrote into device memory (GPUDirect RDMA): one
  * device call reads it there, and its item holds it until popped, when it goes back to the
  * transport. A copy the host forwards from the mirror goes to the mirror first, then joins
@@ -296,6 +324,8 @@ bool coll_dev_take_device(struct keel_node *n, struct keel_op *op, uint32_t t, c
 	if (s->action == ACT_REDUCE_IN && in_place && !coll_dev_input_ready(op, at, at + len))
 		return false;
 	if (d->direct_out && n->tx_device != 0 && rel_device_tails_in(n, d->d_out + at, len))
+		return false;
+	if (!nic_writes_visible(n, d))
 		return false;
 	/* the host forwards from the mirror unless the NIC reads the sums in device memory */
 	uint8_t *mirror = d->direct_out ? NULL : op->out + at;
@@ -506,6 +536,13 @@ int coll_dev_check_args(const struct keel_node *n, const void *send, const void 
 	    ranges_overlap(stage, 2 * bytes, recv, bytes))
 		return -EINVAL;
 	return 0;
+}
+
+bool keel_device_takes_nic_writes(const struct keel_device *dev)
+{
+	return dev != NULL && dev->ops != NULL &&
+	       (dev->ops->nic_writes_visible == NULL ||
+		dev->ops->nic_writes_visible(dev->state) != -EOPNOTSUPP);
 }
 
 size_t keel_allreduce_device_stage_bytes(size_t count, enum keel_dtype dtype)

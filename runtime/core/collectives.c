@@ -1060,8 +1060,14 @@ int keel_op_test_info(struct keel_node *node, struct keel_op *handle, struct kee
 		return -EINPROGRESS;
 	if (!coll_dev_idle(handle) && !coll_dev_drain(node, handle))
 		return -EINPROGRESS; /* the device still writes the caller's buffers */
-	if (!coll_dev_nic_done(node, handle))
-		return -EINPROGRESS; /* a NIC may still read its device buffers */
+	if (!coll_dev_nic_done(node, handle)) {
+		/* A NIC may still read its device buffers. A failed operation's datagrams may
+		 * never be acknowledged (a peer that left it takes them for a later operation and
+		 * cannot hold a device payload): the device copies them to the host instead. */
+		if (handle->status != 0)
+			coll_dev_release_nic(node, handle);
+		return -EINPROGRESS;
+	}
 	/* A result (status 0) was computed over a view: op_local_done recorded it. */
 	KEEL_ASSERT_DEBUG(handle->status <= 0);
 	KEEL_ASSERT_DEBUG(handle->status != 0 ||

@@ -345,6 +345,9 @@ static const struct counter_row event_rows[] = {
     {"keel_device_rx_fragments_total",
      "Received payloads the NIC wrote into device memory and the device used there.",
      offsetof(struct keel_counters, device_rx_frags)},
+    {"keel_device_nic_flushes_total",
+     "Flushes of a NIC's writes into device memory, at most one per received burst.",
+     offsetof(struct keel_counters, device_nic_flushes)},
 };
 
 static void counter_rows(struct ctx *c, const struct counter_row *rows, size_t count)

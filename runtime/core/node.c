@@ -692,6 +692,7 @@ static uint32_t receive_burst(struct keel_node *n)
 		return 0;
 	}
 	KEEL_ASSERT((uint32_t)got <= n->burst);
+	n->nic_writes_flushed = false; /* this burst's device payloads: coll_dev_take_device */
 	for (int i = 0; i < got; i++) {
 		node_handle_datagram(n, &n->rxq[i]);
 		node_budget_spend(n, n->rxq[i].len);

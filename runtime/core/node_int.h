@@ -396,6 +396,9 @@ struct keel_node {
 	 * device memory; kept: a device work item holds it now, so it is not given back when
 	 * the datagram was handled (the receive window never holds one: rel_on_data) */
 	bool rx_device, rx_device_kept;
+	/* the device was asked to make the NIC's writes visible since this burst came in (one
+	 * flush covers every payload whose completion was seen before it) */
+	bool nic_writes_flushed;
 };
 
 /* Read-only views of each module's per-peer record, for the other modules. */
@@ -484,6 +487,10 @@ int rel_send_device(struct keel_node *n, uint32_t peer, struct wire_header *h,
 		    const uint8_t *payload, uint32_t len);
 /* Does a datagram in flight still borrow device bytes in [lo, lo + len)? */
 bool rel_device_tails_in(const struct keel_node *n, const uint8_t *lo, uint64_t len);
+/* Have the device copy every payload in flight that still borrows device bytes in
+ * [lo, lo + len) to its home in the stage: once each copy is done, it goes whole from the
+ * host, and the NIC no longer reads those bytes. Nothing is resent meanwhile. */
+void rel_device_copy_in_range(struct keel_node *n, const uint8_t *lo, uint64_t len);
 /* Does a device copy of such bytes still run into host memory in [lo, lo + len)? */
 bool rel_device_copies_into(const struct keel_node *n, const uint8_t *lo, uint64_t len);
 /* Take finished device copies to the host (rel_send_device's fallback) into their slots. */
@@ -631,6 +638,10 @@ uint8_t *coll_dev_home(struct keel_node *n, const uint8_t *p, uint32_t len);
 /* Nothing sent from this operation's device memory is unacknowledged or being copied: the
  * caller may have its buffers back, and a restart may write the output and its mirror. */
 bool coll_dev_nic_done(const struct keel_node *n, const struct keel_op *op);
+/* A finished operation whose datagrams still borrow its device memory: the device copies
+ * them to the host (rel_device_copy_in_range), so coll_dev_nic_done comes true without
+ * waiting for acknowledgements. */
+void coll_dev_release_nic(struct keel_node *n, const struct keel_op *op);
 /* Check the device arguments of keel_allreduce_device_start; 0 or -EINVAL. */
 int coll_dev_check_args(const struct keel_node *n, const void *send, const void *recv,
 			uint64_t bytes, uint32_t elem_size, const void *stage, size_t stage_bytes);

@@ -357,6 +357,8 @@ static void device_copy_orphan(struct keel_node *n, uint32_t peer, uint32_t seq)
  * wire): the device copies it to its home in the stage (the slot may be released and its
  * buffer lent to another peer while the copy runs), and rel_device_copies puts it in the
  * slot; it then goes whole, with a CRC over all of it. Meanwhile it waits unsent. */
+static void device_copy_start(struct keel_node *n, uint32_t peer, uint32_t seq);
+
 static void device_copy_in(struct keel_node *n, uint32_t peer, uint32_t seq)
 {
 	struct rel_peer *p = &n->rel_peers[peer];
@@ -365,6 +367,15 @@ static void device_copy_in(struct keel_node *n, uint32_t peer, uint32_t seq)
 	s->sent_ns = 0; /* not sent: tried again at the next poll */
 	p->unsent = true;
 	active_mark(n, peer);
+	device_copy_start(n, peer, seq);
+}
+
+/* Queue the device's copy of the slot's payload to its home (once); rel_device_copies takes
+ * it into the slot when done. */
+static void device_copy_start(struct keel_node *n, uint32_t peer, uint32_t seq)
+{
+	struct rel_peer *p = &n->rel_peers[peer];
+	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 	if (s->dev_copy)
 		return;
 	const struct keel_device *dev = n->cfg.device;
@@ -482,6 +493,21 @@ bool rel_device_tails_in(const struct keel_node *n, const uint8_t *lo, uint64_t 
 		}
 	}
 	return false;
+}
+
+void rel_device_copy_in_range(struct keel_node *n, const uint8_t *lo, uint64_t len)
+{
+	uintptr_t a = (uintptr_t)lo, b = a + (uintptr_t)len;
+	for (uint32_t peer = active_next(n, 0, false); n->tx_device != 0 && peer < n->world;
+	     peer = active_next(n, peer + 1, false)) {
+		struct rel_peer *p = &n->rel_peers[peer];
+		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
+			const struct tx_slot *s = &p->tx[seq & (n->window - 1)];
+			uintptr_t t = (uintptr_t)s->tail;
+			if (s->device && t < b && a < t + (s->len - WIRE_HEADER_SIZE))
+				device_copy_start(n, peer, seq);
+		}
+	}
 }
 
 void rel_borrowed_copy_in(struct keel_node *n)

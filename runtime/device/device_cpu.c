@@ -60,7 +60,9 @@ void keel_device_cpu_config_default(struct keel_device_cpu_config *cfg)
 static bool config_ok(const struct keel_device_cpu_config *cfg)
 {
 	return cfg != NULL && cfg->inflight_max >= 1 &&
-	       cfg->inflight_max <= KEEL_DEVICE_CPU_INFLIGHT_MAX;
+	       cfg->inflight_max <= KEEL_DEVICE_CPU_INFLIGHT_MAX &&
+	       (cfg->nic_writes_rc == 0 || cfg->nic_writes_rc == -EOPNOTSUPP ||
+		cfg->nic_writes_rc == -EIO);
 }
 
 size_t keel_device_cpu_storage_size(const struct keel_device_cpu_config *cfg)
@@ -368,6 +370,15 @@ static void cpu_fini(void *state)
 	(void)state; /* caller memory; nothing held */
 }
 
+static int cpu_nic_writes_visible(void *state)
+{
+	struct cpu_dev *d = state;
+	if (d == NULL)
+		return -EINVAL;
+	d->stats.nic_flushes++;
+	return d->cfg.nic_writes_rc;
+}
+
 static const struct keel_device_ops cpu_ops = {
     .name = "cpu",
     .copy = cpu_copy,
@@ -376,6 +387,7 @@ static const struct keel_device_ops cpu_ops = {
     .host_register = cpu_register,
     .host_unregister = cpu_unregister,
     .fini = cpu_fini,
+    .nic_writes_visible = cpu_nic_writes_visible,
 };
 
 static struct cpu_dev *cpu_of(const struct keel_device *dev)

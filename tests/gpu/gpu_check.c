@@ -260,6 +260,62 @@ static int check_ordering(void)
 	return rc != 0 || stale_in != 0 || stale_out != 0;
 }
 
+static int cmp_double(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+	return (a > b) - (a < b);
+}
+
+/* How this GPU makes a NIC's writes visible to its kernels (GPUDirect RDMA of what is
+ * received), and what keel's flush per received burst costs here (median of 201). */
+static int report_nic_writes(void)
+{
+	enum { N = 201 };
+	int mode = keel_device_cuda_gdr_writes(&g_dev);
+	double t[N];
+	for (int i = 0; i < N; i++) {
+		double t0 = now_s();
+		int rc = g_dev.ops->nic_writes_visible(g_dev.state);
+		t[i] = (now_s() - t0) * 1e6;
+		if (rc != 0 && rc != -EOPNOTSUPP) {
+			printf("FAIL GPUDirect RDMA writes: nic_writes_visible: %s\n",
+			       keel_strerror(rc));
+			return 1;
+		}
+	}
+	qsort(t, N, sizeof(t[0]), cmp_double);
+	printf("GPUDirect RDMA writes into device memory: %s, %.2f us per call of "
+	       "nic_writes_visible\n",
+	       mode == 0   ? "ordered by the GPU (no flush)"
+	       : mode == 1 ? "flushed by keel once per received burst "
+			     "(cudaDeviceFlushGPUDirectRDMAWrites)"
+			   : "neither ordered nor flushable (no device area)",
+	       t[N / 2]);
+	return 0;
+}
+
+/* One small piece of work from queue to done, as the pipeline sees each step of a small
+ * AllReduce: the median of 201 (microseconds), or -1. */
+static double call_latency_us(bool reduce, void *dev4, uint8_t *host)
+{
+	enum { N = 201 };
+	double t[N];
+	struct keel_device_reduce r = {
+	    .dst = dev4, .a = dev4, .b = host, .count = 1, .dtype = KEEL_F32, .op = KEEL_SUM};
+	for (int i = 0; i < N; i++) {
+		uint32_t ticket = 0;
+		double t0 = now_s();
+		int rc = reduce
+			     ? g_dev.ops->reduce(g_dev.state, &r, &ticket)
+			     : g_dev.ops->copy(g_dev.state, host, dev4, 4, KEEL_COPY_D2H, &ticket);
+		if (rc != 0 || wait_ticket(ticket) != 0)
+			return -1;
+		t[i] = (now_s() - t0) * 1e6;
+	}
+	qsort(t, N, sizeof(t[0]), cmp_double);
+	return t[N / 2];
+}
+
 /* Seconds per call of `reps` reductions (or copies) on the device, queued back to back. */
 static double time_reps(int reps, const struct keel_device_reduce *r, void *dst, const void *src,
 			size_t bytes, enum keel_copy_dir dir)
@@ -314,12 +370,16 @@ static int measure(double hbm_peak)
 	       bytes / kh / 1e9);
 	printf("copies through registered host memory: D2H %.1f GB/s, H2D %.1f GB/s\n",
 	       bytes / d2h / 1e9, bytes / h2d / 1e9);
+	double lc = call_latency_us(false, a, host), lr = call_latency_us(true, a, host);
+	printf("device call, queued to done (median of 201, one process on the GPU): copy of 4 B "
+	       "D2H %.1f us, reduction of one f32 %.1f us\n",
+	       lc, lr);
 	(void)g_dev.ops->host_unregister(g_dev.state, host);
 	free(host);
 	keel_device_cuda_free(&g_dev, a);
 	keel_device_cuda_free(&g_dev, b);
 	keel_device_cuda_free(&g_dev, dst);
-	return k > 0 && kh > 0 && d2h > 0 && h2d > 0 ? 0 : 1;
+	return k > 0 && kh > 0 && d2h > 0 && h2d > 0 && lc > 0 && lr > 0 ? 0 : 1;
 }
 
 int main(void)
@@ -345,6 +405,7 @@ int main(void)
 	int failed = check_kernels();
 	failed |= check_ordering();
 	failed |= measure(peak);
+	failed |= report_nic_writes();
 	int fd = -1;
 	uint64_t off = 0;
 	void *d = NULL;

@@ -56,6 +56,11 @@ struct job {
 	struct rank r[WORLD_MAX];
 };
 
+/* Per job (job_down resets them): what each rank's device says to nic_writes_visible, and an
+ * operation bound short enough for a test that expects an error (0: keel's default). */
+static int g_nic_rc[WORLD_MAX];
+static uint64_t g_op_timeout_ns;
+
 static void transports_up(struct job *j)
 {
 	verbs_fake_reset();
@@ -93,6 +98,7 @@ static void nodes_up(struct job *j)
 		struct keel_device_cpu_config dc;
 		keel_device_cpu_config_default(&dc);
 		dc.seed = 7 + r;
+		dc.nic_writes_rc = g_nic_rc[r];
 		size_t dsz = keel_device_cpu_storage_size(&dc);
 		k->dev_mem = calloc(1, dsz);
 		assert_int_equal(keel_device_cpu_init(&k->dev, k->dev_mem, dsz, &dc), 0);
@@ -108,6 +114,11 @@ static void nodes_up(struct job *j)
 		cfg.device_chunk_bytes = 16384;
 		cfg.algo = j->algo;
 		cfg.host_of = j->host_of;
+		if (g_op_timeout_ns != 0) {
+			cfg.op_timeout_ns = g_op_timeout_ns;
+			cfg.entry_timeout_ns = g_op_timeout_ns;
+			cfg.soft_retries = 1;
+		}
 		if (j->keyed) {
 			cfg.auth = true;
 			memset(cfg.auth_key, 0x5a, sizeof(cfg.auth_key));
@@ -248,6 +259,8 @@ static void job_down(struct job *j)
 		free(k->dev_mem);
 	}
 	fake.dmabuf = false;
+	memset(g_nic_rc, 0, sizeof(g_nic_rc));
+	g_op_timeout_ns = 0;
 }
 
 static void job_up_hosts(struct job *j, uint32_t world, bool keyed, enum keel_algo algo,
@@ -603,6 +616,13 @@ static void test_gpudirect_received_into_device(void **state)
 			 */
 			assert_true(ctr.device_rx_frags <= vs.rx_device);
 			assert_int_equal(vs.rx_bad_release, 0);
+			/* a flush before the device read any of them: one per burst that held
+			 * some, so at least one and never more than the payloads */
+			struct keel_device_cpu_stats ds;
+			keel_device_cpu_stats(&j.r[r].dev, &ds);
+			assert_int_equal(ds.nic_flushes, ctr.device_nic_flushes);
+			assert_true(vs.rx_device == 0 || ctr.device_nic_flushes >= 1);
+			assert_true(ctr.device_nic_flushes <= vs.rx_device);
 			used += ctr.device_rx_frags;
 			if (cases[c].algo == KEEL_ALGO_RING && !cases[c].in_place &&
 			    !cases[c].input_only_at_0) /* every payload: sent and received direct */
@@ -652,6 +672,68 @@ static void test_gpudirect_device_payload_to_host_op(void **state)
 	job_down(&j);
 	free(host_in);
 	free(host_out);
+}
+
+/* Rank 1's device fails to make the NIC's writes visible (nic_writes_visible: -EIO): the
+ * payload it was for goes back unread and unacknowledged, rank 1's call ends with
+ * KEEL_EDEVICE, its peer's with an error within the operation's bound. Nothing hangs: the
+ * peer, in a new epoch by then, sends device payloads rank 1 takes for a later operation and
+ * can neither hold nor acknowledge; its failed call has the device copy them to the host
+ * (keel_op_test would otherwise wait for their acknowledgements forever). No slot stays
+ * held. */
+static void test_gpudirect_nic_flush_fails(void **state)
+{
+	(void)state;
+	const size_t count = 2 * 20000;
+	g_nic_rc[1] = -EIO;
+	g_op_timeout_ns = 20000000;
+	struct job j;
+	job_up_algo(&j, 2, false, KEEL_ALGO_RING);
+	buffers_up(&j, count, KEEL_F32, KEEL_SUM, false, true);
+	areas_up(&j);
+	start_all(&j, count, KEEL_F32, KEEL_SUM);
+	for (uint32_t n = 0; !round_all(&j); n++)
+		assert_true(n < ROUNDS);
+	assert_int_equal(j.r[1].status, KEEL_EDEVICE);
+	assert_true(j.r[0].status != 0);
+	struct keel_counters ctr;
+	keel_counters_get(j.r[1].node, &ctr);
+	assert_int_equal(ctr.device_rx_frags, 0); /* the device never read one */
+	assert_true(ctr.device_nic_flushes >= 1 && ctr.drop_device_later >= 1);
+	struct keel_device_cpu_stats ds;
+	keel_device_cpu_stats(&j.r[1].dev, &ds);
+	assert_int_equal(ds.nic_flushes, ctr.device_nic_flushes);
+	/* rank 0's failed call had its unacknowledged device payloads copied to the host */
+	keel_counters_get(j.r[0].node, &ctr);
+	assert_true(ctr.device_copy_ins > 0);
+	areas_settle(&j);
+	job_down(&j);
+}
+
+/* A device that can neither order nor flush a NIC's writes gets no device area
+ * (keel_boot_register_device_area asks keel_device_takes_nic_writes); one that flushes, or
+ * fails only now, may have one. */
+static void test_gpudirect_device_takes_nic_writes(void **state)
+{
+	(void)state;
+	static const int rcs[] = {0, -EOPNOTSUPP, -EIO};
+	assert_false(keel_device_takes_nic_writes(NULL));
+	for (size_t i = 0; i < sizeof(rcs) / sizeof(rcs[0]); i++) {
+		struct keel_device_cpu_config dc;
+		keel_device_cpu_config_default(&dc);
+		dc.nic_writes_rc = rcs[i];
+		size_t sz = keel_device_cpu_storage_size(&dc);
+		void *mem = calloc(1, sz);
+		struct keel_device dev;
+		assert_int_equal(keel_device_cpu_init(&dev, mem, sz, &dc), 0);
+		assert_int_equal(keel_device_takes_nic_writes(&dev), rcs[i] != -EOPNOTSUPP);
+		dev.ops->fini(dev.state);
+		free(mem);
+	}
+	struct keel_device_cpu_config bad;
+	keel_device_cpu_config_default(&bad);
+	bad.nic_writes_rc = -EINVAL; /* not one a device gives: refused by name */
+	assert_int_equal(keel_device_cpu_storage_size(&bad), 0);
 }
 
 /* keel_verbs_register_device_area's errors, each named: too short, no fd, misaligned, not a
@@ -707,6 +789,8 @@ int main(void)
 	    cmocka_unit_test(test_gpudirect_received_into_device),
 	    cmocka_unit_test(test_gpudirect_device_payload_to_host_op),
 	    cmocka_unit_test(test_gpudirect_device_area_errors),
+	    cmocka_unit_test(test_gpudirect_nic_flush_fails),
+	    cmocka_unit_test(test_gpudirect_device_takes_nic_writes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,6 +32,9 @@ struct cuda_dev {
 	bool stream_made;
 	uint32_t events_made;
 	struct region regions[KEEL_DEVICE_CUDA_REGIONS_MAX];
+	/* a NIC's writes into device memory: 0 ordered by the GPU, 1 flushed by the host
+	 * (cudaDeviceFlushGPUDirectRDMAWrites), -EOPNOTSUPP neither (keel_device_cuda_gdr_writes) */
+	int nic_writes;
 	struct slot *slots; /* inflight_max */
 };
 
@@ -208,6 +211,34 @@ static void cuda_fini(void *state)
 	d->stream_made = false;
 }
 
+static int cuda_nic_writes_visible(void *state)
+{
+	struct cuda_dev *d = state;
+	if (d == NULL)
+		return -EINVAL;
+	if (d->nic_writes != 1)
+		return d->nic_writes;
+	return from_cuda(cudaDeviceFlushGPUDirectRDMAWrites(
+	    cudaFlushGPUDirectRDMAWritesTargetCurrentDevice, cudaFlushGPUDirectRDMAWritesToOwner));
+}
+
+/* How this GPU makes a NIC's writes visible to its kernels: ordered (nothing to do), or a
+ * flush the host asks for; an attribute the driver does not know counts as neither. */
+static int nic_writes_of(int ordinal)
+{
+	int ordering = 0, options = 0;
+	if (cudaDeviceGetAttribute(&ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, ordinal) !=
+	    cudaSuccess)
+		ordering = cudaGPUDirectRDMAWritesOrderingNone;
+	if (cudaDeviceGetAttribute(&options, cudaDevAttrGPUDirectRDMAFlushWritesOptions,
+				   ordinal) != cudaSuccess)
+		options = 0;
+	(void)cudaGetLastError(); /* a refused query leaves nothing behind */
+	if (ordering >= cudaGPUDirectRDMAWritesOrderingOwner)
+		return 0;
+	return (options & cudaFlushGPUDirectRDMAWritesOptionHost) != 0 ? 1 : -EOPNOTSUPP;
+}
+
 static const struct keel_device_ops cuda_ops = {
     .name = "cuda",
     .copy = cuda_copy,
@@ -216,6 +247,7 @@ static const struct keel_device_ops cuda_ops = {
     .host_register = cuda_register,
     .host_unregister = cuda_unregister,
     .fini = cuda_fini,
+    .nic_writes_visible = cuda_nic_writes_visible,
 };
 
 int keel_device_cuda_init(struct keel_device *dev, void *mem, size_t mem_len,
@@ -244,7 +276,16 @@ int keel_device_cuda_init(struct keel_device *dev, void *mem, size_t mem_len,
 		e = cudaEventCreateWithFlags(&d->slots[i].ev, cudaEventDisableTiming);
 		d->events_made += e == cudaSuccess;
 	}
+	if (e == cudaSuccess)
+		d->nic_writes = nic_writes_of(cfg->ordinal);
 	return from_cuda(e);
+}
+
+int keel_device_cuda_gdr_writes(const struct keel_device *dev)
+{
+	if (dev == NULL || dev->ops != &cuda_ops)
+		return -EINVAL;
+	return ((const struct cuda_dev *)dev->state)->nic_writes;
 }
 
 int keel_device_cuda_describe(const struct keel_device *dev, char *name, size_t name_len,
