@@ -27,12 +27,15 @@ extern "C" {
 #define KEEL_OPS_DEFAULT 8u
 #define KEEL_OPS_MAX	 256u
 /* Device (GPU) AllReduce: pieces of device work one operation keeps queued, per kind (input
- * chunks being staged; received regions being reduced into device memory). 16 x 256 KiB
- * chunks keep a PCIe 5 link busy for ~80 us, longer than a kernel launch or an event poll. */
+ * chunks being staged; received regions being reduced into device memory). 16 x 1 MiB
+ * chunks keep a PCIe 5 link busy for ~300 us, far longer than a kernel launch or an event
+ * poll. */
 #define KEEL_DEVICE_INFLIGHT_MAX 16u
 /* Bytes per device call: the input is staged in chunks of this size, and received fragments
- * are gathered up to it before one reduction is queued (keel_config.device_chunk_bytes). */
-#define KEEL_DEVICE_CHUNK_DEFAULT (256u << 10)
+ * are gathered up to it before one reduction is queued (keel_config.device_chunk_bytes). Each
+ * call costs 7-11 us on an H200 whatever its size; 512 KiB-4 MiB gave 2 ranks the same
+ * times, 10-20 % under 256 KiB's at 4-64 MiB (docs/PERF.md, "On an NVIDIA H200"). */
+#define KEEL_DEVICE_CHUNK_DEFAULT (1024u << 10)
 #define KEEL_DEVICE_CHUNK_MIN	  4096u
 /* GPUDirect RDMA: datagrams whose device payload the device copies to the host at once, when
  * the way to a peer no longer has a NIC that reads device memory (a router fell back from

@@ -83,7 +83,7 @@ static void usage(FILE *f)
 	    "  -t, --seconds S       how long to measure (default 2)\n"
 	    "environment: KEEL_HEARTBEAT_US, KEEL_ALGO=auto|ring|rd, KEEL_MTU, KEEL_WINDOW,\n"
 	    "  KEEL_CHAOS=loss=0.01,..., KEEL_WAIT=busy|adaptive|block, KEEL_DEVICE_CHUNK_KB\n"
-	    "  (--device: bytes per device call, default 256) (see README)\n");
+	    "  (--device: KiB per device call, default 1024) (see README)\n");
 }
 
 static int parse_name(const char *s, const char *(*name)(int), int count)

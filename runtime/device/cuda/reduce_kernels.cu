@@ -1,8 +1,10 @@
 /* CUDA reduction kernels for every dtype and op keel supports, written to give the CPU
  * kernels' bits (runtime/core/reduce.c): IEEE round-to-nearest intrinsics (no contraction
  * into FMA, no fast-math division), the same f16/bf16 widening and rounding, the same
- * NaN-propagating min/max on bit patterns, integers wrapping. 16-byte vector loads when every
- * pointer is aligned; a grid-stride loop bounded by count. */
+ * NaN-propagating min/max on bit patterns, integers wrapping. One difference, allowed: a float
+ * sum or product with a NaN input gives the GPU's canonical NaN (its f32 units' choice; the
+ * CPU keeps the input's payload), seen on an H200. 16-byte vector loads when every pointer is
+ * aligned; a grid-stride loop bounded by count. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
