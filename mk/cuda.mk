@@ -1,8 +1,9 @@
 # The CUDA device (runtime/device/cuda/): built when nvcc is found ($(CUDA_HOME)/bin/nvcc),
 # skipped otherwise (the Makefile prints one line). libkeel_cuda.a holds the device and its
 # kernels, compiled for the GPUs in CUDA_ARCHS plus PTX for the newest (JIT on later GPUs);
-# programs link it with libcudart_static.a. keel-bench links it (--device cuda), and so does
-# $(BUILD)/tests/gpu-check, which tools/gpu-check.sh runs on a machine with a GPU.
+# programs link it with libcudart_static.a. keel-bench links it (--device cuda), and so do
+# $(BUILD)/tests/gpu-check and gpu-pipeline, which tools/gpu-check.sh runs on a machine with a
+# GPU.
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 HAVE_CUDA := $(shell test -x $(NVCC) && echo 1)
 # A100, H100/H200, B200; PTX of the last for anything newer.
@@ -46,5 +47,13 @@ $(BUILD)/tests/gpu-check: $(BUILD)/obj/tests/gpu/gpu_check.o $(LIBKEEL_CUDA) $(L
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS_KEEL) -o $@ $(filter %.o,$^) $(LIBKEEL_CUDA) $(LIBKEEL) $(CUDA_LIBS) \
 		$(SODIUM_LIBS) -lm
--include $(BUILD)/obj/runtime/device/cuda/device_cuda.d $(BUILD)/obj/tests/gpu/gpu_check.d
+# The device AllReduce's pipeline on a real GPU: 3 nodes in one process, a rank killed.
+EXTRA_TESTS += $(BUILD)/tests/gpu-pipeline
+$(BUILD)/tests/gpu-pipeline: $(BUILD)/obj/tests/gpu/gpu_pipeline.o $(LIBKEEL_CUDA) $(LIBKEEL) \
+	$(REFCHECK_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS_KEEL) -o $@ $(filter %.o,$^) $(LIBKEEL_CUDA) $(LIBKEEL) $(CUDA_LIBS) \
+		$(SODIUM_LIBS) -lm
+-include $(BUILD)/obj/runtime/device/cuda/device_cuda.d $(BUILD)/obj/tests/gpu/gpu_check.d \
+	$(BUILD)/obj/tests/gpu/gpu_pipeline.d
 endif
