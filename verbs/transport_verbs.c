@@ -882,7 +882,8 @@ static uint32_t build_data_wr(struct verbs *v, uint32_t peer, const struct keel_
 	if (device_tail_unread(v, d, zc))
 		return 0;
 	bool to_dev = !small && zc != NULL && zc->dmabuf &&
-		      (d->flags & KEEL_DGRAM_DEVICE_TAIL) != 0 &&
+		      (d->flags & (KEEL_DGRAM_DEVICE_TAIL | KEEL_DGRAM_HOST_LANDING)) ==
+			  KEEL_DGRAM_DEVICE_TAIL &&
 		      d->len <= v->cfg.slot_bytes - DEV_TRAILER_BYTES && peer_device_area(q);
 	uint32_t wrs = to_dev ? 2 : 1;
 	if (i + wrs > CHAIN_MAX)

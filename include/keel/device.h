@@ -126,10 +126,12 @@ size_t keel_allreduce_device_stage_bytes(size_t count, enum keel_dtype dtype);
  * was acknowledged. Should a peer's way lose that NIC meanwhile (a router falling back to
  * UDP), the device copies the payloads still unsent to the stage and they go from there.
  * keel_counters says how many went each way (device_direct_frags, device_copy_ins). Where the
- * receiver registered a device area (keel_boot_register_device_area), such payloads land in its
- * device memory and the kernels read them there (device_rx_frags); one the device cannot take
- * at once is sent again (drop_device_later). Anything else is staged as above, results and
- * guarantees the same.
+ * receiver registered a device area (keel_boot_register_device_area), such payloads of an
+ * operation out of place land in its device memory and the kernels read them there
+ * (device_rx_frags); one the device cannot take at once is sent again (drop_device_later). In
+ * place they land in host memory (KEEL_DGRAM_HOST_LANDING): there a step's data often comes
+ * before the receiver may use it, and only the host window can hold it. Anything else is
+ * staged as above, results and guarantees the same.
  * Errors: those of keel_allreduce_start, and -EINVAL also when the node has no device, stage
  * is NULL or shorter than needed, or overlaps send or recv, or a buffer is misaligned. keel_op_test
  * then also returns KEEL_EDEVICE when the device failed a piece of the work (that rank's GPU is

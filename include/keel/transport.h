@@ -67,6 +67,12 @@ enum keel_datagram_flags {
 	 * memory) is accepted, in a job without a key. Set by a backend whose device_tail_ok
 	 * can say yes; a layer that may change bytes on the way (chaos) clears it. */
 	KEEL_DGRAM_LINK_CHECKED = 1u << 5,
+	/* send, with KEEL_DGRAM_DEVICE_TAIL: the NIC reads the payload from device memory but
+	 * writes it into the receiver's host memory, not into a device area the receiver
+	 * announced. The receiver may have to hold it for a while (an AllReduce in place: the
+	 * next step's data can come before the receiver may write that region), and only a
+	 * datagram in host memory can wait in its receive window. Set by the core only. */
+	KEEL_DGRAM_HOST_LANDING = 1u << 6,
 };
 
 /* One datagram in a burst.

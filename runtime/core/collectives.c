@@ -246,9 +246,14 @@ static void pump_sends(struct keel_node *n, struct keel_op *op)
 		const uint8_t *dev_src =
 		    op->dev.on ? coll_dev_direct_src(op, s.send_from_out) : NULL;
 		if (dev_src != NULL) { /* the NIC reads it from device memory: nothing staged */
-			int rc =
-			    rel_send_device(n, (uint32_t)s.send_peer, &h,
-					    dev_src + s.send_off + op->send_off, (uint32_t)len);
+			/* In place, a step's data can come before the receiver may write that
+			 * region (it sends from it first), and it must wait there: in host
+			 * memory, where a window holds it, not in the receiver's device area,
+			 * whose payloads are sent again rather than held. */
+			bool host_landing = op->dev.d_in == op->dev.d_out;
+			int rc = rel_send_device(n, (uint32_t)s.send_peer, &h,
+						 dev_src + s.send_off + op->send_off, (uint32_t)len,
+						 host_landing);
 			KEEL_ASSERT(rc == 0);
 		} else if (op->enc_tx != WIRE_ENC_RAW) {
 			len = cmp_send(n, op, &s, (uint32_t)s.send_peer, &h, src, len);

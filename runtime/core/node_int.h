@@ -40,6 +40,8 @@ struct tx_slot {
 	 * CPU never does */
 	uint8_t device;
 	uint8_t dev_copy; /* its way lost that NIC: the device copies it to the host now */
+	uint8_t host_landing; /* a device payload for the receiver's host memory (its
+			       * KEEL_DGRAM_HOST_LANDING): the receiver may have to hold it */
 };
 
 /* A device copy of a borrowed device payload to the host (reliable.c, device_copy_in), into
@@ -484,7 +486,7 @@ int rel_send_borrowed(struct keel_node *n, uint32_t peer, struct wire_header *h,
  * written). Should the way lose that NIC, the device copies it to its home in the stage
  * first (coll_dev_home). -EAGAIN as rel_send_borrowed. */
 int rel_send_device(struct keel_node *n, uint32_t peer, struct wire_header *h,
-		    const uint8_t *payload, uint32_t len);
+		    const uint8_t *payload, uint32_t len, bool host_landing);
 /* Does a datagram in flight still borrow device bytes in [lo, lo + len)? */
 bool rel_device_tails_in(const struct keel_node *n, const uint8_t *lo, uint64_t len);
 /* Have the device copy every payload in flight that still borrows device bytes in

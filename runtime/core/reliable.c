@@ -557,7 +557,8 @@ static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 	/* a slot the transport refused was never sent (rel_txq_refused took its try back) */
 	node_txq_push(n, peer, tx_bytes(n, p, seq), s->len - tail_len, s->tail, tail_len, seq,
 		      (s->tries > 1 ? KEEL_DGRAM_RETRANSMIT : 0) |
-			  (s->device ? KEEL_DGRAM_DEVICE_TAIL : 0));
+			  (s->device ? KEEL_DGRAM_DEVICE_TAIL : 0) |
+			  (s->device && s->host_landing ? KEEL_DGRAM_HOST_LANDING : 0));
 	s->queued = 1; /* after the push: a full queue is flushed before it takes this one */
 }
 
@@ -574,9 +575,10 @@ uint8_t *rel_send_slot(struct keel_node *n, uint32_t peer)
 }
 
 static void send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, uint32_t len,
-			const uint8_t *tail, bool rewritten, bool device)
+			const uint8_t *tail, bool rewritten, bool device, bool host_landing)
 {
 	KEEL_ASSERT(!device || (tail != NULL && !rewritten && !n->auth));
+	KEEL_ASSERT(device || !host_landing);
 	KEEL_ASSERT(peer < n->world && peer != n->self);
 	KEEL_ASSERT(len <= n->payload_max); /* room for the MAC trailer too */
 	KEEL_ASSERT(h != NULL);
@@ -605,6 +607,7 @@ static void send_commit(struct keel_node *n, uint32_t peer, struct wire_header *
 		n->tx_borrowed++;
 	if (device) {
 		s->device = 1;
+		s->host_landing = host_landing;
 		n->tx_device++;
 		n->ctr.device_direct_frags++;
 	}
@@ -623,7 +626,7 @@ static void send_commit(struct keel_node *n, uint32_t peer, struct wire_header *
 
 void rel_send_commit(struct keel_node *n, uint32_t peer, struct wire_header *h, uint32_t len)
 {
-	send_commit(n, peer, h, len, NULL, false, false);
+	send_commit(n, peer, h, len, NULL, false, false, false);
 }
 
 int rel_send_borrowed(struct keel_node *n, uint32_t peer, struct wire_header *h,
@@ -634,19 +637,19 @@ int rel_send_borrowed(struct keel_node *n, uint32_t peer, struct wire_header *h,
 	KEEL_ASSERT_DEBUG((node_peer_caps(n, peer) & KEEL_CAP_GATHER) != 0);
 	if (rel_send_slot(n, peer) == NULL)
 		return -EAGAIN;
-	send_commit(n, peer, h, len, payload, rewritten, false);
+	send_commit(n, peer, h, len, payload, rewritten, false, false);
 	return 0;
 }
 
 int rel_send_device(struct keel_node *n, uint32_t peer, struct wire_header *h,
-		    const uint8_t *payload, uint32_t len)
+		    const uint8_t *payload, uint32_t len, bool host_landing)
 {
 	KEEL_ASSERT(h != NULL && payload != NULL && len != 0);
 	/* The way was asked at the operation's begin; if it changed since, transmit has the
 	 * device copy the payload to the host. */
 	if (rel_send_slot(n, peer) == NULL)
 		return -EAGAIN;
-	send_commit(n, peer, h, len, payload, false, true);
+	send_commit(n, peer, h, len, payload, false, true, host_landing);
 	return 0;
 }
 
