@@ -166,11 +166,11 @@ KEEL_MUST_USE int keel_verbs_register_dmabuf(struct keel_transport *t, const voi
 
 /* GPUDirect RDMA of what peers send: bytes of device memory, exported as a dma-buf (fd and
  * offset as keel_device_cuda_dmabuf gives them for [addr, addr + len)), where the NIC writes
- * the payloads peers send from their device memory (datagrams with KEEL_DGRAM_DEVICE_TAIL)
- * instead of into this rank's host slots: each sender gets slot_count slots of slot_bytes at
- * addr + (sender x slot_count + slot) x slot_bytes, so len must be at least
- * keel_verbs_device_area_bytes. Once registered, it is announced to each connected peer (two
- * RDMA WRITEs into its mailbox line; a peer connected later is told at connect); from then on
+ * the payloads peers send from their device memory (datagrams with KEEL_DGRAM_DEVICE_TAIL,
+ * but not KEEL_DGRAM_HOST_LANDING) instead of into this rank's host slots: each sender gets
+ * slot_count slots of slot_bytes at addr + (sender x slot_count + slot) x slot_bytes, so len must
+ * be at least keel_verbs_device_area_bytes. Once registered, it is announced to each connected peer
+ * (two RDMA WRITEs into its mailbox line; a peer connected later is told at connect); from then on
  * a peer writes such a payload there, and the header, with the payload's length, into the
  * host slot. recv_burst then delivers the header in the caller's buffer, and the payload by
  * pointer: tail and tail_len, with KEEL_DGRAM_DEVICE_TAIL in flags. The payload's slot stays

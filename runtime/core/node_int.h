@@ -39,7 +39,7 @@ struct tx_slot {
 	/* the borrowed payload lies in device memory (rel_send_device): the NIC reads it, the
 	 * CPU never does */
 	uint8_t device;
-	uint8_t dev_copy; /* its way lost that NIC: the device copies it to the host now */
+	uint8_t dev_copy;     /* its way lost that NIC: the device copies it to the host now */
 	uint8_t host_landing; /* a device payload for the receiver's host memory (its
 			       * KEEL_DGRAM_HOST_LANDING): the receiver may have to hold it */
 };

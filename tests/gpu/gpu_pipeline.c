@@ -31,8 +31,9 @@ static int devices_init(void)
 	int rc = 0;
 	for (uint32_t r = 0; r < WORLD && rc == 0; r++) {
 		g_dev_mem[r] = calloc(1, sz);
-		rc = g_dev_mem[r] == NULL ? -ENOMEM
-					  : keel_device_cuda_init(&g_dev[r], g_dev_mem[r], sz, &cfg);
+		rc = g_dev_mem[r] == NULL
+			 ? -ENOMEM
+			 : keel_device_cuda_init(&g_dev[r], g_dev_mem[r], sz, &cfg);
 	}
 	return rc;
 }
@@ -134,9 +135,9 @@ static int run(enum keel_algo algo, bool in_place, size_t count, enum keel_dtype
 	for (uint32_t r = 0; err == 0 && r < WORLD; r++) {
 		err = bufs_init(&b[r], r, count, dt, op, in_place);
 		if (err == 0)
-			err = keel_allreduce_device_start(c.node[r], b[r].d_in, b[r].d_out, count,
-							  dt, op, b[r].stage, b[r].stage_bytes,
-							  &ops[r]);
+			err =
+			    keel_allreduce_device_start(c.node[r], b[r].d_in, b[r].d_out, count, dt,
+							op, b[r].stage, b[r].stage_bytes, &ops[r]);
 	}
 	uint32_t members = WORLD;
 	if (err == 0 && kill) {

@@ -632,7 +632,8 @@ static void test_gpudirect_received_into_device(void **state)
 				assert_int_equal(vs.tx_device_writes, ctr.device_direct_frags);
 			if (cases[c].in_place) {
 				/* the NIC read the sums in device memory and wrote them into host
-				 * memory, where an early one waits in the window: none sent again */
+				 * memory, where an early one waits in the window: none sent again
+				 */
 				assert_true(ctr.device_direct_frags > 0);
 				assert_int_equal(vs.tx_device_writes, 0);
 				assert_int_equal(vs.rx_device, 0);
