@@ -50,8 +50,8 @@ struct keel_device_reduce {
 
 /* The ops a device provides. Work is queued and runs asynchronously; work queued earlier may
  * finish after work queued later (the engine never queues two pieces of work that touch the
- * same bytes at once). A ticket names one piece of work until test() has said 0 or an error
- * for it once; it is then released. */
+ * same bytes at once), unless the device says it is ordered. A ticket names one piece of work until
+ * test() has said 0 or an error for it once; it is then released. */
 struct keel_device_ops {
 	const char *name;
 	/* Queue a copy of `bytes` from src to dst (host memory must be registered). Never
@@ -81,6 +81,10 @@ struct keel_device_ops {
 	 * 0; -EOPNOTSUPP: this device can neither order nor flush such writes (keel then
 	 * refuses it a device area); -EIO: the device is unusable. */
 	int (*nic_writes_visible)(void *state);
+	/* Does work finish in the order it was queued (CUDA: one stream)? Then nothing queued
+	 * after an unfinished piece has finished either, and the engine stops testing at the
+	 * first unfinished piece of each queue (each test() is a driver call). NULL: no. */
+	bool (*ordered)(void *state);
 };
 
 /* A device: its ops and its private state (in caller memory, from its init). */

@@ -36,6 +36,9 @@ struct keel_device_cpu_config {
 	 * -EOPNOTSUPP (a GPU that can neither order nor flush a NIC's writes) or -EIO, so those
 	 * paths can be tested. The stand-in's memory needs no flush either way. */
 	int nic_writes_rc;
+	/* Work finishes in queue order, as on one CUDA stream (ops->ordered says so): a piece
+	 * is done only once it is due and all work queued before it was reported done. */
+	bool in_order;
 };
 
 /* inflight_max 64, delay 2, jitter 4, seed 1, no failure. */

@@ -367,6 +367,8 @@ static uint32_t test_queue(struct keel_node *n, struct op_dev *d, struct dev_ite
 			   uint32_t *head, uint32_t tail, uint64_t *popped_hi)
 {
 	const struct keel_device *dev = device_of(n);
+	/* in order: nothing after the first unfinished piece has finished either */
+	bool ordered = dev->ops->ordered != NULL && dev->ops->ordered(dev->state);
 	uint32_t finished = 0;
 	KEEL_ASSERT(tail - *head <= KEEL_DEVICE_INFLIGHT_MAX);
 	for (uint32_t i = *head; i != tail; i++) {
@@ -374,6 +376,8 @@ static uint32_t test_queue(struct keel_node *n, struct op_dev *d, struct dev_ite
 		if (it->done)
 			continue;
 		int rc = dev->ops->test(dev->state, it->ticket);
+		if (rc == -EINPROGRESS && ordered)
+			break;
 		if (rc == -EINPROGRESS)
 			continue;
 		it->done = true; /* released by the device either way */

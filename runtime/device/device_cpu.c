@@ -250,6 +250,12 @@ static bool older_queued(const struct cpu_dev *d, const struct work *w)
 	return false;
 }
 
+static bool cpu_ordered(void *state)
+{
+	const struct cpu_dev *d = state;
+	return d != NULL && d->cfg.in_order;
+}
+
 static int cpu_test(void *state, uint32_t ticket)
 {
 	struct cpu_dev *d = state;
@@ -260,7 +266,7 @@ static int cpu_test(void *state, uint32_t ticket)
 	if (w->kind == WORK_FREE || w->gen != ticket >> 8)
 		return -EINVAL; /* released already, or never queued */
 	d->tick++;
-	if (d->tick < w->due_tick)
+	if (d->tick < w->due_tick || (d->cfg.in_order && older_queued(d, w)))
 		return -EINPROGRESS;
 	if (older_queued(d, w))
 		d->stats.finished_out_of_order++;
@@ -388,6 +394,7 @@ static const struct keel_device_ops cpu_ops = {
     .host_unregister = cpu_unregister,
     .fini = cpu_fini,
     .nic_writes_visible = cpu_nic_writes_visible,
+    .ordered = cpu_ordered,
 };
 
 static struct cpu_dev *cpu_of(const struct keel_device *dev)

@@ -29,6 +29,7 @@ static enum keel_algo g_algo;
 static uint32_t g_chunk;
 static const uint32_t *g_host_of;
 static struct keel_device_cpu_config g_devcfg;
+static bool g_in_order; /* every device finishes work in queue order, as a CUDA stream */
 static struct keel_device g_dev[CLUSTER_MAX];
 static void *g_dev_mem[CLUSTER_MAX];
 
@@ -37,6 +38,7 @@ static void devices_init(uint32_t world)
 	for (uint32_t r = 0; r < world; r++) {
 		struct keel_device_cpu_config dc = g_devcfg;
 		dc.seed = g_seed * 131 + r + 1;
+		dc.in_order = g_in_order;
 		if (g_devcfg.fail_at != 0 && r != 0)
 			dc.fail_at = 0; /* only rank 0's device fails */
 		size_t sz = keel_device_cpu_storage_size(&dc);
@@ -326,6 +328,42 @@ static void test_device_rank_killed_mid_pipeline(void **state)
 	kill_run(false, KEEL_ALGO_RING);
 	kill_run(true, KEEL_ALGO_RING);
 	kill_run(true, KEEL_ALGO_RD);
+}
+
+/* A device that finishes work in queue order (ops->ordered, as CUDA's one stream): the engine
+ * stops testing each queue at its first unfinished piece. Ring, recursive doubling and the
+ * hierarchy on 3 and 4 ranks, in and out of place, several dtypes, with work due late and at
+ * random (it still finishes in order); then a rank killed mid-pipeline. Results exact. */
+static void test_device_in_order(void **state)
+{
+	(void)state;
+	static const uint32_t hosts[] = {0, 0, 1, 1};
+	static const enum keel_algo algos[] = {KEEL_ALGO_RING, KEEL_ALGO_RD, KEEL_ALGO_HIER};
+	g_in_order = true;
+	keel_device_cpu_config_default(&g_devcfg);
+	g_devcfg.jitter_tests = 8;
+	g_chunk = 8192;
+	for (size_t a = 0; a < sizeof(algos) / sizeof(algos[0]); a++) {
+		g_algo = algos[a];
+		uint32_t world = algos[a] == KEEL_ALGO_HIER ? 4 : 3;
+		g_host_of = algos[a] == KEEL_ALGO_HIER ? hosts : NULL;
+		struct cluster c;
+		assert_int_equal(cluster_with_devices(&c, world, NULL), 0);
+		run_one(&c, 50001, KEEL_F32, KEEL_SUM, false);
+		run_one(&c, 30000, KEEL_BF16, KEEL_AVG, true);
+		run_one(&c, 20011, KEEL_I64, KEEL_MAX, true);
+		struct keel_device_cpu_stats st;
+		keel_device_cpu_stats(&g_dev[0], &st);
+		assert_int_equal(st.finished_out_of_order, 0); /* in order, as promised */
+		assert_true(st.copies > 0 && st.reductions > 0);
+		cluster_with_devices_fini(&c);
+	}
+	g_host_of = NULL;
+	kill_run(true, KEEL_ALGO_RING);
+	kill_run(false, KEEL_ALGO_RD);
+	g_in_order = false;
+	g_algo = KEEL_ALGO_AUTO;
+	g_chunk = 0;
 }
 
 /* Rank 2 stops (SIGSTOP: not polled) with device work in flight, then goes on (SIGCONT).
@@ -699,6 +737,7 @@ int main(void)
 	    cmocka_unit_test(test_device_backpressure_one_in_flight),
 	    cmocka_unit_test(test_device_chaos),
 	    cmocka_unit_test(test_device_rank_killed_mid_pipeline),
+	    cmocka_unit_test(test_device_in_order),
 	    cmocka_unit_test(test_device_rank_paused_mid_pipeline),
 	    cmocka_unit_test(test_device_failure_is_reported),
 	    cmocka_unit_test(test_device_call_cannot_take_a_result_the_view_brings),

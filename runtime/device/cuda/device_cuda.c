@@ -211,6 +211,12 @@ static void cuda_fini(void *state)
 	d->stream_made = false;
 }
 
+static bool cuda_ordered(void *state)
+{
+	(void)state;
+	return true; /* every copy and kernel goes on the one stream */
+}
+
 static int cuda_nic_writes_visible(void *state)
 {
 	struct cuda_dev *d = state;
@@ -248,6 +254,7 @@ static const struct keel_device_ops cuda_ops = {
     .host_unregister = cuda_unregister,
     .fini = cuda_fini,
     .nic_writes_visible = cuda_nic_writes_visible,
+    .ordered = cuda_ordered,
 };
 
 int keel_device_cuda_init(struct keel_device *dev, void *mem, size_t mem_len,
