@@ -479,18 +479,22 @@ bool rel_device_copies_into(const struct keel_node *n, const uint8_t *lo, uint64
 	return false;
 }
 
+/* Does the slot's payload lie in device memory and share a byte with [a, b)? */
+static bool device_tail_in(const struct tx_slot *s, uintptr_t a, uintptr_t b)
+{
+	uintptr_t t = (uintptr_t)s->tail;
+	return s->device && t < b && a < t + (s->len - WIRE_HEADER_SIZE);
+}
+
 bool rel_device_tails_in(const struct keel_node *n, const uint8_t *lo, uint64_t len)
 {
 	uintptr_t a = (uintptr_t)lo, b = a + (uintptr_t)len;
 	for (uint32_t peer = active_next(n, 0, false); n->tx_device != 0 && peer < n->world;
 	     peer = active_next(n, peer + 1, false)) {
 		const struct rel_peer *p = &n->rel_peers[peer];
-		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
-			const struct tx_slot *s = &p->tx[seq & (n->window - 1)];
-			uintptr_t t = (uintptr_t)s->tail;
-			if (s->device && t < b && a < t + (s->len - WIRE_HEADER_SIZE))
+		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++)
+			if (device_tail_in(&p->tx[seq & (n->window - 1)], a, b))
 				return true;
-		}
 	}
 	return false;
 }
@@ -500,13 +504,10 @@ void rel_device_copy_in_range(struct keel_node *n, const uint8_t *lo, uint64_t l
 	uintptr_t a = (uintptr_t)lo, b = a + (uintptr_t)len;
 	for (uint32_t peer = active_next(n, 0, false); n->tx_device != 0 && peer < n->world;
 	     peer = active_next(n, peer + 1, false)) {
-		struct rel_peer *p = &n->rel_peers[peer];
-		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
-			const struct tx_slot *s = &p->tx[seq & (n->window - 1)];
-			uintptr_t t = (uintptr_t)s->tail;
-			if (s->device && t < b && a < t + (s->len - WIRE_HEADER_SIZE))
+		const struct rel_peer *p = &n->rel_peers[peer];
+		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++)
+			if (device_tail_in(&p->tx[seq & (n->window - 1)], a, b))
 				device_copy_start(n, peer, seq);
-		}
 	}
 }
 
