@@ -486,29 +486,36 @@ static bool device_tail_in(const struct tx_slot *s, uintptr_t a, uintptr_t b)
 	return s->device && t < b && a < t + (s->len - WIRE_HEADER_SIZE);
 }
 
-bool rel_device_tails_in(const struct keel_node *n, const uint8_t *lo, uint64_t len)
+/* Is a datagram in flight borrowing device bytes in [lo, lo + len)? With `copier` (the same
+ * node, writable), the device also copies each such payload to the host. */
+static bool device_tails(const struct keel_node *n, const uint8_t *lo, uint64_t len,
+			 struct keel_node *copier)
 {
 	uintptr_t a = (uintptr_t)lo, b = a + (uintptr_t)len;
+	bool any = false;
 	for (uint32_t peer = active_next(n, 0, false); n->tx_device != 0 && peer < n->world;
 	     peer = active_next(n, peer + 1, false)) {
 		const struct rel_peer *p = &n->rel_peers[peer];
-		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++)
-			if (device_tail_in(&p->tx[seq & (n->window - 1)], a, b))
+		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
+			if (!device_tail_in(&p->tx[seq & (n->window - 1)], a, b))
+				continue;
+			if (copier == NULL)
 				return true;
+			device_copy_start(copier, peer, seq);
+			any = true;
+		}
 	}
-	return false;
+	return any;
+}
+
+bool rel_device_tails_in(const struct keel_node *n, const uint8_t *lo, uint64_t len)
+{
+	return device_tails(n, lo, len, NULL);
 }
 
 void rel_device_copy_in_range(struct keel_node *n, const uint8_t *lo, uint64_t len)
 {
-	uintptr_t a = (uintptr_t)lo, b = a + (uintptr_t)len;
-	for (uint32_t peer = active_next(n, 0, false); n->tx_device != 0 && peer < n->world;
-	     peer = active_next(n, peer + 1, false)) {
-		const struct rel_peer *p = &n->rel_peers[peer];
-		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++)
-			if (device_tail_in(&p->tx[seq & (n->window - 1)], a, b))
-				device_copy_start(n, peer, seq);
-	}
+	(void)device_tails(n, lo, len, n);
 }
 
 void rel_borrowed_copy_in(struct keel_node *n)
