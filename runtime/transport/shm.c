@@ -31,11 +31,15 @@
 
 _Static_assert(KEEL_MTU_MAX + RECORD_HDR_BYTES < KEEL_SHM_RING_BYTES_MAX / 2, "a ring holds two");
 
-/* Head and tail on separate cache lines: the sender writes one, the receiver the other. */
+/* Head, tail and the sleeping mark on separate cache lines: the sender writes the tail, the
+ * receiver the head, each on every record. The sender reads the mark after every publish and
+ * the receiver writes it only around a block, so on its own line the mark stays in the
+ * sender's cache; beside the head it would cost the sender a miss per record. */
 struct ring_hdr {
-	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t tail; /* written by the sender */
-	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t head; /* written by the receiver */
-	_Atomic uint32_t sleeping; /* set by the receiver when it found the ring empty */
+	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t tail;	  /* written by the sender */
+	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t head;	  /* written by the receiver */
+	_Alignas(CACHE_LINE_BYTES) _Atomic uint32_t sleeping; /* set by the receiver when it
+								 found the ring empty */
 };
 
 /* The region's first line: a region mapped by name must have been made for the same job shape. */
@@ -62,6 +66,12 @@ struct shm {
 	 * while some of them are lent to the caller (KEEL_DGRAM_LEND), whom the sender must not
 	 * overwrite yet. Private memory: no other process can move it. */
 	uint64_t *read;
+	/* [world]: the head of each outbound ring as last read, and the generation of the tail
+	 * it was read with. Heads only move forward within a generation, so the room it shows
+	 * is never more than there is: the sender reads the receiver's head line only when a
+	 * run does not fit, not on every record. */
+	uint64_t *head_seen;
+	uint64_t *head_gen;
 	char name[KEEL_SHM_NAME_MAX + 1];
 	struct keel_shm_stats stats;
 };
@@ -128,7 +138,7 @@ size_t keel_shm_storage_size(const struct keel_shm_config *cfg)
 {
 	if (!config_valid(cfg))
 		return 0;
-	return align_up(sizeof(struct shm)) + (size_t)cfg->world_size * sizeof(uint64_t) +
+	return align_up(sizeof(struct shm)) + 3 * (size_t)cfg->world_size * sizeof(uint64_t) +
 	       CACHE_LINE_BYTES - 1;
 }
 
@@ -391,6 +401,8 @@ int keel_shm_init(struct keel_transport **out, void *mem, size_t mem_len,
 	s = (struct shm *)align_up((uintptr_t)mem);
 	state_init(s, cfg);
 	s->read = (uint64_t *)(void *)((uint8_t *)s + align_up(sizeof(struct shm)));
+	s->head_seen = s->read + cfg->world_size;
+	s->head_gen = s->head_seen + cfg->world_size; /* 0: no tail has generation 0 */
 	if (cfg->region != NULL) {
 		s->region = cfg->region;
 		s->region_len = len;
@@ -461,9 +473,10 @@ static bool datagram_ok(const struct shm *s, const struct keel_datagram *g)
 }
 
 /* Copy the run of d[0..count) bound for d[0].peer that fits, after position pos of a ring with
- * `room` free bytes. Returns how many; *pos moves past them. */
+ * `room` free bytes (at least that many when !exact: then nothing is dropped for want of
+ * room). Returns how many; *pos moves past them. */
 static uint32_t run_copy(struct shm *s, struct ring_hdr *r, const struct keel_datagram *d,
-			 uint32_t count, uint64_t *pos, uint64_t room)
+			 uint32_t count, uint64_t *pos, uint64_t room, bool exact)
 {
 	uint32_t i;
 
@@ -472,7 +485,7 @@ static uint32_t run_copy(struct shm *s, struct ring_hdr *r, const struct keel_da
 		uint32_t need = record_bytes(len);
 		uint32_t hdr[2] = {len, ~len};
 
-		if (need > room && (d[i].flags & KEEL_DGRAM_CONTROL) != 0) {
+		if (need > room && exact && (d[i].flags & KEEL_DGRAM_CONTROL) != 0) {
 			/* Lossy anyway, and refusing it would hold back every datagram behind
 			 * it in the burst, for live peers too, while this receiver is stopped. */
 			s->stats.tx_control_dropped++;
@@ -493,22 +506,46 @@ static uint32_t run_copy(struct shm *s, struct ring_hdr *r, const struct keel_da
 	return i;
 }
 
+/* The receiver's head, read now (acquire: the bytes before it were copied out), and kept as the
+ * one seen under the tail's generation `gen`. */
+static uint64_t head_read(struct shm *s, struct ring_hdr *r, uint32_t to, uint64_t gen)
+{
+	s->head_seen[to] = atomic_load_explicit(&r->head, memory_order_acquire);
+	s->head_gen[to] = gen;
+	return s->head_seen[to];
+}
+
 /* Write a run for one receiver and publish it. Returns how many were taken (0: ring full). */
 static uint32_t run_send(struct shm *s, const struct keel_datagram *d, uint32_t count)
 {
-	struct ring_hdr *r = ring_of(s, d[0].peer, s->t.rank);
+	uint32_t to = d[0].peer;
+	struct ring_hdr *r = ring_of(s, to, s->t.rank);
 	uint32_t tries;
 
 	for (tries = 0; tries < PUBLISH_TRIES; tries++) {
 		uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
-		uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+		uint64_t gen = tail >> POS_BITS;
 		uint64_t pos = tail & POS_MASK;
+		/* A head seen under another generation says nothing about this one. */
+		bool exact = s->head_gen[to] != gen;
+		uint64_t head = exact ? head_read(s, r, to, gen) : s->head_seen[to];
 		uint64_t used = (pos - head) & POS_MASK;
 		uint32_t n;
 
+		if (used > s->ring_bytes && !exact) {
+			head = head_read(s, r, to, gen);
+			used = (pos - head) & POS_MASK;
+			exact = true;
+		}
 		if (used > s->ring_bytes)
 			return 0; /* the receiver is resetting: its new head with our old tail */
-		n = run_copy(s, r, d, count, &pos, s->ring_bytes - used);
+		n = run_copy(s, r, d, count, &pos, s->ring_bytes - used, exact);
+		if (!exact && n < count && d[n].peer == to) {
+			/* Stopped for room by the head last seen: the receiver may have moved on. */
+			head = head_read(s, r, to, gen);
+			n += run_copy(s, r, d + n, count - n, &pos,
+				      s->ring_bytes - ((pos - head) & POS_MASK), true);
+		}
 		if (n == 0)
 			return 0;
 		/* seq_cst: ordered before the load of `sleeping` below (the receiver stores
