@@ -120,16 +120,13 @@ static void cpu_relax(void)
 }
 
 /* Spin until `until_ns` or input. Returns 1 on input, 0 when the time ran out. The loop is
- * bounded by the clock, read every SPIN_TURNS_PER_CLOCK turns: over shared memory a look at
- * the rings is a few loads, and a clock read on every turn (where the clock is a paravirtual
- * one, more than the look) made the rank slower to see its input. */
-#define SPIN_TURNS_PER_CLOCK 8u
+ * bounded by the clock: each iteration reads it. */
 static int spin_until(struct keel_posix_waiter *w, uint64_t until_ns)
 {
-	for (uint32_t turn = 0;; turn++) {
+	for (;;) {
 		if (fd_readable_now(w))
 			return 1;
-		if (turn % SPIN_TURNS_PER_CLOCK == 0 && keel_posix_now_ns() >= until_ns)
+		if (keel_posix_now_ns() >= until_ns)
 			return 0;
 		if (w->spin_yield)
 			(void)sched_yield(); /* the peer we wait for may need this CPU */

@@ -36,10 +36,10 @@ _Static_assert(KEEL_MTU_MAX + RECORD_HDR_BYTES < KEEL_SHM_RING_BYTES_MAX / 2, "a
  * the receiver writes it only around a block, so on its own line the mark stays in the
  * sender's cache; beside the head it would cost the sender a miss per record. */
 struct ring_hdr {
-	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t tail;	  /* written by the sender */
-	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t head;	  /* written by the receiver */
-	_Alignas(CACHE_LINE_BYTES) _Atomic uint32_t sleeping; /* set by the receiver when it
-								 found the ring empty */
+	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t tail; /* written by the sender */
+	_Alignas(CACHE_LINE_BYTES) _Atomic uint64_t head; /* written by the receiver */
+	/* set by the receiver when it found the ring empty */
+	_Alignas(CACHE_LINE_BYTES) _Atomic uint32_t sleeping;
 };
 
 /* The region's first line: a region mapped by name must have been made for the same job shape. */
@@ -541,7 +541,7 @@ static uint32_t run_send(struct shm *s, const struct keel_datagram *d, uint32_t 
 			return 0; /* the receiver is resetting: its new head with our old tail */
 		n = run_copy(s, r, d, count, &pos, s->ring_bytes - used, exact);
 		if (!exact && n < count && d[n].peer == to) {
-			/* Stopped for room by the head last seen: the receiver may have moved on. */
+			/* Stopped for room by the head last seen: it may have moved on. */
 			head = head_read(s, r, to, gen);
 			n += run_copy(s, r, d + n, count - n, &pos,
 				      s->ring_bytes - ((pos - head) & POS_MASK), true);
