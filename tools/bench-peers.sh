@@ -274,6 +274,12 @@ if [ "$ROUNDS" -gt 1 ]; then
 		"over the rounds; ratios: the median of the rounds' own ratios (their range)"
 fi
 echo "# warm-up: a tenth of the iterations, and at least $WARMUP_MS ms, for every program"
+over=''
+for n in $RANKS; do [ "$n" -le "$(nproc)" ] || over="$over${over:+,}$n"; done
+# Every library then waits for a core: on 2 cores vader's 4-rank 4 B took 25 us, on 16 cores 1.8.
+[ -z "$over" ] || echo "# ranks outnumber the $(nproc) cores at $over ranks: each library there waits" \
+	"for the CPU, so small sizes measure the scheduler as much as the library (docs/PERF.md," \
+	"\"Sixteen cores\")"
 keel_note="keel-bench allreduce --median --check, wait ${KEEL_WAIT_MODE:-${KEEL_WAIT:-default}}"
 if [ $AUTH -eq 0 ]; then keel_note="$keel_note, no job key"; fi
 if [ "$HOSTS" -gt 1 ]; then
