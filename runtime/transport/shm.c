@@ -402,7 +402,10 @@ int keel_shm_init(struct keel_transport **out, void *mem, size_t mem_len,
 	state_init(s, cfg);
 	s->read = (uint64_t *)(void *)((uint8_t *)s + align_up(sizeof(struct shm)));
 	s->head_seen = s->read + cfg->world_size;
-	s->head_gen = s->head_seen + cfg->world_size; /* 0: no tail has generation 0 */
+	s->head_gen = s->head_seen + cfg->world_size;
+	/* The caller's memory may hold anything: a generation left there could vouch for a head
+	 * never read. 0 matches no tail (generations start at 1). */
+	memset(s->head_seen, 0, 2 * (size_t)cfg->world_size * sizeof(uint64_t));
 	if (cfg->region != NULL) {
 		s->region = cfg->region;
 		s->region_len = len;

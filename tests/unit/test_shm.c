@@ -606,6 +606,53 @@ static void test_shm_restarted_receiver(void **state)
 	munmap(reg, cfg.region_len);
 }
 
+/* A transport started over memory that an earlier one used (a rank restarted in the same
+ * arena) reads the receiver's head before it trusts any room: the head an earlier life saw, on
+ * another region whose ring had the same generation, must not let it write over records its
+ * receiver has not read. */
+static void test_shm_sender_memory_reused(void **state)
+{
+	struct keel_shm_config cfg;
+	struct keel_datagram o[3], d[4];
+	(void)state;
+	/* Life 1, region 1: rank 0 sees its receiver's head at 528 (two records of 264 bytes). */
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	void *reg1 = region_new(&cfg);
+	struct keel_transport *a = shm_open_rank(0, &cfg, 0), *b = shm_open_rank(1, &cfg, 1);
+	for (uint32_t i = 0; i < 3; i++)
+		o[i] = out_make(i, 1, SMALL_MTU, i);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 2), 2);
+	recv_setup(d, 4, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 4), 2);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 3), 3); /* reads the head: 528 */
+	a->ops->fini(a);
+	b->ops->fini(b);
+	munmap(reg1, cfg.region_len);
+
+	/* Region 2: another sender leaves two records unread in rank 1's ring from rank 0 (the
+	 * same generation as before, 1), then rank 0 starts again in life 1's memory. */
+	cfg_make(&cfg, 2, SMALL_MTU, SMALL_RING);
+	void *reg2 = region_new(&cfg);
+	b = shm_open_rank(1, &cfg, 1);
+	struct keel_transport *c = shm_open_rank(2, &cfg, 0);
+	o[0] = out_make(0, 1, SMALL_MTU, 10);
+	o[1] = out_make(1, 1, SMALL_MTU, 11);
+	assert_int_equal(c->ops->send_burst(c, 0, o, 2), 2);
+	c->ops->fini(c);
+	a = shm_open_rank(0, &cfg, 0);
+	for (uint32_t i = 0; i < 3; i++)
+		o[i] = out_make(i, 1, SMALL_MTU, 20 + i);
+	assert_int_equal(a->ops->send_burst(a, 0, o, 3), 1); /* room for one: 1024 - 528 */
+	recv_setup(d, 4, SMALL_MTU);
+	assert_int_equal(b->ops->recv_burst(b, 0, d, 4), 3);
+	assert_int_equal(check(d[0].buf, SMALL_MTU, 10), 0);
+	assert_int_equal(check(d[1].buf, SMALL_MTU, 11), 0);
+	assert_int_equal(check(d[2].buf, SMALL_MTU, 20), 0);
+	a->ops->fini(a);
+	b->ops->fini(b);
+	munmap(reg2, cfg.region_len);
+}
+
 /* FNV-1a over the payload after the 8-byte header (seq, hash). */
 static uint32_t fnv(const uint8_t *p, uint32_t n)
 {
@@ -885,6 +932,7 @@ int main(void)
 	    cmocka_unit_test(test_shm_named_region_attach),
 	    cmocka_unit_test(test_shm_region_of_others_refused),
 	    cmocka_unit_test(test_shm_restarted_receiver),
+	    cmocka_unit_test(test_shm_sender_memory_reused),
 	    cmocka_unit_test(test_shm_fork_exchange),
 	    cmocka_unit_test(test_shm_fork_exchange_caller_arms),
 	    cmocka_unit_test(test_shm_fork_exchange_lent),
