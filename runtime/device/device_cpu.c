@@ -266,9 +266,12 @@ static int cpu_test(void *state, uint32_t ticket)
 	if (w->kind == WORK_FREE || w->gen != ticket >> 8)
 		return -EINVAL; /* released already, or never queued */
 	d->tick++;
-	if (d->tick < w->due_tick || (d->cfg.in_order && older_queued(d, w)))
+	if (d->tick < w->due_tick)
 		return -EINPROGRESS;
-	if (older_queued(d, w))
+	bool older = older_queued(d, w);
+	if (older && d->cfg.in_order)
+		return -EINPROGRESS;
+	if (older)
 		d->stats.finished_out_of_order++;
 	int rc = 0;
 	if (w->fails) {

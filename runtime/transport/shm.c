@@ -66,14 +66,18 @@ struct shm {
 	 * while some of them are lent to the caller (KEEL_DGRAM_LEND), whom the sender must not
 	 * overwrite yet. Private memory: no other process can move it. */
 	uint64_t *read;
-	/* [world]: the head of each outbound ring as last read, and the generation of the tail
-	 * it was read with. Heads only move forward within a generation, so the room it shows
+	/* [world]: the head of each outbound ring as last read, with the generation of the tail
+	 * it was read under. Heads only move forward within a generation, so the room it shows
 	 * is never more than there is: the sender reads the receiver's head line only when a
 	 * run does not fit, not on every record. */
-	uint64_t *head_seen;
-	uint64_t *head_gen;
+	struct head_kept *kept;
 	char name[KEEL_SHM_NAME_MAX + 1];
 	struct keel_shm_stats stats;
+};
+
+struct head_kept {
+	uint64_t head;
+	uint64_t gen; /* 0 (no tail has it: generations start at 1): none kept */
 };
 
 static const struct keel_transport_ops shm_ops;
@@ -138,7 +142,8 @@ size_t keel_shm_storage_size(const struct keel_shm_config *cfg)
 {
 	if (!config_valid(cfg))
 		return 0;
-	return align_up(sizeof(struct shm)) + 3 * (size_t)cfg->world_size * sizeof(uint64_t) +
+	return align_up(sizeof(struct shm)) +
+	       (size_t)cfg->world_size * (sizeof(uint64_t) + sizeof(struct head_kept)) +
 	       CACHE_LINE_BYTES - 1;
 }
 
@@ -401,11 +406,10 @@ int keel_shm_init(struct keel_transport **out, void *mem, size_t mem_len,
 	s = (struct shm *)align_up((uintptr_t)mem);
 	state_init(s, cfg);
 	s->read = (uint64_t *)(void *)((uint8_t *)s + align_up(sizeof(struct shm)));
-	s->head_seen = s->read + cfg->world_size;
-	s->head_gen = s->head_seen + cfg->world_size;
+	s->kept = (struct head_kept *)(void *)(s->read + cfg->world_size);
 	/* The caller's memory may hold anything: a generation left there could vouch for a head
-	 * never read. 0 matches no tail (generations start at 1). */
-	memset(s->head_seen, 0, 2 * (size_t)cfg->world_size * sizeof(uint64_t));
+	 * never read here. */
+	memset(s->kept, 0, (size_t)cfg->world_size * sizeof(struct head_kept));
 	if (cfg->region != NULL) {
 		s->region = cfg->region;
 		s->region_len = len;
@@ -513,9 +517,9 @@ static uint32_t run_copy(struct shm *s, struct ring_hdr *r, const struct keel_da
  * one seen under the tail's generation `gen`. */
 static uint64_t head_read(struct shm *s, struct ring_hdr *r, uint32_t to, uint64_t gen)
 {
-	s->head_seen[to] = atomic_load_explicit(&r->head, memory_order_acquire);
-	s->head_gen[to] = gen;
-	return s->head_seen[to];
+	s->kept[to] = (struct head_kept){
+	    .head = atomic_load_explicit(&r->head, memory_order_acquire), .gen = gen};
+	return s->kept[to].head;
 }
 
 /* Write a run for one receiver and publish it. Returns how many were taken (0: ring full). */
@@ -530,24 +534,22 @@ static uint32_t run_send(struct shm *s, const struct keel_datagram *d, uint32_t 
 		uint64_t gen = tail >> POS_BITS;
 		uint64_t pos = tail & POS_MASK;
 		/* A head seen under another generation says nothing about this one. */
-		bool exact = s->head_gen[to] != gen;
-		uint64_t head = exact ? head_read(s, r, to, gen) : s->head_seen[to];
-		uint64_t used = (pos - head) & POS_MASK;
-		uint32_t n;
+		bool exact = s->kept[to].gen != gen;
+		uint64_t head = exact ? head_read(s, r, to, gen) : s->kept[to].head;
+		uint32_t n = 0;
 
-		if (used > s->ring_bytes && !exact) {
+		/* At most two passes: the kept head, then (stopped for room) the head read now. */
+		for (;;) {
+			uint64_t used = (pos - head) & POS_MASK;
+			/* more than the ring: the receiver is resetting (its new head with our
+			 * old tail), or the kept head is behind a reset */
+			if (used <= s->ring_bytes)
+				n += run_copy(s, r, d + n, count - n, &pos, s->ring_bytes - used,
+					      exact);
+			if (exact || n == count || d[n].peer != to)
+				break;
 			head = head_read(s, r, to, gen);
-			used = (pos - head) & POS_MASK;
 			exact = true;
-		}
-		if (used > s->ring_bytes)
-			return 0; /* the receiver is resetting: its new head with our old tail */
-		n = run_copy(s, r, d, count, &pos, s->ring_bytes - used, exact);
-		if (!exact && n < count && d[n].peer == to) {
-			/* Stopped for room by the head last seen: it may have moved on. */
-			head = head_read(s, r, to, gen);
-			n += run_copy(s, r, d + n, count - n, &pos,
-				      s->ring_bytes - ((pos - head) & POS_MASK), true);
 		}
 		if (n == 0)
 			return 0;
