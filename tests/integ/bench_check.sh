@@ -34,3 +34,24 @@ out=$("$RUN" -n 5 --timeout 120 --kill 3@1.5 -- "$BENCH" allreduce -b 4M -e 4M -
 rc=$?
 [ $rc -eq 0 ] || { echo "$out" | tail -8; echo "bench_check: timed run across a kill: keel-run exited $rc"; exit 1; }
 echo "bench_check: 5 ranks, rank 3 killed during timed loops: keel-bench went on"
+# --series: one line per timed iteration, the median of those lines is the table's, and the
+# run survives writing a long one (its rank keeps polling). Its errors are named.
+err=$("$BENCH" allreduce --series /tmp/x 2>&1)
+grep -q -- "--series needs --median" <<<"$err" || { echo "bench_check: --series without --median: $err"; exit 1; }
+ser=$(mktemp /tmp/keel-series.XXXXXX)
+trap 'rm -f "$ser"' EXIT
+out=$(KEEL_TRANSPORT=shm "$RUN" -n 2 --no-key --timeout 120 -- "$BENCH" allreduce --median -b 4 \
+	-e 4 -n 200001 -w 0 --series /nonexistent/dir/s 2>&1)
+grep -q -- "--series /nonexistent/dir/s: No such file or directory" <<<"$out" ||
+	{ echo "$out" | tail -5; echo "bench_check: an unwritable --series not named"; exit 1; }
+out=$(KEEL_TRANSPORT=shm "$RUN" -n 2 --no-key --timeout 120 -- "$BENCH" allreduce --median -b 4 \
+	-e 4 -n 200000 -w 0 --series "$ser" 2>&1)
+rc=$?
+[ $rc -eq 0 ] || { echo "$out" | tail -8; echo "bench_check: --series run: keel-run exited $rc"; exit 1; }
+lines=$(grep -vc '^#' "$ser")
+[ "$lines" -eq 400000 ] || { echo "bench_check: --series wrote $lines lines, not 2 x 200000"; exit 1; }
+want=$(awk '!/^#/ && $2 == 0 {print $5}' "$ser" | sort -g | sed -n "100000p;100001p" | awk "{s += \$1} END {print s / 2}")
+got=$(awk '$1 == 4 {print $6}' <<<"$out")
+awk -v w="$want" -v g="$got" 'BEGIN { exit !(w != "" && (w - g < 0.006 && g - w < 0.006)) }' ||
+	{ echo "bench_check: table's median $got, the series' $want"; exit 1; }
+echo "bench_check: --series: 2 x 200000 lines, their median is the table's ($got us)"

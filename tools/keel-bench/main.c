@@ -12,6 +12,7 @@
 #include "bench_device.h"
 #include "bench_failover.h"
 #include "bench_preload.h"
+#include "bench_stats.h"
 #include "keel/boot.h"
 #include "keel/transport_router.h"
 #include "refcheck.h"
@@ -29,7 +30,12 @@ struct bench_opts {
 	const char *device; /* --device cpu|cuda: buffers in device memory (NULL: host) */
 	bool grad;	    /* --grad: gradient AllReduces, which keel may compress */
 	bool reg; /* --register: buffers registered with the transport (keel_boot_register) */
+	const char *series; /* --series FILE: every timed iteration, when it began (--median) */
 };
+
+/* --series: rank 0's clock at the start of the job, and the file the iterations go to. */
+static uint64_t g_job_start_ns;
+static FILE *g_series;
 
 /* --grad: the error-feedback buffer of the gradient AllReduces (keel_grad_feedback_len). */
 static float *g_feedback;
@@ -64,6 +70,9 @@ static void usage(FILE *f)
 	    "  -m, --median          time each iteration alone; report the median over\n"
 	    "                        iterations of the slowest rank's time (default: the\n"
 	    "                        slowest rank's mean)\n"
+	    "      --series FILE     with --median: rank 0 writes one line per timed iteration:\n"
+	    "                        size, in place (0/1), iteration, ms since the job\n"
+	    "                        started when it began, the slowest rank's time (us)\n"
 	    "  -D, --device D        buffers in device memory: cuda (GPU LOCAL_RANK, or 0) or\n"
 	    "                        cpu (the CPU stand-in device); staged through registered\n"
 	    "                        host memory (README \"GPU buffers\")\n"
@@ -117,6 +126,7 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 					      {"warmup-ms", required_argument, 0, 'W'},
 					      {"check", no_argument, 0, 'c'},
 					      {"median", no_argument, 0, 'm'},
+					      {"series", required_argument, 0, 'S'},
 					      {"seconds", required_argument, 0, 't'},
 					      {"transport", required_argument, 0, 'T'},
 					      {"device", required_argument, 0, 'D'},
@@ -188,6 +198,9 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 		case 'm':
 			o->median = true;
 			break;
+		case 'S':
+			o->series = optarg;
+			break;
 		case 't':
 			o->seconds = strtod(optarg, NULL);
 			if (!(o->seconds > 0 && o->seconds < 86400)) {
@@ -233,6 +246,8 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 	} else if (o->grad && (o->dtype != KEEL_F32 || (o->op != KEEL_SUM && o->op != KEEL_AVG) ||
 			       o->device != NULL)) {
 		why = "--grad is for host f32 sum or avg";
+	} else if (o->series != NULL && !o->median) {
+		why = "--series needs --median (it writes the per-iteration times)";
 	}
 	if (why != NULL) {
 		fprintf(stderr, "keel-bench: %s (keel-bench --help for the options)\n", why);
@@ -375,18 +390,16 @@ static double time_allreduce(struct keel_boot *b, const struct bench_opts *o, vo
 	return across(b, us, KEEL_MAX);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
+/* Lines of --series written between two polls. */
+#define SERIES_PIECE 4096u
 
 /* --median: each iteration timed alone, the slowest rank's time per iteration (an AllReduce
  * MAX over the per-iteration times, after the timed loop), and the median of those, in
  * microseconds. The method of tools/bench-peers/, so keel and its peers compare alike.
  * `mine` and `slowest` hold o->iters values each. */
 static double time_allreduce_median(struct keel_boot *b, const struct bench_opts *o, void *in,
-				    void *out, size_t count, double *mine, double *slowest)
+				    void *out, size_t count, bool in_place, double *mine,
+				    double *slowest, uint64_t *began)
 {
 	warm_up(b, o, in, out, count);
 	across(b, 0, KEEL_MAX); /* line the ranks up */
@@ -396,13 +409,20 @@ static double time_allreduce_median(struct keel_boot *b, const struct bench_opts
 		if (rc != 0)
 			die(b, "allreduce", rc);
 		mine[i] = (double)(keel_posix_now_ns() - t0) / 1e3;
+		if (began != NULL)
+			began[i] = t0;
 	}
 	int rc = keel_allreduce(b->node, mine, slowest, o->iters, KEEL_F64, KEEL_MAX);
 	if (rc != 0)
 		die(b, "allreduce of per-iteration times", rc);
-	qsort(slowest, o->iters, sizeof(*slowest), cmp_double);
-	uint32_t h = o->iters / 2;
-	return o->iters % 2 ? slowest[h] : (slowest[h - 1] + slowest[h]) / 2;
+	for (uint32_t i = 0; g_series != NULL && i < o->iters; i++) {
+		fprintf(g_series, "%zu %d %u %.3f %.3f\n", count * keel_dtype_size(o->dtype),
+			in_place ? 1 : 0, i, (double)(began[i] - g_job_start_ns) / 1e6, slowest[i]);
+		/* a long series takes longer to write than the detector allows a silent rank */
+		if (i % SERIES_PIECE == SERIES_PIECE - 1 && keel_boot_poll(b) != 0)
+			die(b, "poll", KEEL_ETRANSPORT);
+	}
+	return bench_median(slowest, o->iters); /* after the series: it reorders them */
 }
 
 /* Checking works in pieces with a poll between them: a rank that stops polling for longer
@@ -498,14 +518,23 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 		*ref = o->check ? calloc(1, cap) : NULL;
 	double *mine = o->median ? calloc(o->iters, sizeof(double)) : NULL,
 	       *slowest = o->median ? calloc(o->iters, sizeof(double)) : NULL;
+	/* --series: rank 0 alone writes the file */
+	uint64_t *began = g_series != NULL ? calloc(o->iters, sizeof(uint64_t)) : NULL;
 	if (o->grad) {
 		g_feedback = calloc(keel_grad_feedback_len(cap / es) + 1, sizeof(float));
 		if (g_feedback == NULL)
 			die(b, "feedback buffer", -ENOMEM);
 	}
 	if (in == NULL || out == NULL || (o->check && ref == NULL) ||
-	    (o->median && (mine == NULL || slowest == NULL)))
+	    (o->median && (mine == NULL || slowest == NULL)) || (g_series != NULL && began == NULL))
 		die(b, "buffers", -ENOMEM);
+	/* Touched now: a page's first touch inside a timed call would be timed with it. */
+	if (o->median) {
+		memset(mine, 0, o->iters * sizeof(double));
+		memset(slowest, 0, o->iters * sizeof(double));
+	}
+	if (began != NULL)
+		memset(began, 0, o->iters * sizeof(uint64_t));
 	/* --register: the buffers sends read (with --device, the stage holds them) */
 	void *reg_buf[3] = {in, out, g_dev_on ? g_dev.stage : NULL};
 	size_t reg_len[3] = {cap, cap, g_dev_on ? g_dev.stage_bytes : 0};
@@ -581,9 +610,10 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 		/* with --device, the timed AllReduces run on the device buffers */
 		void *t_in = g_dev_on ? g_dev.d_in : in, *t_out = g_dev_on ? g_dev.d_out : out;
 		for (int ip = 0; ip < 2; ip++) {
-			t[ip] = o->median ? time_allreduce_median(b, o, t_in, ip ? t_in : t_out,
-								  count, mine, slowest)
-					  : time_allreduce(b, o, t_in, ip ? t_in : t_out, count);
+			t[ip] = o->median
+				    ? time_allreduce_median(b, o, t_in, ip ? t_in : t_out, count,
+							    ip == 1, mine, slowest, began)
+				    : time_allreduce(b, o, t_in, ip ? t_in : t_out, count);
 			if (o->check)
 				wrong[ip] =
 				    check_allreduce(b, o, in, out, ref, count, ip, &smaller);
@@ -669,6 +699,7 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	free(ref);
 	free(mine);
 	free(slowest);
+	free(began);
 	free(g_feedback);
 	return wrong_total == 0 ? 0 : 1;
 }
@@ -962,9 +993,23 @@ int main(int argc, char **argv)
 		fprintf(stderr, "keel-bench: %s\n", err[0] ? err : keel_strerror(rc));
 		return 1;
 	}
+	g_job_start_ns = keel_posix_now_ns();
+	if (o.series != NULL && b.launch.rank == 0) {
+		g_series = fopen(o.series, "w");
+		if (g_series == NULL) {
+			fprintf(stderr, "keel-bench: --series %s: %s\n", o.series, strerror(errno));
+			keel_boot_stop(&b, 0);
+			return 1;
+		}
+		fprintf(g_series, "# bytes in_place iteration began_ms slowest_us\n");
+	}
 	int status = is_ar   ? bench_allreduce(&b, &o)
 		     : is_hb ? bench_heartbeat(&b, &o)
 			     : bench_rdma_lat(&b, &o);
+	if (g_series != NULL && fclose(g_series) != 0) {
+		fprintf(stderr, "keel-bench: --series %s: %s\n", o.series, strerror(errno));
+		status = 1;
+	}
 	fflush(stdout); /* the results, before any linger (KEEL_METRICS_LINGER_MS) */
 	keel_boot_stop(&b, 500000000ull);
 	if (g_dev_on)
