@@ -861,7 +861,7 @@ static struct keel_op *op_alloc(struct keel_node *n)
 	KEEL_ASSERT(n->op_next_id - n->op_run_id < n->ops_max);
 	uint8_t *bits = op->done_bits;
 	KEEL_ASSERT(bits != NULL); /* carved by keel_init */
-	memset(op, 0, sizeof(*op));
+	memset(op, 0, OP_CLEARED_BYTES);
 	op->done_bits = bits;
 	op->id = n->op_next_id++;
 	op_set_state(op, OP_QUEUED);

@@ -260,11 +260,14 @@ void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 	struct rel_peer *p = &n->rel_peers[peer];
 	window_check(n, p); /* so the advertised window below is 0..window */
 	uint32_t sack = 0;
-	/* A slot is used only while it holds a datagram (rx_held counts them): with none held,
-	 * nothing past rcv_ack arrived, so skip the scan (every header is built here). */
-	for (uint32_t i = 0; p->rx_held != 0 && i < 32u && i + 1u < n->window; i++) {
+	/* A slot is used only while it holds a datagram, and none past rcv_high: with nothing
+	 * stored past rcv_ack + 1, skip the scan (every header is built here). */
+	bool past_hole = p->rx_held != 0 && seq_before(p->rcv_ack + 1u, p->rcv_high);
+	if (!past_hole) /* kept near rcv_ack, so that sequence numbers never wrap past it */
+		p->rcv_high = p->rcv_ack + 1u;
+	for (uint32_t i = 0; past_hole && i < 32u && i + 1u < n->window; i++) {
 		uint32_t seq = p->rcv_ack + 1u + i;
-		if (seq - p->rcv_nxt >= n->window)
+		if (seq - p->rcv_nxt >= n->window || !seq_before(seq, p->rcv_high))
 			break;
 		if (rx_used(p, seq, n->window))
 			sack |= 1u << i;
@@ -815,6 +818,8 @@ static void rx_store(struct keel_node *n, struct rel_peer *p, const struct wire_
 	KEEL_ASSERT(!p->rx[idx].used);
 	p->rx[idx].h = *h;
 	p->rx[idx].used = 1;
+	if (seq_before(p->rcv_high, h->seq + 1u))
+		p->rcv_high = h->seq + 1u;
 	p->rx_held++;
 	n->rx_held++;
 	active_mark(n, (uint32_t)(p - n->rel_peers));
@@ -1037,7 +1042,7 @@ void rel_peer_reset(struct keel_node *n, uint32_t peer)
 	p->rx_held = 0;
 	p->snd_una = p->snd_nxt = 1;
 	p->snd_edge = 1 + n->window;
-	p->rcv_nxt = p->rcv_ack = 1;
+	p->rcv_nxt = p->rcv_ack = p->rcv_high = 1;
 	p->rtx_deadline_ns = p->ack_due_ns = UINT64_MAX;
 	p->unsent = p->sack_any = false;
 	set_ack_pending(n, p, false);

@@ -77,10 +77,24 @@ static void test_detector_suspects_exactly_after_miss_limit(void **state)
 	assert_int_equal(k.probes_refuted, 0);
 	/* It speaks again in the same incarnation: alive, and counted as a false suspicion. */
 	poll_one(&c, 1, t0 + 4 * HB + 10);
-	poll_one(&c, 0, t0 + 4 * HB + 20);
+	uint64_t t1 = t0 + 4 * HB + 20;
+	poll_one(&c, 0, t1);
 	assert_int_equal(state_of(&c, 0, 1), KEEL_PEER_ALIVE);
 	keel_counters_get(c.node[0], &k);
 	assert_int_equal(k.false_suspicions, 1);
+	/* Then silent for good: watched again from t1 (the walk over watched peers is not left
+	 * to a deadline found while it was suspected), so suspected again after the same
+	 * silence, probes and all. */
+	uint64_t again = 0;
+	for (uint64_t t = t1 + HB / 8; t <= t1 + 6 * HB && again == 0; t += HB / 8) {
+		poll_one(&c, 0, t);
+		if (state_of(&c, 0, 1) == KEEL_PEER_SUSPECTED)
+			again = t;
+	}
+	assert_true(again >= t1 + 3 * HB && again <= t1 + 5 * HB);
+	keel_counters_get(c.node[0], &k);
+	assert_int_equal(k.suspicions, 2);
+	assert_int_equal(k.probes_sent, 2 * KEEL_PROBES_DEFAULT);
 	cluster_fini(&c);
 }
 
