@@ -320,6 +320,12 @@ struct keel_node {
 	uint32_t copyin_busy; /* device copies of such payloads to the host running (copyin) */
 	uint64_t rx_held;     /* datagrams held in receive slots */
 	uint32_t acks_owed;   /* peers with ack_pending */
+	/* When rel_timers and rel_send_acks must next walk the active peers: no retransmission
+	 * (ack) is due before rel_timer_at (rel_ack_at). Lowered wherever a peer's deadline is
+	 * set, found exactly by each walk; 0 at init. rel_unsent: some peer may have slots the
+	 * transport refused (the timers' walk sends them). */
+	uint64_t rel_timer_at, rel_ack_at;
+	bool rel_unsent;
 	/* One bit per peer that may have data in flight, an ack owed or datagrams held: the
 	 * per-poll scans visit these instead of the whole world (a ring step talks to two peers
 	 * of 1 024). Set whenever a peer gets any of those; cleared lazily by the scans. */

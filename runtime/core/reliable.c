@@ -84,6 +84,28 @@ static void active_mark(struct keel_node *n, uint32_t peer)
 	n->rel_active[peer / 64] |= 1ull << (peer % 64);
 }
 
+/* A peer's retransmission (ack) deadline was set to `at`: the walks must not start later.
+ * They ran at every poll, a tenth of a 4-rank small AllReduce's instructions. */
+static void timer_walk_by(struct keel_node *n, uint64_t at)
+{
+	if (at < n->rel_timer_at)
+		n->rel_timer_at = at;
+}
+
+static void ack_walk_by(struct keel_node *n, uint64_t at)
+{
+	if (at < n->rel_ack_at)
+		n->rel_ack_at = at;
+}
+
+/* The transport refused some of the peer's slots: the timers' walk sends them next poll. */
+static void mark_unsent(struct keel_node *n, struct rel_peer *p)
+{
+	p->unsent = true;
+	n->rel_unsent = true;
+	active_mark(n, (uint32_t)(p - n->rel_peers));
+}
+
 /* The next active peer at or after `from` (in rank order, so that scans visit peers in the
  * order a walk over the world would), or n->world when none. Idle peers met on the way are
  * dropped from the set when `prune` (the set is the node's scratch, not its state: a const
@@ -243,6 +265,7 @@ void rel_ack_soon(struct keel_node *n, uint32_t peer)
 	struct rel_peer *p = &n->rel_peers[peer];
 	set_ack_pending(n, p, true);
 	p->ack_due_ns = n->now_ns;
+	ack_walk_by(n, p->ack_due_ns);
 	KEEL_ASSERT(p->ack_pending && n->acks_owed > 0);
 }
 
@@ -250,8 +273,10 @@ void rel_ack_owed_now(struct keel_node *n, uint32_t peer)
 {
 	KEEL_ASSERT(peer < n->world && peer != n->self);
 	struct rel_peer *p = &n->rel_peers[peer];
-	if (p->ack_pending && p->ack_due_ns > n->now_ns)
+	if (p->ack_pending && p->ack_due_ns > n->now_ns) {
 		p->ack_due_ns = n->now_ns;
+		ack_walk_by(n, p->ack_due_ns);
+	}
 }
 
 void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
@@ -293,6 +318,7 @@ static void ack_owed(struct keel_node *n, struct rel_peer *p, bool urgent)
 	    urgent || p->rcv_unacked >= n->window / 4 ? n->now_ns : n->now_ns + n->cfg.ack_delay_ns;
 	if (due < p->ack_due_ns)
 		p->ack_due_ns = due;
+	ack_walk_by(n, p->ack_due_ns);
 	KEEL_ASSERT_DEBUG(p->ack_pending && p->ack_due_ns <= n->now_ns + n->cfg.ack_delay_ns);
 }
 
@@ -368,8 +394,7 @@ static void device_copy_in(struct keel_node *n, uint32_t peer, uint32_t seq)
 	struct tx_slot *s = &p->tx[seq & (n->window - 1)];
 	KEEL_ASSERT(s->device && s->tail != NULL && n->cfg.device != NULL);
 	s->sent_ns = 0; /* not sent: tried again at the next poll */
-	p->unsent = true;
-	active_mark(n, peer);
+	mark_unsent(n, p);
 	device_copy_start(n, peer, seq);
 }
 
@@ -428,8 +453,7 @@ void rel_device_copies(struct keel_node *n)
 		wire_crc_whole(buf);
 		borrow_end(n, s);
 		n->ctr.device_copy_ins++;
-		p->unsent = true; /* it goes whole at the next look at the window */
-		active_mark(n, c->peer);
+		mark_unsent(n, p); /* it goes whole at the next look at the window */
 	}
 }
 
@@ -558,6 +582,7 @@ static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 	uint64_t due = n->now_ns + backoff_rto(n, p, s->tries);
 	if (due < p->rtx_deadline_ns)
 		p->rtx_deadline_ns = due;
+	timer_walk_by(n, p->rtx_deadline_ns);
 	/* A borrowed payload goes as the datagram's tail while the way to the peer takes two
 	 * pieces; after a route change it is copied in once and goes whole from then on. With a
 	 * key every copy sent again is sealed (seal_all, node.c), which takes it whole. */
@@ -691,8 +716,7 @@ void rel_txq_refused(struct keel_node *n, uint32_t peer, uint32_t seq)
 	s->sent_ns = 0;
 	if (s->tries > 0)
 		s->tries--;
-	p->unsent = true;
-	active_mark(n, peer);
+	mark_unsent(n, p);
 }
 
 void rel_txq_sent(struct keel_node *n, uint32_t peer, uint32_t seq)
@@ -787,6 +811,7 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 	if (p->snd_una != una_before && p->snd_una != p->snd_nxt) {
 		p->rtx_base_ns = n->now_ns;
 		p->rtx_deadline_ns = n->now_ns + p->rto_ns; /* the scan then finds the exact one */
+		timer_walk_by(n, p->rtx_deadline_ns);
 	}
 	uint32_t highest = 0;
 	bool any = false;
@@ -938,8 +963,15 @@ void rel_timers(struct keel_node *n)
 {
 	uint32_t mask = n->window - 1;
 	totals_check(n);
-	if (n->tx_flight == 0)
+	if (n->tx_flight == 0) {
+		n->rel_unsent = false; /* nothing in flight, nothing refused (a reset left it) */
 		return; /* nothing out: no timer runs (rel_next_deadline looks at data in flight) */
+	}
+	if (!n->rel_unsent && n->now_ns < n->rel_timer_at)
+		return;
+	/* the walk finds the next deadline; what it cannot send marks itself unsent again */
+	n->rel_timer_at = UINT64_MAX;
+	n->rel_unsent = false;
 	FOR_ACTIVE(n, i, true)
 	{
 		struct rel_peer *p = &n->rel_peers[i];
@@ -948,8 +980,10 @@ void rel_timers(struct keel_node *n)
 			continue;
 		}
 		KEEL_ASSERT_DEBUG(i != n->self && p->tx != NULL); /* nothing is ever sent to self */
-		if (!p->unsent && n->now_ns < p->rtx_deadline_ns)
+		if (!p->unsent && n->now_ns < p->rtx_deadline_ns) {
+			timer_walk_by(n, p->rtx_deadline_ns);
 			continue;
+		}
 		p->unsent = false;
 		p->rtx_deadline_ns = UINT64_MAX;
 		bool head_sent = false;
@@ -981,6 +1015,7 @@ void rel_timers(struct keel_node *n)
 			}
 			transmit(n, i, seq);
 		}
+		timer_walk_by(n, p->rtx_deadline_ns);
 	}
 }
 
@@ -988,13 +1023,18 @@ void rel_send_acks(struct keel_node *n)
 {
 	KEEL_ASSERT_DEBUG(n->acks_owed < n->world);
 	KEEL_ASSERT_DEBUG(!n->rel_peers[n->self].ack_pending);
-	if (n->acks_owed == 0)
+	if (n->acks_owed == 0 || n->now_ns < n->rel_ack_at)
 		return;
+	n->rel_ack_at = UINT64_MAX; /* the walk finds the next */
 	FOR_ACTIVE(n, i, true)
 	{
 		struct rel_peer *p = &n->rel_peers[i];
-		if (!p->ack_pending || n->now_ns < p->ack_due_ns)
+		if (!p->ack_pending)
 			continue;
+		if (n->now_ns < p->ack_due_ns) {
+			ack_walk_by(n, p->ack_due_ns);
+			continue;
+		}
 		node_send_ctrl(n, i, WIRE_ACK, n->ops_done_local, NULL, 0);
 		n->ctr.acks_sent++;
 	}
@@ -1009,16 +1049,13 @@ uint64_t rel_next_deadline(const struct keel_node *n)
 		return n->now_ns;
 	if (n->tx_flight == 0 && n->acks_owed == 0)
 		return dl;
-	FOR_ACTIVE(n, i, false)
-	{
-		const struct rel_peer *p = &n->rel_peers[i];
-		if (p->unsent) /* the transport refused: try again shortly, not in a busy loop */
-			return n->now_ns + n->cfg.ack_delay_ns;
-		if (p->snd_una != p->snd_nxt && p->rtx_deadline_ns < dl)
-			dl = p->rtx_deadline_ns;
-		if (p->ack_pending && p->ack_due_ns < dl)
-			dl = p->ack_due_ns;
-	}
+	if (n->tx_flight != 0 && n->rel_unsent) /* refused: try again shortly, not in a busy loop */
+		return n->now_ns + n->cfg.ack_delay_ns;
+	/* no later than any peer's deadline (the walks keep them so; one may come early) */
+	if (n->tx_flight != 0)
+		dl = n->rel_timer_at;
+	if (n->acks_owed != 0 && n->rel_ack_at < dl)
+		dl = n->rel_ack_at;
 	return dl;
 }
 
