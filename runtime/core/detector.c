@@ -409,8 +409,8 @@ void fd_check(struct keel_node *n)
 			continue;
 		uint64_t at = peer_due_at(n, p);
 		if (n->now_ns >= at) {
-			bool last = p->probe_ns != 0 ? p->probes_sent >= n->cfg.probes
-						     : n->cfg.probes == 0;
+			bool last =
+			    p->probe_ns != 0 ? p->probes_sent >= n->cfg.probes : n->cfg.probes == 0;
 			if (last) {
 				fd_suspect(n, i);
 				continue;
