@@ -137,6 +137,14 @@ struct keel_config {
 	 * mtu - 200 - 6 x world_size bytes); a multiple of 8. 0: every result waits for every
 	 * member. Ranks may differ in it: each takes what the others kept. */
 	uint32_t eager_result_bytes;
+	/* Such a result reported, the acks this node owes go at once to every member but the
+	 * one the next collective of the same shape sends to first (its data carries the ack).
+	 * With acks_ride, also the others that collective sends to (recursive doubling's later
+	 * partners) wait for its data, up to ack_delay_ns: one datagram fewer per partner and
+	 * collective, and no poll woken for it. Off by default: where ranks outnumber the
+	 * cores, an ack left to its timer wakes a rank that waits for a core. keel_boot turns
+	 * it on where they do not (KEEL_ACKS_RIDE=0|1 decides instead). */
+	bool acks_ride;
 	keel_view_fn on_view; /* optional */
 	void *on_view_ctx;
 	/* Trace events (keel/trace.h): collectives, suspicions, view rounds and views. */

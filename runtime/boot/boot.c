@@ -861,6 +861,11 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	bool on_udp = tp != TP_DPDK && tp != TP_VERBS; /* its socket serves the rendezvous */
 	if (rc == 0)
 		rc = env_config(&b->cfg, &mtu, err, err_len);
+	/* acks wait for the next collective's data only where no rank waits for a core
+	 * (keel_config.acks_ride) */
+	b->cfg.acks_ride = !keel_posix_oversubscribed(b->launch.local_world_size);
+	if (rc == 0 && env_switch("KEEL_ACKS_RIDE", &b->cfg.acks_ride, err, err_len) < 0)
+		rc = -EINVAL;
 	if (rc == 0 && on_udp)
 		b->datagram_scale = scale_to_datagram(&b->cfg, 1);
 	if (rc == 0)

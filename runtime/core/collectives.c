@@ -424,6 +424,23 @@ static int32_t first_send_peer(const struct keel_node *n, struct keel_op *op)
 	return -1;
 }
 
+/* Steps acks_ride looks through for the members a collective sends to: recursive doubling
+ * has log2(world) of them; a ring sends to one member at every step, its first. */
+#define RIDE_STEPS_MAX 16u
+
+/* Does the collective `op` (the next one of its shape, as a training step calls them) send
+ * data to `peer` at one of its first RIDE_STEPS_MAX steps? */
+static bool sends_to(const struct keel_node *n, struct keel_op *op, uint32_t peer)
+{
+	for (uint32_t t = 0; t < op->step_count && t < RIDE_STEPS_MAX; t++) {
+		struct step s;
+		op_step(n, op, t, &s);
+		if (s.send_peer == (int32_t)peer)
+			return true;
+	}
+	return false;
+}
+
 /* This node has the result. Kept (may_keep): a copy for members that lack it, reported now.
  * Else every member is told at once (an ack carries the count), and it waits for theirs. */
 static bool op_local_done(struct keel_node *n, struct keel_op *op)
@@ -447,9 +464,11 @@ static bool op_local_done(struct keel_node *n, struct keel_op *op)
 		 * makes it) sends to first, whose data carries it: left to the ack timer, they
 		 * would wake ranks that wait for a core (4 ranks on 2 cores over shared memory, 1
 		 * KiB: 1.5-2x slower), and sent to every member, they cost a send per collective
-		 * (2 ranks over UDP, 4 B: 10.8 us against 6.6). */
+		 * (2 ranks over UDP, 4 B: 10.8 us against 6.6). With acks_ride (ranks with cores
+		 * to spare) the members it sends to later wait for its data too. */
 		for (uint32_t r = 0; r < n->world; r++)
-			if (r != n->self && (int32_t)r != next_peer && view_has(&n->view, r))
+			if (r != n->self && (int32_t)r != next_peer && view_has(&n->view, r) &&
+			    rel_ack_pending(n, r) && !(n->cfg.acks_ride && sends_to(n, op, r)))
 				rel_ack_owed_now(n, r);
 		return true;
 	}

@@ -1094,6 +1094,82 @@ static void test_allreduce_blocking_call(void **state)
 	cluster_fini(&c);
 }
 
+/* acks_ride: 4 ranks over shared memory run back-to-back small AllReduces, each starting its
+ * next as soon as its last is done, as a training loop does. Recursive doubling sends to two
+ * partners; without acks_ride each rank acks its second partner on its own at every
+ * collective, with it that ack rides on the next collective's data. Results stay exact. */
+static bool g_ride;
+
+static void ride_tweak(struct keel_config *cfg)
+{
+	cfg->acks_ride = g_ride;
+	cfg->algo = KEEL_ALGO_RD;
+}
+
+static uint64_t back_to_back_acks(bool ride, uint32_t calls)
+{
+	enum { W = 4, N = 8 };
+	struct cluster c;
+	g_ride = ride;
+	assert_int_equal(cluster_init_shm(&c, W, g_mtu, ride_tweak), 0);
+	c.step_ns = 1000; /* 1 us a round: the ack delay (50 us) is many rounds */
+	int32_t in[W][N], out[W][N];
+	struct keel_op *ops[W] = {NULL};
+	uint32_t done[W] = {0};
+	for (uint32_t round = 0; round < 200000; round++) {
+		bool all = true;
+		for (uint32_t r = 0; r < W; r++) {
+			if (ops[r] != NULL) {
+				int st = keel_op_test(c.node[r], ops[r]);
+				if (st == -EINPROGRESS) {
+					all = false;
+					continue;
+				}
+				assert_int_equal(st, 0);
+				for (int i = 0; i < N;
+				     i++) /* sum over ranks of (call*10 + r + i) */
+					assert_int_equal(out[r][i],
+							 (int32_t)(W * (done[r] * 10 + i) + 6));
+				ops[r] = NULL;
+				done[r]++;
+			}
+			if (done[r] == calls)
+				continue;
+			all = false;
+			for (int i = 0; i < N; i++)
+				in[r][i] = (int32_t)(done[r] * 10 + r + i);
+			assert_int_equal(keel_allreduce_start(c.node[r], in[r], out[r], N, KEEL_I32,
+							      KEEL_SUM, &ops[r]),
+					 0);
+		}
+		if (all)
+			break;
+		cluster_round(&c);
+	}
+	uint64_t acks = 0;
+	for (uint32_t r = 0; r < W; r++) {
+		assert_int_equal(done[r], calls);
+		struct keel_counters k;
+		keel_counters_get(c.node[r], &k);
+		acks += k.acks_sent;
+	}
+	cluster_fini(&c);
+	return acks;
+}
+
+static void test_allreduce_acks_ride_on_the_next_collective(void **state)
+{
+	(void)state;
+	const uint32_t calls = 200;
+	uint64_t alone = back_to_back_acks(false, calls);
+	uint64_t riding = back_to_back_acks(true, calls);
+	print_message("acks sent by 4 ranks over %u collectives: %" PRIu64 " on their own, %" PRIu64
+		      " with acks_ride\n",
+		      calls, alone, riding);
+	assert_true(alone >= 4 * calls * 9 / 10); /* one per rank and collective */
+	assert_true(riding <= alone / 10);
+}
+
 int main(void)
 {
 	g_seed = cluster_seed(1);
@@ -1121,6 +1197,7 @@ int main(void)
 	    cmocka_unit_test(test_allreduce_clean_leave_counts_only_results_everyone_has),
 	    cmocka_unit_test(test_allreduce_without_eager_results_restarts_on_the_view),
 	    cmocka_unit_test(test_allreduce_blocking_call),
+	    cmocka_unit_test(test_allreduce_acks_ride_on_the_next_collective),
 	    cmocka_unit_test(test_allreduce_hier_every_dtype_op_size),
 	    cmocka_unit_test(test_allreduce_hier_shm),
 	    cmocka_unit_test(test_allreduce_hier_same_bits_as_ring),

@@ -1749,6 +1749,18 @@ static void boot_spin_expect(bool yield, uint64_t spin_ns)
 	keel_boot_stop(&b, 0);
 }
 
+/* Acks ride on the next collective's data (keel_config.acks_ride) only where no rank waits
+ * for a core, unless KEEL_ACKS_RIDE says. */
+static void boot_ride_expect(bool ride)
+{
+	struct keel_boot b;
+	char err[256];
+
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	assert_int_equal(b.cfg.acks_ride, ride);
+	keel_boot_stop(&b, 0);
+}
+
 /* keel_boot_register on a transport that copies (a single rank over UDP here): nothing to
  * register, so 0 and 0 again to let go; bad arguments are refused by name; a dma-buf cannot be
  * read by a transport that is not verbs. The verbs side: tests/unit/test_verbs.c and the VM. */
@@ -1776,7 +1788,9 @@ static void test_launch_boot_register_copying_transport(void **state)
 
 /* Ranks that outnumber their CPUs spin briefly with a yield by default, unless their heartbeat
  * interval is under 10 ms, the user chose a spin (KEEL_SPIN_US) or blocking; KEEL_SPIN_YIELD=1
- * makes the spin yield anyway, 0 never; anything else names itself. */
+ * makes the spin yield anyway, 0 never; anything else names itself. Their acks do not ride on
+ * the next collective's data (keel_config.acks_ride) unless KEEL_ACKS_RIDE=1; ranks with cores
+ * to spare ride unless KEEL_ACKS_RIDE=0. */
 static void test_launch_boot_spin_yield(void **state)
 {
 	struct keel_boot b;
@@ -1844,6 +1858,14 @@ static void test_launch_boot_spin_yield(void **state)
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "KEEL_SPIN_YIELD=yes: expected 0 (off) or 1 (on)"));
 	unsetenv("KEEL_SPIN_YIELD");
+	/* oversubscribed: acks go at once, unless asked */
+	boot_ride_expect(false);
+	env("KEEL_ACKS_RIDE", "1");
+	boot_ride_expect(true);
+	env("KEEL_ACKS_RIDE", "on");
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "KEEL_ACKS_RIDE=on: expected 0 (off) or 1 (on)"));
+	unsetenv("KEEL_ACKS_RIDE");
 	/* under mpirun: the ranks on the host counted from Open MPI's own variable */
 	unsetenv("RANK");
 	unsetenv("LOCAL_WORLD_SIZE");
@@ -1855,6 +1877,10 @@ static void test_launch_boot_spin_yield(void **state)
 	snprintf(ranks, sizeof(ranks), "%ld", share);
 	env("OMPI_COMM_WORLD_LOCAL_SIZE", ranks); /* the others on other hosts */
 	boot_spin_expect(false, KEEL_POSIX_SPIN_NS_DEFAULT);
+	boot_ride_expect(true); /* cores to spare: acks ride */
+	env("KEEL_ACKS_RIDE", "0");
+	boot_ride_expect(false);
+	unsetenv("KEEL_ACKS_RIDE");
 	env("RANK", "0");
 	assert_false(keel_posix_oversubscribed(1));
 	assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
