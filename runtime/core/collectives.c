@@ -428,16 +428,27 @@ static int32_t first_send_peer(const struct keel_node *n, struct keel_op *op)
  * has log2(world) of them; a ring sends to one member at every step, its first. */
 #define RIDE_STEPS_MAX 16u
 
-/* Does the collective `op` (the next one of its shape, as a training step calls them) send
- * data to `peer` at one of its first RIDE_STEPS_MAX steps? */
-static bool sends_to(const struct keel_node *n, struct keel_op *op, uint32_t peer)
+/* The members the running `op` (the next one of its shape, as a training step calls them)
+ * sends data to at its first RIDE_STEPS_MAX steps, into to[]; returns how many (repeats
+ * included). */
+static uint32_t send_peers(const struct keel_node *n, struct keel_op *op, int32_t *to)
 {
+	KEEL_ASSERT(op->state == OP_RUNNING);
+	uint32_t count = 0;
 	for (uint32_t t = 0; t < op->step_count && t < RIDE_STEPS_MAX; t++) {
 		struct step s;
 		op_step(n, op, t, &s);
-		if (s.send_peer == (int32_t)peer)
-			return true;
+		if (s.send_peer >= 0)
+			to[count++] = s.send_peer;
 	}
+	return count;
+}
+
+static bool listed(const int32_t *list, uint32_t count, uint32_t peer)
+{
+	for (uint32_t i = 0; i < count; i++)
+		if (list[i] == (int32_t)peer)
+			return true;
 	return false;
 }
 
@@ -447,6 +458,8 @@ static bool op_local_done(struct keel_node *n, struct keel_op *op)
 {
 	bool keep = may_keep(n, op);
 	int32_t next_peer = keep ? first_send_peer(n, op) : -1;
+	int32_t ride[RIDE_STEPS_MAX];
+	uint32_t rides = keep && n->cfg.acks_ride ? send_peers(n, op, ride) : 0;
 	op_set_state(op, OP_LOCAL_DONE);
 	KEEL_ASSERT(op->send_step == op->step_count && op->recv_step == op->step_count);
 	/* Collectives of this epoch that this node has the result of all come before it. */
@@ -468,7 +481,7 @@ static bool op_local_done(struct keel_node *n, struct keel_op *op)
 		 * to spare) the members it sends to later wait for its data too. */
 		for (uint32_t r = 0; r < n->world; r++)
 			if (r != n->self && (int32_t)r != next_peer && view_has(&n->view, r) &&
-			    rel_ack_pending(n, r) && !(n->cfg.acks_ride && sends_to(n, op, r)))
+			    !listed(ride, rides, r))
 				rel_ack_owed_now(n, r);
 		return true;
 	}

@@ -536,8 +536,6 @@ void rel_txq_sent(struct keel_node *n, uint32_t peer, uint32_t seq);
 void rel_ack_soon(struct keel_node *n, uint32_t peer);
 /* An ack owed to `peer`, if any, leaves at this poll's end rather than after ack_delay_ns. */
 void rel_ack_owed_now(struct keel_node *n, uint32_t peer);
-/* Does this node owe `peer` an ack? */
-bool rel_ack_pending(const struct keel_node *n, uint32_t peer);
 uint64_t rel_next_deadline(const struct keel_node *n);
 void rel_peer_init(struct keel_node *n, uint32_t peer);
 /* A new view: the streams to and from `peer` start over (old-epoch traffic is fenced). */

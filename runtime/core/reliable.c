@@ -279,12 +279,6 @@ void rel_ack_owed_now(struct keel_node *n, uint32_t peer)
 	}
 }
 
-bool rel_ack_pending(const struct keel_node *n, uint32_t peer)
-{
-	KEEL_ASSERT(peer < n->world);
-	return n->rel_peers[peer].ack_pending;
-}
-
 void rel_ack_fields(struct keel_node *n, uint32_t peer, struct wire_header *h)
 {
 	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self && h != NULL);
