@@ -411,38 +411,9 @@ static bool may_keep(const struct keel_node *n, const struct keel_op *op)
 	       op->bytes <= n->kept_cap && op->world > 1 && n->acc_promised == 0;
 }
 
-/* The member `op`'s first step sends to (-1: none). */
-static int32_t first_send_peer(const struct keel_node *n, struct keel_op *op)
-{
-	KEEL_ASSERT(op->state == OP_RUNNING);
-	for (uint32_t t = 0; t < op->step_count; t++) {
-		struct step s;
-		op_step(n, op, t, &s);
-		if (s.send_peer >= 0)
-			return s.send_peer;
-	}
-	return -1;
-}
-
 /* Steps acks_ride looks through for the members a collective sends to: recursive doubling
  * has log2(world) of them; a ring sends to one member at every step, its first. */
 #define RIDE_STEPS_MAX 16u
-
-/* The members the running `op` (the next one of its shape, as a training step calls them)
- * sends data to at its first RIDE_STEPS_MAX steps, into to[]; returns how many (repeats
- * included). */
-static uint32_t send_peers(const struct keel_node *n, struct keel_op *op, int32_t *to)
-{
-	KEEL_ASSERT(op->state == OP_RUNNING);
-	uint32_t count = 0;
-	for (uint32_t t = 0; t < op->step_count && t < RIDE_STEPS_MAX; t++) {
-		struct step s;
-		op_step(n, op, t, &s);
-		if (s.send_peer >= 0)
-			to[count++] = s.send_peer;
-	}
-	return count;
-}
 
 static bool listed(const int32_t *list, uint32_t count, uint32_t peer)
 {
@@ -452,14 +423,34 @@ static bool listed(const int32_t *list, uint32_t count, uint32_t peer)
 	return false;
 }
 
+/* Up to `max` distinct members the running `op` (the next one of its shape, as a training step
+ * calls them) sends data to, in step order, into to[]: the first from anywhere in its plan,
+ * the others from its first RIDE_STEPS_MAX steps. Returns how many. */
+static uint32_t send_peers(const struct keel_node *n, struct keel_op *op, int32_t *to, uint32_t max)
+{
+	KEEL_ASSERT(op->state == OP_RUNNING && max <= RIDE_STEPS_MAX);
+	uint32_t count = 0;
+	for (uint32_t t = 0; t < op->step_count && count < max; t++) {
+		if (count > 0 && t >= RIDE_STEPS_MAX)
+			break;
+		struct step s;
+		op_step(n, op, t, &s);
+		if (s.send_peer >= 0 && !listed(to, count, (uint32_t)s.send_peer))
+			to[count++] = s.send_peer;
+	}
+	return count;
+}
+
 /* This node has the result. Kept (may_keep): a copy for members that lack it, reported now.
  * Else every member is told at once (an ack carries the count), and it waits for theirs. */
 static bool op_local_done(struct keel_node *n, struct keel_op *op)
 {
 	bool keep = may_keep(n, op);
-	int32_t next_peer = keep ? first_send_peer(n, op) : -1;
-	int32_t ride[RIDE_STEPS_MAX];
-	uint32_t rides = keep && n->cfg.acks_ride ? send_peers(n, op, ride) : 0;
+	/* whose data will carry our acks: the first member the next collective sends to, and
+	 * with acks_ride the others too (listed now: only a running operation maps its steps) */
+	int32_t rides[RIDE_STEPS_MAX];
+	uint32_t ride_count =
+	    keep ? send_peers(n, op, rides, n->cfg.acks_ride ? RIDE_STEPS_MAX : 1) : 0;
 	op_set_state(op, OP_LOCAL_DONE);
 	KEEL_ASSERT(op->send_step == op->step_count && op->recv_step == op->step_count);
 	/* Collectives of this epoch that this node has the result of all come before it. */
@@ -480,8 +471,7 @@ static bool op_local_done(struct keel_node *n, struct keel_op *op)
 		 * (2 ranks over UDP, 4 B: 10.8 us against 6.6). With acks_ride (ranks with cores
 		 * to spare) the members it sends to later wait for its data too. */
 		for (uint32_t r = 0; r < n->world; r++)
-			if (r != n->self && (int32_t)r != next_peer && view_has(&n->view, r) &&
-			    !listed(ride, rides, r))
+			if (r != n->self && view_has(&n->view, r) && !listed(rides, ride_count, r))
 				rel_ack_owed_now(n, r);
 		return true;
 	}

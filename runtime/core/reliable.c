@@ -84,18 +84,13 @@ static void active_mark(struct keel_node *n, uint32_t peer)
 	n->rel_active[peer / 64] |= 1ull << (peer % 64);
 }
 
-/* A peer's retransmission (ack) deadline was set to `at`: the walks must not start later.
- * They ran at every poll, a tenth of a 4-rank small AllReduce's instructions. */
-static void timer_walk_by(struct keel_node *n, uint64_t at)
+/* A peer's retransmission (ack) deadline was set to `at`: rel_timers' (rel_send_acks') walk,
+ * due at *walk, must not start later. The walks ran at every poll, a tenth of a 4-rank small
+ * AllReduce's instructions. */
+static void walk_by(uint64_t *walk, uint64_t at)
 {
-	if (at < n->rel_timer_at)
-		n->rel_timer_at = at;
-}
-
-static void ack_walk_by(struct keel_node *n, uint64_t at)
-{
-	if (at < n->rel_ack_at)
-		n->rel_ack_at = at;
+	if (at < *walk)
+		*walk = at;
 }
 
 /* The transport refused some of the peer's slots: the timers' walk sends them next poll. */
@@ -265,7 +260,7 @@ void rel_ack_soon(struct keel_node *n, uint32_t peer)
 	struct rel_peer *p = &n->rel_peers[peer];
 	set_ack_pending(n, p, true);
 	p->ack_due_ns = n->now_ns;
-	ack_walk_by(n, p->ack_due_ns);
+	walk_by(&n->rel_ack_at, p->ack_due_ns);
 	KEEL_ASSERT(p->ack_pending && n->acks_owed > 0);
 }
 
@@ -275,7 +270,7 @@ void rel_ack_owed_now(struct keel_node *n, uint32_t peer)
 	struct rel_peer *p = &n->rel_peers[peer];
 	if (p->ack_pending && p->ack_due_ns > n->now_ns) {
 		p->ack_due_ns = n->now_ns;
-		ack_walk_by(n, p->ack_due_ns);
+		walk_by(&n->rel_ack_at, p->ack_due_ns);
 	}
 }
 
@@ -319,7 +314,7 @@ static void ack_owed(struct keel_node *n, struct rel_peer *p, bool urgent)
 	    urgent || p->rcv_unacked >= n->window / 4 ? n->now_ns : n->now_ns + n->cfg.ack_delay_ns;
 	if (due < p->ack_due_ns)
 		p->ack_due_ns = due;
-	ack_walk_by(n, p->ack_due_ns);
+	walk_by(&n->rel_ack_at, p->ack_due_ns);
 	KEEL_ASSERT_DEBUG(p->ack_pending && p->ack_due_ns <= n->now_ns + n->cfg.ack_delay_ns);
 }
 
@@ -583,7 +578,7 @@ static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 	uint64_t due = n->now_ns + backoff_rto(n, p, s->tries);
 	if (due < p->rtx_deadline_ns)
 		p->rtx_deadline_ns = due;
-	timer_walk_by(n, p->rtx_deadline_ns);
+	walk_by(&n->rel_timer_at, p->rtx_deadline_ns);
 	/* A borrowed payload goes as the datagram's tail while the way to the peer takes two
 	 * pieces; after a route change it is copied in once and goes whole from then on. With a
 	 * key every copy sent again is sealed (seal_all, node.c), which takes it whole. */
@@ -812,7 +807,7 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 	if (p->snd_una != una_before && p->snd_una != p->snd_nxt) {
 		p->rtx_base_ns = n->now_ns;
 		p->rtx_deadline_ns = n->now_ns + p->rto_ns; /* the scan then finds the exact one */
-		timer_walk_by(n, p->rtx_deadline_ns);
+		walk_by(&n->rel_timer_at, p->rtx_deadline_ns);
 	}
 	uint32_t highest = 0;
 	bool any = false;
@@ -982,7 +977,7 @@ void rel_timers(struct keel_node *n)
 		}
 		KEEL_ASSERT_DEBUG(i != n->self && p->tx != NULL); /* nothing is ever sent to self */
 		if (!p->unsent && n->now_ns < p->rtx_deadline_ns) {
-			timer_walk_by(n, p->rtx_deadline_ns);
+			walk_by(&n->rel_timer_at, p->rtx_deadline_ns);
 			continue;
 		}
 		p->unsent = false;
@@ -1016,7 +1011,7 @@ void rel_timers(struct keel_node *n)
 			}
 			transmit(n, i, seq);
 		}
-		timer_walk_by(n, p->rtx_deadline_ns);
+		walk_by(&n->rel_timer_at, p->rtx_deadline_ns);
 	}
 }
 
@@ -1033,7 +1028,7 @@ void rel_send_acks(struct keel_node *n)
 		if (!p->ack_pending)
 			continue;
 		if (n->now_ns < p->ack_due_ns) {
-			ack_walk_by(n, p->ack_due_ns);
+			walk_by(&n->rel_ack_at, p->ack_due_ns);
 			continue;
 		}
 		node_send_ctrl(n, i, WIRE_ACK, n->ops_done_local, NULL, 0);

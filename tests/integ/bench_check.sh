@@ -41,7 +41,7 @@ grep -q -- "--series needs --median" <<<"$err" || { echo "bench_check: --series 
 ser=$(mktemp /tmp/keel-series.XXXXXX)
 trap 'rm -f "$ser"' EXIT
 out=$(KEEL_TRANSPORT=shm "$RUN" -n 2 --no-key --timeout 120 -- "$BENCH" allreduce --median -b 4 \
-	-e 4 -n 200001 -w 0 --series /nonexistent/dir/s 2>&1)
+	-e 4 -n 10 -w 0 --series /nonexistent/dir/s 2>&1)
 grep -q -- "--series /nonexistent/dir/s: No such file or directory" <<<"$out" ||
 	{ echo "$out" | tail -5; echo "bench_check: an unwritable --series not named"; exit 1; }
 out=$(KEEL_TRANSPORT=shm "$RUN" -n 2 --no-key --timeout 120 -- "$BENCH" allreduce --median -b 4 \

@@ -516,10 +516,10 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	size_t cap = (size_t)o->max_bytes + es;
 	uint8_t *in = calloc(1, cap), *out = calloc(1, cap),
 		*ref = o->check ? calloc(1, cap) : NULL;
-	double *mine = o->median ? calloc(o->iters, sizeof(double)) : NULL,
-	       *slowest = o->median ? calloc(o->iters, sizeof(double)) : NULL;
+	double *mine = o->median ? malloc(o->iters * sizeof(double)) : NULL,
+	       *slowest = o->median ? malloc(o->iters * sizeof(double)) : NULL;
 	/* --series: rank 0 alone writes the file */
-	uint64_t *began = g_series != NULL ? calloc(o->iters, sizeof(uint64_t)) : NULL;
+	uint64_t *began = g_series != NULL ? malloc(o->iters * sizeof(uint64_t)) : NULL;
 	if (o->grad) {
 		g_feedback = calloc(keel_grad_feedback_len(cap / es) + 1, sizeof(float));
 		if (g_feedback == NULL)
