@@ -71,7 +71,8 @@ struct keel_boot {
  *   falls back to UDP for a peer whose shared memory fails), KEEL_HOST (this rank's host
  *   name for that choice; keel/launch.h), KEEL_SHM_RING_KB (shm: bytes per direction / 1024),
  *   KEEL_SHM_RELIABLE (1, the default: shm reports KEEL_CAP_RELIABLE; 0: ORDERED alone;
- *   keel/transport_shm.h),
+ *   keel/transport_shm.h), KEEL_SHM_STAGE (1, the default: a run of small datagrams goes
+ *   into a ring in one copy, keel_shm_config.stage_runs; 0: one copy per datagram),
  *   KEEL_TRACE (a file for this rank's trace events, Chrome trace-event JSON for Perfetto:
  *   "%r" in it becomes the rank, else ".RANK" is appended when there are several ranks; set
  *   only when the program left cfg.on_event NULL),

@@ -81,6 +81,11 @@ struct keel_shm_config {
 	 * of a view it has not installed yet, around a restarted rank), and that one must come
 	 * again. keel_shm_config_default turns it on; off leaves caps KEEL_CAP_ORDERED. */
 	bool reliable;
+	/* Copy a run of small datagrams (up to 4 KiB each) for one receiver into the ring in one
+	 * piece, gathered first in this rank's private memory (64 KiB more of
+	 * keel_shm_storage_size): many small copies into lines the receiver last read stall the
+	 * sender on each one (docs/PERF.md). keel_shm_config_default turns it on. */
+	bool stage_runs;
 	/* Optional: the region, already shared between the ranks (keel_shm_region_size bytes,
 	 * 64-byte aligned, zeroed before the first rank initialises). NULL: map cfg.name. */
 	void *region;
@@ -88,7 +93,7 @@ struct keel_shm_config {
 };
 
 /* Fill defaults: rank 0 of 1, no name, mtu KEEL_MTU_MAX, KEEL_SHM_RING_BYTES_DEFAULT,
- * reliable on. */
+ * reliable on, stage_runs on. */
 void keel_shm_config_default(struct keel_shm_config *cfg);
 
 /* Bytes of the shared region for this world and ring size; 0 if the config is invalid. */
@@ -124,6 +129,7 @@ struct keel_shm_stats {
 	uint64_t tx_reattach;	     /* a receiver restarted: its new rings were taken up */
 	uint64_t doorbells_sent;     /* wake-ups sent to a sleeping receiver */
 	uint64_t doorbells_drained;  /* wake-ups read from this rank's doorbell */
+	uint64_t tx_staged_runs;     /* runs of small records copied into a ring in one piece */
 };
 void keel_shm_stats_get(struct keel_transport *t, struct keel_shm_stats *out);
 

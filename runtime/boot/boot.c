@@ -491,11 +491,13 @@ static int start_shm(struct keel_boot *b, const uint32_t *local, uint32_t count,
 		rc = env_u64("KEEL_SHM_RELIABLE", 0, 1, &reliable, err, err_len);
 	if (rc != 0)
 		return rc;
+	keel_shm_config_default(&c);
+	if (env_switch("KEEL_SHM_STAGE", &c.stage_runs, err, err_len) < 0)
+		return -EINVAL;
 	uint32_t self = 0;
 	while (local[self] != b->launch.rank)
 		self++;
 	keel_boot_shm_name(b->launch.job_id, b->host_port, local[0], name, sizeof(name));
-	keel_shm_config_default(&c);
 	c.rank = self;
 	c.world_size = count;
 	c.name = name;

@@ -23,7 +23,7 @@
 #include "keel/limits.h"
 #include "keel/transport_shm.h"
 
-#define MEM_BYTES  4096u
+#define MEM_BYTES  (80u << 10) /* private state and the 64 KiB stage */
 #define SLOTS	   4
 #define SMALL_MTU  256u
 #define SMALL_RING 1024u /* holds 3 records of SMALL_MTU (264 bytes each) */
@@ -511,6 +511,98 @@ static void test_shm_burst_in_order(void **state)
 	munmap(reg, cfg.region_len);
 }
 
+/* Take everything waiting for rank r and check it against what was sent to it, in order. */
+static void drain_expected(struct keel_transport *t, uint32_t r, const uint32_t *seqs,
+			   const uint32_t *lens, uint32_t sent, uint32_t *got)
+{
+	struct keel_datagram d[BURST];
+	int n;
+
+	do {
+		recv_setup(d, BURST, KEEL_MTU_MAX);
+		n = t->ops->recv_burst(t, 0, d, BURST);
+		assert_true(n >= 0);
+		for (int i = 0; i < n; i++, (*got)++) {
+			assert_true(*got < sent);
+			assert_int_equal(d[i].peer, 0);
+			assert_int_equal(d[i].len, lens[*got]);
+			assert_int_equal(check(d[i].buf, d[i].len, seqs[*got]), 0);
+		}
+	} while (n > 0);
+	(void)r;
+}
+
+#define STAGED_SENDS 6000u
+
+/* Runs of small records for one receiver go into the ring in one piece (stage_runs): every
+ * record arrives whole and in order at every ring position (the ring wraps, runs are cut by a
+ * full ring), whatever the run mixes: one-piece and two-piece datagrams, records too large to
+ * stage between small ones, more small ones than the stage holds. The same with staging off,
+ * which then copies nothing through the stage. */
+static void test_shm_staged_runs(void **state)
+{
+	static uint32_t seqs[3][STAGED_SENDS], lens[3][STAGED_SENDS];
+	struct keel_shm_config cfg;
+	struct keel_datagram o[BURST];
+	struct keel_transport *t[3];
+	struct keel_shm_stats st;
+	(void)state;
+	for (int staged = 0; staged < 2; staged++) {
+		uint32_t sent[3] = {0}, got[3] = {0}, seq = 0;
+
+		cfg_make(&cfg, 3, 9000, 1u << 17);
+		cfg.stage_runs = staged == 1;
+		void *reg = region_new(&cfg);
+		for (uint32_t r = 0; r < 3; r++)
+			t[r] = shm_open_rank((int)r, &cfg, r);
+		for (uint32_t r = 0; r < 3; r++)
+			assert_int_equal(keel_shm_attach(t[r]), 0);
+		for (uint32_t round = 0; seq + BURST <= STAGED_SENDS; round++) {
+			uint32_t n = 1 + (round * 7) % BURST, done = 0;
+
+			for (uint32_t i = 0; i < n; i++, seq++) {
+				/* runs of 1 to 5 for one receiver; one record in 7 too large to
+				 * stage; every third in two pieces */
+				uint32_t to = 1 + (round + i / (1 + round % 5)) % 2;
+				uint32_t len = seq % 7 == 3 ? 4096 + (seq * 977) % 4904
+							    : 1 + (seq * 53) % 4000;
+				uint32_t cut = seq % 3 == 0 ? (seq * 13) % len : 0;
+
+				o[i] = out_make(i, to, len, seq);
+				if (cut > 0) {
+					o[i].len = cut;
+					o[i].tail = g_out[i] + cut;
+					o[i].tail_len = len - cut;
+				}
+				seqs[to][sent[to]] = seq;
+				lens[to][sent[to]++] = len;
+			}
+			/* 32 records of up to 9 000 bytes outgrow the ring: the receivers drain */
+			for (uint32_t tries = 0; done < n; tries++) {
+				int k = t[0]->ops->send_burst(t[0], 0, o + done, n - done);
+
+				assert_true(k >= 0 && tries < 4 * BURST);
+				done += (uint32_t)k;
+				for (uint32_t r = 1; r < 3; r++)
+					drain_expected(t[r], r, seqs[r], lens[r], sent[r], &got[r]);
+			}
+		}
+		for (uint32_t r = 1; r < 3; r++) {
+			drain_expected(t[r], r, seqs[r], lens[r], sent[r], &got[r]);
+			assert_int_equal(got[r], sent[r]);
+		}
+		keel_shm_stats_get(t[0], &st);
+		assert_int_equal(st.tx_datagrams, seq);
+		if (staged)
+			assert_true(st.tx_staged_runs > 100);
+		else
+			assert_int_equal(st.tx_staged_runs, 0);
+		for (uint32_t r = 0; r < 3; r++)
+			t[r]->ops->fini(t[r]);
+		munmap(reg, cfg.region_len);
+	}
+}
+
 /* attach waits for every peer's rings; a named region is created once and checked after. */
 static void test_shm_named_region_attach(void **state)
 {
@@ -929,6 +1021,7 @@ int main(void)
 	    cmocka_unit_test(test_shm_mtu_and_empty),
 	    cmocka_unit_test(test_shm_bad_config),
 	    cmocka_unit_test(test_shm_burst_in_order),
+	    cmocka_unit_test(test_shm_staged_runs),
 	    cmocka_unit_test(test_shm_named_region_attach),
 	    cmocka_unit_test(test_shm_region_of_others_refused),
 	    cmocka_unit_test(test_shm_restarted_receiver),
