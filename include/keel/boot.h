@@ -54,6 +54,9 @@ struct keel_boot {
 	bool mtu_set;
 	/* window and burst were scaled this many times for cfg.mtu (0: not over UDP) */
 	uint32_t datagram_scale;
+	/* The link's packet (UDP bytes) where datagrams longer go as pieces (KEEL_UDP_PIECES;
+	 * keel_udp_config.piece_bytes); 0 when they are not cut */
+	uint32_t piece_bytes;
 	struct boot_trace *trace; /* KEEL_TRACE file and NVTX ranges; NULL when neither */
 	/* KEEL_METRICS_ADDR: this rank's /metrics server, served from its waits (NULL when off) */
 	struct keel_boot_metrics *metrics;
@@ -73,6 +76,11 @@ struct keel_boot {
  *   KEEL_SHM_RELIABLE (1, the default: shm reports KEEL_CAP_RELIABLE; 0: ORDERED alone;
  *   keel/transport_shm.h), KEEL_SHM_STAGE (1, the default: a run of small datagrams goes
  *   into a ring in one copy, keel_shm_config.stage_runs; 0: one copy per datagram),
+ *   KEEL_UDP_PIECES (1, the default: on a link whose packets hold less than
+ *   KEEL_MTU_DEFAULT, datagrams of about that size go over UDP as link-sized pieces, joined
+ *   by the receiver: keel_udp_config.piece_bytes; 0: datagrams of the link's size, as
+ *   before; a byte count of 576 to 65507: pieces of that size on any link, loopback too;
+ *   not with KEEL_MTU, which sets the datagram size itself),
  *   KEEL_TRACE (a file for this rank's trace events, Chrome trace-event JSON for Perfetto:
  *   "%r" in it becomes the rank, else ".RANK" is appended when there are several ranks; set
  *   only when the program left cfg.on_event NULL),

@@ -25,6 +25,11 @@
 extern "C" {
 #endif
 
+/* A piece's header (keel_udp_config.piece_bytes), and the smallest piece size keel_boot
+ * takes from KEEL_UDP_PIECES (IPv4's minimum datagram). */
+#define KEEL_UDP_PIECE_HDR_BYTES 8u
+#define KEEL_UDP_PIECES_MIN	 576u
+
 struct keel_udp_config {
 	uint32_t rank;
 	uint32_t world_size;
@@ -41,6 +46,19 @@ struct keel_udp_config {
 				* kernel copies one piece instead of two per datagram (header,
 				* payload where it lies); default true. Costs burst x mtu bytes
 				* of storage */
+	/* Datagrams longer than this go as pieces of at most this many bytes (an 8-byte piece
+	 * header and a share of the datagram), and pieces received are joined again: a link
+	 * whose packets are shorter than the datagrams the core sends (1 472 bytes of UDP on a
+	 * 1500-byte link) gets them without IP fragmentation, as runs the kernel coalesces.
+	 * Every rank of the job must set it (a receiver without it hands pieces on whole, and
+	 * the core drops them). A lost piece loses its datagram, which the core sends again.
+	 * 0 (the default): nothing is cut or joined. Else at least 8 + mtu / 64 (rounded up: a
+	 * datagram is at most 64 pieces), at most 65507; costs burst x (mtu + 512)
+	 * bytes of stage and join_slots x mtu of joining. Datagrams must not begin with "KP"
+	 * (keel's begin with "KEEL"). */
+	uint32_t piece_bytes;
+	uint32_t join_slots; /* datagrams joined at once, each from its own peer: 1..64,
+			      * default 8; with more senders at once the least recent is lost */
 };
 
 /* Fill defaults: 127.0.0.1, port 0, KEEL_MTU_DEFAULT, KEEL_BURST_DEFAULT. */
@@ -71,18 +89,29 @@ KEEL_MUST_USE int keel_udp_set_peer(struct keel_transport *t, uint32_t peer,
 struct keel_udp_stats {
 	uint64_t rx_datagrams, tx_datagrams;
 	uint64_t rx_syscalls, tx_syscalls;
-	uint64_t rx_unknown_source; /* from an address that is no peer's */
-	uint64_t rx_truncated;	    /* longer than the buffer given */
-	uint64_t tx_would_block;    /* socket buffer full; datagrams left to the caller */
-	uint64_t tx_errors;	    /* other send errors (e.g. ECONNREFUSED from a dead peer) */
-	uint64_t tx_gso_sends;	    /* coalesced sends (each carried 2..64 datagrams) */
-	uint64_t tx_gso_refused;    /* the kernel refused a coalesced send: coalescing went off */
-	uint64_t tx_staged_sends;   /* coalesced sends copied into one piece first (stage_runs) */
-	uint64_t rx_gro_runs;	    /* coalesced receives (each held 2 or more datagrams) */
-	bool gso;		    /* send coalescing is on now */
-	bool gro;		    /* receive coalescing is on */
+	uint64_t rx_unknown_source;   /* from an address that is no peer's */
+	uint64_t rx_truncated;	      /* longer than the buffer given */
+	uint64_t tx_would_block;      /* socket buffer full; datagrams left to the caller */
+	uint64_t tx_errors;	      /* other send errors (e.g. ECONNREFUSED from a dead peer) */
+	uint64_t tx_gso_sends;	      /* coalesced sends (each carried 2..64 datagrams) */
+	uint64_t tx_gso_refused;      /* the kernel refused a coalesced send: coalescing went off */
+	uint64_t tx_staged_sends;     /* coalesced sends copied into one piece first (stage_runs) */
+	uint64_t rx_gro_runs;	      /* coalesced receives (each held 2 or more datagrams) */
+	uint64_t tx_cut;	      /* datagrams sent as pieces (piece_bytes) */
+	uint64_t tx_pieces;	      /* the pieces they made */
+	uint64_t rx_joined;	      /* datagrams joined from pieces */
+	uint64_t rx_pieces_bad;	      /* pieces with a header or length that made no sense */
+	uint64_t rx_pieces_abandoned; /* datagrams given up with pieces missing (lost, or the
+				       * peer's next one came first, or no slot was free) */
+	bool gso;		      /* send coalescing is on now */
+	bool gro;		      /* receive coalescing is on */
 };
 void keel_udp_stats_get(struct keel_transport *t, struct keel_udp_stats *out);
+
+/* Change the piece size of a transport made with piece_bytes (the job agreed on a smaller
+ * one: the smallest link of its ranks); 0 stops cutting (pieces received are still joined).
+ * Errors: -EINVAL (made without piece_bytes, or a size below 8 + mtu / 64 or above 65507). */
+KEEL_MUST_USE int keel_udp_set_piece_bytes(struct keel_transport *t, uint32_t piece_bytes);
 
 #ifdef __cplusplus
 }

@@ -254,6 +254,46 @@ static int env_switch(const char *name, bool *on, char *err, size_t err_len)
 	return 1;
 }
 
+/* The datagram size pieces of `piece` bytes make: as many whole pieces as KEEL_MTU_DEFAULT
+ * holds, so a full datagram leaves in pieces that are all full. */
+static uint32_t pieces_mtu(uint32_t piece)
+{
+	uint32_t chunk = piece - KEEL_UDP_PIECE_HDR_BYTES;
+	return KEEL_MTU_DEFAULT / chunk * chunk;
+}
+
+/* KEEL_UDP_PIECES: whether datagrams larger than the link's packet go over UDP as pieces, and
+ * of what size (b->piece_bytes; 0: not cut). `link` is the datagram size the link takes
+ * (KEEL_MTU_MAX on loopback, where nothing needs cutting unless a size is given). Datagrams
+ * then take pieces_mtu(piece) bytes. */
+static int udp_pieces(struct keel_boot *b, bool mtu_chosen, uint32_t link, char *err,
+		      size_t err_len)
+{
+	const char *v = getenv("KEEL_UDP_PIECES");
+	uint64_t bytes = 1;
+	b->piece_bytes = 0;
+	if (v != NULL && *v != '\0') {
+		char *end;
+		errno = 0;
+		bytes = strtoull(v, &end, 10);
+		if (errno != 0 || end == v || *end != '\0' ||
+		    (bytes > 1 && (bytes < KEEL_UDP_PIECES_MIN || bytes > KEEL_MTU_MAX)))
+			return keel_fail(err, err_len, -EINVAL,
+					 "KEEL_UDP_PIECES=%.32s: expected 0 (off), 1 (on: the "
+					 "link's packet size) or a piece size of %u to %u bytes",
+					 v, KEEL_UDP_PIECES_MIN, KEEL_MTU_MAX);
+	}
+	if (bytes == 0 || mtu_chosen)
+		return 0;
+	uint32_t piece = bytes == 1 ? link : (uint32_t)bytes;
+	/* worth it where at least two pieces make a datagram */
+	if (piece < KEEL_MTU_DEFAULT && pieces_mtu(piece) >= 2 * piece) {
+		b->piece_bytes = piece;
+		b->cfg.mtu = pieces_mtu(piece);
+	}
+	return 0;
+}
+
 static int start_udp(struct keel_boot *b, const char *host, uint16_t port, char *err,
 		     size_t err_len)
 {
@@ -261,7 +301,10 @@ static int start_udp(struct keel_boot *b, const char *host, uint16_t port, char 
 	keel_udp_config_default(&u);
 	u.rank = b->launch.rank;
 	u.world_size = b->launch.world_size;
-	u.mtu = b->cfg.mtu;
+	/* with pieces, the job may agree on a smaller piece and so on another datagram size:
+	 * pieces_mtu never exceeds KEEL_MTU_DEFAULT */
+	u.mtu = b->piece_bytes != 0 ? KEEL_MTU_DEFAULT : b->cfg.mtu;
+	u.piece_bytes = b->piece_bytes;
 	u.burst = b->cfg.burst;
 	u.bind_host = host;
 	u.bind_port = port;
@@ -309,7 +352,17 @@ static int agree_mtu(struct keel_boot *b, const struct keel_rendezvous_blob *blo
 			    blobs[low].mtu_set ? "its KEEL_MTU" : "its link");
 			return -EINVAL;
 		}
+	bool pieces = true;
+	for (uint32_t r = 0; r < world; r++)
+		pieces = pieces && blobs[r].pieces;
 	KEEL_ASSERT(blobs[low].mtu <= b->cfg.mtu);
+	if (pieces && b->piece_bytes != 0) {
+		/* every rank cuts and joins: pieces of the smallest link, datagrams of their size
+		 */
+		b->piece_bytes = blobs[low].mtu;
+		b->cfg.mtu = pieces_mtu(b->piece_bytes);
+		return keel_udp_set_piece_bytes(b->udp, b->piece_bytes);
+	}
 	b->cfg.mtu = blobs[low].mtu; /* the transports take up to their own; peers send this */
 	return 0;
 }
@@ -335,8 +388,12 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 		free(blobs);
 		return -ENOMEM;
 	}
-	struct keel_rendezvous_blob mine = {
-	    .offers = b->offers, .mtu = b->cfg.mtu, .mtu_set = b->mtu_set};
+	/* with pieces a rank announces its link's packet: the job cuts at the smallest */
+	struct keel_rendezvous_blob mine = {.offers = b->offers,
+					    .mtu =
+						b->piece_bytes != 0 ? b->piece_bytes : b->cfg.mtu,
+					    .mtu_set = b->mtu_set,
+					    .pieces = b->piece_bytes != 0};
 	rc = keel_rendezvous_blob(&b->launch, (struct sockaddr *)&self, self_len, &mine, peers,
 				  blobs, timeout_ms * 1000000ull, err, err_len);
 	/* Hosts by their first rank: the same numbering on every rank. */
@@ -863,6 +920,10 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	bool on_udp = tp != TP_DPDK && tp != TP_VERBS; /* its socket serves the rendezvous */
 	if (rc == 0)
 		rc = env_config(&b->cfg, &mtu, err, err_len);
+	const char *mtu_env = getenv("KEEL_MTU");
+	bool mtu_chosen = mtu_env != NULL && *mtu_env != '\0';
+	if (rc == 0 && on_udp)
+		rc = udp_pieces(b, mtu_chosen, mtu, err, err_len);
 	/* acks wait for the next collective's data only where no rank waits for a core
 	 * (keel_config.acks_ride) */
 	b->cfg.acks_ride = !keel_posix_oversubscribed(b->launch.local_world_size);
@@ -874,8 +935,11 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 		rc = auth_config(b, err, err_len);
 	if (rc == 0 && tweak != NULL)
 		tweak(&b->cfg, ctx);
-	const char *mtu_env = getenv("KEEL_MTU");
-	b->mtu_set = (mtu_env != NULL && *mtu_env != '\0') || b->cfg.mtu != link_mtu;
+	b->mtu_set = mtu_chosen ||
+		     b->cfg.mtu != (b->piece_bytes != 0 ? pieces_mtu(b->piece_bytes) : link_mtu);
+	if (b->mtu_set)
+		b->piece_bytes = 0; /* the program chose the size: the link's packets it may
+				     * fragment, as it asked, but nothing is cut here */
 	if (rc == 0) /* KEEL_METRICS_ADDR: a bad address fails here, before the rendezvous */
 		rc = keel_boot_metrics_open(b, err, err_len);
 	b->offers = tp == TP_AUTO || tp == TP_SHM ? KEEL_RV_OFFER_SHM : 0;

@@ -36,6 +36,9 @@ struct keel_rendezvous_blob {
 	 * set it. The caller's to fill and to judge; 0 says nothing. */
 	uint32_t mtu;
 	bool mtu_set;
+	/* Its UDP transport cuts longer datagrams into pieces of `mtu` bytes and joins them
+	 * (keel_udp_config.piece_bytes): with every rank so, the job's datagrams may be longer */
+	bool pieces;
 };
 #define KEEL_RV_OFFER_SHM 1u /* maps its host's shared-memory region */
 

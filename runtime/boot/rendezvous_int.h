@@ -34,6 +34,7 @@
 #define RV_ADDR_LEN	  24u
 #define RV_BLOB_LEN	  (16u + KEEL_RENDEZVOUS_BLOB_MAX)
 #define RV_MTU_SET	  0x80000000u
+#define RV_MTU_PIECES	  0x40000000u
 #define RV_ENTRY_LEN	  (RV_ADDR_LEN + RV_BLOB_LEN)
 #define RV_GREETING_LEN	  (8u + RV_NONCE_LEN)
 #define RV_HELLO_BODY_LEN (20u + RV_NONCE_LEN + RV_ENTRY_LEN) /* what the hello's mac covers */

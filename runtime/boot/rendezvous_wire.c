@@ -103,8 +103,10 @@ static void blob_put(uint8_t *p, const struct keel_rendezvous_blob *b)
 	memcpy(p + 4, b->data, b->len);
 	rv_put32(p + 4 + KEEL_RENDEZVOUS_BLOB_MAX, (uint32_t)(b->host >> 32));
 	rv_put32(p + 8 + KEEL_RENDEZVOUS_BLOB_MAX, (uint32_t)b->host);
-	KEEL_ASSERT(b->mtu < RV_MTU_SET);
-	rv_put32(p + 12 + KEEL_RENDEZVOUS_BLOB_MAX, b->mtu | (b->mtu_set ? RV_MTU_SET : 0));
+	KEEL_ASSERT(b->mtu <
+		    RV_MTU_SET); /* a test writes one above KEEL_MTU_MAX, refused on receipt */
+	rv_put32(p + 12 + KEEL_RENDEZVOUS_BLOB_MAX,
+		 b->mtu | (b->mtu_set ? RV_MTU_SET : 0) | (b->pieces ? RV_MTU_PIECES : 0));
 }
 
 /* Untrusted input: false for a length beyond the blob, or a datagram size no rank can use
@@ -121,8 +123,9 @@ static bool blob_get(const uint8_t *p, struct keel_rendezvous_blob *b)
 	b->host = (uint64_t)rv_get32(p + 4 + KEEL_RENDEZVOUS_BLOB_MAX) << 32 |
 		  rv_get32(p + 8 + KEEL_RENDEZVOUS_BLOB_MAX);
 	uint32_t mtu = rv_get32(p + 12 + KEEL_RENDEZVOUS_BLOB_MAX);
-	b->mtu = mtu & ~RV_MTU_SET;
+	b->mtu = mtu & ~(RV_MTU_SET | RV_MTU_PIECES);
 	b->mtu_set = (mtu & RV_MTU_SET) != 0;
+	b->pieces = (mtu & RV_MTU_PIECES) != 0;
 	return b->mtu == 0 || (b->mtu >= KEEL_MTU_MIN && b->mtu <= KEEL_MTU_MAX);
 }
 

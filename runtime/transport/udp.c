@@ -16,6 +16,7 @@
 #include "assert_int.h"
 #include "keel/limits.h"
 #include "keel/transport_udp.h"
+#include "udp_pieces_int.h"
 
 #define CACHE_LINE_BYTES 64u
 /* Holds a full reliable window of 64 KiB datagrams from a peer (64 x 64 KiB) four times over:
@@ -61,6 +62,9 @@
  * make few pieces per run and go as they are. */
 #define STAGE_SEG_MAX  4096u
 #define GRO_CTRL_BYTES CMSG_SPACE(sizeof(int))
+/* Pieces (udp_pieces_int.h): a datagram longer than piece_bytes goes as pieces of at most
+ * piece_bytes, copied into the stage with their headers and sent in coalesced runs. */
+#define JOIN_SLOTS_DEFAULT 8u
 
 _Static_assert(KEEL_WORLD_MAX < UINT16_MAX, "a hash slot holds rank + 1 in 16 bits");
 _Static_assert(KEEL_BURST_MAX <= 1024, "recvmmsg/sendmmsg take at most UIO_MAXIOV messages");
@@ -92,6 +96,15 @@ struct udp {
 	uint8_t *gro_buf;	/* [GRO_SLOTS][GRO_BUF_BYTES]: where coalesced runs land */
 	uint8_t *stage;		/* [stage_bytes]: staged runs of one burst, each 64-aligned */
 	uint32_t stage_bytes;	/* 0 when runs are never staged */
+	bool stage_small;	/* runs of small datagrams are staged (stage_runs) */
+	uint32_t msgs_cap;	/* entries of msgs, msg_dgrams and gso_ctrl; iovs has iovs_cap */
+	uint32_t iovs_cap;
+	/* Datagrams longer than piece_bytes go as pieces (0: never); `joins` says whether
+	 * pieces received are joined (piece_bytes was set at init) */
+	uint32_t piece_bytes;
+	bool joins;
+	uint16_t piece_id; /* the id of the next datagram cut */
+	struct piece_joiner join;
 	/* The runs landed and not yet delivered, oldest first (gro_order[0..gro_pending)), each
 	 * in its own slot: delivered first by the next receive. A receive returns fewer datagrams
 	 * than asked only once none is left, and arm_wait refuses to let the caller sleep on one.
@@ -116,9 +129,10 @@ struct udp {
 
 /* Byte offsets of each array from the aligned start of `mem`. */
 struct layout {
-	size_t peers, hash, msgs, iovs, msg_dgrams, srcs, gso_ctrl, gro_buf, stage, total;
+	size_t peers, hash, msgs, iovs, msg_dgrams, srcs, gso_ctrl, gro_buf, stage, join, total;
 	uint32_t stage_bytes;
 	uint32_t hash_slots;
+	uint32_t msgs_cap, iovs_cap;
 };
 
 static const struct keel_transport_ops udp_ops;
@@ -169,6 +183,12 @@ static socklen_t family_addr_len(int family)
 	return family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
 }
 
+/* The smallest piece that cuts a datagram of `mtu` bytes into at most PIECES_MAX. */
+static uint32_t piece_bytes_min(uint32_t mtu)
+{
+	return PIECE_HDR_BYTES + (mtu + PIECES_MAX - 1) / PIECES_MAX;
+}
+
 static bool config_valid(const struct keel_udp_config *cfg)
 {
 	union peer_addr a;
@@ -176,7 +196,17 @@ static bool config_valid(const struct keel_udp_config *cfg)
 	return cfg != NULL && cfg->world_size >= 1 && cfg->world_size <= KEEL_WORLD_MAX &&
 	       cfg->rank < cfg->world_size && cfg->mtu >= KEEL_MTU_MIN &&
 	       cfg->mtu <= KEEL_MTU_MAX && cfg->burst >= 1 && cfg->burst <= KEEL_BURST_MAX &&
-	       cfg->sockbuf_bytes >= 0 && parse_host(cfg->bind_host, &a) == 0;
+	       cfg->sockbuf_bytes >= 0 && parse_host(cfg->bind_host, &a) == 0 &&
+	       (cfg->piece_bytes == 0 || (cfg->piece_bytes >= piece_bytes_min(cfg->mtu) &&
+					  cfg->piece_bytes <= GSO_BYTES_MAX &&
+					  cfg->join_slots >= 1 && cfg->join_slots <= 64));
+}
+
+/* A cut datagram's bytes in the stage, its piece headers included, for the smallest piece
+ * size allowed: keel_udp_set_piece_bytes may lower it after init. */
+static uint32_t cut_bytes_max(uint32_t mtu)
+{
+	return mtu + PIECES_MAX * PIECE_HDR_BYTES;
 }
 
 /* Receive coalescing is asked for (the kernel may still refuse it). */
@@ -193,21 +223,29 @@ static void layout_compute(const struct keel_udp_config *cfg, struct layout *l)
 	while (slots < 2 * cfg->world_size)
 		slots *= 2;
 	l->hash_slots = slots;
+	/* a cut datagram takes a message per piece where the kernel cannot coalesce */
+	l->msgs_cap = cfg->burst + (cfg->piece_bytes != 0 ? PIECES_MAX : 0);
+	l->iovs_cap = 2 * cfg->burst + (cfg->piece_bytes != 0 ? PIECES_MAX : 0);
 	l->peers = align_up(sizeof(struct udp));
 	l->hash = l->peers + align_up(cfg->world_size * sizeof(union peer_addr));
 	l->msgs = l->hash + align_up(slots * sizeof(uint16_t));
-	l->iovs = l->msgs + align_up(cfg->burst * sizeof(struct mmsghdr));
-	l->msg_dgrams = l->iovs + align_up(2 * cfg->burst * sizeof(struct iovec));
-	l->srcs = l->msg_dgrams + align_up(cfg->burst * sizeof(uint32_t));
+	l->iovs = l->msgs + align_up(l->msgs_cap * sizeof(struct mmsghdr));
+	l->msg_dgrams = l->iovs + align_up(l->iovs_cap * sizeof(struct iovec));
+	l->srcs = l->msg_dgrams + align_up(l->msgs_cap * sizeof(uint32_t));
 	l->gso_ctrl = l->srcs + align_up(cfg->burst * sizeof(union peer_addr));
-	l->gro_buf = l->gso_ctrl + align_up(cfg->burst * GSO_CTRL_BYTES);
+	l->gro_buf = l->gso_ctrl + align_up(l->msgs_cap * GSO_CTRL_BYTES);
 	l->stage = l->gro_buf + (gro_wanted(cfg) ? GRO_SLOTS * GRO_BUF_BYTES : 0);
 	/* A burst's runs hold at most burst datagrams of at most mtu bytes, each run rounded
-	 * up to a cache line. */
-	l->stage_bytes = cfg->gso && cfg->stage_runs && cfg->mtu <= STAGE_SEG_MAX
-			     ? cfg->burst * ((uint32_t)align_up(cfg->mtu))
-			     : 0;
-	l->total = l->stage + l->stage_bytes;
+	 * up to a cache line; cut datagrams carry their piece headers too. */
+	if (cfg->piece_bytes != 0)
+		l->stage_bytes = cfg->burst * (uint32_t)align_up(cut_bytes_max(cfg->mtu));
+	else if (cfg->gso && cfg->stage_runs && cfg->mtu <= STAGE_SEG_MAX)
+		l->stage_bytes = cfg->burst * ((uint32_t)align_up(cfg->mtu));
+	else
+		l->stage_bytes = 0;
+	l->join = l->stage + align_up(l->stage_bytes);
+	l->total =
+	    l->join + (cfg->piece_bytes != 0 ? piece_joiner_bytes(cfg->join_slots, cfg->mtu) : 0);
 }
 
 void keel_udp_config_default(struct keel_udp_config *cfg)
@@ -223,6 +261,8 @@ void keel_udp_config_default(struct keel_udp_config *cfg)
 	cfg->sockbuf_bytes = 0;
 	cfg->gso = true;
 	cfg->stage_runs = true;
+	cfg->piece_bytes = 0;
+	cfg->join_slots = JOIN_SLOTS_DEFAULT;
 }
 
 size_t keel_udp_storage_size(const struct keel_udp_config *cfg)
@@ -406,6 +446,13 @@ int keel_udp_init(struct keel_transport **out, void *mem, size_t mem_len,
 	u->gro_buf = base + l.gro_buf;
 	u->stage = base + l.stage;
 	u->stage_bytes = l.stage_bytes;
+	u->stage_small = cfg->gso && cfg->stage_runs && cfg->mtu <= STAGE_SEG_MAX;
+	u->msgs_cap = l.msgs_cap;
+	u->iovs_cap = l.iovs_cap;
+	u->piece_bytes = cfg->piece_bytes;
+	u->joins = cfg->piece_bytes != 0;
+	if (u->joins)
+		piece_joiner_init(&u->join, base + l.join, cfg->join_slots, cfg->mtu);
 	u->hash_mask = l.hash_slots - 1;
 	u->burst = cfg->burst;
 	u->msgs_dirty = u->burst; /* no header has the receive layout yet */
@@ -479,6 +526,20 @@ void keel_udp_stats_get(struct keel_transport *t, struct keel_udp_stats *out)
 
 	KEEL_ASSERT(out != NULL);
 	*out = u->stats;
+	out->rx_joined = u->join.stats.joined;
+	out->rx_pieces_bad = u->join.stats.bad;
+	out->rx_pieces_abandoned = u->join.stats.abandoned + u->join.stats.no_slot;
+}
+
+int keel_udp_set_piece_bytes(struct keel_transport *t, uint32_t piece_bytes)
+{
+	struct udp *u = udp_of(t);
+
+	if (!u->joins || (piece_bytes != 0 &&
+			  (piece_bytes < piece_bytes_min(t->mtu) || piece_bytes > GSO_BYTES_MAX)))
+		return -EINVAL;
+	u->piece_bytes = piece_bytes;
+	return 0;
 }
 
 /* The socket buffer (or the qdisc/device queue) is full: the caller keeps the rest. */
@@ -523,7 +584,7 @@ static int send_msgs(struct udp *u, uint32_t n, bool *blocked, bool *gso_refused
 		if (r > 0) {
 			for (int k = 0; k < r; k++, i++) {
 				u->stats.tx_datagrams += msg_datagrams(u, i);
-				u->stats.tx_gso_sends += msg_datagrams(u, i) > 1;
+				u->stats.tx_gso_sends += u->msgs[i].msg_hdr.msg_control != NULL;
 				/* a run in one iovec was staged */
 				u->stats.tx_staged_sends +=
 				    msg_datagrams(u, i) > 1 && u->msgs[i].msg_hdr.msg_iovlen == 1;
@@ -606,7 +667,7 @@ static bool stage_run(struct udp *u, const struct keel_datagram *d, uint32_t run
 	uint32_t bytes = 0;
 	uint8_t *o = u->stage + *used;
 
-	if (run < 2 || u->stage_bytes == 0)
+	if (run < 2 || !u->stage_small)
 		return false;
 	for (uint32_t k = 0; k < run; k++) {
 		memcpy(o + bytes, d[k].buf, d[k].len);
@@ -623,8 +684,112 @@ static bool stage_run(struct udp *u, const struct keel_datagram *d, uint32_t run
 	return true;
 }
 
-/* Fill msgs with the valid prefix of d[0..n); stops at a bad peer or an oversized datagram.
- * Returns the datagrams taken; *msgs_out the messages they make. */
+/* Point message m at `len` bytes of the stage at `at`, for `peer`, cut by the kernel every
+ * `seg` bytes when seg is not 0 (a coalesced run); it completes `dgrams` datagrams. */
+static void msg_point(struct udp *u, uint32_t m, uint32_t v, uint32_t peer, uint8_t *at,
+		      uint32_t len, uint32_t seg, uint32_t dgrams)
+{
+	struct msghdr *h = &u->msgs[m].msg_hdr;
+
+	KEEL_ASSERT(m < u->msgs_cap && v < u->iovs_cap);
+	u->iovs[v] = (struct iovec){.iov_base = at, .iov_len = len};
+	memset(h, 0, sizeof(*h));
+	h->msg_name = &u->peers[peer];
+	h->msg_namelen = family_addr_len(u->family);
+	h->msg_iov = &u->iovs[v];
+	h->msg_iovlen = 1;
+	u->msg_dgrams[m] = dgrams;
+	if (seg != 0) {
+		uint16_t seg16 = (uint16_t)seg;
+		struct cmsghdr *c;
+
+		h->msg_control = u->gso_ctrl + (size_t)m * GSO_CTRL_BYTES;
+		h->msg_controllen = GSO_CTRL_BYTES;
+		c = CMSG_FIRSTHDR(h);
+		c->cmsg_level = IPPROTO_UDP;
+		c->cmsg_type = UDP_SEGMENT;
+		c->cmsg_len = CMSG_LEN(sizeof(seg16));
+		memcpy(CMSG_DATA(c), &seg16, sizeof(seg16));
+	}
+}
+
+/* Copy `n` bytes of g's wire form from byte `off` on to o (its header piece, then its tail). */
+static void wire_copy(const struct keel_datagram *g, uint32_t off, uint32_t n, uint8_t *o)
+{
+	if (off < g->len) {
+		uint32_t k = min_u32(n, g->len - off);
+
+		memcpy(o, g->buf + off, k);
+		o += k;
+		off += k;
+		n -= k;
+	}
+	if (n > 0)
+		memcpy(o, g->tail + (off - g->len), n);
+}
+
+/* Datagrams of d[0..n) to cut, for d[0].peer, go into the stage at *used as pieces, back to
+ * back, and into messages from *m (iovecs from *v): runs of up to a kernel run's worth of
+ * pieces, across datagrams, each ended early by a short piece (the kernel cuts a run into
+ * equal segments, the last one shorter), or one piece a message without coalescing. A full
+ * datagram is whole pieces, so a burst of them to one peer goes in runs of 44 1472-byte
+ * pieces: as few sends, and as few receives, as whole 1472-byte datagrams took. Stops at
+ * another peer, a datagram that goes whole, or where the stage or the messages are full.
+ * Returns the datagrams taken. */
+static uint32_t cut_run(struct udp *u, const struct keel_datagram *d, uint32_t n, uint32_t *m,
+			uint32_t *v, uint32_t *used)
+{
+	uint32_t chunk = u->piece_bytes - PIECE_HDR_BYTES, taken;
+	uint32_t per_msg = u->gso ? min_u32(GSO_SEGS_MAX, GSO_BYTES_MAX / u->piece_bytes) : 1;
+	uint8_t *start = u->stage + *used, *at = start, *msg_at = start;
+	uint32_t in_msg = 0, msg_dgrams = 0;
+
+	KEEL_ASSERT(per_msg >= 1);
+	for (taken = 0; taken < n; taken++) {
+		const struct keel_datagram *g = &d[taken];
+		uint32_t len = wire_len(g);
+
+		if (g->peer != d[0].peer || !send_valid(u, g) || len <= u->piece_bytes)
+			break;
+		uint32_t count = pieces_count(len, chunk);
+		/* each piece opens at most one message */
+		if ((size_t)(at - u->stage) + len + count * PIECE_HDR_BYTES > u->stage_bytes ||
+		    *m + (in_msg > 0) + count > u->msgs_cap ||
+		    *v + (in_msg > 0) + count > u->iovs_cap)
+			break;
+		KEEL_ASSERT(count >= 2 && count <= PIECES_MAX);
+		for (uint32_t i = 0; i < count; i++) {
+			uint32_t off = i * chunk, part = min_u32(chunk, len - off);
+
+			if (in_msg == 0)
+				msg_at = at;
+			piece_header_put(at, u->piece_id, i, count, chunk);
+			wire_copy(g, off, part, at + PIECE_HDR_BYTES);
+			at += PIECE_HDR_BYTES + part;
+			in_msg++;
+			msg_dgrams += i + 1 == count;
+			if (in_msg == per_msg || part < chunk) {
+				msg_point(u, (*m)++, (*v)++, g->peer, msg_at,
+					  (uint32_t)(at - msg_at), in_msg > 1 ? u->piece_bytes : 0,
+					  msg_dgrams);
+				in_msg = 0;
+				msg_dgrams = 0;
+			}
+		}
+		u->piece_id++;
+		u->stats.tx_cut++;
+		u->stats.tx_pieces += count;
+	}
+	if (in_msg > 0)
+		msg_point(u, (*m)++, (*v)++, d[0].peer, msg_at, (uint32_t)(at - msg_at),
+			  in_msg > 1 ? u->piece_bytes : 0, msg_dgrams);
+	*used += (uint32_t)align_up((size_t)(at - start));
+	return taken;
+}
+
+/* Fill msgs with the valid prefix of d[0..n); stops at a bad peer or an oversized datagram,
+ * or where the messages or the stage are full. Returns the datagrams taken; *msgs_out the
+ * messages they make. */
 static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uint32_t n,
 			       uint32_t *msgs_out)
 {
@@ -632,6 +797,15 @@ static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uin
 
 	KEEL_ASSERT(n <= u->burst);
 	while (i < n && send_valid(u, &d[i])) {
+		if (u->piece_bytes != 0 && wire_len(&d[i]) > u->piece_bytes) {
+			uint32_t cut = cut_run(u, d + i, n - i, &m, &v, &staged);
+			if (cut == 0)
+				break;
+			i += cut;
+			continue;
+		}
+		if (m >= u->msgs_cap || v + 2 > u->iovs_cap)
+			break;
 		struct msghdr *h = &u->msgs[m].msg_hdr;
 		uint32_t run = gso_run(u, d, i, n), first = v;
 
@@ -639,9 +813,11 @@ static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uin
 		 * datagram in two pieces is two iovecs, and its segment still one datagram. */
 		if (stage_run(u, d + i, run, &staged, &u->iovs[v]))
 			v++;
-		else
+		else if (v + 2 * run <= u->iovs_cap)
 			v += iov_pieces(d + i, run, &u->iovs[v]);
-		KEEL_ASSERT(v <= 2 * u->burst);
+		else
+			break;
+		KEEL_ASSERT(v <= u->iovs_cap);
 		memset(h, 0, sizeof(*h));
 		h->msg_name = &u->peers[d[i].peer];
 		h->msg_namelen = family_addr_len(u->family);
@@ -663,7 +839,8 @@ static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uin
 		i += run;
 		m++;
 	}
-	u->msgs_dirty = max_u32(u->msgs_dirty, m);
+	/* only the first burst entries ever take the receive layout */
+	u->msgs_dirty = min_u32(u->burst, max_u32(u->msgs_dirty, m));
 	*msgs_out = m;
 	return i;
 }
@@ -740,9 +917,36 @@ static uint8_t *gro_slot_buf(const struct udp *u, uint32_t slot)
 	return u->gro_buf + (size_t)slot * GRO_BUF_BYTES;
 }
 
+/* A piece from `peer` at p (len bytes) goes to the joiner; a datagram it completes goes to d,
+ * lent where d takes lent bytes, copied otherwise. Returns the datagrams filled (0 or 1). */
+static uint32_t deliver_joined(struct udp *u, struct keel_datagram *d, uint32_t peer,
+			       const uint8_t *p, uint32_t len)
+{
+	const uint8_t *joined;
+	uint32_t total = piece_join(&u->join, peer, p, len, &joined);
+
+	if (total == 0)
+		return 0;
+	if (total > d->cap) { /* longer than the caller takes, lent or not */
+		u->stats.rx_truncated++;
+		return 0;
+	}
+	/* Lent, the slot stays until the next receive; one slot is never lent, so that pieces
+	 * of the datagrams after it still find room in this one (copied out, as with GRO's). */
+	if ((d->flags & KEEL_DGRAM_LEND) != 0 && piece_joiner_unlent(&u->join) > 1) {
+		piece_joiner_lend(&u->join, joined);
+		d->buf = (uint8_t *)(uintptr_t)joined; /* the joiner's slot, ours to lend */
+	} else {
+		memcpy(d->buf, joined, total);
+	}
+	d->len = total;
+	d->peer = peer;
+	return 1;
+}
+
 /* Cut the runs landed, oldest first, into d[0..n), lent or copied; returns the datagrams
- * filled. A datagram longer than its buffer's cap is dropped and counted, as recvmmsg's
- * truncation is. A run of length 0 is one empty datagram. */
+ * filled. Pieces among them are joined (deliver_joined). A datagram longer than its buffer's cap is
+ * dropped and counted, as recvmmsg's truncation is. A run of length 0 is one empty datagram. */
 static uint32_t gro_deliver(struct udp *u, struct keel_datagram *d, uint32_t n)
 {
 	uint32_t k = 0;
@@ -751,8 +955,11 @@ static uint32_t gro_deliver(struct udp *u, struct keel_datagram *d, uint32_t n)
 		uint32_t slot = u->gro_order[0];
 		struct gro_run *run = &u->gro_runs[slot];
 		uint32_t len = min_u32(run->seg, run->left);
+		uint8_t *seg_at = gro_slot_buf(u, slot) + run->off;
 
-		if (len <= d[k].cap) {
+		if (u->joins && piece_looks(seg_at, len)) {
+			k += deliver_joined(u, &d[k], run->peer, seg_at, len);
+		} else if (len <= d[k].cap) {
 			uint8_t *at = gro_slot_buf(u, slot) + run->off;
 
 			if ((d[k].flags & KEEL_DGRAM_LEND) && slot != GRO_COPY_SLOT) {
@@ -907,6 +1114,8 @@ static int udp_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel
 		return KEEL_ETRANSPORT;
 	if (n == 0)
 		return 0;
+	if (u->joins)
+		piece_joiner_release(&u->join); /* the caller is done with what was lent */
 	if (u->gro)
 		return recv_gro(u, d, n);
 	fill_recv_msgs(u, d, n);
@@ -940,6 +1149,19 @@ static int udp_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel
 			u->stats.rx_unknown_source++;
 			continue;
 		}
+		/* A piece's bytes go to the joiner at once: its buffer may then take the datagram
+		 * it completes (below, copied: the caller's buffers stay in d). */
+		const uint8_t *joined = NULL;
+		uint32_t len = u->msgs[i].msg_len;
+		if (u->joins && piece_looks(d[i].buf, len)) {
+			len = piece_join(&u->join, (uint32_t)rank, d[i].buf, len, &joined);
+			if (len == 0)
+				continue;
+			if (len > d[i].cap) {
+				u->stats.rx_truncated++;
+				continue;
+			}
+		}
 		/* Close the gap left by a dropped datagram by exchanging buffers, not bytes. */
 		if (kept != i) {
 			uint8_t *buf = d[kept].buf;
@@ -950,7 +1172,9 @@ static int udp_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel
 			d[i].buf = buf;
 			d[i].cap = cap;
 		}
-		d[kept].len = u->msgs[i].msg_len;
+		if (joined != NULL)
+			memcpy(d[kept].buf, joined, len);
+		d[kept].len = len;
 		d[kept].peer = (uint32_t)rank;
 		kept++;
 	}

@@ -3,7 +3,8 @@
 # keel-run), every dtype and op at the chunking boundaries, both algorithms; then again with
 # the chaos transport at 1 % loss (plus duplication and reordering), once more over UDP with
 # Ethernet-sized datagrams, so that runs are coalesced on send and receive (UDP_SEGMENT,
-# UDP_GRO) under the same loss. Seeded: SEED=n replays.
+# UDP_GRO) under the same loss, and with datagrams cut into Ethernet-sized pieces and joined
+# (KEEL_UDP_PIECES), as on a 1500-byte link, under the same loss. Seeded: SEED=n replays.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
@@ -25,4 +26,8 @@ for n in 3 4; do
 done
 KEEL_TRANSPORT=udp KEEL_MTU=1472 KEEL_CHAOS="loss=0.01,dup=0.005,reorder=0.01,seed=$SEED" \
 	"$RUN" -n 4 --timeout 180 -- "$CHECK" auto | grep -v '^keel-run: rank' || fail=1
+for algo in ring rd; do
+	KEEL_TRANSPORT=udp KEEL_UDP_PIECES=1472 KEEL_CHAOS="loss=0.01,dup=0.005,reorder=0.01,seed=$SEED" \
+		"$RUN" -n 3 --timeout 180 -- "$CHECK" "$algo" | grep -v '^keel-run: rank' || fail=1
+done
 exit $fail

@@ -50,4 +50,33 @@ want='rank 2 set datagrams of 9000 bytes (KEEL_MTU), but rank 1 takes at most 14
 grep -qF "$want" "$tmp/out" || { cat "$tmp/out"; echo "mtu_agree: the refusal did not name both ranks"; exit 1; } >&2
 ! grep -q '^# Out of bounds' "$tmp/out" || { cat "$tmp/out"; echo "mtu_agree: a rank ran anyway"; exit 1; } >&2
 echo "mtu_agree: KEEL_MTU 9000 beside 1472 refused: $(grep -F "$want" "$tmp/out" | head -1)"
+# Pieces (KEEL_UDP_PIECES=BYTES here, as a 1500-byte link would choose by itself): every rank
+# cuts at the smallest rank's piece, and datagrams take as many whole pieces as 8972 bytes hold
+pieces() {
+	local n=$1 tp=$2 sizes=$3
+	KEEL_TRANSPORT=$tp "$RUN" -n "$n" --timeout 120 -- sh -c \
+		"set -- $sizes; shift \$RANK; export KEEL_UDP_PIECES=\$1; exec $BENCH allreduce -b 4 -e 4194304 -f 16 -n 10 -w 2 --check" \
+		>"$tmp/out" 2>&1
+}
+for tp in udp auto; do
+	pieces 3 $tp "1472 1200 1472" || { cat "$tmp/out"; echo "mtu_agree: $tp: pieces of 1472 and 1200 failed"; exit 1; } >&2
+	# 1 192 bytes a piece (8 of them the piece header), 7 of them: 8 344
+	grep -q 'mtu 8344, window 64,' "$tmp/out" ||
+		{ cat "$tmp/out"; echo "mtu_agree: $tp: pieces of 1200 did not make 8344-byte datagrams"; exit 1; } >&2
+	grep -q '^# Out of bounds values : 0 OK' "$tmp/out" ||
+		{ cat "$tmp/out"; echo "mtu_agree: $tp: wrong results with pieces"; exit 1; } >&2
+	echo "mtu_agree: $tp: pieces of 1472 and 1200 bytes agreed on 1200 (8344-byte datagrams), results exact"
+done
+# a rank that does not cut: nobody does, and the job takes the smallest packet as its datagram
+pieces 2 udp "1472 0" || { cat "$tmp/out"; echo "mtu_agree: pieces beside none failed"; exit 1; } >&2
+grep -q 'mtu 1472, window 256,' "$tmp/out" ||
+	{ cat "$tmp/out"; echo "mtu_agree: a rank without pieces did not stop the others cutting"; exit 1; } >&2
+grep -q '^# Out of bounds values : 0 OK' "$tmp/out" || { cat "$tmp/out"; echo "mtu_agree: wrong results"; exit 1; } >&2
+echo "mtu_agree: pieces beside a rank without them: 1472-byte datagrams, results exact"
+# a piece size no link has
+if pieces 2 udp "100 100"; then
+	cat "$tmp/out"; echo "mtu_agree: KEEL_UDP_PIECES=100 was accepted"; exit 1
+fi
+grep -qF 'KEEL_UDP_PIECES=100: expected 0 (off), 1 (on: the link' "$tmp/out" ||
+	{ cat "$tmp/out"; echo "mtu_agree: KEEL_UDP_PIECES=100 refused without naming it"; exit 1; } >&2
 echo "mtu_agree: passed"

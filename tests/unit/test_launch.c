@@ -60,6 +60,7 @@ static const char *const env_names[] = {
     "KEEL_WINDOW",
     "KEEL_BURST",
     "KEEL_UDP_STAGE",
+    "KEEL_UDP_PIECES",
 };
 
 static int env_clear(void **state)
@@ -1938,6 +1939,64 @@ static void test_launch_boot_window_follows_datagram_size(void **state)
 	assert_non_null(strstr(err, "KEEL_UDP_STAGE=2: expected 0 (off) or 1 (on)"));
 }
 
+static void boot_pieces_expect(uint32_t mtu, uint32_t piece_bytes, uint32_t window)
+{
+	struct keel_boot b;
+	char err[256];
+
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
+	if (b.cfg.mtu != mtu || b.piece_bytes != piece_bytes || b.cfg.window != window)
+		print_error("mtu %u pieces %u window %u, want %u, %u and %u\n", b.cfg.mtu,
+			    b.piece_bytes, b.cfg.window, mtu, piece_bytes, window);
+	assert_int_equal(b.cfg.mtu, mtu);
+	assert_int_equal(b.piece_bytes, piece_bytes);
+	assert_int_equal(b.cfg.window, window);
+	keel_boot_stop(&b, 0);
+}
+
+/* KEEL_UDP_PIECES: on loopback nothing is cut unless a size is given; given one, datagrams
+ * take as many whole pieces as 8 972 bytes hold (1 472-byte pieces: 6 x 1 464 = 8 784), and
+ * the window is the default one of datagrams that size. KEEL_MTU sets the size itself and
+ * nothing is cut; 0 turns cutting off; a size no link has, or a word, is refused by name. */
+static void test_launch_boot_udp_pieces(void **state)
+{
+	char peers[64], err[256];
+	struct keel_boot b;
+	uint16_t p0 = free_tcp_port();
+
+	(void)state;
+	snprintf(peers, sizeof(peers), "127.0.0.1:%u,127.0.0.1:%u", p0, p0 + 1u);
+	env("KEEL_PEERS", peers);
+	env("RANK", "0");
+	env("KEEL_JOB_ID", "7");
+	boot_pieces_expect(KEEL_MTU_MAX, 0, KEEL_WINDOW_DEFAULT);
+	env("KEEL_UDP_PIECES", "1");
+	boot_pieces_expect(KEEL_MTU_MAX, 0, KEEL_WINDOW_DEFAULT); /* loopback needs none */
+	env("KEEL_UDP_PIECES", "1472");
+	boot_pieces_expect(8784, 1472, KEEL_WINDOW_DEFAULT);
+	env("KEEL_UDP_PIECES", "576");
+	boot_pieces_expect(15 * 568, 576, KEEL_WINDOW_DEFAULT); /* 15 pieces */
+	env("KEEL_UDP_PIECES", "5000"); /* one piece would make a datagram: nothing to gain */
+	boot_pieces_expect(KEEL_MTU_MAX, 0, KEEL_WINDOW_DEFAULT);
+	env("KEEL_UDP_PIECES", "1472");
+	env("KEEL_MTU", "1472");
+	boot_pieces_expect(1472, 0, 4 * KEEL_WINDOW_DEFAULT);
+	unsetenv("KEEL_MTU");
+	env("KEEL_UDP_PIECES", "0");
+	boot_pieces_expect(KEEL_MTU_MAX, 0, KEEL_WINDOW_DEFAULT);
+	const char *bad[] = {"575", "65508", "yes", "-1", "1472x"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char want[80];
+		env("KEEL_UDP_PIECES", bad[i]);
+		assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
+		snprintf(want, sizeof(want), "KEEL_UDP_PIECES=%s: expected 0 (off), 1 (on", bad[i]);
+		if (strstr(err, want) == NULL)
+			print_error("%s\n", err);
+		assert_non_null(strstr(err, want));
+	}
+	unsetenv("KEEL_UDP_PIECES");
+}
+
 static void test_launch_boot_auth(void **state)
 {
 	struct keel_boot b;
@@ -2410,6 +2469,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_launch_waiter_transport, env_clear),
 	    cmocka_unit_test_setup(test_launch_boot_spin_yield, env_clear),
 	    cmocka_unit_test_setup(test_launch_boot_window_follows_datagram_size, env_clear),
+	    cmocka_unit_test_setup(test_launch_boot_udp_pieces, env_clear),
 	    cmocka_unit_test_setup(test_launch_boot_register_copying_transport, env_clear),
 	    cmocka_unit_test_setup(test_launch_waiter_wake_fd, env_clear),
 	    cmocka_unit_test_setup(test_launch_host, env_clear),

@@ -693,6 +693,289 @@ static void test_udp_coalesced_runs_staged(void **state)
 	assert_int_equal(keel_udp_storage_size(&on), keel_udp_storage_size(&off));
 }
 
+/* Datagrams longer than piece_bytes go as pieces and arrive joined: every one whole and in
+ * order, at every length around the piece boundaries (one byte over, exact multiples, the
+ * largest), one-piece and two-piece (gather) datagrams alike, mixed with datagrams that go
+ * whole, to two receivers. With coalescing on either side or off (one piece per send; each
+ * piece its own receive), lent or copied. */
+static void pieces_exchange(bool gso_tx, bool gso_rx, uint32_t rx_flags)
+{
+	struct keel_transport *t[3];
+	struct keel_udp_config cfg;
+	struct keel_udp_stats st0, st1, st2;
+	static struct keel_datagram d[KEEL_BURST_MAX];
+	static uint8_t bufs[KEEL_BURST_MAX][8972];
+	static uint32_t lens1[4096], lens2[4096];
+	const uint32_t piece = 1472, chunk = piece - KEEL_UDP_PIECE_HDR_BYTES;
+	const uint32_t sizes[] = {8972,	     6 * chunk, 6 * chunk + 1, 2 * chunk,
+				  chunk + 1, piece + 1, piece,	       100,
+				  1,	     5000,	3 * chunk - 1};
+	const uint32_t nsizes = sizeof(sizes) / sizeof(sizes[0]);
+	uint32_t i, n1 = 0, n2 = 0, cut = 0;
+
+	for (i = 0; i < 3; i++) {
+		cfg_make(&cfg, i, 3, NULL);
+		cfg.mtu = 8972;
+		cfg.burst = 32;
+		cfg.piece_bytes = piece;
+		cfg.gso = i == 0 ? gso_tx : gso_rx;
+		t[i] = udp_open((int)i, &cfg);
+	}
+	wire_all(t, 3);
+	for (uint32_t round = 0; round < 20; round++) {
+		uint32_t first1 = n1, first2 = n2;
+
+		for (i = 0; i < 32; i++) {
+			uint32_t peer = 1 + (i / 3 + round) % 2;
+			/* round 0: full datagrams only, whose pieces go in runs across them */
+			uint32_t len = round == 0 ? 6 * chunk : sizes[(i + round * 7) % nsizes];
+			uint32_t seq = peer == 1 ? n1 : n2;
+
+			fill_payload(bufs[i], len, 0, peer, seq);
+			d[i] = (struct keel_datagram){.buf = bufs[i], .len = len, .peer = peer};
+			split_some(&d[i], i + round);
+			if (peer == 1)
+				lens1[n1++] = len;
+			else
+				lens2[n2++] = len;
+			cut += len > piece;
+		}
+		/* sockets take it all on loopback; a short send is retried by the caller */
+		uint32_t done = 0;
+		for (uint32_t tries = 0; done < 32 && tries < 10; tries++) {
+			int r = t[0]->ops->send_burst(t[0], 0, d + done, 32 - done);
+			assert_true(r >= 0);
+			done += (uint32_t)r;
+		}
+		assert_int_equal(done, 32);
+		if (round == 0 && gso_tx) {
+			/* 32 x 6 pieces for two peers in runs of 3 datagrams: 18 pieces a run,
+			 * one send each, not one per datagram */
+			keel_udp_stats_get(t[0], &st0);
+			assert_int_equal(st0.tx_pieces, 32 * 6);
+			assert_int_equal(st0.tx_gso_sends, 11);
+		}
+		expect_seq(t[1], 0, 1, lens1, first1, n1 - first1, 7, rx_flags);
+		expect_seq(t[2], 0, 2, lens2, first2, n2 - first2, KEEL_BURST_MAX, rx_flags);
+	}
+	keel_udp_stats_get(t[0], &st0);
+	keel_udp_stats_get(t[1], &st1);
+	keel_udp_stats_get(t[2], &st2);
+	print_message("pieces (gso %d/%d): %llu datagrams cut into %llu pieces, %llu sends in %llu "
+		      "syscalls; joined %llu + %llu\n",
+		      gso_tx, gso_rx, (unsigned long long)st0.tx_cut,
+		      (unsigned long long)st0.tx_pieces, (unsigned long long)st0.tx_gso_sends,
+		      (unsigned long long)st0.tx_syscalls, (unsigned long long)st1.rx_joined,
+		      (unsigned long long)st2.rx_joined);
+	assert_int_equal(st0.tx_datagrams, 20 * 32);
+	assert_int_equal(st0.tx_cut, cut);
+	assert_int_equal(st1.rx_joined + st2.rx_joined, cut);
+	assert_int_equal(st1.rx_pieces_bad + st2.rx_pieces_bad, 0);
+	assert_int_equal(st1.rx_pieces_abandoned + st2.rx_pieces_abandoned, 0);
+	assert_int_equal(st1.rx_truncated + st2.rx_truncated, 0);
+	for (i = 0; i < 3; i++)
+		udp_close(t[i]);
+}
+
+static void test_udp_pieces(void **state)
+{
+	(void)state;
+	pieces_exchange(true, true, 0);
+	pieces_exchange(true, true, KEEL_DGRAM_LEND);
+	pieces_exchange(false, true, KEEL_DGRAM_LEND);
+	pieces_exchange(true, false, 0);
+	pieces_exchange(false, false, KEEL_DGRAM_LEND);
+}
+
+/* A plain socket on loopback that rank `peer` of t's job is said to be: what it sends comes
+ * from that rank. */
+static int fake_peer(struct keel_transport *t, uint32_t peer)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t alen = sizeof(a);
+	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &alen), 0);
+	assert_int_equal(keel_udp_set_peer(t, peer, (struct sockaddr *)&a, alen), 0);
+	return fd;
+}
+
+/* Send piece `index` of `count` of datagram `id` (chunk bytes a piece; `len` its own bytes,
+ * from the datagram's byte index * chunk on, the datagram's bytes being fill_payload's of
+ * `seq`), as the format says: "KP", id, index, count, chunk, little-endian. */
+static void piece_send(int fd, struct keel_transport *t, uint16_t id, uint32_t index,
+		       uint32_t count, uint32_t chunk, uint32_t len, uint32_t seq)
+{
+	static uint8_t whole[KEEL_MTU_MAX], p[KEEL_MTU_MAX];
+	struct sockaddr_storage a;
+	socklen_t alen;
+
+	fill_payload(whole, sizeof(whole), 9, 0, seq);
+	p[0] = 'K';
+	p[1] = 'P';
+	p[2] = (uint8_t)id;
+	p[3] = (uint8_t)(id >> 8);
+	p[4] = (uint8_t)index;
+	p[5] = (uint8_t)count;
+	p[6] = (uint8_t)chunk;
+	p[7] = (uint8_t)(chunk >> 8);
+	memcpy(p + 8, whole + (size_t)index * chunk, len);
+	assert_int_equal(keel_udp_local_addr(t, &a, &alen), 0);
+	assert_int_equal(sendto(fd, p, 8 + len, 0, (struct sockaddr *)&a, alen),
+			 (ssize_t)(8 + len));
+}
+
+/* Receive what is there (waiting up to 100 ms for the first); every datagram must be the
+ * `len` bytes of fill_payload(seq) from `peer`. Returns how many came. */
+static uint32_t joined_expect(struct keel_transport *t, uint32_t peer, uint32_t len, uint32_t seq)
+{
+	static struct keel_datagram d[8];
+	static uint8_t want[KEEL_MTU_MAX];
+	uint32_t got = 0;
+
+	fill_payload(want, sizeof(want), 9, 0, seq);
+	for (int round = 0; round < 5; round++) {
+		recv_setup(d, 8, KEEL_MTU_MAX);
+		int r = t->ops->recv_burst(t, 0, d, 8);
+		assert_true(r >= 0);
+		for (int k = 0; k < r; k++, got++) {
+			assert_int_equal(d[k].peer, peer);
+			assert_int_equal(d[k].len, len);
+			assert_memory_equal(d[k].buf, want, len);
+		}
+		if (r == 0)
+			(void)poll(&(struct pollfd){.fd = t->ops->wait_fd(t), .events = POLLIN}, 1,
+				   POLL_MS);
+	}
+	return got;
+}
+
+/* The joiner against pieces as a network may deliver them, and against pieces no keel rank
+ * sends: lost, reordered, duplicated, interleaved from two peers, from more peers at once than
+ * it has slots, and with headers that make no sense. Nothing is delivered that was not sent
+ * whole, and every drop is counted. */
+static void test_udp_pieces_lost_reordered_bad(void **state)
+{
+	struct keel_transport *t;
+	struct keel_udp_config cfg;
+	struct keel_udp_stats st;
+	const uint32_t chunk = 1000;
+	int fd1, fd2, fd3;
+
+	(void)state;
+	cfg_make(&cfg, 0, 4, NULL);
+	cfg.mtu = 8972;
+	cfg.piece_bytes = chunk + KEEL_UDP_PIECE_HDR_BYTES;
+	cfg.join_slots = 2;
+	t = udp_open(0, &cfg);
+	fd1 = fake_peer(t, 1);
+	fd2 = fake_peer(t, 2);
+	fd3 = fake_peer(t, 3);
+	/* in order, then reversed, then with a duplicate: each joined once */
+	for (uint32_t i = 0; i < 3; i++)
+		piece_send(fd1, t, 1, i, 3, chunk, i < 2 ? chunk : 500, 1);
+	assert_int_equal(joined_expect(t, 1, 2500, 1), 1);
+	for (uint32_t i = 3; i-- > 0;)
+		piece_send(fd1, t, 2, i, 3, chunk, i < 2 ? chunk : 500, 1);
+	assert_int_equal(joined_expect(t, 1, 2500, 1), 1);
+	piece_send(fd1, t, 3, 0, 2, chunk, chunk, 2);
+	piece_send(fd1, t, 3, 0, 2, chunk, chunk, 2);
+	piece_send(fd1, t, 3, 1, 2, chunk, 1, 2);
+	piece_send(fd1, t, 3, 1, 2, chunk, 1, 2); /* after the join: starts a datagram anew */
+	assert_int_equal(joined_expect(t, 1, chunk + 1, 2), 1);
+	keel_udp_stats_get(t, &st);
+	assert_int_equal(st.rx_joined, 3);
+	assert_int_equal(st.rx_pieces_abandoned, 0);
+	/* a lost piece: the peer's next datagram gives the first up */
+	piece_send(fd1, t, 4, 0, 3, chunk, chunk, 3);
+	piece_send(fd1, t, 4, 2, 3, chunk, 7, 3);
+	piece_send(fd1, t, 5, 0, 2, chunk, chunk, 4);
+	piece_send(fd1, t, 5, 1, 2, chunk, 9, 4);
+	assert_int_equal(joined_expect(t, 1, chunk + 9, 4), 1);
+	keel_udp_stats_get(t, &st);
+	assert_int_equal(st.rx_pieces_abandoned, 2); /* datagram 4, and the stray after 3 */
+	/* two peers interleaved: both joined */
+	piece_send(fd1, t, 6, 0, 2, chunk, chunk, 5);
+	piece_send(fd2, t, 6, 0, 2, chunk, chunk, 5);
+	piece_send(fd2, t, 6, 1, 2, chunk, 11, 5);
+	piece_send(fd1, t, 6, 1, 2, chunk, 11, 5);
+	static struct keel_datagram d[8];
+	uint32_t got = 0, from = 0;
+	for (int round = 0; round < 5 && got < 2; round++) {
+		recv_setup(d, 8, KEEL_MTU_MAX);
+		int r = t->ops->recv_burst(t, 0, d, 8);
+		assert_true(r >= 0);
+		for (int k = 0; k < r; k++, got++) {
+			assert_int_equal(d[k].len, chunk + 11);
+			from |= 1u << d[k].peer;
+		}
+		if (r == 0)
+			(void)poll(&(struct pollfd){.fd = t->ops->wait_fd(t), .events = POLLIN}, 1,
+				   POLL_MS);
+	}
+	assert_int_equal(got, 2);
+	assert_int_equal(from, 6u);
+	/* three peers at once through two slots: the least recently touched is given up */
+	keel_udp_stats_get(t, &st);
+	uint64_t abandoned = st.rx_pieces_abandoned;
+	piece_send(fd1, t, 7, 0, 2, chunk, chunk, 6);
+	piece_send(fd2, t, 7, 0, 2, chunk, chunk, 6);
+	piece_send(fd3, t, 7, 0, 2, chunk, chunk, 6); /* evicts peer 1's */
+	piece_send(fd3, t, 7, 1, 2, chunk, 3, 6);
+	piece_send(fd2, t, 7, 1, 2, chunk, 3, 6);
+	piece_send(fd1, t, 7, 1, 2, chunk, 3, 6); /* its first piece is gone: held, not joined */
+	got = 0;
+	for (int round = 0; round < 5; round++) {
+		recv_setup(d, 8, KEEL_MTU_MAX);
+		int r = t->ops->recv_burst(t, 0, d, 8);
+		assert_true(r >= 0);
+		for (int k = 0; k < r; k++, got++)
+			assert_true(d[k].peer == 2 || d[k].peer == 3);
+		if (r == 0)
+			(void)poll(&(struct pollfd){.fd = t->ops->wait_fd(t), .events = POLLIN}, 1,
+				   POLL_MS);
+	}
+	assert_int_equal(got, 2);
+	keel_udp_stats_get(t, &st);
+	assert_int_equal(st.rx_pieces_abandoned, abandoned + 1);
+	/* headers no sender writes: a count of 1 or 65, an index past the count, a middle piece
+	 * short, a last piece longer than the rest, a datagram beyond the mtu, a bare header */
+	piece_send(fd2, t, 8, 0, 1, chunk, chunk, 7);
+	piece_send(fd2, t, 8, 0, 65, chunk, chunk, 7);
+	piece_send(fd2, t, 8, 3, 3, chunk, chunk, 7);
+	piece_send(fd2, t, 8, 0, 3, chunk, chunk - 1, 7);
+	piece_send(fd2, t, 8, 2, 3, chunk, chunk + 1, 7);
+	piece_send(fd2, t, 8, 0, 10, chunk, chunk, 7); /* 9 full pieces already pass 8 972 */
+	piece_send(fd2, t, 8, 0, 2, chunk, 0, 7);
+	assert_int_equal(joined_expect(t, 2, 1, 7), 0);
+	keel_udp_stats_get(t, &st);
+	assert_int_equal(st.rx_pieces_bad, 7);
+	assert_int_equal(st.rx_joined, 8); /* 1, 2, 3, 5, two of 6, two of 7 */
+	/* joined, but longer than the caller's buffers take: dropped and counted, lent or not */
+	for (uint32_t lend = 0; lend < 2; lend++) {
+		for (uint32_t i = 0; i < 3; i++)
+			piece_send(fd1, t, (uint16_t)(20 + lend), i, 3, chunk, i < 2 ? chunk : 500,
+				   1);
+		for (int round = 0; round < 5; round++) {
+			recv_setup(d, 8, 2000);
+			for (int k = 0; k < 8; k++)
+				d[k].flags = lend ? KEEL_DGRAM_LEND : 0;
+			assert_int_equal(t->ops->recv_burst(t, 0, d, 8), 0);
+			(void)poll(&(struct pollfd){.fd = t->ops->wait_fd(t), .events = POLLIN}, 1,
+				   POLL_MS);
+		}
+	}
+	keel_udp_stats_get(t, &st);
+	assert_int_equal(st.rx_joined, 10);
+	assert_int_equal(st.rx_truncated, 2);
+	close(fd1);
+	close(fd2);
+	close(fd3);
+	udp_close(t);
+}
+
 /* A kernel that refuses a coalesced send (here: checksums turned off on the socket, which
  * UDP_SEGMENT requires) turns coalescing off for good; the burst still goes out whole. */
 static void test_udp_coalescing_refused(void **state)
@@ -819,6 +1102,8 @@ int main(void)
 	    cmocka_unit_test(test_udp_coalesced_runs_staged),
 	    cmocka_unit_test(test_udp_coalesced_runs_lent),
 	    cmocka_unit_test(test_udp_coalescing_refused),
+	    cmocka_unit_test(test_udp_pieces),
+	    cmocka_unit_test(test_udp_pieces_lost_reordered_bad),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
