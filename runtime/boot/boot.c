@@ -888,6 +888,37 @@ void keel_boot_note(struct keel_boot *b, const struct keel_event *ev)
 	boot_trace_event(b->trace, &e);
 }
 
+/* The node's datagram size and the job's default settings (env_config). On loopback nothing
+ * fragments a 64 KiB datagram, and each datagram costs a share of a syscall, a checksum and an
+ * ack: carry as much per datagram as UDP allows. On a real network, as much as one packet of
+ * the link carries (no IP fragmentation), up to jumbo frames (KEEL_MTU_DEFAULT), or larger
+ * datagrams cut into such packets by the UDP transport (udp_pieces); runs of them are
+ * coalesced per send and receive. *link_mtu: the size the link alone gives. */
+static int datagram_size(struct keel_boot *b, const char *host, bool on_udp, uint32_t *link_mtu,
+			 char *err, size_t err_len)
+{
+	uint32_t mtu =
+	    is_loopback(host) ? KEEL_MTU_MAX : default_link_mtu(host, b->launch.world_size);
+	*link_mtu = mtu;
+	int rc = env_config(&b->cfg, &mtu, err, err_len);
+	const char *mtu_env = getenv("KEEL_MTU");
+	if (rc == 0 && on_udp)
+		rc = udp_pieces(b, mtu_env != NULL && *mtu_env != '\0', mtu, err, err_len);
+	return rc;
+}
+
+/* After the program's tweak: was the size chosen (KEEL_MTU or the tweak), not taken from the
+ * link? Then the rendezvous holds every rank to it (mtu_set), and nothing is cut: the link's
+ * packets the program may fragment, as it asked. */
+static void datagram_size_chosen(struct keel_boot *b, uint32_t link_mtu)
+{
+	const char *mtu_env = getenv("KEEL_MTU");
+	b->mtu_set = (mtu_env != NULL && *mtu_env != '\0') ||
+		     b->cfg.mtu != (b->piece_bytes != 0 ? pieces_mtu(b->piece_bytes) : link_mtu);
+	if (b->mtu_set)
+		b->piece_bytes = 0;
+}
+
 int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, void *ctx),
 		    void *ctx, char *err, size_t err_len)
 {
@@ -908,22 +939,12 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	rc = bind_address(b, host, sizeof(host), &port, err, err_len);
 	if (rc != 0)
 		return rc;
-	/* On loopback nothing fragments a 64 KiB datagram, and each datagram costs a share of a
-	 * syscall, a checksum and an ack: carry as much per datagram as UDP allows. On a real
-	 * network, as much as one packet of the link carries (no IP fragmentation), up to jumbo
-	 * frames (KEEL_MTU_DEFAULT); runs of them are coalesced per send and receive. */
-	uint32_t mtu =
-	    is_loopback(host) ? KEEL_MTU_MAX : default_link_mtu(host, b->launch.world_size);
-	const uint32_t link_mtu = mtu;
 	enum tp_choice tp = TP_AUTO;
 	rc = transport_choice(&tp, err, err_len);
 	bool on_udp = tp != TP_DPDK && tp != TP_VERBS; /* its socket serves the rendezvous */
+	uint32_t link_mtu = 0;
 	if (rc == 0)
-		rc = env_config(&b->cfg, &mtu, err, err_len);
-	const char *mtu_env = getenv("KEEL_MTU");
-	bool mtu_chosen = mtu_env != NULL && *mtu_env != '\0';
-	if (rc == 0 && on_udp)
-		rc = udp_pieces(b, mtu_chosen, mtu, err, err_len);
+		rc = datagram_size(b, host, on_udp, &link_mtu, err, err_len);
 	/* acks wait for the next collective's data only where no rank waits for a core
 	 * (keel_config.acks_ride) */
 	b->cfg.acks_ride = !keel_posix_oversubscribed(b->launch.local_world_size);
@@ -935,11 +956,7 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 		rc = auth_config(b, err, err_len);
 	if (rc == 0 && tweak != NULL)
 		tweak(&b->cfg, ctx);
-	b->mtu_set = mtu_chosen ||
-		     b->cfg.mtu != (b->piece_bytes != 0 ? pieces_mtu(b->piece_bytes) : link_mtu);
-	if (b->mtu_set)
-		b->piece_bytes = 0; /* the program chose the size: the link's packets it may
-				     * fragment, as it asked, but nothing is cut here */
+	datagram_size_chosen(b, link_mtu);
 	if (rc == 0) /* KEEL_METRICS_ADDR: a bad address fails here, before the rendezvous */
 		rc = keel_boot_metrics_open(b, err, err_len);
 	b->offers = tp == TP_AUTO || tp == TP_SHM ? KEEL_RV_OFFER_SHM : 0;

@@ -1101,42 +1101,13 @@ static int recv_gro(struct udp *u, struct keel_datagram *d, uint32_t n)
 	return (int)kept;
 }
 
-static int udp_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel_datagram *d,
-			  uint32_t count_max)
+/* Keep what messages 0..r of the last recvmmsg brought into d, moved up past the ones dropped
+ * (truncated, from unknown senders, pieces that complete nothing); returns how many. */
+static uint32_t recv_keep(struct udp *u, struct keel_datagram *d, uint32_t r)
 {
-	struct udp *u = udp_of(t);
-	uint32_t n = min_u32(count_max, u->burst), i, kept = 0, tries;
-	int r = -1;
+	uint32_t kept = 0;
 
-	(void)now_ns;
-	KEEL_ASSERT(d != NULL || count_max == 0);
-	if (u->fd < 0)
-		return KEEL_ETRANSPORT;
-	if (n == 0)
-		return 0;
-	if (u->joins)
-		piece_joiner_release(&u->join); /* the caller is done with what was lent */
-	if (u->gro)
-		return recv_gro(u, d, n);
-	fill_recv_msgs(u, d, n);
-	for (tries = 0; tries < RECV_TRIES; tries++) {
-		int err;
-
-		r = recvmmsg(u->fd, u->msgs, n, MSG_DONTWAIT, NULL);
-		u->stats.rx_syscalls++;
-		/* The kernel wrote back msg_namelen, msg_flags, msg_len of the first r; one more
-		 * (the one that failed, if any) is counted as touched too, to be safe. */
-		u->msgs_dirty = max_u32(u->msgs_dirty, min_u32(n, (r > 0 ? (uint32_t)r : 0u) + 1u));
-		if (r >= 0)
-			break;
-		err = errno;
-		if (err_would_block(err))
-			return 0;
-		if (!err_is_datagram(err))
-			return KEEL_ETRANSPORT;
-		u->stats.tx_errors++; /* an ICMP error about something we sent */
-	}
-	for (i = 0; r > 0 && i < (uint32_t)r; i++) {
+	for (uint32_t i = 0; i < r; i++) {
 		const struct msghdr *h = &u->msgs[i].msg_hdr;
 		int rank;
 
@@ -1178,6 +1149,45 @@ static int udp_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel
 		d[kept].peer = (uint32_t)rank;
 		kept++;
 	}
+	return kept;
+}
+
+static int udp_recv_burst(struct keel_transport *t, uint64_t now_ns, struct keel_datagram *d,
+			  uint32_t count_max)
+{
+	struct udp *u = udp_of(t);
+	uint32_t n = min_u32(count_max, u->burst), kept, tries;
+	int r = -1;
+
+	(void)now_ns;
+	KEEL_ASSERT(d != NULL || count_max == 0);
+	if (u->fd < 0)
+		return KEEL_ETRANSPORT;
+	if (n == 0)
+		return 0;
+	if (u->joins)
+		piece_joiner_release(&u->join); /* the caller is done with what was lent */
+	if (u->gro)
+		return recv_gro(u, d, n);
+	fill_recv_msgs(u, d, n);
+	for (tries = 0; tries < RECV_TRIES; tries++) {
+		int err;
+
+		r = recvmmsg(u->fd, u->msgs, n, MSG_DONTWAIT, NULL);
+		u->stats.rx_syscalls++;
+		/* The kernel wrote back msg_namelen, msg_flags, msg_len of the first r; one more
+		 * (the one that failed, if any) is counted as touched too, to be safe. */
+		u->msgs_dirty = max_u32(u->msgs_dirty, min_u32(n, (r > 0 ? (uint32_t)r : 0u) + 1u));
+		if (r >= 0)
+			break;
+		err = errno;
+		if (err_would_block(err))
+			return 0;
+		if (!err_is_datagram(err))
+			return KEEL_ETRANSPORT;
+		u->stats.tx_errors++; /* an ICMP error about something we sent */
+	}
+	kept = r > 0 ? recv_keep(u, d, (uint32_t)r) : 0;
 	u->stats.rx_datagrams += kept;
 	return (int)kept;
 }
