@@ -684,6 +684,23 @@ static bool stage_run(struct udp *u, const struct keel_datagram *d, uint32_t run
 	return true;
 }
 
+/* Message m is a coalesced run: the kernel cuts it every `seg` bytes (UDP_SEGMENT). */
+static void msg_segment(struct udp *u, uint32_t m, uint32_t seg)
+{
+	struct msghdr *h = &u->msgs[m].msg_hdr;
+	uint16_t seg16 = (uint16_t)seg;
+	struct cmsghdr *c;
+
+	KEEL_ASSERT(seg > 0 && seg <= UINT16_MAX);
+	h->msg_control = u->gso_ctrl + (size_t)m * GSO_CTRL_BYTES;
+	h->msg_controllen = GSO_CTRL_BYTES;
+	c = CMSG_FIRSTHDR(h);
+	c->cmsg_level = IPPROTO_UDP;
+	c->cmsg_type = UDP_SEGMENT;
+	c->cmsg_len = CMSG_LEN(sizeof(seg16));
+	memcpy(CMSG_DATA(c), &seg16, sizeof(seg16));
+}
+
 /* Point message m at `len` bytes of the stage at `at`, for `peer`, cut by the kernel every
  * `seg` bytes when seg is not 0 (a coalesced run); it completes `dgrams` datagrams. */
 static void msg_point(struct udp *u, uint32_t m, uint32_t v, uint32_t peer, uint8_t *at,
@@ -699,18 +716,8 @@ static void msg_point(struct udp *u, uint32_t m, uint32_t v, uint32_t peer, uint
 	h->msg_iov = &u->iovs[v];
 	h->msg_iovlen = 1;
 	u->msg_dgrams[m] = dgrams;
-	if (seg != 0) {
-		uint16_t seg16 = (uint16_t)seg;
-		struct cmsghdr *c;
-
-		h->msg_control = u->gso_ctrl + (size_t)m * GSO_CTRL_BYTES;
-		h->msg_controllen = GSO_CTRL_BYTES;
-		c = CMSG_FIRSTHDR(h);
-		c->cmsg_level = IPPROTO_UDP;
-		c->cmsg_type = UDP_SEGMENT;
-		c->cmsg_len = CMSG_LEN(sizeof(seg16));
-		memcpy(CMSG_DATA(c), &seg16, sizeof(seg16));
-	}
+	if (seg != 0)
+		msg_segment(u, m, seg);
 }
 
 /* Copy `n` bytes of g's wire form from byte `off` on to o (its header piece, then its tail). */
@@ -824,18 +831,8 @@ static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uin
 		h->msg_iov = &u->iovs[first];
 		h->msg_iovlen = v - first;
 		u->msg_dgrams[m] = run;
-		if (run > 1) {
-			uint16_t seg = (uint16_t)wire_len(&d[i]);
-			struct cmsghdr *c;
-
-			h->msg_control = u->gso_ctrl + (size_t)m * GSO_CTRL_BYTES;
-			h->msg_controllen = GSO_CTRL_BYTES;
-			c = CMSG_FIRSTHDR(h);
-			c->cmsg_level = IPPROTO_UDP;
-			c->cmsg_type = UDP_SEGMENT;
-			c->cmsg_len = CMSG_LEN(sizeof(seg));
-			memcpy(CMSG_DATA(c), &seg, sizeof(seg));
-		}
+		if (run > 1)
+			msg_segment(u, m, wire_len(&d[i]));
 		i += run;
 		m++;
 	}

@@ -15,11 +15,12 @@ unset KEEL_MTU
 tmp=$(mktemp -d /tmp/keel-mtu-agree.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
-# n ranks, transport, the sizes by rank ("-" for none): keel-bench's output in $tmp/out
+# n ranks, transport, the values by rank ("-" for none) of variable `var` (KEEL_MTU unless
+# given), up to `max` bytes: keel-bench's output in $tmp/out
 run() {
-	local n=$1 tp=$2 sizes=$3
+	local n=$1 tp=$2 sizes=$3 var=${4:-KEEL_MTU} max=${5:-1048576}
 	KEEL_TRANSPORT=$tp "$RUN" -n "$n" --timeout 120 -- sh -c \
-		"set -- $sizes; shift \$RANK; [ \"\$1\" = - ] || export KEEL_MTU=\$1; exec $BENCH allreduce -b 4 -e 1048576 -f 16 -n 10 -w 2 --check" \
+		"set -- $sizes; shift \$RANK; [ \"\$1\" = - ] || export $var=\$1; exec $BENCH allreduce -b 4 -e $max -f 16 -n 10 -w 2 --check" \
 		>"$tmp/out" 2>&1
 }
 
@@ -53,10 +54,7 @@ echo "mtu_agree: KEEL_MTU 9000 beside 1472 refused: $(grep -F "$want" "$tmp/out"
 # Pieces (KEEL_UDP_PIECES=BYTES here, as a 1500-byte link would choose by itself): every rank
 # cuts at the smallest rank's piece, and datagrams take as many whole pieces as 8972 bytes hold
 pieces() {
-	local n=$1 tp=$2 sizes=$3
-	KEEL_TRANSPORT=$tp "$RUN" -n "$n" --timeout 120 -- sh -c \
-		"set -- $sizes; shift \$RANK; export KEEL_UDP_PIECES=\$1; exec $BENCH allreduce -b 4 -e 4194304 -f 16 -n 10 -w 2 --check" \
-		>"$tmp/out" 2>&1
+	run "$1" "$2" "$3" KEEL_UDP_PIECES 4194304
 }
 for tp in udp auto; do
 	pieces 3 $tp "1472 1200 1472" || { cat "$tmp/out"; echo "mtu_agree: $tp: pieces of 1472 and 1200 failed"; exit 1; } >&2

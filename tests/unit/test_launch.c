@@ -1888,18 +1888,47 @@ static void test_launch_boot_spin_yield(void **state)
 }
 
 /* Start rank 0 of a 2-rank KEEL_PEERS job and check the window and burst it chose. */
-static void boot_window_expect(uint32_t window, uint32_t burst)
+#define ANY UINT32_MAX /* boot_sizes_expect: not checked */
+
+/* Start rank 0 as the environment says and check the datagram size, piece size, window and
+ * burst it picks (ANY: not checked). */
+static void boot_sizes_expect(uint32_t mtu, uint32_t piece_bytes, uint32_t window, uint32_t burst)
 {
 	struct keel_boot b;
 	char err[256];
 
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
-	if (b.cfg.window != window || b.cfg.burst != burst)
-		print_error("mtu %u: window %u burst %u, want %u and %u\n", b.cfg.mtu, b.cfg.window,
-			    b.cfg.burst, window, burst);
+	if ((mtu != ANY && b.cfg.mtu != mtu) ||
+	    (piece_bytes != ANY && b.piece_bytes != piece_bytes) || b.cfg.window != window ||
+	    (burst != ANY && b.cfg.burst != burst))
+		print_error("mtu %u pieces %u window %u burst %u; want %u, %u, %u, %u\n", b.cfg.mtu,
+			    b.piece_bytes, b.cfg.window, b.cfg.burst, mtu, piece_bytes, window,
+			    burst);
+	if (mtu != ANY)
+		assert_int_equal(b.cfg.mtu, mtu);
+	if (piece_bytes != ANY)
+		assert_int_equal(b.piece_bytes, piece_bytes);
 	assert_int_equal(b.cfg.window, window);
-	assert_int_equal(b.cfg.burst, burst);
+	if (burst != ANY)
+		assert_int_equal(b.cfg.burst, burst);
 	keel_boot_stop(&b, 0);
+}
+
+static void boot_window_expect(uint32_t window, uint32_t burst)
+{
+	boot_sizes_expect(ANY, ANY, window, burst);
+}
+
+/* Rank 0 of two on loopback through KEEL_PEERS (no rendezvous), job id 7 (no warning). */
+static void rank0_of_two_env(void)
+{
+	static char peers[64];
+	uint16_t p0 = free_tcp_port();
+
+	snprintf(peers, sizeof(peers), "127.0.0.1:%u,127.0.0.1:%u", p0, p0 + 1u);
+	env("KEEL_PEERS", peers);
+	env("RANK", "0");
+	env("KEEL_JOB_ID", "7");
 }
 
 /* Datagrams smaller than the default carry less each: the window and burst grow with them (up
@@ -1907,15 +1936,11 @@ static void boot_window_expect(uint32_t window, uint32_t burst)
  * the burst). And KEEL_UDP_STAGE is a 0/1 switch like KEEL_UDP_GSO. */
 static void test_launch_boot_window_follows_datagram_size(void **state)
 {
-	char peers[64], err[256];
+	char err[256];
 	struct keel_boot b;
-	uint16_t p0 = free_tcp_port();
 
 	(void)state;
-	snprintf(peers, sizeof(peers), "127.0.0.1:%u,127.0.0.1:%u", p0, p0 + 1u);
-	env("KEEL_PEERS", peers);
-	env("RANK", "0");
-	env("KEEL_JOB_ID", "7");				     /* no warning about job id 0 */
+	rank0_of_two_env();					     /* no warning about job id 0 */
 	boot_window_expect(KEEL_WINDOW_DEFAULT, KEEL_BURST_DEFAULT); /* loopback: 64 KiB */
 	env("KEEL_MTU", "8972");
 	boot_window_expect(KEEL_WINDOW_DEFAULT, KEEL_BURST_DEFAULT);
@@ -1941,17 +1966,7 @@ static void test_launch_boot_window_follows_datagram_size(void **state)
 
 static void boot_pieces_expect(uint32_t mtu, uint32_t piece_bytes, uint32_t window)
 {
-	struct keel_boot b;
-	char err[256];
-
-	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
-	if (b.cfg.mtu != mtu || b.piece_bytes != piece_bytes || b.cfg.window != window)
-		print_error("mtu %u pieces %u window %u, want %u, %u and %u\n", b.cfg.mtu,
-			    b.piece_bytes, b.cfg.window, mtu, piece_bytes, window);
-	assert_int_equal(b.cfg.mtu, mtu);
-	assert_int_equal(b.piece_bytes, piece_bytes);
-	assert_int_equal(b.cfg.window, window);
-	keel_boot_stop(&b, 0);
+	boot_sizes_expect(mtu, piece_bytes, window, ANY);
 }
 
 /* KEEL_UDP_PIECES: on loopback nothing is cut unless a size is given; given one, datagrams
@@ -1960,15 +1975,11 @@ static void boot_pieces_expect(uint32_t mtu, uint32_t piece_bytes, uint32_t wind
  * nothing is cut; 0 turns cutting off; a size no link has, or a word, is refused by name. */
 static void test_launch_boot_udp_pieces(void **state)
 {
-	char peers[64], err[256];
+	char err[256];
 	struct keel_boot b;
-	uint16_t p0 = free_tcp_port();
 
 	(void)state;
-	snprintf(peers, sizeof(peers), "127.0.0.1:%u,127.0.0.1:%u", p0, p0 + 1u);
-	env("KEEL_PEERS", peers);
-	env("RANK", "0");
-	env("KEEL_JOB_ID", "7");
+	rank0_of_two_env();
 	boot_pieces_expect(KEEL_MTU_MAX, 0, KEEL_WINDOW_DEFAULT);
 	env("KEEL_UDP_PIECES", "1");
 	boot_pieces_expect(KEEL_MTU_MAX, 0, KEEL_WINDOW_DEFAULT); /* loopback needs none */
