@@ -9,7 +9,8 @@
  * buffers; datagrams longer than their cap or from unknown addresses are dropped and counted,
  * and the survivors are moved up by exchanging buf/cap pairs between entries of d (no bytes
  * are copied), so on return d[0..n) hold the datagrams and d[n..count_max) the other buffers.
- * wait_fd is the socket. fini closes it; safe twice. After fini, ops return KEEL_ETRANSPORT. */
+ * wait_fd is the socket. fini closes it; safe twice. After fini, ops return KEEL_ETRANSPORT.
+ * With piece_bytes, longer datagrams leave as pieces and arrive joined (below). */
 #ifndef KEEL_TRANSPORT_UDP_H
 #define KEEL_TRANSPORT_UDP_H
 

@@ -10,7 +10,10 @@
  * The joiner keeps one datagram per sending peer in a few slots. A piece of another datagram
  * from the same peer starts that one over (the sender moved on: its reliable layer resends a
  * datagram whose piece was lost as a new datagram, under a new id); with every slot busy the
- * least recently touched one is given up. A joined datagram stays in its slot, lent to the
+ * least recently touched one is given up. Ids repeat after 65 536 datagrams: pieces left from
+ * one that long ago, with no other piece from that peer since, could join a later one of the
+ * same id and shape; the core's CRC (or MAC) over the whole datagram drops that one, and it is
+ * sent again. A joined datagram stays in its slot, lent to the
  * caller, until the caller's next receive. Nothing is allocated: the slots live in the
  * transport's storage. */
 #ifndef KEEL_UDP_PIECES_INT_H
