@@ -548,14 +548,17 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	uint32_t n = b->launch.world_size;
 	bool lead = b->launch.rank == 0;
 	if (lead) {
+		char pieces[40] = "";
+		if (b->piece_bytes != 0) /* datagrams cut into link-sized UDP pieces */
+			snprintf(pieces, sizeof(pieces), " udp pieces %u,", b->piece_bytes);
 		printf("# keel-bench allreduce: %u ranks (%s), transport %s, algo %s, mtu %u, "
-		       "window %u, wait %s%s, heartbeat %llu us\n",
+		       "window %u,%s wait %s%s, heartbeat %llu us\n",
 		       n, b->launch.source, b->tp->ops->name,
 		       b->cfg.algo == KEEL_ALGO_RING   ? "ring"
 		       : b->cfg.algo == KEEL_ALGO_RD   ? "rd"
 		       : b->cfg.algo == KEEL_ALGO_HIER ? "hier"
 						       : "auto",
-		       b->cfg.mtu, b->cfg.window, keel_posix_wait_mode_name(b->waiter.mode),
+		       b->cfg.mtu, b->cfg.window, pieces, keel_posix_wait_mode_name(b->waiter.mode),
 		       b->waiter.spin_yield ? " (spin yields)" : "",
 		       (unsigned long long)(b->cfg.heartbeat_ns / 1000));
 		if (o->median)
