@@ -96,7 +96,8 @@ struct keel_udp_stats {
 	uint64_t tx_errors;	      /* other send errors (e.g. ECONNREFUSED from a dead peer) */
 	uint64_t tx_gso_sends;	      /* coalesced sends (each carried 2..64 datagrams) */
 	uint64_t tx_gso_refused;      /* the kernel refused a coalesced send: coalescing went off */
-	uint64_t tx_staged_sends;     /* coalesced sends copied into one piece first (stage_runs) */
+	uint64_t tx_staged_sends;     /* coalesced sends copied into one piece first (stage_runs,
+				       * and every run of pieces) */
 	uint64_t rx_gro_runs;	      /* coalesced receives (each held 2 or more datagrams) */
 	uint64_t tx_cut;	      /* datagrams sent as pieces (piece_bytes) */
 	uint64_t tx_pieces;	      /* the pieces they made */

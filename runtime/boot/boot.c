@@ -269,20 +269,15 @@ static uint32_t pieces_mtu(uint32_t piece)
 static int udp_pieces(struct keel_boot *b, bool mtu_chosen, uint32_t link, char *err,
 		      size_t err_len)
 {
-	const char *v = getenv("KEEL_UDP_PIECES");
 	uint64_t bytes = 1;
 	b->piece_bytes = 0;
-	if (v != NULL && *v != '\0') {
-		char *end;
-		errno = 0;
-		bytes = strtoull(v, &end, 10);
-		if (errno != 0 || end == v || *end != '\0' ||
-		    (bytes > 1 && (bytes < KEEL_UDP_PIECES_MIN || bytes > KEEL_MTU_MAX)))
-			return keel_fail(err, err_len, -EINVAL,
-					 "KEEL_UDP_PIECES=%.32s: expected 0 (off), 1 (on: the "
-					 "link's packet size) or a piece size of %u to %u bytes",
-					 v, KEEL_UDP_PIECES_MIN, KEEL_MTU_MAX);
-	}
+	if (env_u64("KEEL_UDP_PIECES", 0, KEEL_MTU_MAX, &bytes, err, err_len) != 0 ||
+	    (bytes > 1 && bytes < KEEL_UDP_PIECES_MIN))
+		return keel_fail(
+		    err, err_len, -EINVAL,
+		    "KEEL_UDP_PIECES=%.32s: expected 0 (off), 1 (on: the link's packet "
+		    "size) or a piece size of %u to %u bytes",
+		    getenv("KEEL_UDP_PIECES"), KEEL_UDP_PIECES_MIN, KEEL_MTU_MAX);
 	if (bytes == 0 || mtu_chosen)
 		return 0;
 	uint32_t piece = bytes == 1 ? link : (uint32_t)bytes;
@@ -352,16 +347,21 @@ static int agree_mtu(struct keel_boot *b, const struct keel_rendezvous_blob *blo
 			    blobs[low].mtu_set ? "its KEEL_MTU" : "its link");
 			return -EINVAL;
 		}
-	bool pieces = true;
+	bool pieces = true; /* this rank's own blob too: b->piece_bytes != 0 */
 	for (uint32_t r = 0; r < world; r++)
 		pieces = pieces && blobs[r].pieces;
 	KEEL_ASSERT(blobs[low].mtu <= b->cfg.mtu);
-	if (pieces && b->piece_bytes != 0) {
-		/* every rank cuts and joins: pieces of the smallest link, datagrams of their size
-		 */
+	if (pieces) {
+		/* every rank cuts and joins: pieces of the smallest link (blob_get: at least
+		 * KEEL_MTU_MIN, which the transport takes), datagrams of their size */
+		KEEL_ASSERT(b->piece_bytes != 0 && blobs[low].mtu <= b->piece_bytes);
 		b->piece_bytes = blobs[low].mtu;
 		b->cfg.mtu = pieces_mtu(b->piece_bytes);
-		return keel_udp_set_piece_bytes(b->udp, b->piece_bytes);
+		int rc = keel_udp_set_piece_bytes(b->udp, b->piece_bytes);
+		if (rc != 0)
+			snprintf(err, err_len, "rank %u announced pieces of %u bytes: %s", low,
+				 b->piece_bytes, keel_strerror(rc));
+		return rc;
 	}
 	b->cfg.mtu = blobs[low].mtu; /* the transports take up to their own; peers send this */
 	return 0;
@@ -902,8 +902,9 @@ static int datagram_size(struct keel_boot *b, const char *host, bool on_udp, uin
 	*link_mtu = mtu;
 	int rc = env_config(&b->cfg, &mtu, err, err_len);
 	const char *mtu_env = getenv("KEEL_MTU");
+	b->mtu_set = mtu_env != NULL && *mtu_env != '\0'; /* datagram_size_chosen adds the tweak */
 	if (rc == 0 && on_udp)
-		rc = udp_pieces(b, mtu_env != NULL && *mtu_env != '\0', mtu, err, err_len);
+		rc = udp_pieces(b, b->mtu_set, mtu, err, err_len);
 	return rc;
 }
 
@@ -912,8 +913,7 @@ static int datagram_size(struct keel_boot *b, const char *host, bool on_udp, uin
  * packets the program may fragment, as it asked. */
 static void datagram_size_chosen(struct keel_boot *b, uint32_t link_mtu)
 {
-	const char *mtu_env = getenv("KEEL_MTU");
-	b->mtu_set = (mtu_env != NULL && *mtu_env != '\0') ||
+	b->mtu_set = b->mtu_set ||
 		     b->cfg.mtu != (b->piece_bytes != 0 ? pieces_mtu(b->piece_bytes) : link_mtu);
 	if (b->mtu_set)
 		b->piece_bytes = 0;

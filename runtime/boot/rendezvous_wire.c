@@ -103,8 +103,8 @@ static void blob_put(uint8_t *p, const struct keel_rendezvous_blob *b)
 	memcpy(p + 4, b->data, b->len);
 	rv_put32(p + 4 + KEEL_RENDEZVOUS_BLOB_MAX, (uint32_t)(b->host >> 32));
 	rv_put32(p + 8 + KEEL_RENDEZVOUS_BLOB_MAX, (uint32_t)b->host);
-	KEEL_ASSERT(b->mtu <
-		    RV_MTU_SET); /* a test writes one above KEEL_MTU_MAX, refused on receipt */
+	/* a test writes sizes above KEEL_MTU_MAX, refused on receipt (one sets RV_MTU_PIECES) */
+	KEEL_ASSERT(b->mtu < RV_MTU_SET);
 	rv_put32(p + 12 + KEEL_RENDEZVOUS_BLOB_MAX,
 		 b->mtu | (b->mtu_set ? RV_MTU_SET : 0) | (b->pieces ? RV_MTU_PIECES : 0));
 }

@@ -585,9 +585,10 @@ static int send_msgs(struct udp *u, uint32_t n, bool *blocked, bool *gso_refused
 			for (int k = 0; k < r; k++, i++) {
 				u->stats.tx_datagrams += msg_datagrams(u, i);
 				u->stats.tx_gso_sends += u->msgs[i].msg_hdr.msg_control != NULL;
-				/* a run in one iovec was staged */
+				/* a coalesced run in one iovec was staged */
 				u->stats.tx_staged_sends +=
-				    msg_datagrams(u, i) > 1 && u->msgs[i].msg_hdr.msg_iovlen == 1;
+				    u->msgs[i].msg_hdr.msg_control != NULL &&
+				    u->msgs[i].msg_hdr.msg_iovlen == 1;
 			}
 			tries = 0;
 			continue;
@@ -701,23 +702,31 @@ static void msg_segment(struct udp *u, uint32_t m, uint32_t seg)
 	memcpy(CMSG_DATA(c), &seg16, sizeof(seg16));
 }
 
-/* Point message m at `len` bytes of the stage at `at`, for `peer`, cut by the kernel every
- * `seg` bytes when seg is not 0 (a coalesced run); it completes `dgrams` datagrams. */
-static void msg_point(struct udp *u, uint32_t m, uint32_t v, uint32_t peer, uint8_t *at,
-		      uint32_t len, uint32_t seg, uint32_t dgrams)
+/* Message m is iovecs [v, v + iovs) for `peer`, cut by the kernel every `seg` bytes when seg
+ * is not 0 (a coalesced run); it completes `dgrams` datagrams. */
+static void msg_set(struct udp *u, uint32_t m, uint32_t v, uint32_t iovs, uint32_t peer,
+		    uint32_t seg, uint32_t dgrams)
 {
 	struct msghdr *h = &u->msgs[m].msg_hdr;
 
-	KEEL_ASSERT(m < u->msgs_cap && v < u->iovs_cap);
-	u->iovs[v] = (struct iovec){.iov_base = at, .iov_len = len};
+	KEEL_ASSERT(m < u->msgs_cap && v + iovs <= u->iovs_cap);
 	memset(h, 0, sizeof(*h));
 	h->msg_name = &u->peers[peer];
 	h->msg_namelen = family_addr_len(u->family);
 	h->msg_iov = &u->iovs[v];
-	h->msg_iovlen = 1;
+	h->msg_iovlen = iovs;
 	u->msg_dgrams[m] = dgrams;
 	if (seg != 0)
 		msg_segment(u, m, seg);
+}
+
+/* Message *m is `len` bytes of the stage at `at` (one iovec, *v); both move on. */
+static void msg_staged(struct udp *u, uint32_t *m, uint32_t *v, uint32_t peer, uint8_t *at,
+		       uint32_t len, uint32_t seg, uint32_t dgrams)
+{
+	KEEL_ASSERT(*v < u->iovs_cap);
+	u->iovs[*v] = (struct iovec){.iov_base = at, .iov_len = len};
+	msg_set(u, (*m)++, (*v)++, 1, peer, seg, dgrams);
 }
 
 /* Copy `n` bytes of g's wire form from byte `off` on to o (its header piece, then its tail). */
@@ -776,9 +785,8 @@ static uint32_t cut_run(struct udp *u, const struct keel_datagram *d, uint32_t n
 			in_msg++;
 			msg_dgrams += i + 1 == count;
 			if (in_msg == per_msg || part < chunk) {
-				msg_point(u, (*m)++, (*v)++, g->peer, msg_at,
-					  (uint32_t)(at - msg_at), in_msg > 1 ? u->piece_bytes : 0,
-					  msg_dgrams);
+				msg_staged(u, m, v, g->peer, msg_at, (uint32_t)(at - msg_at),
+					   in_msg > 1 ? u->piece_bytes : 0, msg_dgrams);
 				in_msg = 0;
 				msg_dgrams = 0;
 			}
@@ -788,8 +796,8 @@ static uint32_t cut_run(struct udp *u, const struct keel_datagram *d, uint32_t n
 		u->stats.tx_pieces += count;
 	}
 	if (in_msg > 0)
-		msg_point(u, (*m)++, (*v)++, d[0].peer, msg_at, (uint32_t)(at - msg_at),
-			  in_msg > 1 ? u->piece_bytes : 0, msg_dgrams);
+		msg_staged(u, m, v, d[0].peer, msg_at, (uint32_t)(at - msg_at),
+			   in_msg > 1 ? u->piece_bytes : 0, msg_dgrams);
 	*used += (uint32_t)align_up((size_t)(at - start));
 	return taken;
 }
@@ -813,7 +821,6 @@ static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uin
 		}
 		if (m >= u->msgs_cap || v + 2 > u->iovs_cap)
 			break;
-		struct msghdr *h = &u->msgs[m].msg_hdr;
 		uint32_t run = gso_run(u, d, i, n), first = v;
 
 		/* The kernel cuts a coalesced run every seg bytes of the iovecs joined: a
@@ -824,15 +831,7 @@ static uint32_t fill_send_msgs(struct udp *u, const struct keel_datagram *d, uin
 			v += iov_pieces(d + i, run, &u->iovs[v]);
 		else
 			break;
-		KEEL_ASSERT(v <= u->iovs_cap);
-		memset(h, 0, sizeof(*h));
-		h->msg_name = &u->peers[d[i].peer];
-		h->msg_namelen = family_addr_len(u->family);
-		h->msg_iov = &u->iovs[first];
-		h->msg_iovlen = v - first;
-		u->msg_dgrams[m] = run;
-		if (run > 1)
-			msg_segment(u, m, wire_len(&d[i]));
+		msg_set(u, m, first, v - first, d[i].peer, run > 1 ? wire_len(&d[i]) : 0, run);
 		i += run;
 		m++;
 	}
@@ -957,7 +956,7 @@ static uint32_t gro_deliver(struct udp *u, struct keel_datagram *d, uint32_t n)
 		if (u->joins && piece_looks(seg_at, len)) {
 			k += deliver_joined(u, &d[k], run->peer, seg_at, len);
 		} else if (len <= d[k].cap) {
-			uint8_t *at = gro_slot_buf(u, slot) + run->off;
+			uint8_t *at = seg_at;
 
 			if ((d[k].flags & KEEL_DGRAM_LEND) && slot != GRO_COPY_SLOT) {
 				d[k].buf = at;

@@ -354,11 +354,42 @@ static void test_udp_bad_config(void **state)
 	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
 	bad.bind_host = "127.0.0.256";
 	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	/* pieces: a datagram of mtu bytes must be at most 64 of them (8 + ceil(mtu / 64) bytes
+	 * each), a piece at most one UDP datagram, the slots 1..64 */
+	bad = cfg;
+	bad.mtu = 6400;
+	bad.piece_bytes = 8 + 100 - 1;
+	assert_int_equal(keel_udp_storage_size(&bad), 0);
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	bad.piece_bytes = 8 + 100;
+	assert_true(keel_udp_storage_size(&bad) > 0);
+	bad.piece_bytes = 65508;
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	bad.piece_bytes = 1472;
+	bad.join_slots = 0;
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	bad.join_slots = 65;
+	assert_int_equal(keel_udp_init(&t, g_mem[0], MEM_BYTES, &bad), -EINVAL);
+	assert_null(t);
 	assert_int_equal(keel_udp_init(&t, g_mem[0], need - 1, &cfg), -ENOSPC);
 	assert_int_equal(keel_udp_init(&t, NULL, need, &cfg), -ENOSPC);
 	assert_null(t);
 	/* Any alignment of mem works with exactly storage_size bytes. */
 	assert_int_equal(keel_udp_init(&t, g_mem[0] + 3, need, &cfg), 0);
+	/* made without pieces: the piece size cannot be set */
+	assert_int_equal(keel_udp_set_piece_bytes(t, 1472), -EINVAL);
+	udp_close(t);
+	/* made with them: lowered, raised, turned off; never below 8 + mtu / 64 or above 65507 */
+	bad = cfg;
+	bad.mtu = 8972;
+	bad.piece_bytes = 1472;
+	t = udp_open(0, &bad);
+	assert_int_equal(keel_udp_set_piece_bytes(t, 1200), 0);
+	assert_int_equal(keel_udp_set_piece_bytes(t, 9000), 0);
+	assert_int_equal(keel_udp_set_piece_bytes(t, 0), 0);
+	assert_int_equal(keel_udp_set_piece_bytes(t, 8 + 141 - 1), -EINVAL);
+	assert_int_equal(keel_udp_set_piece_bytes(t, 8 + 141), 0);
+	assert_int_equal(keel_udp_set_piece_bytes(t, 65508), -EINVAL);
 	udp_close(t);
 }
 
