@@ -52,8 +52,9 @@ struct keel_boot {
 	/* cfg.mtu was chosen (KEEL_MTU, or the tool's tweak), not taken from the link: the
 	 * rendezvous refuses a job where another rank cannot take datagrams that large */
 	bool mtu_set;
-	/* window and burst were scaled this many times for cfg.mtu (0: not over UDP) */
-	uint32_t datagram_scale;
+	/* the window and burst keel_boot chose for cfg.mtu, which cfg keeps unless KEEL_WINDOW,
+	 * KEEL_BURST or the tweak chose others (0: not over UDP) */
+	uint32_t datagram_window, datagram_burst;
 	/* The link's packet (UDP bytes) where datagrams longer go as pieces (KEEL_UDP_PIECES;
 	 * keel_udp_config.piece_bytes); 0 when they are not cut */
 	uint32_t piece_bytes;

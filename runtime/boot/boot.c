@@ -70,34 +70,43 @@ static uint64_t default_heartbeat_ns(const struct keel_launch *l, uint64_t base_
  * both grow by the largest power of two that keeps as many bytes as the defaults, at most
  * DATAGRAM_SCALE_MAX. In namespaces over veth, 2 ranks at 1 472 bytes, window 256 and burst
  * 128 took 1 MiB in 535-546 us against 642-663 with 64 and 32; 512 and 256 were slower
- * (docs/PERF.md, "Kernel UDP: fewer pieces, wider checksums, bigger windows"). Over UDP
- * only: the DPDK port's mbuf pool is sized from the burst. */
+ * (docs/PERF.md, "Kernel UDP: fewer pieces, wider checksums, bigger windows"). Datagrams cut
+ * into pieces (PIECES_DATAGRAM_MAX, four times the default's bytes) take half the window:
+ * twice the default's bytes in flight, as fast as the whole window in namespaces (2 ranks,
+ * 64 KiB to 4 MiB), where a quarter of it was slower at 1 MiB. Over UDP only: the DPDK
+ * port's mbuf pool is sized from the burst. */
 #define DATAGRAM_SCALE_MAX 4u
 _Static_assert(KEEL_WINDOW_DEFAULT *DATAGRAM_SCALE_MAX <= KEEL_WINDOW_MAX &&
 		   KEEL_BURST_DEFAULT * DATAGRAM_SCALE_MAX <= KEEL_BURST_MAX,
 	       "a scaled window or burst is still valid");
 
-static uint32_t datagram_scale(uint32_t mtu)
+/* The window and burst keel_boot gives datagrams of `mtu` bytes, cut into pieces or not. */
+static void datagram_defaults(uint32_t mtu, bool pieces, uint32_t *window, uint32_t *burst)
 {
 	uint32_t scale = 1;
 	while (scale < DATAGRAM_SCALE_MAX && 2 * scale * mtu <= KEEL_MTU_DEFAULT)
 		scale *= 2;
-	return scale;
+	*window = pieces ? KEEL_WINDOW_DEFAULT / 2 : KEEL_WINDOW_DEFAULT * scale;
+	*burst = KEEL_BURST_DEFAULT * scale;
 }
 
-/* Window and burst for the datagram size cfg->mtu, where they are still the defaults scaled
- * `from` times (1: as keel_config_default left them) and no variable chose them. Returns the
- * scale now applied. Called again once the rendezvous has agreed on a smaller size (a rank on
- * a 1500-byte link beside jumbo frames): a window the program's tweak chose stays. */
-static uint32_t scale_to_datagram(struct keel_config *cfg, uint32_t from)
+/* Window and burst for the datagram size cfg->mtu (cut into pieces or not), where they are
+ * still what keel_boot gave them last (b->datagram_window and b->datagram_burst; at first,
+ * keel_config_default's) and no variable chose them. Called again once the rendezvous has
+ * agreed on another size (a rank on a 1500-byte link beside jumbo frames, or one that does
+ * not cut): a window the program's tweak chose stays. */
+static void scale_to_datagram(struct keel_boot *b, bool pieces)
 {
-	uint32_t scale = datagram_scale(cfg->mtu);
+	struct keel_config *cfg = &b->cfg;
+	uint32_t window, burst;
 	const char *w = getenv("KEEL_WINDOW"), *bu = getenv("KEEL_BURST");
-	if ((w == NULL || *w == '\0') && cfg->window == KEEL_WINDOW_DEFAULT * from)
-		cfg->window = KEEL_WINDOW_DEFAULT * scale;
-	if ((bu == NULL || *bu == '\0') && cfg->burst == KEEL_BURST_DEFAULT * from)
-		cfg->burst = KEEL_BURST_DEFAULT * scale;
-	return scale;
+	datagram_defaults(cfg->mtu, pieces, &window, &burst);
+	if ((w == NULL || *w == '\0') && cfg->window == b->datagram_window)
+		cfg->window = window;
+	if ((bu == NULL || *bu == '\0') && cfg->burst == b->datagram_burst)
+		cfg->burst = burst;
+	b->datagram_window = window;
+	b->datagram_burst = burst;
 }
 
 static int env_algo(struct keel_config *cfg, char *err, size_t err_len);
@@ -254,12 +263,24 @@ static int env_switch(const char *name, bool *on, char *err, size_t err_len)
 	return 1;
 }
 
-/* The datagram size pieces of `piece` bytes make: as many whole pieces as KEEL_MTU_DEFAULT
+/* Datagrams cut into pieces hold up to four times the default's bytes. Each datagram costs the
+ * core its share of a header, a CRC and an ack, and the transport a join: in namespaces over
+ * 1500-byte veths, 2 ranks took 0.85-0.90 of the time of 8 784-byte datagrams from 256 KiB to
+ * 4 MiB, and 4 ranks less at 64 KiB to 4 MiB. Five and six times were slower again, and one
+ * lost piece costs the whole datagram (docs/PERF.md, "Larger datagrams in pieces"). */
+#define PIECES_DATAGRAM_MAX (4u * KEEL_MTU_DEFAULT)
+/* A datagram is at most 64 pieces (keel_udp_config.piece_bytes): pieces of KEEL_UDP_PIECES_MIN
+ * bytes carry PIECES_DATAGRAM_MAX. Links of smaller packets get no pieces. */
+_Static_assert(PIECES_DATAGRAM_MAX <= KEEL_MTU_MAX &&
+		   64u * (KEEL_UDP_PIECES_MIN - KEEL_UDP_PIECE_HDR_BYTES) >= PIECES_DATAGRAM_MAX,
+	       "datagrams in pieces are datagrams of at most 64 pieces");
+
+/* The datagram size pieces of `piece` bytes make: as many whole pieces as PIECES_DATAGRAM_MAX
  * holds, so a full datagram leaves in pieces that are all full. */
 static uint32_t pieces_mtu(uint32_t piece)
 {
 	uint32_t chunk = piece - KEEL_UDP_PIECE_HDR_BYTES;
-	return KEEL_MTU_DEFAULT / chunk * chunk;
+	return PIECES_DATAGRAM_MAX / chunk * chunk;
 }
 
 /* KEEL_UDP_PIECES: whether datagrams larger than the link's packet go over UDP as pieces, and
@@ -281,8 +302,10 @@ static int udp_pieces(struct keel_boot *b, bool mtu_chosen, uint32_t link, char 
 	if (bytes == 0 || mtu_chosen)
 		return 0;
 	uint32_t piece = bytes == 1 ? link : (uint32_t)bytes;
-	/* worth it where at least two pieces make a datagram */
-	if (piece < KEEL_MTU_DEFAULT && pieces_mtu(piece) >= 2 * piece) {
+	/* worth it where at least two pieces make a datagram; a link below IPv4's smallest
+	 * datagram (576) sends datagrams of its own size, as without pieces */
+	if (piece >= KEEL_UDP_PIECES_MIN && piece < KEEL_MTU_DEFAULT &&
+	    pieces_mtu(piece) >= 2 * piece) {
 		b->piece_bytes = piece;
 		b->cfg.mtu = pieces_mtu(piece);
 	}
@@ -297,8 +320,8 @@ static int start_udp(struct keel_boot *b, const char *host, uint16_t port, char 
 	u.rank = b->launch.rank;
 	u.world_size = b->launch.world_size;
 	/* with pieces, the job may agree on a smaller piece and so on another datagram size:
-	 * pieces_mtu never exceeds KEEL_MTU_DEFAULT */
-	u.mtu = b->piece_bytes != 0 ? KEEL_MTU_DEFAULT : b->cfg.mtu;
+	 * pieces_mtu never exceeds PIECES_DATAGRAM_MAX */
+	u.mtu = b->piece_bytes != 0 ? PIECES_DATAGRAM_MAX : b->cfg.mtu;
 	u.piece_bytes = b->piece_bytes;
 	u.burst = b->cfg.burst;
 	u.bind_host = host;
@@ -364,6 +387,11 @@ static int agree_mtu(struct keel_boot *b, const struct keel_rendezvous_blob *blo
 		return rc;
 	}
 	b->cfg.mtu = blobs[low].mtu; /* the transports take up to their own; peers send this */
+	if (b->piece_bytes != 0) {   /* a rank that does not cut: nobody does */
+		b->piece_bytes = 0;
+		int rc = keel_udp_set_piece_bytes(b->udp, 0);
+		KEEL_ASSERT(rc == 0); /* made with pieces, so it takes 0 */
+	}
 	return 0;
 }
 
@@ -410,8 +438,8 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 	/* KEEL_PEERS exchanges nothing: each rank keeps its own size (README says to set one) */
 	if (rc == 0 && b->launch.peers == NULL)
 		rc = agree_mtu(b, blobs, err, err_len);
-	if (rc == 0 && b->datagram_scale != 0) /* the agreed size may be smaller than ours */
-		b->datagram_scale = scale_to_datagram(&b->cfg, b->datagram_scale);
+	if (rc == 0 && b->datagram_window != 0) /* the agreed size may differ from ours */
+		scale_to_datagram(b, b->piece_bytes != 0);
 	free(blobs);
 	/* The UDP port of this host's first rank: bound by that rank while the job runs, so no
 	 * other running job on this host names its region with it. */
@@ -950,8 +978,11 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	b->cfg.acks_ride = !keel_posix_oversubscribed(b->launch.local_world_size);
 	if (rc == 0 && env_switch("KEEL_ACKS_RIDE", &b->cfg.acks_ride, err, err_len) < 0)
 		rc = -EINVAL;
-	if (rc == 0 && on_udp)
-		b->datagram_scale = scale_to_datagram(&b->cfg, 1);
+	if (rc == 0 && on_udp) {
+		b->datagram_window = KEEL_WINDOW_DEFAULT; /* keel_config_default's */
+		b->datagram_burst = KEEL_BURST_DEFAULT;
+		scale_to_datagram(b, b->piece_bytes != 0);
+	}
 	if (rc == 0)
 		rc = auth_config(b, err, err_len);
 	if (rc == 0 && tweak != NULL)

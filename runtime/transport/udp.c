@@ -46,7 +46,8 @@
  * otherwise. Lent bytes must stay until the caller's next call, so a slot lent from takes no
  * new run in that call; the last slot never lends, so a receive can always land one more run
  * (copied out) and still takes as many runs as it did with one slot (one datagram each, where
- * the sender did not coalesce). Worth it only where two datagrams fit one IP packet. */
+ * the sender did not coalesce). Worth it only where two datagrams, or two pieces, fit one
+ * run (gro_wanted). */
 #ifndef UDP_GRO
 #define UDP_GRO 104
 #endif
@@ -209,10 +210,13 @@ static uint32_t cut_bytes_max(uint32_t mtu)
 	return mtu + PIECES_MAX * PIECE_HDR_BYTES;
 }
 
-/* Receive coalescing is asked for (the kernel may still refuse it). */
+/* Receive coalescing is asked for (the kernel may still refuse it): where two datagrams fit
+ * one coalesced run, or where the transport joins pieces, whatever its datagram size. What
+ * arrives then is pieces, which keel_udp_set_piece_bytes may make smaller still; without
+ * UDP_GRO the kernel would cut every coalesced run it receives into one buffer per piece. */
 static bool gro_wanted(const struct keel_udp_config *cfg)
 {
-	return cfg->gso && 2 * cfg->mtu <= GSO_BYTES_MAX;
+	return cfg->gso && (2 * cfg->mtu <= GSO_BYTES_MAX || cfg->piece_bytes != 0);
 }
 
 static void layout_compute(const struct keel_udp_config *cfg, struct layout *l)

@@ -72,7 +72,7 @@ done
 echo "bench_peers: --rounds 2: both rounds run and logged, ratio with its range"
 
 # --netns: keel and Open MPI with each rank in its own network namespace (root only): both
-# exact, keel's datagrams cut into pieces that fit the veth's 1500-byte MTU (6 of 1472 bytes
+# exact, keel's datagrams cut into pieces that fit the veth's 1500-byte MTU (24 of 1472 bytes
 # make a datagram), and nothing left behind.
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
 	echo "bench_peers: --netns not checked (needs root and iproute2)"
@@ -86,8 +86,8 @@ out=$(tools/bench-peers.sh --build "$BUILD" --netns --force --ranks 2 --sizes 4,
 }
 rows=$(awk '$1 == 2 && $4 ~ /^[0-9.]+$/ && $6 ~ /^[0-9.]+$/' <<<"$out" | wc -l)
 [ "$rows" -eq 2 ] || { echo "bench_peers: --netns: $rows of 2 rows measured"; tail -20 <<<"$out"; exit 1; }
-grep -q "mtu 8784, window 64, udp pieces 1472," "$BUILD/bench-peers/last-run/keel-udp-2-65536.txt" ||
+grep -q "mtu 35136, window 32, udp pieces 1472," "$BUILD/bench-peers/last-run/keel-udp-2-65536.txt" ||
 	{ echo "bench_peers: --netns: keel did not cut datagrams to the 1500-byte link"; exit 1; }
 [ "$(ip netns list | wc -l)" -eq "$before" ] ||
 	{ echo "bench_peers: --netns left namespaces behind: $(ip netns list)"; exit 1; }
-echo "bench_peers: --netns: keel-udp and ompi-tcp exact, datagrams of 8784 bytes in 1472-byte pieces, namespaces removed"
+echo "bench_peers: --netns: keel-udp and ompi-tcp exact, datagrams of 35136 bytes in 1472-byte pieces, namespaces removed"

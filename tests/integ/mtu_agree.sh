@@ -52,22 +52,24 @@ grep -qF "$want" "$tmp/out" || { cat "$tmp/out"; echo "mtu_agree: the refusal di
 ! grep -q '^# Out of bounds' "$tmp/out" || { cat "$tmp/out"; echo "mtu_agree: a rank ran anyway"; exit 1; } >&2
 echo "mtu_agree: KEEL_MTU 9000 beside 1472 refused: $(grep -F "$want" "$tmp/out" | head -1)"
 # Pieces (KEEL_UDP_PIECES=BYTES here, as a 1500-byte link would choose by itself): every rank
-# cuts at the smallest rank's piece, and datagrams take as many whole pieces as 8972 bytes hold
+# cuts at the smallest rank's piece, and datagrams take as many whole pieces as 4 x 8972 bytes
+# hold, with half the default window
 pieces() {
 	run "$1" "$2" "$3" KEEL_UDP_PIECES 4194304
 }
 for tp in udp auto; do
 	pieces 3 $tp "1472 1200 1472" || { cat "$tmp/out"; echo "mtu_agree: $tp: pieces of 1472 and 1200 failed"; exit 1; } >&2
-	# 1 192 bytes a piece (8 of them the piece header), 7 of them: 8 344
-	grep -q 'mtu 8344, window 64,' "$tmp/out" ||
-		{ cat "$tmp/out"; echo "mtu_agree: $tp: pieces of 1200 did not make 8344-byte datagrams"; exit 1; } >&2
+	# 1 192 bytes a piece (8 of them the piece header), 30 of them: 35 760
+	grep -q 'mtu 35760, window 32, udp pieces 1200,' "$tmp/out" ||
+		{ cat "$tmp/out"; echo "mtu_agree: $tp: pieces of 1200 did not make 35760-byte datagrams"; exit 1; } >&2
 	grep -q '^# Out of bounds values : 0 OK' "$tmp/out" ||
 		{ cat "$tmp/out"; echo "mtu_agree: $tp: wrong results with pieces"; exit 1; } >&2
-	echo "mtu_agree: $tp: pieces of 1472 and 1200 bytes agreed on 1200 (8344-byte datagrams), results exact"
+	echo "mtu_agree: $tp: pieces of 1472 and 1200 bytes agreed on 1200 (35760-byte datagrams), results exact"
 done
-# a rank that does not cut: nobody does, and the job takes the smallest packet as its datagram
+# a rank that does not cut: nobody does, and the job takes the smallest packet as its datagram,
+# with the window of that size (the cutting rank had set half the default for its pieces)
 pieces 2 udp "1472 0" || { cat "$tmp/out"; echo "mtu_agree: pieces beside none failed"; exit 1; } >&2
-grep -q 'mtu 1472, window 256,' "$tmp/out" ||
+grep -q 'mtu 1472, window 256, wait' "$tmp/out" ||
 	{ cat "$tmp/out"; echo "mtu_agree: a rank without pieces did not stop the others cutting"; exit 1; } >&2
 grep -q '^# Out of bounds values : 0 OK' "$tmp/out" || { cat "$tmp/out"; echo "mtu_agree: wrong results"; exit 1; } >&2
 echo "mtu_agree: pieces beside a rank without them: 1472-byte datagrams, results exact"

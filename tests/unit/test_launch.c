@@ -1970,9 +1970,9 @@ static void boot_pieces_expect(uint32_t mtu, uint32_t piece_bytes, uint32_t wind
 }
 
 /* KEEL_UDP_PIECES: on loopback nothing is cut unless a size is given; given one, datagrams
- * take as many whole pieces as 8 972 bytes hold (1 472-byte pieces: 6 x 1 464 = 8 784), and
- * the window is the default one of datagrams that size. KEEL_MTU sets the size itself and
- * nothing is cut; 0 turns cutting off; a size no link has, or a word, is refused by name. */
+ * take as many whole pieces as 4 x 8 972 bytes hold (1 472-byte pieces: 24 x 1 464 = 35 136),
+ * with half the default window. KEEL_MTU sets the size itself and nothing is cut; 0 turns
+ * cutting off; a size no link has, or a word, is refused by name. */
 static void test_launch_boot_udp_pieces(void **state)
 {
 	char err[256];
@@ -1984,10 +1984,15 @@ static void test_launch_boot_udp_pieces(void **state)
 	env("KEEL_UDP_PIECES", "1");
 	boot_pieces_expect(KEEL_MTU_MAX, 0, KEEL_WINDOW_DEFAULT); /* loopback needs none */
 	env("KEEL_UDP_PIECES", "1472");
-	boot_pieces_expect(8784, 1472, KEEL_WINDOW_DEFAULT);
+	boot_pieces_expect(24 * 1464, 1472, KEEL_WINDOW_DEFAULT / 2);
+	env("KEEL_WINDOW", "128"); /* a window asked for stays */
+	boot_pieces_expect(24 * 1464, 1472, 128);
+	unsetenv("KEEL_WINDOW");
 	env("KEEL_UDP_PIECES", "576");
-	boot_pieces_expect(15 * 568, 576, KEEL_WINDOW_DEFAULT); /* 15 pieces */
-	env("KEEL_UDP_PIECES", "5000"); /* one piece would make a datagram: nothing to gain */
+	boot_pieces_expect(63 * 568, 576, KEEL_WINDOW_DEFAULT / 2); /* 63 pieces of 64 at most */
+	env("KEEL_UDP_PIECES", "8000");
+	boot_pieces_expect(4 * 7992, 8000, KEEL_WINDOW_DEFAULT / 2);
+	env("KEEL_UDP_PIECES", "9000"); /* larger than the default datagram: nothing to gain */
 	boot_pieces_expect(KEEL_MTU_MAX, 0, KEEL_WINDOW_DEFAULT);
 	env("KEEL_UDP_PIECES", "1472");
 	env("KEEL_MTU", "1472");

@@ -818,6 +818,77 @@ static void test_udp_pieces(void **state)
 	pieces_exchange(false, false, KEEL_DGRAM_LEND);
 }
 
+/* Datagrams too large for two to share a coalesced run still go as 1472-byte pieces, and
+ * those arrive coalesced: the receiver asks for UDP_GRO whenever it joins pieces (without it,
+ * the kernel cuts each run it receives into a buffer per piece). Both when the transports are
+ * made with those pieces, and when made with larger ones that the job then lowers
+ * (keel_udp_set_piece_bytes, as keel_boot does when the ranks agree on a smaller link). */
+static void pieces_large_coalesced(uint32_t piece_at_init)
+{
+	struct keel_transport *t[2];
+	struct keel_udp_config cfg;
+	struct keel_udp_stats st0, st1;
+	static struct keel_datagram d[8];
+	static uint8_t bufs[8][35136];
+	static uint32_t lens[24];
+	const uint32_t piece = 1472, mtu = 24 * (piece - KEEL_UDP_PIECE_HDR_BYTES);
+
+	for (uint32_t i = 0; i < 2; i++) {
+		cfg_make(&cfg, i, 2, NULL);
+		cfg.mtu = mtu;
+		cfg.burst = 8;
+		cfg.piece_bytes = piece_at_init;
+		t[i] = udp_open((int)i, &cfg);
+		if (piece_at_init != piece)
+			assert_int_equal(keel_udp_set_piece_bytes(t[i], piece), 0);
+	}
+	wire_all(t, 2);
+	for (uint32_t round = 0; round < 3; round++) {
+		uint32_t done = 0;
+
+		for (uint32_t i = 0; i < 8; i++) {
+			uint32_t seq = round * 8 + i;
+
+			lens[seq] = mtu - (i == 7 ? 1000 : 0); /* the last ends its run short */
+			fill_payload(bufs[i], lens[seq], 0, 1, seq);
+			d[i] = (struct keel_datagram){.buf = bufs[i], .len = lens[seq], .peer = 1};
+			split_some(&d[i], seq);
+		}
+		for (uint32_t tries = 0; done < 8 && tries < 10; tries++) {
+			int r = t[0]->ops->send_burst(t[0], 0, d + done, 8 - done);
+			assert_true(r >= 0);
+			done += (uint32_t)r;
+		}
+		assert_int_equal(done, 8);
+		expect_seq(t[1], 0, 1, lens, round * 8, 8, 7, KEEL_DGRAM_LEND);
+	}
+	keel_udp_stats_get(t[0], &st0);
+	keel_udp_stats_get(t[1], &st1);
+	print_message("pieces of %u bytes at init, then %u: %llu pieces in %llu sends, received in "
+		      "%llu coalesced runs, %llu syscalls\n",
+		      piece_at_init, piece, (unsigned long long)st0.tx_pieces,
+		      (unsigned long long)st0.tx_gso_sends, (unsigned long long)st1.rx_gro_runs,
+		      (unsigned long long)st1.rx_syscalls);
+	assert_int_equal(st0.tx_cut, 24);
+	assert_int_equal(st0.tx_pieces, 24 * 24);
+	assert_int_equal(st1.rx_joined, 24);
+	assert_true(st1.gro);
+	/* every send of 2 or more pieces comes up whole: at least 44 pieces a receive but the
+	 * last of each round's */
+	assert_true(st0.tx_gso_sends >= 3 * (8 * 24 / 44));
+	assert_true(st1.rx_gro_runs >= st0.tx_gso_sends);
+	assert_true(st1.rx_syscalls < st0.tx_pieces / 8);
+	for (uint32_t i = 0; i < 2; i++)
+		udp_close(t[i]);
+}
+
+static void test_udp_pieces_large_datagrams_coalesced(void **state)
+{
+	(void)state;
+	pieces_large_coalesced(1472);
+	pieces_large_coalesced(8 + 35136 / 2);
+}
+
 /* A plain socket on loopback that rank `peer` of t's job is said to be: what it sends comes
  * from that rank. */
 static int fake_peer(struct keel_transport *t, uint32_t peer)
@@ -1134,6 +1205,7 @@ int main(void)
 	    cmocka_unit_test(test_udp_coalesced_runs_lent),
 	    cmocka_unit_test(test_udp_coalescing_refused),
 	    cmocka_unit_test(test_udp_pieces),
+	    cmocka_unit_test(test_udp_pieces_large_datagrams_coalesced),
 	    cmocka_unit_test(test_udp_pieces_lost_reordered_bad),
 	};
 
