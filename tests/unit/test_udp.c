@@ -724,6 +724,20 @@ static void test_udp_coalesced_runs_staged(void **state)
 	assert_int_equal(keel_udp_storage_size(&on), keel_udp_storage_size(&off));
 }
 
+/* Send d[0..n) from t: sockets take it all on loopback; a short send is retried, as the
+ * caller of send_burst does. */
+static void send_all(struct keel_transport *t, const struct keel_datagram *d, uint32_t n)
+{
+	uint32_t done = 0;
+
+	for (uint32_t tries = 0; done < n && tries < 10; tries++) {
+		int r = t->ops->send_burst(t, 0, d + done, n - done);
+		assert_true(r >= 0);
+		done += (uint32_t)r;
+	}
+	assert_int_equal(done, n);
+}
+
 /* Datagrams longer than piece_bytes go as pieces and arrive joined: every one whole and in
  * order, at every length around the piece boundaries (one byte over, exact multiples, the
  * largest), one-piece and two-piece (gather) datagrams alike, mixed with datagrams that go
@@ -771,14 +785,7 @@ static void pieces_exchange(bool gso_tx, bool gso_rx, uint32_t rx_flags)
 				lens2[n2++] = len;
 			cut += len > piece;
 		}
-		/* sockets take it all on loopback; a short send is retried by the caller */
-		uint32_t done = 0;
-		for (uint32_t tries = 0; done < 32 && tries < 10; tries++) {
-			int r = t[0]->ops->send_burst(t[0], 0, d + done, 32 - done);
-			assert_true(r >= 0);
-			done += (uint32_t)r;
-		}
-		assert_int_equal(done, 32);
+		send_all(t[0], d, 32);
 		if (round == 0 && gso_tx) {
 			/* 32 x 6 pieces for two peers in runs of 3 datagrams: 18 pieces a run,
 			 * one send each, not one per datagram */
@@ -844,8 +851,6 @@ static void pieces_large_coalesced(uint32_t piece_at_init)
 	}
 	wire_all(t, 2);
 	for (uint32_t round = 0; round < 3; round++) {
-		uint32_t done = 0;
-
 		for (uint32_t i = 0; i < 8; i++) {
 			uint32_t seq = round * 8 + i;
 
@@ -854,12 +859,7 @@ static void pieces_large_coalesced(uint32_t piece_at_init)
 			d[i] = (struct keel_datagram){.buf = bufs[i], .len = lens[seq], .peer = 1};
 			split_some(&d[i], seq);
 		}
-		for (uint32_t tries = 0; done < 8 && tries < 10; tries++) {
-			int r = t[0]->ops->send_burst(t[0], 0, d + done, 8 - done);
-			assert_true(r >= 0);
-			done += (uint32_t)r;
-		}
-		assert_int_equal(done, 8);
+		send_all(t[0], d, 8);
 		expect_seq(t[1], 0, 1, lens, round * 8, 8, 7, KEEL_DGRAM_LEND);
 	}
 	keel_udp_stats_get(t[0], &st0);
