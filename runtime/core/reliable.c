@@ -763,13 +763,16 @@ static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest
 	KEEL_ASSERT(p->tx != NULL && highest - p->snd_una < p->snd_nxt - p->snd_una);
 	if (p->srtt_ns == 0)
 		return; /* no round trip measured yet: leave it to the timer */
-	uint64_t reo_wnd = p->srtt_ns + p->srtt_ns / 4;
+	uint64_t reo_wnd = p->srtt_ns + p->srtt_ns / 4, wait = p->srtt_ns + 4 * p->rttvar_ns;
 	for (uint32_t seq = p->snd_una; seq_before(seq, highest); seq++) {
 		struct tx_slot *s = &p->tx[seq & mask];
 		if (s->sacked || s->fast_done || s->sent_ns == 0)
 			continue;
 		if (n->now_ns - s->sent_ns < reo_wnd) {
-			uint64_t due = s->sent_ns + reo_wnd;
+			/* the timer waits as long as an ack may take (the retransmission timer's
+			 * estimate, without its floor): on a path whose round trips vary (a large
+			 * datagram behind small ones) a hole may still be on its way */
+			uint64_t due = s->sent_ns + (reo_wnd > wait ? reo_wnd : wait);
 			if (due < p->rtx_deadline_ns)
 				p->rtx_deadline_ns = due;
 			walk_by(&n->rel_timer_at, due);
