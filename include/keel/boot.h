@@ -80,10 +80,10 @@ struct keel_boot {
  *   KEEL_UDP_PIECES (1, the default: on a link whose packets hold less than
  *   KEEL_MTU_DEFAULT, datagrams of up to 4 x KEEL_MTU_DEFAULT (35 136 bytes on a 1500-byte
  *   link) go over UDP as link-sized pieces, joined by the receiver, with half the default
- *   window: keel_udp_config.piece_bytes; 0: datagrams of the link's size, as before; a byte count
- * of 576 to 65507: pieces of that size on any link, loopback too; not with KEEL_MTU, which sets the
- * datagram size itself), KEEL_TRACE (a file for this rank's trace events, Chrome trace-event JSON
- * for Perfetto:
+ *   window: keel_udp_config.piece_bytes; 0: datagrams of the link's size, as before; a
+ *   byte count of 576 to 65507: pieces of that size on any link, loopback too; not with
+ *   KEEL_MTU, which sets the datagram size itself),
+ *   KEEL_TRACE (a file for this rank's trace events, Chrome trace-event JSON for Perfetto:
  *   "%r" in it becomes the rank, else ".RANK" is appended when there are several ranks; set
  *   only when the program left cfg.on_event NULL),
  *   KEEL_METRICS_ADDR (HOST:PORT, e.g. 127.0.0.1:9400: each rank serves GET /metrics over HTTP

@@ -73,7 +73,7 @@ static uint64_t default_heartbeat_ns(const struct keel_launch *l, uint64_t base_
  * (docs/PERF.md, "Kernel UDP: fewer pieces, wider checksums, bigger windows"). Datagrams cut
  * into pieces (PIECES_DATAGRAM_MAX, four times the default's bytes) take half the window:
  * twice the default's bytes in flight, as fast as the whole window in namespaces (2 ranks,
- * 64 KiB to 4 MiB), where a quarter of it was slower at 1 MiB. Over UDP only: the DPDK
+ * 64 KiB to 4 MiB), where a quarter of it was slower at 1 and 4 MiB. Over UDP only: the DPDK
  * port's mbuf pool is sized from the burst. */
 #define DATAGRAM_SCALE_MAX 4u
 _Static_assert(KEEL_WINDOW_DEFAULT *DATAGRAM_SCALE_MAX <= KEEL_WINDOW_MAX &&
@@ -265,8 +265,8 @@ static int env_switch(const char *name, bool *on, char *err, size_t err_len)
 
 /* Datagrams cut into pieces hold up to four times the default's bytes. Each datagram costs the
  * core its share of a header, a CRC and an ack, and the transport a join: in namespaces over
- * 1500-byte veths, 2 ranks took 0.85-0.90 of the time of 8 784-byte datagrams from 256 KiB to
- * 4 MiB, and 4 ranks less at 64 KiB to 4 MiB. Five and six times were slower again, and one
+ * 1500-byte veths, 2 ranks took 0.87-0.96 of the time of 8 784-byte datagrams from 256 KiB to
+ * 4 MiB, and 4 ranks less at 64 KiB and 4 MiB. Five and six times were slower again, and one
  * lost piece costs the whole datagram (docs/PERF.md, "Larger datagrams in pieces"). */
 #define PIECES_DATAGRAM_MAX (4u * KEEL_MTU_DEFAULT)
 /* A datagram is at most 64 pieces (keel_udp_config.piece_bytes): pieces of KEEL_UDP_PIECES_MIN
