@@ -31,10 +31,11 @@ struct keel_straggler_config {
 	uint32_t hold_steps;	/* steps after a repair before the next may come (default 20) */
 	double smoothing;	/* weight of the newest step in the averages, (0, 1] (0.5) */
 	double rate_step_max;	/* a repair changes a member's rate by at most this factor (4) */
-	/* While the fastest member's smoothed step time is below this, no step counts as over
-	 * (0: all count): compute that short is lost in the step's communication and in
-	 * scheduling noise (one descheduled member looks 100x slower), and not worth moving
-	 * work for. */
+	/* While the fastest member's step time is below this, smoothed or in the step itself,
+	 * no step counts as over (0: all count): compute that short is lost in the step's
+	 * communication and in scheduling noise (one descheduled member looks 100x slower), and
+	 * not worth moving work for. Both count, so that one slow step of every member (a job's
+	 * cold first step) does not lift short steps after it over the floor. */
 	double time_floor_s;
 };
 

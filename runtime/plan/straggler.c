@@ -83,10 +83,11 @@ static double smooth(double old, double x, double a)
 }
 
 /* Fold this step's measurements in; returns the skew of this step's own times (a trigger on the
- * smoothed ones would outlast a short slowdown by a few steps) and whether a member's smoothed
- * load is over the limit (or it is suspected) while it still has work. */
+ * smoothed ones would outlast a short slowdown by a few steps), the fastest of them, and
+ * whether a member's smoothed load is over the limit (or it is suspected) while it still has
+ * work. */
 static double observe(struct keel_straggler *s, const struct keel_plan *p, const double *time_s,
-		      const double *load, bool *overloaded)
+		      const double *load, double *step_fastest, bool *overloaded)
 {
 	double lo = INFINITY, hi = 0;
 	*overloaded = false;
@@ -106,6 +107,7 @@ static double observe(struct keel_straggler *s, const struct keel_plan *p, const
 			hi = fmax(hi, time_s[w]);
 		}
 	}
+	*step_fastest = lo < INFINITY ? lo : 0;
 	return hi > 0 && lo < INFINITY && lo > 0 ? hi / lo : 1.0;
 }
 
@@ -186,8 +188,14 @@ int keel_straggler_step(struct keel_straggler *s, struct keel_plan *p, const dou
 		s->workers = n;
 	}
 	bool overloaded;
-	d->skew = observe(s, p, time_s, load, &overloaded);
-	d->over = (d->skew > s->cfg.skew_max && fastest(s, p) >= s->cfg.time_floor_s) || overloaded;
+	double step_fastest;
+	d->skew = observe(s, p, time_s, load, &step_fastest, &overloaded);
+	/* The floor holds for this step's own times too: the smoothed ones keep a slow step for a
+	 * few steps (a job's cold first step, or a pause of every member), and the skew of short
+	 * times after it is noise, not a straggler. */
+	bool long_enough =
+	    fastest(s, p) >= s->cfg.time_floor_s && step_fastest >= s->cfg.time_floor_s;
+	d->over = (d->skew > s->cfg.skew_max && long_enough) || overloaded;
 	s->above = d->over ? s->above + 1 : 0;
 	uint64_t step = s->steps++;
 	bool held = s->repaired && step - s->last_repair < s->cfg.hold_steps;

@@ -3,7 +3,8 @@
  * about its share of the capacity, and then left alone (no oscillation); noise, a short
  * slowdown and an alternating one repair nothing; an overloaded worker is drained; a 20x
  * slowdown is closed in bounded steps (rate_step_max) after the hold; two controllers given the
- * same inputs make the same plans; bad configs are refused. */
+ * same inputs make the same plans; a job's cold first step does not lift the short steps
+ * after it over the time floor; bad configs are refused. */
 /* cmocka.h needs these first */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -206,6 +207,36 @@ static void test_time_floor(void **state)
 	}
 }
 
+/* A job's first step is slow on every member, unevenly (cold caches, first reads): 10-50x.
+ * The smoothed times keep it for a few steps, but the steps after it are below the floor (the
+ * fastest 1.3 ms, the floor 2 ms), so their skew (a member 4x slower for three steps, then
+ * none) repairs nothing. Judged on the smoothed times alone, steps 0-2 counted and the plan
+ * was repaired at step 2. */
+static void test_cold_first_step(void **state)
+{
+	(void)state;
+	struct keel_straggler_config c;
+	keel_straggler_config_default(&c);
+	c.time_floor_s = 2e-3;
+	struct rig r;
+	rig_init(&r, &c);
+	double cold[W] = {0.1, 0.02, 0.05, 0.03}, skewed[W] = {1, 1, 0.25, 1},
+	       even[W] = {1, 1, 1, 1};
+	double t[W];
+	struct keel_straggler_decision d;
+	uint32_t repairs = 0, over = 0;
+	for (uint64_t step = 0; step < 40; step++) {
+		times_for(&r, step == 0 ? cold : step <= 3 ? skewed : even, 0, t);
+		assert_int_equal(keel_straggler_step(&r.s, r.plan, t, NULL, &d), 0);
+		repairs += d.repaired;
+		over += d.over;
+		if (step == 0)
+			assert_true(d.over); /* the cold step itself is above the floor */
+	}
+	assert_int_equal(over, 1);
+	assert_int_equal(repairs, 0);
+}
+
 static void test_same_inputs_same_plans(void **state)
 {
 	(void)state;
@@ -300,6 +331,7 @@ int main(void)
 	    cmocka_unit_test(test_overloaded_worker_drained),
 	    cmocka_unit_test(test_rate_step_bounds_each_repair),
 	    cmocka_unit_test(test_time_floor),
+	    cmocka_unit_test(test_cold_first_step),
 	    cmocka_unit_test(test_same_inputs_same_plans),
 	    cmocka_unit_test(test_plan_view),
 	    cmocka_unit_test(test_bad_config_refused),
