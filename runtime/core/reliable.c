@@ -748,7 +748,10 @@ static void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
 /* A hole below the highest selectively acked seq is resent before its timer when it has been
  * out for longer than a round trip plus a quarter (RACK's reordering window, RFC 8985): a later
  * datagram got through, and this one had time to. Counting later datagrams instead (TCP's
- * three dupacks) resends whatever a jittery path merely reordered. On a reliable, ordered
+ * three dupacks) resends whatever a jittery path merely reordered. A hole not out that long
+ * yet arms the peer's timer for the moment it will have been (RACK's reorder timer): at the
+ * end of a step no later ack may come to look again, and the retransmission timer (1 ms at
+ * least) would hold the step that long. rel_timers looks again then. On a reliable, ordered
  * transport a hole is a datagram the receiving core dropped; sacks never come otherwise, so
  * this costs nothing while nothing is dropped. */
 static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest)
@@ -760,12 +763,21 @@ static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest
 	KEEL_ASSERT(p->tx != NULL && highest - p->snd_una < p->snd_nxt - p->snd_una);
 	if (p->srtt_ns == 0)
 		return; /* no round trip measured yet: leave it to the timer */
-	uint64_t reo_wnd = p->srtt_ns + p->srtt_ns / 4;
+	uint64_t reo_wnd = p->srtt_ns + p->srtt_ns / 4, wait = p->srtt_ns + 4 * p->rttvar_ns;
 	for (uint32_t seq = p->snd_una; seq_before(seq, highest); seq++) {
 		struct tx_slot *s = &p->tx[seq & mask];
-		if (s->sacked || s->fast_done || s->sent_ns == 0 ||
-		    n->now_ns - s->sent_ns < reo_wnd)
+		if (s->sacked || s->fast_done || s->sent_ns == 0)
 			continue;
+		if (n->now_ns - s->sent_ns < reo_wnd) {
+			/* the timer waits as long as an ack may take (the retransmission timer's
+			 * estimate, without its floor): on a path whose round trips vary (a large
+			 * datagram behind small ones) a hole may still be on its way */
+			uint64_t due = s->sent_ns + (reo_wnd > wait ? reo_wnd : wait);
+			if (due < p->rtx_deadline_ns)
+				p->rtx_deadline_ns = due;
+			walk_by(&n->rel_timer_at, due);
+			continue;
+		}
 		transmit(n, peer, seq);
 		s->fast_done = 1;
 		p->retransmits++;
@@ -982,6 +994,8 @@ void rel_timers(struct keel_node *n)
 		}
 		p->unsent = false;
 		p->rtx_deadline_ns = UINT64_MAX;
+		if (p->sack_any) /* holes the last sack revealed, out long enough now */
+			fast_retransmit(n, i, p->sack_high);
 		bool head_sent = false;
 		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
 			struct tx_slot *s = &p->tx[seq & mask];
