@@ -145,6 +145,14 @@ struct keel_config {
 	 * cores, an ack left to its timer wakes a rank that waits for a core. keel_boot turns
 	 * it on where they do not (KEEL_ACKS_RIDE=0|1 decides instead). */
 	bool acks_ride;
+	/* Over a transport that may lose datagrams, when a peer's acks stop while data is out,
+	 * the newest unacked datagram goes again after max(2 srtt, srtt + 4 rttvar) + ack_delay_ns
+	 * (RFC 8985's tail loss probe), once until an ack moves: a lost last datagram of a step
+	 * has no later one whose ack would reveal it, and would wait for the retransmission timer
+	 * (rto_min_ns, 1 ms). Off by default: where ranks outnumber the cores, acks come late
+	 * often, and each probe would go to a rank waiting for a core. keel_boot turns it on
+	 * where they do not (KEEL_TAIL_PROBE=0|1 decides instead). */
+	bool tail_probe;
 	keel_view_fn on_view; /* optional */
 	void *on_view_ctx;
 	/* Trace events (keel/trace.h): collectives, suspicions, view rounds and views. */
@@ -288,6 +296,7 @@ struct keel_counters {
 	uint64_t data_delivered;    /* reliable datagrams handed to the collectives, in order */
 	uint64_t retransmits;
 	uint64_t fast_retransmits;
+	uint64_t tail_probes; /* retransmissions of a silent flight's newest datagram */
 	uint64_t acks_sent;
 	uint64_t heartbeats_sent, heartbeats_received;
 	uint64_t suspicions, false_suspicions;

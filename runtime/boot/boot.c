@@ -973,10 +973,13 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	uint32_t link_mtu = 0;
 	if (rc == 0)
 		rc = datagram_size(b, host, on_udp, &link_mtu, err, err_len);
-	/* acks wait for the next collective's data only where no rank waits for a core
-	 * (keel_config.acks_ride) */
-	b->cfg.acks_ride = !keel_posix_oversubscribed(b->launch.local_world_size);
+	/* acks wait for the next collective's data, and a silent flight's tail is probed, only
+	 * where no rank waits for a core (keel_config.acks_ride, tail_probe) */
+	bool cores = !keel_posix_oversubscribed(b->launch.local_world_size);
+	b->cfg.acks_ride = b->cfg.tail_probe = cores;
 	if (rc == 0 && env_switch("KEEL_ACKS_RIDE", &b->cfg.acks_ride, err, err_len) < 0)
+		rc = -EINVAL;
+	if (rc == 0 && env_switch("KEEL_TAIL_PROBE", &b->cfg.tail_probe, err, err_len) < 0)
 		rc = -EINVAL;
 	if (rc == 0 && on_udp) {
 		b->datagram_window = KEEL_WINDOW_DEFAULT; /* keel_config_default's */

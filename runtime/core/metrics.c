@@ -301,6 +301,8 @@ static const struct counter_row event_rows[] = {
      offsetof(struct keel_counters, retransmits)},
     {"keel_fast_retransmits_total", "Retransmissions on a selective ack's hole.",
      offsetof(struct keel_counters, fast_retransmits)},
+    {"keel_tail_probes_total", "Retransmissions of the newest datagram after the acks stopped.",
+     offsetof(struct keel_counters, tail_probes)},
     {"keel_transmit_blocked_total", "Datagrams the transport refused for now.",
      offsetof(struct keel_counters, tx_blocked)},
     {"keel_heartbeats_sent_total", "Heartbeats sent.",

@@ -76,6 +76,8 @@ struct rel_peer {
 	bool unsent;		  /* the transport refused some slots: send them next poll */
 	bool sack_any;		  /* the last ack selectively acknowledged something... */
 	uint32_t sack_high;	  /* ...up to this seq: unacked seqs below it are holes */
+	uint64_t probe_base_ns;	  /* tail_probe: the last new send or window move */
+	bool probed;		  /* tail_probe: sent since then (one per silence) */
 	uint64_t retransmits;
 	uint64_t data_sent; /* first transmissions (metrics: loss ratio) */
 	struct tx_slot *tx;

@@ -559,6 +559,29 @@ void rel_borrowed_copy_in_range(struct keel_node *n, const uint8_t *lo, uint64_t
 		copy_in_where(n, a, b);
 }
 
+/* When a tail probe to `peer` is due (keel_config.tail_probe; UINT64_MAX: none): with data
+ * out and no ack moving the window or new data sent for max(2 srtt, srtt + 4 rttvar) plus
+ * the receiver's ack delay, once per such silence, and only over a transport that may lose
+ * datagrams (over a reliable one the silence is a slow receiver). Not when the
+ * retransmission timer would come first. */
+static uint64_t probe_due(struct keel_node *n, uint32_t peer, const struct rel_peer *p)
+{
+	if (!n->cfg.tail_probe || p->probed || p->srtt_ns == 0 || p->snd_una == p->snd_nxt ||
+	    (keel_transport_peer_caps(n->tp, peer) & KEEL_CAP_RELIABLE) != 0)
+		return UINT64_MAX;
+	uint64_t two = 2 * p->srtt_ns, est = p->srtt_ns + 4 * p->rttvar_ns;
+	uint64_t pto = (two > est ? two : est) + n->cfg.ack_delay_ns;
+	return pto < p->rto_ns ? p->probe_base_ns + pto : UINT64_MAX;
+}
+
+/* Lower the peer's timer to its tail probe, if one is due earlier. */
+static void probe_arm(struct keel_node *n, uint32_t peer, struct rel_peer *p)
+{
+	uint64_t due = probe_due(n, peer, p);
+	if (due < p->rtx_deadline_ns)
+		p->rtx_deadline_ns = due;
+}
+
 static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 {
 	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
@@ -578,6 +601,11 @@ static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 	uint64_t due = n->now_ns + backoff_rto(n, p, s->tries);
 	if (due < p->rtx_deadline_ns)
 		p->rtx_deadline_ns = due;
+	if (s->tries == 1) { /* new data: the silence a tail probe waits for starts now */
+		p->probe_base_ns = n->now_ns;
+		p->probed = false;
+		probe_arm(n, peer, p);
+	}
 	walk_by(&n->rel_timer_at, p->rtx_deadline_ns);
 	/* A borrowed payload goes as the datagram's tail while the way to the peer takes two
 	 * pieces; after a route change it is copied in once and goes whole from then on. With a
@@ -819,6 +847,9 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 	if (p->snd_una != una_before && p->snd_una != p->snd_nxt) {
 		p->rtx_base_ns = n->now_ns;
 		p->rtx_deadline_ns = n->now_ns + p->rto_ns; /* the scan then finds the exact one */
+		p->probe_base_ns = n->now_ns;
+		p->probed = false;
+		probe_arm(n, peer, p);
 		walk_by(&n->rel_timer_at, p->rtx_deadline_ns);
 	}
 	uint32_t highest = 0;
@@ -959,6 +990,29 @@ void rel_redeliver(struct keel_node *n)
 		deliver_run(n, i);
 }
 
+/* The tail probe: the newest datagram out and not selectively acked goes again (unless it
+ * went just now: a hole's fast retransmission). If it was lost, this repairs it; if an
+ * earlier one was, the probe's ack reveals that hole. */
+static void tail_probe(struct keel_node *n, uint32_t peer)
+{
+	struct rel_peer *p = &n->rel_peers[peer];
+	uint32_t mask = n->window - 1;
+	KEEL_ASSERT(p->tx != NULL && p->snd_una != p->snd_nxt && !p->probed);
+	p->probed = true;
+	for (uint32_t seq = p->snd_nxt - 1u; !seq_before(seq, p->snd_una); seq--) {
+		const struct tx_slot *s = &p->tx[seq & mask];
+		if (s->sacked || s->sent_ns == 0)
+			continue;
+		if (s->sent_ns == n->now_ns)
+			return;
+		transmit(n, peer, seq);
+		p->retransmits++;
+		n->ctr.retransmits++;
+		n->ctr.tail_probes++;
+		return;
+	}
+}
+
 /* Send what the transport refused earlier and resend what timed out. When the timer fires,
  * only the oldest datagram and the holes the receiver's sacks revealed go out again; the rest
  * of the window gets a fresh timer. Resending a whole window because the receiver was slow
@@ -996,6 +1050,8 @@ void rel_timers(struct keel_node *n)
 		p->rtx_deadline_ns = UINT64_MAX;
 		if (p->sack_any) /* holes the last sack revealed, out long enough now */
 			fast_retransmit(n, i, p->sack_high);
+		if (n->now_ns >= probe_due(n, i, p))
+			tail_probe(n, i);
 		bool head_sent = false;
 		for (uint32_t seq = p->snd_una; seq != p->snd_nxt; seq++) {
 			struct tx_slot *s = &p->tx[seq & mask];
@@ -1025,6 +1081,7 @@ void rel_timers(struct keel_node *n)
 			}
 			transmit(n, i, seq);
 		}
+		probe_arm(n, i, p);
 		walk_by(&n->rel_timer_at, p->rtx_deadline_ns);
 	}
 }
@@ -1091,7 +1148,8 @@ void rel_peer_reset(struct keel_node *n, uint32_t peer)
 	p->snd_edge = 1 + n->window;
 	p->rcv_nxt = p->rcv_ack = p->rcv_high = 1;
 	p->rtx_deadline_ns = p->ack_due_ns = UINT64_MAX;
-	p->unsent = p->sack_any = false;
+	p->unsent = p->sack_any = p->probed = false;
+	p->probe_base_ns = 0;
 	set_ack_pending(n, p, false);
 	p->rcv_unacked = 0;
 	KEEL_ASSERT(p->tx == NULL || !n->stream_pool);

@@ -1750,15 +1750,17 @@ static void boot_spin_expect(bool yield, uint64_t spin_ns)
 	keel_boot_stop(&b, 0);
 }
 
-/* Acks ride on the next collective's data (keel_config.acks_ride) only where no rank waits
- * for a core, unless KEEL_ACKS_RIDE says. */
-static void boot_ride_expect(bool ride)
+/* Acks ride on the next collective's data (keel_config.acks_ride), and a silent flight's
+ * tail is probed (tail_probe), only where no rank waits for a core, unless KEEL_ACKS_RIDE and
+ * KEEL_TAIL_PROBE say. */
+static void boot_ride_expect(bool ride, bool probe)
 {
 	struct keel_boot b;
 	char err[256];
 
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
 	assert_int_equal(b.cfg.acks_ride, ride);
+	assert_int_equal(b.cfg.tail_probe, probe);
 	keel_boot_stop(&b, 0);
 }
 
@@ -1791,7 +1793,7 @@ static void test_launch_boot_register_copying_transport(void **state)
  * interval is under 10 ms, the user chose a spin (KEEL_SPIN_US) or blocking; KEEL_SPIN_YIELD=1
  * makes the spin yield anyway, 0 never; anything else names itself. Their acks do not ride on
  * the next collective's data (keel_config.acks_ride) unless KEEL_ACKS_RIDE=1; ranks with cores
- * to spare ride unless KEEL_ACKS_RIDE=0. */
+ * to spare ride unless KEEL_ACKS_RIDE=0. Likewise tail probes (tail_probe, KEEL_TAIL_PROBE). */
 static void test_launch_boot_spin_yield(void **state)
 {
 	struct keel_boot b;
@@ -1859,14 +1861,20 @@ static void test_launch_boot_spin_yield(void **state)
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "KEEL_SPIN_YIELD=yes: expected 0 (off) or 1 (on)"));
 	unsetenv("KEEL_SPIN_YIELD");
-	/* oversubscribed: acks go at once, unless asked */
-	boot_ride_expect(false);
+	/* oversubscribed: acks go at once and tails are not probed, unless asked */
+	boot_ride_expect(false, false);
 	env("KEEL_ACKS_RIDE", "1");
-	boot_ride_expect(true);
+	boot_ride_expect(true, false);
 	env("KEEL_ACKS_RIDE", "on");
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "KEEL_ACKS_RIDE=on: expected 0 (off) or 1 (on)"));
 	unsetenv("KEEL_ACKS_RIDE");
+	env("KEEL_TAIL_PROBE", "1");
+	boot_ride_expect(false, true);
+	env("KEEL_TAIL_PROBE", "2");
+	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "KEEL_TAIL_PROBE=2: expected 0 (off) or 1 (on)"));
+	unsetenv("KEEL_TAIL_PROBE");
 	/* under mpirun: the ranks on the host counted from Open MPI's own variable */
 	unsetenv("RANK");
 	unsetenv("LOCAL_WORLD_SIZE");
@@ -1878,10 +1886,13 @@ static void test_launch_boot_spin_yield(void **state)
 	snprintf(ranks, sizeof(ranks), "%ld", share);
 	env("OMPI_COMM_WORLD_LOCAL_SIZE", ranks); /* the others on other hosts */
 	boot_spin_expect(false, KEEL_POSIX_SPIN_NS_DEFAULT);
-	boot_ride_expect(true); /* cores to spare: acks ride */
+	boot_ride_expect(true, true); /* cores to spare: acks ride, tails are probed */
 	env("KEEL_ACKS_RIDE", "0");
-	boot_ride_expect(false);
+	boot_ride_expect(false, true);
 	unsetenv("KEEL_ACKS_RIDE");
+	env("KEEL_TAIL_PROBE", "0");
+	boot_ride_expect(true, false);
+	unsetenv("KEEL_TAIL_PROBE");
 	env("RANK", "0");
 	assert_false(keel_posix_oversubscribed(1));
 	assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);

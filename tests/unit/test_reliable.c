@@ -12,6 +12,7 @@
 
 #include "cluster_int.h"
 #include "refcheck.h"
+#include "wire_int.h"
 
 static uint64_t g_seed;
 
@@ -192,6 +193,7 @@ struct slow_link {
 	uint64_t delay_ns;  /* 0: no delay */
 	uint32_t drop_src;  /* the data datagram from this sender that ends drop_left is lost */
 	uint32_t drop_left; /* 0: none is */
+	uint32_t drop_len;  /* a data datagram is this long (0: SLOW_MTU, a full one) */
 	struct slow_held q[SLOW_WORLD][SLOW_HELD];
 	uint32_t head[SLOW_WORLD], tail[SLOW_WORLD]; /* free-running */
 };
@@ -230,8 +232,9 @@ static int slow_recv(struct keel_transport *t, uint64_t now_ns, struct keel_data
 		for (int i = 0; i < got; i++) {
 			uint32_t src = in[i].peer;
 			assert_true(src < SLOW_WORLD);
-			/* a full datagram (data, not a heartbeat or an ack) */
-			if (src == s->drop_src && s->drop_left > 0 && in[i].len == SLOW_MTU &&
+			/* a data datagram (not a heartbeat or an ack): a full one, or drop_len */
+			uint32_t data_len = s->drop_len != 0 ? s->drop_len : SLOW_MTU;
+			if (src == s->drop_src && s->drop_left > 0 && in[i].len == data_len &&
 			    --s->drop_left == 0)
 				continue;
 			struct slow_held *h = &s->q[src][s->tail[src]++ % SLOW_HELD];
@@ -269,10 +272,11 @@ static void slow_tweak(struct keel_config *cfg)
 	cfg->algo = KEEL_ALGO_RING;
 }
 
-/* Four ranks over shm, each behind a slow_link (no delay yet). */
-static void slow_cluster_init(struct cluster *c)
+/* Four ranks over shm, each behind a slow_link (no delay yet), configured by `tweak`. A lossy
+ * link does not claim KEEL_CAP_RELIABLE (the core then treats a silence as a loss). */
+static void slow_cluster_init_as(struct cluster *c, void (*tweak)(struct keel_config *), bool lossy)
 {
-	assert_int_equal(cluster_init_shm(c, SLOW_WORLD, SLOW_MTU, slow_tweak), 0);
+	assert_int_equal(cluster_init_shm(c, SLOW_WORLD, SLOW_MTU, tweak), 0);
 	for (uint32_t r = 0; r < SLOW_WORLD; r++) {
 		keel_fini(c->node[r]); /* never polled: rebuilt over the decorator below */
 		free(c->mem_node[r]);
@@ -286,9 +290,16 @@ static void slow_cluster_init(struct cluster *c)
 		s->pub.state = s;
 		assert_int_equal(s->pub.caps & (KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED),
 				 KEEL_CAP_RELIABLE | KEEL_CAP_ORDERED);
+		if (lossy)
+			s->pub.caps &= ~KEEL_CAP_RELIABLE;
 		c->tp[r] = &s->pub;
 	}
-	assert_int_equal(cluster_nodes_init(c, slow_tweak), 0);
+	assert_int_equal(cluster_nodes_init(c, tweak), 0);
+}
+
+static void slow_cluster_init(struct cluster *c)
+{
+	slow_cluster_init_as(c, slow_tweak, false);
 }
 
 static void allreduce_on(struct cluster *c, uint32_t ranks, uint32_t rounds_max, int *rc)
@@ -391,6 +402,77 @@ static void test_reliable_hole_resent_without_a_later_ack(void **state)
 	cluster_fini(&c);
 }
 
+static bool g_tail_probe;
+
+static void probe_tweak(struct keel_config *cfg)
+{
+	slow_tweak(cfg);
+	cfg->tail_probe = g_tail_probe;
+}
+
+/* A small AllReduce (16 floats, 4 ranks, ring): every step is one 72-byte data datagram per
+ * sender, so a lost one is a flight's tail, with no later datagram whose ack would reveal it.
+ * Each of the first six of rank 0's to rank 1 lost in turn, over a link that loses (not
+ * KEEL_CAP_RELIABLE): with tail_probe every collective ends well within the retransmission
+ * timer's 1 ms, the loss repaired by a probe; without it, the tail case waits for that
+ * timer. */
+static void test_reliable_tail_probe(void **state)
+{
+	(void)state;
+	static float in[SLOW_WORLD][16], out[SLOW_WORLD][16], ref[16];
+	keel_check_reference(ref, 0, 16, SLOW_WORLD, KEEL_F32, KEEL_SUM);
+	for (int probe = 0; probe < 2; probe++) {
+		struct cluster c;
+		g_tail_probe = probe;
+		slow_cluster_init_as(&c, probe_tweak,
+				     true); /* it loses: probes are for such links */
+		for (uint32_t r = 0; r < SLOW_WORLD; r++)
+			g_slow[r].drop_len =
+			    WIRE_HEADER_SIZE + 4 * sizeof(float); /* a ring chunk */
+		uint64_t slowest = 0, probes = 0;
+		for (uint32_t k = 0; k < 3 + 6; k++) { /* three to measure round trips, then six */
+			uint32_t nth = k >= 3 ? k - 2 : 0;
+			struct keel_counters before = counters_of(&c, 0);
+			g_slow[1].drop_src = nth != 0 ? 0 : UINT32_MAX;
+			g_slow[1].drop_left = nth;
+			struct keel_op *h[CLUSTER_MAX] = {NULL};
+			int rc[CLUSTER_MAX];
+			for (uint32_t r = 0; r < SLOW_WORLD; r++) {
+				keel_check_fill(in[r], 0, 16, r, KEEL_F32, KEEL_SUM);
+				assert_int_equal(keel_allreduce_start(c.node[r], in[r], out[r], 16,
+								      KEEL_F32, KEEL_SUM, &h[r]),
+						 0);
+			}
+			uint64_t t0 = c.now_ns;
+			assert_int_equal(cluster_wait_ops(&c, h, rc, 100000), 0);
+			uint64_t took = c.now_ns - t0;
+			struct keel_counters after = counters_of(&c, 0);
+			for (uint32_t r = 0; r < SLOW_WORLD; r++) {
+				assert_int_equal(rc[r], 0);
+				assert_int_equal(keel_check_wrong(out[r], ref, 0, 16, KEEL_F32), 0);
+			}
+			if (nth == 0)
+				continue;
+			print_message("tail_probe %d: data datagram %u from rank 0 lost at rank 1: "
+				      "collective took %.0f us, %llu tail probes\n",
+				      probe, nth, (double)took / 1e3,
+				      (unsigned long long)(after.tail_probes - before.tail_probes));
+			assert_int_equal(g_slow[1].drop_left, 0); /* it was lost */
+			assert_true(after.retransmits > before.retransmits);
+			slowest = took > slowest ? took : slowest;
+			probes += after.tail_probes - before.tail_probes;
+		}
+		if (probe) {
+			assert_true(slowest < c.cfg[0].rto_min_ns / 2);
+			assert_true(probes > 0);
+		} else {
+			assert_true(slowest >= c.cfg[0].rto_min_ns); /* the case the probe is for */
+			assert_int_equal(probes, 0);
+		}
+		cluster_fini(&c);
+	}
+}
+
 int main(void)
 {
 	g_seed = cluster_seed(1);
@@ -402,6 +484,7 @@ int main(void)
 	    cmocka_unit_test(test_reliable_window_bounds_a_stalled_receiver),
 	    cmocka_unit_test(test_reliable_reliable_transport_recovers_core_drops),
 	    cmocka_unit_test(test_reliable_hole_resent_without_a_later_ack),
+	    cmocka_unit_test(test_reliable_tail_probe),
 	};
 	return cmocka_run_group_tests_name("reliable", tests, NULL, NULL);
 }
