@@ -559,6 +559,13 @@ void rel_borrowed_copy_in_range(struct keel_node *n, const uint8_t *lo, uint64_t
 		copy_in_where(n, a, b);
 }
 
+/* How long an ack may take: the retransmission timer's estimate (RFC 6298), without its
+ * rto_min_ns floor. The reorder timer and the tail probe wait at least this long. */
+static uint64_t ack_wait_ns(const struct rel_peer *p)
+{
+	return p->srtt_ns + 4 * p->rttvar_ns;
+}
+
 /* When a tail probe to `peer` is due (keel_config.tail_probe; UINT64_MAX: none): with data
  * out and no ack moving the window or new data sent for max(2 srtt, srtt + 4 rttvar) plus
  * the receiver's ack delay, once per such silence, and only over a transport that may lose
@@ -569,7 +576,7 @@ static uint64_t probe_due(struct keel_node *n, uint32_t peer, const struct rel_p
 	if (!n->cfg.tail_probe || p->probed || p->srtt_ns == 0 || p->snd_una == p->snd_nxt ||
 	    (keel_transport_peer_caps(n->tp, peer) & KEEL_CAP_RELIABLE) != 0)
 		return UINT64_MAX;
-	uint64_t two = 2 * p->srtt_ns, est = p->srtt_ns + 4 * p->rttvar_ns;
+	uint64_t two = 2 * p->srtt_ns, est = ack_wait_ns(p);
 	uint64_t pto = (two > est ? two : est) + n->cfg.ack_delay_ns;
 	return pto < p->rto_ns ? p->probe_base_ns + pto : UINT64_MAX;
 }
@@ -764,7 +771,7 @@ static void rel_rtt_sample(struct keel_node *n, uint32_t peer, uint64_t rtt_ns)
 		p->rttvar_ns = (3 * p->rttvar_ns + err) / 4;
 		p->srtt_ns = (7 * p->srtt_ns + rtt_ns) / 8;
 	}
-	uint64_t rto = p->srtt_ns + 4 * p->rttvar_ns;
+	uint64_t rto = ack_wait_ns(p);
 	if (rto < n->cfg.rto_min_ns)
 		rto = n->cfg.rto_min_ns;
 	if (rto > n->cfg.rto_max_ns)
@@ -791,15 +798,15 @@ static void fast_retransmit(struct keel_node *n, uint32_t peer, uint32_t highest
 	KEEL_ASSERT(p->tx != NULL && highest - p->snd_una < p->snd_nxt - p->snd_una);
 	if (p->srtt_ns == 0)
 		return; /* no round trip measured yet: leave it to the timer */
-	uint64_t reo_wnd = p->srtt_ns + p->srtt_ns / 4, wait = p->srtt_ns + 4 * p->rttvar_ns;
+	uint64_t reo_wnd = p->srtt_ns + p->srtt_ns / 4, wait = ack_wait_ns(p);
 	for (uint32_t seq = p->snd_una; seq_before(seq, highest); seq++) {
 		struct tx_slot *s = &p->tx[seq & mask];
 		if (s->sacked || s->fast_done || s->sent_ns == 0)
 			continue;
 		if (n->now_ns - s->sent_ns < reo_wnd) {
-			/* the timer waits as long as an ack may take (the retransmission timer's
-			 * estimate, without its floor): on a path whose round trips vary (a large
-			 * datagram behind small ones) a hole may still be on its way */
+			/* the timer waits as long as an ack may take (ack_wait_ns): on a path
+			 * whose round trips vary (a large datagram behind small ones) a hole may
+			 * still be on its way */
 			uint64_t due = s->sent_ns + (reo_wnd > wait ? reo_wnd : wait);
 			if (due < p->rtx_deadline_ns)
 				p->rtx_deadline_ns = due;
