@@ -741,6 +741,17 @@ int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_n
 	fd_check(n);
 	mb_poll(n);
 	coll_progress(n);
+	/* This poll's sends may let in what the collectives refused before them: a step that
+	 * receives where it sends takes its data only once it has sent. Left held, it waited
+	 * for the next datagram to wake this node. Each step taken may send the next: until
+	 * nothing held is taken (at most once per datagram held). */
+	while (n->rx_held != 0) {
+		uint64_t held = n->rx_held;
+		rel_redeliver(n);
+		if (n->rx_held == held)
+			break;
+		coll_progress(n);
+	}
 	rel_send_acks(n); /* results announced just now */
 	node_txq_flush(n);
 

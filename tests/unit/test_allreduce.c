@@ -1170,6 +1170,59 @@ static void test_allreduce_acks_ride_on_the_next_collective(void **state)
 	assert_true(riding <= alone / 10);
 }
 
+/* Recursive doubling: a step's data can come before this rank sent that step (it receives
+ * into the bytes it sends). A rank polled last finds, in one burst, every partner's data:
+ * the first step's, and each later one's, which it must hold until it has sent its own step
+ * of that number, in that same poll. All of it must be taken in that poll: left for the next
+ * one, it waited for some other datagram to wake the rank (a quarter of a small AllReduce's
+ * time on 4 ranks). Each rank of 4 and of 8 polled last. */
+static void held_data_taken_in_one_poll(uint32_t world)
+{
+	enum { W = 8, N = 4 };
+	for (uint32_t last = 0; last < world; last++) {
+		struct cluster c;
+		assert_int_equal(cluster_init_shm(&c, world, g_mtu, tweak_mismatch), 0);
+		int32_t in[W][N], out[W][N];
+		struct keel_op *ops[W];
+		for (uint32_t r = 0; r < world; r++) {
+			for (int i = 0; i < N; i++)
+				in[r][i] = (int32_t)(r * 100 + (uint32_t)i);
+			assert_int_equal(keel_allreduce_start(c.node[r], in[r], out[r], N, KEEL_I32,
+							      KEEL_SUM, &ops[r]),
+					 0);
+		}
+		/* the others go as far as they can without `last` */
+		for (uint32_t round = 0; round < 8; round++) {
+			for (uint32_t r = 0; r < world; r++) {
+				uint64_t dl;
+				if (r != last)
+					assert_int_equal(keel_poll(c.node[r], c.now_ns, &dl), 0);
+			}
+			c.now_ns += 1000;
+		}
+		assert_int_equal(keel_op_test(c.node[last ^ 1u], ops[last ^ 1u]), -EINPROGRESS);
+		uint64_t dl;
+		assert_int_equal(keel_poll(c.node[last], c.now_ns, &dl), 0);
+		struct keel_counters k;
+		keel_counters_get(c.node[last], &k);
+		print_message("%u ranks, rank %u: %" PRIu64
+			      " data datagrams delivered in its one poll\n",
+			      world, last, k.data_delivered);
+		assert_int_equal(keel_op_test(c.node[last], ops[last]), 0);
+		for (int i = 0; i < N; i++) /* sum of r * 100 + i over the ranks */
+			assert_int_equal(out[last][i],
+					 (int32_t)(50 * world * (world - 1) + world * (uint32_t)i));
+		cluster_fini(&c);
+	}
+}
+
+static void test_allreduce_data_held_for_a_send_taken_in_the_same_poll(void **state)
+{
+	(void)state;
+	held_data_taken_in_one_poll(4);
+	held_data_taken_in_one_poll(8);
+}
+
 int main(void)
 {
 	g_seed = cluster_seed(1);
@@ -1198,6 +1251,7 @@ int main(void)
 	    cmocka_unit_test(test_allreduce_without_eager_results_restarts_on_the_view),
 	    cmocka_unit_test(test_allreduce_blocking_call),
 	    cmocka_unit_test(test_allreduce_acks_ride_on_the_next_collective),
+	    cmocka_unit_test(test_allreduce_data_held_for_a_send_taken_in_the_same_poll),
 	    cmocka_unit_test(test_allreduce_hier_every_dtype_op_size),
 	    cmocka_unit_test(test_allreduce_hier_shm),
 	    cmocka_unit_test(test_allreduce_hier_same_bits_as_ring),
