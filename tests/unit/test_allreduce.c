@@ -463,7 +463,7 @@ static void test_allreduce_stall_with_every_member_in_is_a_soft_fault(void **sta
 	cluster_fini(&c);
 }
 
-static void tweak_mismatch(struct keel_config *cfg)
+static void tweak_rd(struct keel_config *cfg)
 {
 	cfg->algo = KEEL_ALGO_RD;
 }
@@ -474,7 +474,7 @@ static void test_allreduce_mismatched_calls_fail_at_once(void **state)
 {
 	(void)state;
 	struct cluster c;
-	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, tweak_mismatch), 0);
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, tweak_rd), 0);
 	float in[2][16] = {{0}}, out[2][16];
 	struct keel_op *ops[CLUSTER_MAX] = {NULL};
 	int rc[CLUSTER_MAX] = {0};
@@ -1181,7 +1181,7 @@ static void held_data_taken_in_one_poll(uint32_t world)
 	enum { W = 8, N = 4 };
 	for (uint32_t last = 0; last < world; last++) {
 		struct cluster c;
-		assert_int_equal(cluster_init_shm(&c, world, g_mtu, tweak_mismatch), 0);
+		assert_int_equal(cluster_init_shm(&c, world, g_mtu, tweak_rd), 0);
 		int32_t in[W][N], out[W][N];
 		struct keel_op *ops[W];
 		for (uint32_t r = 0; r < world; r++) {
