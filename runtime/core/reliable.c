@@ -589,6 +589,14 @@ static void probe_arm(struct keel_node *n, uint32_t peer, struct rel_peer *p)
 		p->rtx_deadline_ns = due;
 }
 
+/* New data went, or an ack moved the window: the silence a tail probe waits for starts now. */
+static void probe_restart(struct keel_node *n, uint32_t peer, struct rel_peer *p)
+{
+	p->probe_base_ns = n->now_ns;
+	p->probed = false;
+	probe_arm(n, peer, p);
+}
+
 static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 {
 	KEEL_ASSERT_DEBUG(peer < n->world && peer != n->self);
@@ -608,11 +616,8 @@ static void transmit(struct keel_node *n, uint32_t peer, uint32_t seq)
 	uint64_t due = n->now_ns + backoff_rto(n, p, s->tries);
 	if (due < p->rtx_deadline_ns)
 		p->rtx_deadline_ns = due;
-	if (s->tries == 1) { /* new data: the silence a tail probe waits for starts now */
-		p->probe_base_ns = n->now_ns;
-		p->probed = false;
-		probe_arm(n, peer, p);
-	}
+	if (s->tries == 1)
+		probe_restart(n, peer, p);
 	walk_by(&n->rel_timer_at, p->rtx_deadline_ns);
 	/* A borrowed payload goes as the datagram's tail while the way to the peer takes two
 	 * pieces; after a route change it is copied in once and goes whole from then on. With a
@@ -854,9 +859,7 @@ void rel_on_ack(struct keel_node *n, uint32_t peer, uint32_t ack, uint32_t sack,
 	if (p->snd_una != una_before && p->snd_una != p->snd_nxt) {
 		p->rtx_base_ns = n->now_ns;
 		p->rtx_deadline_ns = n->now_ns + p->rto_ns; /* the scan then finds the exact one */
-		p->probe_base_ns = n->now_ns;
-		p->probed = false;
-		probe_arm(n, peer, p);
+		probe_restart(n, peer, p);
 		walk_by(&n->rel_timer_at, p->rtx_deadline_ns);
 	}
 	uint32_t highest = 0;
