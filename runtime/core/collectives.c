@@ -97,10 +97,11 @@ static void map_step(const struct keel_node *n, const struct keel_op *op, uint32
 
 /* map_step, remembered: every poll asks for the send step, the receive step and the one
  * before the send step, and mapping one was a tenth of a small AllReduce's instructions.
- * Two entries by parity hold a step and the one before it. */
+ * Two entries by parity were not enough: recursive doubling's empty fold-in and fold-out
+ * steps (0 and k + 1) are walked past on every poll and took the slots of the exchanges. */
 static void op_step(const struct keel_node *n, struct keel_op *op, uint32_t t, struct step *s)
 {
-	uint32_t k = t & 1u;
+	uint32_t k = t & (STEP_MEMO - 1u);
 	if (op->step_memo_t[k] == t + 1) {
 		*s = op->step_memo[k];
 #ifdef KEEL_DEBUG
@@ -385,7 +386,7 @@ static bool op_begin(struct keel_node *n, struct keel_op *op)
 	op->send_step = op->recv_step = 0;
 	op->send_off = op->recv_off = 0;
 	op->recv_step_len = 0;
-	op->step_memo_t[0] = op->step_memo_t[1] = 0;
+	memset(op->step_memo_t, 0, sizeof(op->step_memo_t));
 	if (op->dev.on)
 		coll_dev_begin(n, op); /* a view of one copies on the device */
 	else if (op->world == 1 && op->bytes != 0 && op->in != op->out)

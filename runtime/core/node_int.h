@@ -136,6 +136,9 @@ enum op_kind { OPK_ALLREDUCE = 0, OPK_BROADCAST };
 
 /* What one step of a collective does at this rank. */
 enum step_action { ACT_NONE = 0, ACT_REDUCE_IN, ACT_REDUCE_OUT, ACT_COPY };
+/* Steps op_step remembers per operation: a power of two. */
+#define STEP_MEMO 8u
+
 struct step {
 	int32_t send_peer;	     /* -1: nothing to send */
 	bool send_from_out;	     /* else from the caller's input */
@@ -228,10 +231,12 @@ struct keel_op {
 	/* recv_step was found to expect data, recv_len bytes of it (skip_empty_recv): until
 	 * recv_off reaches that, it needs no second look. 0: not looked at. */
 	uint64_t recv_step_len;
-	/* The last two steps mapped to ranks (op_step), by the step's parity: t + 1 in
-	 * step_memo_t, 0 for none. Cleared by op_begin, as every mapping depends on the view. */
-	struct step step_memo[2];
-	uint32_t step_memo_t[2];
+	/* Steps mapped to ranks (op_step), in slot t % STEP_MEMO: t + 1 in step_memo_t, 0 for
+	 * none. Recursive doubling's whole plan up to 64 ranks fits (its empty fold-in and
+	 * fold-out steps are looked at on every poll too); a ring's steps cycle through. Cleared
+	 * by op_begin, as every mapping depends on the view. */
+	struct step step_memo[STEP_MEMO];
+	uint32_t step_memo_t[STEP_MEMO];
 	uint64_t progress_ns; /* last time anything moved */
 	/* Gradient AllReduce (compress.c): f32 SUM or AVG that may travel compressed. fb: the
 	 * caller's residuals (count floats) and, after them, the ones this attempt writes;
