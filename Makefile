@@ -21,7 +21,7 @@ HAVE_EXPAT := $(shell pkg-config --exists expat 2>/dev/null && echo 1)
 # libsodium: the MAC on every datagram (keel_config.auth) and the start-up library's keys and
 # challenge-response. Without it keel builds, and a node or rank asked for auth refuses to start.
 HAVE_SODIUM := $(shell pkg-config --exists libsodium 2>/dev/null && echo 1)
-# liburing: the pre-load executor's io_uring engine (runtime/boot/preload.c); without it the
+# liburing: the pre-load executor's io_uring engine (runtime/data/preload.c); without it the
 # executor reads with pread.
 HAVE_URING := $(shell pkg-config --exists liburing 2>/dev/null && echo 1)
 # NVTX ranges around collectives for Nsight Systems: the CUDA toolkit's header-only nvtx3.
@@ -54,9 +54,12 @@ endif
 # The layers (docs/DESIGN.md). libkeel.a: the runtime without its start-up library.
 RUNTIME_LAYERS := base core device transport plan storage
 RUNTIME_SRC := $(sort $(foreach l,$(RUNTIME_LAYERS),$(wildcard runtime/$(l)/*.c)))
-# The start-up library; its DPDK and verbs parts are archived with those backends (mk/*.mk).
+# The start-up library, libkeel_boot.a, in three folders: boot/ (launcher env, rendezvous,
+# waiter, the node's start), obs/ (the metrics server, NVML, traces) and data/ (the pre-loader,
+# Arrow export). Its DPDK and verbs parts are archived with those backends (mk/*.mk).
+BOOT_LAYERS := boot obs data
 BOOT_SRC := $(filter-out runtime/boot/boot_dpdk.c runtime/boot/boot_verbs.c,\
-	$(sort $(wildcard runtime/boot/*.c)))
+	$(sort $(foreach l,$(BOOT_LAYERS),$(wildcard runtime/$(l)/*.c))))
 TOOL_NAMES := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard tools/keel-*/main.c)))))
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 INTEG_SRC := $(sort $(wildcard tests/integ/*.c))
@@ -66,15 +69,16 @@ BOOT_OBJ := $(BOOT_SRC:%.c=$(BUILD)/obj/%.o)
 TOOLS := $(TOOL_NAMES:%=$(BUILD)/bin/%)
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 INTEG_BINS := $(patsubst tests/integ/%.c,$(BUILD)/tests/integ-%,$(INTEG_SRC))
-# The exact-result oracle: keel-bench --check, keel-sim and the tests share it.
-REFCHECK_OBJ := $(BUILD)/obj/tests/support/refcheck.o
-SIZE_ARG_OBJ := $(BUILD)/obj/tests/support/size_arg.o
-# Device memory the CPU stand-in guards (faults when the host touches it): tests, keel-bench.
-GUARDED_OBJ := $(BUILD)/obj/tests/support/guarded_mem.o
+# Code that ships in more than one tool lives in tools/common/ (tests link it too):
+# the exact-result oracle (keel-bench --check, keel-sim and the tests), size arguments,
+# device memory the CPU stand-in guards (faults when the host touches it), the hardware
+# presets keel-plan and keel-sim read, and the gnuplot runner behind --plot.
+REFCHECK_OBJ := $(BUILD)/obj/tools/common/refcheck.o
+SIZE_ARG_OBJ := $(BUILD)/obj/tools/common/size_arg.o
+GUARDED_OBJ := $(BUILD)/obj/tools/common/guarded_mem.o
+PRESET_OBJ := $(BUILD)/obj/tools/common/plan_preset.o
 # A tool is its folder: tools/<tool>/*.c (main.c and what that tool alone uses).
 tool_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tools/$(1)/*.c)))
-# What several tools share (tools/common/: the gnuplot runner behind --plot); a tool that uses
-# it links the object and gets -Itools/common.
 PLOT_OBJ := $(BUILD)/obj/tools/common/plot.o
 KEEL_BENCH_OBJ := $(call tool_obj,keel-bench) $(REFCHECK_OBJ) $(SIZE_ARG_OBJ) $(GUARDED_OBJ)
 
@@ -89,13 +93,16 @@ CMOCKA_LIBS := $(shell pkg-config --libs cmocka 2>/dev/null || echo -lcmocka)
 # private headers. A backend or tool that reaches for one fails to compile.
 INC := -Iinclude
 $(BUILD)/obj/runtime/%.o $(BUILD)/obj/dpdk/%.o $(BUILD)/obj/verbs/%.o: INC += -Iruntime/base
-$(BUILD)/obj/tools/keel-bench/%.o: INC += -Itests/support
-$(BUILD)/obj/tools/keel-train/%.o: INC += -Itools/common
-$(BUILD)/obj/tests/%.o: INC += -Itests/support
+# The start-up library's folders: boot/ reaches obs/ (traces, NVML) through their private
+# headers, obs/ uses boot's one error helper (keel_fail, boot_int.h); data/ needs neither.
+$(BUILD)/obj/runtime/boot/%.o: INC += -Iruntime/boot -Iruntime/obs
+$(BUILD)/obj/runtime/obs/%.o: INC += -Iruntime/boot
+$(BUILD)/obj/tools/%.o: INC += -Itools/common
+$(BUILD)/obj/tests/%.o: INC += -Itests/support -Itools/common
 # White-box tests reach into the core and the start-up library; tests of one tool's code, into
 # that tool's folder.
 $(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/fuzz/%.o: INC += -Iruntime/base -Iruntime/core
-$(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/integ/%.o: INC += -Iruntime/boot
+$(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/integ/%.o: INC += -Iruntime/boot -Iruntime/obs
 $(BUILD)/obj/tests/unit/test_train.o $(BUILD)/obj/tests/unit/test_train_feed.o: \
 	INC += -Itools/keel-train
 $(BUILD)/obj/tests/unit/test_plan_parse.o: INC += -Itools/keel-plan
@@ -112,15 +119,16 @@ SODIUM_CFLAGS := -DKEEL_HAVE_SODIUM $(shell pkg-config --cflags libsodium)
 SODIUM_LIBS := $(shell pkg-config --libs libsodium)
 SODIUM_STATIC_LIBS := $(shell pkg-config --static --libs libsodium | sed 's/-lsodium/-l:libsodium.a/')
 endif
-$(BUILD)/obj/runtime/core/auth.o $(BUILD)/obj/runtime/boot/%.o $(BUILD)/obj/tests/unit/test_auth.o: \
+$(BUILD)/obj/runtime/core/auth.o $(BUILD)/obj/runtime/boot/%.o $(BUILD)/obj/runtime/obs/%.o \
+	$(BUILD)/obj/runtime/data/%.o $(BUILD)/obj/tests/unit/test_auth.o: \
 	INC += $(SODIUM_CFLAGS)
 ifeq ($(HAVE_URING),1)
-$(BUILD)/obj/runtime/boot/preload.o: INC += -DKEEL_HAVE_URING $(shell pkg-config --cflags liburing)
+$(BUILD)/obj/runtime/data/preload.o: INC += -DKEEL_HAVE_URING $(shell pkg-config --cflags liburing)
 URING_LIBS := $(shell pkg-config --libs liburing)
 URING_STATIC_LIBS := -l:liburing.a
 endif
 ifeq ($(HAVE_NVTX),1)
-$(BUILD)/obj/runtime/boot/trace_nvtx.o: INC += -DKEEL_NVTX -isystem $(CUDA_HOME)/include
+$(BUILD)/obj/runtime/obs/trace_nvtx.o: INC += -DKEEL_NVTX -isystem $(CUDA_HOME)/include
 # A stand-in NVTX tool for tests/integ/nvtx.sh: logs the ranges keel opens.
 NVTX_INJECT := $(BUILD)/tests/libnvtx_inject.so
 $(NVTX_INJECT): tests/support/nvtx_inject.c
@@ -199,6 +207,7 @@ endef
 $(foreach t,$(TOOL_NAMES),$(eval $(call tool_rule,$(t))))
 $(BUILD)/bin/keel-bench: $(KEEL_BENCH_OBJ)
 $(BUILD)/bin/keel-train: $(PLOT_OBJ)
+$(BUILD)/bin/keel-plan: $(PRESET_OBJ)
 $(BUILD)/bin/keel-plan: TOOL_LIBS := $(EXPAT_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(LIBBOOT) $(LIBKEEL_WHITEBOX) $(EXTRA_LIBS) \
@@ -210,7 +219,7 @@ $(BUILD)/tests/test_train: $(BUILD)/obj/tools/keel-train/train_model.o
 $(BUILD)/tests/test_train_feed: $(BUILD)/obj/tools/keel-train/train_model.o \
 	$(BUILD)/obj/tools/keel-train/train_feed.o
 $(BUILD)/tests/test_plan_parse: $(BUILD)/obj/tools/keel-plan/plan_parse.o \
-	$(BUILD)/obj/tools/keel-plan/plan_xml.o $(BUILD)/obj/tools/keel-plan/plan_preset.o
+	$(BUILD)/obj/tools/keel-plan/plan_xml.o $(PRESET_OBJ)
 $(BUILD)/tests/test_plan_parse: TOOL_LIBS := $(EXPAT_LIBS)
 $(BUILD)/tests/test_bench_stats: $(BUILD)/obj/tools/keel-bench/bench_stats.o
 # keel-sim's multi-fidelity arithmetic has no SimGrid in it: tested in every build.
@@ -262,5 +271,5 @@ clean:
 	$(foreach t,$(TOOL_NAMES),$(patsubst %.o,%.d,$(call tool_obj,$(t)))) \
 	$(UNIT_SRC:%.c=$(BUILD)/obj/%.d) $(INTEG_SRC:%.c=$(BUILD)/obj/%.d) $(REFCHECK_OBJ:.o=.d) $(SIZE_ARG_OBJ:.o=.d) \
 	$(GUARDED_OBJ:.o=.d) \
-	$(PLOT_OBJ:.o=.d)
+	$(PLOT_OBJ:.o=.d) $(PRESET_OBJ:.o=.d)
 .SECONDARY:

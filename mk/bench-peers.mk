@@ -6,7 +6,7 @@
 # tests/integ/bench_peers.sh skips.
 #   make bench-peers [BENCH_PEERS_ARGS="--quick --ranks 2"]
 PEERS_DIR := $(BUILD)/bench-peers
-PEERS_CFLAGS := -O2 -g $(WARN) -D_GNU_SOURCE -Itools/bench-peers -Itests/support
+PEERS_CFLAGS := -O2 -g $(WARN) -D_GNU_SOURCE -Itools/bench-peers -Itools/common
 HAVE_OMPI := $(shell pkg-config --exists ompi-c 2>/dev/null && echo 1)
 HAVE_GLOO := $(if $(wildcard /usr/include/gloo/allreduce_ring.h),$(if $(wildcard \
 	/usr/lib/libgloo.so /usr/lib/*/libgloo.so),1))
@@ -32,11 +32,11 @@ bench-peers: all bench-peers-build
 	tools/bench-peers.sh --build $(BUILD) $(BENCH_PEERS_ARGS)
 
 $(PEERS_DIR)/peer_common.o: tools/bench-peers/peer_common.c tools/bench-peers/peer_common.h \
-	tests/support/size_arg.h
+	tools/common/size_arg.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 $(PEERS_CFLAGS) -c $< -o $@
 
-$(PEERS_DIR)/size_arg.o: tests/support/size_arg.c tests/support/size_arg.h
+$(PEERS_DIR)/size_arg.o: tools/common/size_arg.c tools/common/size_arg.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 $(PEERS_CFLAGS) -c $< -o $@
 

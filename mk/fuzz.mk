@@ -15,7 +15,7 @@ FUZZ_CORE_OBJ := $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(sort $(wildcard runtime/
 	runtime/core/*.c)))
 
 # What a target links besides the core: the readers it fuzzes.
-FUZZ_PLAN_SRC := tools/keel-plan/plan_parse.c tools/keel-plan/plan_preset.c \
+FUZZ_PLAN_SRC := tools/keel-plan/plan_parse.c tools/common/plan_preset.c \
 	tools/keel-plan/plan_xml.c $(sort $(wildcard runtime/plan/*.c))
 # The rendezvous' pure parts (the hello rank 0 judges, the replies ranks read) and the key
 # reader launch.c calls, with the proofs they need.
@@ -23,7 +23,7 @@ FUZZ_RDV_SRC := runtime/boot/rendezvous_wire.c runtime/boot/rendezvous_proof.c
 FUZZ_PEERS_SRC := runtime/boot/launch.c runtime/boot/launch_key.c $(FUZZ_RDV_SRC)
 FUZZ_CKPT_SRC := runtime/storage/checkpoint.c
 # keel-sim's scenario reader with the cluster specs and presets it hands on to; no SimGrid.
-FUZZ_SCENARIO_SRC := sim/scenario.c sim/platform.c tools/keel-plan/plan_preset.c \
+FUZZ_SCENARIO_SRC := sim/scenario.c sim/platform.c tools/common/plan_preset.c \
 	$(sort $(wildcard runtime/plan/*.c))
 # The DPDK backend's frame checks are plain C: built without DPDK. Where DPDK is found, the
 # target also compares their checksums with DPDK's helpers (inline in its headers: no library).
@@ -37,7 +37,7 @@ fuzz-check:
 	2>/dev/null || { echo "keel: fuzzing needs clang with libFuzzer (tools/deps/fuzz.txt:" \
 	"clang, libclang-rt-14-dev)"; false; }
 
-$(FUZZ_BUILD)/obj/tests/fuzz/fuzz_plan.o: FUZZ_FLAGS += -Itools/keel-plan
+$(FUZZ_BUILD)/obj/tests/fuzz/fuzz_plan.o $(FUZZ_BUILD)/obj/tools/%.o: FUZZ_FLAGS += -Itools/keel-plan -Itools/common
 $(FUZZ_BUILD)/obj/tools/keel-plan/%.o: FUZZ_FLAGS += $(if $(filter 1,$(HAVE_EXPAT)),-DPLAN_HAVE_EXPAT)
 $(FUZZ_BUILD)/obj/runtime/plan/%.o: FUZZ_FLAGS += -Iruntime/plan
 $(FUZZ_BUILD)/obj/runtime/core/auth.o: FUZZ_FLAGS += $(SODIUM_CFLAGS)
@@ -49,7 +49,7 @@ $(FUZZ_BUILD)/fuzz_peers: $(FUZZ_PEERS_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/fuzz_ckpt: $(FUZZ_CKPT_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/fuzz_rendezvous: $(FUZZ_RDV_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_scenario.o $(FUZZ_BUILD)/obj/sim/%.o: FUZZ_FLAGS += -Isim \
-	-Itools/keel-plan
+	-Itools/keel-plan -Itools/common
 $(FUZZ_BUILD)/fuzz_scenario: $(FUZZ_SCENARIO_SRC:%.c=$(FUZZ_BUILD)/obj/%.o)
 $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_dpdk_frame.o: FUZZ_FLAGS += -Idpdk \
 	$(if $(filter 1,$(HAVE_DPDK)),$(DPDK_CFLAGS) -DKEEL_HAVE_DPDK=1)

@@ -1,4 +1,4 @@
-# /metrics over HTTP (runtime/boot/metrics_http.c): what its integration test needs beside the
+# /metrics over HTTP (runtime/obs/metrics_http.c): what its integration test needs beside the
 # tools. tests/integ/metrics.sh loads this stand-in for NVIDIA's libnvidia-ml.so.1 (two GPUs,
 # fixed readings; tests/support/nvml_fake.c) so that the GPU series are checked on any host.
 # Built without the sanitizers: it is loaded by the plain build's tools only.

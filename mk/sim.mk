@@ -5,17 +5,17 @@ ifeq ($(HAVE_SIMGRID),1)
 ifeq ($(SAN),)
 SIM_SRC := sim/keel_sim_main.c sim/ckpt_optimum.c sim/fidelity.c sim/platform.c sim/plots.c sim/report.c sim/run.c sim/scenario.c \
 	sim/straggler_sim.c sim/transport_sim.c
-# The presets and `define` lines are read by keel-plan's plan_preset.c (no expat in it), so both
+# The presets and `define` lines are read by tools/common/plan_preset.c (no expat in it), so both
 # tools read them alike; SimGrid platform files by SimGrid itself (sim/platform_load.cc).
 SIM_OBJ := $(SIM_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/sim/comm_wait.o \
-	$(BUILD)/obj/sim/platform_load.o $(BUILD)/obj/tools/keel-plan/plan_preset.o $(PLOT_OBJ)
+	$(BUILD)/obj/sim/platform_load.o $(PRESET_OBJ) $(PLOT_OBJ)
 SIM_CFLAGS := $(shell pkg-config --cflags simgrid) -fexceptions
 SIM_LIBS := $(shell pkg-config --libs simgrid)
 KEEL_SIM := $(BUILD)/bin/keel-sim
 
 $(BUILD)/obj/sim/%.o: sim/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_KEEL) $(INC) -Itests/support -Itools/keel-plan -Itools/common $(SIM_CFLAGS) \
+	$(CC) $(CFLAGS_KEEL) $(INC) -Itools/common $(SIM_CFLAGS) \
 		-MMD -MP -c $< -o $@
 
 # C++ only to catch SimGrid's exceptions: a failed comm (sim/comm_wait.cc says why) and a

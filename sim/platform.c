@@ -1,5 +1,5 @@
 /* The cluster model: GPU types and fabrics from the shared presets (include/keel/partition.h,
- * plus `define` lines read by tools/keel-plan/plan_preset.c), the compact cluster description
+ * plus `define` lines read by tools/common/plan_preset.c), the compact cluster description
  * ("48xH100:ib,16xA100:eth") and the SimGrid platform XML it becomes.
  * Tool-side: it writes a file; it never touches a keel node. */
 #include <ctype.h>

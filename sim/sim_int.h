@@ -17,7 +17,7 @@
 #define SIM_HOSTS_MAX  4096u
 
 /* A group of GPUs of one kind. The figures are copies from the shared presets (runtime's
- * table, or a `define` line: tools/keel-plan/plan_preset.h). */
+ * table, or a `define` line: tools/common/plan_preset.h). */
 struct sim_group {
 	struct keel_gpu_preset gpu;  /* host speed = gpu.rate_flops */
 	struct keel_link_preset own; /* the GPU's scale-up link (NVLink, Infinity Fabric, PCIe) */

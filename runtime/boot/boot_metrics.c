@@ -11,6 +11,7 @@
 #include "assert_int.h"
 #include "boot_int.h"
 #include "boot_metrics.h"
+#include "gpu_nvml.h"
 #include "keel/boot.h"
 #include "keel/metrics_http.h"
 #include "keel/transport_router.h"

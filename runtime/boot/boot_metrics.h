@@ -1,5 +1,6 @@
-/* /metrics over HTTP in the start-up library (boot_metrics.c): what boot.c calls, and the GPU
- * readings (gpu_nvml.c) the metrics text includes. Private to runtime/boot/. */
+/* /metrics over HTTP in the start-up library (boot_metrics.c): what boot.c calls. The HTTP
+ * server (metrics_http.c) and the GPU readings (gpu_nvml.c) live in runtime/obs/. Private to
+ * runtime/boot/. */
 #ifndef KEEL_BOOT_METRICS_H
 #define KEEL_BOOT_METRICS_H
 
@@ -25,24 +26,5 @@ void keel_boot_metrics_poll(struct keel_boot *b);
 void keel_boot_metrics_linger(struct keel_boot *b);
 /* Close the server and free its memory; b->cfg.waiter is the POSIX waiter again. */
 void keel_boot_metrics_stop(struct keel_boot *b);
-
-/* GPUs seen through NVML (libnvidia-ml.so.1, loaded with dlopen when metrics are on). */
-#define KEEL_NVML_GPUS_MAX 64u
-struct keel_nvml {
-	void *lib;
-	uint32_t count;
-	void *dev[KEEL_NVML_GPUS_MAX];
-	void *utilization, *memory, *shutdown; /* NVML functions (dlsym), typed in gpu_nvml.c */
-};
-struct keel_nvml_reading {
-	uint32_t utilization_pct; /* 0..100, over the driver's last sample period */
-	uint64_t memory_used_bytes, memory_total_bytes;
-};
-/* Load NVML and find the GPUs. 0, or -ENOENT (no library: no driver), -EIO (NVML failed or
- * sees no GPU) with the reason in why. g is zeroed first; keel_nvml_close is safe after either. */
-int keel_nvml_open(struct keel_nvml *g, char *why, size_t why_len);
-/* GPU i now; false when NVML cannot say (the GPU fell off the bus, a driver reload). */
-bool keel_nvml_read(const struct keel_nvml *g, uint32_t i, struct keel_nvml_reading *out);
-void keel_nvml_close(struct keel_nvml *g);
 
 #endif

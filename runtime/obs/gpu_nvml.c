@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "assert_int.h"
-#include "boot_metrics.h"
+#include "gpu_nvml.h"
 
 /* The few NVML declarations used (nvml.h is not needed to build): every call returns an
  * nvmlReturn_t, 0 on success; a device is an opaque pointer. */
