@@ -1,5 +1,6 @@
 # keel — one Makefile. `make` builds build/libkeel.a and build/bin/keel-*.
-# `make test` runs everything (unit, sanitizer, multi-process); `make demo` runs the main job.
+# `make test` runs the fast tier of the tests (unit in both builds, the integration tests that
+# guard a promise), `make test-long` the slow suites; `make demo` runs the main job.
 # `make bench-peers` runs keel beside Open MPI and Gloo (mk/bench-peers.mk, tools/bench-peers.sh).
 # BUILD=dir puts objects elsewhere (the sanitizer build uses build-san).
 
@@ -154,7 +155,7 @@ ifneq ($(KEEL_SIM),)
 $(KEEL_SIM): $(EXTRA_LIBS)
 endif
 
-.PHONY: all tools tests test unit demo deps clean format format-check san model-check
+.PHONY: all tools tests test test-long unit demo deps clean format format-check san model-check
 all: $(LIBKEEL) $(LIBBOOT) $(TOOLS) $(EXTRA_ALL)
 tools: $(TOOLS)
 tests: $(UNIT_TESTS) $(INTEG_BINS) $(EXTRA_TESTS) $(NVTX_INJECT)
@@ -241,10 +242,22 @@ san:
 	$(MAKE) BUILD=build-san OPT="-O1 -g -fno-omit-frame-pointer -DKEEL_DEBUG" \
 		SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" tests
 
+# The tiers (tests/run.sh): `make test`, the fast one (every unit test in both builds and the
+# integration tests that guard a promise, at most 12 minutes on 2 cores from a fresh clone);
+# `make test-long`, the slow suites (tests whose script says `# tier: long`: the QEMU verbs VM,
+# long simulator runs, fuzzing beyond the smoke, the model checker's larger bounds). CI runs
+# both. Each prints the time its build and its tests took.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 test: deps
-	$(MAKE) all tests
-	$(MAKE) san
-	tests/run.sh
+	@t0=$$(date +%s); $(MAKE) -j$(NPROC) all tests && $(MAKE) -j$(NPROC) san && \
+	t1=$$(date +%s) && echo "keel: make test: build $$((t1 - t0)) s" && \
+	tests/run.sh --tier fast; rc=$$?; t2=$$(date +%s); \
+	echo "keel: make test (fast tier): $$((t2 - t0)) s in all"; exit $$rc
+
+test-long: deps
+	@t0=$$(date +%s); $(MAKE) -j$(NPROC) all tests && $(MAKE) -j$(NPROC) san && \
+	tests/run.sh --tier long; rc=$$?; t2=$$(date +%s); \
+	echo "keel: make test-long (long tier): $$((t2 - t0)) s in all"; exit $$rc
 
 # The membership model checker's longer bounds and its planted-bug mutants (minutes).
 model-check: all tests

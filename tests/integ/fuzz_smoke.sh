@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # A smoke of every libFuzzer target (tests/fuzz/fuzz_*.c; `make fuzz` runs them for longer):
 # replay its corpus in tests/fuzz/corpus/<target>/ (every input once: a crash found before
-# stays fixed), then fuzz for FUZZ_SMOKE_SECONDS (default 5) on a copy of it. Skipped (77) where
+# stays fixed), then fuzz for FUZZ_SMOKE_SECONDS (default 2) on a copy of it. Skipped (77) where
 # clang's libFuzzer is missing (tools/deps/fuzz.txt installs it).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-SECONDS_EACH=${FUZZ_SMOKE_SECONDS:-5}
+SECONDS_EACH=${FUZZ_SMOKE_SECONDS:-2}
 out=$(make -s fuzz-build 2>&1)
 if grep -q "fuzzing needs clang" <<<"$out"; then
 	echo "fuzz_smoke: SKIP: $out"

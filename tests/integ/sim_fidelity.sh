@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: long (about two minutes of simulator runs, full fidelity against auto)
 # keel-sim --fidelity auto against --fidelity full on runs small enough for both (issue 20):
 # three failures under keel's recovery (rank 0's GPU among them), three under
 # restart-from-checkpoint, a rank paused past the detector and readmitted, and GPUs failing at

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: long (minutes of simulator runs over every part of the model)
 # keel-sim checks (issue 4): same seed -> same bytes; detection within keel_detect_bound_ns +
 # latency with every survivor agreeing on the view; a paused GPU excluded and readmitted; a
 # lossy link excluding nobody; AllReduce results exact inside the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: long (the QEMU VM with Soft-RoCE boots under TCG: minutes)
 # The verbs backend on a real verbs device: boots Debian's kernel with Soft-RoCE in QEMU
 # (tests/vm/run.sh) and runs the verbs tests inside it (tests/vm/in_vm.sh: unit tests,
 # AllReduce over RC QPs for 2 and 3 ranks, a killed rank, chaos, latency beside perftest).

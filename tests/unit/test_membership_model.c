@@ -60,8 +60,12 @@ struct mc_bounds {
 	uint32_t rounds;	   /* view-change rounds one coordinator may start */
 	uint32_t depth;		   /* steps in one schedule */
 	bool heavy;		   /* too long for the sanitizer build */
-	uint32_t forgeries;	   /* COMMITs a forger without the key may hand any node */
-	bool keyed;		   /* nodes run with keel_config.auth */
+	/* Left to the slow tier (tests/run.sh --tier long, `make test-long`): in the plain
+	 * build (long_plain) or in the sanitizer build (long_san). Every scenario runs in one
+	 * tier of each build it runs in; `make test` keeps the others to its time budget. */
+	bool long_plain, long_san;
+	uint32_t forgeries; /* COMMITs a forger without the key may hand any node */
+	bool keyed;	    /* nodes run with keel_config.auth */
 };
 
 enum mc_kind { MC_DELIVER, MC_SUSPECT, MC_TICK, MC_CRASH, MC_RESTART, MC_FORGE };
@@ -768,9 +772,16 @@ static const struct mc_bounds scenarios[] = {
      .crashes = 1,
      .false_suspicions = 1,
      .rounds = 1,
-     .depth = 40},
+     .depth = 40,
+     .long_san = true},
     /* two wrong suspicions: competing coordinators with interleaved ballots */
-    {.name = "3-duel", .nodes = 3, .false_suspicions = 2, .rounds = 1, .depth = 40, .heavy = true},
+    {.name = "3-duel",
+     .nodes = 3,
+     .false_suspicions = 2,
+     .rounds = 1,
+     .depth = 40,
+     .heavy = true,
+     .long_plain = true},
     /* a process dies and comes back as a new incarnation, at any moments */
     {.name = "3-restart",
      .nodes = 3,
@@ -787,7 +798,12 @@ static const struct mc_bounds scenarios[] = {
      * incarnation: its old in-flight messages and its new heartbeats (ticks) reach anyone at
      * any moment, it learns it was left out and asks to be admitted, and a second round may
      * admit it */
-    {.name = "3-pause-rejoin", .nodes = 3, .false_suspicions = 1, .rounds = 2, .depth = 40},
+    {.name = "3-pause-rejoin",
+     .nodes = 3,
+     .false_suspicions = 1,
+     .rounds = 2,
+     .depth = 40,
+     .long_san = true},
     /* a forger without the job's key hands out COMMITs while a node dies and the others
      * change the view: none is installed, and replays of every real datagram change nothing */
     {.name = "3-forged-commit-keyed",
@@ -820,9 +836,30 @@ static const struct mc_bounds scenarios[] = {
 #endif
 #endif
 
+/* Whether this scenario belongs to the tier tests/run.sh runs (KEEL_TEST_TIER: fast, long or
+ * all; unset, as when the binary is run by hand: all). */
+static bool in_tier(const struct mc_bounds *b, bool sanitized)
+{
+	const char *tier = getenv("KEEL_TEST_TIER");
+	if (tier == NULL || strcmp(tier, "all") == 0)
+		return true;
+	bool is_long = sanitized ? b->long_san : b->long_plain;
+	return is_long == (strcmp(tier, "long") == 0);
+}
+
 static void test_model_scenario(void **state)
 {
 	const struct mc_bounds *b = *state;
+#ifdef MC_SANITIZED
+	const bool sanitized = true;
+#else
+	const bool sanitized = false;
+#endif
+	if (!in_tier(b, sanitized)) {
+		printf("model %s: in the other tier (KEEL_TEST_TIER=%s)\n", b->name,
+		       getenv("KEEL_TEST_TIER"));
+		skip();
+	}
 	if (b->keyed && auth_pick(KEEL_MAC_CHACHA20POLY1305) == 0) {
 		printf("model %s: keel was built without libsodium\n", b->name);
 		skip();
