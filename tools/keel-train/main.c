@@ -792,15 +792,9 @@ static double ms(uint64_t a, uint64_t b)
 	return b > a ? (double)(b - a) / 1e6 : 0.0;
 }
 
-static void summary(struct trainer *t)
+/* A rank that came back (restarted, or readmitted after an exclusion): how it got the model. */
+static void comeback_line(const struct trainer *t)
 {
-	double acc = train_model_accuracy(t->w, t->d, t->d->test, t->d->test_count);
-	if (t->job_ended) {
-		printf("rank %u (excluded %u times): training had ended before it was admitted "
-		       "back; nothing to do\n",
-		       t->rank, t->exclusions);
-		return;
-	}
 	/* A restarted rank that was later excluded too is still a restarted rank: say both. */
 	if (t->t_admitted_ns != 0 && t->exclusions > 0 && !t->b.cfg.rejoin)
 		printf(
@@ -822,11 +816,11 @@ static void summary(struct trainer *t)
 		    "\n",
 		    t->rank, t->b.cfg.incarnation, ms(t->t_start_ns, t->t_admitted_ns),
 		    sizeof(t->w), ms(t->t_admitted_ns, t->t_synced_ns), t->synced_step);
-	if (!is_leader(t))
-		return;
-	printf("\n== keel-train summary (rank %u, %u ranks at the end, view %u)\n", t->rank,
-	       t->member_count, t->plan_epoch);
-	printf("final test accuracy:           %.2f %%\n", 100 * acc);
+}
+
+/* --no-reference off: the same training in one process, and how far this one is from it. */
+static void reference_lines(struct trainer *t, double acc)
+{
 	if (t->o.reference && t->feed != NULL && train_feed_read_all(t->feed, t->d) != 0) {
 		printf("same training without failure: not computed (%s)\n", t->feed->err);
 	} else if (t->o.reference) {
@@ -843,6 +837,24 @@ static void summary(struct trainer *t)
 		printf("difference:                    %+.2f points (%s 1 point)\n",
 		       100 * (acc - racc), fabs(acc - racc) <= 0.01 ? "within" : "NOT within");
 	}
+}
+
+static void summary(struct trainer *t)
+{
+	double acc = train_model_accuracy(t->w, t->d, t->d->test, t->d->test_count);
+	if (t->job_ended) {
+		printf("rank %u (excluded %u times): training had ended before it was admitted "
+		       "back; nothing to do\n",
+		       t->rank, t->exclusions);
+		return;
+	}
+	comeback_line(t);
+	if (!is_leader(t))
+		return;
+	printf("\n== keel-train summary (rank %u, %u ranks at the end, view %u)\n", t->rank,
+	       t->member_count, t->plan_epoch);
+	printf("final test accuracy:           %.2f %%\n", 100 * acc);
+	reference_lines(t, acc);
 	for (uint32_t i = 0; i < t->ev_count; i++) {
 		const struct event *e = &t->ev[i];
 		printf("failure %u: rank %u silent %.1f ms before it was suspected (detection); "
@@ -1430,52 +1442,38 @@ static int start(struct trainer *t, char *err, size_t err_len)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* The data, the planner, the checkpoints and (a restarted rank) admission: -1 to train, or the
+ * exit code, after saying why. */
+static int prepare(struct trainer *t)
 {
-	static struct trainer tr;
-	struct trainer *t = &tr;
-	char err[512] = "";
-	parse_opts(&t->o, argc, argv);
-	t->t_start_ns = keel_posix_now_ns();
-	int rc = keel_boot_start(&t->b, tweak, t, err, sizeof(err));
-	if (rc != 0) {
-		fprintf(stderr, "keel-train: %s\n", err);
-		return 1;
-	}
-	t->rank = t->b.launch.rank;
-	t->world = t->b.cfg.world_size;
-	if (t->world > RANKS_MAX) {
-		fprintf(stderr, "keel-train: at most %u ranks\n", RANKS_MAX);
-		return 1;
-	}
-	if (t->o.bench_mib != 0) {
-		rc = bench_state(t);
-		keel_boot_stop(&t->b, 2000000000ull);
-		return rc == 0 ? 0 : 1;
-	}
-	rc = start(t, err, sizeof(err));
-	char dir[KEEL_CKPT_DIR_MAX];
+	char err[512] = "", dir[KEEL_CKPT_DIR_MAX];
+	int rc = start(t, err, sizeof(err));
 	if (rc == 0 && t->o.ckpt_dir != NULL && (rc = open_ckpt(t, dir, sizeof(dir))) != 0)
 		snprintf(err, sizeof(err), "checkpoints in %s/rank%u: %s", t->o.ckpt_dir, t->rank,
 			 keel_strerror(rc));
 	if (rc != 0) {
 		fprintf(stderr, "keel-train: rank %u: %s\n", t->rank, err);
 		keel_boot_stop(&t->b, 0);
-		return 1;
+		return CLI_EXIT_FAILURE;
 	}
 	t->synced = !t->b.cfg.rejoin;
 	t->next = K_GRAD;
-	if (t->b.cfg.rejoin && (rc = keel_boot_wait_member(&t->b, 60ull * 1000000000ull)) != 0) {
-		if (rc == KEEL_EENDED)
-			printf("rank %u (restarted, life %u): training had ended before it was "
-			       "admitted back (%s); nothing to do\n",
-			       t->rank, t->b.cfg.incarnation, keel_strerror(rc));
-		else
-			fprintf(stderr, "keel-train: rank %u: never admitted back: %s\n", t->rank,
-				keel_strerror(rc));
-		keel_boot_stop(&t->b, 0);
-		return rc == KEEL_EENDED ? 0 : 1;
-	}
+	if (!t->b.cfg.rejoin || (rc = keel_boot_wait_member(&t->b, 60ull * 1000000000ull)) == 0)
+		return -1;
+	if (rc == KEEL_EENDED) /* a restarted rank whose job ended first: nothing to do */
+		printf("rank %u (restarted, life %u): training had ended before it was "
+		       "admitted back (%s); nothing to do\n",
+		       t->rank, t->b.cfg.incarnation, keel_strerror(rc));
+	else
+		fprintf(stderr, "keel-train: rank %u: never admitted back: %s\n", t->rank,
+			keel_strerror(rc));
+	keel_boot_stop(&t->b, 0);
+	return rc == KEEL_EENDED ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+}
+
+/* The plan of the first view, the opening line and the step-0 checkpoint. */
+static void first_view(struct trainer *t)
+{
 	struct keel_view v;
 	uint32_t members[KEEL_WORLD_MAX];
 	int n = keel_view_get(t->b.node, &v, members, KEEL_WORLD_MAX);
@@ -1490,13 +1488,12 @@ int main(int argc, char **argv)
 		       t->o.epochs, SHARDS);
 	if (t->ck != NULL && t->synced && keel_ckpt_write(t->ck, 0, v.epoch, t->t_start_ns) != 0)
 		fprintf(stderr, "keel-train: rank %u: first checkpoint failed\n", t->rank);
-	t->epoch_t0_ns = keel_posix_now_ns();
-	fflush(stdout);
-	t->recording = true;
-	uint64_t train_t0 = keel_posix_now_ns(), step0 = t->step;
-	rc = train_loop(t);
-	uint64_t train_ns = keel_posix_now_ns() - train_t0;
-	t->recording = false;
+}
+
+/* After the training: the summaries, --dump-weights and --plot. Returns the exit code. */
+static int finish(struct trainer *t, int rc, uint64_t train_ns, uint64_t step0)
+{
+	char err[512] = "";
 	if (rc != 0)
 		fprintf(stderr, "keel-train: rank %u: %s\n", t->rank, keel_strerror(rc));
 	else
@@ -1519,5 +1516,41 @@ int main(int argc, char **argv)
 		keel_ckpt_fini(t->ck);
 	if (t->feed != NULL)
 		train_feed_close(t->feed);
-	return rc == 0 ? 0 : 1;
+	return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+}
+
+int main(int argc, char **argv)
+{
+	static struct trainer tr;
+	struct trainer *t = &tr;
+	char err[512] = "";
+	parse_opts(&t->o, argc, argv);
+	t->t_start_ns = keel_posix_now_ns();
+	int rc = keel_boot_start(&t->b, tweak, t, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "keel-train: %s\n", err);
+		return CLI_EXIT_FAILURE;
+	}
+	t->rank = t->b.launch.rank;
+	t->world = t->b.cfg.world_size;
+	if (t->world > RANKS_MAX) {
+		fprintf(stderr, "keel-train: at most %u ranks\n", RANKS_MAX);
+		return CLI_EXIT_FAILURE;
+	}
+	if (t->o.bench_mib != 0) {
+		rc = bench_state(t);
+		keel_boot_stop(&t->b, 2000000000ull);
+		return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+	}
+	int code = prepare(t);
+	if (code >= 0)
+		return code;
+	first_view(t);
+	t->epoch_t0_ns = keel_posix_now_ns();
+	fflush(stdout);
+	t->recording = true;
+	uint64_t train_t0 = keel_posix_now_ns(), step0 = t->step;
+	rc = train_loop(t);
+	t->recording = false;
+	return finish(t, rc, keel_posix_now_ns() - train_t0, step0);
 }
