@@ -51,7 +51,7 @@ void cli_bad_uint(const char *tool, const char *opt, const char *value, uint64_t
 
 void cli_bad_real(const char *tool, const char *opt, const char *value, double min, double max)
 {
-	cli_usage_error(tool, "%s: '%s' is not a number in %g..%g", opt, value, min, max);
+	cli_usage_error(tool, "%s: '%s' is not a number in %.12g..%.12g", opt, value, min, max);
 }
 
 int cli_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out)
