@@ -813,16 +813,15 @@ static double hist_percentile(const uint64_t *hist, uint64_t count, double q)
 	return (double)(HIST_BUCKETS - 1);
 }
 
-static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
+/* What one rank measured: round trips to every peer, in the histogram. */
+struct hb_measure {
+	uint64_t *hist, *seen; /* seen: each peer's RTT samples counted so far */
+	uint64_t count, max_ns;
+};
+
+static void hb_measure(struct keel_boot *b, const struct bench_opts *o, struct hb_measure *h)
 {
 	uint32_t n = b->launch.world_size, self = b->launch.rank;
-	uint64_t count = 0, max_ns = 0;
-	uint64_t *hist = calloc(HIST_BUCKETS, sizeof(*hist)), *seen = calloc(n, sizeof(*seen));
-	double *table = calloc((size_t)n * 6, sizeof(double)),
-	       *sum = calloc((size_t)n * 6, sizeof(double));
-	if (hist == NULL || seen == NULL || table == NULL || sum == NULL)
-		die(b, "buffers", -ENOMEM);
-	across(b, 0, KEEL_MAX);
 	uint64_t end = keel_posix_now_ns() + (uint64_t)(o->seconds * 1e9);
 	for (uint64_t now = keel_posix_now_ns(); now < end; now = keel_posix_now_ns()) {
 		uint64_t next;
@@ -832,29 +831,22 @@ static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
 		for (uint32_t p = 0; p < n; p++) {
 			struct keel_peer_info pi;
 			if (p == self || keel_peer_get(b->node, p, &pi) != 0 ||
-			    pi.rtt_samples == seen[p])
+			    pi.rtt_samples == h->seen[p])
 				continue;
-			seen[p] = pi.rtt_samples;
+			h->seen[p] = pi.rtt_samples;
 			uint64_t us = pi.rtt_ns_last / 1000;
-			hist[us < HIST_BUCKETS ? us : HIST_BUCKETS - 1]++;
-			max_ns = pi.rtt_ns_last > max_ns ? pi.rtt_ns_last : max_ns;
-			count++;
+			h->hist[us < HIST_BUCKETS ? us : HIST_BUCKETS - 1]++;
+			h->max_ns = pi.rtt_ns_last > h->max_ns ? pi.rtt_ns_last : h->max_ns;
+			h->count++;
 		}
 		b->cfg.waiter.wait(b->cfg.waiter.ctx, next < end ? next : end);
 	}
-	struct keel_counters k;
-	keel_counters_get(b->node, &k);
-	double *row = table + (size_t)self * 6;
-	row[0] = count ? hist_percentile(hist, count, 0.50) : 0;
-	row[1] = count ? hist_percentile(hist, count, 0.99) : 0;
-	row[2] = (double)max_ns / 1e3;
-	row[3] = (double)count;
-	row[4] = (double)k.suspicions;
-	row[5] = (double)k.local_pauses;
-	int rc = keel_allreduce(b->node, table, sum, (size_t)n * 6, KEEL_F64, KEEL_SUM);
-	if (rc != 0)
-		die(b, "gathering results", rc);
-	/* Every rank's own view and suspicions, so a kill test can check each survivor. */
+}
+
+/* Every rank's own view and suspicions, so a kill test can check each survivor. */
+static void hb_own_line(struct keel_boot *b)
+{
+	uint32_t n = b->launch.world_size, self = b->launch.rank;
 	struct keel_view own;
 	uint32_t own_members[KEEL_WORLD_MAX];
 	int own_n = keel_view_get(b->node, &own, own_members, KEEL_WORLD_MAX);
@@ -871,38 +863,69 @@ static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
 	}
 	printf("%s\n", line);
 	fflush(stdout);
-	if (self == 0) {
-		printf("# keel-bench heartbeat: %u ranks, interval %" PRIu64
-		       " us, miss limit %u, %.1f s, "
-		       "wait %s\n",
-		       n, b->cfg.heartbeat_ns / 1000, b->cfg.miss_limit, o->seconds,
-		       keel_posix_wait_mode_name(b->waiter.mode));
-		printf("# %4s %10s %10s %10s %10s %10s %12s\n", "rank", "rtt p50", "rtt p99",
-		       "rtt max", "samples", "suspicions", "late polls");
-		printf("# %4s %10s %10s %10s\n", "", "(us)", "(us)", "(us)");
-		double worst99 = 0, worstmax = 0;
-		for (uint32_t r = 0; r < n; r++) {
-			const double *x = sum + (size_t)r * 6;
-			printf("  %4u %10.0f %10.0f %10.1f %10.0f %10.0f %12.0f\n", r, x[0], x[1],
-			       x[2], x[3], x[4], x[5]);
-			worst99 = x[1] > worst99 ? x[1] : worst99;
-			worstmax = x[2] > worstmax ? x[2] : worstmax;
-		}
-		printf("# worst rank: p99 %.0f us, max %.1f us (percentiles to 1 us)\n", worst99,
-		       worstmax);
-		struct keel_view v;
-		uint32_t members[KEEL_WORLD_MAX];
-		int nm = keel_view_get(b->node, &v, members, KEEL_WORLD_MAX);
-		printf("# view: epoch %u, %d members:", v.epoch, nm);
-		for (int m = 0; m < nm; m++)
-			printf(" %u", members[m]);
-		printf(" (view changes %llu)\n", (unsigned long long)k.view_changes);
+}
+
+/* Rank 0: the table of every rank's row (sum: 6 values a rank) and the view. */
+static void hb_table(struct keel_boot *b, const struct bench_opts *o, const double *sum,
+		     uint64_t view_changes)
+{
+	uint32_t n = b->launch.world_size;
+	printf("# keel-bench heartbeat: %u ranks, interval %" PRIu64 " us, miss limit %u, %.1f s, "
+	       "wait %s\n",
+	       n, b->cfg.heartbeat_ns / 1000, b->cfg.miss_limit, o->seconds,
+	       keel_posix_wait_mode_name(b->waiter.mode));
+	printf("# %4s %10s %10s %10s %10s %10s %12s\n", "rank", "rtt p50", "rtt p99", "rtt max",
+	       "samples", "suspicions", "late polls");
+	printf("# %4s %10s %10s %10s\n", "", "(us)", "(us)", "(us)");
+	double worst99 = 0, worstmax = 0;
+	for (uint32_t r = 0; r < n; r++) {
+		const double *x = sum + (size_t)r * 6;
+		printf("  %4u %10.0f %10.0f %10.1f %10.0f %10.0f %12.0f\n", r, x[0], x[1], x[2],
+		       x[3], x[4], x[5]);
+		worst99 = x[1] > worst99 ? x[1] : worst99;
+		worstmax = x[2] > worstmax ? x[2] : worstmax;
 	}
-	free(hist);
-	free(seen);
+	printf("# worst rank: p99 %.0f us, max %.1f us (percentiles to 1 us)\n", worst99, worstmax);
+	struct keel_view v;
+	uint32_t members[KEEL_WORLD_MAX];
+	int nm = keel_view_get(b->node, &v, members, KEEL_WORLD_MAX);
+	printf("# view: epoch %u, %d members:", v.epoch, nm);
+	for (int m = 0; m < nm; m++)
+		printf(" %u", members[m]);
+	printf(" (view changes %llu)\n", (unsigned long long)view_changes);
+}
+
+static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
+{
+	uint32_t n = b->launch.world_size, self = b->launch.rank;
+	struct hb_measure h = {.hist = calloc(HIST_BUCKETS, sizeof(uint64_t)),
+			       .seen = calloc(n, sizeof(uint64_t))};
+	double *table = calloc((size_t)n * 6, sizeof(double)),
+	       *sum = calloc((size_t)n * 6, sizeof(double));
+	if (h.hist == NULL || h.seen == NULL || table == NULL || sum == NULL)
+		die(b, "buffers", -ENOMEM);
+	across(b, 0, KEEL_MAX);
+	hb_measure(b, o, &h);
+	struct keel_counters k;
+	keel_counters_get(b->node, &k);
+	double *row = table + (size_t)self * 6;
+	row[0] = h.count ? hist_percentile(h.hist, h.count, 0.50) : 0;
+	row[1] = h.count ? hist_percentile(h.hist, h.count, 0.99) : 0;
+	row[2] = (double)h.max_ns / 1e3;
+	row[3] = (double)h.count;
+	row[4] = (double)k.suspicions;
+	row[5] = (double)k.local_pauses;
+	int rc = keel_allreduce(b->node, table, sum, (size_t)n * 6, KEEL_F64, KEEL_SUM);
+	if (rc != 0)
+		die(b, "gathering results", rc);
+	hb_own_line(b);
+	if (self == 0)
+		hb_table(b, o, sum, k.view_changes);
+	free(h.hist);
+	free(h.seen);
 	free(table);
 	free(sum);
-	return 0;
+	return CLI_EXIT_OK;
 }
 
 static int cmp_u64(const void *a, const void *b)
