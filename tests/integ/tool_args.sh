@@ -84,6 +84,8 @@ reject keel-train "--epochs: '100001' is not a whole number in 1..100000" --epoc
 reject keel-train "--compute-us: '-3' is not a number in 0..1000000" --compute-us -3
 reject keel-train "--crash-at: '1x@3' is not RANK@STEP" --crash-at 1x@3
 reject keel-train "--epochs needs a value" --epochs
+# the whole range of a u64: "-1" must not wrap to 2^64-1 (the --epochs 0 after it is never read)
+reject keel-train "--seed: '-1' is not a whole number in 0..18446744073709551615" --seed -1 --epochs 0
 reject keel-train "--data: $tmp/missing: No such file or directory" --data "$tmp/missing"
 
 # keel-plan (the missing file before "nothing to place")
