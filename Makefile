@@ -94,7 +94,7 @@ INC := -Iinclude
 $(BUILD)/obj/runtime/%.o $(BUILD)/obj/dpdk/%.o $(BUILD)/obj/verbs/%.o: INC += -Iruntime/base
 $(BUILD)/obj/tools/keel-bench/%.o: INC += -Itests/support
 $(BUILD)/obj/tools/%.o: INC += -Itools/common
-# --version's git hash: $(BUILD)/gen/keel_git.h, rewritten only when the hash changes (so that a
+# --version's git hash: the header GIT_HASH_H, rewritten only when the hash changes (so that a
 # commit relinks the tools, and nothing else does); "unknown" outside a git checkout.
 GIT_HASH_H := $(BUILD)/gen/keel_git.h
 $(GIT_HASH_H): FORCE
