@@ -81,7 +81,10 @@ PRESET_OBJ := $(BUILD)/obj/tools/common/plan_preset.o
 # A tool is its folder: tools/<tool>/*.c (main.c and what that tool alone uses).
 tool_obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(sort $(wildcard tools/$(1)/*.c)))
 PLOT_OBJ := $(BUILD)/obj/tools/common/plot.o
-KEEL_BENCH_OBJ := $(call tool_obj,keel-bench) $(REFCHECK_OBJ) $(SIZE_ARG_OBJ) $(GUARDED_OBJ)
+# Every tool's command line (tools/common/cli.c): one parser, one wording, one set of exit codes.
+CLI_OBJ := $(BUILD)/obj/tools/common/cli.o
+KEEL_BENCH_OBJ := $(call tool_obj,keel-bench) $(REFCHECK_OBJ) $(SIZE_ARG_OBJ) $(GUARDED_OBJ) \
+	$(CLI_OBJ)
 
 LIBKEEL := $(BUILD)/libkeel.a
 LIBBOOT := $(BUILD)/libkeel_boot.a
@@ -100,6 +103,18 @@ $(BUILD)/obj/runtime/boot/%.o: INC += -Iruntime/boot -Iruntime/obs
 $(BUILD)/obj/runtime/obs/%.o: INC += -Iruntime/boot
 $(BUILD)/obj/tools/%.o: INC += -Itools/common
 $(BUILD)/obj/tests/%.o: INC += -Itests/support -Itools/common
+# --version's git hash: the header GIT_HASH_H, rewritten only when the hash changes (so that a
+# commit relinks the tools, and nothing else does); "unknown" outside a git checkout.
+GIT_HASH_H := $(BUILD)/gen/keel_git.h
+$(GIT_HASH_H): FORCE
+	@mkdir -p $(dir $@)
+	@h=$$( { test -e .git && git rev-parse --short HEAD; } 2>/dev/null || echo unknown); \
+	echo "#define KEEL_GIT_HASH \"$$h\"" >$@.tmp; \
+	if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(CLI_OBJ): $(GIT_HASH_H)
+$(CLI_OBJ): INC += -I$(BUILD)/gen
+.PHONY: FORCE
+FORCE:
 # White-box tests reach into the core and the start-up library; tests of one tool's code, into
 # that tool's folder.
 $(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/fuzz/%.o: INC += -Iruntime/base -Iruntime/core
@@ -206,6 +221,7 @@ $(BUILD)/bin/$(1): $(call tool_obj,$(1)) $(LIBBOOT) $(LIBKEEL) $(EXTRA_LIBS)
 	$$(CC) $$(LDFLAGS_KEEL) -o $$@ $$(filter %.o,$$^) $$(LINK_GROUP) $$(TOOL_LIBS) -lm
 endef
 $(foreach t,$(TOOL_NAMES),$(eval $(call tool_rule,$(t))))
+$(TOOLS): $(CLI_OBJ)
 $(BUILD)/bin/keel-bench: $(KEEL_BENCH_OBJ)
 $(BUILD)/bin/keel-train: $(PLOT_OBJ)
 $(BUILD)/bin/keel-plan: $(PRESET_OBJ)
@@ -284,5 +300,5 @@ clean:
 	$(foreach t,$(TOOL_NAMES),$(patsubst %.o,%.d,$(call tool_obj,$(t)))) \
 	$(UNIT_SRC:%.c=$(BUILD)/obj/%.d) $(INTEG_SRC:%.c=$(BUILD)/obj/%.d) $(REFCHECK_OBJ:.o=.d) $(SIZE_ARG_OBJ:.o=.d) \
 	$(GUARDED_OBJ:.o=.d) \
-	$(PLOT_OBJ:.o=.d) $(PRESET_OBJ:.o=.d)
+	$(PLOT_OBJ:.o=.d) $(PRESET_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 .SECONDARY:

@@ -1,5 +1,7 @@
-# make install / make uninstall: headers, archives, tools and pkg-config files.
+# make install / make uninstall: headers, archives, tools, pkg-config files and man pages.
 #   make install PREFIX=/opt/keel DESTDIR=/tmp/stage
+# uninstall removes every file install wrote and the folders install made (recorded in
+# $(KEEL_DATADIR)/installed-dirs), once empty: never a folder that was there before.
 # pkg-config files: keel (runtime + start-up library), keel-dpdk, keel-verbs and keel-cuda (one
 # per optional part, installed when it was built). The libraries are static: `pkg-config --libs`
 # already gives the whole link line, and --static adds the backends' own static dependencies.
@@ -9,6 +11,14 @@ BINDIR ?= $(PREFIX)/bin
 LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+KEEL_DATADIR = $(DATADIR)/keel
+MAN1 := $(sort $(wildcard docs/man/*.1))
+MAN7 := $(sort $(wildcard docs/man/*.7))
+INSTALL_DIRS = $(BINDIR) $(LIBDIR) $(INCLUDEDIR)/keel $(PKGCONFIGDIR) $(MANDIR)/man1 \
+	$(MANDIR)/man7 $(KEEL_DATADIR)
+INSTALL_MANIFEST = $(DESTDIR)$(KEEL_DATADIR)/installed-dirs
 KEEL_VERSION := $(shell sed -n 's/^\#define KEEL_VERSION[ \t]*"\(.*\)"/\1/p' include/keel/version.h)
 
 comma := ,
@@ -28,10 +38,22 @@ define pc_file
 endef
 
 .PHONY: install uninstall
+# Each folder with its missing parents, one at a time; the ones made (without DESTDIR) are added
+# to the manifest, which keeps what an earlier install made.
 install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR)/keel \
-		$(DESTDIR)$(PKGCONFIGDIR)
+	@made=; for d in $(INSTALL_DIRS); do \
+		miss=; p="$(DESTDIR)$$d"; \
+		while [ ! -d "$$p" ]; do miss="$$p $$miss"; p=$$(dirname "$$p"); done; \
+		for m in $$miss; do \
+			mkdir "$$m" || exit 1; \
+			[ -z "$${m#$(DESTDIR)}" ] || made="$$made $${m#$(DESTDIR)}"; \
+		done; \
+	done; \
+	{ cat "$(INSTALL_MANIFEST)" 2>/dev/null; for m in $$made; do echo "$$m"; done; } | \
+		sort -u >"$(INSTALL_MANIFEST).tmp" && mv "$(INSTALL_MANIFEST).tmp" "$(INSTALL_MANIFEST)"
 	install -m 644 include/keel/*.h $(DESTDIR)$(INCLUDEDIR)/keel/
+	install -m 644 $(MAN1) $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(MAN7) $(DESTDIR)$(MANDIR)/man7/
 	install -m 644 $(INSTALL_LIBS) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(INSTALL_BINS) $(DESTDIR)$(BINDIR)/
 	$(call pc_file,keel,keel: fault-tolerant collectives and membership (runtime and start-up),$(strip $(if $(filter 1,$(HAVE_SODIUM)),libsodium) $(if $(filter 1,$(HAVE_URING)),liburing)),\
@@ -52,9 +74,16 @@ endif
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/keel/,$(notdir $(wildcard include/keel/*.h)))
-	-rmdir $(DESTDIR)$(INCLUDEDIR)/keel 2>/dev/null
+	rm -f $(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(MAN1))) \
+		$(addprefix $(DESTDIR)$(MANDIR)/man7/,$(notdir $(MAN7)))
 	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,libkeel.a libkeel_boot.a libkeel_dpdk.a \
 		libkeel_verbs.a libkeel_cuda.a)
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(TOOLS)) keel-sim)
 	rm -f $(addprefix $(DESTDIR)$(PKGCONFIGDIR)/,keel.pc keel-dpdk.pc keel-verbs.pc \
 		keel-cuda.pc)
+	@# deepest first (a reverse sort puts a folder after what it holds); rmdir only if empty
+	@if [ -f "$(INSTALL_MANIFEST)" ]; then \
+		dirs=$$(sort -r "$(INSTALL_MANIFEST)"); rm -f "$(INSTALL_MANIFEST)"; \
+		for d in $$dirs; do rmdir "$(DESTDIR)$$d" 2>/dev/null || true; done; \
+	fi
+	@rmdir "$(DESTDIR)$(INCLUDEDIR)/keel" 2>/dev/null || true # keel's own (an older install)

@@ -8,7 +8,7 @@ SIM_SRC := sim/keel_sim_main.c sim/ckpt_optimum.c sim/fidelity.c sim/platform.c 
 # The presets and `define` lines are read by tools/common/plan_preset.c (no expat in it), so both
 # tools read them alike; SimGrid platform files by SimGrid itself (sim/platform_load.cc).
 SIM_OBJ := $(SIM_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/sim/comm_wait.o \
-	$(BUILD)/obj/sim/platform_load.o $(PRESET_OBJ) $(PLOT_OBJ)
+	$(BUILD)/obj/sim/platform_load.o $(PRESET_OBJ) $(PLOT_OBJ) $(CLI_OBJ)
 SIM_CFLAGS := $(shell pkg-config --cflags simgrid) -fexceptions
 SIM_LIBS := $(shell pkg-config --libs simgrid)
 KEEL_SIM := $(BUILD)/bin/keel-sim

@@ -20,8 +20,8 @@ set +e
 err=$("$BENCH" preload "$tmp/missing" 2>&1); rc=$?
 bad=$("$BENCH" preload "$tmp/data" 0 2>&1); bad_rc=$?
 set -e
-[ "$rc" = 1 ] && grep -q 'keel-bench preload: .*missing: ENOENT' <<<"$err" ||
+[ "$rc" = 2 ] && grep -q 'keel-bench: preload: .*missing: No such file or directory' <<<"$err" ||
 	{ echo "$err"; echo "preload_bench: a missing file was not named (rc $rc)"; exit 1; }
-[ "$bad_rc" = 2 ] && grep -q '^usage: keel-bench preload FILE' <<<"$bad" ||
+[ "$bad_rc" = 2 ] && grep -q "preload CHUNK: '0' is not a size in 1\.\." <<<"$bad" ||
 	{ echo "$bad"; echo "preload_bench: chunk 0 was not refused (rc $bad_rc)"; exit 1; }
 echo "preload_bench: passed"

@@ -7,7 +7,6 @@
  * and it rejoins in the same life) and waits for the world to be whole again before the next
  * trial. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,6 +19,7 @@
 #include <unistd.h>
 
 #include "bench_failover.h"
+#include "cli.h"
 #include "keel/boot.h"
 #include "keel/transport_shm.h"
 
@@ -231,63 +231,67 @@ static int one_trial(const struct fo_opts *o, pid_t *pids, uint32_t victim, stru
 	}
 }
 
-static int parse(int argc, char **argv, struct fo_opts *o)
+static void fo_usage(FILE *f)
 {
-	static const struct option longs[] = {{"ranks", required_argument, 0, 'r'},
-					      {"trials", required_argument, 0, 't'},
-					      {"interval-us", required_argument, 0, 'i'},
-					      {"pause-ms", required_argument, 0, 'p'},
-					      {"seed", required_argument, 0, 's'},
-					      {"help", no_argument, 0, 'h'},
-					      {0, 0, 0, 0}};
+	fprintf(
+	    f,
+	    "usage: keel-bench failover [--ranks N] [--trials T] [--interval-us US]\n"
+	    "                           [--pause-ms MS] [--seed S]\n"
+	    "N ranks on loopback, one rank SIGKILLed per trial at a random moment and\n"
+	    "restarted; prints kill to suspicion and kill to new view at every survivor.\n"
+	    "  -r, --ranks N          ranks, 3..%u (default 4)\n"
+	    "  -t, --trials T         trials, 1..100000 (default 50)\n"
+	    "  -i, --interval-us US   heartbeat interval, 50..10000000 us (default 250)\n"
+	    "  -p, --pause-ms MS      SIGSTOP the rank instead, SIGCONT it MS later and time\n"
+	    "                         its readmission, 1..600000\n"
+	    "  -s, --seed S           the victims and moments, 0..2^64-1 (default 0: the time)\n",
+	    RANKS_MAX);
+	cli_exit_codes(f, NULL);
+}
+
+enum { FO_RANKS, FO_TRIALS, FO_INTERVAL_US, FO_PAUSE_MS, FO_SEED, FO_COUNT };
+
+static const struct cli_opt fo_options[FO_COUNT] = {
+    [FO_RANKS] = {"ranks", 'r', CLI_UINT, .min_u = 3, .max_u = RANKS_MAX},
+    [FO_TRIALS] = {"trials", 't', CLI_UINT, .min_u = 1, .max_u = 100000},
+    [FO_INTERVAL_US] = {"interval-us", 'i', CLI_UINT, .min_u = 50, .max_u = 10000000},
+    [FO_PAUSE_MS] = {"pause-ms", 'p', CLI_UINT, .min_u = 1, .max_u = 600000},
+    [FO_SEED] = {"seed", 's', CLI_UINT, .min_u = 0, .max_u = UINT64_MAX},
+};
+
+/* argv[0] is "failover"; a mistake exits 2 (cli.h). */
+static void parse(int argc, char **argv, struct fo_opts *o)
+{
 	*o = (struct fo_opts){.ranks = 4,
 			      .trials = 50,
 			      .interval_ns = 250000,
 			      .seed = 0,
 			      .gap_s_min = 0.2,
 			      .gap_s_max = 0.6};
-	int c;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "r:t:i:p:s:h", longs, NULL)) != -1) {
-		unsigned long long v = optarg ? strtoull(optarg, NULL, 10) : 0;
-		switch (c) {
-		case 'r':
-			if (v < 3 || v > RANKS_MAX)
-				return fprintf(stderr, "--ranks: 3..%u\n", RANKS_MAX), -EINVAL;
-			o->ranks = (uint32_t)v;
-			break;
-		case 't':
-			if (v < 1 || v > 100000)
-				return fprintf(stderr, "--trials: 1..100000\n"), -EINVAL;
-			o->trials = (uint32_t)v;
-			break;
-		case 'i':
-			if (v < 50 || v > 10000000)
-				return fprintf(stderr, "--interval-us: 50..10000000\n"), -EINVAL;
-			o->interval_ns = v * 1000;
-			break;
-		case 'p':
-			if (v < 1 || v > 600000)
-				return fprintf(stderr, "--pause-ms: 1..600000\n"), -EINVAL;
-			o->pause_ns = v * 1000000;
-			break;
-		case 's':
-			o->seed = v;
-			break;
-		case 'h':
-			printf(
-			    "usage: keel-bench failover [--ranks N] [--trials T] [--interval-us "
-			    "US] [--pause-ms MS] [--seed S]\n"
-			    "N ranks on loopback (default 4), heartbeat US (default 250), one rank "
-			    "SIGKILLed per trial at a random moment and restarted; prints kill to "
-			    "suspicion and kill to new view at every survivor. --pause-ms: SIGSTOP "
-			    "the rank instead, SIGCONT it MS later, and time its readmission.\n");
-			exit(0);
-		default:
-			return -EINVAL;
-		}
+	struct cli c = {.tool = "keel-bench",
+			.opts = fo_options,
+			.opt_count = FO_COUNT,
+			.usage = fo_usage,
+			.argc = argc,
+			.argv = argv};
+	int id;
+	while ((id = cli_next(&c)) >= 0) {
+		if (id == FO_RANKS)
+			o->ranks = (uint32_t)c.u;
+		else if (id == FO_TRIALS)
+			o->trials = (uint32_t)c.u;
+		else if (id == FO_INTERVAL_US)
+			o->interval_ns = c.u * 1000;
+		else if (id == FO_PAUSE_MS)
+			o->pause_ns = c.u * 1000000;
+		else
+			o->seed = c.u;
 	}
-	return optind == argc ? 0 : -EINVAL;
+	if (c.next < argc)
+		cli_usage_error("keel-bench",
+				"failover: unexpected argument '%s' (see "
+				"'keel-bench failover --help')",
+				argv[c.next]);
 }
 
 /* Rank 0's UDP port; the others follow it. */
@@ -316,13 +320,111 @@ static int setup_env(const struct fo_opts *o)
 	return 0;
 }
 
+/* The ranks and what the trials measured (ns from the kill or the resume, per trial). */
+struct fo_run {
+	pid_t pids[RANKS_MAX];
+	uint32_t inc[RANKS_MAX];
+	uint64_t *detect, *first, *install, *back;
+	uint32_t done;
+	uint64_t x; /* xorshift state: victims and gaps */
+};
+
+/* After trial t's victim went: restart it (a kill) or resume it (a pause) and wait until the
+ * world is whole again. 0, or 1 when it was not admitted. */
+static int bring_back(const struct fo_opts *o, struct fo_run *r, uint32_t victim, uint64_t kill_ns)
+{
+	uint64_t cont_ns = kill_ns + o->pause_ns;
+	if (o->pause_ns == 0) {
+		r->pids[victim] = spawn(victim, ++r->inc[victim]);
+	} else { /* it comes back in the same life, is told it was left out, rejoins */
+		if (keel_posix_now_ns() < cont_ns)
+			sleep_ns(cont_ns - keel_posix_now_ns());
+		cont_ns = keel_posix_now_ns();
+		kill(r->pids[victim], SIGCONT);
+	}
+	r->done++;
+	bool whole_again = wait_until_whole(o, 20000000000ull);
+	r->back[r->done - 1] = keel_posix_now_ns() - cont_ns;
+	if (whole_again)
+		return 0;
+	fprintf(stderr, "keel-bench failover: rank %u was not admitted again\n", victim);
+	return 1;
+}
+
+static int run_trials(const struct fo_opts *o, struct fo_run *r)
+{
+	printf("# %5s %6s %16s %16s %20s\n", "trial", "victim", "first suspicion", "all suspected",
+	       "new view everywhere");
+	int status = 0;
+	for (uint32_t t = 0; t < o->trials && status == 0; t++) {
+		r->x ^= r->x << 13, r->x ^= r->x >> 7, r->x ^= r->x << 17;
+		uint32_t victim = (uint32_t)(r->x % o->ranks);
+		double gap = o->gap_s_min + (double)(r->x >> 40) / (double)(1ull << 24) *
+						(o->gap_s_max - o->gap_s_min);
+		sleep_ns((uint64_t)(gap * 1e9)); /* a random moment */
+		struct trial tr;
+		if (one_trial(o, r->pids, victim, &tr) != 0) {
+			fprintf(stderr,
+				"keel-bench failover: trial %u: survivors did not converge\n", t);
+			return 1;
+		}
+		printf("  %5u %6u %13.3f ms %13.3f ms %17.3f ms\n", t, victim,
+		       tr.first_suspect / 1e6, tr.all_suspect / 1e6, tr.all_installed / 1e6);
+		fflush(stdout);
+		r->first[r->done] = tr.first_suspect;
+		r->detect[r->done] = tr.all_suspect;
+		r->install[r->done] = tr.all_installed;
+		status = bring_back(o, r, victim, tr.kill_ns);
+	}
+	return status;
+}
+
+static void fo_report(const struct fo_opts *o, struct fo_run *r)
+{
+	bool p = o->pause_ns != 0;
+	if (r->done > 0) {
+		summary(p ? "stop -> first survivor suspects" : "kill -> first survivor suspects",
+			r->first, r->done);
+		summary(p ? "stop -> every survivor suspects" : "kill -> every survivor suspects",
+			r->detect, r->done);
+		summary(p ? "stop -> new view at every survivor"
+			  : "kill -> new view at every survivor",
+			r->install, r->done);
+		if (p)
+			summary("resume -> readmitted, one view everywhere", r->back, r->done);
+	}
+	uint64_t fs = 0;
+	for (uint32_t k = 0; k < o->ranks; k++)
+		fs += g_reports[k].false_suspicions;
+	printf("# false suspicions (among live ranks, current lives): %" PRIu64 " (by rank:", fs);
+	for (uint32_t k = 0; k < o->ranks; k++)
+		printf(" %" PRIu64, g_reports[k].false_suspicions);
+	printf(")\n");
+}
+
+static void fo_cleanup(const struct fo_opts *o, struct fo_run *r)
+{
+	for (uint32_t k = 0; k < o->ranks; k++) {
+		kill(r->pids[k], SIGKILL);
+		waitpid(r->pids[k], NULL, 0);
+	}
+	/* With KEEL_PEERS the ranks leave their host's shared-memory region for restarted lives
+	 * (keel/boot.h): the job is over, remove it. */
+	char name[KEEL_SHM_NAME_MAX];
+	keel_boot_shm_name((uint32_t)getpid(), first_port(), 0, name, sizeof(name));
+	int rc = keel_shm_unlink(name);
+	(void)rc; /* -ENOENT with KEEL_TRANSPORT=udp */
+	free(r->detect);
+	free(r->first);
+	free(r->install);
+	free(r->back);
+}
+
 int keel_bench_failover(int argc, char **argv)
 {
 	struct fo_opts o;
-	if (parse(argc, argv, &o) != 0) {
-		fprintf(stderr, "keel-bench failover: bad arguments (see --help)\n");
-		return 2;
-	}
+	static struct fo_run r;
+	parse(argc, argv, &o);
 	if (o.seed == 0)
 		o.seed = (uint64_t)time(NULL);
 	printf("# keel-bench failover: %u ranks, heartbeat %" PRIu64 " us, miss limit %s, %u "
@@ -333,19 +435,18 @@ int keel_bench_failover(int argc, char **argv)
 	setup_env(&o);
 	g_reports = mmap(NULL, RANKS_MAX * sizeof(struct rank_report), PROT_READ | PROT_WRITE,
 			 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (g_reports == MAP_FAILED)
-		return 1;
-	pid_t pids[RANKS_MAX];
-	uint32_t inc[RANKS_MAX];
-	for (uint32_t r = 0; r < o.ranks; r++) {
-		inc[r] = 1;
-		pids[r] = spawn(r, 1);
+	r.detect = calloc(o.trials, sizeof(uint64_t));
+	r.first = calloc(o.trials, sizeof(uint64_t));
+	r.install = calloc(o.trials, sizeof(uint64_t));
+	r.back = calloc(o.trials, sizeof(uint64_t));
+	if (g_reports == MAP_FAILED || !r.detect || !r.first || !r.install || !r.back)
+		return CLI_EXIT_FAILURE;
+	for (uint32_t k = 0; k < o.ranks; k++) {
+		r.inc[k] = 1;
+		r.pids[k] = spawn(k, 1);
 	}
-	uint64_t *detect = calloc(o.trials, sizeof(uint64_t)), *first = calloc(o.trials, 8);
-	uint64_t *install = calloc(o.trials, sizeof(uint64_t)), *back = calloc(o.trials, 8);
-	uint64_t x = o.seed * 0x9E3779B97F4A7C15ull + 1;
+	r.x = o.seed * 0x9E3779B97F4A7C15ull + 1;
 	int status = 0;
-	uint32_t done = 0;
 	/* the first view forms after the start-up grace (join_timeout_ns) */
 	if (!wait_until_whole(&o, 20000000000ull)) {
 		fprintf(stderr, "keel-bench failover: the ranks did not form a view\n");
@@ -353,77 +454,9 @@ int keel_bench_failover(int argc, char **argv)
 	}
 	/* steady state: past the start-up grace, in which nobody is suspected */
 	sleep_ns(KEEL_JOIN_TIMEOUT_NS_DEFAULT + 200000000ull);
-	printf("# %5s %6s %16s %16s %20s\n", "trial", "victim", "first suspicion", "all suspected",
-	       "new view everywhere");
-	for (uint32_t t = 0; t < o.trials && status == 0; t++) {
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		uint32_t victim = (uint32_t)(x % o.ranks);
-		double gap = o.gap_s_min +
-			     (double)(x >> 40) / (double)(1ull << 24) * (o.gap_s_max - o.gap_s_min);
-		sleep_ns((uint64_t)(gap * 1e9)); /* a random moment */
-		struct trial tr;
-		if (one_trial(&o, pids, victim, &tr) != 0) {
-			fprintf(stderr,
-				"keel-bench failover: trial %u: survivors did not converge\n", t);
-			status = 1;
-			break;
-		}
-		printf("  %5u %6u %13.3f ms %13.3f ms %17.3f ms\n", t, victim,
-		       tr.first_suspect / 1e6, tr.all_suspect / 1e6, tr.all_installed / 1e6);
-		fflush(stdout);
-		first[done] = tr.first_suspect;
-		detect[done] = tr.all_suspect;
-		install[done] = tr.all_installed;
-		uint64_t cont_ns = tr.kill_ns + o.pause_ns;
-		if (o.pause_ns == 0) {
-			pids[victim] = spawn(victim, ++inc[victim]);
-		} else { /* it comes back in the same life, is told it was left out, rejoins */
-			if (keel_posix_now_ns() < cont_ns)
-				sleep_ns(cont_ns - keel_posix_now_ns());
-			cont_ns = keel_posix_now_ns();
-			kill(pids[victim], SIGCONT);
-		}
-		done++;
-		bool whole_again = wait_until_whole(&o, 20000000000ull);
-		back[done - 1] = keel_posix_now_ns() - cont_ns;
-		if (!whole_again) {
-			fprintf(stderr, "keel-bench failover: rank %u was not admitted again\n",
-				victim);
-			status = 1;
-		}
-	}
-	if (done > 0) {
-		bool p = o.pause_ns != 0;
-		summary(p ? "stop -> first survivor suspects" : "kill -> first survivor suspects",
-			first, done);
-		summary(p ? "stop -> every survivor suspects" : "kill -> every survivor suspects",
-			detect, done);
-		summary(p ? "stop -> new view at every survivor"
-			  : "kill -> new view at every survivor",
-			install, done);
-		if (o.pause_ns != 0)
-			summary("resume -> readmitted, one view everywhere", back, done);
-	}
-	uint64_t fs = 0;
-	for (uint32_t r = 0; r < o.ranks; r++)
-		fs += g_reports[r].false_suspicions;
-	printf("# false suspicions (among live ranks, current lives): %" PRIu64 " (by rank:", fs);
-	for (uint32_t r = 0; r < o.ranks; r++)
-		printf(" %" PRIu64, g_reports[r].false_suspicions);
-	printf(")\n");
-	for (uint32_t r = 0; r < o.ranks; r++) {
-		kill(pids[r], SIGKILL);
-		waitpid(pids[r], NULL, 0);
-	}
-	/* With KEEL_PEERS the ranks leave their host's shared-memory region for restarted lives
-	 * (keel/boot.h): the job is over, remove it. */
-	char name[KEEL_SHM_NAME_MAX];
-	keel_boot_shm_name((uint32_t)getpid(), first_port(), 0, name, sizeof(name));
-	int rc = keel_shm_unlink(name);
-	(void)rc; /* -ENOENT with KEEL_TRANSPORT=udp */
-	free(detect);
-	free(first);
-	free(install);
-	free(back);
+	if (status == 0)
+		status = run_trials(&o, &r);
+	fo_report(&o, &r);
+	fo_cleanup(&o, &r);
 	return status;
 }

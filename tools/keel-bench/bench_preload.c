@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "cli.h"
 #include "keel/preload.h"
 #include "size_arg.h"
 
@@ -98,25 +99,51 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static void preload_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: keel-bench preload FILE [CHUNK [INFLIGHT]]\n"
+		"Read FILE whole in CHUNK-byte ranges (1..1G, K, M, G suffixes; default 1M),\n"
+		"INFLIGHT at a time (1..%u, default 16), through the pre-load executor with\n"
+		"io_uring and then pread, three times each; MB/s of each run and the median.\n",
+		KEEL_PRELOAD_READS_MAX);
+	cli_exit_codes(f, NULL);
+}
+
+/* argv[0] is "preload"; a mistake exits 2 (cli.h), a missing FILE before anything else. */
+static const char *preload_args(int argc, char **argv, uint64_t *chunk, uint64_t *inflight)
+{
+	struct cli c = {.tool = "keel-bench", .usage = preload_usage, .argc = argc, .argv = argv};
+	(void)cli_next(&c); /* no options but --help and --version: any other is unknown */
+	int n = argc - c.next;
+	if (n < 1 || n > 3)
+		cli_usage_error("keel-bench", "preload FILE [CHUNK [INFLIGHT]] (see 'keel-bench "
+					      "preload --help')");
+	const char *path = argv[c.next];
+	cli_check_file("keel-bench", "preload", path);
+	const char *ch = n > 1 ? argv[c.next + 1] : NULL, *in = n > 2 ? argv[c.next + 2] : NULL;
+	if (ch != NULL && (keel_size_arg(ch, chunk) != 0 || *chunk == 0 || *chunk > (1u << 30)))
+		cli_usage_error("keel-bench",
+				"preload CHUNK: '%s' is not a size in 1..1073741824 (K, M, G "
+				"suffixes)",
+				ch);
+	if (in != NULL && cli_parse_uint(in, 1, KEEL_PRELOAD_READS_MAX, inflight) != 0)
+		cli_bad_uint("keel-bench", "preload INFLIGHT", in, 1, KEEL_PRELOAD_READS_MAX);
+	return path;
+}
+
 int keel_bench_preload(int argc, char **argv)
 {
 	uint64_t chunk = 1u << 20, inflight = 16;
-	if (argc < 2 || argc > 4 || (argc > 2 && keel_size_arg(argv[2], &chunk) != 0) ||
-	    (argc > 3 && keel_size_arg(argv[3], &inflight) != 0) || chunk == 0 ||
-	    chunk > (1u << 30) || inflight == 0 || inflight > KEEL_PRELOAD_READS_MAX) {
-		fprintf(stderr,
-			"usage: keel-bench preload FILE [CHUNK (1M) [INFLIGHT (16), 1..%u]]\n",
-			KEEL_PRELOAD_READS_MAX);
-		return 2;
-	}
+	const char *path = preload_args(argc, argv, &chunk, &inflight);
 	static const enum keel_preload_engine engines[2] = {KEEL_PRELOAD_AUTO, KEEL_PRELOAD_PREAD};
 	for (int e = 0; e < 2; e++) {
 		double v[3];
 		const char *name = "?";
 		for (int k = 0; k < 3; k++) {
-			v[k] = one_pass(argv[1], engines[e], chunk, (uint32_t)inflight, &name);
+			v[k] = one_pass(path, engines[e], chunk, (uint32_t)inflight, &name);
 			if (v[k] < 0) {
-				fprintf(stderr, "keel-bench preload: %s: %s\n", argv[1],
+				fprintf(stderr, "keel-bench preload: %s: %s\n", path,
 					keel_strerror((int)v[k]));
 				return 1;
 			}

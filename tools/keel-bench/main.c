@@ -1,7 +1,6 @@
 /* keel-bench: AllReduce bandwidth/latency in the nccl-tests format, and heartbeat round trips.
  * Launch with keel-run (or torchrun, Slurm, mpirun): keel-run -n 4 -- keel-bench allreduce. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
@@ -13,10 +12,15 @@
 #include "bench_failover.h"
 #include "bench_preload.h"
 #include "bench_stats.h"
+#include "cli.h"
 #include "keel/boot.h"
 #include "keel/transport_router.h"
 #include "refcheck.h"
 #include "size_arg.h"
+
+#define TOOL	  "keel-bench"
+#define ITERS_MAX 100000000u	/* --iters, --warmup */
+#define BYTES_MAX (16ull << 30) /* --minbytes, --maxbytes, --stepbytes: buffers of that size */
 
 struct bench_opts {
 	uint64_t min_bytes, max_bytes;
@@ -31,6 +35,7 @@ struct bench_opts {
 	bool grad;	    /* --grad: gradient AllReduces, which keel may compress */
 	bool reg; /* --register: buffers registered with the transport (keel_boot_register) */
 	const char *series; /* --series FILE: every timed iteration, when it began (--median) */
+	bool min_given, max_given, iters_given; /* rdma-lat has defaults of its own */
 };
 
 /* --series: rank 0's clock at the start of the job, and the file the iterations go to. */
@@ -51,21 +56,24 @@ static void usage(FILE *f)
 	    "usage: keel-bench allreduce [options]   AllReduce table (nccl-tests format)\n"
 	    "       keel-bench heartbeat [options]   heartbeat round-trip p50/p99/max\n"
 	    "       keel-bench failover [options]    kill ranks, time detection and new views\n"
+	    "                                        (keel-bench failover --help)\n"
 	    "       keel-bench preload FILE [CHUNK [N]]  read FILE through the pre-load executor\n"
 	    "                                        (io_uring, then pread), N reads in flight\n"
 	    "       keel-bench rdma-lat [options]    verbs transport latency, 2 ranks, like\n"
 	    "                                        ib_write_lat/ib_send_lat (half round trip)\n"
-	    "allreduce options:\n"
-	    "  -b, --minbytes SIZE   smallest message (default 8); K, M, G suffixes\n"
-	    "  -e, --maxbytes SIZE   largest message (default 64M)\n"
-	    "  -f, --stepfactor N    multiply the size by N each row (default 2)\n"
+	    "       keel-bench --version\n"
+	    "Run allreduce, heartbeat and rdma-lat under keel-run (or another launcher).\n"
+	    "allreduce options (SIZE: 0..16G, K, M, G suffixes):\n"
+	    "  -b, --minbytes SIZE   smallest message (default 8)\n"
+	    "  -e, --maxbytes SIZE   largest message, from 1 (default 64M)\n"
+	    "  -f, --stepfactor N    multiply the size by N each row, 1..1024 (default 2)\n"
 	    "  -i, --stepbytes SIZE  add SIZE each row instead of multiplying\n"
 	    "  -d, --dtype T         f32 f64 f16 bf16 i32 i64 u8 (default f32)\n"
 	    "  -o, --op OP           sum prod min max avg (default sum)\n"
-	    "  -n, --iters N         timed iterations per size (default 20)\n"
-	    "  -w, --warmup N        untimed iterations first (default 5)\n"
+	    "  -n, --iters N         timed iterations per size, 1..%u (default 20)\n"
+	    "  -w, --warmup N        untimed iterations first, 0..%u (default 5)\n"
 	    "      --warmup-ms MS    and more, in rounds of N, until every rank has warmed up\n"
-	    "                        for MS milliseconds (default 0: N alone)\n"
+	    "                        for MS milliseconds, 0..600000 (default 0: N alone)\n"
 	    "  -c, --check           verify every element against a reference\n"
 	    "  -m, --median          time each iteration alone; report the median over\n"
 	    "                        iterations of the slowest rank's time (default: the\n"
@@ -75,24 +83,27 @@ static void usage(FILE *f)
 	    "                        started when it began, the slowest rank's time (us)\n"
 	    "  -D, --device D        buffers in device memory: cuda (GPU LOCAL_RANK, or 0) or\n"
 	    "                        cpu (the CPU stand-in device); staged through registered\n"
-	    "                        host memory (README \"GPU buffers\")\n"
+	    "                        host memory\n"
 	    "  -G, --grad            gradient AllReduces (f32 sum or avg) that keel may send\n"
 	    "                        compressed (KEEL_COMPRESS=auto|off|bf16|f16); --check then\n"
 	    "                        allows the documented rounding\n"
 	    "  -R, --register        register the input and output buffers (and the stage of\n"
-	    "                        --device) with the transport\n"
-	    "                        (keel_boot_register: over verbs the NIC reads payloads\n"
-	    "                        where they lie; a no-op elsewhere)\n"
+	    "                        --device) with the transport (keel_boot_register: over\n"
+	    "                        verbs the NIC reads payloads where they lie)\n"
 	    "common options:\n"
-	    "  --transport T         udp (default), shm (ranks on one host), dpdk or verbs\n"
-	    "                        (KEEL_SHM_RING_KB, KEEL_DPDK_*, KEEL_VERBS_*: README)\n"
+	    "      --transport T     udp (default), shm (ranks on one host), dpdk or verbs\n"
+	    "  -h, --help            this text\n"
+	    "      --version         keel's version and git hash\n"
 	    "rdma-lat options: -b/-e/-f sizes (default 2..4096 bytes), -n iterations (default "
 	    "1000)\n"
 	    "heartbeat options:\n"
-	    "  -t, --seconds S       how long to measure (default 2)\n"
-	    "environment: KEEL_HEARTBEAT_US, KEEL_ALGO=auto|ring|rd, KEEL_MTU, KEEL_WINDOW,\n"
-	    "  KEEL_CHAOS=loss=0.01,..., KEEL_WAIT=busy|adaptive|block, KEEL_DEVICE_CHUNK_KB\n"
-	    "  (--device: KiB per device call, default 1024) (see README)\n");
+	    "  -t, --seconds S       how long to measure, 0.001..86400 (default 2)\n"
+	    "Environment: KEEL_* settings, e.g. KEEL_HEARTBEAT_US, KEEL_ALGO, KEEL_MTU,\n"
+	    "KEEL_WINDOW, KEEL_CHAOS, KEEL_WAIT, KEEL_DEVICE_CHUNK_KB (keel-run --help-env,\n"
+	    "docs/reference/env.md).\n",
+	    ITERS_MAX, ITERS_MAX);
+	cli_exit_codes(f, "  75   this rank was left out of the job's view (keel-run: not a "
+			  "failure)\n");
 }
 
 static int parse_name(const char *s, const char *(*name)(int), int count)
@@ -113,27 +124,143 @@ static const char *redop_name(int i)
 	return keel_redop_name((enum keel_redop)i);
 }
 
-static int parse_opts(int argc, char **argv, struct bench_opts *o)
+enum {
+	OPT_MINBYTES,
+	OPT_MAXBYTES,
+	OPT_STEPFACTOR,
+	OPT_STEPBYTES,
+	OPT_DTYPE,
+	OPT_OP,
+	OPT_ITERS,
+	OPT_WARMUP,
+	OPT_WARMUP_MS,
+	OPT_CHECK,
+	OPT_MEDIAN,
+	OPT_SERIES,
+	OPT_SECONDS,
+	OPT_TRANSPORT,
+	OPT_DEVICE,
+	OPT_GRAD,
+	OPT_REGISTER,
+	OPT_COUNT
+};
+
+static const struct cli_opt options[OPT_COUNT] = {
+    [OPT_MINBYTES] = {"minbytes", 'b', CLI_TEXT}, /* sizes: keel_size_arg, then the range */
+    [OPT_MAXBYTES] = {"maxbytes", 'e', CLI_TEXT},
+    [OPT_STEPFACTOR] = {"stepfactor", 'f', CLI_UINT, .min_u = 1, .max_u = 1024},
+    [OPT_STEPBYTES] = {"stepbytes", 'i', CLI_TEXT},
+    [OPT_DTYPE] = {"dtype", 'd', CLI_TEXT},
+    [OPT_OP] = {"op", 'o', CLI_TEXT},
+    [OPT_ITERS] = {"iters", 'n', CLI_UINT, .min_u = 1, .max_u = ITERS_MAX},
+    [OPT_WARMUP] = {"warmup", 'w', CLI_UINT, .min_u = 0, .max_u = ITERS_MAX},
+    [OPT_WARMUP_MS] = {"warmup-ms", 0, CLI_UINT, .min_u = 0, .max_u = 600000},
+    [OPT_CHECK] = {"check", 'c', CLI_FLAG},
+    [OPT_MEDIAN] = {"median", 'm', CLI_FLAG},
+    [OPT_SERIES] = {"series", 0, CLI_TEXT},
+    [OPT_SECONDS] = {"seconds", 't', CLI_REAL, .min_r = 0.001, .max_r = 86400},
+    [OPT_TRANSPORT] = {"transport", 0, CLI_TEXT},
+    [OPT_DEVICE] = {"device", 'D', CLI_TEXT},
+    [OPT_GRAD] = {"grad", 'G', CLI_FLAG},
+    [OPT_REGISTER] = {"register", 'R', CLI_FLAG},
+};
+
+/* A size on the command line ("64K", "16M"): 0..BYTES_MAX, or exit 2 naming the option. */
+static uint64_t size_value(const struct cli *c, uint64_t min)
 {
-	static const struct option longs[] = {{"minbytes", required_argument, 0, 'b'},
-					      {"maxbytes", required_argument, 0, 'e'},
-					      {"stepfactor", required_argument, 0, 'f'},
-					      {"stepbytes", required_argument, 0, 'i'},
-					      {"dtype", required_argument, 0, 'd'},
-					      {"op", required_argument, 0, 'o'},
-					      {"iters", required_argument, 0, 'n'},
-					      {"warmup", required_argument, 0, 'w'},
-					      {"warmup-ms", required_argument, 0, 'W'},
-					      {"check", no_argument, 0, 'c'},
-					      {"median", no_argument, 0, 'm'},
-					      {"series", required_argument, 0, 'S'},
-					      {"seconds", required_argument, 0, 't'},
-					      {"transport", required_argument, 0, 'T'},
-					      {"device", required_argument, 0, 'D'},
-					      {"grad", no_argument, 0, 'G'},
-					      {"register", no_argument, 0, 'R'},
-					      {"help", no_argument, 0, 'h'},
-					      {0, 0, 0, 0}};
+	uint64_t v;
+	if (keel_size_arg(c->value, &v) != 0 || v < min || v > BYTES_MAX)
+		cli_usage_error(TOOL, "%s: '%s' is not a size in %llu..%llu (K, M, G suffixes)",
+				c->opt_text, c->value, (unsigned long long)min,
+				(unsigned long long)BYTES_MAX);
+	return v;
+}
+
+/* The options that take text. */
+static void set_text_option(struct bench_opts *o, int id, const struct cli *c)
+{
+	if (id == OPT_MINBYTES || id == OPT_MAXBYTES || id == OPT_STEPBYTES) {
+		uint64_t v = size_value(c, id == OPT_MAXBYTES ? 1 : 0);
+		*(id == OPT_MINBYTES   ? &o->min_bytes
+		  : id == OPT_MAXBYTES ? &o->max_bytes
+				       : &o->step_bytes) = v;
+		o->min_given |= id == OPT_MINBYTES;
+		o->max_given |= id == OPT_MAXBYTES;
+	} else if (id == OPT_DTYPE || id == OPT_OP) {
+		int *dst = id == OPT_DTYPE ? &o->dtype : &o->op;
+		*dst = id == OPT_DTYPE ? parse_name(c->value, dtype_name, KEEL_DTYPE_COUNT)
+				       : parse_name(c->value, redop_name, KEEL_REDOP_COUNT);
+		if (*dst < 0)
+			cli_usage_error(TOOL, "%s: unknown %s '%s' (see '%s --help')", c->opt_text,
+					id == OPT_DTYPE ? "dtype" : "op", c->value, TOOL);
+	} else if (id == OPT_SERIES) {
+		o->series = c->value;
+	} else if (id == OPT_DEVICE) {
+		o->device = c->value; /* bench_device_open says what it does not know */
+	} else if (id == OPT_TRANSPORT && setenv("KEEL_TRANSPORT", c->value, 1) != 0) {
+		cli_usage_error(TOOL, "--transport: cannot set KEEL_TRANSPORT"); /* boot.c checks */
+	}
+}
+
+static void set_option(struct bench_opts *o, int id, const struct cli *c)
+{
+	switch (id) {
+	case OPT_STEPFACTOR:
+		o->factor = c->u;
+		break;
+	case OPT_ITERS:
+		o->iters = (uint32_t)c->u;
+		o->iters_given = true;
+		break;
+	case OPT_WARMUP:
+		o->warmup = (uint32_t)c->u;
+		break;
+	case OPT_WARMUP_MS:
+		o->warmup_ms = (uint32_t)c->u;
+		break;
+	case OPT_SECONDS:
+		o->seconds = c->r;
+		break;
+	case OPT_CHECK:
+		o->check = true;
+		break;
+	case OPT_MEDIAN:
+		o->median = true;
+		break;
+	case OPT_GRAD:
+		o->grad = true;
+		break;
+	case OPT_REGISTER:
+		o->reg = true;
+		break;
+	default:
+		set_text_option(o, id, c);
+	}
+}
+
+/* What the options say together; NULL when they agree. */
+static const char *options_conflict(const struct bench_opts *o, char *msg, size_t len)
+{
+	if (o->min_bytes > o->max_bytes) {
+		snprintf(msg, len,
+			 "--minbytes %" PRIu64 " is larger than --maxbytes %" PRIu64
+			 ": nothing to measure",
+			 o->min_bytes, o->max_bytes);
+		return msg;
+	}
+	if (o->factor < 2 && o->step_bytes == 0)
+		return "--stepfactor must be at least 2 (or give --stepbytes)";
+	if (o->grad &&
+	    (o->dtype != KEEL_F32 || (o->op != KEEL_SUM && o->op != KEEL_AVG) || o->device != NULL))
+		return "--grad is for host f32 sum or avg";
+	if (o->series != NULL && !o->median)
+		return "--series needs --median (it writes the per-iteration times)";
+	return NULL;
+}
+
+/* argv[0] is the command (allreduce, heartbeat, rdma-lat). A mistake exits 2. */
+static void parse_opts(int argc, char **argv, struct bench_opts *o)
+{
 	*o = (struct bench_opts){.min_bytes = 8,
 				 .max_bytes = 64ull << 20,
 				 .factor = 2,
@@ -142,118 +269,22 @@ static int parse_opts(int argc, char **argv, struct bench_opts *o)
 				 .iters = 20,
 				 .warmup = 5,
 				 .seconds = 2.0};
-	int c;
-	while ((c = getopt_long(argc, argv, "b:e:f:i:d:o:n:w:W:cmt:D:GRh", longs, NULL)) != -1) {
-		uint64_t v;
-		switch (c) {
-		case 'b':
-		case 'e':
-		case 'i':
-			if (keel_size_arg(optarg, &v) != 0) {
-				fprintf(stderr, "keel-bench: bad size '%s'\n", optarg);
-				return -EINVAL;
-			}
-			*(c == 'b' ? &o->min_bytes : c == 'e' ? &o->max_bytes : &o->step_bytes) = v;
-			break;
-		case 'f':
-		case 'n':
-		case 'w':
-			if (keel_size_arg(optarg, &v) != 0 || (c != 'w' && v == 0) ||
-			    v > 100000000) {
-				fprintf(stderr, "keel-bench: bad number '%s' for -%c\n", optarg, c);
-				return -EINVAL;
-			}
-			if (c == 'f')
-				o->factor = v;
-			else if (c == 'n')
-				o->iters = (uint32_t)v;
-			else
-				o->warmup = (uint32_t)v;
-			break;
-		case 'd':
-			o->dtype = parse_name(optarg, dtype_name, KEEL_DTYPE_COUNT);
-			if (o->dtype < 0) {
-				fprintf(stderr, "keel-bench: unknown dtype '%s'\n", optarg);
-				return -EINVAL;
-			}
-			break;
-		case 'o':
-			o->op = parse_name(optarg, redop_name, KEEL_REDOP_COUNT);
-			if (o->op < 0) {
-				fprintf(stderr, "keel-bench: unknown op '%s'\n", optarg);
-				return -EINVAL;
-			}
-			break;
-		case 'W':
-			if (keel_size_arg(optarg, &v) != 0 || v > 600000) {
-				fprintf(stderr, "keel-bench: bad --warmup-ms '%s' (0..600000)\n",
-					optarg);
-				return -EINVAL;
-			}
-			o->warmup_ms = (uint32_t)v;
-			break;
-		case 'c':
-			o->check = true;
-			break;
-		case 'm':
-			o->median = true;
-			break;
-		case 'S':
-			o->series = optarg;
-			break;
-		case 't':
-			o->seconds = strtod(optarg, NULL);
-			if (!(o->seconds > 0 && o->seconds < 86400)) {
-				fprintf(stderr, "keel-bench: bad --seconds '%s'\n", optarg);
-				return -EINVAL;
-			}
-			break;
-		case 'D':
-			o->device = optarg; /* bench_device_open says what it does not know */
-			break;
-		case 'G':
-			o->grad = true;
-			break;
-		case 'R':
-			o->reg = true;
-			break;
-		case 'T':
-			/* boot.c reads KEEL_TRANSPORT; it says what it does not know. */
-			if (setenv("KEEL_TRANSPORT", optarg, 1) != 0)
-				return -EINVAL;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		default:
-			usage(stderr);
-			return -EINVAL;
-		}
-	}
-	const char *why = NULL;
+	struct cli c = {.tool = TOOL,
+			.opts = options,
+			.opt_count = OPT_COUNT,
+			.usage = usage,
+			.argc = argc,
+			.argv = argv};
+	int id;
 	char msg[128];
-	if (optind != argc) {
-		snprintf(msg, sizeof(msg), "unexpected argument '%s'", argv[optind]);
-		why = msg;
-	} else if (o->min_bytes > o->max_bytes) {
-		snprintf(msg, sizeof(msg),
-			 "--minbytes %" PRIu64 " is larger than --maxbytes %" PRIu64
-			 ": nothing to measure",
-			 o->min_bytes, o->max_bytes);
-		why = msg;
-	} else if (o->factor < 2 && o->step_bytes == 0) {
-		why = "--stepfactor must be at least 2 (or give --stepbytes)";
-	} else if (o->grad && (o->dtype != KEEL_F32 || (o->op != KEEL_SUM && o->op != KEEL_AVG) ||
-			       o->device != NULL)) {
-		why = "--grad is for host f32 sum or avg";
-	} else if (o->series != NULL && !o->median) {
-		why = "--series needs --median (it writes the per-iteration times)";
-	}
-	if (why != NULL) {
-		fprintf(stderr, "keel-bench: %s (keel-bench --help for the options)\n", why);
-		return -EINVAL;
-	}
-	return 0;
+	while ((id = cli_next(&c)) >= 0)
+		set_option(o, id, &c);
+	if (c.next < argc)
+		cli_usage_error(TOOL, "unexpected argument '%s' (see '%s --help')", argv[c.next],
+				TOOL);
+	const char *why = options_conflict(o, msg, sizeof(msg));
+	if (why != NULL)
+		cli_usage_error(TOOL, "%s (see '%s --help')", why, TOOL);
 }
 
 static void die(struct keel_boot *b, const char *what, int rc)
@@ -510,183 +541,66 @@ static double check_allreduce(struct keel_boot *b, const struct bench_opts *o, v
 	return across(b, (double)wrong, KEEL_SUM);
 }
 
-static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
+/* The host buffers of one allreduce run (--register: the first three are registered). */
+struct ar_bufs {
+	size_t cap;
+	uint8_t *in, *out, *ref; /* ref: --check */
+	double *mine, *slowest;	 /* --median: o->iters each */
+	uint64_t *began;	 /* --series: rank 0 alone writes the file */
+	void *reg_buf[3];
+	size_t reg_len[3];
+	int direct, area; /* --device --register: 0, or why the device memory is staged */
+};
+
+/* Every buffer, touched now: a page's first touch inside a timed call would be timed with it. */
+static void ar_alloc(struct keel_boot *b, const struct bench_opts *o, struct ar_bufs *m)
 {
 	size_t es = keel_dtype_size(o->dtype);
-	size_t cap = (size_t)o->max_bytes + es;
-	uint8_t *in = calloc(1, cap), *out = calloc(1, cap),
-		*ref = o->check ? calloc(1, cap) : NULL;
-	double *mine = o->median ? malloc(o->iters * sizeof(double)) : NULL,
-	       *slowest = o->median ? malloc(o->iters * sizeof(double)) : NULL;
-	/* --series: rank 0 alone writes the file */
-	uint64_t *began = g_series != NULL ? malloc(o->iters * sizeof(uint64_t)) : NULL;
+	m->cap = (size_t)o->max_bytes + es;
+	m->in = calloc(1, m->cap);
+	m->out = calloc(1, m->cap);
+	m->ref = o->check ? calloc(1, m->cap) : NULL;
+	m->mine = o->median ? calloc(o->iters, sizeof(double)) : NULL;
+	m->slowest = o->median ? calloc(o->iters, sizeof(double)) : NULL;
+	m->began = g_series != NULL ? calloc(o->iters, sizeof(uint64_t)) : NULL;
 	if (o->grad) {
-		g_feedback = calloc(keel_grad_feedback_len(cap / es) + 1, sizeof(float));
+		g_feedback = calloc(keel_grad_feedback_len(m->cap / es) + 1, sizeof(float));
 		if (g_feedback == NULL)
 			die(b, "feedback buffer", -ENOMEM);
 	}
-	if (in == NULL || out == NULL || (o->check && ref == NULL) ||
-	    (o->median && (mine == NULL || slowest == NULL)) || (g_series != NULL && began == NULL))
+	if (m->in == NULL || m->out == NULL || (o->check && m->ref == NULL) ||
+	    (o->median && (m->mine == NULL || m->slowest == NULL)) ||
+	    (g_series != NULL && m->began == NULL))
 		die(b, "buffers", -ENOMEM);
-	/* Touched now: a page's first touch inside a timed call would be timed with it. */
 	if (o->median) {
-		memset(mine, 0, o->iters * sizeof(double));
-		memset(slowest, 0, o->iters * sizeof(double));
+		memset(m->mine, 0, o->iters * sizeof(double));
+		memset(m->slowest, 0, o->iters * sizeof(double));
 	}
-	if (began != NULL)
-		memset(began, 0, o->iters * sizeof(uint64_t));
-	/* --register: the buffers sends read (with --device, the stage holds them) */
-	void *reg_buf[3] = {in, out, g_dev_on ? g_dev.stage : NULL};
-	size_t reg_len[3] = {cap, cap, g_dev_on ? g_dev.stage_bytes : 0};
-	for (uint32_t k = 0; o->reg && k < 3 && reg_buf[k] != NULL; k++) {
-		int rc = keel_boot_register(b, reg_buf[k], reg_len[k]);
+	if (m->began != NULL)
+		memset(m->began, 0, o->iters * sizeof(uint64_t));
+}
+
+/* --register: the buffers sends read (with --device, the stage holds them). */
+static void ar_register(struct keel_boot *b, const struct bench_opts *o, struct ar_bufs *m)
+{
+	void *bufs[3] = {m->in, m->out, g_dev_on ? g_dev.stage : NULL};
+	size_t lens[3] = {m->cap, m->cap, g_dev_on ? g_dev.stage_bytes : 0};
+	memcpy(m->reg_buf, bufs, sizeof(bufs));
+	memcpy(m->reg_len, lens, sizeof(lens));
+	for (uint32_t k = 0; o->reg && k < 3 && m->reg_buf[k] != NULL; k++) {
+		int rc = keel_boot_register(b, m->reg_buf[k], m->reg_len[k]);
 		if (rc != 0)
 			die(b, "--register", rc);
 	}
-	int direct = g_dev_on && o->reg ? register_device_buffers(b) : -ENOENT;
-	int area = g_dev_on && o->reg ? register_device_area(b) : -ENOENT;
-	uint32_t n = b->launch.world_size;
-	bool lead = b->launch.rank == 0;
-	if (lead) {
-		char pieces[40] = "";
-		if (b->piece_bytes != 0) /* datagrams cut into link-sized UDP pieces */
-			snprintf(pieces, sizeof(pieces), " udp pieces %u,", b->piece_bytes);
-		printf("# keel-bench allreduce: %u ranks (%s), transport %s, algo %s, mtu %u, "
-		       "window %u,%s wait %s%s, heartbeat %llu us\n",
-		       n, b->launch.source, b->tp->ops->name,
-		       b->cfg.algo == KEEL_ALGO_RING   ? "ring"
-		       : b->cfg.algo == KEEL_ALGO_RD   ? "rd"
-		       : b->cfg.algo == KEEL_ALGO_HIER ? "hier"
-						       : "auto",
-		       b->cfg.mtu, b->cfg.window, pieces, keel_posix_wait_mode_name(b->waiter.mode),
-		       b->waiter.spin_yield ? " (spin yields)" : "",
-		       (unsigned long long)(b->cfg.heartbeat_ns / 1000));
-		if (o->median)
-			printf("# time: median over %u iterations of the slowest rank's time in "
-			       "each\n",
-			       o->iters);
-		if (o->warmup_ms > 0)
-			printf("# warm-up: %u calls, then rounds of them for at least %u ms\n",
-			       o->warmup, o->warmup_ms);
-		if (o->grad)
-			printf("# gradient AllReduces (keel_allreduce_grad), compression %s\n",
-			       b->cfg.compress == KEEL_COMPRESS_OFF    ? "off"
-			       : b->cfg.compress == KEEL_COMPRESS_BF16 ? "bf16"
-			       : b->cfg.compress == KEEL_COMPRESS_F16  ? "f16"
-								       : "auto");
-		if (g_dev_on)
-			printf(
-			    "# buffers on device: %s (%s), staged through %zu bytes of registered "
-			    "host memory, %u-byte chunks\n",
-			    g_dev.kind, g_dev.name, g_dev.stage_bytes,
-			    b->cfg.device_chunk_bytes != 0 ? b->cfg.device_chunk_bytes
-							   : KEEL_DEVICE_CHUNK_DEFAULT);
-		if (g_dev_on && o->reg)
-			printf("# device buffers: %s%s%s\n",
-			       direct == 0
-				   ? "registered as dma-bufs, the NIC reads what is sent "
-				     "where every peer's way can (GPUDirect RDMA)"
-				   : "staged through host memory (the transport cannot read "
-				     "device memory: ",
-			       direct == 0 ? "" : keel_strerror(direct), direct == 0 ? "" : ")");
-		if (g_dev_on && o->reg)
-			printf("# device area: %s%s%s\n",
-			       area == 0 ? "registered, the NIC writes what peers send from "
-					   "device memory into it (GPUDirect RDMA)"
-					 : "none, what is received lands in host memory (",
-			       area == 0 ? "" : keel_strerror(area), area == 0 ? "" : ")");
-		printf("#%61s%32s\n", "out-of-place", "in-place");
-		printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count",
-		       "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
-		       "busbw", "#wrong");
-		printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "(B)",
-		       "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
-		       "(GB/s)", "");
-	}
-	double busbw_sum = 0, wrong_total = 0;
-	uint32_t smaller = 0;
-	int rows = 0;
-	for (uint64_t bytes = o->min_bytes; bytes <= o->max_bytes;
-	     bytes = o->step_bytes ? bytes + o->step_bytes : bytes * o->factor) {
-		size_t count = bytes / es;
-		double t[2], wrong[2] = {-1, -1};
-		/* with --device, the timed AllReduces run on the device buffers */
-		void *t_in = g_dev_on ? g_dev.d_in : in, *t_out = g_dev_on ? g_dev.d_out : out;
-		for (int ip = 0; ip < 2; ip++) {
-			t[ip] = o->median
-				    ? time_allreduce_median(b, o, t_in, ip ? t_in : t_out, count,
-							    ip == 1, mine, slowest, began)
-				    : time_allreduce(b, o, t_in, ip ? t_in : t_out, count);
-			if (o->check)
-				wrong[ip] =
-				    check_allreduce(b, o, in, out, ref, count, ip, &smaller);
-		}
-		double algbw[2], busbw[2];
-		for (int ip = 0; ip < 2; ip++) {
-			algbw[ip] = (double)(count * es) / (t[ip] * 1e3);
-			busbw[ip] = algbw[ip] * (n > 1 ? 2.0 * (n - 1) / n : 1.0);
-			wrong_total += wrong[ip] > 0 ? wrong[ip] : 0;
-		}
-		busbw_sum += busbw[0];
-		rows++;
-		if (lead) {
-			char w0[16], w1[16];
-			snprintf(w0, sizeof(w0), o->check ? "%.0f" : "N/A", wrong[0]);
-			snprintf(w1, sizeof(w1), o->check ? "%.0f" : "N/A", wrong[1]);
-			printf(" %11" PRIu64
-			       " %12zu %8s %6s %6d %8.2f %7.3f %7.3f %6s %8.2f %7.3f %7.3f %6s\n",
-			       (uint64_t)(count * es), count, keel_dtype_name(o->dtype),
-			       keel_redop_name(o->op), -1, t[0], algbw[0], busbw[0], w0, t[1],
-			       algbw[1], busbw[1], w1);
-			fflush(stdout);
-		}
-		if (bytes == 0 && o->step_bytes == 0)
-			break;
-	}
-	struct keel_counters k;
-	keel_counters_get(b->node, &k);
-	double retx = across(b, (double)k.retransmits, KEEL_SUM);
-	double sent = across(b, (double)k.tx_datagrams, KEEL_SUM);
-	double susp = across(b, (double)k.suspicions, KEEL_SUM);
-	double late = across(b, (double)k.local_pauses, KEEL_SUM);
-	struct keel_router_stats rs = {0};
-	if (b->router != NULL)
-		keel_router_stats_get(b->router, &rs);
-	double on_shm = across(b, (double)rs.tx_datagrams[0], KEEL_SUM);
-	double on_udp = across(b, (double)rs.tx_datagrams[1], KEEL_SUM);
-	double fallbacks = across(b, (double)rs.fallbacks, KEEL_SUM);
-	double bytes_sent = across(b, (double)k.tx_bytes, KEEL_SUM);
-	double saved = across(b, (double)k.compress_bytes_saved, KEEL_SUM);
-	double direct_frags = across(b, (double)k.device_direct_frags, KEEL_SUM);
-	double copy_ins = across(b, (double)k.device_copy_ins, KEEL_SUM);
-	double rx_frags = across(b, (double)k.device_rx_frags, KEEL_SUM);
-	double rx_later = across(b, (double)k.drop_device_later, KEEL_SUM);
-	if (lead) {
-		printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f, late "
-		       "polls %.0f\n",
-		       sent, retx, sent > 0 ? 100.0 * retx / sent : 0.0, susp, late);
-		if (b->router != NULL)
-			printf("# Routes: %.0f datagrams over shared memory, %.0f over UDP, %.0f "
-			       "fallbacks\n",
-			       on_shm, on_udp, fallbacks);
-		printf("# Bytes sent %.0f, saved by compression %.0f\n", bytes_sent, saved);
-		if (g_dev_on)
-			printf("# Datagrams the NIC read from device memory %.0f, copied to the "
-			       "host after a route change %.0f; received into device memory and "
-			       "used there %.0f, given back to be sent again %.0f\n",
-			       direct_frags, copy_ins, rx_frags, rx_later);
-		printf("# Out of bounds values : %.0f %s\n", wrong_total,
-		       o->check ? (wrong_total == 0 ? "OK" : "FAILED")
-				: "(not checked: use --check)");
-		if (o->check)
-			printf("# Checked on a smaller view: %u operations (each against the "
-			       "reduction over the members it reports)\n",
-			       smaller);
-		printf("# Avg bus bandwidth    : %g\n", rows ? busbw_sum / rows : 0.0);
-	}
+	m->direct = g_dev_on && o->reg ? register_device_buffers(b) : -ENOENT;
+	m->area = g_dev_on && o->reg ? register_device_area(b) : -ENOENT;
+}
+
+static void ar_unregister_free(struct keel_boot *b, const struct bench_opts *o, struct ar_bufs *m)
+{
 	for (uint32_t which = 0; o->reg && which < 5; which++) {
 		void *dev_buf = which == 3 ? g_dev.d_in : g_dev.d_out;
-		void *buf = which < 3 ? reg_buf[which] : direct == 0 ? dev_buf : NULL;
+		void *buf = which < 3 ? m->reg_buf[which] : m->direct == 0 ? dev_buf : NULL;
 		if (buf == NULL)
 			continue;
 		int rc;
@@ -697,14 +611,191 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 		if (rc != 0)
 			die(b, "unregistering a buffer", rc);
 	}
-	free(in);
-	free(out);
-	free(ref);
-	free(mine);
-	free(slowest);
-	free(began);
+	free(m->in);
+	free(m->out);
+	free(m->ref);
+	free(m->mine);
+	free(m->slowest);
+	free(m->began);
 	free(g_feedback);
-	return wrong_total == 0 ? 0 : 1;
+}
+
+static const char *algo_name(enum keel_algo algo)
+{
+	return algo == KEEL_ALGO_RING	? "ring"
+	       : algo == KEEL_ALGO_RD	? "rd"
+	       : algo == KEEL_ALGO_HIER ? "hier"
+					: "auto";
+}
+
+static const char *compress_name(enum keel_compress c)
+{
+	return c == KEEL_COMPRESS_OFF	 ? "off"
+	       : c == KEEL_COMPRESS_BF16 ? "bf16"
+	       : c == KEEL_COMPRESS_F16	 ? "f16"
+					 : "auto";
+}
+
+/* --device: where the buffers are and what the NIC may read and write there. */
+static void ar_device_lines(const struct keel_boot *b, const struct bench_opts *o,
+			    const struct ar_bufs *m)
+{
+	if (!g_dev_on)
+		return;
+	printf("# buffers on device: %s (%s), staged through %zu bytes of registered host "
+	       "memory, %u-byte chunks\n",
+	       g_dev.kind, g_dev.name, g_dev.stage_bytes,
+	       b->cfg.device_chunk_bytes != 0 ? b->cfg.device_chunk_bytes
+					      : KEEL_DEVICE_CHUNK_DEFAULT);
+	if (!o->reg)
+		return;
+	printf("# device buffers: %s%s%s\n",
+	       m->direct == 0 ? "registered as dma-bufs, the NIC reads what is sent where every "
+				"peer's way can (GPUDirect RDMA)"
+			      : "staged through host memory (the transport cannot read device "
+				"memory: ",
+	       m->direct == 0 ? "" : keel_strerror(m->direct), m->direct == 0 ? "" : ")");
+	printf("# device area: %s%s%s\n",
+	       m->area == 0 ? "registered, the NIC writes what peers send from device memory "
+			      "into it (GPUDirect RDMA)"
+			    : "none, what is received lands in host memory (",
+	       m->area == 0 ? "" : keel_strerror(m->area), m->area == 0 ? "" : ")");
+}
+
+/* Rank 0's lines before the table: the setup, then the column heads. */
+static void ar_header(const struct keel_boot *b, const struct bench_opts *o,
+		      const struct ar_bufs *m)
+{
+	char pieces[40] = "";
+	if (b->piece_bytes != 0) /* datagrams cut into link-sized UDP pieces */
+		snprintf(pieces, sizeof(pieces), " udp pieces %u,", b->piece_bytes);
+	printf("# keel-bench allreduce: %u ranks (%s), transport %s, algo %s, mtu %u, window "
+	       "%u,%s wait %s%s, heartbeat %llu us\n",
+	       b->launch.world_size, b->launch.source, b->tp->ops->name, algo_name(b->cfg.algo),
+	       b->cfg.mtu, b->cfg.window, pieces, keel_posix_wait_mode_name(b->waiter.mode),
+	       b->waiter.spin_yield ? " (spin yields)" : "",
+	       (unsigned long long)(b->cfg.heartbeat_ns / 1000));
+	if (o->median)
+		printf("# time: median over %u iterations of the slowest rank's time in each\n",
+		       o->iters);
+	if (o->warmup_ms > 0)
+		printf("# warm-up: %u calls, then rounds of them for at least %u ms\n", o->warmup,
+		       o->warmup_ms);
+	if (o->grad)
+		printf("# gradient AllReduces (keel_allreduce_grad), compression %s\n",
+		       compress_name(b->cfg.compress));
+	ar_device_lines(b, o, m);
+	printf("#%61s%32s\n", "out-of-place", "in-place");
+	printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count", "type",
+	       "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+	       "#wrong");
+	printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "(B)", "(elements)", "",
+	       "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+}
+
+/* What the rows add up to. */
+struct ar_totals {
+	double busbw_sum, wrong_total;
+	uint32_t smaller; /* --check: operations checked on a view smaller than the job */
+	int rows;
+};
+
+/* One row of the table: a size, out of place then in place. */
+static void ar_row(struct keel_boot *b, const struct bench_opts *o, struct ar_bufs *m, size_t count,
+		   struct ar_totals *tot)
+{
+	size_t es = keel_dtype_size(o->dtype);
+	uint32_t n = b->launch.world_size;
+	double t[2], wrong[2] = {-1, -1}, algbw[2], busbw[2];
+	/* with --device, the timed AllReduces run on the device buffers */
+	void *t_in = g_dev_on ? g_dev.d_in : m->in, *t_out = g_dev_on ? g_dev.d_out : m->out;
+	for (int ip = 0; ip < 2; ip++) {
+		t[ip] = o->median ? time_allreduce_median(b, o, t_in, ip ? t_in : t_out, count,
+							  ip == 1, m->mine, m->slowest, m->began)
+				  : time_allreduce(b, o, t_in, ip ? t_in : t_out, count);
+		if (o->check)
+			wrong[ip] =
+			    check_allreduce(b, o, m->in, m->out, m->ref, count, ip, &tot->smaller);
+		algbw[ip] = (double)(count * es) / (t[ip] * 1e3);
+		busbw[ip] = algbw[ip] * (n > 1 ? 2.0 * (n - 1) / n : 1.0);
+		tot->wrong_total += wrong[ip] > 0 ? wrong[ip] : 0;
+	}
+	tot->busbw_sum += busbw[0];
+	tot->rows++;
+	if (b->launch.rank != 0)
+		return;
+	char w0[16], w1[16];
+	snprintf(w0, sizeof(w0), o->check ? "%.0f" : "N/A", wrong[0]);
+	snprintf(w1, sizeof(w1), o->check ? "%.0f" : "N/A", wrong[1]);
+	printf(" %11" PRIu64 " %12zu %8s %6s %6d %8.2f %7.3f %7.3f %6s %8.2f %7.3f %7.3f %6s\n",
+	       (uint64_t)(count * es), count, keel_dtype_name(o->dtype), keel_redop_name(o->op), -1,
+	       t[0], algbw[0], busbw[0], w0, t[1], algbw[1], busbw[1], w1);
+	fflush(stdout);
+}
+
+/* The lines after the table: every rank's counters summed (every rank takes part). */
+static void ar_footer(struct keel_boot *b, const struct bench_opts *o, const struct ar_totals *t)
+{
+	struct keel_counters k;
+	struct keel_router_stats rs = {0};
+	keel_counters_get(b->node, &k);
+	if (b->router != NULL)
+		keel_router_stats_get(b->router, &rs);
+	double sent = across(b, (double)k.tx_datagrams, KEEL_SUM);
+	double retx = across(b, (double)k.retransmits, KEEL_SUM);
+	double susp = across(b, (double)k.suspicions, KEEL_SUM);
+	double late = across(b, (double)k.local_pauses, KEEL_SUM);
+	double routes[3] = {across(b, (double)rs.tx_datagrams[0], KEEL_SUM),
+			    across(b, (double)rs.tx_datagrams[1], KEEL_SUM),
+			    across(b, (double)rs.fallbacks, KEEL_SUM)};
+	double bytes_sent = across(b, (double)k.tx_bytes, KEEL_SUM);
+	double saved = across(b, (double)k.compress_bytes_saved, KEEL_SUM);
+	double dev[4] = {across(b, (double)k.device_direct_frags, KEEL_SUM),
+			 across(b, (double)k.device_copy_ins, KEEL_SUM),
+			 across(b, (double)k.device_rx_frags, KEEL_SUM),
+			 across(b, (double)k.drop_device_later, KEEL_SUM)};
+	if (b->launch.rank != 0)
+		return;
+	printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f, late polls "
+	       "%.0f\n",
+	       sent, retx, sent > 0 ? 100.0 * retx / sent : 0.0, susp, late);
+	if (b->router != NULL)
+		printf("# Routes: %.0f datagrams over shared memory, %.0f over UDP, %.0f "
+		       "fallbacks\n",
+		       routes[0], routes[1], routes[2]);
+	printf("# Bytes sent %.0f, saved by compression %.0f\n", bytes_sent, saved);
+	if (g_dev_on)
+		printf("# Datagrams the NIC read from device memory %.0f, copied to the host after "
+		       "a route change %.0f; received into device memory and used there %.0f, "
+		       "given back to be sent again %.0f\n",
+		       dev[0], dev[1], dev[2], dev[3]);
+	printf("# Out of bounds values : %.0f %s\n", t->wrong_total,
+	       o->check ? (t->wrong_total == 0 ? "OK" : "FAILED") : "(not checked: use --check)");
+	if (o->check)
+		printf("# Checked on a smaller view: %u operations (each against the reduction "
+		       "over the members it reports)\n",
+		       t->smaller);
+	printf("# Avg bus bandwidth    : %g\n", t->rows ? t->busbw_sum / t->rows : 0.0);
+}
+
+static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
+{
+	struct ar_bufs m = {0};
+	struct ar_totals tot = {0};
+	size_t es = keel_dtype_size(o->dtype);
+	ar_alloc(b, o, &m);
+	ar_register(b, o, &m);
+	if (b->launch.rank == 0)
+		ar_header(b, o, &m);
+	for (uint64_t bytes = o->min_bytes; bytes <= o->max_bytes;
+	     bytes = o->step_bytes ? bytes + o->step_bytes : bytes * o->factor) {
+		ar_row(b, o, &m, bytes / es, &tot);
+		if (bytes == 0 && o->step_bytes == 0)
+			break;
+	}
+	ar_footer(b, o, &tot);
+	ar_unregister_free(b, o, &m);
+	return tot.wrong_total == 0 ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
 }
 
 /* Round trips go into a 1 us histogram (plus an exact maximum) so the percentiles need no sort
@@ -722,16 +813,15 @@ static double hist_percentile(const uint64_t *hist, uint64_t count, double q)
 	return (double)(HIST_BUCKETS - 1);
 }
 
-static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
+/* What one rank measured: round trips to every peer, in the histogram. */
+struct hb_measure {
+	uint64_t *hist, *seen; /* seen: each peer's RTT samples counted so far */
+	uint64_t count, max_ns;
+};
+
+static void hb_measure(struct keel_boot *b, const struct bench_opts *o, struct hb_measure *h)
 {
 	uint32_t n = b->launch.world_size, self = b->launch.rank;
-	uint64_t count = 0, max_ns = 0;
-	uint64_t *hist = calloc(HIST_BUCKETS, sizeof(*hist)), *seen = calloc(n, sizeof(*seen));
-	double *table = calloc((size_t)n * 6, sizeof(double)),
-	       *sum = calloc((size_t)n * 6, sizeof(double));
-	if (hist == NULL || seen == NULL || table == NULL || sum == NULL)
-		die(b, "buffers", -ENOMEM);
-	across(b, 0, KEEL_MAX);
 	uint64_t end = keel_posix_now_ns() + (uint64_t)(o->seconds * 1e9);
 	for (uint64_t now = keel_posix_now_ns(); now < end; now = keel_posix_now_ns()) {
 		uint64_t next;
@@ -741,29 +831,22 @@ static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
 		for (uint32_t p = 0; p < n; p++) {
 			struct keel_peer_info pi;
 			if (p == self || keel_peer_get(b->node, p, &pi) != 0 ||
-			    pi.rtt_samples == seen[p])
+			    pi.rtt_samples == h->seen[p])
 				continue;
-			seen[p] = pi.rtt_samples;
+			h->seen[p] = pi.rtt_samples;
 			uint64_t us = pi.rtt_ns_last / 1000;
-			hist[us < HIST_BUCKETS ? us : HIST_BUCKETS - 1]++;
-			max_ns = pi.rtt_ns_last > max_ns ? pi.rtt_ns_last : max_ns;
-			count++;
+			h->hist[us < HIST_BUCKETS ? us : HIST_BUCKETS - 1]++;
+			h->max_ns = pi.rtt_ns_last > h->max_ns ? pi.rtt_ns_last : h->max_ns;
+			h->count++;
 		}
 		b->cfg.waiter.wait(b->cfg.waiter.ctx, next < end ? next : end);
 	}
-	struct keel_counters k;
-	keel_counters_get(b->node, &k);
-	double *row = table + (size_t)self * 6;
-	row[0] = count ? hist_percentile(hist, count, 0.50) : 0;
-	row[1] = count ? hist_percentile(hist, count, 0.99) : 0;
-	row[2] = (double)max_ns / 1e3;
-	row[3] = (double)count;
-	row[4] = (double)k.suspicions;
-	row[5] = (double)k.local_pauses;
-	int rc = keel_allreduce(b->node, table, sum, (size_t)n * 6, KEEL_F64, KEEL_SUM);
-	if (rc != 0)
-		die(b, "gathering results", rc);
-	/* Every rank's own view and suspicions, so a kill test can check each survivor. */
+}
+
+/* Every rank's own view and suspicions, so a kill test can check each survivor. */
+static void hb_own_line(struct keel_boot *b)
+{
+	uint32_t n = b->launch.world_size, self = b->launch.rank;
 	struct keel_view own;
 	uint32_t own_members[KEEL_WORLD_MAX];
 	int own_n = keel_view_get(b->node, &own, own_members, KEEL_WORLD_MAX);
@@ -780,38 +863,69 @@ static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
 	}
 	printf("%s\n", line);
 	fflush(stdout);
-	if (self == 0) {
-		printf("# keel-bench heartbeat: %u ranks, interval %" PRIu64
-		       " us, miss limit %u, %.1f s, "
-		       "wait %s\n",
-		       n, b->cfg.heartbeat_ns / 1000, b->cfg.miss_limit, o->seconds,
-		       keel_posix_wait_mode_name(b->waiter.mode));
-		printf("# %4s %10s %10s %10s %10s %10s %12s\n", "rank", "rtt p50", "rtt p99",
-		       "rtt max", "samples", "suspicions", "late polls");
-		printf("# %4s %10s %10s %10s\n", "", "(us)", "(us)", "(us)");
-		double worst99 = 0, worstmax = 0;
-		for (uint32_t r = 0; r < n; r++) {
-			const double *x = sum + (size_t)r * 6;
-			printf("  %4u %10.0f %10.0f %10.1f %10.0f %10.0f %12.0f\n", r, x[0], x[1],
-			       x[2], x[3], x[4], x[5]);
-			worst99 = x[1] > worst99 ? x[1] : worst99;
-			worstmax = x[2] > worstmax ? x[2] : worstmax;
-		}
-		printf("# worst rank: p99 %.0f us, max %.1f us (percentiles to 1 us)\n", worst99,
-		       worstmax);
-		struct keel_view v;
-		uint32_t members[KEEL_WORLD_MAX];
-		int nm = keel_view_get(b->node, &v, members, KEEL_WORLD_MAX);
-		printf("# view: epoch %u, %d members:", v.epoch, nm);
-		for (int m = 0; m < nm; m++)
-			printf(" %u", members[m]);
-		printf(" (view changes %llu)\n", (unsigned long long)k.view_changes);
+}
+
+/* Rank 0: the table of every rank's row (sum: 6 values a rank) and the view. */
+static void hb_table(struct keel_boot *b, const struct bench_opts *o, const double *sum,
+		     uint64_t view_changes)
+{
+	uint32_t n = b->launch.world_size;
+	printf("# keel-bench heartbeat: %u ranks, interval %" PRIu64 " us, miss limit %u, %.1f s, "
+	       "wait %s\n",
+	       n, b->cfg.heartbeat_ns / 1000, b->cfg.miss_limit, o->seconds,
+	       keel_posix_wait_mode_name(b->waiter.mode));
+	printf("# %4s %10s %10s %10s %10s %10s %12s\n", "rank", "rtt p50", "rtt p99", "rtt max",
+	       "samples", "suspicions", "late polls");
+	printf("# %4s %10s %10s %10s\n", "", "(us)", "(us)", "(us)");
+	double worst99 = 0, worstmax = 0;
+	for (uint32_t r = 0; r < n; r++) {
+		const double *x = sum + (size_t)r * 6;
+		printf("  %4u %10.0f %10.0f %10.1f %10.0f %10.0f %12.0f\n", r, x[0], x[1], x[2],
+		       x[3], x[4], x[5]);
+		worst99 = x[1] > worst99 ? x[1] : worst99;
+		worstmax = x[2] > worstmax ? x[2] : worstmax;
 	}
-	free(hist);
-	free(seen);
+	printf("# worst rank: p99 %.0f us, max %.1f us (percentiles to 1 us)\n", worst99, worstmax);
+	struct keel_view v;
+	uint32_t members[KEEL_WORLD_MAX];
+	int nm = keel_view_get(b->node, &v, members, KEEL_WORLD_MAX);
+	printf("# view: epoch %u, %d members:", v.epoch, nm);
+	for (int m = 0; m < nm; m++)
+		printf(" %u", members[m]);
+	printf(" (view changes %llu)\n", (unsigned long long)view_changes);
+}
+
+static int bench_heartbeat(struct keel_boot *b, const struct bench_opts *o)
+{
+	uint32_t n = b->launch.world_size, self = b->launch.rank;
+	struct hb_measure h = {.hist = calloc(HIST_BUCKETS, sizeof(uint64_t)),
+			       .seen = calloc(n, sizeof(uint64_t))};
+	double *table = calloc((size_t)n * 6, sizeof(double)),
+	       *sum = calloc((size_t)n * 6, sizeof(double));
+	if (h.hist == NULL || h.seen == NULL || table == NULL || sum == NULL)
+		die(b, "buffers", -ENOMEM);
+	across(b, 0, KEEL_MAX);
+	hb_measure(b, o, &h);
+	struct keel_counters k;
+	keel_counters_get(b->node, &k);
+	double *row = table + (size_t)self * 6;
+	row[0] = h.count ? hist_percentile(h.hist, h.count, 0.50) : 0;
+	row[1] = h.count ? hist_percentile(h.hist, h.count, 0.99) : 0;
+	row[2] = (double)h.max_ns / 1e3;
+	row[3] = (double)h.count;
+	row[4] = (double)k.suspicions;
+	row[5] = (double)k.local_pauses;
+	int rc = keel_allreduce(b->node, table, sum, (size_t)n * 6, KEEL_F64, KEEL_SUM);
+	if (rc != 0)
+		die(b, "gathering results", rc);
+	hb_own_line(b);
+	if (self == 0)
+		hb_table(b, o, sum, k.view_changes);
+	free(h.hist);
+	free(h.seen);
 	free(table);
 	free(sum);
-	return 0;
+	return CLI_EXIT_OK;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -939,83 +1053,98 @@ static void device_tweak(struct keel_config *cfg, void *ctx)
 	cfg->device_chunk_bytes = g_chunk_bytes;
 }
 
-int main(int argc, char **argv)
+/* --device: the device, opened before the node starts (its config names it). 0 or the exit
+ * code. */
+static int device_open(const struct bench_opts *o, bool is_ar)
 {
-	if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-		usage(argc < 2 ? stderr : stdout);
-		return argc < 2 ? 2 : 0;
+	char err[512] = "";
+	if (o->device == NULL)
+		return 0;
+	if (!is_ar)
+		cli_usage_error(TOOL, "--device is for allreduce only");
+	if (device_chunk_env() != 0)
+		return CLI_EXIT_USAGE;
+	size_t cap = (size_t)o->max_bytes + keel_dtype_size(o->dtype);
+	if (bench_device_open(&g_dev, o->device, cap, err, sizeof(err)) != 0) {
+		fprintf(stderr, "keel-bench: %s\n", err);
+		bench_device_close(&g_dev);
+		return CLI_EXIT_FAILURE;
 	}
-	if (strcmp(argv[1], "failover") == 0)
-		return keel_bench_failover(argc - 1, argv + 1);
-	if (strcmp(argv[1], "preload") == 0)
-		return keel_bench_preload(argc - 1, argv + 1);
-	const char *cmd = argv[1];
-	bool is_ar = strcmp(cmd, "allreduce") == 0, is_hb = strcmp(cmd, "heartbeat") == 0;
-	bool is_lat = strcmp(cmd, "rdma-lat") == 0;
-	if (!is_ar && !is_hb && !is_lat) {
-		fprintf(stderr, "keel-bench: unknown command '%s'\n", cmd);
-		usage(stderr);
-		return 2;
-	}
-	struct bench_opts o;
-	if (parse_opts(argc - 1, argv + 1, &o) != 0)
-		return 2;
-	if (is_lat) {
-		setenv("KEEL_TRANSPORT", "verbs", 0); /* it measures the verbs path by default */
-		bool b_set = false, e_set = false, n_set = false;
-		for (int i = 2; i < argc; i++) {
-			b_set |=
-			    strcmp(argv[i], "-b") == 0 || strncmp(argv[i], "--minbytes", 10) == 0;
-			e_set |=
-			    strcmp(argv[i], "-e") == 0 || strncmp(argv[i], "--maxbytes", 10) == 0;
-			n_set |= strcmp(argv[i], "-n") == 0 || strncmp(argv[i], "--iters", 7) == 0;
-		}
-		o.min_bytes = b_set ? o.min_bytes : 2;
-		o.max_bytes = e_set ? o.max_bytes : 4096;
-		o.iters = n_set ? o.iters : 1000;
-	}
+	g_dev_on = true;
+	return 0;
+}
+
+/* allreduce, heartbeat and rdma-lat: one keel node each. */
+static int bench_node(const char *cmd, struct bench_opts *o)
+{
 	struct keel_boot b;
 	char err[512] = "";
-	if (o.device != NULL && !is_ar) {
-		fprintf(stderr, "keel-bench: --device is for allreduce only\n");
-		return 2;
+	bool is_ar = strcmp(cmd, "allreduce") == 0, is_hb = strcmp(cmd, "heartbeat") == 0;
+	if (strcmp(cmd, "rdma-lat") == 0) {
+		setenv("KEEL_TRANSPORT", "verbs", 0); /* it measures the verbs path by default */
+		o->min_bytes = o->min_given ? o->min_bytes : 2;
+		o->max_bytes = o->max_given ? o->max_bytes : 4096;
+		o->iters = o->iters_given ? o->iters : 1000;
 	}
-	if (o.device != NULL && device_chunk_env() != 0)
-		return 2;
-	if (o.device != NULL) {
-		size_t cap = (size_t)o.max_bytes + keel_dtype_size(o.dtype);
-		if (bench_device_open(&g_dev, o.device, cap, err, sizeof(err)) != 0) {
-			fprintf(stderr, "keel-bench: %s\n", err);
-			bench_device_close(&g_dev);
-			return 1;
-		}
-		g_dev_on = true;
-	}
-	int rc = keel_boot_start(&b, g_dev_on ? device_tweak : NULL, NULL, err, sizeof(err));
+	int rc = device_open(o, is_ar);
+	if (rc != 0)
+		return rc;
+	rc = keel_boot_start(&b, g_dev_on ? device_tweak : NULL, NULL, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "keel-bench: %s\n", err[0] ? err : keel_strerror(rc));
-		return 1;
+		return CLI_EXIT_FAILURE;
 	}
 	g_job_start_ns = keel_posix_now_ns();
-	if (o.series != NULL && b.launch.rank == 0) {
-		g_series = fopen(o.series, "w");
+	if (o->series != NULL && b.launch.rank == 0) {
+		g_series = fopen(o->series, "w");
 		if (g_series == NULL) {
-			fprintf(stderr, "keel-bench: --series %s: %s\n", o.series, strerror(errno));
+			fprintf(stderr, "keel-bench: --series %s: %s\n", o->series,
+				strerror(errno));
 			keel_boot_stop(&b, 0);
-			return 1;
+			return CLI_EXIT_FAILURE;
 		}
 		fprintf(g_series, "# bytes in_place iteration began_ms slowest_us\n");
 	}
-	int status = is_ar   ? bench_allreduce(&b, &o)
-		     : is_hb ? bench_heartbeat(&b, &o)
-			     : bench_rdma_lat(&b, &o);
+	int status = is_ar   ? bench_allreduce(&b, o)
+		     : is_hb ? bench_heartbeat(&b, o)
+			     : bench_rdma_lat(&b, o);
 	if (g_series != NULL && fclose(g_series) != 0) {
-		fprintf(stderr, "keel-bench: --series %s: %s\n", o.series, strerror(errno));
-		status = 1;
+		fprintf(stderr, "keel-bench: --series %s: %s\n", o->series, strerror(errno));
+		status = CLI_EXIT_FAILURE;
 	}
 	fflush(stdout); /* the results, before any linger (KEEL_METRICS_LINGER_MS) */
 	keel_boot_stop(&b, 500000000ull);
 	if (g_dev_on)
 		bench_device_close(&g_dev);
 	return status;
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd = argc >= 2 ? argv[1] : "";
+	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
+		usage(stdout);
+		return CLI_EXIT_OK;
+	}
+	if (strcmp(cmd, "--version") == 0) {
+		cli_version(stdout, TOOL);
+		return CLI_EXIT_OK;
+	}
+	if (strcmp(cmd, "failover") == 0)
+		return keel_bench_failover(argc - 1, argv + 1);
+	if (strcmp(cmd, "preload") == 0)
+		return keel_bench_preload(argc - 1, argv + 1);
+	if (argc < 2)
+		cli_usage_error(TOOL,
+				"which benchmark? allreduce, heartbeat, failover, preload or "
+				"rdma-lat (see '%s --help')",
+				TOOL);
+	if (cmd[0] == '-')
+		cli_usage_error(TOOL, "unknown option '%s' (see '%s --help')", cmd, TOOL);
+	if (strcmp(cmd, "allreduce") != 0 && strcmp(cmd, "heartbeat") != 0 &&
+	    strcmp(cmd, "rdma-lat") != 0)
+		cli_usage_error(TOOL, "unknown command '%s' (see '%s --help')", cmd, TOOL);
+	struct bench_opts o;
+	parse_opts(argc - 1, argv + 1, &o);
+	return bench_node(cmd, &o);
 }

@@ -2,16 +2,19 @@
  * format or SimGrid platform) and a workload, prints the capacity-aware plan next to an even
  * split; --bench times the planner. Formats: tools/keel-plan/plan_parse.c and README. */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
 #include "keel/partition.h"
 #include "keel/sched.h"
 #include "plan_parse.h"
+
+#define TOOL	 "keel-plan"
+#define RUNS_MAX 64 /* --runs: the timings kept for the median */
 
 enum item_mode { MODE_LPT, MODE_RDV, MODE_HASH, MODE_RANGE };
 
@@ -29,7 +32,22 @@ static void usage(FILE *f)
 	    "Prints the capacity-aware plan and an even split side by side: per worker its\n"
 	    "share or items and predicted time, the predicted step time of both and the lower\n"
 	    "bound; for a DAG (task/edge lines) the HEFT schedule and a round-robin baseline.\n"
-	    "File formats: README.md, section keel-plan.\n");
+	    "  -c, --cluster FILE         the cluster, in keel-plan's text format\n"
+	    "  -x, --cluster-xml FILE     the cluster, from a SimGrid platform file\n"
+	    "  -D, --define DEF           a GPU or link the presets lack (repeatable)\n"
+	    "  -w, --workload FILE        shares or items to place\n"
+	    "  -d, --dag FILE             a task graph to schedule (HEFT)\n"
+	    "  -m, --mode M               how items are placed: lpt (default), rendezvous,\n"
+	    "                             hash or range\n"
+	    "  -s, --show                 print the cluster and stop\n"
+	    "  -l, --list-presets         the GPU and link presets (and --define's)\n"
+	    "  -b, --bench                time the planner\n"
+	    "  -r, --runs N               --bench: runs per timing, 1..%d (default 7)\n"
+	    "  -h, --help                 this text\n"
+	    "      --version              keel's version and git hash\n"
+	    "File formats: keel-plan(1).\n",
+	    RUNS_MAX);
+	cli_exit_codes(f, "  (2 also for an input file keel-plan cannot parse; never 75)\n");
 }
 
 static void *plan_mem(size_t n)
@@ -409,137 +427,172 @@ static void show_cluster(const struct plan_cluster *c)
 	}
 }
 
-int main(int argc, char **argv)
+/* What the command line asks for. */
+struct plan_args {
+	const char *cluster, *xml, *workload, *dag;
+	enum item_mode mode;
+	bool bench, show, list;
+	uint32_t runs;
+	struct plan_presets defs; /* --define */
+};
+
+enum {
+	OPT_CLUSTER,
+	OPT_CLUSTER_XML,
+	OPT_WORKLOAD,
+	OPT_DAG,
+	OPT_MODE,
+	OPT_BENCH,
+	OPT_RUNS,
+	OPT_DEFINE,
+	OPT_SHOW,
+	OPT_LIST_PRESETS,
+	OPT_COUNT
+};
+
+static const struct cli_opt options[OPT_COUNT] = {
+    [OPT_CLUSTER] = {"cluster", 'c', CLI_FILE},
+    [OPT_CLUSTER_XML] = {"cluster-xml", 'x', CLI_FILE},
+    [OPT_WORKLOAD] = {"workload", 'w', CLI_FILE},
+    [OPT_DAG] = {"dag", 'd', CLI_FILE},
+    [OPT_MODE] = {"mode", 'm', CLI_TEXT},
+    [OPT_BENCH] = {"bench", 'b', CLI_FLAG},
+    [OPT_RUNS] = {"runs", 'r', CLI_UINT, .min_u = 1, .max_u = RUNS_MAX},
+    [OPT_DEFINE] = {"define", 'D', CLI_TEXT},
+    [OPT_SHOW] = {"show", 's', CLI_FLAG},
+    [OPT_LIST_PRESETS] = {"list-presets", 'l', CLI_FLAG},
+};
+
+static enum item_mode parse_mode(const char *v)
 {
-	static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
-					     {"cluster-xml", required_argument, NULL, 'x'},
-					     {"workload", required_argument, NULL, 'w'},
-					     {"dag", required_argument, NULL, 'd'},
-					     {"mode", required_argument, NULL, 'm'},
-					     {"bench", no_argument, NULL, 'b'},
-					     {"runs", required_argument, NULL, 'r'},
-					     {"define", required_argument, NULL, 'D'},
-					     {"show", no_argument, NULL, 's'},
-					     {"list-presets", no_argument, NULL, 'l'},
-					     {"help", no_argument, NULL, 'h'},
-					     {NULL, 0, NULL, 0}};
-	const char *cluster = NULL, *xml = NULL, *workload = NULL, *dag = NULL;
-	enum item_mode mode = MODE_LPT;
-	bool bench = false, show = false, list = false;
-	int runs = 7, o;
-	static struct plan_presets defs;
+	static const char *const names[] = {[MODE_LPT] = "lpt",
+					    [MODE_RDV] = "rendezvous",
+					    [MODE_HASH] = "hash",
+					    [MODE_RANGE] = "range"};
+	for (int m = 0; m < 4; m++)
+		if (strcmp(v, names[m]) == 0)
+			return (enum item_mode)m;
+	cli_usage_error(TOOL, "--mode %s: expected lpt, rendezvous, hash or range", v);
+}
+
+static void set_option(struct plan_args *a, int id, const struct cli *c)
+{
 	char err[PLAN_ERR_MAX];
-	while ((o = getopt_long(argc, argv, "c:x:w:d:m:br:h", opts, NULL)) != -1) {
-		switch (o) {
-		case 'D':
-			if (plan_presets_define(&defs, optarg, err, sizeof(err)) != 0)
-				return fprintf(stderr, "keel-plan: --define '%s': %s\n", optarg,
-					       err),
-				       2;
-			break;
-		case 's':
-			show = true;
-			break;
-		case 'l':
-			list = true;
-			break;
-		case 'c':
-			cluster = optarg;
-			break;
-		case 'x':
-			xml = optarg;
-			break;
-		case 'w':
-			workload = optarg;
-			break;
-		case 'd':
-			dag = optarg;
-			break;
-		case 'b':
-			bench = true;
-			break;
-		case 'r':
-			runs = atoi(optarg);
-			break;
-		case 'm':
-			if (strcmp(optarg, "lpt") == 0)
-				mode = MODE_LPT;
-			else if (strcmp(optarg, "rendezvous") == 0)
-				mode = MODE_RDV;
-			else if (strcmp(optarg, "hash") == 0)
-				mode = MODE_HASH;
-			else if (strcmp(optarg, "range") == 0)
-				mode = MODE_RANGE;
-			else
-				return fprintf(
-					   stderr,
-					   "keel-plan: --mode %s: expected lpt, rendezvous, hash "
-					   "or range\n",
-					   optarg),
-				       2;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
+	switch (id) {
+	case OPT_CLUSTER:
+		a->cluster = c->value;
+		break;
+	case OPT_CLUSTER_XML:
+		a->xml = c->value;
+		break;
+	case OPT_WORKLOAD:
+		a->workload = c->value;
+		break;
+	case OPT_DAG:
+		a->dag = c->value;
+		break;
+	case OPT_MODE:
+		a->mode = parse_mode(c->value);
+		break;
+	case OPT_RUNS:
+		a->runs = (uint32_t)c->u;
+		break;
+	case OPT_DEFINE:
+		if (plan_presets_define(&a->defs, c->value, err, sizeof(err)) != 0)
+			cli_usage_error(TOOL, "--define '%s': %s", c->value, err);
+		break;
+	case OPT_BENCH:
+		a->bench = true;
+		break;
+	case OPT_SHOW:
+		a->show = true;
+		break;
+	case OPT_LIST_PRESETS:
+		a->list = true;
+		break;
 	}
-	if (bench) {
-		runs = runs < 1 ? 1 : runs > 64 ? 64 : runs;
-		bench_items(runs);
-		bench_dag(runs);
-		bench_mixed();
-		return 0;
-	}
-	if (list) {
-		plan_presets_print(&defs, stdout);
-		return 0;
-	}
-	if ((cluster == NULL) == (xml == NULL))
-		return fprintf(stderr,
-			       "keel-plan: give one cluster: --cluster FILE or --cluster-xml "
-			       "PLATFORM.xml (keel-plan --help)\n"),
-		       2;
-	if (workload == NULL && dag == NULL && !show)
-		return fprintf(stderr, "keel-plan: nothing to place: give --workload FILE and/or "
-				       "--dag FILE (keel-plan --help)\n"),
-		       2;
-	static struct plan_cluster c;
-	int rc = cluster != NULL ? plan_cluster_load(cluster, &defs, &c, err, sizeof(err))
-				 : plan_cluster_load_xml(xml, &defs, &c, err, sizeof(err));
-	if (rc != 0)
-		return fprintf(stderr, "keel-plan: %s\n", err), 2;
-	for (uint32_t i = 0; i < c.note_count; i++)
-		fprintf(stderr, "keel-plan: note: %s\n", c.note[i]);
-	if (c.notes_dropped > 0)
-		fprintf(stderr, "keel-plan: note: %u more elements not mapped\n", c.notes_dropped);
-	printf("cluster %s: %u workers in %u groups\n", cluster != NULL ? cluster : xml,
-	       c.worker_count, c.group_count);
-	if (show) {
-		show_cluster(&c);
-		plan_cluster_free(&c);
-		return 0;
-	}
-	const char *files[2] = {workload, dag};
+}
+
+static void parse_args(int argc, char **argv, struct plan_args *a)
+{
+	struct cli c = {.tool = TOOL,
+			.opts = options,
+			.opt_count = OPT_COUNT,
+			.usage = usage,
+			.argc = argc,
+			.argv = argv};
+	int id;
+	a->runs = 7;
+	while ((id = cli_next(&c)) >= 0)
+		set_option(a, id, &c);
+	if (c.next < argc)
+		cli_usage_error(TOOL, "unexpected argument '%s' (see '%s --help')", argv[c.next],
+				TOOL);
+	if (a->bench || a->list)
+		return;
+	if ((a->cluster == NULL) == (a->xml == NULL))
+		cli_usage_error(TOOL, "give one cluster: --cluster FILE or --cluster-xml "
+				      "PLATFORM.xml (keel-plan --help)");
+	if (a->workload == NULL && a->dag == NULL && !a->show)
+		cli_usage_error(TOOL, "nothing to place: give --workload FILE and/or --dag FILE "
+				      "(keel-plan --help)");
+}
+
+/* --workload and --dag, one after the other: 0, or the exit code. */
+static int place(const struct plan_args *a, const struct plan_cluster *c)
+{
+	const char *files[2] = {a->workload, a->dag};
+	char err[PLAN_ERR_MAX];
+	int rc = 0;
 	for (int f = 0; f < 2 && rc == 0; f++) {
 		struct plan_workload wl;
 		if (files[f] == NULL)
 			continue;
-		if (plan_workload_load(files[f], &c, &wl, err, sizeof(err)) != 0) {
+		if (plan_workload_load(files[f], c, &wl, err, sizeof(err)) != 0) {
 			fprintf(stderr, "keel-plan: %s\n", err);
-			rc = 2;
-			break;
+			return CLI_EXIT_USAGE;
 		}
 		if (wl.has_shares)
-			rc = run_shares(&c, &wl);
+			rc = run_shares(c, &wl);
 		if (rc == 0 && wl.item_count > 0)
-			rc = run_items(&c, &wl, mode);
+			rc = run_items(c, &wl, a->mode);
 		if (rc == 0 && wl.task_count > 0)
-			rc = run_dag(&c, &wl);
+			rc = run_dag(c, &wl);
 		plan_workload_free(&wl);
 	}
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static struct plan_args a;
+	static struct plan_cluster c;
+	char err[PLAN_ERR_MAX];
+	parse_args(argc, argv, &a);
+	if (a.bench) {
+		bench_items((int)a.runs);
+		bench_dag((int)a.runs);
+		bench_mixed();
+		return CLI_EXIT_OK;
+	}
+	if (a.list) {
+		plan_presets_print(&a.defs, stdout);
+		return CLI_EXIT_OK;
+	}
+	int rc = a.cluster != NULL ? plan_cluster_load(a.cluster, &a.defs, &c, err, sizeof(err))
+				   : plan_cluster_load_xml(a.xml, &a.defs, &c, err, sizeof(err));
+	if (rc != 0)
+		return fprintf(stderr, "keel-plan: %s\n", err), CLI_EXIT_USAGE;
+	for (uint32_t i = 0; i < c.note_count; i++)
+		fprintf(stderr, "keel-plan: note: %s\n", c.note[i]);
+	if (c.notes_dropped > 0)
+		fprintf(stderr, "keel-plan: note: %u more elements not mapped\n", c.notes_dropped);
+	printf("cluster %s: %u workers in %u groups\n", a.cluster != NULL ? a.cluster : a.xml,
+	       c.worker_count, c.group_count);
+	if (a.show)
+		show_cluster(&c);
+	else
+		rc = place(&a, &c);
 	plan_cluster_free(&c);
 	return rc;
 }

@@ -28,12 +28,16 @@
 #include "keel/posix.h"
 #include "keel/transport_shm.h"
 
-#define EXIT_USAGE   2
+#include "cli.h"
+
+#define TOOL	     "keel-run"
 #define EXIT_TIMEOUT 124
 /* A rank's own exit status when the job's view left it out (boot.h: KEEL_EXIT_EXCLUDED). */
-#define EXIT_EXCLUDED	 75
+#define EXIT_EXCLUDED	 CLI_EXIT_EXCLUDED
 #define GRACE_NS_DEFAULT 5000000000ull
-/* Longest --timeout or --grace: about 115 days, far beyond any job, far below overflow. */
+/* --timeout, --grace, --kill, --pause: from 1 ms to about 115 days, far beyond any job, far
+ * below overflow. */
+#define SECONDS_MIN 1e-3
 #define SECONDS_MAX 1e7
 
 enum rank_state {
@@ -113,173 +117,153 @@ static void usage(FILE *f)
 	    "Start N ranks of PROGRAM on this host with RANK, WORLD_SIZE, LOCAL_RANK,\n"
 	    "LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT and KEEL_JOB_ID set.\n"
 	    "\n"
-	    "  -n, --nproc N        ranks to start, 1..%u\n"
-	    "  --master-port P      rendezvous port (default: a free port)\n"
-	    "  --timeout SECONDS    stop every rank after this long; exit 124\n"
-	    "  --grace SECONDS      wait between SIGTERM and SIGKILL when stopping (default 5)\n"
+	    "  -n, --nproc N        ranks to start, 1..%u (also --nproc-per-node)\n"
+	    "  --master-port P      rendezvous port, 1..65535 (default: a free port)\n"
+	    "  --timeout SECONDS    stop every rank after this long, %.12g..%.12g; exit 124\n"
+	    "  --grace SECONDS      wait between SIGTERM and SIGKILL when stopping, %.12g..%.12g\n"
+	    "                       (default 5)\n"
 	    "  --keep-going         a failing rank does not stop the others\n"
 	    "  --kill RANK@SECONDS  SIGKILL that rank this long after the start (repeatable;\n"
 	    "                       not counted as a failure)\n"
 	    "  --pause RANK@SECONDS:DURATION  SIGSTOP that rank at SECONDS, SIGCONT it DURATION\n"
-	    "                       seconds later (repeatable)\n"
+	    "                       seconds later (repeatable; %u --kill and --pause in all)\n"
 	    "  --restart            start a rank again when a signal killed it, or when it\n"
 	    "                       exited %d (excluded from the view), as a new incarnation\n"
 	    "                       (KEEL_INCARNATION, KEEL_REJOIN=1)\n"
 	    "  --no-key             give the ranks no job key: their traffic is not authenticated\n"
 	    "                       (by default a fresh key per job, KEEL_JOB_KEY_FILE)\n"
 	    "  -h, --help           this text\n"
+	    "  --version            keel's version and git hash\n"
 	    "\n"
 	    "SIGINT, SIGTERM and SIGHUP are passed to every rank. Each rank runs in its own\n"
-	    "process group, so signals reach its children too. The exit status is 0 if every\n"
-	    "rank exited 0, else that of the first rank to fail (128+N when killed by signal N).\n"
-	    "A rank that exits %d was left out of the job's view (paused or cut off too long)\n"
-	    "and left cleanly: the others go on without it; that is not a failure.\n",
-	    KEEL_WORLD_MAX, EXIT_EXCLUDED, EXIT_EXCLUDED);
+	    "process group, so signals reach its children too. A rank that exits %d was left\n"
+	    "out of the job's view (paused or cut off too long) and left cleanly: the others\n"
+	    "go on without it; that is not a failure.\n"
+	    "Environment: the ranks read KEEL_* settings (keel-run --help-env,\n"
+	    "docs/reference/env.md); keel-run passes its own environment on.\n",
+	    KEEL_WORLD_MAX, SECONDS_MIN, SECONDS_MAX, SECONDS_MIN, SECONDS_MAX, KILLS_MAX,
+	    EXIT_EXCLUDED, EXIT_EXCLUDED);
+	cli_exit_codes(
+	    f, "  N    otherwise, the status of the first rank to fail (128+S when signal S\n"
+	       "       killed it; 126/127 when PROGRAM cannot run / is not found)\n"
+	       "  124  --timeout stopped the job\n"
+	       "  (75 from a rank, excluded from the view, is not a failure: 0 if the\n"
+	       "  others succeed)\n");
 }
 
-__attribute__((format(printf, 1, 2))) static _Noreturn void usage_error(const char *fmt, ...)
+enum {
+	OPT_NPROC,
+	OPT_NPROC_PER_NODE, /* torchrun's name for it */
+	OPT_MASTER_PORT,
+	OPT_TIMEOUT,
+	OPT_GRACE,
+	OPT_KEEP_GOING,
+	OPT_RESTART,
+	OPT_NO_KEY,
+	OPT_KILL,
+	OPT_PAUSE,
+	OPT_COUNT
+};
+
+static const struct cli_opt options[OPT_COUNT] = {
+    [OPT_NPROC] = {"nproc", 'n', CLI_UINT, .min_u = 1, .max_u = KEEL_WORLD_MAX},
+    [OPT_NPROC_PER_NODE] = {"nproc-per-node", 0, CLI_UINT, .min_u = 1, .max_u = KEEL_WORLD_MAX},
+    [OPT_MASTER_PORT] = {"master-port", 0, CLI_UINT, .min_u = 1, .max_u = 65535},
+    [OPT_TIMEOUT] = {"timeout", 0, CLI_REAL, .min_r = SECONDS_MIN, .max_r = SECONDS_MAX},
+    [OPT_GRACE] = {"grace", 0, CLI_REAL, .min_r = SECONDS_MIN, .max_r = SECONDS_MAX},
+    [OPT_KEEP_GOING] = {"keep-going", 0, CLI_FLAG},
+    [OPT_RESTART] = {"restart", 0, CLI_FLAG},
+    [OPT_NO_KEY] = {"no-key", 0, CLI_FLAG},
+    [OPT_KILL] = {"kill", 0, CLI_TEXT},
+    [OPT_PAUSE] = {"pause", 0, CLI_TEXT},
+};
+
+/* --kill RANK@SECONDS and --pause RANK@SECONDS:DURATION; a mistake exits 2 naming the form. */
+static void parse_kill(struct opts *o, const char *v, bool pause)
 {
-	va_list ap;
-
-	fputs("keel-run: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputs("\nTry 'keel-run --help'.\n", stderr);
-	exit(EXIT_USAGE);
-}
-
-static uint32_t parse_count(const char *opt, const char *s, uint32_t min, uint32_t max)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno != 0 || v < min || v > max)
-		usage_error("%s '%s': expected a whole number in %u..%u", opt, s, min, max);
-	return (uint32_t)v;
-}
-
-static uint64_t parse_seconds(const char *opt, const char *s)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(s, &end);
-	if (s[0] == '\0' || *end != '\0' || errno != 0 || !isfinite(v) || v <= 0 || v > SECONDS_MAX)
-		usage_error("%s '%s': expected seconds, above 0", opt, s);
-	return (uint64_t)(v * 1e9);
-}
-
-/* "--name VALUE" or "--name=VALUE" (and "-nVALUE" for short ones). Returns the value, or
- * NULL when argv[*i] is not this option. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name)
-{
-	const char *a = argv[*i];
-	size_t n = strlen(name);
-
-	if (strncmp(a, name, n) != 0)
-		return NULL;
-	if (a[n] == '=' && name[1] == '-')
-		return a + n + 1;
-	if (a[n] != '\0')
-		return name[1] != '-' ? a + n : NULL;
-	if (*i + 1 >= argc)
-		usage_error("%s needs a value", name);
-	*i += 1;
-	return argv[*i];
-}
-
-static void parse_kill(struct opts *o, const char *v)
-{
-	const char *at = strchr(v, '@');
-	char rank[16];
-
-	if (at == NULL || at == v || (size_t)(at - v) >= sizeof(rank))
-		usage_error("--kill '%s': expected RANK@SECONDS", v);
-	if (o->kill_count == KILLS_MAX)
-		usage_error("--kill: at most %u", KILLS_MAX);
-	memcpy(rank, v, (size_t)(at - v));
-	rank[at - v] = '\0';
-	struct kill_entry *k = &o->kills[o->kill_count++];
-	k->rank = parse_count("--kill", rank, 0, KEEL_WORLD_MAX - 1);
-	k->at_ns = parse_seconds("--kill", at + 1);
-}
-
-static void parse_pause(struct opts *o, const char *v)
-{
+	const char *opt = pause ? "--pause" : "--kill";
 	const char *at = strchr(v, '@'), *colon = at != NULL ? strchr(at, ':') : NULL;
 	char rank[16], when[32];
+	uint64_t r;
+	double at_s, for_s = 0;
 
-	if (at == NULL || colon == NULL || at == v || (size_t)(at - v) >= sizeof(rank) ||
-	    (size_t)(colon - at - 1) >= sizeof(when))
-		usage_error("--pause '%s': expected RANK@SECONDS:DURATION", v);
 	if (o->kill_count == KILLS_MAX)
-		usage_error("--kill and --pause: at most %u in all", KILLS_MAX);
-	memcpy(rank, v, (size_t)(at - v));
-	rank[at - v] = '\0';
-	memcpy(when, at + 1, (size_t)(colon - at - 1));
-	when[colon - at - 1] = '\0';
-	struct kill_entry *k = &o->kills[o->kill_count++];
-	k->rank = parse_count("--pause", rank, 0, KEEL_WORLD_MAX - 1);
-	k->at_ns = parse_seconds("--pause", when);
-	k->pause_ns = parse_seconds("--pause", colon + 1);
+		cli_usage_error(TOOL, "%s: --kill and --pause at most %u times in all", opt,
+				KILLS_MAX);
+	const char *when_end = pause ? colon : at != NULL ? at + strlen(at) : NULL;
+	if (at == NULL || when_end == NULL || at == v || (size_t)(at - v) >= sizeof(rank) ||
+	    (size_t)(when_end - at - 1) >= sizeof(when))
+		when_end = NULL;
+	if (when_end != NULL) {
+		memcpy(rank, v, (size_t)(at - v));
+		rank[at - v] = '\0';
+		memcpy(when, at + 1, (size_t)(when_end - at - 1));
+		when[when_end - at - 1] = '\0';
+	}
+	if (when_end == NULL || cli_parse_uint(rank, 0, KEEL_WORLD_MAX - 1, &r) != 0 ||
+	    cli_parse_real(when, SECONDS_MIN, SECONDS_MAX, &at_s) != 0 ||
+	    (pause && cli_parse_real(colon + 1, SECONDS_MIN, SECONDS_MAX, &for_s) != 0))
+		cli_usage_error(
+		    TOOL, "%s: '%s' is not RANK@SECONDS%s (RANK 0..%u, SECONDS %.12g..%.12g)", opt,
+		    v, pause ? ":DURATION" : "", KEEL_WORLD_MAX - 1, SECONDS_MIN, SECONDS_MAX);
+	o->kills[o->kill_count++] = (struct kill_entry){.rank = (uint32_t)r,
+							.at_ns = (uint64_t)(at_s * 1e9),
+							.pause_ns = (uint64_t)(for_s * 1e9)};
+}
+
+static void set_option(struct opts *o, int id, const struct cli *c)
+{
+	switch (id) {
+	case OPT_NPROC:
+	case OPT_NPROC_PER_NODE:
+		o->nproc = (uint32_t)c->u;
+		break;
+	case OPT_MASTER_PORT:
+		o->master_port = (uint16_t)c->u;
+		break;
+	case OPT_TIMEOUT:
+	case OPT_GRACE:
+		*(id == OPT_TIMEOUT ? &o->timeout_ns : &o->grace_ns) = (uint64_t)(c->r * 1e9);
+		break;
+	case OPT_KEEP_GOING:
+		o->keep_going = true;
+		break;
+	case OPT_RESTART:
+		o->restart = true;
+		break;
+	case OPT_NO_KEY:
+		o->no_key = true;
+		break;
+	case OPT_KILL:
+	case OPT_PAUSE:
+		parse_kill(o, c->value, id == OPT_PAUSE);
+		break;
+	}
 }
 
 static void parse_args(int argc, char **argv, struct opts *o)
 {
-	const char *v;
-	int i;
+	struct cli c = {.tool = TOOL,
+			.opts = options,
+			.opt_count = OPT_COUNT,
+			.usage = usage,
+			.argc = argc,
+			.argv = argv};
+	int id;
 
 	o->grace_ns = GRACE_NS_DEFAULT;
-	for (i = 1; i < argc; i++) {
-		const char *a = argv[i];
-
-		if (strcmp(a, "--") == 0) {
-			i++;
-			break;
-		}
-		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-			usage(stdout);
-			exit(0);
-		}
-		if (a[0] != '-')
-			break;
-		if ((v = opt_value(argc, argv, &i, "-n")) != NULL ||
-		    (v = opt_value(argc, argv, &i, "--nproc")) != NULL ||
-		    (v = opt_value(argc, argv, &i, "--nproc-per-node")) != NULL)
-			o->nproc = parse_count("-n", v, 1, KEEL_WORLD_MAX);
-		else if ((v = opt_value(argc, argv, &i, "--master-port")) != NULL)
-			o->master_port = (uint16_t)parse_count("--master-port", v, 1, 65535);
-		else if ((v = opt_value(argc, argv, &i, "--timeout")) != NULL)
-			o->timeout_ns = parse_seconds("--timeout", v);
-		else if ((v = opt_value(argc, argv, &i, "--grace")) != NULL)
-			o->grace_ns = parse_seconds("--grace", v);
-		else if (strcmp(a, "--keep-going") == 0)
-			o->keep_going = true;
-		else if (strcmp(a, "--restart") == 0)
-			o->restart = true;
-		else if (strcmp(a, "--no-key") == 0)
-			o->no_key = true;
-		else if ((v = opt_value(argc, argv, &i, "--kill")) != NULL)
-			parse_kill(o, v);
-		else if ((v = opt_value(argc, argv, &i, "--pause")) != NULL)
-			parse_pause(o, v);
-		else
-			usage_error("unknown option '%s'", a);
-	}
+	while ((id = cli_next(&c)) >= 0)
+		set_option(o, id, &c);
 	if (o->nproc == 0)
-		usage_error("-n N is required");
-	if (i >= argc)
-		usage_error("no program to run");
+		cli_usage_error(TOOL, "-n N is required (see '%s --help')", TOOL);
+	if (c.next >= argc)
+		cli_usage_error(TOOL, "no program to run (see '%s --help')", TOOL);
 	for (uint32_t k = 0; k < o->kill_count; k++)
 		if (o->kills[k].rank >= o->nproc)
-			usage_error("--%s %u@...: there are only %u ranks",
-				    o->kills[k].pause_ns != 0 ? "pause" : "kill", o->kills[k].rank,
-				    o->nproc);
-	o->argv = argv + i;
+			cli_usage_error(TOOL, "--%s %u@...: there are only %u ranks",
+					o->kills[k].pause_ns != 0 ? "pause" : "kill",
+					o->kills[k].rank, o->nproc);
+	o->argv = argv + c.next;
 }
 
 /* A free TCP (or UDP) port on 127.0.0.1: bind port 0 and read what the kernel chose. Rank 0

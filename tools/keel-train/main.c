@@ -10,7 +10,6 @@
  * AllReduce with zeros and its "I need the state" flag, whatever the survivors were doing. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -22,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "keel/boot.h"
 #include "keel/checkpoint.h"
 #include "keel/partition.h"
@@ -34,6 +34,14 @@
 #define SHARDS	   64u /* data shards the partitioner places (sample i is in shard i % SHARDS) */
 #define EVENTS_MAX 16u
 #define KEEP	   4u
+#define TOOL	   "keel-train"
+/* Option ranges (--help states them). */
+#define EPOCHS_MAX     100000u
+#define CKPT_EVERY_MAX 1000000000ull
+#define STEP_MAX       1000000000000ull
+#define BENCH_MIB_MAX  65536u
+#define LR_MIN	       1e-9
+#define LR_MAX	       100.0
 
 /* The vector every collective reduces: payload, then scalars, then per-rank flags. */
 enum {
@@ -784,15 +792,9 @@ static double ms(uint64_t a, uint64_t b)
 	return b > a ? (double)(b - a) / 1e6 : 0.0;
 }
 
-static void summary(struct trainer *t)
+/* A rank that came back (restarted, or readmitted after an exclusion): how it got the model. */
+static void comeback_line(const struct trainer *t)
 {
-	double acc = train_model_accuracy(t->w, t->d, t->d->test, t->d->test_count);
-	if (t->job_ended) {
-		printf("rank %u (excluded %u times): training had ended before it was admitted "
-		       "back; nothing to do\n",
-		       t->rank, t->exclusions);
-		return;
-	}
 	/* A restarted rank that was later excluded too is still a restarted rank: say both. */
 	if (t->t_admitted_ns != 0 && t->exclusions > 0 && !t->b.cfg.rejoin)
 		printf(
@@ -814,11 +816,11 @@ static void summary(struct trainer *t)
 		    "\n",
 		    t->rank, t->b.cfg.incarnation, ms(t->t_start_ns, t->t_admitted_ns),
 		    sizeof(t->w), ms(t->t_admitted_ns, t->t_synced_ns), t->synced_step);
-	if (!is_leader(t))
-		return;
-	printf("\n== keel-train summary (rank %u, %u ranks at the end, view %u)\n", t->rank,
-	       t->member_count, t->plan_epoch);
-	printf("final test accuracy:           %.2f %%\n", 100 * acc);
+}
+
+/* --no-reference off: the same training in one process, and how far this one is from it. */
+static void reference_lines(struct trainer *t, double acc)
+{
 	if (t->o.reference && t->feed != NULL && train_feed_read_all(t->feed, t->d) != 0) {
 		printf("same training without failure: not computed (%s)\n", t->feed->err);
 	} else if (t->o.reference) {
@@ -835,6 +837,24 @@ static void summary(struct trainer *t)
 		printf("difference:                    %+.2f points (%s 1 point)\n",
 		       100 * (acc - racc), fabs(acc - racc) <= 0.01 ? "within" : "NOT within");
 	}
+}
+
+static void summary(struct trainer *t)
+{
+	double acc = train_model_accuracy(t->w, t->d, t->d->test, t->d->test_count);
+	if (t->job_ended) {
+		printf("rank %u (excluded %u times): training had ended before it was admitted "
+		       "back; nothing to do\n",
+		       t->rank, t->exclusions);
+		return;
+	}
+	comeback_line(t);
+	if (!is_leader(t))
+		return;
+	printf("\n== keel-train summary (rank %u, %u ranks at the end, view %u)\n", t->rank,
+	       t->member_count, t->plan_epoch);
+	printf("final test accuracy:           %.2f %%\n", 100 * acc);
+	reference_lines(t, acc);
 	for (uint32_t i = 0; i < t->ev_count; i++) {
 		const struct event *e = &t->ev[i];
 		printf("failure %u: rank %u silent %.1f ms before it was suspected (detection); "
@@ -1053,10 +1073,10 @@ static int bench_state(struct trainer *t)
 	return rc;
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
 	fprintf(
-	    stderr,
+	    f,
 	    "usage: keel-train [--epochs N] [--batch B] [--lr X] [--seed S] [--data PATH]\n"
 	    "                  [--ckpt-dir DIR] [--ckpt-every STEPS] [--fault-at RANK@STEP]\n"
 	    "                  [--crash-at RANK@STEP] [--stall-at RANK@STEP:SECONDS]\n"
@@ -1064,26 +1084,242 @@ static void usage(void)
 	    "                  [--bench-state MIB] [--plot FILE.svg|FILE.png]\n"
 	    "                  [--slow RANK:FACTOR[@STEP]] [--compute-us N] [--no-repair]\n"
 	    "                  [--print-plans] [--shards FILE [--preload ahead|demand] [--cold]]\n"
-	    "                  [--compress]\n"
-	    "--slow: that rank computes FACTOR times slower (from STEP); every step's compute\n"
-	    "times travel with its gradient, and when the slowest stays over twice the fastest\n"
-	    "the members re-partition the shards by measured speed (--no-repair: never).\n"
-	    "--compute-us: each sample costs N us more (compute-bound steps, for the demo).\n"
-	    "--print-plans: every rank prints a digest of the plan it makes at each view (the\n"
-	    "repairs print theirs anyway), so that a test can check they all hold the same.\n"
-	    "--shards: train from FILE, the digits in shards (written from --data if missing):\n"
-	    "each rank reads only the shards it owns, the next epoch's while computing this\n"
-	    "one (--preload demand: each when a step first needs it), and follows the plan\n"
-	    "when shards move. --cold: each rank drops FILE from the page cache at each of\n"
-	    "its epochs, so that reads come from the disk (a data set larger than memory).\n"
-	    "--compress: gradients go through keel's gradient AllReduce (f32, with error\n"
-	    "feedback): KEEL_COMPRESS=auto|bf16|f16|off says when keel sends them as bf16/f16.\n"
-	    "--plot: the leader draws the training loss and test accuracy of each epoch, with\n"
-	    "failures marked, with gnuplot (gnuplot-nox).\n"
-	    "Run under keel-run (or any launcher keel understands); see README.\n");
+	    "                  [--compress] [--help] [--version]\n"
+	    "Data-parallel training of a small MLP on the 8x8 digits over keel; run it under\n"
+	    "keel-run (or any launcher keel understands).\n"
+	    "  --epochs N           epochs, 1..%u (default 30)\n"
+	    "  --batch B            global batch, 1..%u samples (default 16; 256 at most with\n"
+	    "                       --compress)\n"
+	    "  --lr X               learning rate, %g..%g (default 0.2)\n"
+	    "  --seed S             initial weights and sample order, 0..2^64-1 (default 1)\n"
+	    "  --data PATH          the digits CSV (gzip'd), default %s\n"
+	    "  --ckpt-dir DIR       checkpoints in DIR/rank<R> (made if missing)\n"
+	    "  --ckpt-every STEPS   a checkpoint every STEPS steps, 1..%llu (default 100)\n"
+	    "  --fault-at RANK@STEP that rank reports a hard fault at STEP: all roll back\n"
+	    "  --crash-at RANK@STEP that rank SIGKILLs itself at STEP (first life)\n"
+	    "  --stall-at RANK@STEP:SECONDS  that rank stops (SIGSTOP) at STEP for SECONDS,\n"
+	    "                       0 < SECONDS < 3600 (RANK 0..%u, STEP 0..%llu everywhere)\n"
+	    "  --no-reference       skip the same training in one process at the end\n"
+	    "  --dump-weights FILE  the leader writes the final weights\n"
+	    "  --quiet              fewer lines\n"
+	    "  --bench-state MIB    instead of training: time checkpoints and live recovery of\n"
+	    "                       MIB MiB, 1..%u\n"
+	    "  --plot FILE          the leader draws loss and accuracy per epoch, failures\n"
+	    "                       marked (.svg or .png; gnuplot)\n"
+	    "  --slow RANK:FACTOR[@STEP]  that rank computes FACTOR (1..1000) times slower\n"
+	    "                       (from STEP); when the slowest stays over twice the fastest\n"
+	    "                       the members re-partition the shards by measured speed\n"
+	    "  --compute-us N       each sample costs N us more, 0..1000000 (compute-bound steps)\n"
+	    "  --no-repair          measure the stragglers, never re-partition\n"
+	    "  --print-plans        every rank prints a digest of its plan at each view\n"
+	    "  --shards FILE        train from FILE, the digits in shards (written from --data if\n"
+	    "                       missing): each rank reads the shards it owns, the next\n"
+	    "                       epoch's while computing this one\n"
+	    "  --preload ahead|demand  with --shards: read ahead (default) or when first needed\n"
+	    "  --cold               with --shards: drop FILE from the page cache every epoch\n"
+	    "  --compress           gradients through keel's gradient AllReduce (f32, error\n"
+	    "                       feedback): KEEL_COMPRESS=auto|bf16|f16|off decides\n"
+	    "  -h, --help           this text\n"
+	    "  --version            keel's version and git hash\n"
+	    "Environment: KEEL_* settings (keel-run --help-env, docs/reference/env.md).\n",
+	    EPOCHS_MAX, TRAIN_SAMPLES_MAX, LR_MIN, LR_MAX, TRAIN_DIGITS_PATH,
+	    (unsigned long long)CKPT_EVERY_MAX, RANKS_MAX - 1, (unsigned long long)STEP_MAX,
+	    BENCH_MIB_MAX);
+	cli_exit_codes(f, "  (never 75: a rank left out of the view asks to be admitted again)\n");
 }
 
-static int parse_opts(struct opts *o, int argc, char **argv)
+/* The option table's order is the switch's: OPT_x is its index. */
+enum {
+	OPT_EPOCHS,
+	OPT_BATCH,
+	OPT_LR,
+	OPT_SEED,
+	OPT_DATA,
+	OPT_CKPT_DIR,
+	OPT_CKPT_EVERY,
+	OPT_FAULT_AT,
+	OPT_DUMP,
+	OPT_NO_REFERENCE,
+	OPT_QUIET,
+	OPT_BENCH_STATE,
+	OPT_CRASH_AT,
+	OPT_STALL_AT,
+	OPT_PLOT,
+	OPT_SLOW,
+	OPT_COMPUTE_US,
+	OPT_NO_REPAIR,
+	OPT_PRINT_PLANS,
+	OPT_SHARDS,
+	OPT_PRELOAD,
+	OPT_COLD,
+	OPT_COMPRESS,
+	OPT_COUNT
+};
+
+static const struct cli_opt options[OPT_COUNT] = {
+    [OPT_EPOCHS] = {"epochs", 0, CLI_UINT, .min_u = 1, .max_u = EPOCHS_MAX},
+    [OPT_BATCH] = {"batch", 0, CLI_UINT, .min_u = 1, .max_u = TRAIN_SAMPLES_MAX},
+    [OPT_LR] = {"lr", 0, CLI_REAL, .min_r = LR_MIN, .max_r = LR_MAX},
+    [OPT_SEED] = {"seed", 0, CLI_UINT, .min_u = 0, .max_u = UINT64_MAX},
+    [OPT_DATA] = {"data", 0, CLI_FILE},
+    [OPT_CKPT_DIR] = {"ckpt-dir", 0, CLI_TEXT},
+    [OPT_CKPT_EVERY] = {"ckpt-every", 0, CLI_UINT, .min_u = 1, .max_u = CKPT_EVERY_MAX},
+    [OPT_FAULT_AT] = {"fault-at", 0, CLI_TEXT},
+    [OPT_DUMP] = {"dump-weights", 0, CLI_TEXT},
+    [OPT_NO_REFERENCE] = {"no-reference", 0, CLI_FLAG},
+    [OPT_QUIET] = {"quiet", 0, CLI_FLAG},
+    [OPT_BENCH_STATE] = {"bench-state", 0, CLI_UINT, .min_u = 1, .max_u = BENCH_MIB_MAX},
+    [OPT_CRASH_AT] = {"crash-at", 0, CLI_TEXT},
+    [OPT_STALL_AT] = {"stall-at", 0, CLI_TEXT},
+    [OPT_PLOT] = {"plot", 0, CLI_TEXT},
+    [OPT_SLOW] = {"slow", 0, CLI_TEXT},
+    [OPT_COMPUTE_US] = {"compute-us", 0, CLI_REAL, .min_r = 0, .max_r = 1e6},
+    [OPT_NO_REPAIR] = {"no-repair", 0, CLI_FLAG},
+    [OPT_PRINT_PLANS] = {"print-plans", 0, CLI_FLAG},
+    [OPT_SHARDS] = {"shards", 0, CLI_TEXT},
+    [OPT_PRELOAD] = {"preload", 0, CLI_TEXT},
+    [OPT_COLD] = {"cold", 0, CLI_FLAG},
+    [OPT_COMPRESS] = {"compress", 0, CLI_FLAG},
+};
+
+/* "A<sep>B": A copied into head, B returned; NULL when sep is missing or A empty or too long. */
+static const char *split(const char *v, char sep, char *head, size_t cap)
+{
+	const char *at = strchr(v, sep);
+	if (at == NULL || at == v || (size_t)(at - v) >= cap)
+		return NULL;
+	memcpy(head, v, (size_t)(at - v));
+	head[at - v] = '\0';
+	return at + 1;
+}
+
+/* RANK@STEP (--fault-at, --crash-at), and --stall-at's RANK@STEP:SECONDS. */
+static void rank_at_step(const char *opt, const char *v, uint32_t *rank, uint64_t *step,
+			 double *seconds)
+{
+	char r[24], st[24];
+	uint64_t rk = 0;
+	const char *rest = split(v, '@', r, sizeof(r)), *secs = NULL;
+	if (rest != NULL && seconds != NULL && (secs = split(rest, ':', st, sizeof(st))) != NULL)
+		rest = st;
+	if (rest == NULL || (seconds != NULL && secs == NULL) ||
+	    cli_parse_uint(r, 0, RANKS_MAX - 1, &rk) != 0 ||
+	    cli_parse_uint(rest, 0, STEP_MAX, step) != 0 ||
+	    (secs != NULL &&
+	     (cli_parse_real(secs, 0, 3600, seconds) != 0 || *seconds <= 0 || *seconds >= 3600)))
+		cli_usage_error(TOOL, "%s: '%s' is not RANK@STEP%s (RANK 0..%u, STEP 0..%llu%s)",
+				opt, v, seconds != NULL ? ":SECONDS" : "", RANKS_MAX - 1,
+				(unsigned long long)STEP_MAX,
+				seconds != NULL ? ", 0 < SECONDS < 3600" : "");
+	*rank = (uint32_t)rk;
+}
+
+/* --slow RANK:FACTOR[@STEP] */
+static void parse_slow(struct opts *o, const char *v)
+{
+	char r[24], f[32];
+	uint64_t rk = 0;
+	const char *rest = split(v, ':', r, sizeof(r)), *step = NULL;
+	if (rest != NULL && (step = split(rest, '@', f, sizeof(f))) != NULL)
+		rest = f;
+	if (rest == NULL || cli_parse_uint(r, 0, RANKS_MAX - 1, &rk) != 0 ||
+	    cli_parse_real(rest, 1, 1000, &o->slow_factor) != 0 ||
+	    (step != NULL && cli_parse_uint(step, 0, STEP_MAX, &o->slow_step) != 0))
+		cli_usage_error(TOOL,
+				"--slow: '%s' is not RANK:FACTOR[@STEP] (RANK 0..%u, FACTOR "
+				"1..1000, STEP 0..%llu)",
+				v, RANKS_MAX - 1, (unsigned long long)STEP_MAX);
+	o->slow_rank = (uint32_t)rk;
+}
+
+/* The options that take text in a form of their own. */
+static void parse_text_opt(struct opts *o, int id, const char *v)
+{
+	char err[PLOT_PATH_MAX + 256];
+	switch (id) {
+	case OPT_PLOT: /* checked now (gnuplot, extension, folder), not after the training */
+		if (plot_check(v, err, sizeof(err)) != 0)
+			cli_usage_error(TOOL, "--plot: %s", err);
+		o->plot = v;
+		break;
+	case OPT_SLOW:
+		parse_slow(o, v);
+		break;
+	case OPT_PRELOAD:
+		if (strcmp(v, "ahead") != 0 && strcmp(v, "demand") != 0)
+			cli_usage_error(TOOL, "--preload: '%s' is not ahead or demand", v);
+		o->preload_ahead = strcmp(v, "ahead") == 0;
+		break;
+	case OPT_FAULT_AT:
+		rank_at_step("--fault-at", v, &o->fault_rank, &o->fault_step, NULL);
+		break;
+	case OPT_CRASH_AT:
+		rank_at_step("--crash-at", v, &o->crash_rank, &o->crash_step, NULL);
+		break;
+	case OPT_STALL_AT:
+		rank_at_step("--stall-at", v, &o->stall_rank, &o->stall_step, &o->stall_s);
+		break;
+	}
+}
+
+static void parse_opt(struct opts *o, int id, const struct cli *c)
+{
+	switch (id) {
+	case OPT_EPOCHS:
+		o->epochs = (uint32_t)c->u;
+		break;
+	case OPT_BATCH:
+		o->batch = (uint32_t)c->u;
+		break;
+	case OPT_LR:
+		o->lr = (float)c->r;
+		break;
+	case OPT_SEED:
+		o->seed = c->u;
+		break;
+	case OPT_CKPT_EVERY:
+		o->ckpt_every = c->u;
+		break;
+	case OPT_BENCH_STATE:
+		o->bench_mib = c->u;
+		break;
+	case OPT_COMPUTE_US:
+		o->compute_us = c->r;
+		break;
+	case OPT_DATA:
+	case OPT_CKPT_DIR:
+	case OPT_DUMP:
+	case OPT_SHARDS:
+		*(id == OPT_DATA       ? &o->data
+		  : id == OPT_CKPT_DIR ? &o->ckpt_dir
+		  : id == OPT_DUMP     ? &o->dump
+				       : &o->shards) = c->value;
+		break;
+	case OPT_NO_REFERENCE:
+		o->reference = false;
+		break;
+	case OPT_QUIET:
+		o->quiet = true;
+		break;
+	case OPT_NO_REPAIR:
+		o->no_repair = true;
+		break;
+	case OPT_PRINT_PLANS:
+		o->print_plans = true;
+		break;
+	case OPT_COLD:
+		o->cold = true;
+		break;
+	case OPT_COMPRESS:
+		o->compress = true;
+		break;
+	default:
+		parse_text_opt(o, id, c->value);
+	}
+}
+
+/* Returns only when every option is valid: a mistake exits 2 (cli.h). */
+static void parse_opts(struct opts *o, int argc, char **argv)
 {
 	*o = (struct opts){.epochs = 30,
 			   .batch = 16,
@@ -1097,164 +1333,24 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			   .slow_rank = UINT32_MAX,
 			   .preload_ahead = true,
 			   .reference = true};
-	/* clang-format off: one option a line */
-	static const struct option longs[] = {{"epochs", 1, NULL, 'E'},
-					      {"batch", 1, NULL, 'B'},
-					      {"lr", 1, NULL, 'l'},
-					      {"seed", 1, NULL, 's'},
-					      {"data", 1, NULL, 'd'},
-					      {"ckpt-dir", 1, NULL, 'c'},
-					      {"ckpt-every", 1, NULL, 'k'},
-					      {"fault-at", 1, NULL, 'f'},
-					      {"dump-weights", 1, NULL, 'w'},
-					      {"no-reference", 0, NULL, 'R'},
-					      {"quiet", 0, NULL, 'q'},
-					      {"bench-state", 1, NULL, 'b'},
-					      {"crash-at", 1, NULL, 'K'},
-					      {"stall-at", 1, NULL, 'S'},
-					      {"plot", 1, NULL, 'P'},
-					      {"slow", 1, NULL, 'L'},
-					      {"compute-us", 1, NULL, 'C'},
-					      {"no-repair", 0, NULL, 'N'},
-					      {"print-plans", 0, NULL, 'G'},
-					      {"shards", 1, NULL, 'H'},
-					      {"preload", 1, NULL, 'A'},
-					      {"cold", 0, NULL, 'O'},
-					      {"help", 0, NULL, 'h'},
-					      {"compress", 0, NULL, 'Z'},
-					      {NULL, 0, NULL, 0}};
-	/* clang-format on */
-	int c;
-	while ((c = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
-		switch (c) {
-		case 'E':
-			o->epochs = (uint32_t)strtoul(optarg, NULL, 10);
-			break;
-		case 'B':
-			o->batch = (uint32_t)strtoul(optarg, NULL, 10);
-			break;
-		case 'l':
-			o->lr = strtof(optarg, NULL);
-			break;
-		case 's':
-			o->seed = strtoull(optarg, NULL, 0);
-			break;
-		case 'd':
-			o->data = optarg;
-			break;
-		case 'c':
-			o->ckpt_dir = optarg;
-			break;
-		case 'k':
-			o->ckpt_every = strtoull(optarg, NULL, 10);
-			break;
-		case 'w':
-			o->dump = optarg;
-			break;
-		case 'R':
-			o->reference = false;
-			break;
-		case 'q':
-			o->quiet = true;
-			break;
-		case 'G':
-			o->print_plans = true;
-			break;
-		case 'b':
-			o->bench_mib = strtoull(optarg, NULL, 10);
-			break;
-		case 'P': {
-			/* Checked now (gnuplot, extension, folder), not after the training. */
-			char err[PLOT_PATH_MAX + 256];
-			if (plot_check(optarg, err, sizeof(err)) != 0) {
-				fprintf(stderr, "keel-train: %s\n", err);
-				return -EINVAL;
-			}
-			o->plot = optarg;
-			break;
-		}
-		case 'L': {
-			/* RANK:FACTOR, optionally @STEP */
-			int n = sscanf(optarg, "%u:%lf@%" SCNu64, &o->slow_rank, &o->slow_factor,
-				       &o->slow_step);
-			if (n < 2 || !(o->slow_factor >= 1 && o->slow_factor <= 1000)) {
-				fprintf(
-				    stderr,
-				    "keel-train: --slow %s: expected RANK:FACTOR[@STEP], FACTOR "
-				    "1..1000\n",
-				    optarg);
-				return -EINVAL;
-			}
-			break;
-		}
-		case 'C':
-			o->compute_us = strtod(optarg, NULL);
-			if (!(o->compute_us >= 0 && o->compute_us <= 1e6)) {
-				fprintf(stderr,
-					"keel-train: --compute-us %s: expected 0..1000000\n",
-					optarg);
-				return -EINVAL;
-			}
-			break;
-		case 'N':
-			o->no_repair = true;
-			break;
-		case 'H':
-			o->shards = optarg;
-			break;
-		case 'O':
-			o->cold = true;
-			break;
-		case 'Z':
-			o->compress = true;
-			break;
-		case 'A':
-			if (strcmp(optarg, "ahead") != 0 && strcmp(optarg, "demand") != 0) {
-				fprintf(stderr,
-					"keel-train: --preload %s: expected ahead or demand\n",
-					optarg);
-				return -EINVAL;
-			}
-			o->preload_ahead = strcmp(optarg, "ahead") == 0;
-			break;
-		case 'f':
-			if (sscanf(optarg, "%u@%" SCNu64, &o->fault_rank, &o->fault_step) != 2)
-				return -EINVAL;
-			break;
-		case 'K':
-			if (sscanf(optarg, "%u@%" SCNu64, &o->crash_rank, &o->crash_step) != 2) {
-				fprintf(stderr, "keel-train: --crash-at %s: expected RANK@STEP\n",
-					optarg);
-				return -EINVAL;
-			}
-			break;
-		case 'S':
-			if (sscanf(optarg, "%u@%" SCNu64 ":%lf", &o->stall_rank, &o->stall_step,
-				   &o->stall_s) != 3 ||
-			    !(o->stall_s > 0 && o->stall_s < 3600)) {
-				fprintf(stderr,
-					"keel-train: --stall-at %s: expected RANK@STEP:SECONDS "
-					"(0 < SECONDS < 3600)\n",
-					optarg);
-				return -EINVAL;
-			}
-			break;
-		default:
-			return -EINVAL;
-		}
-	}
-	if (o->epochs == 0 || o->batch == 0 || o->batch > TRAIN_SAMPLES_MAX || o->ckpt_every == 0 ||
-	    !(o->lr > 0))
-		return -EINVAL;
-	if (o->compress && o->batch > 256) {
-		fprintf(stderr,
-			"keel-train: --compress with --batch %u: at most 256 (the sample "
-			"counts travel in the vector keel may round to bf16, which holds "
-			"integers exactly up to 256)\n",
-			o->batch);
-		return -EINVAL;
-	}
-	return 0;
+	struct cli c = {.tool = TOOL,
+			.opts = options,
+			.opt_count = OPT_COUNT,
+			.usage = usage,
+			.argc = argc,
+			.argv = argv};
+	int id;
+	while ((id = cli_next(&c)) >= 0)
+		parse_opt(o, id, &c);
+	if (c.next < argc)
+		cli_usage_error(TOOL, "unexpected argument '%s' (see '%s --help')", argv[c.next],
+				TOOL);
+	if (o->compress && o->batch > 256)
+		cli_usage_error(TOOL,
+				"--batch: %u is more than 256 with --compress (the sample counts "
+				"travel in the vector keel may round to bf16, which holds integers "
+				"exactly up to 256)",
+				o->batch);
 }
 
 /* Per-rank checkpoint directory DIR/rank<r>, created if missing. */
@@ -1346,55 +1442,38 @@ static int start(struct trainer *t, char *err, size_t err_len)
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* The data, the planner, the checkpoints and (a restarted rank) admission: -1 to train, or the
+ * exit code, after saying why. */
+static int prepare(struct trainer *t)
 {
-	static struct trainer tr;
-	struct trainer *t = &tr;
-	char err[512] = "";
-	if (parse_opts(&t->o, argc, argv) != 0) {
-		usage();
-		return 2;
-	}
-	t->t_start_ns = keel_posix_now_ns();
-	int rc = keel_boot_start(&t->b, tweak, t, err, sizeof(err));
-	if (rc != 0) {
-		fprintf(stderr, "keel-train: %s\n", err);
-		return 1;
-	}
-	t->rank = t->b.launch.rank;
-	t->world = t->b.cfg.world_size;
-	if (t->world > RANKS_MAX) {
-		fprintf(stderr, "keel-train: at most %u ranks\n", RANKS_MAX);
-		return 1;
-	}
-	if (t->o.bench_mib != 0) {
-		rc = bench_state(t);
-		keel_boot_stop(&t->b, 2000000000ull);
-		return rc == 0 ? 0 : 1;
-	}
-	rc = start(t, err, sizeof(err));
-	char dir[KEEL_CKPT_DIR_MAX];
+	char err[512] = "", dir[KEEL_CKPT_DIR_MAX];
+	int rc = start(t, err, sizeof(err));
 	if (rc == 0 && t->o.ckpt_dir != NULL && (rc = open_ckpt(t, dir, sizeof(dir))) != 0)
 		snprintf(err, sizeof(err), "checkpoints in %s/rank%u: %s", t->o.ckpt_dir, t->rank,
 			 keel_strerror(rc));
 	if (rc != 0) {
 		fprintf(stderr, "keel-train: rank %u: %s\n", t->rank, err);
 		keel_boot_stop(&t->b, 0);
-		return 1;
+		return CLI_EXIT_FAILURE;
 	}
 	t->synced = !t->b.cfg.rejoin;
 	t->next = K_GRAD;
-	if (t->b.cfg.rejoin && (rc = keel_boot_wait_member(&t->b, 60ull * 1000000000ull)) != 0) {
-		if (rc == KEEL_EENDED)
-			printf("rank %u (restarted, life %u): training had ended before it was "
-			       "admitted back (%s); nothing to do\n",
-			       t->rank, t->b.cfg.incarnation, keel_strerror(rc));
-		else
-			fprintf(stderr, "keel-train: rank %u: never admitted back: %s\n", t->rank,
-				keel_strerror(rc));
-		keel_boot_stop(&t->b, 0);
-		return rc == KEEL_EENDED ? 0 : 1;
-	}
+	if (!t->b.cfg.rejoin || (rc = keel_boot_wait_member(&t->b, 60ull * 1000000000ull)) == 0)
+		return -1;
+	if (rc == KEEL_EENDED) /* a restarted rank whose job ended first: nothing to do */
+		printf("rank %u (restarted, life %u): training had ended before it was "
+		       "admitted back (%s); nothing to do\n",
+		       t->rank, t->b.cfg.incarnation, keel_strerror(rc));
+	else
+		fprintf(stderr, "keel-train: rank %u: never admitted back: %s\n", t->rank,
+			keel_strerror(rc));
+	keel_boot_stop(&t->b, 0);
+	return rc == KEEL_EENDED ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+}
+
+/* The plan of the first view, the opening line and the step-0 checkpoint. */
+static void first_view(struct trainer *t)
+{
 	struct keel_view v;
 	uint32_t members[KEEL_WORLD_MAX];
 	int n = keel_view_get(t->b.node, &v, members, KEEL_WORLD_MAX);
@@ -1409,13 +1488,12 @@ int main(int argc, char **argv)
 		       t->o.epochs, SHARDS);
 	if (t->ck != NULL && t->synced && keel_ckpt_write(t->ck, 0, v.epoch, t->t_start_ns) != 0)
 		fprintf(stderr, "keel-train: rank %u: first checkpoint failed\n", t->rank);
-	t->epoch_t0_ns = keel_posix_now_ns();
-	fflush(stdout);
-	t->recording = true;
-	uint64_t train_t0 = keel_posix_now_ns(), step0 = t->step;
-	rc = train_loop(t);
-	uint64_t train_ns = keel_posix_now_ns() - train_t0;
-	t->recording = false;
+}
+
+/* After the training: the summaries, --dump-weights and --plot. Returns the exit code. */
+static int finish(struct trainer *t, int rc, uint64_t train_ns, uint64_t step0)
+{
+	char err[512] = "";
 	if (rc != 0)
 		fprintf(stderr, "keel-train: rank %u: %s\n", t->rank, keel_strerror(rc));
 	else
@@ -1438,5 +1516,41 @@ int main(int argc, char **argv)
 		keel_ckpt_fini(t->ck);
 	if (t->feed != NULL)
 		train_feed_close(t->feed);
-	return rc == 0 ? 0 : 1;
+	return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+}
+
+int main(int argc, char **argv)
+{
+	static struct trainer tr;
+	struct trainer *t = &tr;
+	char err[512] = "";
+	parse_opts(&t->o, argc, argv);
+	t->t_start_ns = keel_posix_now_ns();
+	int rc = keel_boot_start(&t->b, tweak, t, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "keel-train: %s\n", err);
+		return CLI_EXIT_FAILURE;
+	}
+	t->rank = t->b.launch.rank;
+	t->world = t->b.cfg.world_size;
+	if (t->world > RANKS_MAX) {
+		fprintf(stderr, "keel-train: at most %u ranks\n", RANKS_MAX);
+		return CLI_EXIT_FAILURE;
+	}
+	if (t->o.bench_mib != 0) {
+		rc = bench_state(t);
+		keel_boot_stop(&t->b, 2000000000ull);
+		return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+	}
+	int code = prepare(t);
+	if (code >= 0)
+		return code;
+	first_view(t);
+	t->epoch_t0_ns = keel_posix_now_ns();
+	fflush(stdout);
+	t->recording = true;
+	uint64_t train_t0 = keel_posix_now_ns(), step0 = t->step;
+	rc = train_loop(t);
+	t->recording = false;
+	return finish(t, rc, keel_posix_now_ns() - train_t0, step0);
 }
