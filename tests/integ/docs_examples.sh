@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Runs the examples of the docs, so that they cannot drift from the code: every fenced ```sh
+# block of README.md and docs/**/*.md runs, in order, in a temporary folder of its page (one
+# folder per page: a block may use what an earlier block of the page made), with the build's
+# tools first on PATH, HOME set to that folder and `make` meaning this checkout's Makefile.
+# Fails naming file:line of each block that fails. A ```c block with a marker
+#   <!-- docs-test: file NAME.c -->
+# right before its fence is written to NAME.c for the blocks after it (which compile and run
+# it with pkg-config); other ```c blocks are fragments and are not compiled. Markers:
+#   <!-- docs-test: skip (REASON) -->   never run here; printed with its reason
+#   <!-- docs-test: long -->            slower than ~20 s: runs only with DOCS_TEST_LONG=1
+# ```text blocks are output and are never run. The page's folder has links to this checkout's
+# tools/ and sim/ (for tools/examples/, sim/examples/).
+#   DOCS_TEST_LONG=1: the long blocks too; DOCS_TEST_ONLY=REGEX: only the pages it matches;
+#   DOCS_TEST_VERBOSE=1: the output of the blocks that passed too
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+REPO=$PWD
+BUILD=${BUILD:-build}
+case $BUILD in
+/*) BUILD_ABS=$BUILD ;;
+*) BUILD_ABS=$REPO/$BUILD ;;
+esac
+LONG=${DOCS_TEST_LONG:-0}
+ONLY=${DOCS_TEST_ONLY:-}
+FAST_TIMEOUT_S=${DOCS_TEST_TIMEOUT:-90}
+LONG_TIMEOUT_S=1200
+
+[ -x "$BUILD_ABS/bin/keel-run" ] || {
+	echo "docs_examples: SKIP: $BUILD/bin/keel-run not built (make all first)"
+	exit 77
+}
+
+work=$(mktemp -d /tmp/keel-docs.XXXXXX) || exit 1
+trap 'rm -rf "$work"' EXIT
+start_s=$(date +%s)
+
+# Every page, README first.
+pages=$( {
+	echo README.md
+	find docs -name '*.md' | LC_ALL=C sort
+} | grep -E -- "${ONLY:-.}")
+
+# extract PAGE OUTDIR: writes OUTDIR/N (the block) and prints one line per block:
+# N<TAB>line<TAB>kind<TAB>mode<TAB>argument (kind: sh or c; mode: run, skip, long, file).
+extract() {
+	awk -v out="$2" '
+	function marker(s) {
+		if (s !~ /^<!-- docs-test: /) return ""
+		sub(/^<!-- docs-test: /, "", s); sub(/ *-->$/, "", s); return s
+	}
+	BEGIN { n = 0; inside = 0; prev = "" }
+	{
+		if (!inside && $0 ~ /^```/) {
+			inside = 1; kind = substr($0, 4); m = marker(prev); take = 0
+			if (kind == "sh" || (kind == "c" && m ~ /^file /)) {
+				n++; take = 1; file = out "/" n; printf "" > file
+				mode = "run"; arg = ""
+				if (m ~ /^skip/) { mode = "skip"; arg = m; sub(/^skip *\(?/, "", arg); sub(/\)$/, "", arg) }
+				else if (m == "long") mode = "long"
+				else if (m ~ /^file /) { mode = "file"; arg = substr(m, 6) }
+				else if (m != "") { mode = "bad"; arg = m }
+				printf "%d\t%d\t%s\t%s\t%s\n", n, NR, kind, mode, arg
+			}
+		} else if (inside && $0 ~ /^```/) {
+			inside = 0; if (take) close(file)
+		} else if (inside && take) {
+			print >> file
+		}
+		prev = $0
+	}' "$1"
+}
+
+# The `make` of an example is this checkout's, with its build folder.
+make() { command make -s -C "$REPO" BUILD="$BUILD" "$@"; }
+export -f make
+export REPO BUILD
+
+failed=0 ran=0 skipped=0 held=0 fragments=0
+for page in $pages; do
+	fragments=$((fragments + $(grep -c '^```c$' "$page")))
+	dir=$work/run/$page
+	blocks=$work/blocks/$page
+	mkdir -p "$dir" "$blocks"
+	ln -s "$REPO/tools" "$dir/tools"
+	ln -s "$REPO/sim" "$dir/sim"
+	while IFS=$'\t' read -r n line kind mode arg; do
+		where=$page:$line
+		case $mode in
+		bad)
+			echo "docs_examples: FAIL: $where: unknown marker 'docs-test: $arg'"
+			failed=$((failed + 1))
+			continue
+			;;
+		file)
+			fragments=$((fragments - 1))
+			cp "$blocks/$n" "$dir/$arg"
+			continue
+			;;
+		skip)
+			echo "docs_examples: skipped $where: $arg"
+			skipped=$((skipped + 1))
+			continue
+			;;
+		long)
+			if [ "$LONG" != 1 ]; then
+				echo "docs_examples: long, not run (DOCS_TEST_LONG=1 runs it): $where"
+				held=$((held + 1))
+				continue
+			fi
+			;;
+		esac
+		limit=$FAST_TIMEOUT_S
+		[ "$mode" = long ] && limit=$LONG_TIMEOUT_S
+		t0=$(date +%s.%N)
+		# Its own session, so that what the block left running is ended with it.
+		(cd "$dir" && HOME=$dir PATH=$BUILD_ABS/bin:$PATH exec setsid timeout -k 5 "$limit" \
+			bash -e -o pipefail "$blocks/$n") >"$work/log" 2>&1 </dev/null &
+		pid=$!
+		wait $pid
+		rc=$?
+		kill -- -$pid 2>/dev/null
+		took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+		ran=$((ran + 1))
+		if [ $rc -ne 0 ]; then
+			failed=$((failed + 1))
+			echo "docs_examples: FAIL: $where (exit $rc after $took s; timeout ${limit} s):"
+			sed 's/^/    | /' "$blocks/$n"
+			echo "    output (last 20 lines):"
+			tail -n 20 "$work/log" | sed 's/^/    > /'
+		else
+			echo "docs_examples: ok $where ($took s)"
+			[ -z "${DOCS_TEST_VERBOSE:-}" ] || sed 's/^/    > /' "$work/log"
+		fi
+	done < <(extract "$page" "$blocks")
+done
+
+echo "docs_examples: $ran blocks run, $failed failed, $skipped skipped, $held long ones" \
+	"not run, $fragments C fragments not compiled; $(($(date +%s) - start_s)) s"
+[ $failed -eq 0 ] || exit 1
+[ $ran -gt 0 ] || {
+	echo "docs_examples: FAIL: no block ran"
+	exit 1
+}
+exit 0
