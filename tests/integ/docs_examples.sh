@@ -4,8 +4,8 @@
 # folder per page: a block may use what an earlier block of the page made), with the build's
 # tools first on PATH, HOME set to that folder and `make` meaning this checkout's Makefile.
 # Fails naming file:line of each block that fails. A ```c block with a marker
-#   <!-- docs-test: file NAME.c -->
-# right before its fence is written to NAME.c for the blocks after it (which compile and run
+#   <!-- docs-test: file NAME -->
+# right before its fence is written to the file NAME for the blocks after it (which compile and run
 # it with pkg-config); other ```c blocks are fragments and are not compiled. Markers:
 #   <!-- docs-test: skip (REASON) -->   never run here; printed with its reason
 #   <!-- docs-test: long -->            slower than ~20 s: runs only with DOCS_TEST_LONG=1
