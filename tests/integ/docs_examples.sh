@@ -3,7 +3,8 @@
 # block of README.md and docs/**/*.md runs, in order, in a temporary folder of its page (one
 # folder per page: a block may use what an earlier block of the page made), with the build's
 # tools first on PATH, HOME set to that folder and `make` meaning this checkout's Makefile.
-# Fails naming file:line of each block that fails. A ```c block with a marker
+# Fails naming file:line of each block that fails, and of each relative link to a file or a
+# heading that does not exist. A ```c block with a marker
 #   <!-- docs-test: file NAME -->
 # right before its fence is written to the file NAME for the blocks after it (which compile and run
 # it with pkg-config); other ```c blocks are fragments and are not compiled. Markers:
@@ -71,12 +72,50 @@ extract() {
 	}' "$1"
 }
 
+# Links first: every relative link of a page must name a file or folder that exists, and an
+# anchor (#...) a heading of the page it points at (GitHub's slugs).
+links_bad=$(python3 - $pages <<'EOF'
+import os, re, sys
+def slugs(path):
+    out, inside = set(), False
+    for line in open(path, encoding="utf-8"):
+        if line.startswith("```"):
+            inside = not inside
+        elif not inside and line.startswith("#"):
+            text = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^\w\- ]", "", text).replace(" ", "-"))
+    return out
+for page in sys.argv[1:]:
+    inside = False
+    for n, line in enumerate(open(page, encoding="utf-8"), 1):
+        if line.startswith("```"):
+            inside = not inside
+        if inside:
+            continue
+        for target in re.findall(r"\]\(([^)\s]+)\)", line):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            full = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+            if not os.path.exists(full):
+                print(f"{page}:{n}: link to {target}: no such file")
+            elif anchor and full.endswith(".md") and anchor not in slugs(full):
+                print(f"{page}:{n}: link to {target}: no such heading")
+EOF
+)
+if [ -n "$links_bad" ]; then
+	sed 's/^/docs_examples: FAIL: /' <<<"$links_bad"
+	links_failed=$(wc -l <<<"$links_bad")
+else
+	links_failed=0
+fi
+
 # The `make` of an example is this checkout's, with its build folder.
 make() { command make -s -C "$REPO" BUILD="$BUILD" "$@"; }
 export -f make
 export REPO BUILD
 
-failed=0 ran=0 skipped=0 held=0 fragments=0
+failed=$links_failed ran=0 skipped=0 held=0 fragments=0
 for page in $pages; do
 	fragments=$((fragments + $(grep -c '^```c$' "$page")))
 	dir=$work/run/$page
