@@ -10,6 +10,8 @@
 # it with pkg-config); other ```c blocks are fragments and are not compiled. Markers:
 #   <!-- docs-test: skip (REASON) -->   never run here; printed with its reason
 #   <!-- docs-test: long -->            slower than ~20 s: runs only with DOCS_TEST_LONG=1
+#   <!-- docs-test: needs PROG... -->   skipped, saying so, where a program is not installed
+# (an optional part: keel-sim, gnuplot, curl); several in one marker: "long; needs keel-sim".
 # ```text blocks are output and are never run. The page's folder has links to this checkout's
 # tools/ and sim/ (for tools/examples/, sim/examples/).
 #   DOCS_TEST_LONG=1: the long blocks too; DOCS_TEST_ONLY=REGEX: only the pages it matches;
@@ -43,7 +45,8 @@ pages=$( {
 } | grep -E -- "${ONLY:-.}")
 
 # extract PAGE OUTDIR: writes OUTDIR/N (the block) and prints one line per block:
-# N<TAB>line<TAB>kind<TAB>mode<TAB>argument (kind: sh or c; mode: run, skip, long, file).
+# N, line, kind (sh or c), mode (run, skip, long, file), argument, programs needed; tab-separated,
+# '-' for none.
 extract() {
 	awk -v out="$2" '
 	function marker(s) {
@@ -56,12 +59,17 @@ extract() {
 			inside = 1; kind = substr($0, 4); m = marker(prev); take = 0
 			if (kind == "sh" || (kind == "c" && m ~ /^file /)) {
 				n++; take = 1; file = out "/" n; printf "" > file
-				mode = "run"; arg = ""
-				if (m ~ /^skip/) { mode = "skip"; arg = m; sub(/^skip *\(?/, "", arg); sub(/\)$/, "", arg) }
-				else if (m == "long") mode = "long"
-				else if (m ~ /^file /) { mode = "file"; arg = substr(m, 6) }
-				else if (m != "") { mode = "bad"; arg = m }
-				printf "%d\t%d\t%s\t%s\t%s\n", n, NR, kind, mode, arg
+				mode = "run"; arg = "-"; needs = "-"
+				parts = split(m, part, /; */)
+				for (i = 1; i <= parts; i++) {
+					p = part[i]
+					if (p ~ /^skip/) { mode = "skip"; arg = p; sub(/^skip *\(?/, "", arg); sub(/\)$/, "", arg) }
+					else if (p == "long") mode = "long"
+					else if (p ~ /^file /) { mode = "file"; arg = substr(p, 6) }
+					else if (p ~ /^needs /) needs = substr(p, 7)
+					else if (p != "") { mode = "bad"; arg = p }
+				}
+				printf "%d\t%d\t%s\t%s\t%s\t%s\n", n, NR, kind, mode, arg, needs
 			}
 		} else if (inside && $0 ~ /^```/) {
 			inside = 0; if (take) close(file)
@@ -123,7 +131,7 @@ for page in $pages; do
 	mkdir -p "$dir" "$blocks"
 	ln -s "$REPO/tools" "$dir/tools"
 	ln -s "$REPO/sim" "$dir/sim"
-	while IFS=$'\t' read -r n line kind mode arg; do
+	while IFS=$'\t' read -r n line kind mode arg needs; do
 		where=$page:$line
 		case $mode in
 		bad)
@@ -149,6 +157,16 @@ for page in $pages; do
 			fi
 			;;
 		esac
+		missing=
+		[ "$needs" = - ] || for prog in $needs; do
+			command -v "$prog" >/dev/null || PATH=$BUILD_ABS/bin:$PATH command -v "$prog" \
+				>/dev/null || missing="$missing $prog"
+		done
+		if [ -n "$missing" ]; then
+			echo "docs_examples: skipped $where: not installed here:$missing"
+			skipped=$((skipped + 1))
+			continue
+		fi
 		limit=$FAST_TIMEOUT_S
 		[ "$mode" = long ] && limit=$LONG_TIMEOUT_S
 		t0=$(date +%s.%N)
