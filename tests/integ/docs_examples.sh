@@ -49,6 +49,20 @@ pages=$( {
 # '-' for none.
 extract() {
 	awk -v out="$2" '
+	# Splits a marker on "; " outside parentheses (a skip reason may hold one).
+	function parts_of(s, part,    n, depth, i, c, cur) {
+		n = 0; depth = 0; cur = ""
+		for (i = 1; i <= length(s); i++) {
+			c = substr(s, i, 1)
+			if (c == "(") depth++
+			else if (c == ")") depth--
+			if (c == ";" && depth == 0) { part[++n] = cur; cur = "" }
+			else cur = cur c
+		}
+		part[++n] = cur
+		for (i = 1; i <= n; i++) { sub(/^ +/, "", part[i]); sub(/ +$/, "", part[i]) }
+		return n
+	}
 	function marker(s) {
 		if (s !~ /^<!-- docs-test: /) return ""
 		sub(/^<!-- docs-test: /, "", s); sub(/ *-->$/, "", s); return s
@@ -60,7 +74,7 @@ extract() {
 			if (kind == "sh" || (kind == "c" && m ~ /^file /)) {
 				n++; take = 1; file = out "/" n; printf "" > file
 				mode = "run"; arg = "-"; needs = "-"
-				parts = split(m, part, /; */)
+				parts = parts_of(m, part)
 				for (i = 1; i <= parts; i++) {
 					p = part[i]
 					if (p ~ /^skip/) { mode = "skip"; arg = p; sub(/^skip *\(?/, "", arg); sub(/\)$/, "", arg) }
