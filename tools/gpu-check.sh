@@ -16,7 +16,7 @@
 #      RDMA both ways where the NIC and driver take them (the run says which way its device
 #      buffers went, whether it has a device area, how many datagrams the NIC read from
 #      device memory and how many it wrote there), staged otherwise; every element checked.
-# Prints a summary block to paste into docs/perf-history.md. Exits 77 when no GPU is visible.
+# Prints a summary block to paste into docs/PERF.md. Exits 77 when no GPU is visible.
 #   tools/gpu-check.sh            (BUILD=dir, CUDA_HOME=/usr/local/cuda, MAX=64M)
 #   PREBUILT=1 tools/gpu-check.sh  runs binaries already in $BUILD (built on another machine
 #                                  with the same CPU type, for a GPU box without the build's
@@ -70,7 +70,7 @@ for tp in $transports; do
 	grep -q 'Out of bounds values : 0 OK' "$out/bench-$tp" || status=1
 done
 echo
-echo "==== for docs/perf-history.md ($(date -u +%F), $(hostname)) ===="
+echo "==== for docs/PERF.md ($(date -u +%F), $(hostname)) ===="
 sed -n '1p' "$out/kernels"
 grep -E '^(kernels|kernel|copy_sync|copies|device call|GPUDirect|FAIL)' "$out/kernels" | head -40
 grep -E '^(pipeline|FAIL)' "$out/pipeline" || true
