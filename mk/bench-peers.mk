@@ -1,5 +1,5 @@
 # make bench-peers: keel's AllReduce beside Open MPI's and Gloo's on this host (issue 16;
-# tools/bench-peers.sh, docs/PERF.md). The peer programs live in tools/bench-peers/ and are
+# tools/bench-peers.sh, docs/perf-history.md). The peer programs live in tools/bench-peers/ and are
 # built into $(BUILD)/bench-peers/, never into libkeel. They need libopenmpi-dev and
 # libgloo-dev (tools/deps/bench.txt): without them plain `make` skips them silently (they are
 # benchmarks, not part of keel), `make bench-peers` says what is missing and stops, and

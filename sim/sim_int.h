@@ -177,7 +177,7 @@ int sim_scenario_load(struct sim_scenario *s, const char *path, char *err, size_
 /* A leap of k steps at a mean of n periods of range r may drift k x r / n from the full run's
  * steps; it is kept within this fraction of a step (a longer leap waits for more steps, or,
  * with the window full, leaps this far and measures again). Half a step: where a failure lands
- * in its step is uncertain after a leap anyway (README "Long runs"), and a stricter bound kept
+ * in its step is uncertain after a leap anyway (docs/keel-sim.md), and a stricter bound kept
  * 64 mixed GPUs in full for 8 s instead of 1.6 s before their first leap. */
 #define SIM_FF_PHASE_TOL  0.5
 #define SIM_FF_WINDOW_MAX 256u

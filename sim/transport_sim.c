@@ -384,7 +384,7 @@ static uint32_t train_length(const struct sim_net *net, const struct keel_datagr
  * and arrive together either way, and one message costs SimGrid far less than N. What
  * changes: SimGrid shares a contended link per message, so a sender of many datagrams got
  * more of it than one of few; with trains each burst is one share. Step times moved by up to
- * 2 % against per datagram, either way (tests/integ/sim_trains.sh, docs/PERF.md). Off by
+ * 2 % against per datagram, either way (tests/integ/sim_trains.sh, docs/perf-history.md). Off by
  * default. */
 static int sim_send_burst(struct keel_transport *t, uint64_t now_ns, const struct keel_datagram *d,
 			  uint32_t count)

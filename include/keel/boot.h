@@ -95,7 +95,7 @@ struct keel_boot {
  *   (keel_boot_stop keeps the node polling and /metrics answering that long first, so that a
  *   scraper sees how a short job ended; 0..3600000, default 0).
  * With a job key (KEEL_JOB_KEY_FILE or KEEL_JOB_KEY: keel/launch.h) the rendezvous proves it
- * and cfg.auth is set with it, so every datagram is authenticated (docs/SECURITY.md); without
+ * and cfg.auth is set with it, so every datagram is authenticated (docs/guide/security.md); without
  * one, a job of more than one rank prints one line on stderr (once per process) saying so.
  * cfg.job_id is the launch's, as the rendezvous settled it (rank 0 picks one when no
  * KEEL_JOB_ID is given).

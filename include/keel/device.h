@@ -36,7 +36,7 @@ enum keel_copy_dir {
  * Regions do not overlap except dst == a and mirror == b; each is aligned to its element size
  * (a GPU cannot load a misaligned element). Results are those of keel_reduce
  * (keel/reduce.h): bit for bit for integers, min and max; floats within the tolerance
- * README "GPU buffers" states. */
+ * docs/guide/gpu.md states. */
 struct keel_device_reduce {
 	void *dst;
 	const void *a;

@@ -45,7 +45,7 @@ KEEL_MUST_USE int keel_device_cuda_copy_sync(const struct keel_device *dev, void
 
 /* GPUDirect RDMA: a dma-buf file descriptor for device memory [ptr, ptr + bytes), for
  * keel_boot_register_dmabuf and keel_boot_register_device_area (the verbs transport then
- * registers it with ibv_reg_dmabuf_mr; README "GPU buffers"). ptr and bytes must be multiples
+ * registers it with ibv_reg_dmabuf_mr; docs/guide/gpu.md). ptr and bytes must be multiples
  * of the GPU page (64 KiB). *offset is ptr's offset in the exported buffer. Errors: -ENOTSUP (the
  * driver cannot export dma-bufs: older than 515, or the kernel lacks CONFIG_DMABUF_MOVE_NOTIFY),
  * -EINVAL. The caller closes the fd after registering it. */

@@ -1,6 +1,7 @@
-/* keel: fault-tolerant runtime for distributed training. Includes every header of the runtime
- * (libkeel.a); the start-up library (libkeel_boot.a) is keel/boot.h, and each backend has its
- * own header (keel/transport_udp.h, transport_chaos.h, transport_dpdk.h, transport_verbs.h). */
+/* keel: fault-tolerant runtime for distributed training. Includes the runtime's own API (15 of
+ * the 30 headers); not the start-up library's (keel/boot.h, which includes this one), nor each
+ * transport's or device's constructor (keel/transport_udp.h, device_cuda.h, ...): those are
+ * included by name (docs/reference/api.md). */
 #ifndef KEEL_KEEL_H
 #define KEEL_KEEL_H
 

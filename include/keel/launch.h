@@ -57,7 +57,7 @@ struct keel_launch {
  * plus MASTER_ADDR, MASTER_PORT, KEEL_PEERS, KEEL_JOB_ID and the job's key. With KEEL_PEERS the
  * world size is the number of entries (a world-size variable, if also set, must agree). Missing
  * local variables default to local_rank = rank and local_world_size = world_size. MASTER_ADDR and
- * MASTER_PORT are required when world_size > 1 and KEEL_PEERS is unset. The key (docs/SECURITY.md),
+ * MASTER_PORT are required when world_size > 1 and KEEL_PEERS is unset. The key (security.md),
  * at most one of: KEEL_JOB_KEY_FILE  a file holding 32 raw bytes, or 64 hex digits and an optional
  * newline; like ssh, a file that its group or others may read or write, or that another user owns
  * (root excepted), is refused KEEL_JOB_KEY       64 hex digits; note that the same user's other

@@ -17,7 +17,7 @@ extern "C" {
 /* Reliable window per peer, in datagrams, power of two. Bounds in-flight and reorder
  * memory: 2 * window * mtu bytes per peer. 64 * 8972 B covers a 100 us RTT at 5 GB/s.
  * keel_boot gives UDP ranks with smaller datagrams up to 4x as many (256 at 1472 bytes), and
- * the burst likewise (README, "Kernel UDP between hosts"). */
+ * the burst likewise (docs/guide/transports.md). */
 #define KEEL_WINDOW_DEFAULT 64u
 #define KEEL_WINDOW_MAX	    1024u
 /* Datagrams moved per recvmmsg/sendmmsg call. */

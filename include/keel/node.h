@@ -166,7 +166,7 @@ struct keel_config {
 	uint32_t streams;
 	/* Authentication. With auth set, every datagram carries a MAC under auth_key (a secret
 	 * every rank of the job shares and nobody else has: keel-run makes one per job; see
-	 * README "Security") covering header and payload, in place of the CRC; a datagram without
+	 * security.md) covering header and payload, in place of the CRC; a datagram without
 	 * a valid MAC, or one already received (a replay), is dropped and counted. Datagrams
 	 * through memory only the job's user can write (a transport with KEEL_CAP_INTACT: shared
 	 * memory) go without MAC and CRC, and only such a transport's are taken so. Without it

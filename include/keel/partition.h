@@ -26,8 +26,9 @@ extern "C" {
 
 /* Hardware presets: ONE table, shared by the planner, keel-plan and keel-sim. Each entry's
  * figures and their public datasheet source are in runtime/plan/partition_presets.c (`source`
- * below) and in README's presets table. Tools describe other parts with `define gpu` /
- * `define link` (tools/common/plan_preset.c); the runtime only holds the constants. */
+ * below) and in docs/keel-plan.md's presets table. Tools describe other parts with
+ * `define gpu` / `define link` (tools/common/plan_preset.c); the runtime only holds the
+ * constants. */
 enum keel_gpu {
 	KEEL_GPU_V100_16 = 0,
 	KEEL_GPU_V100_32,

@@ -38,7 +38,7 @@ struct keel_posix_waiter {
 	int fd; /* waited for readability; -1 waits for the deadline only */
 	/* More descriptors waited on beside fd (keel_posix_waiter_add_fd): a router's routes,
 	 * each polled by the kernel directly (measured: waiting on an epoll descriptor over them
-	 * instead delayed failover views by ~0.9 ms at the median; docs/PERF.md). */
+	 * instead delayed failover views by ~0.9 ms at the median; docs/perf-history.md). */
 	int more_fds[KEEL_POSIX_WAIT_FDS_MAX - 1];
 	uint32_t more_count;
 	/* Waited for only while blocking (keel_posix_waiter_set_wake_fd), never checked by the
@@ -78,7 +78,7 @@ KEEL_MUST_USE int keel_posix_waiter_add_fd(struct keel_posix_waiter *w, int fd);
 /* End blocking waits when `fd` is readable too (-1: none; not owned). Spins do not check it:
  * a caller that looks at it after every wait sees it by the end of the spin (KEEL_WAIT_ADAPTIVE)
  * or by the wait's deadline (KEEL_WAIT_BUSY, which never blocks). Measured here: one more
- * descriptor in the spin's ppoll costs ~170 ns a check (docs/PERF.md). */
+ * descriptor in the spin's ppoll costs ~170 ns a check (docs/perf-history.md). */
 void keel_posix_waiter_set_wake_fd(struct keel_posix_waiter *w, int fd);
 
 /* Wait for `tp` (not owned; NULL: none), whose wait_fd (or a router's route descriptors) the

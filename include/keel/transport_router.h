@@ -84,7 +84,7 @@ KEEL_MUST_USE int keel_router_init(struct keel_transport **out, void *mem, size_
 /* The routes' own wait descriptors, for a waiter that polls several at once (keel_posix's):
  * fills fds[0 .. return) in route order, one per route that has not failed as a whole. 0 when
  * a route can only be polled (then so must the router be), or max is too small. A waiter on
- * these wakes sooner than one on wait_fd's epoll descriptor (docs/PERF.md). */
+ * these wakes sooner than one on wait_fd's epoll descriptor (docs/perf-history.md). */
 uint32_t keel_router_wait_fds(struct keel_transport *t, int *fds, uint32_t max);
 
 /* The route now carrying traffic to `peer`, or KEEL_ROUTER_NONE (none left, or peer is this

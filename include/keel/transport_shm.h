@@ -29,7 +29,7 @@
  * set: from the first arm_wait on, recv_burst leaves rings unmarked and takes the marks off
  * after a wake-up, and arm_wait marks every inbound ring and looks at each again, so a spinning
  * receiver costs its senders no doorbell (a syscall each) and finds records through rx_ready, a
- * load per ring (measured: docs/PERF.md, "shared memory without doorbells while spinning").
+ * load per ring (measured: docs/perf-history.md, "shared memory without doorbells while spinning").
  *
  * Start-up order: every rank calls keel_shm_init (maps, resets its own inbound rings, binds its
  * doorbell); then every rank calls keel_shm_attach until it returns 0 (-EAGAIN while a peer has
@@ -84,7 +84,7 @@ struct keel_shm_config {
 	/* Copy a run of small datagrams (up to 4 KiB each) for one receiver into the ring in one
 	 * piece, gathered first in this rank's private memory (64 KiB more of
 	 * keel_shm_storage_size): many small copies into lines the receiver last read stall the
-	 * sender on each one (docs/PERF.md). keel_shm_config_default turns it on. */
+	 * sender on each one (docs/perf-history.md). keel_shm_config_default turns it on. */
 	bool stage_runs;
 	/* Optional: the region, already shared between the ranks (keel_shm_region_size bytes,
 	 * 64-byte aligned, zeroed before the first rank initialises). NULL: map cfg.name. */

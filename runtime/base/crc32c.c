@@ -150,7 +150,7 @@ static uint32_t crc_narrow(uint32_t r, const unsigned char *p, size_t len)
  * Folding (after Intel's "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ"):
  * 128-bit lanes of the input are multiplied forward onto later ones, 16 lanes in flight in
  * four 512-bit registers, so the carry-less multiplier, not a chain of crc32 steps, sets the
- * pace (2.9x the three crc32 streams above on 1 408 bytes, 2.1x on 64 KiB, docs/PERF.md).
+ * pace (2.9x the three crc32 streams above on 1 408 bytes, 2.1x on 64 KiB, docs/perf-history.md).
  *
  * In the notation above, a lane loaded from memory is a reflected 128-bit value a: bit t holds
  * the coefficient of x^(127-t). Its low quadword is the high part aH (times x^64), its high

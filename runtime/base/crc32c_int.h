@@ -11,7 +11,7 @@
 uint32_t crc32c(uint32_t crc, const void *data, size_t len);
 
 /* crc32c of data[0..len) followed by `zeros` zero bytes: a header whose own CRC field counts
- * as zero, in one call (each datagram's header; docs/PERF.md). */
+ * as zero, in one call (each datagram's header; docs/perf-history.md). */
 uint32_t crc32c_then_zeros(uint32_t crc, const void *data, size_t len, size_t zeros);
 
 /* The same, never on 512-bit registers (tests compare both ways; benchmarks time both). */

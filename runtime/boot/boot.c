@@ -56,7 +56,7 @@ static int env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *out, ch
 
 /* Ranks that outnumber the cores wait for a CPU behind each other: measured here, 4 ranks on
  * 2 cores moving 64 MiB saw single ranks unscheduled for 20-40 ms. Unless the user set
- * KEEL_HEARTBEAT_US, the interval grows with the oversubscription (docs/PERF.md). */
+ * KEEL_HEARTBEAT_US, the interval grows with the oversubscription (docs/perf-history.md). */
 static uint64_t default_heartbeat_ns(const struct keel_launch *l, uint64_t base_ns)
 {
 	if (!keel_posix_oversubscribed(l->local_world_size))
@@ -70,7 +70,7 @@ static uint64_t default_heartbeat_ns(const struct keel_launch *l, uint64_t base_
  * both grow by the largest power of two that keeps as many bytes as the defaults, at most
  * DATAGRAM_SCALE_MAX. In namespaces over veth, 2 ranks at 1 472 bytes, window 256 and burst
  * 128 took 1 MiB in 535-546 us against 642-663 with 64 and 32; 512 and 256 were slower
- * (docs/PERF.md, "Kernel UDP: fewer pieces, wider checksums, bigger windows"). Datagrams cut
+ * (perf-history.md, "Kernel UDP: fewer pieces, wider checksums, bigger windows"). Datagrams cut
  * into pieces (PIECES_DATAGRAM_MAX, four times the default's bytes) take half the window:
  * twice the default's bytes in flight, as fast as the whole window in namespaces (2 ranks,
  * 64 KiB to 4 MiB), where a quarter of it was slower at 1 and 4 MiB. Over UDP only: the DPDK
@@ -267,7 +267,7 @@ static int env_switch(const char *name, bool *on, char *err, size_t err_len)
  * core its share of a header, a CRC and an ack, and the transport a join: in namespaces over
  * 1500-byte veths, 2 ranks took 0.87-0.96 of the time of 8 784-byte datagrams from 256 KiB to
  * 4 MiB, and 4 ranks less at 64 KiB and 4 MiB. Five and six times were slower again, and one
- * lost piece costs the whole datagram (docs/PERF.md, "Larger datagrams in pieces"). */
+ * lost piece costs the whole datagram (docs/perf-history.md, "Larger datagrams in pieces"). */
 #define PIECES_DATAGRAM_MAX (4u * KEEL_MTU_DEFAULT)
 /* A datagram is at most 64 pieces (keel_udp_config.piece_bytes): pieces of KEEL_UDP_PIECES_MIN
  * bytes carry PIECES_DATAGRAM_MAX. Links of smaller packets get no pieces. */
@@ -435,7 +435,7 @@ static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 				break;
 			}
 	}
-	/* KEEL_PEERS exchanges nothing: each rank keeps its own size (README says to set one) */
+	/* KEEL_PEERS exchanges nothing: each rank keeps its own size (docs/guide/transports.md) */
 	if (rc == 0 && b->launch.peers == NULL)
 		rc = agree_mtu(b, blobs, err, err_len);
 	if (rc == 0 && b->datagram_window != 0) /* the agreed size may differ from ours */
@@ -472,7 +472,7 @@ static void warn_unauthenticated(const struct keel_launch *l)
 		"keel: warning: no job key, so traffic between ranks is not authenticated "
 		"(anyone who can reach this job's ports can join it or forge its messages)%s; "
 		"give every rank the same key with KEEL_JOB_KEY_FILE (keel-run makes one per job; "
-		"docs/SECURITY.md)\n",
+		"docs/guide/security.md)\n",
 		l->peers != NULL && !l->job_id_fixed ? " and its job id is 0 (set KEEL_JOB_ID)"
 						     : "");
 }
@@ -787,7 +787,7 @@ static int start_chaos(struct keel_boot *b, char *err, size_t err_len)
  * answer without a wake-up (with shared memory, rx_ready is a load): 17-21 us. But a yielding
  * spinner still delays the peer whose timer fires: 4 ranks on 2 cores, a kill's new view came
  * 1.7-3.5 ms later at the median with 250 us and 1 ms heartbeats (and false suspicions rose),
- * 2-4 ms later with 5 ms heartbeats, and no later with 10 and 40 ms (docs/PERF.md). So the
+ * 2-4 ms later with 5 ms heartbeats, and no later with 10 and 40 ms (docs/perf-history.md). So the
  * default yields only when the heartbeat interval is at least YIELD_HEARTBEAT_MIN_NS (the
  * default interval for oversubscribed ranks is 30 ms and up) and KEEL_SPIN_US is unset;
  * KEEL_SPIN_YIELD=0|1 decides instead. */

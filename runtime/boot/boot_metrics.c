@@ -24,7 +24,7 @@
  * - otherwise every LOOK_WAITS waits: a rank kept busy by its transport returns from its spin
  *   without blocking, so it is never woken by the descriptor, and must look now and then.
  * The common wait (no connection open, no scrape) then costs a counter: reading the clock after
- * every wait cost ~0.5 us per 8 B AllReduce of 2 ranks (docs/PERF.md). */
+ * every wait cost ~0.5 us per 8 B AllReduce of 2 ranks (docs/perf-history.md). */
 #define LOOK_NS	   50000ull
 #define LOOK_WAITS 64u
 /* A busy-waiting rank never blocks, so the server's descriptor never ends its spin: its waits

@@ -1,4 +1,4 @@
-/* The job's key (keel/launch.h, docs/SECURITY.md): KEEL_JOB_KEY_FILE or KEEL_JOB_KEY. A key
+/* The job's key (keel/launch.h, docs/guide/security.md): KEEL_JOB_KEY_FILE or KEEL_JOB_KEY. A key
  * file is refused, like ssh refuses a private key, when anyone but its owner may read or write
  * it. No message ever quotes a key. */
 #include <errno.h>

@@ -236,7 +236,7 @@ struct keel_waiter keel_posix_waiter_get(struct keel_posix_waiter *w)
 /* The ranks' share of CPUs: the affinity mask, which containers and taskset narrow, or the
  * launcher's where that is wider. Counting this process's mask alone took 2 ranks bound to one
  * core each for 2 ranks on 1 CPU: they blocked at every wait, 55-65 us per small AllReduce
- * instead of 1.4 (docs/PERF.md). Falls back to the online count. */
+ * instead of 1.4 (docs/perf-history.md). Falls back to the online count. */
 long keel_posix_cpu_count(void)
 {
 	cpu_set_t set;

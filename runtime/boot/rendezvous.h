@@ -1,6 +1,6 @@
 /* Rendezvous: every rank learns every other rank's UDP address before the node starts.
  * Tools only: this blocks (bounded by a timeout) and uses TCP or a static list. The rules it
- * keeps against strangers on the network are in docs/SECURITY.md ("Keys and start-up"). */
+ * keeps against strangers on the network are in docs/guide/security.md ("The rendezvous rules"). */
 #ifndef KEEL_RENDEZVOUS_H
 #define KEEL_RENDEZVOUS_H
 

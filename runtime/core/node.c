@@ -422,7 +422,7 @@ void node_txq_push(struct keel_node *n, uint32_t peer, uint8_t *buf, uint32_t le
 /* With a key, a way that is a wire promises nothing the core may use: every datagram on it is
  * sealed whole (no CRC left out, no tail). A way through memory only the job's ranks can write
  * (KEEL_CAP_INTACT: shared memory, whose region only the job's user may open) needs no MAC,
- * as it needs no CRC: the key keeps out whoever can reach the job's ports (docs/SECURITY.md),
+ * as it needs no CRC: the key keeps out whoever can reach the job's ports (docs/guide/security.md),
  * and nobody else reaches those rings. */
 uint32_t node_peer_caps(struct keel_node *n, uint32_t peer)
 {

@@ -11,7 +11,7 @@
 
 /* Compute is the dense BF16 tensor-core peak: the datasheets mostly print the "with sparsity"
  * figure, twice the dense one. Memory as the datasheet states it (decimal GB). Where a source
- * leaves doubt, `source` says so: README's table prints it. */
+ * leaves doubt, `source` says so: docs/keel-plan.md's table prints it. */
 static const struct keel_gpu_preset gpu_presets[KEEL_GPU_COUNT] = {
     [KEEL_GPU_V100_16] = {"V100-16", 125 * TFLOPS, 16 * GB, KEEL_LINK_NVLINK2,
 			  "NVIDIA Tesla V100 datasheet (SXM2): 125 TFLOPS tensor; FP16, V100 "

@@ -32,7 +32,7 @@
  * private memory (STAGE_BYTES of the caller's) and copied into the ring in one piece. Copied
  * record by record, each a header and two pieces, they cost the sender a stall on every record:
  * its first store to a line the receiver last read waited for the line to come back (on the
- * 2-vCPU VM of docs/PERF.md, 2 ranks, 1472-byte datagrams, a third of the sender's cycles on
+ * 2-vCPU VM of perf-history.md, 2 ranks, 1472-byte datagrams, a third of the sender's cycles on
  * that store). One long copy does not: 1 MiB AllReduces took 1.7x less time. A single record
  * goes as it is: staging it only adds a copy. */
 #define STAGE_RECORD_MAX 4096u

@@ -41,7 +41,7 @@
 /* Receive coalescing (UDP_GRO, Linux 5.0): the kernel hands up a run of datagrams from one
  * sender as one buffer of up to 64 KiB, with the datagrams' size in a control message. Runs
  * land in GRO_SLOTS slots, as many as are free in one recvmmsg (each syscall costs about a
- * microsecond on a paravirtualized VM: docs/PERF.md), and are cut into datagrams: lent where
+ * microsecond on a paravirtualized VM: perf-history.md), and are cut into datagrams: lent where
  * the caller takes lent bytes (KEEL_DGRAM_LEND: no copy), copied into the caller's buffers
  * otherwise. Lent bytes must stay until the caller's next call, so a slot lent from takes no
  * new run in that call; the last slot never lends, so a receive can always land one more run
@@ -57,7 +57,7 @@
 /* Staged runs: a coalesced run of datagrams of up to STAGE_SEG_MAX bytes is copied into one
  * contiguous buffer before it is sent. In two pieces per datagram (header, payload where it
  * lies) a 64 KiB run of 1 472-byte datagrams is 88 iovecs, and the kernel's copy pays for each
- * piece: on the 2-vCPU VM of docs/PERF.md ("Kernel UDP: fewer pieces, wider checksums, bigger
+ * piece: on the 2-vCPU VM of perf-history.md ("Kernel UDP: fewer pieces, wider checksums, bigger
  * windows") such a send took twice as long
  * as one of the same bytes in one piece, a copy in user space included. Larger datagrams
  * make few pieces per run and go as they are. */
@@ -123,7 +123,7 @@ struct udp {
 	_Alignas(struct cmsghdr) uint8_t gro_ctrl[GRO_SLOTS][GRO_CTRL_BYTES]; /* CMSG_FIRSTHDR */
 	/* msgs[msgs_dirty..burst) hold the receive layout (all but the iovecs' targets), so a
 	 * receive rewrites only the headers a send or the kernel touched since: rewriting all
-	 * burst headers was most of an idle poll's cost (docs/PERF.md, issue 16). */
+	 * burst headers was most of an idle poll's cost (docs/perf-history.md, issue 16). */
 	uint32_t msgs_dirty;
 	struct keel_udp_stats stats;
 };

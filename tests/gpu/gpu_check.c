@@ -70,7 +70,7 @@ static bool is_nan(enum keel_dtype dt, const uint8_t *p)
 
 /* Does the device's element differ from the CPU's? Not when both are NaN from a float sum,
  * prod or avg: which NaN an arithmetic op returns is the hardware's (the GPU's f32 units give
- * their one canonical NaN, a CPU the input's payload), and README "GPU buffers" allows it.
+ * their one canonical NaN, a CPU the input's payload), and docs/guide/gpu.md allows it.
  * Those are counted in *nan_payloads. min and max pick a NaN by keel's rule: bit for bit. */
 static int differs(enum keel_dtype dt, enum keel_redop op, const uint8_t *got, const uint8_t *ref,
 		   size_t *nan_payloads)

@@ -297,7 +297,7 @@ part_slurm() {
 		failed+=(slurm)
 	fi
 
-	# The README's KEEL_PEERS line for Slurm (block distribution, 4 tasks on the one node):
+	# docs/guide/launching.md's KEEL_PEERS line for Slurm (block distribution, 4 tasks on the one node):
 	# no rendezvous, each rank binds its own entry.
 	local peers base
 	base=$(port)

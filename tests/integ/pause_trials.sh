@@ -5,9 +5,9 @@
 # calls back to back (membership_check). Each trial must end with: every rank exiting 0 (the
 # paused one excluded, told KEEL_EEXCLUDED, readmitted), one final view of all ranks, every
 # result exact for the members its call reports, no call past keel_op_bound_ns, and the
-# survivors' slowest call within the detection + view-change bound (README).
+# survivors' slowest call within the detection + view-change bound (docs/guarantees.md).
 # Then keel-bench, whose paused rank leaves with exit 75 while the others finish.
-#   WORLDS="3 4 5"  TRIALS=n per world (2 here; 50 for the figures in docs/PERF.md)
+#   WORLDS="3 4 5"  TRIALS=n per world (2 here; 50 for the figures in docs/perf-history.md)
 #   SEED=n replays a schedule (with the same WORLDS and TRIALS); every trial prints the
 #   values it drew.
 set -u
@@ -24,7 +24,7 @@ echo "SEED=$SEED"
 [ -x "$RUN" ] && [ -x "$CHECK" ] && [ -x "$BENCH" ] || { echo "pause_trials: build first"; exit 1; }
 export KEEL_HEARTBEAT_US=${KEEL_HEARTBEAT_US:-10000} KEEL_WAIT=block
 # A survivor's slowest call is the recovery (keel_recovery_bound_ns, printed by each rank)
-# plus the call itself, which on 2 shared cores under load took up to 60 ms (docs/PERF.md).
+# plus the call itself, which on 2 shared cores under load took up to 60 ms (docs/perf-history.md).
 SLACK_MS=${SLACK_MS:-100}
 log=$(mktemp /tmp/keel-pause.XXXXXX)
 trap 'rm -f "$log"' EXIT

@@ -55,13 +55,13 @@ done >"$tmp/r0.txt" || no "rank-0 runs exited $?"
 awk 'NR==1{a=$1} NR==2{b=$1; n=$2} END { exit !(a > 0 && b > 0.8 * a && n == 2) }' "$tmp/r0.txt" &&
 	echo "sim: ranks 0 and 3 lost at 1 and 1.5 s: $(paste -sd/ "$tmp/r0.txt") steps, failures (without/with)" ||
 	no "ranks 0 and 3 lost at 1 and 1.5 s: $(paste -sd/ "$tmp/r0.txt") steps, failures (without/with)"
-# The README's example (24 ranks training, 1 ms heartbeats, scaled gradient datagrams): heartbeats
+# docs/keel-sim.md's example (24 ranks training, 1 ms heartbeats, scaled gradient datagrams): heartbeats
 # must not queue behind gradients in the simulated receiver (once 66 false suspicions did).
 "$SIM" --scenario sim/examples/mixed24.scenario --format csv >"$tmp/m.csv" 2>/dev/null ||
 	no "mixed24 example exited $?"
 [ "$(col "$tmp/m.csv" views_agree)" = yes ] && [ "$(col "$tmp/m.csv" false_suspicions)" = 0 ] &&
 	[ "$(col "$tmp/m.csv" view_epochs)" = 2 ] &&
-	echo "sim: README example (mixed24): one new view, agreed, no false suspicion" ||
+	echo "sim: keel-sim.md example (mixed24): one new view, agreed, no false suspicion" ||
 	no "mixed24: views_agree $(col "$tmp/m.csv" views_agree), false $(col "$tmp/m.csv" false_suspicions)"
 
 # 1b. The baseline recovery: a collective watchdog (NCCL's 10 min, here 0.2 s from the start of

@@ -397,7 +397,7 @@ static void test_auth_config_errors(void **state)
 	cluster_fini(&c);
 }
 
-/* ---- what it costs (test_auth --cost; docs/PERF.md) ---- */
+/* ---- what it costs (test_auth --cost; docs/perf-history.md) ---- */
 
 static double now_s(void)
 {

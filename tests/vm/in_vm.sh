@@ -66,7 +66,7 @@ if want reg; then
 	PORT=$((PORT + 10))
 	t=$EPOCHREALTIME
 	# --no-key: with a job key every datagram carries a MAC trailer after its payload, so
-	# payloads are copied (README "Registered buffers")
+	# payloads are copied (docs/guide/rdma.md, "Registered buffers")
 	timeout 100 "$RUN" -n 2 --no-key --master-port "$PORT" --timeout 90 -- "$BENCH" allreduce \
 		--check --register -b 4 -e 256K -f 8 -n 3 -w 1 >"$LOG/reg" 2>&1
 	rc=$?

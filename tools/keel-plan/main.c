@@ -1,6 +1,6 @@
 /* keel-plan: the partition planner and DAG scheduler without writing C. Reads a cluster (text
  * format or SimGrid platform) and a workload, prints the capacity-aware plan next to an even
- * split; --bench times the planner. Formats: tools/keel-plan/plan_parse.c and README. */
+ * split; --bench times the planner. Formats: tools/keel-plan/plan_parse.c and docs/keel-plan.md. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* Parsers for keel-plan's inputs: the cluster and workload text formats (documented at the top
- * of plan_parse.c and in README) and SimGrid platform files (plan_xml.c, with expat). Tool
+ * plan_parse.c, docs/keel-plan.md) and SimGrid platform files (plan_xml.c, with expat). Tool
  * code: may allocate. */
 #ifndef KEEL_PLAN_PARSE_H
 #define KEEL_PLAN_PARSE_H
