@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "keel/env.h"
 #include "keel/keel.h"
 #include "keel/launch.h"
 #include "keel/posix.h"
@@ -30,6 +31,11 @@ extern "C" {
  * paused or cut off longer than the failure detector allows) and chose to leave rather than
  * rejoin: keel-run does not count it as a failure, and with --restart starts it again. */
 #define KEEL_EXIT_EXCLUDED 75 /* EX_TEMPFAIL (sysexits.h): out for now, may come back */
+
+/* How long the start waits for every rank (KEEL_RENDEZVOUS_TIMEOUT_MS): the rendezvous, and
+ * the shared-memory, DPDK and verbs set-up after it. 30 s covers ranks a launcher starts a
+ * few seconds apart on a loaded host, and still ends a job whose rank never came. */
+#define KEEL_RENDEZVOUS_TIMEOUT_MS_DEFAULT 30000u
 
 struct boot_trace;
 
