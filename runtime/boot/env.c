@@ -336,8 +336,8 @@ static void print_text(FILE *out)
 		snprintf(line, sizeof(line), "%s: %s; default %s; read by %s.", type_name(v->type),
 			 values, dflt, v->programs);
 		fprintf(out, "\n%s\n", v->name);
-		print_wrapped(out, 4, 96, line);
-		print_wrapped(out, 4, 96, v->meaning);
+		print_wrapped(out, 4, 80, line);
+		print_wrapped(out, 4, 80, v->meaning);
 	}
 }
 

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "keel/boot.h"
+#include "keel/env.h"
 #include "keel/launch.h"
 #include "keel/limits.h"
 #include "keel/posix.h"
@@ -128,6 +129,7 @@ static void usage(FILE *f)
 	    "  --no-key             give the ranks no job key: their traffic is not authenticated\n"
 	    "                       (by default a fresh key per job, KEEL_JOB_KEY_FILE)\n"
 	    "  -h, --help           this text\n"
+	    "  --help-env[=markdown]  the KEEL_* environment variables the ranks read\n"
 	    "\n"
 	    "SIGINT, SIGTERM and SIGHUP are passed to every rank. Each rank runs in its own\n"
 	    "process group, so signals reach its children too. The exit status is 0 if every\n"
@@ -243,6 +245,11 @@ static void parse_args(int argc, char **argv, struct opts *o)
 		}
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			usage(stdout);
+			exit(0);
+		}
+		if (strcmp(a, "--help-env") == 0 || strncmp(a, "--help-env=", 11) == 0) {
+			if (keel_env_print(stdout, a[10] == '=' ? a + 11 : "text") != 0)
+				usage_error("--help-env=%s: expected text or markdown", a + 11);
 			exit(0);
 		}
 		if (a[0] != '-')
@@ -729,7 +736,7 @@ static int setup(sigset_t *old_mask)
 	if (job.o.no_key) {
 		unsetenv("KEEL_JOB_KEY_FILE");
 		unsetenv("KEEL_JOB_KEY");
-	} else if (getenv("KEEL_JOB_KEY_FILE") == NULL && getenv("KEEL_JOB_KEY") == NULL &&
+	} else if (!keel_env_is_set("KEEL_JOB_KEY_FILE") && !keel_env_is_set("KEEL_JOB_KEY") &&
 		   keel_launch_auth_available()) {
 		rc = make_job_key();
 		if (rc != 0) {
