@@ -48,6 +48,9 @@ struct keel_env_var {
 /* The row of `name`, or NULL when keel reads no such variable. */
 const struct keel_env_var *keel_env_find(const char *name);
 
+/* Row `i` of the table, in its order; NULL from the row count on. */
+const struct keel_env_var *keel_env_at(size_t i);
+
 /* Parse `text` as variable `v` says: a number into *value (a name: its index into v->values).
  * Returns 0, or -EINVAL with "NAME='text': expected ..." in err (err may be NULL). */
 KEEL_MUST_USE int keel_env_parse(const struct keel_env_var *v, const char *text, uint64_t *value,

@@ -57,6 +57,11 @@ const struct keel_env_var *keel_env_find(const char *name)
 	return NULL;
 }
 
+const struct keel_env_var *keel_env_at(size_t i)
+{
+	return i < TABLE_COUNT ? &table[i] : NULL;
+}
+
 /* The row of `name`, read as one of two types: anything else is the caller's mistake. */
 static const struct keel_env_var *row(const char *name, enum keel_env_type a,
 				      enum keel_env_type b)
