@@ -35,18 +35,11 @@ extern __typeof__(keel_boot_verbs_area_bytes) keel_boot_verbs_area_bytes __attri
 extern __typeof__(keel_boot_verbs_register_area) keel_boot_verbs_register_area
     __attribute__((weak));
 
-/* A number of the environment (keel/env.h: range and wording from its table): *v keeps the
- * caller's value when unset. 0 or -EINVAL. */
-static int env_num(const char *name, uint64_t *v, char *err, size_t err_len)
-{
-	return keel_env_uint(name, v, err, err_len) < 0 ? -EINVAL : 0;
-}
-
 /* KEEL_RENDEZVOUS_TIMEOUT_MS: how long every step of the start that waits for the others may. */
 static int rendezvous_timeout_ms(uint64_t *ms, char *err, size_t err_len)
 {
 	*ms = KEEL_RENDEZVOUS_TIMEOUT_MS_DEFAULT;
-	return env_num("KEEL_RENDEZVOUS_TIMEOUT_MS", ms, err, err_len);
+	return keel_env_uint("KEEL_RENDEZVOUS_TIMEOUT_MS", ms, err, err_len) < 0 ? -EINVAL : 0;
 }
 
 /* Ranks that outnumber the cores wait for a CPU behind each other: measured here, 4 ranks on
@@ -108,48 +101,49 @@ static int env_compress(struct keel_config *cfg, char *err, size_t err_len);
 
 static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t err_len)
 {
+	/* ranges and wording from the table (keel/env.h); unset, v keeps the config's value */
 	uint64_t v;
-	int rc = 0;
+	bool bad = false;
 	v = cfg->heartbeat_ns / 1000;
-	rc |= env_num("KEEL_HEARTBEAT_US", &v, err, err_len);
+	bad |= keel_env_uint("KEEL_HEARTBEAT_US", &v, err, err_len) < 0;
 	cfg->heartbeat_ns = v * 1000;
 	v = cfg->miss_limit;
-	rc |= env_num("KEEL_MISS_LIMIT", &v, err, err_len);
+	bad |= keel_env_uint("KEEL_MISS_LIMIT", &v, err, err_len) < 0;
 	cfg->miss_limit = (uint32_t)v;
 	v = *mtu;
-	rc |= env_num("KEEL_MTU", &v, err, err_len);
+	bad |= keel_env_uint("KEEL_MTU", &v, err, err_len) < 0;
 	*mtu = (uint32_t)v;
 	cfg->mtu = *mtu;
 	v = cfg->window;
-	rc |= env_num("KEEL_WINDOW", &v, err, err_len);
+	bad |= keel_env_uint("KEEL_WINDOW", &v, err, err_len) < 0;
 	cfg->window = (uint32_t)v;
 	v = cfg->streams;
-	rc |= env_num("KEEL_STREAMS", &v, err, err_len);
+	bad |= keel_env_uint("KEEL_STREAMS", &v, err, err_len) < 0;
 	cfg->streams = (uint32_t)v;
 	v = cfg->burst;
-	rc |= env_num("KEEL_BURST", &v, err, err_len);
+	bad |= keel_env_uint("KEEL_BURST", &v, err, err_len) < 0;
 	cfg->burst = (uint32_t)v;
 	v = cfg->op_timeout_ns / 1000000; /* 0: derived from the detector */
-	rc |= env_num("KEEL_OP_TIMEOUT_MS", &v, err, err_len);
+	bad |= keel_env_uint("KEEL_OP_TIMEOUT_MS", &v, err, err_len) < 0;
 	cfg->op_timeout_ns = v * 1000000;
 	v = cfg->entry_timeout_ns / 1000000;
-	rc |= env_num("KEEL_ENTRY_TIMEOUT_MS", &v, err, err_len);
+	bad |= keel_env_uint("KEEL_ENTRY_TIMEOUT_MS", &v, err, err_len) < 0;
 	cfg->entry_timeout_ns = v * 1000000;
 	v = cfg->probes;
-	rc |= env_num("KEEL_PROBES", &v, err, err_len);
+	bad |= keel_env_uint("KEEL_PROBES", &v, err, err_len) < 0;
 	cfg->probes = (uint32_t)v;
 	/* a restarted process: keel-run --restart (or the user's launcher) says which life */
 	v = cfg->incarnation;
-	rc |= env_num("KEEL_INCARNATION", &v, err, err_len);
+	bad |= keel_env_uint("KEEL_INCARNATION", &v, err, err_len) < 0;
 	cfg->incarnation = (uint32_t)v;
-	rc |= keel_env_bool("KEEL_REJOIN", &cfg->rejoin, err, err_len) < 0 ? -EINVAL : 0;
+	bad |= keel_env_bool("KEEL_REJOIN", &cfg->rejoin, err, err_len) < 0;
 	v = cfg->view_timeout_ns / 1000;
-	rc |= env_num("KEEL_VIEW_TIMEOUT_US", &v, err, err_len);
+	bad |= keel_env_uint("KEEL_VIEW_TIMEOUT_US", &v, err, err_len) < 0;
 	cfg->view_timeout_ns = v * 1000;
 	v = cfg->eager_result_bytes;
-	rc |= env_num("KEEL_EAGER_RESULT_BYTES", &v, err, err_len);
+	bad |= keel_env_uint("KEEL_EAGER_RESULT_BYTES", &v, err, err_len) < 0;
 	cfg->eager_result_bytes = (uint32_t)v;
-	if (rc != 0)
+	if (bad)
 		return -EINVAL;
 	return env_algo(cfg, err, err_len) != 0 || env_compress(cfg, err, err_len) != 0 ? -EINVAL
 											: 0;
@@ -160,7 +154,7 @@ static int env_compress(struct keel_config *cfg, char *err, size_t err_len)
 {
 	uint64_t v = cfg->compress_util_pct;
 	unsigned i = cfg->compress;
-	if (env_num("KEEL_COMPRESS_UTIL", &v, err, err_len) != 0 ||
+	if (keel_env_uint("KEEL_COMPRESS_UTIL", &v, err, err_len) < 0 ||
 	    keel_env_enum("KEEL_COMPRESS", &i, err, err_len) < 0)
 		return -EINVAL;
 	cfg->compress_util_pct = (uint32_t)v;
@@ -253,7 +247,7 @@ static int udp_pieces(struct keel_boot *b, bool mtu_chosen, uint32_t link, char 
 {
 	uint64_t bytes = 1; /* the table's default: pieces of the link's packet size */
 	b->piece_bytes = 0;
-	if (env_num("KEEL_UDP_PIECES", &bytes, err, err_len) != 0)
+	if (keel_env_uint("KEEL_UDP_PIECES", &bytes, err, err_len) < 0)
 		return -EINVAL;
 	if (bytes > 1 && bytes < KEEL_UDP_PIECES_MIN) /* the hole the table's range cannot say */
 		return keel_env_reject("KEEL_UDP_PIECES", err, err_len);
@@ -513,7 +507,7 @@ static int start_shm(struct keel_boot *b, const uint32_t *local, uint32_t count,
 	keel_shm_config_default(&c);
 	int rc = rendezvous_timeout_ms(&timeout_ms, err, err_len);
 	if (rc == 0)
-		rc = env_num("KEEL_SHM_RING_KB", &ring_kb, err, err_len);
+		rc = keel_env_uint("KEEL_SHM_RING_KB", &ring_kb, err, err_len) < 0 ? -EINVAL : 0;
 	if (rc == 0 && (keel_env_bool("KEEL_SHM_RELIABLE", &reliable, err, err_len) < 0 ||
 			keel_env_bool("KEEL_SHM_STAGE", &c.stage_runs, err, err_len) < 0))
 		rc = -EINVAL;
@@ -684,9 +678,8 @@ static int start_dpdk(struct keel_boot *b, char *err, size_t err_len)
 				 "backend (link with `pkg-config --libs keel-dpdk`; building keel "
 				 "needs libdpdk-dev)");
 	if (rc == 0)
-		rc = keel_boot_dpdk_start(&b->launch, mtu ? b->cfg.mtu : 0,
-					  b->cfg.burst, timeout_ms * 1000000ull, &b->tp, err,
-					  err_len);
+		rc = keel_boot_dpdk_start(&b->launch, mtu ? b->cfg.mtu : 0, b->cfg.burst,
+					  timeout_ms * 1000000ull, &b->tp, err, err_len);
 	if (rc == 0)
 		b->cfg.mtu =
 		    b->tp->mtu; /* KEEL_MTU if set (the port must carry it), else the port's */
@@ -766,7 +759,7 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 					       err_len);
 	uint64_t rt = 0; /* a SCHED_RR priority; 0: off */
 	if (rc == 0)
-		rc = env_num("KEEL_RT", &rt, err, err_len);
+		rc = keel_env_uint("KEEL_RT", &rt, err, err_len) < 0 ? -EINVAL : 0;
 	if (rc != 0)
 		return rc;
 	if (rt != 0) {

@@ -18,7 +18,7 @@
 #include "keel/transport_dpdk.h"
 #include "rendezvous.h"
 
-#define BLOB_KIND_DPDK	 0x44u /* 'D': data = MAC (6 bytes) */
+#define BLOB_KIND_DPDK 0x44u /* 'D': data = MAC (6 bytes) */
 
 static struct keel_transport *dpdk_tp;
 static void *dpdk_mem;
@@ -237,7 +237,7 @@ int keel_boot_dpdk_start(struct keel_launch *l, uint32_t mtu, uint32_t burst,
 		rc = port_start(l, &c, err, err_len);
 	if (rc == 0)
 		rc = list != NULL ? peers_static(l, list, err, err_len)
-			 : peers_rendezvous(l, rendezvous_timeout_ns, err, err_len);
+				  : peers_rendezvous(l, rendezvous_timeout_ns, err, err_len);
 	if (rc != 0) {
 		keel_boot_dpdk_stop();
 		return rc;

@@ -21,8 +21,8 @@
 
 static const struct keel_env_var table[] = {
 #define KEEL_ENV(name, type, lo, hi, dflt, dflt_text, unit, values, programs, meaning)             \
-	{#name, KEEL_ENV_##type, (lo), (hi), (dflt), #dflt, dflt_text, unit, values, programs,     \
-	 meaning},
+	{#name, KEEL_ENV_##type, (lo),	   (hi),   (dflt), #dflt, dflt_text,                       \
+	 unit,	values,		 programs, meaning},
 #include "env_table.def"
 #undef KEEL_ENV
 };
@@ -63,8 +63,7 @@ const struct keel_env_var *keel_env_at(size_t i)
 }
 
 /* The row of `name`, read as one of two types: anything else is the caller's mistake. */
-static const struct keel_env_var *row(const char *name, enum keel_env_type a,
-				      enum keel_env_type b)
+static const struct keel_env_var *row(const char *name, enum keel_env_type a, enum keel_env_type b)
 {
 	const struct keel_env_var *v = keel_env_find(name);
 	KEEL_ASSERT(v != NULL); /* a KEEL_ variable read without a row in env_table.def */
@@ -269,8 +268,8 @@ int keel_env_check(char *err, size_t err_len)
 
 static const char *type_name(enum keel_env_type t)
 {
-	static const char *const names[] = {"bool", "whole number", "duration", "enum", "string",
-					    "path"};
+	static const char *const names[] = {"bool", "whole number", "duration",
+					    "enum", "string",	    "path"};
 	KEEL_ASSERT((size_t)t < sizeof(names) / sizeof(names[0]));
 	return names[t];
 }
@@ -282,10 +281,10 @@ static void values_cell(const struct keel_env_var *v, char *out, size_t cap)
 		describe(v, out, cap);
 		return;
 	}
-	int n = v->values != NULL
-		    ? snprintf(out, cap, "%s", v->values)
-		    : snprintf(out, cap, "%" PRIu64 "..%" PRIu64, v->lo, v->hi);
-	const char *unit = v->type == KEEL_ENV_STRING || v->type == KEEL_ENV_PATH ? "bytes" : v->unit;
+	int n = v->values != NULL ? snprintf(out, cap, "%s", v->values)
+				  : snprintf(out, cap, "%" PRIu64 "..%" PRIu64, v->lo, v->hi);
+	const char *unit =
+	    v->type == KEEL_ENV_STRING || v->type == KEEL_ENV_PATH ? "bytes" : v->unit;
 	if (unit[0] != '\0' && n > 0 && (size_t)n < cap)
 		snprintf(out + n, cap - n, " %s", unit);
 }
@@ -357,23 +356,25 @@ static void print_cell(FILE *out, const char *s)
 
 static void print_markdown(FILE *out)
 {
-	fprintf(out,
-		"# Environment variables\n\n"
-		"<!-- Generated from runtime/boot/env_table.def by `keel-run --help-env=markdown`"
-		" (`make env-doc`): edit the table, not this file. -->\n\n"
-		"Every `KEEL_*` variable keel's programs read. An unset variable, or one set to the "
-		"empty string, takes its default (the empty string is itself a bad value for a text "
-		"whose shortest length is 1). A bad value stops the start with one message and a "
-		"failure exit, never falls back to the default: for example\n"
-		"`KEEL_HEARTBEAT_US='abc': expected a whole number in 1..3600000000 "
-		"(microseconds)`.\n\n"
-		"*Read by* \"boot\" means every program that starts a rank with `keel_boot_start` "
-		"(keel-bench, keel-train, a training binary linking `libkeel_boot.a`): it checks "
-		"every variable of this table when it starts, so a bad value of one its run does not "
-		"use fails too. \"boot, dpdk\" and \"boot, verbs\" are used under that transport, in "
-		"programs linked with its backend. `keel-run --help-env` prints the same table.\n\n"
-		"| Variable | Type | Values | Default | Read by | Meaning |\n"
-		"| --- | --- | --- | --- | --- | --- |\n");
+	fprintf(
+	    out,
+	    "# Environment variables\n\n"
+	    "<!-- Generated from runtime/boot/env_table.def by `keel-run --help-env=markdown`"
+	    " (`make env-doc`): edit the table, not this file. -->\n\n"
+	    "Every `KEEL_*` variable keel's programs read. An unset variable, or one set to the "
+	    "empty string, takes its default (the empty string is itself a bad value for a text "
+	    "whose shortest length is 1). A bad value stops the start with one message and a "
+	    "failure exit, never falls back to the default: for example\n"
+	    "`KEEL_HEARTBEAT_US='abc': expected a whole number in 1..3600000000 "
+	    "(microseconds)`.\n\n"
+	    "*Read by* \"boot\" means every program that starts a rank with `keel_boot_start` "
+	    "(keel-bench, keel-train, a training binary linking `libkeel_boot.a`): it checks "
+	    "every variable of this table when it starts, so a bad value stops it even where this "
+	    "run would not use the variable. \"boot, dpdk\" and \"boot, verbs\" are used under "
+	    "that transport, in "
+	    "programs linked with its backend. `keel-run --help-env` prints the same table.\n\n"
+	    "| Variable | Type | Values | Default | Read by | Meaning |\n"
+	    "| --- | --- | --- | --- | --- | --- |\n");
 	for (size_t i = 0; i < TABLE_COUNT; i++) {
 		const struct keel_env_var *v = &table[i];
 		char name[80], values[256], dflt[256];

@@ -117,9 +117,18 @@ static void test_env_parse_whole(void **state)
 	assert_int_equal(expect_good("KEEL_JOB_ID", "4294967295"), 4294967295u);
 	/* non-numeric, negative, signed, spaced, fractional, hexadecimal, out of range, and
 	 * past 64 bits: never wrapped around */
-	const char *bad[] = {"abc", "-1",	  "+5",		 " 5",
-			     "5 ",  "1.5",	  "0x10",	 "0",
-			     "",    "1000001", "18446744073709551616", "99999999999999999999999"};
+	const char *bad[] = {"abc",
+			     "-1",
+			     "+5",
+			     " 5",
+			     "5 ",
+			     "1.5",
+			     "0x10",
+			     "0",
+			     "",
+			     "1000001",
+			     "18446744073709551616",
+			     "99999999999999999999999"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char want[160];
 		snprintf(want, sizeof(want),
@@ -184,17 +193,20 @@ static void test_env_parse_text(void **state)
 	name[255] = 'x';
 	name[256] = '\0';
 	/* a long value is quoted in part */
-	expect_bad("KEEL_HOST", name,
-		   "KEEL_HOST='xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...': "
-		   "expected a text of 1..255 bytes");
+	expect_bad(
+	    "KEEL_HOST", name,
+	    "KEEL_HOST='xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...': "
+	    "expected a text of 1..255 bytes");
 	name[64] = '\0';
-	expect_bad("KEEL_METRICS_JOB", name,
-		   "KEEL_METRICS_JOB='xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'"
-		   ": expected a text of 0..63 bytes");
+	expect_bad(
+	    "KEEL_METRICS_JOB", name,
+	    "KEEL_METRICS_JOB='xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'"
+	    ": expected a text of 0..63 bytes");
 	assert_int_equal(expect_good("KEEL_METRICS_JOB", ""), 0);
 	/* a path */
 	assert_int_equal(expect_good("KEEL_JOB_KEY_FILE", "/tmp/k"), 6);
-	expect_bad("KEEL_JOB_KEY_FILE", "", "KEEL_JOB_KEY_FILE='': expected a path of 1..4095 bytes");
+	expect_bad("KEEL_JOB_KEY_FILE", "",
+		   "KEEL_JOB_KEY_FILE='': expected a path of 1..4095 bytes");
 }
 
 /* err may be NULL: only the code says what happened. */

@@ -2017,7 +2017,8 @@ static void test_launch_boot_udp_pieces(void **state)
 		char want[80];
 		env("KEEL_UDP_PIECES", bad[i]);
 		assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
-		snprintf(want, sizeof(want), "KEEL_UDP_PIECES='%s': expected 0 (off), 1 (on)", bad[i]);
+		snprintf(want, sizeof(want), "KEEL_UDP_PIECES='%s': expected 0 (off), 1 (on)",
+			 bad[i]);
 		if (strstr(err, want) == NULL)
 			print_error("%s\n", err);
 		assert_non_null(strstr(err, want));
@@ -2062,7 +2063,8 @@ static void test_launch_boot_auth(void **state)
 		assert_int_equal(b.cfg.auth_key[i] | b.launch.key[i], 0);
 	env("KEEL_TRANSPORT", "tcp"); /* an unknown transport, named with the choices */
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "KEEL_TRANSPORT=\'tcp\': expected auto, udp, shm, dpdk or verbs"));
+	assert_non_null(
+	    strstr(err, "KEEL_TRANSPORT=\'tcp\': expected auto, udp, shm, dpdk or verbs"));
 	env("KEEL_TRANSPORT", "udp");
 	env("KEEL_MAC", "aes256gcm");
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), 0);
@@ -2070,7 +2072,8 @@ static void test_launch_boot_auth(void **state)
 	keel_boot_stop(&b, 0);
 	env("KEEL_MAC", "md5");
 	assert_int_equal(keel_boot_start(&b, NULL, NULL, err, sizeof(err)), -EINVAL);
-	assert_non_null(strstr(err, "KEEL_MAC=\'md5\': expected auto, aes256gcm or chacha20poly1305"));
+	assert_non_null(
+	    strstr(err, "KEEL_MAC=\'md5\': expected auto, aes256gcm or chacha20poly1305"));
 }
 
 /* ---- waiter ----------------------------------------------------------------------------- */
@@ -2406,7 +2409,8 @@ static void test_launch_wait_mode_from_env(void **state)
 	assert_int_equal(spin, KEEL_POSIX_SPIN_NS_DEFAULT);
 	/* as many ranks as CPUs: spin */
 	assert_int_equal(
-	    keel_posix_wait_mode_from_env((uint32_t)keel_posix_cpu_count(), &mode, &spin, NULL, 0), 0);
+	    keel_posix_wait_mode_from_env((uint32_t)keel_posix_cpu_count(), &mode, &spin, NULL, 0),
+	    0);
 	assert_int_equal(spin, KEEL_POSIX_SPIN_NS_DEFAULT);
 	/* oversubscribed: block at once */
 	assert_int_equal(keel_posix_wait_mode_from_env(100000, &mode, &spin, NULL, 0), 0);
