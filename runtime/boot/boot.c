@@ -880,11 +880,9 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 		    void *ctx, char *err, size_t err_len)
 {
 	memset(b, 0, sizeof(*b));
-	/* every variable of the table, also those read late (at stop) or on another path */
+	/* the whole table first: also variables read late (at stop) or on another path */
 	int rc = keel_env_check(err, err_len);
-	if (rc != 0)
-		return rc;
-	rc = keel_launch_from_env(&b->launch, err, err_len);
+	rc = rc != 0 ? rc : keel_launch_from_env(&b->launch, err, err_len);
 	if (rc == -ENOENT) {
 		keel_launch_single(&b->launch);
 		rc = 0;
