@@ -37,11 +37,13 @@ struct keel_env_var {
 	uint64_t lo, hi;       /* numbers: the range; text: its length in bytes */
 	uint64_t dflt;	       /* numbers and switches: the value; names: its index */
 	const char *dflt_expr; /* dflt as written in the table (a named constant) */
-	const char *dflt_text; /* a default no constant says (the link's size...), or NULL */
-	const char *unit;      /* "microseconds", "bytes", ...; "" for none */
-	const char *values;    /* names: "a|b|c"; numbers: the values allowed, when lo..hi
-				* is not all of them (the reader checks the rest); else NULL */
-	const char *programs;  /* who reads it: "boot" (keel_boot_start), "keel-sim", ... */
+	/* NULL; a note after the default when it starts with ',' or ':' ("doubled until a
+	 * ring holds the window"); else the default in words, where no number says it */
+	const char *dflt_text;
+	const char *unit;     /* "microseconds", "bytes", ...; "" for none */
+	const char *values;   /* names: "a|b|c"; numbers: the values allowed, when lo..hi
+			       * is not all of them (the reader checks the rest); else NULL */
+	const char *programs; /* who reads it: "boot" (keel_boot_start), "keel-sim", ... */
 	const char *meaning;
 };
 

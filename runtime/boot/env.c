@@ -289,23 +289,29 @@ static void values_cell(const struct keel_env_var *v, char *out, size_t cap)
 		snprintf(out + n, cap - n, " %s", unit);
 }
 
-/* The default: what the table says, and the constant it comes from where it has one. */
+/* The default: its value and the constant it comes from, then the table's note; or the
+ * table's words where no number says it. */
 static void default_cell(const struct keel_env_var *v, char *out, size_t cap)
 {
-	if (v->dflt_text != NULL) {
-		snprintf(out, cap, "%s", v->dflt_text);
-	} else if (v->type == KEEL_ENV_STRING || v->type == KEEL_ENV_PATH) {
-		snprintf(out, cap, "unset");
+	bool text = v->type == KEEL_ENV_STRING || v->type == KEEL_ENV_PATH;
+	bool note = v->dflt_text != NULL && strchr(",:", v->dflt_text[0]) != NULL;
+	int n;
+	if (v->dflt_text != NULL && !note) {
+		n = snprintf(out, cap, "%s", v->dflt_text);
+	} else if (text) {
+		n = snprintf(out, cap, "unset");
 	} else if (v->type == KEEL_ENV_ENUM) {
 		const char *p = v->values;
 		for (uint64_t i = 0; i < v->dflt && *p != '\0'; i++)
 			p += strcspn(p, "|") + (p[strcspn(p, "|")] != '\0');
-		snprintf(out, cap, "%.*s", (int)strcspn(p, "|"), p);
+		n = snprintf(out, cap, "%.*s", (int)strcspn(p, "|"), p);
 	} else {
 		bool literal = strspn(v->dflt_expr, "0123456789") == strlen(v->dflt_expr);
-		snprintf(out, cap, literal ? "%" PRIu64 : "%" PRIu64 " (%s)", v->dflt,
-			 v->dflt_expr);
+		n = snprintf(out, cap, literal ? "%" PRIu64 : "%" PRIu64 " (%s)", v->dflt,
+			     v->dflt_expr);
 	}
+	if (note && n > 0 && (size_t)n < cap)
+		snprintf(out + n, cap - (size_t)n, "%s", v->dflt_text);
 }
 
 /* `text` from column `indent`, broken at spaces before `width` columns. */
