@@ -170,7 +170,7 @@ ifneq ($(KEEL_SIM),)
 $(KEEL_SIM): $(EXTRA_LIBS)
 endif
 
-.PHONY: all tools tests test test-long unit demo deps clean format format-check san model-check
+.PHONY: all tools tests test test-long unit demo deps clean format format-check san model-check env-doc
 all: $(LIBKEEL) $(LIBBOOT) $(TOOLS) $(EXTRA_ALL)
 tools: $(TOOLS)
 tests: $(UNIT_TESTS) $(INTEG_BINS) $(EXTRA_TESTS) $(NVTX_INJECT)
@@ -282,6 +282,13 @@ model-check: all tests
 demo: deps
 	$(MAKE) all
 	tools/demo.sh
+
+# The reference of the KEEL_* variables is printed from their one table
+# (runtime/boot/env_table.def): edit the table, then `make env-doc` and commit the page.
+# tests/integ/env_table.sh fails when the committed page differs from what keel-run prints.
+env-doc: $(BUILD)/bin/keel-run
+	@mkdir -p docs/reference
+	$(BUILD)/bin/keel-run --help-env=markdown >docs/reference/env.md
 
 FORMAT_SRC = $(sort $(wildcard include/keel/*.h runtime/*/*.[ch] tools/*/*.[ch] tests/*/*.[ch] \
 	dpdk/*.[ch] verbs/*.[ch] sim/*.[ch]))

@@ -181,7 +181,7 @@ void keel_dpdk_config_default(struct keel_dpdk_config *cfg)
 	cfg->peer_queue_max = 256;
 	cfg->ctrl_queue_max = 256;
 	cfg->rx_mode = KEEL_DPDK_RX_BUSY;
-	cfg->sleep_ns = 50000;
+	cfg->sleep_ns = KEEL_DPDK_SLEEP_NS_DEFAULT;
 	cfg->verify_udp_cksum = true;
 }
 

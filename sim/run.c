@@ -18,6 +18,7 @@
 #include <simgrid/link.h>
 #include <simgrid/semaphore.h>
 
+#include "keel/env.h"
 #include "keel/transport_chaos.h"
 #include "platform_load.h"
 #include "refcheck.h"
@@ -173,6 +174,7 @@ static struct {
 		uint64_t step;
 		struct sim_ff_skip skip;
 	} leap;
+	bool debug; /* KEEL_SIM_DEBUG */
 } W;
 
 static int straggler_setup(struct node *nd); /* per generation, in node_setup */
@@ -246,7 +248,7 @@ static void on_view(void *ctx, const struct keel_view *v, const uint32_t *member
 	bool has_failed[SIM_FAILURES_MAX] = {false};
 	double at_s = job_s(nd, now_ns);
 
-	if (getenv("KEEL_SIM_DEBUG") != NULL)
+	if (W.debug)
 		fprintf(stderr, "%.6f: node %u installs epoch %u (%u members, self %d)\n", at_s,
 			nd->e, v->epoch, v->member_count, v->self_member);
 	if (v->member_count > 0 && members[0] == nd->rank && nd->gen == W.gen)
@@ -307,7 +309,7 @@ static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t 
 		return;
 	uint32_t e = W.map[peer];
 	double at_s = job_s(nd, now_ns);
-	if (getenv("KEEL_SIM_DEBUG") != NULL && W.nodes[e].alive)
+	if (W.debug && W.nodes[e].alive)
 		fprintf(stderr, "%.6f: node %u suspects %u (gen %u)\n", at_s, nd->e, e, nd->gen);
 	if (nd->suspect_s[e] < 0)
 		nd->suspect_s[e] = at_s;
@@ -635,7 +637,7 @@ static int allreduce_once(struct node *nd, size_t count, size_t extra, int *op_r
 	}
 	nd->epoch_ops += *op_rc == 0;
 	if (*op_rc != 0) {
-		if (getenv("KEEL_SIM_DEBUG") != NULL)
+		if (W.debug)
 			fprintf(stderr, "%.6f: node %u: AllReduce failed: %s\n",
 				simgrid_get_clock(), nd->e, keel_strerror(*op_rc));
 		nd->ar_failed++;
@@ -990,7 +992,7 @@ static void leap_account(const struct node *nd, uint64_t job_steps)
 		W.r->leap_from_s[W.r->leap_count] = from;
 		W.r->leap_to_s[W.r->leap_count] = from + k->dur_s;
 	}
-	if (getenv("KEEL_SIM_DEBUG") != NULL)
+	if (W.debug)
 		fprintf(stderr, "%.6f: leap of %llu steps (%u checkpoints) at %.9f s, %.6f s\n",
 			from, (unsigned long long)k->steps, k->ckpts, period, k->dur_s);
 	W.r->leap_count++;
@@ -1239,7 +1241,7 @@ static void node_main(int argc, char **argv)
 	detect_collect(nd);
 	if (nd->kn != NULL)
 		counters_keep(nd);
-	if (getenv("KEEL_SIM_DEBUG") != NULL && nd->kn != NULL) {
+	if (W.debug && nd->kn != NULL) {
 		struct keel_counters k;
 		keel_counters_get(nd->kn, &k);
 		fprintf(
@@ -1875,6 +1877,9 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	W.s = s;
 	W.r = r;
 	W.horizon_s = s->horizon_s;
+	if (keel_env_bool("KEEL_SIM_DEBUG", &W.debug, err, err_len) < 0 ||
+	    keel_env_check(err, err_len) != 0)
+		return -EINVAL;
 	if (s->grad && s->check) {
 		snprintf(err, err_len,
 			 "--check 1 compares every result exactly, and --compress "

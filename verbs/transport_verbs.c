@@ -161,11 +161,11 @@ void keel_verbs_config_default(struct keel_verbs_config *cfg)
 	cfg->world_size = 1;
 	cfg->gid_index = -1;
 	cfg->slot_bytes = SLOT_BYTES_DEFAULT;
-	cfg->slot_count = 32;
+	cfg->slot_count = KEEL_VERBS_SLOTS_DEFAULT;
 	cfg->send_max_bytes = 1024;
 	cfg->inline_bytes = 128;
-	cfg->timeout = 14;
-	cfg->retry_cnt = 6; /* not 7: rxe reads 7 as "retry forever" */
+	cfg->timeout = KEEL_VERBS_TIMEOUT_DEFAULT;
+	cfg->retry_cnt = KEEL_VERBS_RETRY_DEFAULT;
 	cfg->rnr_retry = 7;
 	cfg->poll_mode = KEEL_VERBS_POLL_BUSY;
 }

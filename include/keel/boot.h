@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "keel/env.h"
 #include "keel/keel.h"
 #include "keel/launch.h"
 #include "keel/posix.h"
@@ -30,6 +31,11 @@ extern "C" {
  * paused or cut off longer than the failure detector allows) and chose to leave rather than
  * rejoin: keel-run does not count it as a failure, and with --restart starts it again. */
 #define KEEL_EXIT_EXCLUDED 75 /* EX_TEMPFAIL (sysexits.h): out for now, may come back */
+
+/* How long the start waits for every rank (KEEL_RENDEZVOUS_TIMEOUT_MS): the rendezvous, and
+ * the shared-memory, DPDK and verbs set-up after it. 30 s covers ranks a launcher starts a
+ * few seconds apart on a loaded host, and still ends a job whose rank never came. */
+#define KEEL_RENDEZVOUS_TIMEOUT_MS_DEFAULT 30000u
 
 struct boot_trace;
 
@@ -63,37 +69,14 @@ struct keel_boot {
 	struct keel_boot_metrics *metrics;
 };
 
-/* Knobs read from the environment (each optional), applied before the tool's own settings:
- *   KEEL_HEARTBEAT_US, KEEL_MISS_LIMIT, KEEL_MTU, KEEL_WINDOW, KEEL_BURST, KEEL_ALGO
- *   (auto|ring|rd|hier: hier runs flat unless cfg.host_of groups ranks by host),
- *   KEEL_OP_TIMEOUT_MS (0: derived), KEEL_ENTRY_TIMEOUT_MS, KEEL_PROBES,
- *   KEEL_BIND (address to bind, default 127.0.0.1),
- *   KEEL_CHAOS (a keel_chaos_parse spec), KEEL_RENDEZVOUS_TIMEOUT_MS (default 30000),
- *   KEEL_WAIT / KEEL_SPIN_US (keel/posix.h), KEEL_MAC (auto|aes256gcm|chacha20poly1305),
- *   KEEL_TRANSPORT (auto|udp|shm|dpdk|verbs; auto, the default: shared memory to the ranks on
- *   this host and UDP to the others, through the router of keel/transport_router.h, which
- *   falls back to UDP for a peer whose shared memory fails), KEEL_HOST (this rank's host
- *   name for that choice; keel/launch.h), KEEL_SHM_RING_KB (shm: bytes per direction / 1024),
- *   KEEL_SHM_RELIABLE (1, the default: shm reports KEEL_CAP_RELIABLE; 0: ORDERED alone;
- *   keel/transport_shm.h), KEEL_SHM_STAGE (1, the default: a run of small datagrams goes
- *   into a ring in one copy, keel_shm_config.stage_runs; 0: one copy per datagram),
- *   KEEL_UDP_PIECES (1, the default: on a link whose packets hold less than
- *   KEEL_MTU_DEFAULT, datagrams of up to 4 x KEEL_MTU_DEFAULT (35 136 bytes on a 1500-byte
- *   link) go over UDP as link-sized pieces, joined by the receiver, with half the default
- *   window: keel_udp_config.piece_bytes; 0: datagrams of the link's size, as before; a
- *   byte count of 576 to 65507: pieces of that size on any link, loopback too; not with
- *   KEEL_MTU, which sets the datagram size itself),
- *   KEEL_TRACE (a file for this rank's trace events, Chrome trace-event JSON for Perfetto:
- *   "%r" in it becomes the rank, else ".RANK" is appended when there are several ranks; set
- *   only when the program left cfg.on_event NULL),
- *   KEEL_METRICS_ADDR (HOST:PORT, e.g. 127.0.0.1:9400: each rank serves GET /metrics over HTTP
- *   on PORT + its local rank, from the same waits as its transport, without a thread; the
- *   node's metrics (keel/metrics.h) plus the router's, the waiter's, the server's own and,
- *   where NVIDIA's driver is installed, each GPU's utilisation and memory; a bad address or a
- *   port in use fails the start; keel/metrics_http.h), KEEL_METRICS_JOB (the job label of
- *   those series, at most 63 bytes; default: the job id in decimal), KEEL_METRICS_LINGER_MS
- *   (keel_boot_stop keeps the node polling and /metrics answering that long first, so that a
- *   scraper sees how a short job ended; 0..3600000, default 0).
+/* Start a rank. The KEEL_* environment variables (each optional: keel/env.h, whose one table
+ * `keel-run --help-env` prints, docs/reference/env.md) set the node's config, the transport
+ * (KEEL_TRANSPORT=auto, the default: shared memory to the ranks on this host and UDP to the
+ * others, through the router of keel/transport_router.h, which falls back to UDP for a peer
+ * whose shared memory fails), the rendezvous, chaos, the waiter, the trace (KEEL_TRACE, set
+ * only when the program left cfg.on_event NULL) and /metrics (KEEL_METRICS_ADDR: served from
+ * the same waits as the transport, without a thread; keel/metrics_http.h). Every variable of
+ * the table is checked first: a bad value fails the start with its message (keel_env_check).
  * With a job key (KEEL_JOB_KEY_FILE or KEEL_JOB_KEY: keel/launch.h) the rendezvous proves it
  * and cfg.auth is set with it, so every datagram is authenticated (docs/guide/security.md); without
  * one, a job of more than one rank prints one line on stderr (once per process) saying so.

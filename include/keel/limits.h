@@ -1,5 +1,12 @@
-/* Every capacity keel has, in one place: what it bounds and why.
- * Config defaults come from here; keel_init checks config values against the hard maxima. */
+/* The node's capacities and defaults (struct keel_config, keel_config_default): what each
+ * bounds and why; keel_init checks config values against the hard maxima here.
+ * A module with a config of its own keeps its bounds and defaults in its own header, beside
+ * that config: transport_udp.h, transport_shm.h, transport_router.h, transport_dpdk.h,
+ * transport_verbs.h (transports); device_cpu.h, device_cuda.h (devices); checkpoint.h,
+ * partition.h, sched.h, preload.h, arrow.h (storage, planning, data); metrics_http.h, posix.h
+ * and boot.h (the start-up library: KEEL_RENDEZVOUS_TIMEOUT_MS_DEFAULT). The KEEL_* environment
+ * variables name these constants as their defaults in one table (runtime/boot/env_table.def,
+ * keel/env.h; docs/reference/env.md). */
 #ifndef KEEL_LIMITS_H
 #define KEEL_LIMITS_H
 

@@ -25,7 +25,7 @@ enum keel_wait_mode {
 
 /* Default spin of the adaptive mode: long enough to catch a reply on loopback or a fast
  * NIC without a context switch, short enough not to matter when nothing comes. */
-#define KEEL_POSIX_SPIN_NS_DEFAULT 50000ull
+#define KEEL_POSIX_SPIN_NS_DEFAULT 50000ull /* whole microseconds: KEEL_SPIN_US */
 /* Upper bound on KEEL_SPIN_US (10 s); longer spins are a configuration mistake. */
 #define KEEL_POSIX_SPIN_US_MAX 10000000ull
 /* One ppoll never blocks longer than this; the waiter may return early, and the caller
@@ -104,17 +104,17 @@ bool keel_posix_oversubscribed(uint32_t local_ranks);
  * KEEL_POSIX_BLOCK_NS_MAX of blocking). It never reads from the fd. */
 struct keel_waiter keel_posix_waiter_get(struct keel_posix_waiter *w);
 
-/* Choose the wait mode from the environment:
+/* Choose the wait mode from the environment (keel/env.h):
  *   KEEL_WAIT=busy|adaptive|block   (case-sensitive; unset or empty: adaptive)
  *   KEEL_SPIN_US=N                  (spin of the adaptive mode, 0..KEEL_POSIX_SPIN_US_MAX)
  * Without KEEL_SPIN_US the adaptive spin is KEEL_POSIX_SPIN_NS_DEFAULT unless `local_ranks`
  * ranks on this host outnumber its CPUs (keel_posix_oversubscribed), else 0: spinning ranks
  * on shared cores steal each other's time (keel_boot then makes it a short yielding spin).
  * *spin_ns is 0 for block and UINT64_MAX for busy.
- * Errors: -EINVAL for an unknown KEEL_WAIT or a bad KEEL_SPIN_US (outputs are then untouched;
- * the caller prints the variable). */
+ * Errors: -EINVAL for an unknown KEEL_WAIT or a bad KEEL_SPIN_US, with the message in err
+ * (outputs are then untouched). */
 KEEL_MUST_USE int keel_posix_wait_mode_from_env(uint32_t local_ranks, enum keel_wait_mode *mode,
-						uint64_t *spin_ns);
+						uint64_t *spin_ns, char *err, size_t err_len);
 
 /* "busy", "adaptive" or "block" ("?" for anything else). */
 const char *keel_posix_wait_mode_name(enum keel_wait_mode mode);

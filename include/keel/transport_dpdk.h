@@ -49,6 +49,10 @@ extern "C" {
 /* Longest EAL argument string keel_dpdk_eal_init accepts, and most arguments in it. */
 #define KEEL_DPDK_EAL_ARGS_LEN 2048u
 #define KEEL_DPDK_EAL_ARGC_MAX 64u
+/* keel_dpdk_config_default's longest time between two polls in KEEL_DPDK_RX_SLEEP mode. */
+#define KEEL_DPDK_SLEEP_NS_DEFAULT 50000ull
+/* The start-up library's UDP port for a rank on a DPDK port (KEEL_DPDK_UDP_PORT). */
+#define KEEL_DPDK_UDP_PORT_DEFAULT 47100u
 /* Loss above which a peer raises the warning counter: 0.1 % (DESIGN.md, "loss alarm"),
  * judged once a peer has at least KEEL_DPDK_LOSS_MIN_SAMPLES first-time data datagrams. */
 #define KEEL_DPDK_LOSS_ALARM_PPM   1000u

@@ -60,6 +60,11 @@ extern "C" {
 
 /* Most slots per peer: the immediate carries the slot index in 12 bits. */
 #define KEEL_VERBS_SLOTS_MAX 4096u
+/* keel_verbs_config_default's: receive slots per peer, and the queue pair's local ACK timeout
+ * (4.096 us x 2^14, about 67 ms) and retry count (not 7: rxe reads 7 as "retry forever"). */
+#define KEEL_VERBS_SLOTS_DEFAULT   32u
+#define KEEL_VERBS_TIMEOUT_DEFAULT 14u
+#define KEEL_VERBS_RETRY_DEFAULT   6u
 /* Longest device name kept. */
 #define KEEL_VERBS_DEV_NAME_LEN 64u
 

@@ -35,23 +35,11 @@ extern __typeof__(keel_boot_verbs_area_bytes) keel_boot_verbs_area_bytes __attri
 extern __typeof__(keel_boot_verbs_register_area) keel_boot_verbs_register_area
     __attribute__((weak));
 
-/* Read an unsigned environment knob; -EINVAL with a message if set but not a number in range. */
-static int env_u64(const char *name, uint64_t lo, uint64_t hi, uint64_t *out, char *err,
-		   size_t err_len)
+/* KEEL_RENDEZVOUS_TIMEOUT_MS: how long every step of the start that waits for the others may. */
+static int rendezvous_timeout_ms(uint64_t *ms, char *err, size_t err_len)
 {
-	const char *s = getenv(name);
-	if (s == NULL || *s == '\0')
-		return 0;
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v < lo || v > hi) {
-		snprintf(err, err_len, "%s=%s: expected a whole number in %llu..%llu", name, s,
-			 (unsigned long long)lo, (unsigned long long)hi);
-		return -EINVAL;
-	}
-	*out = v;
-	return 0;
+	*ms = KEEL_RENDEZVOUS_TIMEOUT_MS_DEFAULT;
+	return keel_env_uint("KEEL_RENDEZVOUS_TIMEOUT_MS", ms, err, err_len) < 0 ? -EINVAL : 0;
 }
 
 /* Ranks that outnumber the cores wait for a CPU behind each other: measured here, 4 ranks on
@@ -99,11 +87,10 @@ static void scale_to_datagram(struct keel_boot *b, bool pieces)
 {
 	struct keel_config *cfg = &b->cfg;
 	uint32_t window, burst;
-	const char *w = getenv("KEEL_WINDOW"), *bu = getenv("KEEL_BURST");
 	datagram_defaults(cfg->mtu, pieces, &window, &burst);
-	if ((w == NULL || *w == '\0') && cfg->window == b->datagram_window)
+	if (!keel_env_is_set("KEEL_WINDOW") && cfg->window == b->datagram_window)
 		cfg->window = window;
-	if ((bu == NULL || *bu == '\0') && cfg->burst == b->datagram_burst)
+	if (!keel_env_is_set("KEEL_BURST") && cfg->burst == b->datagram_burst)
 		cfg->burst = burst;
 	b->datagram_window = window;
 	b->datagram_burst = burst;
@@ -114,50 +101,49 @@ static int env_compress(struct keel_config *cfg, char *err, size_t err_len);
 
 static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t err_len)
 {
+	/* ranges and wording from the table (keel/env.h); unset, v keeps the config's value */
 	uint64_t v;
-	int rc = 0;
+	bool bad = false;
 	v = cfg->heartbeat_ns / 1000;
-	rc |= env_u64("KEEL_HEARTBEAT_US", 1, 3600000000ull, &v, err, err_len);
+	bad |= keel_env_uint("KEEL_HEARTBEAT_US", &v, err, err_len) < 0;
 	cfg->heartbeat_ns = v * 1000;
 	v = cfg->miss_limit;
-	rc |= env_u64("KEEL_MISS_LIMIT", 1, 1000000, &v, err, err_len);
+	bad |= keel_env_uint("KEEL_MISS_LIMIT", &v, err, err_len) < 0;
 	cfg->miss_limit = (uint32_t)v;
 	v = *mtu;
-	rc |= env_u64("KEEL_MTU", KEEL_MTU_MIN, KEEL_MTU_MAX, &v, err, err_len);
+	bad |= keel_env_uint("KEEL_MTU", &v, err, err_len) < 0;
 	*mtu = (uint32_t)v;
 	cfg->mtu = *mtu;
 	v = cfg->window;
-	rc |= env_u64("KEEL_WINDOW", 1, KEEL_WINDOW_MAX, &v, err, err_len);
+	bad |= keel_env_uint("KEEL_WINDOW", &v, err, err_len) < 0;
 	cfg->window = (uint32_t)v;
 	v = cfg->streams;
-	rc |= env_u64("KEEL_STREAMS", 0, KEEL_WORLD_MAX, &v, err, err_len);
+	bad |= keel_env_uint("KEEL_STREAMS", &v, err, err_len) < 0;
 	cfg->streams = (uint32_t)v;
 	v = cfg->burst;
-	rc |= env_u64("KEEL_BURST", 1, KEEL_BURST_MAX, &v, err, err_len);
+	bad |= keel_env_uint("KEEL_BURST", &v, err, err_len) < 0;
 	cfg->burst = (uint32_t)v;
 	v = cfg->op_timeout_ns / 1000000; /* 0: derived from the detector */
-	rc |= env_u64("KEEL_OP_TIMEOUT_MS", 0, 86400000ull, &v, err, err_len);
+	bad |= keel_env_uint("KEEL_OP_TIMEOUT_MS", &v, err, err_len) < 0;
 	cfg->op_timeout_ns = v * 1000000;
 	v = cfg->entry_timeout_ns / 1000000;
-	rc |= env_u64("KEEL_ENTRY_TIMEOUT_MS", 1, 86400000ull, &v, err, err_len);
+	bad |= keel_env_uint("KEEL_ENTRY_TIMEOUT_MS", &v, err, err_len) < 0;
 	cfg->entry_timeout_ns = v * 1000000;
 	v = cfg->probes;
-	rc |= env_u64("KEEL_PROBES", 0, KEEL_PROBES_MAX, &v, err, err_len);
+	bad |= keel_env_uint("KEEL_PROBES", &v, err, err_len) < 0;
 	cfg->probes = (uint32_t)v;
 	/* a restarted process: keel-run --restart (or the user's launcher) says which life */
 	v = cfg->incarnation;
-	rc |= env_u64("KEEL_INCARNATION", 1, UINT32_MAX, &v, err, err_len);
+	bad |= keel_env_uint("KEEL_INCARNATION", &v, err, err_len) < 0;
 	cfg->incarnation = (uint32_t)v;
-	v = 0;
-	rc |= env_u64("KEEL_REJOIN", 0, 1, &v, err, err_len);
-	cfg->rejoin = v == 1;
+	bad |= keel_env_bool("KEEL_REJOIN", &cfg->rejoin, err, err_len) < 0;
 	v = cfg->view_timeout_ns / 1000;
-	rc |= env_u64("KEEL_VIEW_TIMEOUT_US", 1, 3600000000ull, &v, err, err_len);
+	bad |= keel_env_uint("KEEL_VIEW_TIMEOUT_US", &v, err, err_len) < 0;
 	cfg->view_timeout_ns = v * 1000;
 	v = cfg->eager_result_bytes;
-	rc |= env_u64("KEEL_EAGER_RESULT_BYTES", 0, KEEL_EAGER_RESULT_MAX, &v, err, err_len);
+	bad |= keel_env_uint("KEEL_EAGER_RESULT_BYTES", &v, err, err_len) < 0;
 	cfg->eager_result_bytes = (uint32_t)v;
-	if (rc != 0)
+	if (bad)
 		return -EINVAL;
 	return env_algo(cfg, err, err_len) != 0 || env_compress(cfg, err, err_len) != 0 ? -EINVAL
 											: 0;
@@ -167,40 +153,21 @@ static int env_config(struct keel_config *cfg, uint32_t *mtu, char *err, size_t 
 static int env_compress(struct keel_config *cfg, char *err, size_t err_len)
 {
 	uint64_t v = cfg->compress_util_pct;
-	if (env_u64("KEEL_COMPRESS_UTIL", 1, 100, &v, err, err_len) != 0)
+	unsigned i = cfg->compress;
+	if (keel_env_uint("KEEL_COMPRESS_UTIL", &v, err, err_len) < 0 ||
+	    keel_env_enum("KEEL_COMPRESS", &i, err, err_len) < 0)
 		return -EINVAL;
 	cfg->compress_util_pct = (uint32_t)v;
-	const char *c = getenv("KEEL_COMPRESS");
-	if (c == NULL || *c == '\0')
-		return 0;
-	static const char *const names[] = {"auto", "off", "bf16", "f16"};
-	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (strcmp(c, names[i]) == 0) {
-			cfg->compress = (enum keel_compress)i; /* names in enum order */
-			return 0;
-		}
-	snprintf(err, err_len, "KEEL_COMPRESS=%s: expected auto, off, bf16 or f16", c);
-	return -EINVAL;
+	cfg->compress = (enum keel_compress)i; /* the table's names in enum order */
+	return 0;
 }
 
 static int env_algo(struct keel_config *cfg, char *err, size_t err_len)
 {
-	const char *algo = getenv("KEEL_ALGO");
-	if (algo != NULL && *algo != '\0') {
-		if (strcmp(algo, "auto") == 0)
-			cfg->algo = KEEL_ALGO_AUTO;
-		else if (strcmp(algo, "ring") == 0)
-			cfg->algo = KEEL_ALGO_RING;
-		else if (strcmp(algo, "rd") == 0)
-			cfg->algo = KEEL_ALGO_RD;
-		else if (strcmp(algo, "hier") == 0)
-			cfg->algo = KEEL_ALGO_HIER;
-		else {
-			snprintf(err, err_len, "KEEL_ALGO=%s: expected auto, ring, rd or hier",
-				 algo);
-			return -EINVAL;
-		}
-	}
+	unsigned i = cfg->algo;
+	if (keel_env_enum("KEEL_ALGO", &i, err, err_len) < 0)
+		return -EINVAL;
+	cfg->algo = (enum keel_algo)i; /* the table's names in enum order */
 	return 0;
 }
 
@@ -209,15 +176,18 @@ static int env_algo(struct keel_config *cfg, char *err, size_t err_len)
 static int bind_address(struct keel_boot *b, char *host, size_t host_len, uint16_t *port, char *err,
 			size_t err_len)
 {
-	const char *bind = getenv("KEEL_BIND");
-	snprintf(host, host_len, "%s", bind != NULL && *bind != '\0' ? bind : "127.0.0.1");
+	const char *bind = NULL;
+	int set = keel_env_text("KEEL_BIND", &bind, err, err_len);
+	if (set < 0)
+		return set;
+	snprintf(host, host_len, "%s", set == 1 ? bind : "127.0.0.1");
 	*port = 0;
 	if (b->launch.peers == NULL)
 		return 0;
 	char entry[KEEL_LAUNCH_HOST_LEN];
 	int rc = keel_peers_entry(b->launch.peers, b->launch.rank, entry, sizeof(entry), port, err,
 				  err_len);
-	if (rc != 0 || (bind != NULL && *bind != '\0'))
+	if (rc != 0 || set == 1)
 		return rc;
 	struct in6_addr any;
 	bool numeric =
@@ -248,21 +218,6 @@ static uint32_t default_link_mtu(const char *host, uint32_t world)
 	return mtu > view ? mtu : view;
 }
 
-/* An on/off environment switch. Unset or empty: returns 0 and leaves *on as it is; "0" or
- * "1": sets *on and returns 1; anything else: -EINVAL, with an error that names the variable. */
-static int env_switch(const char *name, bool *on, char *err, size_t err_len)
-{
-	const char *v = getenv(name);
-	if (v == NULL || *v == '\0')
-		return 0;
-	if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
-		snprintf(err, err_len, "%s=%.32s: expected 0 (off) or 1 (on)", name, v);
-		return -EINVAL;
-	}
-	*on = v[0] == '1';
-	return 1;
-}
-
 /* Datagrams cut into pieces hold up to four times the default's bytes. Each datagram costs the
  * core its share of a header, a CRC and an ack, and the transport a join: in namespaces over
  * 1500-byte veths, 2 ranks took 0.87-0.96 of the time of 8 784-byte datagrams from 256 KiB to
@@ -290,15 +245,12 @@ static uint32_t pieces_mtu(uint32_t piece)
 static int udp_pieces(struct keel_boot *b, bool mtu_chosen, uint32_t link, char *err,
 		      size_t err_len)
 {
-	uint64_t bytes = 1;
+	uint64_t bytes = 1; /* the table's default: pieces of the link's packet size */
 	b->piece_bytes = 0;
-	if (env_u64("KEEL_UDP_PIECES", 0, KEEL_MTU_MAX, &bytes, err, err_len) != 0 ||
-	    (bytes > 1 && bytes < KEEL_UDP_PIECES_MIN))
-		return keel_fail(
-		    err, err_len, -EINVAL,
-		    "KEEL_UDP_PIECES=%.32s: expected 0 (off), 1 (on: the link's packet "
-		    "size) or a piece size of %u to %u bytes",
-		    getenv("KEEL_UDP_PIECES"), KEEL_UDP_PIECES_MIN, KEEL_MTU_MAX);
+	if (keel_env_uint("KEEL_UDP_PIECES", &bytes, err, err_len) < 0)
+		return -EINVAL;
+	if (bytes > 1 && bytes < KEEL_UDP_PIECES_MIN) /* the hole the table's range cannot say */
+		return keel_env_reject("KEEL_UDP_PIECES", err, err_len);
 	if (bytes == 0 || mtu_chosen)
 		return 0;
 	uint32_t piece = bytes == 1 ? link : (uint32_t)bytes;
@@ -326,8 +278,8 @@ static int start_udp(struct keel_boot *b, const char *host, uint16_t port, char 
 	u.burst = b->cfg.burst;
 	u.bind_host = host;
 	u.bind_port = port;
-	if (env_switch("KEEL_UDP_GSO", &u.gso, err, err_len) < 0 ||
-	    env_switch("KEEL_UDP_STAGE", &u.stage_runs, err, err_len) < 0)
+	if (keel_env_bool("KEEL_UDP_GSO", &u.gso, err, err_len) < 0 ||
+	    keel_env_bool("KEEL_UDP_STAGE", &u.stage_runs, err, err_len) < 0)
 		return -EINVAL;
 	size_t sz = keel_udp_storage_size(&u);
 	b->mem_udp = sz != 0 ? calloc(1, sz) : NULL;
@@ -397,8 +349,8 @@ static int agree_mtu(struct keel_boot *b, const struct keel_rendezvous_blob *blo
 
 static int rendezvous(struct keel_boot *b, char *err, size_t err_len)
 {
-	uint64_t timeout_ms = 30000;
-	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
+	uint64_t timeout_ms;
+	int rc = rendezvous_timeout_ms(&timeout_ms, err, err_len);
 	if (rc != 0)
 		return rc;
 	struct sockaddr_storage self;
@@ -480,21 +432,10 @@ static void warn_unauthenticated(const struct keel_launch *l)
 /* The key (keel_launch_from_env read it) into the node's config, and KEEL_MAC. */
 static int auth_config(struct keel_boot *b, char *err, size_t err_len)
 {
-	const char *mac = getenv("KEEL_MAC");
-
-	if (mac != NULL && *mac != '\0') {
-		if (strcmp(mac, "auto") == 0)
-			b->cfg.mac = KEEL_MAC_AUTO;
-		else if (strcmp(mac, "aes256gcm") == 0)
-			b->cfg.mac = KEEL_MAC_AES256GCM;
-		else if (strcmp(mac, "chacha20poly1305") == 0)
-			b->cfg.mac = KEEL_MAC_CHACHA20POLY1305;
-		else
-			return keel_fail(err, err_len, -EINVAL,
-					 "KEEL_MAC=%.64s: expected auto, aes256gcm or "
-					 "chacha20poly1305",
-					 mac);
-	}
+	unsigned mac = b->cfg.mac;
+	if (keel_env_enum("KEEL_MAC", &mac, err, err_len) < 0)
+		return -EINVAL;
+	b->cfg.mac = (enum keel_mac)mac; /* the table's names in enum order */
 	if (b->launch.has_key) {
 		b->cfg.auth = true;
 		memcpy(b->cfg.auth_key, b->launch.key, sizeof(b->cfg.auth_key));
@@ -504,23 +445,17 @@ static int auth_config(struct keel_boot *b, char *err, size_t err_len)
 	return 0;
 }
 
-/* KEEL_TRANSPORT: auto (default), udp, shm, dpdk or verbs (keel-bench --transport sets it). */
+/* KEEL_TRANSPORT: auto (default), udp, shm, dpdk or verbs (keel-bench --transport sets it),
+ * in the order of the table's names. */
 enum tp_choice { TP_AUTO, TP_UDP, TP_SHM, TP_DPDK, TP_VERBS };
 
 static int transport_choice(enum tp_choice *c, char *err, size_t err_len)
 {
-	static const char *const names[] = {"auto", "udp", "shm", "dpdk", "verbs"};
-	const char *t = getenv("KEEL_TRANSPORT");
-	*c = TP_AUTO;
-	if (t == NULL || *t == '\0')
-		return 0;
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (strcmp(t, names[i]) == 0) {
-			*c = (enum tp_choice)i;
-			return 0;
-		}
-	return keel_fail(err, err_len, -EINVAL,
-			 "KEEL_TRANSPORT=%.64s: expected auto, udp, shm, dpdk or verbs", t);
+	unsigned i = TP_AUTO;
+	if (keel_env_enum("KEEL_TRANSPORT", &i, err, err_len) < 0)
+		return -EINVAL;
+	*c = (enum tp_choice)i;
+	return 0;
 }
 
 void keel_boot_shm_name(uint32_t job_id, uint16_t port, uint32_t first_rank, char *name,
@@ -566,19 +501,18 @@ static int start_shm(struct keel_boot *b, const uint32_t *local, uint32_t count,
 		     char *err, size_t err_len)
 {
 	char name[KEEL_SHM_NAME_MAX];
-	uint64_t timeout_ms = 30000, ring_kb = shm_ring_kb_default(&b->cfg), reliable = 1;
+	uint64_t timeout_ms, ring_kb = shm_ring_kb_default(&b->cfg);
+	bool reliable = true;
 	struct keel_shm_config c;
-	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
+	keel_shm_config_default(&c);
+	int rc = rendezvous_timeout_ms(&timeout_ms, err, err_len);
 	if (rc == 0)
-		rc = env_u64("KEEL_SHM_RING_KB", 1, KEEL_SHM_RING_BYTES_MAX / 1024, &ring_kb, err,
-			     err_len);
-	if (rc == 0)
-		rc = env_u64("KEEL_SHM_RELIABLE", 0, 1, &reliable, err, err_len);
+		rc = keel_env_uint("KEEL_SHM_RING_KB", &ring_kb, err, err_len) < 0 ? -EINVAL : 0;
+	if (rc == 0 && (keel_env_bool("KEEL_SHM_RELIABLE", &reliable, err, err_len) < 0 ||
+			keel_env_bool("KEEL_SHM_STAGE", &c.stage_runs, err, err_len) < 0))
+		rc = -EINVAL;
 	if (rc != 0)
 		return rc;
-	keel_shm_config_default(&c);
-	if (env_switch("KEEL_SHM_STAGE", &c.stage_runs, err, err_len) < 0)
-		return -EINVAL;
 	uint32_t self = 0;
 	while (local[self] != b->launch.rank)
 		self++;
@@ -588,7 +522,7 @@ static int start_shm(struct keel_boot *b, const uint32_t *local, uint32_t count,
 	c.name = name;
 	c.mtu = b->cfg.mtu;
 	c.ring_bytes = (uint32_t)(ring_kb * 1024);
-	c.reliable = reliable == 1;
+	c.reliable = reliable;
 	size_t sz = keel_shm_storage_size(&c);
 	b->mem_shm = sz != 0 ? calloc(1, sz) : NULL;
 	rc = b->mem_shm == NULL ? -EINVAL : keel_shm_init(&b->shm, b->mem_shm, sz, &c);
@@ -715,16 +649,16 @@ static int start_auto(struct keel_boot *b, char *err, size_t err_len)
  * the node's datagrams: KEEL_MTU if set, else 64 KiB slots. */
 static int start_verbs(struct keel_boot *b, char *err, size_t err_len)
 {
-	uint64_t timeout_ms = 30000;
-	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
-	const char *mtu = getenv("KEEL_MTU");
+	uint64_t timeout_ms;
+	int rc = rendezvous_timeout_ms(&timeout_ms, err, err_len);
+	bool mtu = keel_env_is_set("KEEL_MTU");
 	if (rc == 0 && keel_boot_verbs_start == NULL)
 		return keel_fail(err, err_len, -ENOTSUP,
 				 "KEEL_TRANSPORT=verbs: this program is not linked with the verbs "
 				 "backend (link with `pkg-config --libs keel-verbs`; building keel "
 				 "needs libibverbs-dev)");
 	if (rc == 0)
-		rc = keel_boot_verbs_start(&b->launch, mtu != NULL && *mtu ? b->cfg.mtu : 0,
+		rc = keel_boot_verbs_start(&b->launch, mtu ? b->cfg.mtu : 0,
 					   timeout_ms * 1000000ull, &b->tp, err, err_len);
 	if (rc == 0)
 		b->cfg.mtu = b->tp->mtu;
@@ -735,18 +669,17 @@ static int start_verbs(struct keel_boot *b, char *err, size_t err_len)
  * datagrams must fit the port: its mtu becomes the node's. */
 static int start_dpdk(struct keel_boot *b, char *err, size_t err_len)
 {
-	uint64_t timeout_ms = 30000;
-	int rc = env_u64("KEEL_RENDEZVOUS_TIMEOUT_MS", 1, 3600000, &timeout_ms, err, err_len);
-	const char *mtu = getenv("KEEL_MTU");
+	uint64_t timeout_ms;
+	int rc = rendezvous_timeout_ms(&timeout_ms, err, err_len);
+	bool mtu = keel_env_is_set("KEEL_MTU");
 	if (rc == 0 && keel_boot_dpdk_start == NULL)
 		return keel_fail(err, err_len, -ENOTSUP,
 				 "KEEL_TRANSPORT=dpdk: this program is not linked with the DPDK "
 				 "backend (link with `pkg-config --libs keel-dpdk`; building keel "
 				 "needs libdpdk-dev)");
 	if (rc == 0)
-		rc = keel_boot_dpdk_start(&b->launch, mtu != NULL && *mtu ? b->cfg.mtu : 0,
-					  b->cfg.burst, timeout_ms * 1000000ull, &b->tp, err,
-					  err_len);
+		rc = keel_boot_dpdk_start(&b->launch, mtu ? b->cfg.mtu : 0, b->cfg.burst,
+					  timeout_ms * 1000000ull, &b->tp, err, err_len);
 	if (rc == 0)
 		b->cfg.mtu =
 		    b->tp->mtu; /* KEEL_MTU if set (the port must carry it), else the port's */
@@ -755,9 +688,10 @@ static int start_dpdk(struct keel_boot *b, char *err, size_t err_len)
 
 static int start_chaos(struct keel_boot *b, char *err, size_t err_len)
 {
-	const char *spec = getenv("KEEL_CHAOS");
-	if (spec == NULL || *spec == '\0')
-		return 0;
+	const char *spec = NULL;
+	int set = keel_env_text("KEEL_CHAOS", &spec, err, err_len);
+	if (set <= 0)
+		return set;
 	struct keel_chaos_config cc;
 	keel_chaos_config_default(&cc);
 	cc.seed = 1;
@@ -797,10 +731,9 @@ static int start_chaos(struct keel_boot *b, char *err, size_t err_len)
 static int spin_yield_choose(struct keel_boot *b, enum keel_wait_mode mode, uint64_t *spin_ns,
 			     char *err, size_t err_len)
 {
-	const char *spin_us = getenv("KEEL_SPIN_US");
-	bool spin_set = spin_us != NULL && *spin_us != '\0';
+	bool spin_set = keel_env_is_set("KEEL_SPIN_US");
 	bool yield = false;
-	int set = env_switch("KEEL_SPIN_YIELD", &yield, err, err_len);
+	int set = keel_env_bool("KEEL_SPIN_YIELD", &yield, err, err_len);
 	if (set < 0)
 		return set;
 	if (set > 0) {
@@ -822,22 +755,19 @@ static int start_node(struct keel_boot *b, char *err, size_t err_len)
 	uint64_t spin_ns;
 	/* the ranks on this host as the launch found them, under any launcher's name for it:
 	 * the count default_heartbeat_ns uses too */
-	int rc = keel_posix_wait_mode_from_env(b->launch.local_world_size, &mode, &spin_ns);
-	if (rc != 0) {
-		snprintf(err, err_len,
-			 "KEEL_WAIT=%s / KEEL_SPIN_US=%s: expected busy|adaptive|block "
-			 "and a spin in microseconds",
-			 getenv("KEEL_WAIT") ? getenv("KEEL_WAIT") : "",
-			 getenv("KEEL_SPIN_US") ? getenv("KEEL_SPIN_US") : "");
+	int rc = keel_posix_wait_mode_from_env(b->launch.local_world_size, &mode, &spin_ns, err,
+					       err_len);
+	uint64_t rt = 0; /* a SCHED_RR priority; 0: off */
+	if (rc == 0)
+		rc = keel_env_uint("KEEL_RT", &rt, err, err_len) < 0 ? -EINVAL : 0;
+	if (rc != 0)
 		return rc;
-	}
-	const char *rt = getenv("KEEL_RT");
-	if (rt != NULL && *rt != '\0' && strcmp(rt, "0") != 0) {
-		int prc = keel_posix_realtime(atoi(rt) > 1 ? atoi(rt) : 1);
+	if (rt != 0) {
+		int prc = keel_posix_realtime((int)rt);
 		if (prc != 0)
 			fprintf(stderr,
-				"keel: KEEL_RT=%s: cannot enter SCHED_RR: %s (continuing)\n", rt,
-				keel_strerror(prc));
+				"keel: KEEL_RT=%u: cannot enter SCHED_RR: %s (continuing)\n",
+				(unsigned)rt, keel_strerror(prc));
 	}
 	int fd = b->tp->ops->wait_fd != NULL ? b->tp->ops->wait_fd(b->tp) : -1;
 	int fds[KEEL_POSIX_WAIT_FDS_MAX];
@@ -929,8 +859,7 @@ static int datagram_size(struct keel_boot *b, const char *host, bool on_udp, uin
 	    is_loopback(host) ? KEEL_MTU_MAX : default_link_mtu(host, b->launch.world_size);
 	*link_mtu = mtu;
 	int rc = env_config(&b->cfg, &mtu, err, err_len);
-	const char *mtu_env = getenv("KEEL_MTU");
-	b->mtu_set = mtu_env != NULL && *mtu_env != '\0'; /* datagram_size_chosen adds the tweak */
+	b->mtu_set = keel_env_is_set("KEEL_MTU"); /* datagram_size_chosen adds the tweak */
 	if (rc == 0 && on_udp)
 		rc = udp_pieces(b, b->mtu_set, mtu, err, err_len);
 	return rc;
@@ -951,7 +880,9 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 		    void *ctx, char *err, size_t err_len)
 {
 	memset(b, 0, sizeof(*b));
-	int rc = keel_launch_from_env(&b->launch, err, err_len);
+	/* the whole table first: also variables read late (at stop) or on another path */
+	int rc = keel_env_check(err, err_len);
+	rc = rc != 0 ? rc : keel_launch_from_env(&b->launch, err, err_len);
 	if (rc == -ENOENT) {
 		keel_launch_single(&b->launch);
 		rc = 0;
@@ -977,9 +908,9 @@ int keel_boot_start(struct keel_boot *b, void (*tweak)(struct keel_config *cfg, 
 	 * where no rank waits for a core (keel_config.acks_ride, tail_probe) */
 	bool cores = !keel_posix_oversubscribed(b->launch.local_world_size);
 	b->cfg.acks_ride = b->cfg.tail_probe = cores;
-	if (rc == 0 && env_switch("KEEL_ACKS_RIDE", &b->cfg.acks_ride, err, err_len) < 0)
+	if (rc == 0 && keel_env_bool("KEEL_ACKS_RIDE", &b->cfg.acks_ride, err, err_len) < 0)
 		rc = -EINVAL;
-	if (rc == 0 && env_switch("KEEL_TAIL_PROBE", &b->cfg.tail_probe, err, err_len) < 0)
+	if (rc == 0 && keel_env_bool("KEEL_TAIL_PROBE", &b->cfg.tail_probe, err, err_len) < 0)
 		rc = -EINVAL;
 	if (rc == 0 && on_udp) {
 		b->datagram_window = KEEL_WINDOW_DEFAULT; /* keel_config_default's */

@@ -14,11 +14,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "keel/env.h"
 #include "keel/transport_dpdk.h"
 #include "rendezvous.h"
 
-#define UDP_PORT_DEFAULT 47100u
-#define BLOB_KIND_DPDK	 0x44u /* 'D': data = MAC (6 bytes) */
+#define BLOB_KIND_DPDK 0x44u /* 'D': data = MAC (6 bytes) */
 
 static struct keel_transport *dpdk_tp;
 static void *dpdk_mem;
@@ -75,25 +75,14 @@ static int static_peer(const char *list, uint32_t rank, struct keel_dpdk_addr *a
 
 static int env_rx_mode(struct keel_dpdk_config *c, char *err, size_t err_len)
 {
-	const char *m = getenv("KEEL_DPDK_RX"), *us = getenv("KEEL_DPDK_SLEEP_US");
+	unsigned mode = c->rx_mode;
+	uint64_t us = c->sleep_ns / 1000;
 
-	if (m == NULL || *m == '\0' || strcmp(m, "busy") == 0)
-		c->rx_mode = KEEL_DPDK_RX_BUSY;
-	else if (strcmp(m, "sleep") == 0)
-		c->rx_mode = KEEL_DPDK_RX_SLEEP;
-	else if (strcmp(m, "interrupt") == 0)
-		c->rx_mode = KEEL_DPDK_RX_INTERRUPT;
-	else
-		return keel_fail(err, err_len, -EINVAL,
-				 "KEEL_DPDK_RX=%s: expected busy, sleep or interrupt", m);
-	if (us != NULL && *us != '\0') {
-		char *end;
-		unsigned long v = strtoul(us, &end, 10);
-		if (*end != '\0' || v == 0 || v > 1000000)
-			return keel_fail(err, err_len, -EINVAL,
-					 "KEEL_DPDK_SLEEP_US=%s: expected 1..1000000", us);
-		c->sleep_ns = v * 1000u;
-	}
+	if (keel_env_enum("KEEL_DPDK_RX", &mode, err, err_len) < 0 || /* names in enum order */
+	    keel_env_uint("KEEL_DPDK_SLEEP_US", &us, err, err_len) < 0)
+		return -EINVAL;
+	c->rx_mode = (enum keel_dpdk_rx_mode)mode;
+	c->sleep_ns = us * 1000u;
 	/* A busy-polled port has no fd to wake a sleeping waiter: spin unless told otherwise. */
 	if (c->rx_mode == KEEL_DPDK_RX_BUSY)
 		setenv("KEEL_WAIT", "busy", 0);
@@ -105,12 +94,19 @@ static int env_rx_mode(struct keel_dpdk_config *c, char *err, size_t err_len)
 static int env_self(const struct keel_launch *l, struct keel_dpdk_addr *self, char *err,
 		    size_t err_len)
 {
-	const char *ip = getenv("KEEL_DPDK_IP"), *port = getenv("KEEL_DPDK_UDP_PORT"),
-		   *peers = getenv("KEEL_DPDK_PEERS");
+	const char *ip = NULL, *peers = NULL;
+	uint64_t port = KEEL_DPDK_UDP_PORT_DEFAULT;
+	int has_ip = keel_env_text("KEEL_DPDK_IP", &ip, err, err_len), has_port = 0, has_peers = 0;
+	if (has_ip >= 0)
+		has_port = keel_env_uint("KEEL_DPDK_UDP_PORT", &port, err, err_len);
+	if (has_ip >= 0 && has_port >= 0)
+		has_peers = keel_env_text("KEEL_DPDK_PEERS", &peers, err, err_len);
+	if (has_ip < 0 || has_port < 0 || has_peers < 0)
+		return -EINVAL;
 
 	memset(self, 0, sizeof(*self));
-	self->udp_port = UDP_PORT_DEFAULT;
-	if (peers != NULL && *peers != '\0') {
+	self->udp_port = KEEL_DPDK_UDP_PORT_DEFAULT;
+	if (has_peers == 1) {
 		int rc = static_peer(peers, l->rank, self, err, err_len);
 		if (rc == -ENOENT)
 			return keel_fail(err, err_len, -EINVAL,
@@ -118,14 +114,10 @@ static int env_self(const struct keel_launch *l, struct keel_dpdk_addr *self, ch
 		if (rc != 0)
 			return rc;
 	}
-	if (ip != NULL && *ip != '\0' && inet_pton(AF_INET, ip, self->ip) != 1)
+	if (has_ip == 1 && inet_pton(AF_INET, ip, self->ip) != 1)
 		return keel_fail(err, err_len, -EINVAL, "KEEL_DPDK_IP=%s: not an IPv4 address", ip);
-	if (port != NULL && *port != '\0') {
-		unsigned v;
-		if (sscanf(port, "%u", &v) != 1 || v == 0 || v > 65535)
-			return keel_fail(err, err_len, -EINVAL, "KEEL_DPDK_UDP_PORT=%s", port);
-		self->udp_port = (uint16_t)v;
-	}
+	if (has_port == 1)
+		self->udp_port = (uint16_t)port; /* 1..65535 */
 	if (self->ip[0] == 0 && self->ip[1] == 0 && self->ip[2] == 0 && self->ip[3] == 0)
 		return keel_fail(err, err_len, -EINVAL,
 				 "KEEL_DPDK_IP is needed: the IPv4 address of this rank's frames");
@@ -196,8 +188,11 @@ static int peers_rendezvous(struct keel_launch *l, uint64_t timeout_ns, char *er
 static int port_start(const struct keel_launch *l, struct keel_dpdk_config *c, char *err,
 		      size_t err_len)
 {
-	const char *name = getenv("KEEL_DPDK_PORT");
-	int rc = keel_dpdk_port_find(name, &c->port_id);
+	const char *name = NULL;
+	int rc = keel_env_text("KEEL_DPDK_PORT", &name, err, err_len);
+	if (rc < 0)
+		return rc;
+	rc = keel_dpdk_port_find(name, &c->port_id);
 	if (rc != 0)
 		return keel_fail(err, err_len, rc,
 				 "DPDK port %s not found (check the --vdev or PCI device in "
@@ -216,11 +211,14 @@ int keel_boot_dpdk_start(struct keel_launch *l, uint32_t mtu, uint32_t burst,
 			 uint64_t rendezvous_timeout_ns, struct keel_transport **out, char *err,
 			 size_t err_len)
 {
-	const char *args = getenv("KEEL_DPDK_ARGS"), *list = getenv("KEEL_DPDK_PEERS");
+	const char *args = NULL, *list = NULL;
 	struct keel_dpdk_config c;
 
 	*out = NULL;
-	if (args == NULL || *args == '\0')
+	if (keel_env_text("KEEL_DPDK_PEERS", &list, err, err_len) < 0 ||
+	    keel_env_text("KEEL_DPDK_ARGS", &args, err, err_len) < 0)
+		return -EINVAL;
+	if (args == NULL)
 		return keel_fail(err, err_len, -EINVAL,
 				 "KEEL_DPDK_ARGS is needed: the DPDK EAL arguments, e.g. "
 				 "\"-l 0 -a 0000:3b:00.0\" or \"--no-huge --no-pci "
@@ -238,9 +236,8 @@ int keel_boot_dpdk_start(struct keel_launch *l, uint32_t mtu, uint32_t burst,
 	if (rc == 0)
 		rc = port_start(l, &c, err, err_len);
 	if (rc == 0)
-		rc = list != NULL && *list != '\0'
-			 ? peers_static(l, list, err, err_len)
-			 : peers_rendezvous(l, rendezvous_timeout_ns, err, err_len);
+		rc = list != NULL ? peers_static(l, list, err, err_len)
+				  : peers_rendezvous(l, rendezvous_timeout_ns, err, err_len);
 	if (rc != 0) {
 		keel_boot_dpdk_stop();
 		return rc;
@@ -281,10 +278,11 @@ static void print_stats(void)
 
 void keel_boot_dpdk_stop(void)
 {
-	const char *st = getenv("KEEL_DPDK_STATS");
+	bool stats = false;
 
 	if (dpdk_tp != NULL) {
-		if (st != NULL && strcmp(st, "1") == 0)
+		/* a bad value failed keel_boot_start (keel_env_check) */
+		if (keel_env_bool("KEEL_DPDK_STATS", &stats, NULL, 0) == 1 && stats)
 			print_stats();
 		dpdk_tp->ops->fini(dpdk_tp);
 	}

@@ -13,6 +13,7 @@
 #include "boot_metrics.h"
 #include "gpu_nvml.h"
 #include "keel/boot.h"
+#include "keel/env.h"
 #include "keel/metrics_http.h"
 #include "keel/transport_router.h"
 #include "text_out.h"
@@ -248,14 +249,16 @@ static int render(void *ctx, char *buf, size_t cap, size_t *len)
  * asks (backslash, double quote, newline). */
 static int job_label(struct keel_boot_metrics *m, char *err, size_t err_len)
 {
-	const char *v = getenv("KEEL_METRICS_JOB");
-	if (v == NULL || *v == '\0')
+	const char *v = NULL;
+	int set = keel_env_text("KEEL_METRICS_JOB", &v, err, err_len); /* at most 63 bytes */
+	if (set < 0)
+		return set;
+	if (set == 0)
 		snprintf(m->job_raw, sizeof(m->job_raw), "%u", m->b->launch.job_id);
 	else if (strlen(v) <= JOB_LABEL_MAX / 2 - 1) /* escaped, it still fits */
 		memcpy(m->job_raw, v, strlen(v) + 1);
-	else
-		return keel_fail(err, err_len, -EINVAL, "KEEL_METRICS_JOB: longer than %u bytes",
-				 JOB_LABEL_MAX / 2 - 1);
+	else /* the table allows more than the label holds */
+		return keel_env_reject("KEEL_METRICS_JOB", err, err_len);
 	size_t n = 0;
 	for (const char *p = m->job_raw; *p != '\0'; p++) {
 		const char *e = *p == '\\'   ? "\\\\"
@@ -271,13 +274,15 @@ static int job_label(struct keel_boot_metrics *m, char *err, size_t err_len)
 	return 0;
 }
 
-#define LINGER_MS_MAX 3600000u /* an hour */
-
 int keel_boot_metrics_open(struct keel_boot *b, char *err, size_t err_len)
 {
-	const char *addr = getenv("KEEL_METRICS_ADDR");
-	if (addr == NULL || *addr == '\0')
-		return 0;
+	const char *addr = NULL;
+	uint64_t linger_ms = 0;
+	int set = keel_env_text("KEEL_METRICS_ADDR", &addr, err, err_len);
+	if (set <= 0)
+		return set;
+	if (keel_env_uint("KEEL_METRICS_LINGER_MS", &linger_ms, err, err_len) < 0)
+		return -EINVAL;
 	struct keel_boot_metrics *m = calloc(1, sizeof(*m));
 	if (m == NULL)
 		return -ENOMEM;
@@ -285,18 +290,7 @@ int keel_boot_metrics_open(struct keel_boot *b, char *err, size_t err_len)
 	m->listen_fd = -1;
 	snprintf(m->addr, sizeof(m->addr), "%s", addr);
 	b->metrics = m;
-	const char *linger = getenv("KEEL_METRICS_LINGER_MS");
-	if (linger != NULL && *linger != '\0') {
-		char *end;
-		errno = 0;
-		unsigned long long ms = strtoull(linger, &end, 10);
-		if (errno != 0 || *end != '\0' || linger[0] == '-' || ms > LINGER_MS_MAX)
-			return keel_fail(err, err_len, -EINVAL,
-					 "KEEL_METRICS_LINGER_MS=%.32s: expected a whole number of "
-					 "milliseconds in 0..%u",
-					 linger, LINGER_MS_MAX);
-		m->linger_ns = ms * 1000000ull;
-	}
+	m->linger_ns = linger_ms * 1000000ull;
 	char why[200];
 	int rc =
 	    keel_metrics_http_listen(addr, b->launch.local_rank, &m->listen_fd, why, sizeof(why));

@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "keel/env.h"
 #include "keel/transport_verbs.h"
 #include "rendezvous.h"
 
@@ -146,49 +147,26 @@ static int exchange(struct keel_launch *l, uint64_t timeout_ns, char *err, size_
 	return rc;
 }
 
-static int env_num(const char *name, uint64_t lo, uint64_t hi, uint64_t *v, char *err,
-		   size_t err_len)
-{
-	const char *s = getenv(name);
-	if (s == NULL || *s == '\0')
-		return 0;
-	char *end;
-	unsigned long long x = strtoull(s, &end, 10);
-	if (*end != '\0' || x < lo || x > hi)
-		return keel_fail(err, err_len, -EINVAL, "%s=%s: expected %llu..%llu", name, s,
-				 (unsigned long long)lo, (unsigned long long)hi);
-	*v = x;
-	return 0;
-}
-
+/* The KEEL_VERBS_* variables (keel/env.h: ranges and wording from its table). */
 static int env_config(struct keel_verbs_config *c, char *err, size_t err_len)
 {
 	uint64_t port = 0, gid = 0, slots = c->slot_count, tmo = c->timeout, retry = c->retry_cnt;
-	const char *g = getenv("KEEL_VERBS_GID"), *poll = getenv("KEEL_VERBS_POLL");
-	int rc = env_num("KEEL_VERBS_PORT", 1, 255, &port, err, err_len);
-	if (rc == 0)
-		rc = env_num("KEEL_VERBS_GID", 0, 255, &gid, err, err_len);
-	if (rc == 0)
-		rc = env_num("KEEL_VERBS_SLOTS", 2, KEEL_VERBS_SLOTS_MAX, &slots, err, err_len);
-	if (rc == 0)
-		rc = env_num("KEEL_VERBS_TIMEOUT", 1, 31, &tmo, err, err_len);
-	if (rc == 0)
-		rc = env_num("KEEL_VERBS_RETRY", 0, 7, &retry, err, err_len);
-	if (rc != 0)
-		return rc;
-	c->device = getenv("KEEL_VERBS_DEVICE");
+	unsigned poll = c->poll_mode;
+	int gid_set = 0;
+	if (keel_env_uint("KEEL_VERBS_PORT", &port, err, err_len) < 0 ||
+	    (gid_set = keel_env_uint("KEEL_VERBS_GID", &gid, err, err_len)) < 0 ||
+	    keel_env_uint("KEEL_VERBS_SLOTS", &slots, err, err_len) < 0 ||
+	    keel_env_uint("KEEL_VERBS_TIMEOUT", &tmo, err, err_len) < 0 ||
+	    keel_env_uint("KEEL_VERBS_RETRY", &retry, err, err_len) < 0 ||
+	    keel_env_text("KEEL_VERBS_DEVICE", &c->device, err, err_len) < 0 ||
+	    keel_env_enum("KEEL_VERBS_POLL", &poll, err, err_len) < 0) /* names in enum order */
+		return -EINVAL;
 	c->port = (uint8_t)port;
-	c->gid_index = g != NULL && *g != '\0' ? (int)gid : -1;
+	c->gid_index = gid_set == 1 ? (int)gid : -1;
 	c->slot_count = (uint32_t)slots;
 	c->timeout = (uint8_t)tmo;
 	c->retry_cnt = (uint8_t)retry;
-	if (poll == NULL || *poll == '\0' || strcmp(poll, "busy") == 0)
-		c->poll_mode = KEEL_VERBS_POLL_BUSY;
-	else if (strcmp(poll, "event") == 0)
-		c->poll_mode = KEEL_VERBS_POLL_EVENT;
-	else
-		return keel_fail(err, err_len, -EINVAL,
-				 "KEEL_VERBS_POLL=%s: expected busy or event", poll);
+	c->poll_mode = (enum keel_verbs_poll_mode)poll;
 	/* a busy-polled CQ has no fd to wake a sleeping waiter: spin unless told otherwise */
 	if (c->poll_mode == KEEL_VERBS_POLL_BUSY)
 		setenv("KEEL_WAIT", "busy", 0);
@@ -208,8 +186,10 @@ int keel_boot_verbs_start(struct keel_launch *l, uint32_t mtu, uint64_t rendezvo
 				 "KEEL_TRANSPORT=verbs needs the rendezvous (MASTER_ADDR and "
 				 "MASTER_PORT) to exchange QP numbers%s",
 				 l->peers != NULL ? "; KEEL_PEERS alone is not enough" : "");
-	const char *rejoin = getenv("KEEL_REJOIN");
-	if (rejoin != NULL && strcmp(rejoin, "1") == 0)
+	bool rejoin = false;
+	if (keel_env_bool("KEEL_REJOIN", &rejoin, err, err_len) < 0)
+		return -EINVAL;
+	if (rejoin)
 		return keel_fail(err, err_len, -EOPNOTSUPP,
 				 "KEEL_TRANSPORT=verbs: a restarted rank cannot rejoin (its QPs "
 				 "need an exchange with every survivor); use udp or dpdk");
@@ -267,9 +247,10 @@ int keel_boot_verbs_unregister(const void *addr)
 
 void keel_boot_verbs_stop(void)
 {
-	const char *st = getenv("KEEL_VERBS_STATS");
+	bool stats = false;
 	if (verbs_tp != NULL) {
-		if (st != NULL && strcmp(st, "1") == 0) {
+		/* a bad value failed keel_boot_start (keel_env_check) */
+		if (keel_env_bool("KEEL_VERBS_STATS", &stats, NULL, 0) == 1 && stats) {
 			struct keel_verbs_stats s;
 			keel_verbs_stats_get(verbs_tp, &s);
 			fprintf(

@@ -10,6 +10,7 @@
 
 #include "assert_int.h"
 #include "boot_int.h"
+#include "keel/env.h"
 #include "keel/launch.h"
 #include "keel/limits.h"
 
@@ -68,22 +69,24 @@ static bool parse_decimal(const char *s, size_t len, uint64_t max, uint64_t *out
 	return true;
 }
 
-/* Read `name` as a number in [min, max]. *present says whether the variable is set.
+/* Read launcher variable `name` (RANK, SLURM_NTASKS...: not keel's, so not in its table) as a
+ * number in [min, max], with the table's parser and wording. *present says whether it is set.
  * Unset is not an error here; set but empty, non-numeric or out of range is. */
 static int env_u32(const char *name, uint32_t min, uint32_t max, uint32_t *out, bool *present,
 		   char *err, size_t err_len)
 {
+	const struct keel_env_var v = {
+	    .name = name, .type = KEEL_ENV_WHOLE, .lo = min, .hi = max, .unit = ""};
 	const char *s = getenv(name);
-	uint64_t v;
+	uint64_t x;
 
 	*present = s != NULL;
 	if (s == NULL)
 		return 0;
-	if (!parse_decimal(s, strlen(s), max, &v) || v < min)
-		return keel_fail(err, err_len, -EINVAL, "%s='%.*s' is not a number in %u..%u", name,
-				 QUOTE_MAX, s, min, max);
-	*out = (uint32_t)v;
-	return 0;
+	int rc = keel_env_parse(&v, s, &x, err, err_len);
+	if (rc == 0)
+		*out = (uint32_t)x;
+	return rc;
 }
 
 /* Parse one entry of a peer list: s[0..len). */
@@ -292,22 +295,19 @@ static int read_master(struct keel_launch *out, char *err, size_t err_len)
 
 static int read_job_id(struct keel_launch *out, char *err, size_t err_len)
 {
-	const char *s = getenv("KEEL_JOB_ID");
 	uint64_t v;
+	int set = keel_env_uint("KEEL_JOB_ID", &v, err, err_len); /* 0..UINT32_MAX */
 
-	if (s != NULL) {
-		if (!parse_decimal(s, strlen(s), UINT32_MAX, &v))
-			return keel_fail(err, err_len, -EINVAL,
-					 "KEEL_JOB_ID='%.*s' is not a number in "
-					 "0..4294967295",
-					 QUOTE_MAX, s);
+	if (set < 0)
+		return set;
+	if (set == 1) {
 		out->job_id = (uint32_t)v;
 		out->job_id_fixed = true;
 		return 0;
 	}
 	/* Every task of a Slurm job sees the same SLURM_JOB_ID; anything unreadable is ignored,
 	 * since it only narrows which datagrams count as ours. */
-	s = getenv("SLURM_JOB_ID");
+	const char *s = getenv("SLURM_JOB_ID");
 	if (s != NULL && parse_decimal(s, strlen(s), UINT32_MAX, &v)) {
 		out->job_id = (uint32_t)v;
 		out->job_id_fixed = true;
@@ -331,18 +331,18 @@ uint64_t keel_launch_host_hash(const char *space, const char *name)
  * name do not. */
 static int read_host(struct keel_launch *out, char *err, size_t err_len)
 {
-	const char *s = getenv("KEEL_HOST");
+	const char *s = NULL;
 	char name[320] = "", boot_id[64] = "";
+	int set = keel_env_text("KEEL_HOST", &s, err, err_len); /* 1..255 bytes */
 
-	if (s != NULL && out->peers != NULL)
+	if (set < 0)
+		return set;
+	if (set == 1 && out->peers != NULL)
 		return keel_fail(err, err_len, -EINVAL,
 				 "KEEL_HOST=%.64s: with KEEL_PEERS each rank's host is its entry's "
 				 "host; unset KEEL_HOST or use the TCP rendezvous (MASTER_ADDR)",
 				 s);
-	if (s != NULL) {
-		if (*s == '\0' || strlen(s) > 255)
-			return keel_fail(err, err_len, -EINVAL,
-					 "KEEL_HOST: expected a name of 1 to 255 characters");
+	if (set == 1) {
 		out->host_id = keel_launch_host_hash("KEEL_HOST", s);
 		return 0;
 	}
@@ -375,9 +375,11 @@ int keel_launch_from_env(struct keel_launch *out, char *err, size_t err_len)
 		    err, err_len, -ENOENT,
 		    "no rank in the environment: looked for RANK (torchrun, keel-run), "
 		    "OMPI_COMM_WORLD_RANK (Open MPI) and SLURM_PROCID (Slurm)%s",
-		    getenv("KEEL_PEERS") != NULL ? "; KEEL_PEERS needs one of them too" : "");
+		    keel_env_is_set("KEEL_PEERS") ? "; KEEL_PEERS needs one of them too" : "");
 	out->source = src->name;
-	out->peers = getenv("KEEL_PEERS");
+	rc = keel_env_text("KEEL_PEERS", &out->peers, err, err_len);
+	if (rc < 0)
+		return rc;
 	rc = read_source(src, out, err, err_len);
 	if (rc == 0)
 		rc = read_master(out, err, err_len);

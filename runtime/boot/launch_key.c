@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "boot_int.h"
+#include "keel/env.h"
 #include "keel/launch.h"
 #include "rendezvous_int.h"
 
@@ -121,9 +122,14 @@ bool keel_launch_auth_available(void)
 
 int keel_launch_read_key(struct keel_launch *out, char *err, size_t err_len)
 {
-	const char *file = getenv("KEEL_JOB_KEY_FILE"), *hex = getenv("KEEL_JOB_KEY");
+	const char *file = NULL, *hex = NULL;
+	/* set but empty is a bad value (the table's 1.. bytes), never "no key" */
+	int rc = keel_env_text("KEEL_JOB_KEY_FILE", &file, err, err_len);
+	if (rc >= 0)
+		rc = keel_env_text("KEEL_JOB_KEY", &hex, err, err_len);
+	if (rc < 0)
+		return rc;
 	const char *name = file != NULL ? "KEEL_JOB_KEY_FILE" : "KEEL_JOB_KEY";
-	int rc;
 
 	if (file == NULL && hex == NULL)
 		return 0;
@@ -137,8 +143,6 @@ int keel_launch_read_key(struct keel_launch *out, char *err, size_t err_len)
 				 "neither prove nor check a key: install libsodium-dev and rebuild "
 				 "keel (or unset %s to run unauthenticated)",
 				 name, name);
-	if ((file != NULL ? file : hex)[0] == '\0')
-		return keel_fail(err, err_len, -EINVAL, "%s is set but empty", name);
 	rc = file != NULL ? key_file_read(file, out->key, err, err_len)
 			  : key_from_hex("KEEL_JOB_KEY", hex, strlen(hex), out->key, err, err_len);
 	if (rc != 0)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "assert_int.h"
+#include "keel/env.h"
 #include "keel/posix.h"
 
 uint64_t keel_posix_now_ns(void)
@@ -251,54 +252,25 @@ long keel_posix_cpu_count(void)
 	return online > 0 && online < cpus ? online : cpus;
 }
 
-static int parse_u64(const char *s, uint64_t max, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (s == NULL || *s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0 || *end != '\0' || v > max)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 bool keel_posix_oversubscribed(uint32_t local_ranks)
 {
 	return (long)local_ranks > keel_posix_cpu_count();
 }
 
 int keel_posix_wait_mode_from_env(uint32_t local_ranks, enum keel_wait_mode *mode,
-				  uint64_t *spin_ns)
+				  uint64_t *spin_ns, char *err, size_t err_len)
 {
-	const char *wait = getenv("KEEL_WAIT");
-	const char *spin_us = getenv("KEEL_SPIN_US");
-	enum keel_wait_mode m = KEEL_WAIT_ADAPTIVE;
-	uint64_t us = 0;
-	uint64_t spin = KEEL_POSIX_SPIN_NS_DEFAULT;
+	unsigned m = KEEL_WAIT_ADAPTIVE;
+	uint64_t us = KEEL_POSIX_SPIN_NS_DEFAULT / 1000;
 
 	KEEL_ASSERT(mode != NULL && spin_ns != NULL);
-	if (wait != NULL && wait[0] != '\0') {
-		if (strcmp(wait, "busy") == 0)
-			m = KEEL_WAIT_BUSY;
-		else if (strcmp(wait, "adaptive") == 0)
-			m = KEEL_WAIT_ADAPTIVE;
-		else if (strcmp(wait, "block") == 0)
-			m = KEEL_WAIT_BLOCK;
-		else
-			return -EINVAL;
-	}
-	if (spin_us != NULL && spin_us[0] != '\0') {
-		if (parse_u64(spin_us, KEEL_POSIX_SPIN_US_MAX, &us) != 0)
-			return -EINVAL;
-		spin = us * 1000ull;
-	} else if (keel_posix_oversubscribed(local_ranks)) {
-		spin = 0;
-	}
-	*mode = m;
+	if (keel_env_enum("KEEL_WAIT", &m, err, err_len) < 0) /* names in enum order */
+		return -EINVAL;
+	int set = keel_env_uint("KEEL_SPIN_US", &us, err, err_len);
+	if (set < 0)
+		return -EINVAL;
+	uint64_t spin = set == 0 && keel_posix_oversubscribed(local_ranks) ? 0 : us * 1000ull;
+	*mode = (enum keel_wait_mode)m;
 	*spin_ns = m == KEEL_WAIT_BUSY ? UINT64_MAX : m == KEEL_WAIT_BLOCK ? 0 : spin;
 	return 0;
 }

@@ -21,6 +21,7 @@
 #include "boot_trace.h"
 #include "fmt_int.h"
 #include "keel/boot.h"
+#include "keel/env.h"
 
 #define TRACE_RING_EVENTS 4096u /* ~200 KB */
 
@@ -268,10 +269,11 @@ int boot_trace_start(struct boot_trace **out, uint32_t rank, uint32_t world, cha
 		     size_t err_len)
 {
 	*out = NULL;
-	const char *spec = getenv("KEEL_TRACE");
-	bool file = spec != NULL && *spec != '\0';
-	if (!file && !boot_nvtx_wanted())
-		return 0;
+	const char *spec = NULL;
+	int set = keel_env_text("KEEL_TRACE", &spec, err, err_len);
+	bool file = set == 1;
+	if (set < 0 || (!file && !boot_nvtx_wanted()))
+		return set < 0 ? set : 0;
 	struct boot_trace *t = calloc(1, sizeof(*t));
 	if (t == NULL)
 		return -ENOMEM;

@@ -49,7 +49,7 @@ set +e
 KEEL_DEVICE_CHUNK_KB=2 timeout 20 "$BENCH" allreduce --device cpu >"$tmp/chunk" 2>&1
 chunk_rc=$?
 set -e
-[ "$chunk_rc" -eq 2 ] && grep -q "KEEL_DEVICE_CHUNK_KB='2': a whole number of KiB, 4.." "$tmp/chunk" ||
+[ "$chunk_rc" -eq 2 ] && grep -q "KEEL_DEVICE_CHUNK_KB='2': expected a whole number in 4..1048576 (KiB)" "$tmp/chunk" ||
 	{ cat "$tmp/chunk"; echo "device_bench: KEEL_DEVICE_CHUNK_KB=2 was not refused"; exit 1; }
 [ "$bad_rc" -ne 0 ] && grep -q "keel-bench: --device 'tpu': cpu or cuda" "$tmp/bad" ||
 	{ cat "$tmp/bad"; echo "device_bench: --device tpu was not refused"; exit 1; }

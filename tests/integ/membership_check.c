@@ -28,6 +28,8 @@ struct stats {
 
 static bool past_end(void)
 {
+	/* KEEL_TEST_END: a test-only harness variable, outside keel's env table
+	 * (tests/integ/env_table.sh checks runtime/ dpdk/ verbs/ sim/ tools/ only) */
 	const char *s = getenv("KEEL_TEST_END");
 	return s != NULL && (uint64_t)time(NULL) >= strtoull(s, NULL, 10);
 }
@@ -100,7 +102,7 @@ int main(void)
 		return 1;
 	}
 	uint32_t rank = b.launch.rank;
-	const char *count_env = getenv("KEEL_TEST_COUNT");
+	const char *count_env = getenv("KEEL_TEST_COUNT"); /* test-only, as KEEL_TEST_END */
 	if (count_env != NULL && strtoul(count_env, NULL, 10) > 0)
 		g_count = (uint32_t)strtoul(count_env, NULL, 10);
 	float *in = malloc((COUNT + 1) * sizeof(float)), *out = malloc((COUNT + 1) * sizeof(float));

@@ -98,7 +98,7 @@ if KEEL_METRICS_ADDR=127.0.0.1:$P KEEL_METRICS_LINGER_MS=2s timeout 10 "$BENCH" 
 	-n 1 -w 0 >"$tmp/badlinger.log" 2>&1; then
 	fail "(a) a rank started with a bad KEEL_METRICS_LINGER_MS"
 fi
-grep -q "KEEL_METRICS_LINGER_MS=2s: expected a whole number of milliseconds" "$tmp/badlinger.log" ||
+grep -q "KEEL_METRICS_LINGER_MS='2s': expected a whole number in 0..3600000 (milliseconds)" "$tmp/badlinger.log" ||
 	fail "(a) the bad linger is not named"
 # With a linger the rank answers after its program is done: here, after keel-bench printed.
 KEEL_METRICS_ADDR=127.0.0.1:$P KEEL_METRICS_LINGER_MS=3000 timeout 20 "$BENCH" allreduce -b 8 -e 8 \

@@ -70,7 +70,7 @@ refused() {
 # KEEL_HOST needs the rendezvous: with a static list each rank's host is its entry's
 refused KEEL_HOST=x 'KEEL_HOST=x: with KEEL_PEERS'
 # KEEL_UDP_GSO takes 0 or 1; anything else stops the start with a message naming it
-refused KEEL_UDP_GSO=yes 'KEEL_UDP_GSO=yes: expected 0 (off) or 1 (on)'
+refused KEEL_UDP_GSO=yes "KEEL_UDP_GSO='yes': expected 0 (off) or 1 (on)"
 
 after=$(ls /dev/shm | grep -c '^keel-' || true)
 [ "$after" -le "$before" ] || { echo "router_hosts: $((after - before)) region(s) left in /dev/shm"; exit 1; }

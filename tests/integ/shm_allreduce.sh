@@ -27,7 +27,7 @@ if KEEL_SHM_STAGE=yes "$RUN" -n 2 --timeout 30 -- "$CHECK" ring >/tmp/keel-shm-s
 	echo "shm_allreduce: KEEL_SHM_STAGE=yes was accepted"
 	exit 1
 fi
-grep -q 'KEEL_SHM_STAGE=yes: expected 0 (off) or 1 (on)' /tmp/keel-shm-stage.$$ ||
+grep -q "KEEL_SHM_STAGE='yes': expected 0 (off) or 1 (on)" /tmp/keel-shm-stage.$$ ||
 	{ cat /tmp/keel-shm-stage.$$; rm -f /tmp/keel-shm-stage.$$; echo "shm_allreduce: no error naming KEEL_SHM_STAGE"; exit 1; }
 rm -f /tmp/keel-shm-stage.$$
 TRAIN=$BUILD/bin/keel-train

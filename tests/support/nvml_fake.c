@@ -27,6 +27,8 @@ enum { SUCCESS = 0, ERROR_INVALID_ARGUMENT = 2, ERROR_DRIVER_NOT_LOADED = 9 };
 
 nvmlReturn_t nvmlInit_v2(void)
 {
+	/* a test-only harness variable, outside keel's env table (tests/integ/env_table.sh
+	 * checks runtime/ dpdk/ verbs/ sim/ tools/ only) */
 	const char *fail = getenv("KEEL_NVML_FAKE_FAIL");
 	return fail != NULL && fail[0] == '1' ? ERROR_DRIVER_NOT_LOADED : SUCCESS;
 }

@@ -35,6 +35,8 @@ int NVTX_API InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_table);
 
 int NVTX_API InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get_table)
 {
+	/* a test-only harness variable, outside keel's env table (tests/integ/env_table.sh
+	 * checks runtime/ dpdk/ verbs/ sim/ tools/ only) */
 	const char *path = getenv("KEEL_TEST_NVTX_LOG");
 	if (path == NULL)
 		return 0;

@@ -173,7 +173,7 @@ int cli_next(struct cli *c)
 	c->next++;
 	if (o->kind == CLI_FLAG && c->value != NULL)
 		cli_usage_error(c->tool, "%s takes no value", c->opt_text);
-	if (o->kind != CLI_FLAG && c->value == NULL) {
+	if (o->kind != CLI_FLAG && o->kind != CLI_OPT_TEXT && c->value == NULL) {
 		if (c->next >= c->argc)
 			cli_usage_error(c->tool, "%s needs a value", c->opt_text);
 		c->value = c->argv[c->next++];

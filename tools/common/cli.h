@@ -14,11 +14,12 @@
 #define CLI_EXIT_EXCLUDED 75 /* keel/boot.h: KEEL_EXIT_EXCLUDED (EX_TEMPFAIL) */
 
 enum cli_kind {
-	CLI_FLAG, /* no value */
-	CLI_TEXT, /* any text; the tool checks it */
-	CLI_FILE, /* a file to read: refused at once when it cannot be read */
-	CLI_UINT, /* a whole number in min_u..max_u (decimal, or 0x hex) */
-	CLI_REAL, /* a finite number in min_r..max_r */
+	CLI_FLAG,     /* no value */
+	CLI_TEXT,     /* any text; the tool checks it */
+	CLI_OPT_TEXT, /* text given only as --name=VALUE, optional: value NULL when absent */
+	CLI_FILE,     /* a file to read: refused at once when it cannot be read */
+	CLI_UINT,     /* a whole number in min_u..max_u (decimal, or 0x hex) */
+	CLI_REAL,     /* a finite number in min_r..max_r */
 };
 
 /* One option: --name (and -s when short_name is not 0). */

@@ -427,10 +427,15 @@ int keel_bench_failover(int argc, char **argv)
 	parse(argc, argv, &o);
 	if (o.seed == 0)
 		o.seed = (uint64_t)time(NULL);
-	printf("# keel-bench failover: %u ranks, heartbeat %" PRIu64 " us, miss limit %s, %u "
-	       "trials, %s, SEED=%" PRIu64 "\n",
-	       o.ranks, o.interval_ns / 1000,
-	       getenv("KEEL_MISS_LIMIT") ? getenv("KEEL_MISS_LIMIT") : "3", o.trials,
+	uint64_t miss_limit = KEEL_MISS_LIMIT_DEFAULT;
+	char err[256];
+	if (keel_env_uint("KEEL_MISS_LIMIT", &miss_limit, err, sizeof(err)) < 0) {
+		fprintf(stderr, "keel-bench failover: %s\n", err);
+		return 2;
+	}
+	printf("# keel-bench failover: %u ranks, heartbeat %" PRIu64 " us, miss limit %" PRIu64
+	       ", %u trials, %s, SEED=%" PRIu64 "\n",
+	       o.ranks, o.interval_ns / 1000, miss_limit, o.trials,
 	       o.pause_ns != 0 ? "victims paused (SIGSTOP) and resumed" : "victims killed", o.seed);
 	setup_env(&o);
 	g_reports = mmap(NULL, RANKS_MAX * sizeof(struct rank_report), PROT_READ | PROT_WRITE,

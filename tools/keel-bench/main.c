@@ -1031,17 +1031,13 @@ static uint32_t g_chunk_bytes;
 
 static int device_chunk_env(void)
 {
-	const char *s = getenv("KEEL_DEVICE_CHUNK_KB");
-	if (s == NULL)
-		return 0;
-	char *end;
-	unsigned long kb = strtoul(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || kb < KEEL_DEVICE_CHUNK_MIN / 1024 || kb > (1ul << 20)) {
-		fprintf(stderr,
-			"keel-bench: KEEL_DEVICE_CHUNK_KB='%s': a whole number of KiB, %u..%lu\n",
-			s, KEEL_DEVICE_CHUNK_MIN / 1024, 1ul << 20);
-		return -EINVAL;
-	}
+	char err[256];
+	uint64_t kb = 0;
+	int set = keel_env_uint("KEEL_DEVICE_CHUNK_KB", &kb, err, sizeof(err));
+	if (set < 0)
+		fprintf(stderr, "keel-bench: %s\n", err);
+	if (set <= 0)
+		return set;
 	g_chunk_bytes = (uint32_t)(kb * 1024);
 	return 0;
 }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "keel/boot.h"
+#include "keel/env.h"
 #include "keel/launch.h"
 #include "keel/limits.h"
 #include "keel/posix.h"
@@ -134,6 +135,8 @@ static void usage(FILE *f)
 	    "                       (by default a fresh key per job, KEEL_JOB_KEY_FILE)\n"
 	    "  -h, --help           this text\n"
 	    "  --version            keel's version and git hash\n"
+	    "  --help-env[=markdown]  the KEEL_* environment variables the ranks read (every one:\n"
+	    "                       type, range, default, meaning), as text or as Markdown\n"
 	    "\n"
 	    "SIGINT, SIGTERM and SIGHUP are passed to every rank. Each rank runs in its own\n"
 	    "process group, so signals reach its children too. A rank that exits %d was left\n"
@@ -162,6 +165,7 @@ enum {
 	OPT_NO_KEY,
 	OPT_KILL,
 	OPT_PAUSE,
+	OPT_HELP_ENV,
 	OPT_COUNT
 };
 
@@ -176,6 +180,7 @@ static const struct cli_opt options[OPT_COUNT] = {
     [OPT_NO_KEY] = {"no-key", 0, CLI_FLAG},
     [OPT_KILL] = {"kill", 0, CLI_TEXT},
     [OPT_PAUSE] = {"pause", 0, CLI_TEXT},
+    [OPT_HELP_ENV] = {"help-env", 0, CLI_OPT_TEXT},
 };
 
 /* --kill RANK@SECONDS and --pause RANK@SECONDS:DURATION; a mistake exits 2 naming the form. */
@@ -238,6 +243,10 @@ static void set_option(struct opts *o, int id, const struct cli *c)
 	case OPT_PAUSE:
 		parse_kill(o, c->value, id == OPT_PAUSE);
 		break;
+	case OPT_HELP_ENV:
+		if (keel_env_print(stdout, c->value != NULL ? c->value : "text") != 0)
+			cli_usage_error(TOOL, "--help-env=%s: expected text or markdown", c->value);
+		exit(CLI_EXIT_OK);
 	}
 }
 
@@ -713,7 +722,7 @@ static int setup(sigset_t *old_mask)
 	if (job.o.no_key) {
 		unsetenv("KEEL_JOB_KEY_FILE");
 		unsetenv("KEEL_JOB_KEY");
-	} else if (getenv("KEEL_JOB_KEY_FILE") == NULL && getenv("KEEL_JOB_KEY") == NULL &&
+	} else if (!keel_env_is_set("KEEL_JOB_KEY_FILE") && !keel_env_is_set("KEEL_JOB_KEY") &&
 		   keel_launch_auth_available()) {
 		rc = make_job_key();
 		if (rc != 0) {
