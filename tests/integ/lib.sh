@@ -34,15 +34,18 @@ TEST=$(basename "$0" .sh)
 LIB_TMP=''
 LIB_ON_EXIT=()
 
-skip() {
+# lib.sh's own functions call these two, not skip and fail: a script may define a skip or a fail
+# of its own (keel_run.sh's fail counts failures and goes on).
+lib_skip() {
 	echo "$TEST: SKIP: $*"
 	exit 77
 }
-
-fail() {
+lib_fail() {
 	echo "$TEST: FAIL: $*"
 	exit 1
 }
+skip() { lib_skip "$@"; }
+fail() { lib_fail "$@"; }
 
 bad() {
 	echo "$TEST: FAIL: $*"
@@ -66,18 +69,18 @@ lib_package_of() {
 require_cmd() {
 	local c
 	for c in "$@"; do
-		command -v "$c" >/dev/null 2>&1 || skip "$c not found (Debian package $(lib_package_of "$c"))"
+		command -v "$c" >/dev/null 2>&1 || lib_skip "$c not found (Debian package $(lib_package_of "$c"))"
 	done
 	return 0
 }
 
 require_root() {
-	[ "$(id -u)" = 0 ] || skip "needs root${1:+ ($1)}"
+	[ "$(id -u)" = 0 ] || lib_skip "needs root${1:+ ($1)}"
 }
 
 DIGITS=/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
 require_digits() {
-	[ -f "$DIGITS" ] || skip "digits data set missing (python3-sklearn)"
+	[ -f "$DIGITS" ] || lib_skip "digits data set missing (python3-sklearn)"
 }
 
 # What an optional part needs, for the skip message.
@@ -101,7 +104,7 @@ lib_is_built() {
 require_built() {
 	local p
 	for p in "$@"; do
-		lib_is_built "$p" || skip "$p not built ($(lib_built_why "$p"))"
+		lib_is_built "$p" || lib_skip "$p not built ($(lib_built_why "$p"))"
 	done
 	return 0
 }
@@ -109,7 +112,7 @@ require_built() {
 must_be_built() {
 	local p
 	for p in "$@"; do
-		lib_is_built "$p" || fail "$p missing: build first (make all tests)"
+		lib_is_built "$p" || lib_fail "$p missing: build first (make all tests)"
 	done
 	return 0
 }
@@ -117,7 +120,7 @@ must_be_built() {
 tmpdir_make() {
 	if [ -z "$LIB_TMP" ]; then
 		LIB_TMP=$(mktemp -d "${TMPDIR:-/tmp}/keel-$TEST.XXXXXX") ||
-			fail "cannot make a temporary folder in ${TMPDIR:-/tmp}"
+			lib_fail "cannot make a temporary folder in ${TMPDIR:-/tmp}"
 	fi
 	printf -v "${1:-tmp}" '%s' "$LIB_TMP"
 }
@@ -143,7 +146,8 @@ run_ranks() {
 # switch. Names carry the script's pid, so that parallel runs never share one:
 #   ns_name R   the namespace of R        ns_if R    R's interface, inside its namespace
 #   ns_addr R   R's IPv4 address          ns_port R  R's bridge port, in $NS_BR
-#   ns_exec R CMD...  CMD in R's namespace
+#   ns_exec R CMD...  CMD in R's namespace, in the foreground (a job started in the background
+#               with ip netns exec "$(ns_name R)" CMD & has CMD itself as $!, not a subshell)
 #   ns_link R up|down  R's bridge port up or down (a cable pulled, put back)
 # ns_make N [MTU] makes ranks 0..N-1 at $NS_NET.1..N (10.77.0.x unless NS_NET is set before);
 # ns_bridge [MTU] and ns_add R ADDR make them one by one (ns_bridge returns 1 where no namespace
@@ -198,9 +202,9 @@ ns_add() { # R ADDR: namespace R with ADDR/24 on its veth, the other end on the 
 ns_make() {
 	local n=$1 r
 	require_netns
-	ns_bridge "${2:-}" || skip "cannot create network namespaces here"
+	ns_bridge "${2:-}" || lib_skip "cannot create network namespaces here"
 	for ((r = 0; r < n; r++)); do
-		ns_add "$r" "$(ns_addr "$r")" || fail "cannot set up namespace $(ns_name "$r")"
+		ns_add "$r" "$(ns_addr "$r")" || lib_fail "cannot set up namespace $(ns_name "$r")"
 	done
 	return 0
 }
