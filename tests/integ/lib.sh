@@ -241,6 +241,10 @@ lib_stop_jobs() {
 
 lib_exit() {
 	local rc=$? i
+	# A job forked a moment ago runs this shell's traps until it execs its command: a SIGTERM
+	# from lib_stop_jobs in that moment would run this in the job. The script's shell alone
+	# cleans up.
+	[ "$BASHPID" = "$$" ] || return "$rc"
 	set +e
 	for ((i = ${#LIB_ON_EXIT[@]} - 1; i >= 0; i--)); do eval "${LIB_ON_EXIT[$i]}"; done
 	lib_stop_jobs
