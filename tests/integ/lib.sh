@@ -49,6 +49,7 @@ fail() { lib_fail "$@"; }
 
 bad() {
 	echo "$TEST: FAIL: $*"
+	# shellcheck disable=SC2034 # the script's: it ends with exit $fail
 	fail=1
 }
 
