@@ -6,28 +6,25 @@
 # UDP_GRO) under the same loss, and with datagrams cut into Ethernet-sized pieces and joined
 # (KEEL_UDP_PIECES), as on a 1500-byte link, under the same loss. Seeded: SEED=n replays.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN=$BUILD/bin/keel-run
+. "$(dirname "$0")/lib.sh"
 CHECK=$BUILD/tests/integ-allreduce_check
-SEED=${SEED:-$(( $(date +%s) % 100000 ))}
-echo "SEED=$SEED"
-[ -x "$RUN" ] && [ -x "$CHECK" ] || { echo "allreduce_mp: build first (make all tests)"; exit 1; }
+seed_init
+must_be_built "$BIN/keel-run" "$CHECK"
 export KEEL_HEARTBEAT_US=20000 KEEL_OP_TIMEOUT_MS=20000 KEEL_WAIT=block
 fail=0
 for n in 2 3 4 5; do
 	for algo in ring rd; do
-		"$RUN" -n "$n" --timeout 120 -- "$CHECK" "$algo" | grep -v '^keel-run: rank' || fail=1
+		run_ranks "$n" 120 -- "$CHECK" "$algo" | grep -v '^keel-run: rank' || fail=1
 	done
 done
 for n in 3 4; do
 	KEEL_CHAOS="loss=0.01,dup=0.005,reorder=0.01,seed=$SEED" \
-		"$RUN" -n "$n" --timeout 180 -- "$CHECK" auto | grep -v '^keel-run: rank' || fail=1
+		run_ranks "$n" 180 -- "$CHECK" auto | grep -v '^keel-run: rank' || fail=1
 done
 KEEL_TRANSPORT=udp KEEL_MTU=1472 KEEL_CHAOS="loss=0.01,dup=0.005,reorder=0.01,seed=$SEED" \
-	"$RUN" -n 4 --timeout 180 -- "$CHECK" auto | grep -v '^keel-run: rank' || fail=1
+	run_ranks 4 180 -- "$CHECK" auto | grep -v '^keel-run: rank' || fail=1
 for algo in ring rd; do
 	KEEL_TRANSPORT=udp KEEL_UDP_PIECES=1472 KEEL_CHAOS="loss=0.01,dup=0.005,reorder=0.01,seed=$SEED" \
-		"$RUN" -n 3 --timeout 180 -- "$CHECK" "$algo" | grep -v '^keel-run: rank' || fail=1
+		run_ranks 3 180 -- "$CHECK" "$algo" | grep -v '^keel-run: rank' || fail=1
 done
 exit $fail

@@ -7,21 +7,16 @@
 # a flood of 200 000 forged datagrams a second for 5 s: the same, and memory flat.
 # Exits 77 (skipped) where raw sockets are not allowed or keel was built without libsodium.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN=$BUILD/bin/keel-run
+. "$(dirname "$0")/lib.sh"
+RUN=$BIN/keel-run
 TARGET=$BUILD/tests/integ-attack_target
 ATTACKER=$BUILD/tests/integ-attacker
-[ -x "$RUN" ] && [ -x "$TARGET" ] && [ -x "$ATTACKER" ] || {
-	echo "attacks: build first (make all tests)"
-	exit 1
-}
-[ "$(id -u)" = 0 ] || { echo "attacks: skipped (raw sockets need root)"; exit 77; }
+must_be_built "$RUN" "$TARGET" "$ATTACKER"
+require_root "raw sockets"
 # The attacks come over the network: the ranks talk UDP, not the shared memory the default
 # (auto) would pick for ranks on one host, which a process on the network cannot reach.
 export KEEL_WAIT=block KEEL_TRANSPORT=udp
-LOG=$(mktemp -d /tmp/keel-attacks.XXXXXX)
-trap 'rm -rf "$LOG"' EXIT
+tmpdir_make LOG
 fail=0
 
 # One job under one attack: MODE SECONDS RATE JOB_SECONDS; the ranks' lines in $LOG/MODE.
@@ -34,8 +29,7 @@ attack() {
 	wait "$job" || jrc=$?
 	if [ "$arc" = 77 ]; then
 		cat "$LOG/$mode.attacker"
-		echo "attacks: skipped (this machine refuses raw or packet sockets)"
-		exit 77
+		skip "this machine refuses raw or packet sockets"
 	fi
 	cat "$LOG/$mode.attacker"
 	grep '^rank' "$LOG/$mode" | sort
@@ -47,8 +41,7 @@ attack() {
 	fi
 	if grep -q 'auth off' "$LOG/$mode"; then
 		if grep -q 'built without libsodium\|authentication skipped' "$LOG/$mode.err"; then
-			echo "attacks: skipped (keel was built without libsodium)"
-			exit 77
+			skip "keel was built without libsodium"
 		fi
 		echo "attacks: $mode: FAILED (the job ran without a key)"
 		fail=1

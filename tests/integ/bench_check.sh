@@ -4,16 +4,15 @@
 # the view change), and some operations must have run on the smaller view: otherwise the kill
 # missed the run and the check proved nothing (a failure, not a pass).
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
-RUN=$BUILD/bin/keel-run
-BENCH=$BUILD/bin/keel-bench
-[ -x "$RUN" ] && [ -x "$BENCH" ] || { echo "bench_check: build first (make all)"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+BENCH=$BIN/keel-bench
+must_be_built "$BIN/keel-run" "$BENCH"
+tmpdir_make tmp
 # A bad range is named, not answered with the usage text alone.
 err=$("$BENCH" allreduce -b 1M -e 1K 2>&1)
 grep -q "minbytes 1048576 is larger than --maxbytes 1024" <<<"$err" ||
 	{ echo "bench_check: -b 1M -e 1K not explained: $err"; exit 1; }
-out=$("$RUN" -n 5 --timeout 120 --kill 3@0.5 -- "$BENCH" allreduce -b 64K -e 16M -f 4 -n 10 \
+out=$(run_ranks 5 120 --kill 3@0.5 -- "$BENCH" allreduce -b 64K -e 16M -f 4 -n 10 \
 	--check 2>&1)
 rc=$?
 fail=0
@@ -30,7 +29,7 @@ echo "bench_check: 5 ranks, rank 3 killed: all results exact, $smaller checked o
 # Timed loops only, the kill late enough to land in the in-place ones (here: 1.5 s of 60 + 60
 # AllReduces of 4 MiB). An in-place input lost to a view change says KEEL_EVIEWCHANGED on every
 # member; keel-bench must run it again, as the API asks, and not die.
-out=$("$RUN" -n 5 --timeout 120 --kill 3@1.5 -- "$BENCH" allreduce -b 4M -e 4M -n 60 -w 0 2>&1)
+out=$(run_ranks 5 120 --kill 3@1.5 -- "$BENCH" allreduce -b 4M -e 4M -n 60 -w 0 2>&1)
 rc=$?
 [ $rc -eq 0 ] || { echo "$out" | tail -8; echo "bench_check: timed run across a kill: keel-run exited $rc"; exit 1; }
 echo "bench_check: 5 ranks, rank 3 killed during timed loops: keel-bench went on"
@@ -38,13 +37,12 @@ echo "bench_check: 5 ranks, rank 3 killed during timed loops: keel-bench went on
 # run survives writing a long one (its rank keeps polling). Its errors are named.
 err=$("$BENCH" allreduce --series /tmp/x 2>&1)
 grep -q -- "--series needs --median" <<<"$err" || { echo "bench_check: --series without --median: $err"; exit 1; }
-ser=$(mktemp /tmp/keel-series.XXXXXX)
-trap 'rm -f "$ser"' EXIT
-out=$(KEEL_TRANSPORT=shm "$RUN" -n 2 --no-key --timeout 120 -- "$BENCH" allreduce --median -b 4 \
+ser=$tmp/series
+out=$(KEEL_TRANSPORT=shm run_ranks 2 120 --no-key -- "$BENCH" allreduce --median -b 4 \
 	-e 4 -n 10 -w 0 --series /nonexistent/dir/s 2>&1)
 grep -q -- "--series /nonexistent/dir/s: No such file or directory" <<<"$out" ||
 	{ echo "$out" | tail -5; echo "bench_check: an unwritable --series not named"; exit 1; }
-out=$(KEEL_TRANSPORT=shm "$RUN" -n 2 --no-key --timeout 120 -- "$BENCH" allreduce --median -b 4 \
+out=$(KEEL_TRANSPORT=shm run_ranks 2 120 --no-key -- "$BENCH" allreduce --median -b 4 \
 	-e 4 -n 200000 -w 0 --series "$ser" 2>&1)
 rc=$?
 [ $rc -eq 0 ] || { echo "$out" | tail -8; echo "bench_check: --series run: keel-run exited $rc"; exit 1; }

@@ -5,18 +5,14 @@
 # (-t / --warmup-ms: every rank must make the same calls). No timing is asserted. Skips
 # (77) without libopenmpi-dev, libgloo-dev or mpirun.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
+. "$(dirname "$0")/lib.sh"
 PEERS=$BUILD/bench-peers
 if ! out=$(make -s --no-print-directory BUILD="$BUILD" bench-peers-check 2>/dev/null); then
-	echo "bench_peers: skipped: $(sed -n 's/^keel: make bench-peers needs/needs/p' <<<"$out")"
-	exit 77
+	skip "$(sed -n 's/^keel: make bench-peers needs/needs/p' <<<"$out")"
 fi
 make -s --no-print-directory BUILD="$BUILD" bench-peers-build >/dev/null
-[ -x "$BUILD/bin/keel-run" ] && [ -x "$BUILD/bin/keel-bench" ] ||
-	{ echo "bench_peers: build first (make all)"; exit 1; }
-store=$(mktemp -d /tmp/keel-bench-peers-test.XXXXXX)
-trap 'rm -rf "$store"' EXIT
+must_be_built "$BIN/keel-run" "$BIN/keel-bench"
+tmpdir_make store
 sizes=(-b 4 -e 4K -f 1024)
 mpi=(timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2)
 
@@ -49,10 +45,10 @@ check ompi-vader 7 "${mpi[@]}" --mca btl self,vader "$PEERS/ompi-allreduce" "${s
 	-t 30
 check ompi-tcp 7 "${mpi[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo \
 	"$PEERS/ompi-allreduce" "${sizes[@]}" -n 5 -w 1
-check gloo 7 timeout 60 "$BUILD/bin/keel-run" -n 2 --timeout 50 -- "$PEERS/gloo-allreduce" \
+check gloo 7 timeout 60 "$BIN/keel-run" -n 2 --timeout 50 -- "$PEERS/gloo-allreduce" \
 	-s "$store" "${sizes[@]}" -n 5 -w 1 -t 30
-check keel-median 9 env KEEL_TRANSPORT=shm timeout 60 "$BUILD/bin/keel-run" -n 2 --no-key \
-	--timeout 50 -- "$BUILD/bin/keel-bench" allreduce --median --check "${sizes[@]}" -n 5 -w 1 \
+check keel-median 9 env KEEL_TRANSPORT=shm timeout 60 "$BIN/keel-run" -n 2 --no-key \
+	--timeout 50 -- "$BIN/keel-bench" allreduce --median --check "${sizes[@]}" -n 5 -w 1 \
 	--warmup-ms 30
 
 # --rounds: every program runs once per round, each round's log kept; the row gives the

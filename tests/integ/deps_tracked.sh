@@ -7,22 +7,15 @@
 # compiler recorded as one of its prerequisites. Objects with hand-written prerequisites (nvcc,
 # bench-peers) are listed below. Reads only; builds nothing.
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
-[ -d "$BUILD/obj" ] || {
-	echo "deps_tracked: SKIP: nothing built in $BUILD"
-	exit 77
-}
+. "$(dirname "$0")/lib.sh"
+[ -d "$BUILD/obj" ] || skip "nothing built in $BUILD"
 # Prerequisites written out in their rules (mk/cuda.mk, mk/bench-peers.mk).
 HAND_WRITTEN=" $BUILD/obj/runtime/device/cuda/reduce_kernels.o $BUILD/bench-peers/peer_common.o \
 $BUILD/bench-peers/size_arg.o "
-db=$(mktemp)
-trap 'rm -f "$db"' EXIT
+tmpdir_make tmp
+db=$tmp/make.db
 make -pq BUILD="$BUILD" >"$db" 2>/dev/null
-[ -s "$db" ] || {
-	echo "deps_tracked: FAIL: make -pq printed nothing"
-	exit 1
-}
+[ -s "$db" ] || fail "make -pq printed nothing"
 fail=0
 checked=0
 while IFS= read -r o; do
@@ -42,9 +35,6 @@ while IFS= read -r o; do
 		fail=1
 	fi
 done < <(find "$BUILD" -name "*.o" | sort)
-[ $checked -gt 0 ] || {
-	echo "deps_tracked: FAIL: no object checked"
-	exit 1
-}
+[ $checked -gt 0 ] || fail "no object checked"
 [ $fail = 0 ] && echo "deps_tracked: $checked objects, each with its headers known to make"
 exit $fail

@@ -5,14 +5,12 @@
 # is visible must fail with a clear line, never hang; a bad --device is refused. The CUDA path
 # itself runs only on a GPU (tools/gpu-check.sh; tests/integ/gpu_check.sh).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN=$BUILD/bin/keel-run
-BENCH=$BUILD/bin/keel-bench
-[ -x "$RUN" ] && [ -x "$BENCH" ] || { echo "device_bench: build first (make all)"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+RUN=$BIN/keel-run
+BENCH=$BIN/keel-bench
+must_be_built "$RUN" "$BENCH"
 export KEEL_HEARTBEAT_US=20000 KEEL_WAIT=block
-tmp=$(mktemp -d /tmp/keel-device-bench.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+tmpdir_make tmp
 check() { # label, env..., -- ranks, bench args...
 	local label=$1; shift
 	if ! env "$@" >"$tmp/log" 2>&1; then
@@ -33,7 +31,7 @@ check "3 ranks, udp, 1 % loss" KEEL_TRANSPORT=udp KEEL_CHAOS=loss=0.01,seed=5 \
 check "2 ranks, shm" KEEL_TRANSPORT=shm timeout 120 "$RUN" -n 2 --timeout 110 -- "$BENCH" "${args[@]}"
 # No GPU here: a clear refusal, at once.
 set +e
-timeout 60 "$RUN" -n 2 --timeout 50 -- "$BENCH" allreduce --device cuda -e 1M >"$tmp/cuda" 2>&1
+run_ranks 2 50 -- "$BENCH" allreduce --device cuda -e 1M >"$tmp/cuda" 2>&1
 rc=$?
 timeout 20 "$BENCH" allreduce --device tpu >"$tmp/bad" 2>&1
 bad_rc=$?

@@ -5,48 +5,27 @@
 # IPv4/UDP frames with correct checksums; heartbeats and failure detection with one rank
 # killed; the chaos decorator at 1 % loss on top of DPDK (loss accounting must notice); and
 # net_memif between two ranks as a second driver. Namespaces, bridge and sockets are removed on
-# exit, also on failure. Needs root and a DPDK build; otherwise exits 77. Seeded: SEED=n.
+# exit, also on failure (tests/integ/lib.sh). Needs root and a DPDK build; otherwise exits 77.
+# Seeded: SEED=n.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-BENCH=$BUILD/bin/keel-bench
+. "$(dirname "$0")/lib.sh"
+BENCH=$BIN/keel-bench
 CHECK=$BUILD/tests/integ-allreduce_check
-SEED=${SEED:-$(($(date +%s) % 100000))}
-echo "SEED=$SEED"
-[ "$(id -u)" = 0 ] || { echo "dpdk_netns: skipped: needs root (network namespaces)"; exit 77; }
-[ -f "$BUILD/libkeel_dpdk.a" ] || {
-	echo "dpdk_netns: skipped: DPDK backend not built (install libdpdk-dev)"
-	exit 77
-}
-command -v ip >/dev/null || { echo "dpdk_netns: skipped: iproute2 missing"; exit 77; }
-[ -x "$BENCH" ] && [ -x "$CHECK" ] || { echo "dpdk_netns: build first (make all tests)"; exit 1; }
+seed_init
+require_root "network namespaces"
+require_built "$BUILD/libkeel_dpdk.a"
+require_cmd ip
+must_be_built "$BENCH" "$CHECK"
 
 TAG=$(($$ % 100000))
-LOG=$(mktemp -d /tmp/keel-dpdk.XXXXXX)
+tmpdir_make LOG
 PORT=$((20000 + $$ % 20000))
-cleanup() {
-	local i
-	for p in $(jobs -p); do kill -9 "$p" 2>/dev/null; done
-	wait 2>/dev/null
-	for i in 0 1 2 3; do ip netns del "kn$TAG$i" 2>/dev/null; done
-	ip link del "kb$TAG" 2>/dev/null
-	rm -rf "$LOG" /var/run/dpdk/kr"$TAG"* "/tmp/keel-memif-$TAG.sock"
-}
-trap cleanup EXIT
+on_exit 'rm -rf /var/run/dpdk/kr"$TAG"*'
 
-# One namespace per rank: veth kv<tag><i> inside (10.77.0.i+1 for the kernel's rendezvous),
-# its peer kp<tag><i> on the bridge. DPDK frames use 10.77.1.i+1, an address the kernel
-# does not own, so the kernel on the shared veth ignores them.
-ip link add "kb$TAG" mtu 9000 type bridge && ip link set "kb$TAG" up || exit 1
-for i in 0 1 2 3; do
-	ip netns add "kn$TAG$i" || exit 1
-	ip link add "kv$TAG$i" mtu 9000 type veth peer name "kp$TAG$i" mtu 9000 || exit 1
-	ip link set "kv$TAG$i" netns "kn$TAG$i"
-	ip link set "kp$TAG$i" master "kb$TAG" up
-	ip -n "kn$TAG$i" link set lo up
-	ip -n "kn$TAG$i" addr add "10.77.0.$((i + 1))/24" dev "kv$TAG$i"
-	ip -n "kn$TAG$i" link set "kv$TAG$i" up
-done
+# One namespace per rank (lib.sh's ns_make): its veth inside, at 10.77.0.i+1 for the kernel's
+# rendezvous; the other end on a bridge of MTU 9000. DPDK frames use 10.77.1.i+1, an address
+# the kernel does not own, so the kernel on the shared veth ignores them.
+ns_make 4 9000
 CPUS=$(nproc)
 
 # rank_env N I: the environment of rank I of N (a launcher would set the first line).
@@ -59,16 +38,17 @@ rank_env() {
 eal_args() { # I: af_packet on the rank's veth, no hugepages
 	echo "-l $(($1 % CPUS)) --no-huge --no-pci --no-telemetry -m 160 --log-level=error" \
 		"--file-prefix kr$TAG$1" \
-		"--vdev=net_af_packet0,iface=kv$TAG$1"
+		"--vdev=net_af_packet0,iface=$(ns_if "$1")"
 }
-# launch NAME N SECONDS PROGRAM ARGS...: N ranks, each in its namespace; logs NAME.I.
+# launch NAME N SECONDS PROGRAM ARGS...: N ranks, each in its namespace; logs NAME.I. (ip netns
+# exec itself, not ns_exec: each pid file must name the process that runs the rank.)
 launch() {
 	local name=$1 n=$2 secs=$3 i
 	shift 3
 	PORT=$((PORT + 1))
 	for i in $(seq 0 $((n - 1))); do
 		# shellcheck disable=SC2046
-		ip netns exec "kn$TAG$i" env $(rank_env "$n" "$i") KEEL_DPDK_ARGS="$(eal_args "$i")" \
+		ip netns exec "$(ns_name "$i")" env $(rank_env "$n" "$i") KEEL_DPDK_ARGS="$(eal_args "$i")" \
 			timeout -s KILL "$secs" "$@" >"$LOG/$name.$i" 2>&1 &
 		echo $! >"$LOG/$name.$i.pid"
 	done
@@ -91,7 +71,7 @@ export KEEL_HEARTBEAT_US=20000 KEEL_OP_TIMEOUT_MS=20000 KEEL_WAIT=adaptive KEEL_
 # 1. AllReduce, 2-4 ranks, checked; the 2-rank run is captured by tshark on the bridge side.
 CAP_OK=0
 if command -v tshark >/dev/null; then
-	timeout 60 tshark -q -i "kp${TAG}0" -f "udp port 47100" -c 200 -w "$LOG/cap.pcapng" \
+	timeout 60 ip netns exec "$NS_BR" tshark -q -i "$(ns_port 0)" -f "udp port 47100" -c 200 -w "$LOG/cap.pcapng" \
 		>"$LOG/tshark.out" 2>&1 &
 	TSHARK=$!
 	# tshark starts slowly (seconds on a loaded machine): wait until it says it captures,
@@ -174,7 +154,7 @@ fi
 # 5. A second driver: net_memif between two ranks (shared memory, no namespace needed).
 # Interrupt mode asked for: net_memif in DPDK 22.11 has none ("Rx Intr handle unset"), so this
 # also checks the fallback to sleep mode (rx_mode 1 in the stats line).
-SOCK="/tmp/keel-memif-$TAG.sock"
+SOCK=$LOG/memif.sock
 PORT=$((PORT + 1))
 for i in 0 1; do
 	role=$([ $i = 0 ] && echo server || echo client)

@@ -4,16 +4,14 @@
 # stays fixed), then fuzz for FUZZ_SMOKE_SECONDS (default 2) on a copy of it. Skipped (77) where
 # clang's libFuzzer is missing (tools/deps/fuzz.txt installs it).
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
+. "$(dirname "$0")/lib.sh"
 SECONDS_EACH=${FUZZ_SMOKE_SECONDS:-2}
 out=$(make -s fuzz-build 2>&1)
 if grep -q "fuzzing needs clang" <<<"$out"; then
-	echo "fuzz_smoke: SKIP: $out"
-	exit 77
+	skip "$out"
 fi
 [ -n "$out" ] && ! ls build-fuzz/fuzz_* >/dev/null 2>&1 && { echo "$out"; exit 1; }
-tmp=$(mktemp -d /tmp/keel-fuzz.XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
+tmpdir_make tmp
 fail=0
 for src in tests/fuzz/fuzz_*.c; do
 	t=$(basename "$src" .c)

@@ -4,7 +4,7 @@
 # Toolkit is not installed. Here, on machines without a GPU, `make test` still builds and links
 # every CUDA part (libkeel_cuda.a, gpu-check, keel-bench) when nvcc is present.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+. "$(dirname "$0")/lib.sh"
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-[ -x "$CUDA_HOME/bin/nvcc" ] || { echo "gpu_check: no CUDA Toolkit ($CUDA_HOME/bin/nvcc): skipped"; exit 77; }
+[ -x "$CUDA_HOME/bin/nvcc" ] || skip "no CUDA Toolkit ($CUDA_HOME/bin/nvcc)"
 exec tools/gpu-check.sh

@@ -6,27 +6,16 @@
 # Also: every installed header compiles alone as C11 and as C++17 under -Wall -Wextra -Werror,
 # a UDP-only program carries no DPDK or verbs library, and `make uninstall` removes everything.
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
-skip() {
-	echo "install_examples: SKIP: $*"
-	exit 77
-}
+. "$(dirname "$0")/lib.sh"
 fail=0
-bad() {
-	echo "install_examples: FAIL: $*"
-	fail=1
-}
-command -v pkg-config >/dev/null || skip "pkg-config not found"
-command -v c++ >/dev/null || skip "no C++ compiler (g++)"
-tmp=$(mktemp -d /tmp/keel-install.XXXXXX) || exit 1
-trap 'rm -rf "$tmp"' EXIT
+require_cmd pkg-config c++
+tmpdir_make tmp
 prefix=$tmp/prefix
 
 make -s install BUILD="$BUILD" PREFIX="$prefix" >"$tmp/install.log" 2>&1 ||
-	{ cat "$tmp/install.log"; echo "install_examples: FAIL: make install"; exit 1; }
+	{ cat "$tmp/install.log"; fail "make install"; }
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
-flags=$(pkg-config --cflags --libs keel) || { echo "install_examples: FAIL: pkg-config keel"; exit 1; }
+flags=$(pkg-config --cflags --libs keel) || fail "pkg-config keel"
 echo "install_examples: pkg-config --cflags --libs keel: $flags"
 
 # Every header alone, as C and as C++.

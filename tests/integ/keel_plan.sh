@@ -3,15 +3,12 @@
 # even split, the HEFT paper example gives its published makespan (80), a SimGrid platform is
 # accepted, and malformed files are refused naming file:line and the field.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-PLAN=$BUILD/bin/keel-plan
+. "$(dirname "$0")/lib.sh"
+PLAN=$BIN/keel-plan
 EX=tools/examples
-[ -x "$PLAN" ] || { echo "keel_plan: $PLAN not built (make BUILD=$BUILD all)"; exit 77; }
-tmp=$(mktemp -d /tmp/keel-plan.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+require_built "$PLAN"
+tmpdir_make tmp
 fail=0
-bad() { echo "keel_plan: $*"; fail=1; }
 
 out=$("$PLAN" --cluster $EX/mixed24.cluster --workload $EX/step.workload) || bad "step plan failed"
 line=$(echo "$out" | grep "^predicted step time")

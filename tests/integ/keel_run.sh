@@ -1,18 +1,14 @@
 #!/usr/bin/env bash
 # keel-run end to end: environment of the ranks, exit status propagation, signals, timeouts,
-# usage errors. Run from the repository root; expects $BUILD/bin/keel-run (BUILD=build).
+# usage errors. Expects $BUILD/bin/keel-run (BUILD=build).
 set -uo pipefail
-BUILD=${BUILD:-build}
-KR=$BUILD/bin/keel-run
-if [ ! -x "$KR" ]; then
-	echo "keel_run.sh: $KR not built (make $KR); skipped"
-	exit 77
-fi
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+KR=$BIN/keel-run
+require_built "$KR"
+tmpdir_make tmp
 failures=0
 
-fail() {
+fail() { # counts, and goes on (not lib.sh's fail)
 	echo "FAIL: $*"
 	echo "--- stdout:"; cat "$tmp/out"
 	echo "--- stderr:"; cat "$tmp/err"

@@ -10,16 +10,14 @@
 # Exit 0: every part passed; 1: a part failed; 77: none failed but a part was skipped (why is
 # printed). Leaves no daemon and no file behind, even on failure or Ctrl-C.
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
-TRAIN=$BUILD/bin/keel-train
+. "$(dirname "$0")/lib.sh"
+TRAIN=$BIN/keel-train
 CRASH_STEP=600 # of 3 580 (20 epochs of 179 steps)
 TRAIN_ARGS=(--epochs 20 --batch 8 --lr 0.1 --crash-at "2@$CRASH_STEP" --quiet)
 RUN_TIMEOUT_S=60
 
-[ -x "$TRAIN" ] || { echo "launchers: build first (make all)"; exit 1; }
-[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
-	{ echo "launchers: digits data set missing (python3-sklearn): skipped"; exit 77; }
+must_be_built "$TRAIN"
+require_digits
 
 # Whatever launched this script must not leak into the jobs started here: keel reads RANK
 # before Open MPI's variables and those before Slurm's.
@@ -31,7 +29,7 @@ for v in $(compgen -e); do
 	esac
 done
 
-tmp=$(mktemp -d /tmp/keel-launchers.XXXXXX) || exit 1
+tmpdir_make tmp
 daemons=() # pids of the daemons started here, in start order
 running="" # pid of the launcher now running (its `timeout`)
 ctld_pid="" slurmd_pid=""
@@ -80,14 +78,13 @@ cleanup() {
 		wait "$running" 2>/dev/null
 	fi
 	stop_daemons
-	rm -rf "$tmp"
 }
-trap cleanup EXIT
+on_exit cleanup
 trap 'exit 1' INT TERM HUP
 
 passed=() failed=() skipped=()
 have_ompi=0
-skip() { # part, reason
+skip_part() { # part, reason: the others still run
 	echo "launchers: $1: skipped: $2"
 	skipped+=("$1")
 }
@@ -159,11 +156,11 @@ run_mpirun() { # log, [launcher prefix...]
 part_mpirun() {
 	local t0 rc
 	if ! command -v mpirun >/dev/null; then
-		skip mpirun "mpirun not found (Debian openmpi-bin; tools/deps.sh installs it)"
+		skip_part mpirun "mpirun not found (Debian openmpi-bin; tools/deps.sh installs it)"
 		return
 	fi
 	if ! mpirun --allow-run-as-root --version 2>/dev/null | grep -q "Open MPI"; then
-		skip mpirun "mpirun is not Open MPI's ($(mpirun --version 2>&1 | head -1))"
+		skip_part mpirun "mpirun is not Open MPI's ($(mpirun --version 2>&1 | head -1))"
 		return
 	fi
 	have_ompi=1
@@ -278,9 +275,9 @@ part_slurm() {
 	local t0 rc
 	t0=$SECONDS
 	if ! start_slurm; then
-		skip slurm "$slurm_why"
-		skip "srun with KEEL_PEERS" "no Slurm"
-		skip "mpirun in a Slurm step" "no Slurm"
+		skip_part slurm "$slurm_why"
+		skip_part "srun with KEEL_PEERS" "no Slurm"
+		skip_part "mpirun in a Slurm step" "no Slurm"
 		return
 	fi
 	echo "launchers: slurm ($(srun --version)): one node up in $((SECONDS - t0)) s;" \
@@ -321,7 +318,7 @@ part_slurm() {
 	fi
 
 	if [ $have_ompi -eq 0 ]; then
-		skip "mpirun in a Slurm step" "no Open MPI"
+		skip_part "mpirun in a Slurm step" "no Open MPI"
 		return
 	fi
 	echo "launchers: mpirun inside srun -n 1 (every rank sees SLURM_PROCID=0, SLURM_NTASKS=1):"

@@ -11,13 +11,10 @@
 # a rank lacking the last datagram when another dies is most likely. SEED=n replays the kill
 # schedule.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN=$BUILD/bin/keel-run
+. "$(dirname "$0")/lib.sh"
 CHECK=$BUILD/tests/integ-membership_check
-SEED=${SEED:-$(( $(date +%s) % 100000 ))}
-echo "SEED=$SEED"
-[ -x "$RUN" ] && [ -x "$CHECK" ] || { echo "membership_chaos: build first"; exit 1; }
+seed_init
+must_be_built "$BIN/keel-run" "$CHECK"
 export KEEL_HEARTBEAT_US=10000 KEEL_WAIT=block KEEL_OP_TIMEOUT_MS=3000 KEEL_VIEW_TIMEOUT_US=50000
 
 # Kill schedule: two single kills and one double kill, between 1.5 s and 5 s.
@@ -58,7 +55,7 @@ run() { # label, extra env
 	local k
 	k=$(kills "$SEED")
 	echo "membership_chaos [$label]: keel-run -n 6 --restart $k"
-	out=$(KEEL_TEST_END=$(($(date +%s) + 10)) timeout 150 "$RUN" -n 6 --timeout 120 --restart $k -- \
+	out=$(KEEL_TEST_END=$(($(date +%s) + 10)) run_ranks 6 120 --restart $k -- \
 		"$CHECK" 2>&1)
 	local rc=$?
 	echo "$out" | grep -E "^rank [0-9]+ life|wrong|never|: " | grep -v "^keel-run: rank .* exited with status 0" | head -20

@@ -13,39 +13,19 @@
 # Skips (exit 77) without promtool and prometheus (Debian package prometheus), python3 or the
 # digits data set (python3-sklearn). About 40 s.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN=$BUILD/bin/keel-run
-BENCH=$BUILD/bin/keel-bench
-TRAIN=$BUILD/bin/keel-train
+. "$(dirname "$0")/lib.sh"
+RUN=$BIN/keel-run
+BENCH=$BIN/keel-bench
+TRAIN=$BIN/keel-train
 NVML=$BUILD/tests/nvml
 CLIENT=(python3 tests/integ/metrics_client.py)
-skip() {
-	echo "metrics: skipped: $*"
-	exit 77
-}
-for t in promtool prometheus; do
-	command -v "$t" >/dev/null || skip "$t not found (Debian package prometheus)"
-done
-command -v python3 >/dev/null || skip "python3 not found"
-[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
-	skip "digits data set missing (python3-sklearn)"
-for f in "$RUN" "$BENCH" "$TRAIN" "$NVML/libnvidia-ml.so.1"; do
-	[ -e "$f" ] || {
-		echo "metrics: $f missing (make all tests)"
-		exit 1
-	}
-done
+require_cmd promtool prometheus python3
+require_digits
+must_be_built "$RUN" "$BENCH" "$TRAIN" "$NVML/libnvidia-ml.so.1"
 
-tmp=$(mktemp -d /tmp/keel-metrics.XXXXXX)
+tmpdir_make tmp
 pids=()
-cleanup() {
-	for p in "${pids[@]+"${pids[@]}"}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
+fail() { # with the end of every log (not lib.sh's fail)
 	echo "metrics: FAIL: $*"
 	for f in "$tmp"/*.log; do
 		[ -f "$f" ] && { echo "--- $f:"; tail -n 20 "$f"; }
@@ -144,7 +124,7 @@ pids+=($prom)
 # The survivors linger 2.5 s (2.5 scrape intervals) after training: the kill at 3.0 s may come
 # shortly before the end, and without it a survivor was sometimes not scraped again after the
 # new view (one run in three here).
-KEEL_METRICS_ADDR=127.0.0.1:$P KEEL_METRICS_LINGER_MS=2500 timeout 60 "$RUN" -n 3 --timeout 50 \
+KEEL_METRICS_ADDR=127.0.0.1:$P KEEL_METRICS_LINGER_MS=2500 run_ranks 3 50 \
 	--kill 2@3.0 -- \
 	"$TRAIN" --epochs 400 --batch 8 --lr 0.1 --quiet >"$tmp/train.log" 2>&1 ||
 	fail "(b) keel-train failed"

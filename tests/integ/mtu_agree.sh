@@ -5,21 +5,18 @@
 # a message naming both ranks. Before, the larger rank's datagrams were dropped at the smaller
 # one and the job stalled until its peers suspected each other.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN=$BUILD/bin/keel-run
-BENCH=$BUILD/bin/keel-bench
-[ -x "$RUN" ] && [ -x "$BENCH" ] || { echo "mtu_agree: build first (make all)"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+BENCH=$BIN/keel-bench
+must_be_built "$BIN/keel-run" "$BENCH"
 export KEEL_HEARTBEAT_US=20000 KEEL_OP_TIMEOUT_MS=20000
 unset KEEL_MTU
-tmp=$(mktemp -d /tmp/keel-mtu-agree.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+tmpdir_make tmp
 
 # n ranks, transport, the values by rank ("-" for none) of variable `var` (KEEL_MTU unless
 # given), up to `max` bytes: keel-bench's output in $tmp/out
 run() {
 	local n=$1 tp=$2 sizes=$3 var=${4:-KEEL_MTU} max=${5:-1048576}
-	KEEL_TRANSPORT=$tp "$RUN" -n "$n" --timeout 120 -- sh -c \
+	KEEL_TRANSPORT=$tp run_ranks "$n" 120 -- sh -c \
 		"set -- $sizes; shift \$RANK; [ \"\$1\" = - ] || export $var=\$1; exec $BENCH allreduce -b 4 -e $max -f 16 -n 10 -w 2 --check" \
 		>"$tmp/out" 2>&1
 }

@@ -5,11 +5,10 @@
 # The start-up library (runtime/boot/) is exempt: it sizes and allocates the node's memory once,
 # before the job runs.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-command -v nm >/dev/null || { echo "no_alloc: nm not found (binutils)"; exit 77; }
+. "$(dirname "$0")/lib.sh"
+require_cmd nm
 objs=$(ls "$BUILD"/obj/runtime/{base,core,transport,plan,storage}/*.o "$BUILD"/obj/verbs/*.o "$BUILD"/obj/dpdk/*.o 2>/dev/null)
-[ -n "$objs" ] || { echo "no_alloc: no runtime objects in $BUILD/obj (build first)"; exit 1; }
+[ -n "$objs" ] || fail "no runtime objects in $BUILD/obj (build first)"
 bad=0
 for o in $objs; do
 	syms=$(nm -u "$o" | awk '{print $2}' |

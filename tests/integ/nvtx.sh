@@ -4,15 +4,13 @@
 # "keel allreduce" range per collective and closes each, in order. Skipped where the build
 # found no nvtx3.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
+. "$(dirname "$0")/lib.sh"
 LIB=$BUILD/tests/libnvtx_inject.so
-[ -f "$LIB" ] || { echo "nvtx: no CUDA toolkit nvtx3 headers at build time: skipped"; exit 77; }
-tmp=$(mktemp -d /tmp/keel-nvtx.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+require_built "$LIB"
+tmpdir_make tmp
 iters=30 warm=5
 NVTX_INJECTION64_PATH=$PWD/$LIB KEEL_TEST_NVTX_LOG=$tmp/log timeout 60 \
-	"$BUILD/bin/keel-run" -n 2 -- "$BUILD/bin/keel-bench" allreduce -b 1K -e 1K -n $iters \
+	"$BIN/keel-run" -n 2 -- "$BIN/keel-bench" allreduce -b 1K -e 1K -n $iters \
 	-w $warm >"$tmp/out" 2>&1 || { cat "$tmp/out"; echo "nvtx: keel-bench failed"; exit 1; }
 logs=("$tmp"/log.*)
 [ ${#logs[@]} -eq 2 ] || { echo "nvtx: ${#logs[@]} tool logs, expected one per rank"; exit 1; }

@@ -12,22 +12,19 @@
 #   values it drew.
 set -u
 set -o pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN=$BUILD/bin/keel-run
+. "$(dirname "$0")/lib.sh"
 CHECK=$BUILD/tests/integ-membership_check
-BENCH=$BUILD/bin/keel-bench
-SEED=${SEED:-$(($(date +%s) % 100000))}
+BENCH=$BIN/keel-bench
 TRIALS=${TRIALS:-2}
 WORLDS=${WORLDS:-3 4 5}
-echo "SEED=$SEED"
-[ -x "$RUN" ] && [ -x "$CHECK" ] && [ -x "$BENCH" ] || { echo "pause_trials: build first"; exit 1; }
+seed_init
+must_be_built "$BIN/keel-run" "$CHECK" "$BENCH"
 export KEEL_HEARTBEAT_US=${KEEL_HEARTBEAT_US:-10000} KEEL_WAIT=block
 # A survivor's slowest call is the recovery (keel_recovery_bound_ns, printed by each rank)
 # plus the call itself, which on 2 shared cores under load took up to 60 ms (docs/perf-history.md).
 SLACK_MS=${SLACK_MS:-100}
-log=$(mktemp /tmp/keel-pause.XXXXXX)
-trap 'rm -f "$log"' EXIT
+tmpdir_make tmp
+log=$tmp/log
 
 RANDOM=$SEED
 fail=0
@@ -36,7 +33,7 @@ trial() { # world, rank, at (s), pause (s)
 	# the stop vote comes at least 1.2 s after the resume (whole seconds): time to be readmitted
 	local end=$(($(date +%s) + 4 + ${at%.*} + ${d%.*}))
 	local t0=$SECONDS
-	KEEL_TEST_END=$end timeout 120 "$RUN" -n "$n" --timeout 100 --pause "$r@$at:$d" -- \
+	KEEL_TEST_END=$end run_ranks "$n" 100 --pause "$r@$at:$d" -- \
 		"$CHECK" >"$log" 2>&1
 	local rc=$? took=$((SECONDS - t0))
 	local finals views wrong survivors_worst excluded bound
@@ -82,7 +79,7 @@ done
 
 # keel-bench: a program that cannot catch up leaves with exit 75; keel-run does not count it
 # as a failure and the others finish their sweep on the smaller view.
-KEEL_HEARTBEAT_US=40000 timeout 120 "$RUN" -n 4 --timeout 100 --pause 2@2.5:0.5 -- \
+KEEL_HEARTBEAT_US=40000 run_ranks 4 100 --pause 2@2.5:0.5 -- \
 	"$BENCH" allreduce -b 1K -e 1K -n 30000 >"$log" 2>&1
 rc=$?
 if [ $rc -ne 0 ] || ! grep -q "rank 2 exited with status 75" "$log" ||

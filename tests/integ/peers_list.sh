@@ -3,26 +3,25 @@
 # with RANK/WORLD_SIZE and a static list, AllReduce checked. Also: a bad list is refused with a
 # message naming the entry.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-BENCH=$BUILD/bin/keel-bench
-[ -x "$BENCH" ] || { echo "peers_list: build first"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+BENCH=$BIN/keel-bench
+must_be_built "$BENCH"
+tmpdir_make tmp
 base=$((20000 + RANDOM % 20000))
 # Ranks on one host with KEEL_PEERS leave their shared-memory region for restarted lives
 # (keel-run removes it; these are started by hand): named after rank 0's port.
-trap 'rm -f /dev/shm/keel-*-"$base"-0' EXIT
+on_exit 'rm -f /dev/shm/keel-*-"$base"-0'
 export KEEL_PEERS="127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))"
 export WORLD_SIZE=3 KEEL_HEARTBEAT_US=20000 KEEL_WAIT=block
 pids=()
 for r in 0 1 2; do
-	RANK=$r timeout 60 "$BENCH" allreduce -b 8 -e 1M -f 16 -n 3 -w 1 --check >"/tmp/keel-peers.$$.$r" 2>&1 &
+	RANK=$r timeout 60 "$BENCH" allreduce -b 8 -e 1M -f 16 -n 3 -w 1 --check >"$tmp/rank$r" 2>&1 &
 	pids+=($!)
 done
 fail=0
-for i in 0 1 2; do wait "${pids[$i]}" || { echo "peers_list: rank $i failed:"; cat "/tmp/keel-peers.$$.$i"; fail=1; }; done
-grep -q "Out of bounds values : 0 OK" "/tmp/keel-peers.$$.0" || { echo "peers_list: no clean table"; fail=1; }
-grep -E "^ +[0-9]" "/tmp/keel-peers.$$.0" | head -3
-rm -f /tmp/keel-peers.$$.*
+for i in 0 1 2; do wait "${pids[$i]}" || { echo "peers_list: rank $i failed:"; cat "$tmp/rank$i"; fail=1; }; done
+grep -q "Out of bounds values : 0 OK" "$tmp/rank0" || { echo "peers_list: no clean table"; fail=1; }
+grep -E "^ +[0-9]" "$tmp/rank0" | head -3
 out=$(RANK=0 KEEL_PEERS="127.0.0.1:$base,nonsense" WORLD_SIZE=2 timeout 10 "$BENCH" allreduce 2>&1)
 if [ $? -eq 0 ] || ! echo "$out" | grep -q "nonsense"; then
 	echo "peers_list: a malformed KEEL_PEERS entry was not refused by name: $out"; fail=1

@@ -4,19 +4,15 @@
 # keel-plan (expat) must accept it with the same host count. Every file in bad/ must be
 # refused by both, each naming file:line (keel-plan always; SimGrid where it knows the line).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-SIM=$BUILD/bin/keel-sim
-PLAN=$BUILD/bin/keel-plan
+. "$(dirname "$0")/lib.sh"
+SIM=$BIN/keel-sim
+PLAN=$BIN/keel-plan
 DIR=tests/integ/platforms
-[ -x "$SIM" ] || { echo "platforms: $SIM not built (SimGrid missing: install libsimgrid-dev), skipped"; exit 77; }
-[ -x "$PLAN" ] || { echo "platforms: $PLAN not built, skipped"; exit 77; }
+require_built "$SIM" "$PLAN"
 if "$PLAN" --cluster-xml $DIR/zones.xml --show 2>&1 | grep -q "built without expat"; then
-	echo "platforms: keel-plan built without expat (install libexpat1-dev), skipped"
-	exit 77
+	skip "keel-plan built without expat (install libexpat1-dev)"
 fi
 fail=0
-bad() { echo "platforms: FAIL: $*"; fail=1; }
 
 n=0
 for f in "$DIR"/*.xml tools/examples/mixed.platform.xml; do

@@ -5,15 +5,12 @@
 # bad extension, a missing gnuplot and a gnuplot that fails are refused with a clear message, a
 # non-zero exit and no plot file (an older file left untouched). About 5 s.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-SIM="$BUILD/bin/keel-sim" RUN="$BUILD/bin/keel-run" TRAIN="$BUILD/bin/keel-train"
-DIGITS=/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
-command -v gnuplot >/dev/null || { echo "plots: gnuplot not installed (gnuplot-nox), skipped"; exit 77; }
-[ -x "$SIM" ] || { echo "plots: $SIM not built (SimGrid missing: libsimgrid-dev), skipped"; exit 77; }
-command -v python3 >/dev/null || { echo "plots: python3 missing (checks the files), skipped"; exit 77; }
-tmp=$(mktemp -d /tmp/keel-plots.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+SIM="$BIN/keel-sim" TRAIN="$BIN/keel-train"
+require_cmd gnuplot
+require_built "$SIM"
+require_cmd python3 # checks the files
+tmpdir_make tmp
 # The tools' temporary folders go here, so that none left behind goes unseen.
 export TMPDIR="$tmp/tmpdir"
 mkdir "$TMPDIR"
@@ -119,7 +116,7 @@ if [ ! -f "$DIGITS" ] || [ ! -x "$TRAIN" ]; then
 fi
 refused "$tmp/t.jpg" "$tmp/e6" "unknown extension '.jpg'" "$TRAIN" --plot "$tmp/t.jpg"
 refused "$tmp/t.svg" "$tmp/e7" "install gnuplot-nox" env PATH=/nonexistent "$TRAIN" --plot "$tmp/t.svg"
-KEEL_HEARTBEAT_US=10000 timeout 60 "$RUN" -n 2 --timeout 50 -- "$TRAIN" --epochs 6 --quiet \
+KEEL_HEARTBEAT_US=10000 run_ranks 2 50 -- "$TRAIN" --epochs 6 --quiet \
 	--no-reference --plot "$tmp/train.svg" >"$tmp/train.log" 2>&1 ||
 	no "keel-train --plot exited $? ($(tail -3 "$tmp/train.log"))"
 grep -q "plot written to $tmp/train.svg" "$tmp/train.log" || no "keel-train did not say where the plot is"

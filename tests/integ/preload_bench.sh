@@ -4,12 +4,10 @@
 # not exist and bad arguments are refused with a line saying so. (The bytes themselves are
 # checked by tests/unit/test_preload.c.)
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-BENCH=$BUILD/bin/keel-bench
-[ -x "$BENCH" ] || { echo "preload_bench: build first (make all)"; exit 1; }
-tmp=$(mktemp -d /tmp/keel-preload-bench.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+BENCH=$BIN/keel-bench
+must_be_built "$BENCH"
+tmpdir_make tmp
 head -c 32M /dev/urandom >"$tmp/data"
 out=$("$BENCH" preload "$tmp/data" 256K 8)
 echo "$out"

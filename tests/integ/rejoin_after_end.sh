@@ -4,16 +4,14 @@
 # second and keel-train exits 0 saying so. Here rank 2 of 3 starts alone (KEEL_REJOIN=1) with
 # a static peer list whose other ranks are gone.
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
-TRAIN=$BUILD/bin/keel-train
-[ -x "$TRAIN" ] || { echo "rejoin_after_end: build first (make all)"; exit 1; }
-[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
-	{ echo "rejoin_after_end: digits data set missing (python3-sklearn): skipped"; exit 77; }
+. "$(dirname "$0")/lib.sh"
+TRAIN=$BIN/keel-train
+must_be_built "$TRAIN"
+require_digits
 base=$((40000 + RANDOM % 20000))
 # Ranks on one host with KEEL_PEERS leave their shared-memory region for restarted lives
 # (keel-run removes it; these are started by hand): named after rank 0's port.
-trap 'rm -f /dev/shm/keel-*-"$base"-0' EXIT
+on_exit 'rm -f /dev/shm/keel-*-"$base"-0'
 t0=$(date +%s%N)
 out=$(RANK=2 WORLD_SIZE=3 KEEL_PEERS="127.0.0.1:$base,127.0.0.1:$((base + 1)),127.0.0.1:$((base + 2))" \
 	KEEL_REJOIN=1 KEEL_INCARNATION=2 timeout 30 "$TRAIN" --epochs 1 2>&1)

@@ -10,26 +10,16 @@
 # start either, and nothing may be echoed. Loopback only. Skipped (77) without the programs, or
 # (after the part without a key) when keel was built without libsodium.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-BENCH=$BUILD/bin/keel-bench
+. "$(dirname "$0")/lib.sh"
+BENCH=$BIN/keel-bench
 ATTACKER=$BUILD/tests/integ-rendezvous_attacker
-if [ ! -x "$BENCH" ] || [ ! -x "$ATTACKER" ]; then
-	echo "rendezvous_attack: SKIP: $BENCH or $ATTACKER not built (make all tests)"
-	exit 77
-fi
-tmp=$(mktemp -d /tmp/keel-rdv-attack.XXXXXX)
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+require_built "$BENCH" "$ATTACKER"
+tmpdir_make tmp
 JOB=3735928559 # 0xdeadbeef: easy to spot in the attacker's hex
 JOB_HEX=deadbeef
 export KEEL_WAIT=block KEEL_RENDEZVOUS_TIMEOUT_MS=30000
 
-fail() {
+fail() { # MODE MESSAGE: with the end of the mode's logs (not lib.sh's fail)
 	echo "rendezvous_attack: FAIL ($1): $2"
 	for f in "$tmp/$1".*; do
 		echo "--- $f"
@@ -42,7 +32,6 @@ rank() { # MODE RANK: one real rank in the background, output in $tmp/MODE.rankN
 	RANK=$2 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port KEEL_JOB_ID=$JOB \
 		timeout 60 "$BENCH" allreduce -b 8 -e 256K -f 8 -n 3 -w 1 --check \
 		>"$tmp/$1.rank$2" 2>&1 &
-	pids+=($!)
 	eval "rank$2=$!"
 }
 
@@ -53,7 +42,6 @@ run() {
 	: >"$tmp/$mode.attacker" # there before the wait below looks into it
 	"$ATTACKER" "$port" "$JOB" 3 "$mode" 8000 >>"$tmp/$mode.attacker" 2>&1 &
 	local attacker=$!
-	pids+=($attacker)
 	rank "$mode" 0
 	# Ranks 1 and 2 come only once the hellos were refused and the idle connections are open.
 	for i in $(seq 1 500); do
@@ -93,10 +81,7 @@ grep -q 'no job key, so traffic between ranks is not authenticated' "$tmp/open.r
 grep -q '1 wrong job' <<<"$summary" || fail open "the wrong job was not counted"
 grep -q '1 rank out of range' <<<"$summary" || fail open "rank 7 was not counted"
 
-if ! "$ATTACKER" --can-prove; then
-	echo "rendezvous_attack: SKIP: keel built without libsodium: the part with a key cannot run"
-	exit 77
-fi
+"$ATTACKER" --can-prove || skip "keel built without libsodium: the part with a key cannot run"
 printf '%064x\n' 0 | sed 's/^0\{8\}/c0ffee01/' >"$tmp/key"
 chmod 600 "$tmp/key"
 export KEEL_JOB_KEY_FILE=$tmp/key

@@ -5,21 +5,18 @@
 # KEEL_HOST beside KEEL_PEERS is refused with a message naming both, and so is a bad
 # KEEL_UDP_GSO; nothing is left in /dev/shm.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN=$BUILD/bin/keel-run
-BENCH=$BUILD/bin/keel-bench
-[ -x "$RUN" ] && [ -x "$BENCH" ] || { echo "router_hosts: build first (make all)"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+BENCH=$BIN/keel-bench
+must_be_built "$BIN/keel-run" "$BENCH"
 export KEEL_HEARTBEAT_US=20000 KEEL_OP_TIMEOUT_MS=20000
 unset KEEL_TRANSPORT
 before=$(ls /dev/shm | grep -c '^keel-' || true)
-tmp=$(mktemp -d /tmp/keel-router-hosts.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+tmpdir_make tmp
 
 # ranks-per-host ranks: "shm udp" datagram counts from keel-bench's routes line, results checked
 routes() {
 	local per_host=$1 n=$2
-	"$RUN" -n "$n" --timeout 120 -- sh -c \
+	run_ranks "$n" 120 -- sh -c \
 		"KEEL_HOST=h\$((RANK / $per_host)) exec $BENCH allreduce -b 4 -e 1048576 -f 8 -n 20 -w 3 --check" \
 		>"$tmp/out" 2>&1 || { cat "$tmp/out"; echo "router_hosts: $n ranks, $per_host per host failed"; exit 1; } >&2
 	grep -q '^# Out of bounds values : 0 OK' "$tmp/out" ||
@@ -39,7 +36,7 @@ echo "router_hosts: 1 host x 4 ranks: $shm over shared memory, $udp over UDP"
 [ "$shm" -gt 0 ] && [ "$udp" -eq 0 ] || { echo "router_hosts: expected shared memory only"; exit 1; }
 
 # every rank on a host of its own: no region, no router
-"$RUN" -n 2 --timeout 60 -- sh -c \
+run_ranks 2 60 -- sh -c \
 	"KEEL_HOST=h\$RANK exec $BENCH allreduce -b 4 -e 4096 -f 8 -n 10 -w 2 --check" >"$tmp/out" 2>&1 ||
 	{ cat "$tmp/out"; exit 1; }
 grep -q 'transport udp' "$tmp/out" && grep -q '^# Out of bounds values : 0 OK' "$tmp/out" ||
@@ -49,7 +46,7 @@ echo "router_hosts: 2 hosts x 1 rank: UDP only"
 # A rank that does not offer shared memory (KEEL_TRANSPORT=udp) on a host of 3: the other two
 # share memory between them and reach it over UDP; nobody waits for it to map the region.
 t0=$SECONDS
-"$RUN" -n 3 --timeout 60 -- sh -c \
+run_ranks 3 60 -- sh -c \
 	"[ \$RANK = 2 ] && export KEEL_TRANSPORT=udp; exec $BENCH allreduce -b 4 -e 65536 -f 16 -n 10 -w 2 --check" \
 	>"$tmp/out" 2>&1 || { cat "$tmp/out"; echo "router_hosts: a rank on UDP among shm ranks failed"; exit 1; }
 grep -q '^# Out of bounds values : 0 OK' "$tmp/out" || { cat "$tmp/out"; exit 1; }

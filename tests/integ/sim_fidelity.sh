@@ -10,15 +10,14 @@
 # must leap most of the run, say which spans ran in full, repeat itself byte for byte, be the
 # default only for long training runs, and refuse what it cannot do. About two minutes.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-SIM=${BUILD:-build}/bin/keel-sim
-[ -x "$SIM" ] || { echo "sim_fidelity: $SIM not built (SimGrid missing: install libsimgrid-dev), skipped"; exit 77; }
-command -v python3 >/dev/null || { echo "sim_fidelity: python3 missing, skipped"; exit 77; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+SIM=$BIN/keel-sim
+require_built "$SIM"
+require_cmd python3
+tmpdir_make tmp
 fail=0
 no() { echo "sim_fidelity: FAIL: $*"; fail=1; }
-SEED=${SEED:-4}
-echo "SEED=$SEED"
+seed_init 4
 
 # full vs auto of one scenario: NAME MIN_LEAPT_FRACTION ARGS...
 compare() {

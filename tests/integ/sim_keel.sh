@@ -10,17 +10,16 @@
 # checkpoint sweep's optimum beside Young/Daly's; repaired GPUs back in the job; clear errors for
 # bad input. About two minutes.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-SIM=${BUILD:-build}/bin/keel-sim
-[ -x "$SIM" ] || { echo "sim: $SIM not built (SimGrid missing: install libsimgrid-dev), skipped"; exit 77; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+SIM=$BIN/keel-sim
+require_built "$SIM"
+tmpdir_make tmp
 fail=0
 no() { echo "sim: FAIL: $*"; fail=1; }
 col() { # csv file, column name -> value of the first data row
 	awk -F, -v c="$2" 'NR==1{for(i=1;i<=NF;i++)if($i==c)k=i} NR==2{print $k}' "$1"
 }
-SEED=${SEED:-7}
-echo "SEED=$SEED"
+seed_init 7
 
 # 1. Determinism: a mixed cluster, a host failure and recovery, twice.
 args=(--cluster 8xH100:ib/4,4xA100:eth/4 --horizon 1.5 --fail 0.7:5 --model 20M --batch 96

@@ -9,19 +9,17 @@
 # the detector (SIGSTOP's model). Under loss the two runs drop different datagrams (the same
 # draws land on a different order), so a lossy run is not compared to the nanosecond. About 20 s.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-SIM=${BUILD:-build}/bin/keel-sim
-[ -x "$SIM" ] || { echo "sim_trains: $SIM not built (SimGrid missing: install libsimgrid-dev), skipped"; exit 77; }
-command -v python3 >/dev/null || { echo "sim_trains: python3 missing, skipped"; exit 77; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+SIM=$BIN/keel-sim
+require_built "$SIM"
+require_cmd python3
+tmpdir_make tmp
 fail=0
 no() {
 	echo "sim_trains: FAIL: $*"
 	fail=1
 }
-SEED=${SEED:-3}
-echo "SEED=$SEED"
+seed_init 3
 
 # NAME ARGS...: the scenario per datagram and in trains
 compare() {

@@ -10,11 +10,13 @@
 #   4. no comment names a source file that does not exist (renamed or removed);
 #   5. the protocol core (runtime/core/) depends on no backend, no tool and no OS glue: it
 #      includes only the public headers (no keel/transport_<backend>.h), the base helpers, its
-#      own headers and pure C library headers.
+#      own headers and pure C library headers;
+#   6. every integration test (tests/integ/*.sh) sources tests/integ/lib.sh and sets no EXIT
+#      trap of its own: the paths, skips and cleanup at exit are the same everywhere, and a
+#      trap of its own would replace lib.sh's (its namespaces and jobs would outlive it).
 # Prints every violation with its place. Exit 0 clean, 1 on any violation.
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
+. "$(dirname "$0")/lib.sh"
 FUNC_LINES_MAX=70
 fail=0
 bad() {
@@ -108,8 +110,20 @@ while IFS=: read -r f n inc; do
 	grep -Eq "$core_ok" <<<"$inc" || bad "$f:$n: the core includes $inc (a backend, tool or OS header)"
 done < <(git ls-files 'runtime/core/*.[ch]' | xargs grep -Hn '^[[:space:]]*#[[:space:]]*include')
 
+# 6. lib.sh in every integration test; new ones too, before git knows them.
+integ=0
+for f in tests/integ/*.sh; do
+	[ "$f" != tests/integ/lib.sh ] || continue
+	integ=$((integ + 1))
+	grep -Eq '^[[:space:]]*(\.|source) "\$\(dirname "\$0"\)/lib\.sh"' "$f" ||
+		bad "$f: does not source lib.sh (. \"\$(dirname \"\$0\")/lib.sh\" after its set line)"
+	while IFS=: read -r n _; do
+		bad "$f:$n: sets an EXIT trap, which replaces lib.sh's (use on_exit)"
+	done < <(grep -nE '^[^#]*\<trap\>.*[[:space:]]EXIT\>' "$f")
+done
+
 [ $fail -eq 0 ] && echo "tidy: functions <= $FUNC_LINES_MAX lines in $(wc -w <<<"$lib_src") library" \
 	"files; $(wc -w <<<"$archives") archives export only keel_ symbols;" \
 	"$(wc -w <<<"$scripts") scripts use pipefail; comments name only existing files;" \
-	"the core includes no backend, tool or OS header"
+	"the core includes no backend, tool or OS header; $integ integration tests source lib.sh"
 exit $fail

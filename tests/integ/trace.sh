@@ -11,19 +11,15 @@
 # must agree (their first collective within 50 ms of each other). A path that cannot be
 # created must stop the start with an error naming KEEL_TRACE.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN=$BUILD/bin/keel-run
-TRAIN=$BUILD/bin/keel-train
-BENCH=$BUILD/bin/keel-bench
-[ -x "$RUN" ] && [ -x "$TRAIN" ] && [ -x "$BENCH" ] || { echo "trace: build first (make all)"; exit 1; }
-[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
-	{ echo "trace: digits data set missing (python3-sklearn): skipped"; exit 77; }
-command -v python3 >/dev/null || { echo "trace: python3 missing: skipped"; exit 77; }
-tmp=$(mktemp -d /tmp/keel-trace.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+TRAIN=$BIN/keel-train
+BENCH=$BIN/keel-bench
+must_be_built "$BIN/keel-run" "$TRAIN" "$BENCH"
+require_digits
+require_cmd python3
+tmpdir_make tmp
 
-KEEL_TRACE="$tmp/rank%r.json" KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 3 --timeout 80 \
+KEEL_TRACE="$tmp/rank%r.json" KEEL_HEARTBEAT_US=10000 run_ranks 3 80 \
 	--kill 2@3.0 -- "$TRAIN" --epochs 100 --batch 8 --lr 0.1 --compute-us 40 \
 	--ckpt-dir "$tmp/ckpt" --quiet >"$tmp/log" 2>&1 || { cat "$tmp/log"; echo "trace: keel-train failed"; exit 1; }
 

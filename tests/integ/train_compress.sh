@@ -8,17 +8,14 @@
 #     (f32) beside the ranks that compress; every rank finishes, within 1 point.
 #  3. --compress with a batch too large for bf16's exact integers is refused by name.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"
-[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
-	{ echo "train_compress: digits data set missing (python3-sklearn): skipped"; exit 77; }
-tmp=$(mktemp -d /tmp/keel-train-compress.XXXXXX); trap 'rm -rf "$tmp"' EXIT
-fail() { echo "train_compress: $*"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+TRAIN=$BIN/keel-train
+require_digits
+tmpdir_make tmp
 export KEEL_ALGO=ring
 
 for mode in off bf16; do
-	KEEL_COMPRESS=$mode timeout 60 "$RUN" -n 4 --timeout 50 -- "$TRAIN" --epochs 20 \
+	KEEL_COMPRESS=$mode run_ranks 4 50 -- "$TRAIN" --epochs 20 \
 		--compress --quiet >"$tmp/$mode" 2>&1 || { cat "$tmp/$mode"; fail "KEEL_COMPRESS=$mode failed"; }
 done
 acc() { grep -o 'final test accuracy: *[0-9.]*' "$1" | grep -o '[0-9.]*$'; }
@@ -34,7 +31,7 @@ awk -v a="$(sent "$tmp/off")" -v b="$(sent "$tmp/bf16")" 'BEGIN { exit !(b < 0.6
 	fail "bytes sent: off $(sent "$tmp/off"), bf16 $(sent "$tmp/bf16"): not about half"
 echo "train_compress: accuracy off $a_off %, bf16 $a_bf %; rank 0 sent $(sent "$tmp/off") bytes off, $(sent "$tmp/bf16") with bf16"
 
-KEEL_COMPRESS=bf16 KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --restart \
+KEEL_COMPRESS=bf16 KEEL_HEARTBEAT_US=10000 run_ranks 4 80 --restart \
 	--kill 2@1.0 -- "$TRAIN" --epochs 80 --batch 8 --lr 0.1 --compress --quiet >"$tmp/kill" 2>&1
 rc=$?
 grep -v '^epoch' "$tmp/kill" | grep -v warning

@@ -5,13 +5,11 @@
 # starts) has seconds to spare even on a faster machine. (At 40 epochs and 1.5 s it had 0.25 s,
 # and lost the race once in CI: the others finished first.)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"
-[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
-	{ echo "train_kill: digits data set missing (python3-sklearn): skipped"; exit 77; }
-tmp=$(mktemp -d /tmp/keel-train-kill.XXXXXX); trap 'rm -rf "$tmp"' EXIT
-KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --restart --kill 2@1.0 -- \
+. "$(dirname "$0")/lib.sh"
+TRAIN=$BIN/keel-train
+require_digits
+tmpdir_make tmp
+KEEL_HEARTBEAT_US=10000 run_ranks 4 80 --restart --kill 2@1.0 -- \
 	"$TRAIN" --epochs 80 --batch 8 --lr 0.1 --ckpt-dir "$tmp/ckpt" --quiet >"$tmp/log" 2>&1
 rc=$?
 grep -v '^epoch' "$tmp/log"

@@ -6,16 +6,14 @@
 # coordinator and the rank that prints the summary) and rank 2 are each paused once.
 set -u
 set -o pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"
-[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
-	{ echo "train_pause: digits data set missing (python3-sklearn): skipped"; exit 77; }
-tmp=$(mktemp -d /tmp/keel-train-pause.XXXXXX); trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+TRAIN=$BIN/keel-train
+require_digits
+tmpdir_make tmp
 fail=0
 for r in 0 2; do # paused after the start-up grace (2 s), resumed long before training ends
 	rm -rf "$tmp/ckpt"
-	KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --pause "$r@2.5:1.5" -- \
+	KEEL_HEARTBEAT_US=10000 run_ranks 4 80 --pause "$r@2.5:1.5" -- \
 		"$TRAIN" --epochs 300 --batch 8 --lr 0.1 --ckpt-dir "$tmp/ckpt" --quiet \
 		>"$tmp/log" 2>&1
 	rc=$?
@@ -35,7 +33,7 @@ done
 # when rank 2 resumes the others have left; it learns so from their goodbyes and exits 0 — or,
 # on a machine slow enough that training still runs, it is readmitted. Either way no rank waits
 # out a timeout.
-KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --pause 2@1.5:4 -- \
+KEEL_HEARTBEAT_US=10000 run_ranks 4 80 --pause 2@1.5:4 -- \
 	"$TRAIN" --epochs 150 --batch 8 --lr 0.1 --quiet >"$tmp/log" 2>&1
 rc=$?
 grep -v '^epoch' "$tmp/log" | grep -E "rank 2|keel-run"

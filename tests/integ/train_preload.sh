@@ -11,17 +11,14 @@
 #  3. Bad input, refused with a message that names it: a corrupt file, a file that is not
 #     ours, --preload with a bad mode.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"
-[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
-	{ echo "train_preload: digits data set missing (python3-sklearn): skipped"; exit 77; }
-tmp=$(mktemp -d /tmp/keel-train-preload.XXXXXX); trap 'rm -rf "$tmp"' EXIT
-fail() { echo "train_preload: $*"; exit 1; }
+. "$(dirname "$0")/lib.sh"
+TRAIN=$BIN/keel-train
+require_digits
+tmpdir_make tmp
 
 # 1. no failure
 EPOCHS=6
-timeout 60 "$RUN" -n 4 --timeout 50 -- "$TRAIN" --epochs $EPOCHS --shards "$tmp/digits.keel" \
+run_ranks 4 50 -- "$TRAIN" --epochs $EPOCHS --shards "$tmp/digits.keel" \
 	--quiet >"$tmp/log1" 2>&1 || { cat "$tmp/log1"; fail "keel-train --shards failed"; }
 [ -s "$tmp/digits.keel" ] || fail "the shard file was not written"
 grep -q 'largest weight difference 0)' "$tmp/log1" ||
@@ -43,7 +40,7 @@ echo "train_preload: no failure: no repair, $reads shard reads over 4 ranks (eac
 # new life work to do on a machine fast enough to be far into the job at 1.0 s.
 later_life() { [ "${KEEL_REJOIN:-0}" != 1 ] || sleep 0.3; exec "$@"; }
 export -f later_life
-KEEL_HEARTBEAT_US=10000 timeout 90 "$RUN" -n 4 --timeout 80 --restart --kill 2@1.0 -- \
+KEEL_HEARTBEAT_US=10000 run_ranks 4 80 --restart --kill 2@1.0 -- \
 	bash -c 'later_life "$@"' later_life \
 	"$TRAIN" --epochs 100 --batch 8 --lr 0.1 --shards "$tmp/digits.keel" --quiet \
 	>"$tmp/log2" 2>&1
@@ -63,11 +60,11 @@ echo "train_preload: rank 2 killed: its shards were read by the survivors, then 
 # 3. bad input
 cp "$tmp/digits.keel" "$tmp/bad.keel"
 printf '\xff' | dd of="$tmp/bad.keel" bs=1 seek=5000 conv=notrunc status=none
-timeout 30 "$RUN" -n 2 --timeout 20 -- "$TRAIN" --epochs 1 --shards "$tmp/bad.keel" \
+run_ranks 2 20 -- "$TRAIN" --epochs 1 --shards "$tmp/bad.keel" \
 	--quiet >"$tmp/log3" 2>&1 && fail "a corrupt shard file was accepted"
 grep -q "bad.keel: .*checksum" "$tmp/log3" || { cat "$tmp/log3"; fail "the corrupt shard was not named"; }
 head -c 8192 /dev/urandom >"$tmp/other.keel"
-timeout 30 "$RUN" -n 2 --timeout 20 -- "$TRAIN" --epochs 1 --shards "$tmp/other.keel" \
+run_ranks 2 20 -- "$TRAIN" --epochs 1 --shards "$tmp/other.keel" \
 	--quiet >"$tmp/log4" 2>&1 && fail "a file that is not ours was accepted"
 grep -q "other.keel: not a keel-train shard file" "$tmp/log4" || { cat "$tmp/log4"; fail "a foreign file was not named"; }
 "$TRAIN" --shards "$tmp/digits.keel" --preload later >"$tmp/log5" 2>&1

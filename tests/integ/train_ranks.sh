@@ -3,14 +3,12 @@
 # identical up to floating-point reduction order. Gradients are summed in f64 and weights kept
 # in f32, so the tolerance is 1e-6 (max abs difference); in practice they are bit-identical.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"
-[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
-	{ echo "train_ranks: digits data set missing (python3-sklearn): skipped"; exit 77; }
-tmp=$(mktemp -d /tmp/keel-train-ranks.XXXXXX); trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+TRAIN=$BIN/keel-train
+require_digits
+tmpdir_make tmp
 for n in 1 2 4; do
-	timeout 60 "$RUN" -n $n --timeout 50 -- "$TRAIN" --epochs 8 --quiet --no-reference \
+	run_ranks $n 50 -- "$TRAIN" --epochs 8 --quiet --no-reference \
 		--dump-weights "$tmp/w$n.bin" >"$tmp/log$n" 2>&1 || { cat "$tmp/log$n"; exit 1; }
 done
 python3 - "$tmp" <<'PY'

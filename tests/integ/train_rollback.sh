@@ -3,14 +3,12 @@
 # rank 1 is told to take a hard fault at step 350 (--fault-at). Every member must roll back to
 # the same checkpoint step, then finish with the accuracy of the no-failure run.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN="$BUILD/bin/keel-run"; TRAIN="$BUILD/bin/keel-train"
-[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
-	{ echo "train_rollback: digits data set missing (python3-sklearn): skipped"; exit 77; }
-tmp=$(mktemp -d /tmp/keel-train-rollback.XXXXXX); trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+TRAIN=$BIN/keel-train
+require_digits
+tmpdir_make tmp
 KEEL_CHAOS=loss=0.01,dup=0.001,reorder=0.01,seed=${SEED:-7} KEEL_HEARTBEAT_US=10000 \
-	timeout 90 "$RUN" -n 3 --timeout 80 -- "$TRAIN" --epochs 8 --ckpt-dir "$tmp/ckpt" \
+	run_ranks 3 80 -- "$TRAIN" --epochs 8 --ckpt-dir "$tmp/ckpt" \
 	--ckpt-every 100 --fault-at 1@350 --quiet >"$tmp/log" 2>&1
 rc=$?
 cat "$tmp/log"

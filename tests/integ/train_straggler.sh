@@ -10,15 +10,11 @@
 # (the static split) nothing is repaired and the step stays ~3x the ideal. Every plan (at each
 # view and each repair, also after a rank is killed) is held alike by every rank.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-RUN=$BUILD/bin/keel-run
-TRAIN=$BUILD/bin/keel-train
-[ -x "$RUN" ] && [ -x "$TRAIN" ] || { echo "train_straggler: build first (make all)"; exit 1; }
-[ -f /usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz ] ||
-	{ echo "train_straggler: digits data set missing (python3-sklearn): skipped"; exit 77; }
-tmp=$(mktemp -d /tmp/keel-straggler.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/lib.sh"
+TRAIN=$BIN/keel-train
+must_be_built "$BIN/keel-run" "$TRAIN"
+require_digits
+tmpdir_make tmp
 args=(--epochs 10 --batch 64 --compute-us 20 --slow 2:4@30 --quiet --print-plans)
 # Every plan a rank printed (at a view: "plan at epoch E", at a repair: "repair at step S")
 # must be the plan every other rank printed for the same epoch or step.
@@ -36,7 +32,7 @@ plans_agree() {
 # shared machine can upset (a second repair when another process steals a core, the ratio
 # after the repair) returns 2, and the run is made once more: a broken repair fails both.
 repair_run() {
-	KEEL_HEARTBEAT_US=10000 timeout 120 "$RUN" -n 4 --timeout 100 -- "$TRAIN" "${args[@]}" \
+	KEEL_HEARTBEAT_US=10000 run_ranks 4 100 -- "$TRAIN" "${args[@]}" \
 		>"$tmp/log" 2>&1 || { cat "$tmp/log"; echo "train_straggler: keel-train failed"; return 1; }
 	grep -E 'repair|stragglers|within' "$tmp/log"
 	for r in 0 1 2 3; do
@@ -71,7 +67,7 @@ fi
 set -e
 [ "$rc" = 0 ] || exit 1
 
-KEEL_HEARTBEAT_US=10000 timeout 120 "$RUN" -n 4 --timeout 100 -- "$TRAIN" "${args[@]}" \
+KEEL_HEARTBEAT_US=10000 run_ranks 4 100 -- "$TRAIN" "${args[@]}" \
 	--no-repair >"$tmp/static" 2>&1 || { cat "$tmp/static"; echo "train_straggler: --no-repair failed"; exit 1; }
 if grep -q 'repair at step' "$tmp/static"; then echo "train_straggler: --no-repair repaired"; exit 1; fi
 sratio=$(sed -n 's/^stragglers: .*(\([0-9.]*\)x)$/\1/p' "$tmp/static")
@@ -83,7 +79,7 @@ echo "train_straggler: the static split stays at ${sratio}x the ideal"
 # survivors plan afresh at the new view (equal shares), the slow rank is repaired again, and
 # every plan is still held alike.
 set +e
-KEEL_HEARTBEAT_US=10000 timeout 120 "$RUN" -n 4 --timeout 100 --keep-going -- "$TRAIN" "${args[@]}" \
+KEEL_HEARTBEAT_US=10000 run_ranks 4 100 --keep-going -- "$TRAIN" "${args[@]}" \
 	--crash-at 3@60 >"$tmp/kill" 2>&1
 rc=$?
 set -e

@@ -4,24 +4,20 @@
 # disassembly holds the packed instructions we expect (addps, addpd, pmaxsd, ...).
 # Exit 0 on pass, 1 on fail (with what is missing), 77 when the tools or target are absent.
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
+. "$(dirname "$0")/lib.sh"
 
 CC=${CC:-cc}
 SRC=runtime/core/reduce.c
 # Same as the Makefile's release build (CFLAGS_KEEL with OPT=-O2).
 FLAGS=(-std=c11 -D_GNU_SOURCE -O2 -march=x86-64-v2 -fno-strict-aliasing -Iinclude -Iruntime/base)
 
-skip() { echo "vectorized: SKIP: $*"; exit 77; }
 fail=0
-bad() { echo "vectorized: FAIL: $*"; fail=1; }
 
-command -v objdump >/dev/null 2>&1 || skip "objdump not found (binutils)"
-command -v "$CC" >/dev/null 2>&1 || skip "compiler '$CC' not found"
+require_cmd objdump "$CC"
 [ "$(uname -m)" = x86_64 ] || skip "the expected instructions are x86-64 ones; host is $(uname -m)"
 [ -f "$SRC" ] || { echo "vectorized: FAIL: $SRC missing"; exit 1; }
 
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT
+tmpdir_make tmp
 
 # 1. The compiler's own report: each kernel-defining macro line must say "loop vectorized".
 #    (gcc attributes a loop expanded from a macro to the line that invokes the macro.)

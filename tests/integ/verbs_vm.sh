@@ -7,14 +7,7 @@
 # package or the verbs build are unavailable. Bounded: the VM is killed after TIMEOUT seconds
 # (default 200), the whole script (kernel download included) after 300.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build}
-command -v qemu-system-x86_64 >/dev/null || {
-	echo "verbs_vm: skipped: QEMU not installed (tools/deps.sh installs qemu-system-x86)"
-	exit 77
-}
-[ -f "$BUILD/libkeel_verbs.a" ] || {
-	echo "verbs_vm: skipped: verbs backend not built (install libibverbs-dev)"
-	exit 77
-}
+. "$(dirname "$0")/lib.sh"
+require_cmd qemu-system-x86_64
+require_built "$BUILD/libkeel_verbs.a"
 BUILD=$BUILD TIMEOUT=${TIMEOUT:-200} timeout -s KILL 300 bash tests/vm/run.sh

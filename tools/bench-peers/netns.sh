@@ -3,13 +3,14 @@
 # cross veth and the bridge: real IP, ARP, the link's MTU, no loopback shortcut). Open MPI's
 # mpirun runs in one more namespace on the bridge and starts its daemons in the ranks'
 # namespaces through an rsh agent that is `ip netns exec`; keel's ranks are started directly,
-# each with its KEEL_PEERS entry. Needs root and iproute2. Names carry the script's pid, so
-# several runs may share the machine; netns_cleanup removes everything (called on exit).
+# each with its KEEL_PEERS entry. Needs root and iproute2. The namespaces are those of the
+# tests (tests/integ/lib.sh's ns_ helpers): their names carry the script's pid, so several runs
+# may share the machine; netns_cleanup removes everything (called on exit).
 #
 # Uses from bench-peers.sh: STORE_ROOT (a temporary folder), die.
 set -o pipefail # bench-peers.sh has it already; said here too, as every script of the tree does
+KEEL_LIB_FUNCTIONS_ONLY=1 . tests/integ/lib.sh
 
-NETNS_P=kbp$$ # namespace and link prefix
 NETNS_NET=10.79 # 10.79.<pid % 250>.0/24: the bridge's subnet
 NETNS_SUBNET=''
 NETNS_RANKS=0
@@ -20,32 +21,23 @@ netns_check() {
 	command -v ip >/dev/null || die "--netns needs iproute2's ip"
 }
 
-# netns_setup N MTU: namespaces ${NETNS_P}n0..n(N-1) at .1...N, the head (mpirun) at .254.
+# netns_setup N MTU: a namespace for each rank 0..N-1 at .1...N, the head's (mpirun) at .254.
 netns_setup() {
-	local n=$1 r a
+	local n=$1 r
 	NETNS_RANKS=$n NETNS_MTU=$2
 	NETNS_SUBNET=$NETNS_NET.$(($$ % 250))
-	ip netns add ${NETNS_P}br || die "--netns: cannot create a network namespace here"
-	ip -n ${NETNS_P}br link add br0 type bridge
-	ip -n ${NETNS_P}br link set br0 mtu "$NETNS_MTU" up
-	for r in $(seq 0 $((n - 1))) h; do
-		if [ "$r" = h ]; then a=254; else a=$((r + 1)); fi
-		ip netns add ${NETNS_P}n$r
-		ip link add ${NETNS_P}a$r netns ${NETNS_P}n$r mtu "$NETNS_MTU" type veth \
-			peer name ${NETNS_P}b$r netns ${NETNS_P}br mtu "$NETNS_MTU" ||
-			die "--netns: cannot create veth pairs (MTU $NETNS_MTU)"
-		ip -n ${NETNS_P}n$r addr add "$NETNS_SUBNET.$a/24" dev ${NETNS_P}a$r
-		ip -n ${NETNS_P}n$r link set ${NETNS_P}a$r up
-		ip -n ${NETNS_P}n$r link set lo up
-		ip -n ${NETNS_P}br link set ${NETNS_P}b$r master br0
-		ip -n ${NETNS_P}br link set ${NETNS_P}b$r up
+	NS_NET=$NETNS_SUBNET
+	ns_bridge "$NETNS_MTU" || die "--netns: cannot create a network namespace here"
+	for r in $(seq 0 $((n - 1))); do
+		ns_add "$r" "$(ns_addr "$r")" || die "--netns: cannot create veth pairs (MTU $NETNS_MTU)"
 	done
+	ns_add h "$NETNS_SUBNET.254" || die "--netns: cannot create veth pairs (MTU $NETNS_MTU)"
 	# Open MPI's rsh agent: "$1" is a rank's address, the rest the remote shell's command.
 	cat >"$STORE_ROOT/netns-agent.sh" <<EOF
 #!/bin/sh
 host=\$1
 shift
-exec ip netns exec ${NETNS_P}n\$((\${host##*.} - 1)) sh -c "\$*"
+exec ip netns exec ${NS_P}n\$((\${host##*.} - 1)) sh -c "\$*"
 EOF
 	chmod +x "$STORE_ROOT/netns-agent.sh"
 	for r in $(seq 0 $((n - 1))); do echo "$NETNS_SUBNET.$((r + 1)) slots=1"; done \
@@ -53,11 +45,7 @@ EOF
 }
 
 netns_cleanup() {
-	[ -n "$NETNS_SUBNET" ] || return 0
-	local r
-	# Under bench-peers.sh's set -e: a failed delete must not end the cleanup.
-	for r in $(seq 0 $((NETNS_RANKS - 1))) h; do ip netns del ${NETNS_P}n$r 2>/dev/null || true; done
-	ip netns del ${NETNS_P}br 2>/dev/null || true
+	ns_teardown # under bench-peers.sh's set -e too: a failed delete does not end it
 	NETNS_SUBNET=''
 }
 
@@ -74,7 +62,7 @@ netns_keel() {
 	for r in $(seq 0 $((n - 1))); do peers="$peers${peers:+,}$NETNS_SUBNET.$((r + 1)):7000"; done
 	for r in $(seq 0 $((n - 1))); do
 		RANK=$r WORLD_SIZE=$n KEEL_PEERS=$peers KEEL_JOB_ID=$job \
-			timeout 600 ip netns exec ${NETNS_P}n$r "$@" >"$STORE_ROOT/netns-rank$r" 2>&1 &
+			timeout 600 ip netns exec "$(ns_name "$r")" "$@" >"$STORE_ROOT/netns-rank$r" 2>&1 &
 		pids+=($!)
 	done
 	for r in $(seq 0 $((n - 1))); do wait "${pids[$r]}" || { [ $rc -ne 0 ] || rc=$?; }; done
@@ -95,7 +83,7 @@ netns_mpirun() {
 	local n=$1 yield=0
 	shift
 	[ "$n" -le "$(nproc)" ] || yield=1
-	timeout 300 ip netns exec ${NETNS_P}nh mpirun --allow-run-as-root --bind-to none -n "$n" \
+	timeout 300 ip netns exec "$(ns_name h)" mpirun --allow-run-as-root --bind-to none -n "$n" \
 		--hostfile "$STORE_ROOT/netns-hosts" --mca plm_rsh_agent "$STORE_ROOT/netns-agent.sh" \
 		--mca oob_tcp_if_include "$NETNS_SUBNET.0/24" \
 		--mca btl_tcp_if_include "$NETNS_SUBNET.0/24" --mca rtc ^hwloc \
