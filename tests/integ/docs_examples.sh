@@ -17,7 +17,7 @@
 #   DOCS_TEST_LONG=1: the long blocks too; DOCS_TEST_ONLY=REGEX: only the pages it matches;
 #   DOCS_TEST_VERBOSE=1: the output of the blocks that passed too
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
+. "$(dirname "$0")/lib.sh"
 REPO=$PWD
 BUILD=${BUILD:-build}
 case $BUILD in
@@ -34,8 +34,7 @@ LONG_TIMEOUT_S=1200
 	exit 77
 }
 
-work=$(mktemp -d /tmp/keel-docs.XXXXXX) || exit 1
-trap 'rm -rf "$work"' EXIT
+tmpdir_make work
 start_s=$(date +%s)
 
 # Every page, README first.

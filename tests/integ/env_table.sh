@@ -5,9 +5,9 @@
 # nobody), when docs/reference/env.md differs from what the table prints (make env-doc), and
 # when bad values given to real programs do not stop them with the table's one wording.
 # Test-only harness variables (KEEL_TEST_*, KEEL_NVML_FAKE_FAIL) live in tests/ and stay
-# outside the table. Run from the repository root; expects $BUILD/bin/keel-run and keel-bench.
+# outside the table. Expects $BUILD/bin/keel-run and keel-bench.
 set -uo pipefail
-BUILD=${BUILD:-build}
+. "$(dirname "$0")/lib.sh"
 KR=$BUILD/bin/keel-run
 BENCH=$BUILD/bin/keel-bench
 SIM=$BUILD/bin/keel-sim
@@ -17,8 +17,7 @@ DIRS=(runtime dpdk verbs sim tools)
 for b in "$KR" "$BENCH"; do
 	[ -x "$b" ] || { echo "env_table: $b not built (make $b); skipped"; exit 77; }
 done
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+tmpdir_make tmp
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 src() { grep -rnE "$1" "${DIRS[@]}" --include='*.c' --include='*.h' --include='*.cc' \

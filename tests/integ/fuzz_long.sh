@@ -5,5 +5,5 @@
 # through the smoke's own script (tests/integ/fuzz_smoke.sh: 2 s a target in `make test`). A crash keeps its input
 # as an artifact and fails the test. Skipped (77) where clang's libFuzzer is missing.
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
+. "$(dirname "$0")/lib.sh"
 FUZZ_SMOKE_SECONDS=${FUZZ_LONG_SECONDS:-30} exec bash tests/integ/fuzz_smoke.sh

@@ -5,12 +5,10 @@
 # option a tool's --help lists is in its page; then `make uninstall` leaves no file and no
 # empty folder behind (and keeps a folder that was there before the install).
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
+. "$(dirname "$0")/lib.sh"
 command -v man >/dev/null && command -v groff >/dev/null ||
 	{ echo "man_pages: SKIP: man or groff missing (tools/deps/core.txt: man-db, groff-base)"; exit 77; }
-stage=$(mktemp -d /tmp/keel-man.XXXXXX)
-trap 'rm -rf "$stage"' EXIT
+tmpdir_make stage
 fail=0
 bad() { echo "man_pages: FAIL: $*"; fail=1; }
 mkdir -p "$stage/usr/local/lib" # there before the install: uninstall must keep it

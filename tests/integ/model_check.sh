@@ -7,8 +7,7 @@
 # minutes): one that has not finished by then is reported as not finished, not as a failure.
 # The mutants must be caught every time.
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
+. "$(dirname "$0")/lib.sh"
 [ -x "$BUILD/tests/test_membership_model" ] || {
 	echo "model_check: $BUILD/tests/test_membership_model not built (CMocka missing?), skipped"
 	exit 77

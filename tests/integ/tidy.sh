@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Mechanical rules, checked by a test rather than by review (cheap, and each catches a real
 # fault):
-#   1. library functions (runtime/, dpdk/, verbs/) are at most 70 lines: a longer one hides
-#      more than one job;
+#   1. functions of the library (runtime/, dpdk/, verbs/), the simulator (sim/) and the tools
+#      (tools/) are at most 70 lines: a longer one hides more than one job;
 #   2. only keel_ symbols leave an archive: anything else can clash with the training
 #      binary's own names (every $BUILD/*.a);
 #   3. every shell script runs with `set -o pipefail`: otherwise a failing producer in a
@@ -26,8 +26,9 @@ bad() {
 
 # 1. Function length. clang-format (tests/integ/format.sh) puts a function's braces alone at
 #    column 0, so the body is what lies between them.
-lib_src=$(git ls-files 'runtime/*.c' 'dpdk/*.c' 'verbs/*.c')
-[ -n "$lib_src" ] || bad "no library sources found (run from a git checkout)"
+lib_src=$(git ls-files 'runtime/*.c' 'dpdk/*.c' 'verbs/*.c' 'sim/*.c' 'sim/*.cc' 'tools/*.c' \
+	'tools/*.cc')
+[ -n "$lib_src" ] || bad "no sources found (run from a git checkout)"
 long=$(awk -v max=$FUNC_LINES_MAX '
 	FNR == 1 { start = 0 }
 	/^\{/ { start = FNR; name = prev }
@@ -122,8 +123,8 @@ for f in tests/integ/*.sh; do
 	done < <(grep -nE '^[^#]*\<trap\>.*[[:space:]]EXIT\>' "$f")
 done
 
-[ $fail -eq 0 ] && echo "tidy: functions <= $FUNC_LINES_MAX lines in $(wc -w <<<"$lib_src") library" \
-	"files; $(wc -w <<<"$archives") archives export only keel_ symbols;" \
+[ $fail -eq 0 ] && echo "tidy: functions <= $FUNC_LINES_MAX lines in $(wc -w <<<"$lib_src") files" \
+	"of the library, sim/ and tools/; $(wc -w <<<"$archives") archives export only keel_ symbols;" \
 	"$(wc -w <<<"$scripts") scripts use pipefail; comments name only existing files;" \
 	"the core includes no backend, tool or OS header; $integ integration tests source lib.sh"
 exit $fail

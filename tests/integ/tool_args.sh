@@ -5,14 +5,12 @@
 # and the exit codes; --version as "TOOL (keel) X.Y.Z (git HASH)" with exit 0. keel-sim is built
 # only with SimGrid: its rows are skipped, and say so, when it is absent.
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
+. "$(dirname "$0")/lib.sh"
 BIN=$BUILD/bin
 for t in keel-run keel-bench keel-train keel-plan; do
 	[ -x "$BIN/$t" ] || { echo "tool_args: $BIN/$t not built (make all)"; exit 1; }
 done
-tmp=$(mktemp -d /tmp/keel-tool-args.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+tmpdir_make tmp
 EX=tools/examples
 fail=0 rows=0 skipped=0
 bad() { echo "tool_args: FAIL: $*"; fail=1; }
