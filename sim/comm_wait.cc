@@ -35,3 +35,12 @@ extern "C" ssize_t sim_comm_wait_any(sg_comm_t *comms, size_t count, int *failed
 			set[i]->add_ref();
 	return done;
 }
+
+extern "C" void sim_comm_cancel(sg_comm_t *comms, size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		simgrid::s4u::CommPtr comm(comms[i], false); // released here, once cancelled
+		comm->cancel();
+		comms[i] = nullptr;
+	}
+}
