@@ -1,7 +1,7 @@
-// C++ only to catch an exception (like sim/platform_load.cc): SimGrid 3.32's C sg_comm_wait_any lets a
-// NetworkFailureException escape when any comm in the set fails (its sender's host was turned
-// off mid-transfer), which C cannot catch: the simulation aborts. This wrapper catches it and
-// says which comm failed, with the same ownership rules as sg_comm_wait_any.
+// C++ only to catch an exception (like sim/platform_load.cc): SimGrid 3.32's C sg_comm_wait_any
+// lets a NetworkFailureException escape when any comm in the set fails (its sender's host was
+// turned off mid-transfer), which C cannot catch: the simulation aborts. This wrapper catches it
+// and says which comm failed, with the same ownership rules as sg_comm_wait_any.
 #include <simgrid/Exception.hpp>
 #include <simgrid/s4u/Comm.hpp>
 

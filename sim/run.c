@@ -18,6 +18,7 @@
 #include <simgrid/link.h>
 #include <simgrid/semaphore.h>
 
+#include "actor_guard.h"
 #include "keel/transport_chaos.h"
 #include "platform_load.h"
 #include "refcheck.h"
@@ -28,6 +29,9 @@
 #define SPIN_LIMIT 10000000u
 #define RECOVER	   1 /* poll_until: a new generation was installed */
 #define EPOCHS_MAX 1024
+/* A user's platform up to this many ranks has every route asked for before the run (65 536
+ * lookups); a larger one its ring and one host per zone (platform_load.h). */
+#define SIM_ROUTES_ALL_PAIRS_MAX 256u
 
 struct node {
 	uint32_t e; /* endpoint = host index */
@@ -594,7 +598,7 @@ static sg_actor_t spawn(const char *prefix, uint32_t e, xbt_main_func_t fn, void
 	sg_actor_t a = sg_actor_init(name, W.hosts[e]);
 	sg_actor_set_data(a, data);
 	sg_actor_set_stacksize(a, NODE_STACK_BYTES);
-	sg_actor_start(a, fn, 0, NULL);
+	sim_actor_start_guarded(a, fn);
 	if (daemon)
 		sg_actor_daemonize(a);
 	return a;
@@ -1447,7 +1451,7 @@ static void controller_start(void)
 			return; /* every other host is down, and this one goes next */
 		W.ctl_host = e;
 		sg_actor_t ctl = sg_actor_init("controller", W.hosts[e]);
-		sg_actor_start(ctl, controller_main, 0, NULL);
+		sim_actor_start_guarded(ctl, controller_main);
 		sg_actor_daemonize(ctl);
 		return;
 	}
@@ -1865,16 +1869,10 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 	sim_net_totals(W.net, &r->messages, &r->comms, &r->bytes, &r->rx_queue_drops);
 }
 
-int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char **argv, char *err,
-	    size_t err_len)
+/* Refused combinations, and the fidelity the run will use. */
+static int run_options(const struct sim_scenario *s, struct sim_result *r, char *err,
+		       size_t err_len)
 {
-	struct timespec t0, t1;
-	int rc;
-
-	memset(&W, 0, sizeof(W));
-	W.s = s;
-	W.r = r;
-	W.horizon_s = s->horizon_s;
 	if (s->grad && s->check) {
 		snprintf(err, err_len,
 			 "--check 1 compares every result exactly, and --compress "
@@ -1895,9 +1893,26 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	}
 	W.ff_on = r->fidelity == SIM_FIDELITY_AUTO;
 	r->views_agree = true;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	return 0;
+}
+
+/* What the run's messages call its platform: the user's file, or the cluster keel-sim wrote. */
+static void platform_name(const struct sim_scenario *s, char *name, size_t len)
+{
+	if (s->cluster_spec[0] != '\0')
+		snprintf(name, len, "cluster '%s'", s->cluster_spec);
+	else
+		snprintf(name, len, "platform file '%s'", s->platform_file);
+}
+
+/* The platform loaded and sealed, its routes asked for before any actor runs (SimGrid's
+ * exceptions become errors here, not aborts mid-run), faults and models built on it. */
+static int platform_ready(const struct sim_scenario *s, int *argc, char **argv, char *err,
+			  size_t err_len)
+{
+	char name[300];
 	simgrid_init(argc, argv);
-	rc = platform_load(s, err, err_len);
+	int rc = platform_load(s, err, err_len);
 	if (rc != 0)
 		return rc;
 	for (uint32_t i = 0; i < W.n; i++)
@@ -1908,9 +1923,24 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	rc = faults_build(s, err, err_len);
 	if (rc != 0)
 		return rc;
-	simgrid_run_until(0); /* seals the platform: routes exist only from then on */
+	platform_name(s, name, sizeof(name));
+	rc = sim_platform_seal(name, err, err_len); /* routes exist only from then on */
+	if (rc != 0)
+		return rc;
+	/* A generated cluster is one zone of known routes: its ring and one host suffice. */
+	size_t all_pairs = s->cluster_spec[0] != '\0' ? 0 : SIM_ROUTES_ALL_PAIRS_MAX;
+	rc = sim_routes_check((void *const *)W.hosts, W.n, all_pairs, name, err, err_len);
+	if (rc != 0)
+		return rc;
+	sim_actor_guard_name(name);
 	ring_model();
 	compute_span();
+	return 0;
+}
+
+/* Datagram scale, window and MTU for the world's size and the mode. */
+static void transport_shape(const struct sim_scenario *s, struct sim_result *r)
+{
 	W.scale = s->grad_scale;
 	if (strcmp(s->mode, "train") != 0)
 		W.scale = 1;
@@ -1931,6 +1961,12 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 		W.window = 2;
 		W.mtu = mtu_smallest(W.n, W.window); /* a view must fit one datagram */
 	}
+}
+
+/* The simulated network and the world's tables (generation 0: rank e on endpoint e). */
+static int world_alloc(const struct sim_scenario *s, char *err, size_t err_len)
+{
+	bool heartbeat = strcmp(s->mode, "heartbeat") == 0;
 	struct sim_net_config nc = {
 	    .endpoints = W.n,
 	    .queue_max = 65536,
@@ -1938,7 +1974,7 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	    .scale_min_len = 1024,
 	    /* a window of data and control beside it; heartbeat runs carry no data
 	       (transport_sim.c) */
-	    .rx_gets = W.window + (strcmp(s->mode, "heartbeat") == 0 ? 2 : 16),
+	    .rx_gets = W.window + (heartbeat ? 2 : 16),
 	    .train_max = s->trains,
 	};
 	W.net = sim_net_create(&nc, (void *const *)W.hosts);
@@ -1964,6 +2000,12 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 			return -EINVAL;
 		}
 	}
+	return 0;
+}
+
+/* Every node's tables, then its actors (node, receiver, worker). */
+static int nodes_start(void)
+{
 	for (uint32_t e = 0; e < W.n; e++) {
 		struct node *nd = &W.nodes[e];
 		nd->e = e;
@@ -1976,10 +2018,35 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 		nd->tp_mem = malloc(sim_transport_storage_size(W.net, W.n));
 		nd->work_sem = sg_sem_init(0);
 		if (nd->suspect_s == NULL || nd->via_view == NULL || nd->excluded_s == NULL ||
-		    nd->tp_mem == NULL)
+		    nd->op_members == NULL || nd->tp_mem == NULL)
 			return -ENOMEM;
 		node_actors_start(nd);
 	}
+	return 0;
+}
+
+int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char **argv, char *err,
+	    size_t err_len)
+{
+	struct timespec t0, t1;
+
+	memset(&W, 0, sizeof(W));
+	W.s = s;
+	W.r = r;
+	W.horizon_s = s->horizon_s;
+	int rc = run_options(s, r, err, err_len);
+	if (rc != 0)
+		return rc;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = platform_ready(s, argc, argv, err, err_len);
+	if (rc != 0)
+		return rc;
+	transport_shape(s, r);
+	rc = world_alloc(s, err, err_len);
+	if (rc == 0)
+		rc = nodes_start();
+	if (rc != 0)
+		return rc;
 	W.ctl_tick = 1;
 	W.ctl_host = W.n - 1; /* controller_start begins with host 0 */
 	controller_start();

@@ -15,6 +15,7 @@
 #include <simgrid/mailbox.h>
 #include <simgrid/semaphore.h>
 
+#include "actor_guard.h"
 #include "comm_wait.h"
 #include "sim_int.h"
 
@@ -271,7 +272,7 @@ void sim_net_start_receiver(struct sim_net *net, uint32_t e)
 	sg_actor_t act = sg_actor_init(name, net->in[e].host);
 	sg_actor_set_data(act, a);
 	sg_actor_set_stacksize(act, 64 * 1024);
-	sg_actor_start(act, receiver_main, 0, NULL);
+	sim_actor_start_guarded(act, receiver_main);
 	sg_actor_daemonize(act); /* `a` lives as long as the simulation: receivers are killed */
 	net->in[e].alive = true;
 }
