@@ -228,3 +228,27 @@ void sim_report_row(FILE *f, const char *format, const char *sweep_key, const ch
 			(unsigned long long)r->live_excluded, (unsigned long long)r->messages);
 	}
 }
+
+void sim_progress_warn(FILE *f, const struct sim_scenario *s, const struct sim_result *r)
+{
+	if (strcmp(s->mode, "train") != 0 || r->steps > 0)
+		return;
+	/* The first step splits the batch evenly (repair comes after it): the slowest GPU's
+	 * compute, then the gradient's AllReduce; start-up (the nodes join) comes before it. */
+	double step = r->compute_s_max + r->grad_allreduce_s;
+	if (r->failure_count == 0 || step >= s->horizon_s / 2) {
+		fprintf(
+		    f,
+		    "keel-sim: warning: no training step fits in the %g s horizon: one takes "
+		    "about %.3g s here (compute %.3g s on the slowest GPU, gradient AllReduce "
+		    "%.3g s) after start-up; give --horizon %.2g or more (about ten steps), or a "
+		    "smaller --model, --batch or --flops-per-sample\n",
+		    s->horizon_s, step, r->compute_s_max, r->grad_allreduce_s, 10 * step);
+		return;
+	}
+	fprintf(f,
+		"keel-sim: warning: no training step completed in the %g s horizon, though one "
+		"takes about %.3g s here: the faults (%u) and their recovery (--recovery, "
+		"--restart) left no time for one\n",
+		s->horizon_s, step, r->failure_count);
+}

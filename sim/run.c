@@ -1150,7 +1150,8 @@ static void node_train(struct node *nd)
 			rc = poll_until(nd, NULL, NULL, true, UINT64_MAX);
 		double start = simgrid_get_clock();
 		if (rc == 0) {
-			nd->work_flops = samples_of(nd) * s->flops_per_sample / s->mfu * nd->slow;
+			nd->work_flops =
+			    samples_of(nd) * sim_flops_per_sample(s) / s->mfu * nd->slow;
 			nd->work_busy = true;
 			sg_sem_release(nd->work_sem);
 			rc = poll_until(nd, NULL, NULL, true, UINT64_MAX);
@@ -1746,6 +1747,8 @@ static void ring_model(void)
 	W.r->alpha_s = alpha;
 	W.r->beta_Bps = beta;
 	W.r->allreduce_model_s = beta > 0 ? 2 * (n - 1) * (alpha + S / (n * beta)) : 0;
+	double grad = W.s->model_params * 4; /* f32 */
+	W.r->grad_allreduce_s = beta > 0 ? 2 * (n - 1) * (alpha + grad / (n * beta)) : 0;
 }
 
 static void compute_span(void)
@@ -1753,7 +1756,8 @@ static void compute_span(void)
 	double lo = 0, hi = 0;
 	for (uint32_t e = 0; e < W.n; e++) {
 		double share = (double)(W.s->batch / W.n) + (e < W.s->batch % W.n);
-		double t = share * W.s->flops_per_sample / W.s->mfu / sg_host_get_speed(W.hosts[e]);
+		double t =
+		    share * sim_flops_per_sample(W.s) / W.s->mfu / sg_host_get_speed(W.hosts[e]);
 		lo = e == 0 || t < lo ? t : lo;
 		hi = t > hi ? t : hi;
 	}
@@ -1769,7 +1773,7 @@ static double compute_ideal_s(void)
 	for (uint32_t e = 0; e < W.n; e++)
 		if (W.nodes[e].alive)
 			capacity += sg_host_get_speed(W.hosts[e]) / W.nodes[e].slow;
-	return capacity > 0 ? W.s->batch * W.s->flops_per_sample / W.s->mfu / capacity : 0;
+	return capacity > 0 ? W.s->batch * sim_flops_per_sample(W.s) / W.s->mfu / capacity : 0;
 }
 
 static int cmp_double(const void *a, const void *b)
