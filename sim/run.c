@@ -360,12 +360,91 @@ static const uint32_t *host_map(void)
 	return W.host_of;
 }
 
-static int node_setup(struct node *nd, char *err, size_t err_len)
+/* The node's transport for this generation, under --chaos's when asked for. */
+static int node_transport(struct node *nd, uint32_t rank, char *err, size_t err_len)
 {
 	const struct sim_scenario *s = W.s;
+	int rc = sim_transport_init(&nd->tp, nd->tp_mem, sim_transport_storage_size(W.net, W.n),
+				    W.net, nd->e, rank, W.members, W.map, W.mtu);
+	if (rc != 0) {
+		snprintf(err, err_len, "sim transport: %s", keel_strerror(rc));
+		return rc;
+	}
+	if (s->chaos[0] == '\0')
+		return 0;
+	struct keel_chaos_config cc;
+	keel_chaos_config_default(&cc);
+	cc.inner = nd->tp;
+	if (keel_chaos_parse(s->chaos, &cc) != 0)
+		return -EINVAL;
+	cc.seed = cc.seed * 1000003u + s->seed * 7919u + nd->e + 1;
+	if (nd->chaos_mem == NULL)
+		nd->chaos_mem = malloc(keel_chaos_storage_size(&cc));
+	return keel_chaos_init(&nd->chaos, nd->chaos_mem, keel_chaos_storage_size(&cc), &cc);
+}
+
+/* The keel configuration of the node's life in this generation. */
+static void node_config(struct node *nd, uint32_t rank, struct keel_config *cfg)
+{
+	const struct sim_scenario *s = W.s;
+	keel_config_default(cfg);
+	cfg->rank = rank;
+	cfg->world_size = W.members;
+	cfg->job_id = 1000 + W.gen; /* datagrams of an older generation are fenced off */
+	cfg->window = W.window;
+	/* Large worlds lend window buffers from a pool: a node talks to a few peers at a time
+	 * (ring steps, recursive-doubling partners), not to all of them. */
+	cfg->streams = W.n > 64 ? 8 : 0;
+	cfg->mtu = W.mtu;
+	cfg->heartbeat_ns = node_heartbeat_ns();
+	cfg->miss_limit = s->miss_limit;
+	cfg->op_timeout_ns = s->op_timeout_ns;
+	cfg->join_timeout_ns = s->join_timeout_ns;
+	cfg->algo = s->algo;
+	cfg->compress = s->compress;
+	cfg->host_of = host_map();
+	if (W.scale > 1) /* a scaled datagram is slow to serialise: learn the RTT first */
+		cfg->rto_initial_ns = cfg->rto_max_ns;
+	/* An element here stands for `scale` of the modelled job's: results are reported early
+	 * (eager_result_bytes) where the modelled sizes would be. */
+	cfg->eager_result_bytes = KEEL_EAGER_RESULT_BYTES_DEFAULT / W.scale;
+	if (s->recovery == SIM_RECOVER_TIMEOUT)
+		cfg->miss_limit = 1000000; /* no failure detector (node_heartbeat_ns) */
+	cfg->transport = nd->chaos != NULL ? nd->chaos : nd->tp;
+	cfg->on_peer = on_peer;
+	cfg->on_peer_ctx = nd;
+	cfg->on_view = on_view;
+	cfg->on_view_ctx = nd;
+	cfg->incarnation = nd->life + 1; /* each life of a process a new one */
+	cfg->rejoin = nd->rejoin;
+}
+
+/* The node's keel instance, in an arena grown to what the configuration needs. */
+static int node_keel_init(struct node *nd, const struct keel_config *cfg, char *err, size_t err_len)
+{
+	size_t need = keel_storage_size(cfg);
+	if (need == 0) {
+		snprintf(err, err_len, "keel config rejected (window %u, mtu %u, world %u)",
+			 cfg->window, cfg->mtu, cfg->world_size);
+		return -EINVAL;
+	}
+	if (need > nd->arena_len) {
+		free(nd->arena);
+		nd->arena = malloc(need);
+		nd->arena_len = nd->arena != NULL ? need : 0;
+	}
+	int rc = keel_init(&nd->kn, nd->arena, nd->arena_len, cfg, keel_now_ns(nd));
+	if (rc != 0)
+		snprintf(err, err_len, "keel_init: %s", keel_strerror(rc));
+	return rc;
+}
+
+/* Endpoint nd->e's node in the current generation: its rank, transport, straggler state and
+ * keel instance, with this generation's records reset. */
+static int node_setup(struct node *nd, char *err, size_t err_len)
+{
 	struct keel_config cfg;
 	uint32_t rank = UINT32_MAX;
-	int rc;
 
 	for (uint32_t r = 0; r < W.members; r++)
 		if (W.map[r] == nd->e)
@@ -380,55 +459,10 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 		nd->via_view[e] = false;
 		nd->excluded_s[e] = -1;
 	}
-	rc = sim_transport_init(&nd->tp, nd->tp_mem, sim_transport_storage_size(W.net, W.n), W.net,
-				nd->e, rank, W.members, W.map, W.mtu);
-	if (rc != 0) {
-		snprintf(err, err_len, "sim transport: %s", keel_strerror(rc));
+	int rc = node_transport(nd, rank, err, err_len);
+	if (rc != 0)
 		return rc;
-	}
-	if (s->chaos[0] != '\0') {
-		struct keel_chaos_config cc;
-		keel_chaos_config_default(&cc);
-		cc.inner = nd->tp;
-		if (keel_chaos_parse(s->chaos, &cc) != 0)
-			return -EINVAL;
-		cc.seed = cc.seed * 1000003u + s->seed * 7919u + nd->e + 1;
-		if (nd->chaos_mem == NULL)
-			nd->chaos_mem = malloc(keel_chaos_storage_size(&cc));
-		rc = keel_chaos_init(&nd->chaos, nd->chaos_mem, keel_chaos_storage_size(&cc), &cc);
-		if (rc != 0)
-			return rc;
-	}
-	keel_config_default(&cfg);
-	cfg.rank = rank;
-	cfg.world_size = W.members;
-	cfg.job_id = 1000 + W.gen; /* datagrams of an older generation are fenced off */
-	cfg.window = W.window;
-	/* Large worlds lend window buffers from a pool: a node talks to a few peers at a time
-	 * (ring steps, recursive-doubling partners), not to all of them. */
-	cfg.streams = W.n > 64 ? 8 : 0;
-	cfg.mtu = W.mtu;
-	cfg.heartbeat_ns = node_heartbeat_ns();
-	cfg.miss_limit = s->miss_limit;
-	cfg.op_timeout_ns = s->op_timeout_ns;
-	cfg.join_timeout_ns = s->join_timeout_ns;
-	cfg.algo = s->algo;
-	cfg.compress = s->compress;
-	cfg.host_of = host_map();
-	if (W.scale > 1) /* a scaled datagram is slow to serialise: learn the RTT first */
-		cfg.rto_initial_ns = cfg.rto_max_ns;
-	/* An element here stands for `scale` of the modelled job's: results are reported early
-	 * (eager_result_bytes) where the modelled sizes would be. */
-	cfg.eager_result_bytes = KEEL_EAGER_RESULT_BYTES_DEFAULT / W.scale;
-	if (s->recovery == SIM_RECOVER_TIMEOUT)
-		cfg.miss_limit = 1000000; /* no failure detector (node_heartbeat_ns) */
-	cfg.transport = nd->chaos != NULL ? nd->chaos : nd->tp;
-	cfg.on_peer = on_peer;
-	cfg.on_peer_ctx = nd;
-	cfg.on_view = on_view;
-	cfg.on_view_ctx = nd;
-	cfg.incarnation = nd->life + 1; /* each life of a process a new one */
-	cfg.rejoin = nd->rejoin;
+	node_config(nd, rank, &cfg);
 	nd->view_epoch = 1;
 	nd->view_members = W.members;
 	nd->view_index = rank;
@@ -442,23 +476,7 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 		snprintf(err, err_len, "straggler repair: %s", keel_strerror(rc));
 		return rc;
 	}
-	size_t need = keel_storage_size(&cfg);
-	if (need == 0) {
-		snprintf(err, err_len, "keel config rejected (window %u, mtu %u, world %u)",
-			 cfg.window, cfg.mtu, cfg.world_size);
-		return -EINVAL;
-	}
-	if (need > nd->arena_len) {
-		free(nd->arena);
-		nd->arena = malloc(need);
-		nd->arena_len = nd->arena != NULL ? need : 0;
-	}
-	rc = keel_init(&nd->kn, nd->arena, nd->arena_len, &cfg, keel_now_ns(nd));
-	if (rc != 0) {
-		snprintf(err, err_len, "keel_init: %s", keel_strerror(rc));
-		return rc;
-	}
-	return 0;
+	return node_keel_init(nd, &cfg, err, err_len);
 }
 
 /* A survivor reports the failure it noticed and waits, still polling its node (it is alive,
@@ -1796,22 +1814,9 @@ static void detect_cdf(struct sim_result *r)
 	r->detect_cdf_count = points;
 }
 
-static void results(const struct sim_scenario *s, struct sim_result *r)
+/* Each failure's cost, from what the nodes recorded of it. */
+static void failure_costs(const struct sim_scenario *s, struct sim_result *r)
 {
-	r->ranks = W.n;
-	r->sim_s = simgrid_get_clock();
-	r->steps = W.steps;
-	r->samples_per_s = W.steps * (double)s->batch / W.horizon_s;
-	r->step_s = W.step_time_count ? W.step_time_sum / W.step_time_count : 0;
-	r->goodput = r->step_s * (double)W.steps / W.horizon_s;
-	r->failure_count = W.fail_count;
-	r->detect_bound_s = detect_bound_s(false);
-	for (uint32_t e = 0; e < W.n; e++) {
-		bool first = true;
-		for (uint32_t q = 0; q < e && first; q++)
-			first = W.server[q] != W.server[e];
-		r->servers += first;
-	}
 	for (uint32_t i = 0; i < W.fail_count; i++) {
 		const struct failure_rec *f = &W.fail[i];
 		struct sim_failure_cost *c = &r->failures[i];
@@ -1836,6 +1841,25 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 				? f->at_s - f->step_start_s
 				: 0;
 	}
+}
+
+static void results(const struct sim_scenario *s, struct sim_result *r)
+{
+	r->ranks = W.n;
+	r->sim_s = simgrid_get_clock();
+	r->steps = W.steps;
+	r->samples_per_s = W.steps * (double)s->batch / W.horizon_s;
+	r->step_s = W.step_time_count ? W.step_time_sum / W.step_time_count : 0;
+	r->goodput = r->step_s * (double)W.steps / W.horizon_s;
+	r->failure_count = W.fail_count;
+	r->detect_bound_s = detect_bound_s(false);
+	for (uint32_t e = 0; e < W.n; e++) {
+		bool first = true;
+		for (uint32_t q = 0; q < e && first; q++)
+			first = W.server[q] != W.server[e];
+		r->servers += first;
+	}
+	failure_costs(s, r);
 	overlap_trim(r);
 	r->step_s_after_repair =
 	    W.repair_steps_after > 0 ? W.repair_time_after / (double)W.repair_steps_after : 0;
