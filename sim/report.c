@@ -257,9 +257,15 @@ void sim_progress_warn(FILE *f, const struct sim_scenario *s, const struct sim_r
 		    s->horizon_s, step, r->compute_s_max, r->grad_allreduce_s, 10 * step);
 		return;
 	}
+	char recovery[96] = "";
+	if (s->recovery != SIM_RECOVER_KEEL)
+		snprintf(recovery, sizeof(recovery),
+			 ", each relaunch taking --restart %g s and going back to the last "
+			 "checkpoint",
+			 s->restart_s);
 	fprintf(f,
-		"keel-sim: warning: no training step completed in the %g s horizon, though one "
-		"takes about %.3g s here: the faults (%u) and their recovery (--recovery, "
-		"--restart) left no time for one\n",
-		s->horizon_s, step, r->failure_count);
+		"keel-sim: warning: no training step kept in the %g s horizon, though one takes "
+		"about %.3g s here: the faults (%u) and their recovery left no time for one%s; "
+		"give a longer --horizon\n",
+		s->horizon_s, step, r->failure_count, recovery);
 }
