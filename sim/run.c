@@ -1960,6 +1960,14 @@ static int platform_ready(const struct sim_scenario *s, int *argc, char **argv, 
 	rc = sim_routes_check((void *const *)W.hosts, W.n, all_pairs, name, err, err_len);
 	if (rc != 0)
 		return rc;
+	for (uint32_t i = 0; i < W.n; i++)
+		if (!sg_host_is_on(W.hosts[i])) { /* no actor can start there */
+			snprintf(err, err_len,
+				 "%s: host '%s' is off when the run starts (its state profile): "
+				 "faults are keel-sim's to play (--fail, --mtbf)",
+				 name, sg_host_get_name(W.hosts[i]));
+			return -EINVAL;
+		}
 	sim_actor_guard_name(name);
 	ring_model();
 	compute_span();
