@@ -234,3 +234,11 @@ int sim_routes_check(void *const *hosts_in, size_t n, size_t all_pairs_max, cons
 	munmap(mem, sizeof(route_probe));
 	return rc;
 }
+
+extern "C" void sim_host_off_watch(void (*off)(sg_host_t host))
+{
+	simgrid::s4u::Host::on_state_change.connect([off](simgrid::s4u::Host const &h) {
+		if (!h.is_on())
+			off(const_cast<simgrid::s4u::Host *>(&h));
+	});
+}

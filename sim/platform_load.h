@@ -3,6 +3,7 @@
 #ifndef KEEL_SIM_PLATFORM_LOAD_H
 #define KEEL_SIM_PLATFORM_LOAD_H
 
+#include <simgrid/forward.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -30,6 +31,10 @@ int sim_platform_seal(const char *what, char *err, size_t err_len);
  * one host of each zone. 0, or -EINVAL with the message in err. */
 int sim_routes_check(void *const *hosts, size_t n, size_t all_pairs_max, const char *what,
 		     char *err, size_t err_len);
+
+/* off(host) each time a host is turned off, by keel-sim or by the platform itself (a state
+ * profile in the file): SimGrid then kills its actors. */
+void sim_host_off_watch(void (*off)(sg_host_t host));
 
 #ifdef __cplusplus
 }

@@ -1350,6 +1350,22 @@ static void host_off(uint32_t h, enum sim_cause cause)
 	recovery_try_release(); /* the others may all be waiting for this one */
 }
 
+/* A host the platform file's state profile turns off (keel-sim's own faults mark the node dead
+ * first): a failure like --fail's, at that time; SimGrid has killed its actors. Its return
+ * is not followed (SimGrid does not restart them; --recover would). */
+static void host_off_by_platform(sg_host_t host)
+{
+	for (uint32_t e = 0; e < W.n; e++) {
+		struct node *nd = &W.nodes[e];
+		if (W.hosts[e] != host || !nd->alive || nd->done)
+			continue;
+		failure_record(e, SIM_CAUSE_FAULT);
+		nd->alive = false;
+		sim_net_set_alive(W.net, e, false);
+		recovery_try_release(); /* the others may all be waiting for this one */
+	}
+}
+
 /* SIGSTOP and SIGCONT: the node and its compute stop where they are; datagrams for it queue
  * at its receiver as in a socket buffer. Its failure is costed like a death's (detection,
  * view), its readmission later restarts the collectives once more. */
@@ -2086,6 +2102,7 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	W.ctl_tick = 1;
 	W.ctl_host = W.n - 1; /* controller_start begins with host 0 */
 	controller_start();
+	sim_host_off_watch(host_off_by_platform);
 	simgrid_run();
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	results(s, r);

@@ -2,10 +2,11 @@
 # keel-sim on every example and platform file shipped (issue 51): each run ends with the
 # exit status it should have, never with a SimGrid backtrace, an uncaught exception or an
 # abort, and training runs that should make steps make some. A platform SimGrid loads but
-# cannot route (zones without a zoneRoute, a Full zone that leaves two hosts without a link)
-# is a one-line error naming the file; a training run whose horizon holds no step says so.
-# tools/examples/*.cluster are keel-plan's cluster files (keel-sim takes a --cluster string).
-# About half a minute.
+# cannot route (zones without a zoneRoute, a Full zone that leaves two hosts without a link,
+# a zone without routing) or whose host is off at the start is a one-line error naming the
+# file; a host its state profile turns off mid-run is a failure; a training run whose
+# horizon holds no step says so. tools/examples/*.cluster are keel-plan's cluster files
+# (keel-sim takes a --cluster string). About 20 s here.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 SIM=${BUILD:-build}/bin/keel-sim
@@ -118,6 +119,12 @@ for n in two-zones:"no route from '[^']+' to '[^']+'" no-link:"no route from 'a'
 	grep -Eq "^keel-sim: platform file '$f': ${n#*:}" "$tmp/${n%%:*}.err" &&
 		echo "sim_examples: ${n%%:*}: $(cat "$tmp/${n%%:*}.err")" || no "${n%%:*}: $(cat "$tmp/${n%%:*}.err")"
 done
+
+# A host its state profile turns off mid-run: a failure keel-sim counts, not a deadlock.
+printf '0.1 0\n' >"$tmp/off-later.profile"
+sed -e 's|off.profile|off-later.profile|' -e 's|1Tf|1000Tf|g' "$tmp/off-at-start.xml" >"$tmp/off-later.xml"
+sim off-later 0 1 --platform "$tmp/off-later.xml" --horizon 0.5 --model 5M &&
+	{ [ "$(col "$tmp/off-later.csv" failures)" = 1 ] || no "off-later: $(cat "$tmp/off-later.err")"; }
 
 # 5. SimGrid's own example platforms, when a SimGrid source tree is at hand (Debian ships none:
 # SIMGRID_EXAMPLES=/path/to/simgrid/examples/platforms): each runs or is refused with exit 1.
