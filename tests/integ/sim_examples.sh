@@ -128,12 +128,14 @@ sim off-later 0 1 --platform "$tmp/off-later.xml" --horizon 0.5 --model 5M &&
 
 # 5. SimGrid's own example platforms, when a SimGrid source tree is at hand (Debian ships none:
 # SIMGRID_EXAMPLES=/path/to/simgrid/examples/platforms): each runs or is refused with exit 1.
+# They run in $tmp: some turn SimGrid's tracing on, which writes its file where it runs.
 if [ -n "${SIMGRID_EXAMPLES:-}" ]; then
-	for f in "$SIMGRID_EXAMPLES"/*.xml; do
+	sim_abs=$(cd "$(dirname "$SIM")" && pwd)/$(basename "$SIM")
+	for f in "$(cd "$SIMGRID_EXAMPLES" && pwd)"/*.xml; do
 		n=sg-$(basename "$f")
 		ranks=(--ranks 8)
 		"$SIM" --platform "$f" --list-hosts 2>/dev/null | grep -Eq '^platform .*: [1-7] hosts' && ranks=()
-		"$SIM" --platform "$f" "${ranks[@]}" --horizon 0.2 >"$tmp/$n.all" 2>&1
+		(cd "$tmp" && "$sim_abs" --platform "$f" "${ranks[@]}" --horizon 0.2) >"$tmp/$n.all" 2>&1
 		rc=$?
 		if c=$(crash "$tmp/$n.all") || [ $rc -gt 1 ]; then
 			no "$n: exit $rc: $c"
