@@ -134,7 +134,8 @@ if [ -n "${SIMGRID_EXAMPLES:-}" ]; then
 	for f in "$(cd "$SIMGRID_EXAMPLES" && pwd)"/*.xml; do
 		n=sg-$(basename "$f")
 		ranks=(--ranks 8)
-		"$SIM" --platform "$f" --list-hosts 2>/dev/null | grep -Eq '^platform .*: [1-7] hosts' && ranks=()
+		(cd "$tmp" && "$sim_abs" --platform "$f" --list-hosts 2>/dev/null) |
+			grep -Eq '^platform .*: [1-7] hosts' && ranks=()
 		(cd "$tmp" && "$sim_abs" --platform "$f" "${ranks[@]}" --horizon 0.2) >"$tmp/$n.all" 2>&1
 		rc=$?
 		if c=$(crash "$tmp/$n.all") || [ $rc -gt 1 ]; then
