@@ -7,8 +7,9 @@ SIM_SRC := sim/keel_sim_main.c sim/ckpt_optimum.c sim/fidelity.c sim/platform.c 
 	sim/straggler_sim.c sim/transport_sim.c
 # The presets and `define` lines are read by tools/common/plan_preset.c (no expat in it), so both
 # tools read them alike; SimGrid platform files by SimGrid itself (sim/platform_load.cc).
-SIM_OBJ := $(SIM_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/sim/comm_wait.o \
-	$(BUILD)/obj/sim/platform_load.o $(PRESET_OBJ) $(PLOT_OBJ) $(CLI_OBJ)
+SIM_OBJ := $(SIM_SRC:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/sim/actor_guard.o \
+	$(BUILD)/obj/sim/comm_wait.o $(BUILD)/obj/sim/platform_load.o $(PRESET_OBJ) $(PLOT_OBJ) \
+	$(CLI_OBJ)
 SIM_CFLAGS := $(shell pkg-config --cflags simgrid) -fexceptions
 SIM_LIBS := $(shell pkg-config --libs simgrid)
 KEEL_SIM := $(BUILD)/bin/keel-sim
@@ -18,8 +19,9 @@ $(BUILD)/obj/sim/%.o: sim/%.c $(CONFIG_STAMP)
 	$(CC) $(CFLAGS_KEEL) $(INC) -Itools/common $(SIM_CFLAGS) \
 		-MMD -MP -c $< -o $@
 
-# C++ only to catch SimGrid's exceptions: a failed comm (sim/comm_wait.cc says why) and a
-# platform file SimGrid refuses (sim/platform_load.cc).
+# C++ only to catch SimGrid's exceptions: a failed comm (sim/comm_wait.cc says why), one that
+# escapes an actor (sim/actor_guard.cc), a platform file or route SimGrid refuses
+# (sim/platform_load.cc).
 $(BUILD)/obj/sim/%.o: sim/%.cc sim/%.h $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -g -Wall -Wextra -Werror $(SIM_CFLAGS) -MMD -MP -c $< -o $@

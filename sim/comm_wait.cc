@@ -1,7 +1,7 @@
-// C++ only to catch an exception (like sim/platform_load.cc): SimGrid 3.32's C sg_comm_wait_any lets a
-// NetworkFailureException escape when any comm in the set fails (its sender's host was turned
-// off mid-transfer), which C cannot catch: the simulation aborts. This wrapper catches it and
-// says which comm failed, with the same ownership rules as sg_comm_wait_any.
+// C++ only to catch an exception (like sim/platform_load.cc): SimGrid 3.32's C sg_comm_wait_any
+// lets a NetworkFailureException escape when any comm in the set fails (its sender's host was
+// turned off mid-transfer), which C cannot catch: the simulation aborts. This wrapper catches it
+// and says which comm failed, with the same ownership rules as sg_comm_wait_any.
 #include <simgrid/Exception.hpp>
 #include <simgrid/s4u/Comm.hpp>
 
@@ -34,4 +34,13 @@ extern "C" ssize_t sim_comm_wait_any(sg_comm_t *comms, size_t count, int *failed
 		if (done < 0 || static_cast<size_t>(done) != i)
 			set[i]->add_ref();
 	return done;
+}
+
+extern "C" void sim_comm_cancel(sg_comm_t *comms, size_t count)
+{
+	for (size_t i = 0; i < count; i++) {
+		simgrid::s4u::CommPtr comm(comms[i], false); // released here, once cancelled
+		comm->cancel();
+		comms[i] = nullptr;
+	}
 }

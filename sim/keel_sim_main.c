@@ -141,6 +141,7 @@ static int run_child(const struct sim_scenario *s, int fd, char **sg_args, int s
 	straggler_line(s, &r);
 	failure_lines(&r);
 	rejoin_lines(&r);
+	sim_progress_warn(stderr, s, &r);
 	if (s->grad)
 		fprintf(stderr,
 			"keel-sim: compression (--compress %s): %llu fragments compressed, %.3f GB "
@@ -284,10 +285,11 @@ static void usage(FILE *f)
 	fprintf(
 	    f,
 	    "usage: keel-sim [--cluster 48xH100:ib,16xA100:eth | --platform FILE.xml]\n"
-	    "  [--mode train|heartbeat|allreduce] [--horizon 60s] [--ranks N] [--seed N]\n"
+	    "  [--mode train|heartbeat|allreduce] [--horizon 10s] [--ranks N] [--seed N]\n"
 	    "  [--heartbeat 1ms] [--miss-limit 3] [--window 16] [--mtu 8972]\n"
 	    "  [--algo auto|ring|rd|hier]\n"
-	    "  [--model 1.3B] [--batch 512] [--mfu 0.4] [--ckpt-every 100] [--ckpt-bw 2e9]\n"
+	    "  [--model 25e6] [--flops-per-sample N] [--batch 512] [--mfu 0.4] [--ckpt-every "
+	    "100]\n  [--ckpt-bw 2e9]\n"
 	    "  [--recovery keel|restart|timeout[=600s]] [--restart 60s] [--grad-scale N]\n"
 	    "  [--fail T:HOST] [--recover T:HOST] [--slow T:HOST:FACTOR] [--link-off T:LINK]\n"
 	    "  [--link-on T:LINK] [--cut T:A:B] [--pause T:HOST:SECONDS]\n"

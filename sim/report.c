@@ -140,91 +140,132 @@ void sim_report_header(FILE *f, const char *format, const char *sweep_key)
 			"det_max", "views", "fsusp", "excl", "messages");
 }
 
+static void row_csv(FILE *f, const char *v, const struct sim_result *r, const double c[6])
+{
+	fprintf(f,
+		"%s,%u,%.6f,%llu,%.3f,%.6f,%.4f,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%u,%.9f,"
+		"%.9f,%.9f,%.9f,%llu,%llu,%llu,%s,%u,%llu,%llu,%llu,%.9f,%.9f,%llu,%llu,"
+		"%llu,%llu,%llu,%u,%llu,%.6f,%.6f,%.6f,%llu,%llu,%llu,%s,%.6f,%llu,%u,%u,%.6f,",
+		v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s, r->step_s,
+		r->goodput, r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5], r->detect_count,
+		r->detect_p50_s, r->detect_p99_s, r->detect_max_s, r->detect_bound_s,
+		(unsigned long long)r->detect_late, (unsigned long long)r->undetected,
+		(unsigned long long)r->false_suspicions, r->views_agree ? "yes" : "no",
+		r->view_epochs, (unsigned long long)r->allreduce_ops,
+		(unsigned long long)r->allreduce_wrong, (unsigned long long)r->allreduce_failed,
+		r->allreduce_s, r->allreduce_model_s, (unsigned long long)r->messages,
+		(unsigned long long)r->bytes, (unsigned long long)r->rx_queue_drops,
+		(unsigned long long)r->live_excluded, (unsigned long long)r->allreduce_hier,
+		r->repairs, (unsigned long long)r->repair_first_step, r->step_s_after_repair,
+		r->compute_s_ideal, r->compute_s_max, (unsigned long long)r->plans_disagree,
+		(unsigned long long)r->compress_frags, (unsigned long long)r->compress_bytes_saved,
+		sim_fidelity_name(r->fidelity), r->leapt_s, (unsigned long long)r->leapt_steps,
+		r->leap_count, r->rejoin_count, rejoin_mean_s(r));
+	sim_full_spans_print(f, r, 'c');
+	fputc('\n', f);
+}
+
+static void row_json(FILE *f, const char *sweep_key, const char *v, const struct sim_result *r,
+		     const double c[6], bool last)
+{
+	fprintf(f,
+		"  {\"%s\": \"%s\", \"ranks\": %u, \"sim_s\": %.6f, \"steps\": %llu, "
+		"\"samples_per_s\": %.3f, \"step_s\": %.6f, \"goodput\": %.4f, "
+		"\"failures\": %u, \"lost_s\": {\"detect\": %.6f, \"view_change\": %.6f, "
+		"\"repartition\": %.6f, \"restart\": %.6f, \"rollback\": %.6f, \"redo\": "
+		"%.6f}, \"detect\": {\"n\": %u, \"p50_s\": %.9f, \"p99_s\": %.9f, "
+		"\"max_s\": %.9f, \"bound_s\": %.9f, \"late\": %llu, \"undetected\": %llu}, "
+		"\"false_suspicions\": %llu, \"views_agree\": %s, \"view_epochs\": %u, "
+		"\"allreduce\": {\"ops\": %llu, \"wrong\": %llu, \"failed\": %llu, \"hier\": "
+		"%llu, \"mean_s\": %.9f, \"model_s\": %.9f}, \"messages\": %llu, \"bytes\": "
+		"%llu, "
+		"\"rx_drops\": %llu, \"live_excluded\": %llu, \"repair\": {\"on\": %s, "
+		"\"count\": %u, \"first_at_s\": %.6f, \"first_step\": %llu, "
+		"\"predicted_before_s\": %.6f, \"predicted_after_s\": %.6f, "
+		"\"step_s_after\": %.6f, \"compute_s_ideal\": %.6f, \"compute_s_max\": %.6f, "
+		"\"plans_disagree\": %llu}, \"compress\": {\"fragments\": %llu, "
+		"\"bytes_saved\": %llu}, \"fidelity\": {\"mode\": \"%s\", \"leapt_s\": %.6f, "
+		"\"leapt_steps\": %llu, \"leaps\": %u, \"full_spans\": ",
+		sweep_key != NULL ? sweep_key : "run", v, r->ranks, r->sim_s,
+		(unsigned long long)r->steps, r->samples_per_s, r->step_s, r->goodput,
+		r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5], r->detect_count,
+		r->detect_p50_s, r->detect_p99_s, r->detect_max_s, r->detect_bound_s,
+		(unsigned long long)r->detect_late, (unsigned long long)r->undetected,
+		(unsigned long long)r->false_suspicions, r->views_agree ? "true" : "false",
+		r->view_epochs, (unsigned long long)r->allreduce_ops,
+		(unsigned long long)r->allreduce_wrong, (unsigned long long)r->allreduce_failed,
+		(unsigned long long)r->allreduce_hier, r->allreduce_s, r->allreduce_model_s,
+		(unsigned long long)r->messages, (unsigned long long)r->bytes,
+		(unsigned long long)r->rx_queue_drops, (unsigned long long)r->live_excluded,
+		r->repair_on ? "true" : "false", r->repairs, r->repair_first_at_s,
+		(unsigned long long)r->repair_first_step, r->repair_before_s, r->repair_after_s,
+		r->step_s_after_repair, r->compute_s_ideal, r->compute_s_max,
+		(unsigned long long)r->plans_disagree, (unsigned long long)r->compress_frags,
+		(unsigned long long)r->compress_bytes_saved, sim_fidelity_name(r->fidelity),
+		r->leapt_s, (unsigned long long)r->leapt_steps, r->leap_count);
+	sim_full_spans_print(f, r, 'j');
+	fprintf(f, "}, \"failure_list\": [");
+	failures_json(f, r);
+	fprintf(f, "], \"rejoin_list\": [");
+	rejoins_json(f, r);
+	fprintf(f, "]}%s\n", last ? "" : ",");
+	if (last)
+		fprintf(f, "]\n");
+}
+
+static void row_table(FILE *f, const char *v, const struct sim_result *r, const double c[6])
+{
+	fprintf(f,
+		"%-10s %5u %7.2f %6llu %9.1f %8.4f %7.4f %4u %9.6f %9.6f %9.1f %9.1f "
+		"%9.6f %8.6f %8.6f %5s %5llu %5llu %10llu\n",
+		v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s, r->step_s,
+		r->goodput, r->failure_count, c[0], c[1], c[3], c[4], r->detect_p50_s,
+		r->detect_p99_s, r->detect_max_s, r->views_agree ? "agree" : "DIFF",
+		(unsigned long long)r->false_suspicions, (unsigned long long)r->live_excluded,
+		(unsigned long long)r->messages);
+}
+
 void sim_report_row(FILE *f, const char *format, const char *sweep_key, const char *sweep_val,
 		    const struct sim_result *r, bool first, bool last)
 {
 	double c[6];
 	const char *v = sweep_val != NULL ? sweep_val : "1";
+	(void)first;
 	costs(r, c);
-	if (strcmp(format, "csv") == 0) {
+	if (strcmp(format, "csv") == 0)
+		row_csv(f, v, r, c);
+	else if (strcmp(format, "json") == 0)
+		row_json(f, sweep_key, v, r, c, last);
+	else
+		row_table(f, v, r, c);
+}
+
+void sim_progress_warn(FILE *f, const struct sim_scenario *s, const struct sim_result *r)
+{
+	if (strcmp(s->mode, "train") != 0 || r->steps > 0)
+		return;
+	/* The first step splits the batch evenly (repair comes after it): the slowest GPU's
+	 * compute, then the gradient's AllReduce; start-up (the nodes join) comes before it. */
+	double step = r->compute_s_max + r->grad_allreduce_s;
+	if (r->failure_count == 0 || step >= s->horizon_s / 2) {
 		fprintf(
 		    f,
-		    "%s,%u,%.6f,%llu,%.3f,%.6f,%.4f,%u,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%u,%.9f,"
-		    "%.9f,%.9f,%.9f,%llu,%llu,%llu,%s,%u,%llu,%llu,%llu,%.9f,%.9f,%llu,%llu,"
-		    "%llu,%llu,%llu,%u,%llu,%.6f,%.6f,%.6f,%llu,%llu,%llu,%s,%.6f,%llu,%u,%u,%.6f,",
-		    v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
-		    r->step_s, r->goodput, r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5],
-		    r->detect_count, r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
-		    r->detect_bound_s, (unsigned long long)r->detect_late,
-		    (unsigned long long)r->undetected, (unsigned long long)r->false_suspicions,
-		    r->views_agree ? "yes" : "no", r->view_epochs,
-		    (unsigned long long)r->allreduce_ops, (unsigned long long)r->allreduce_wrong,
-		    (unsigned long long)r->allreduce_failed, r->allreduce_s, r->allreduce_model_s,
-		    (unsigned long long)r->messages, (unsigned long long)r->bytes,
-		    (unsigned long long)r->rx_queue_drops, (unsigned long long)r->live_excluded,
-		    (unsigned long long)r->allreduce_hier, r->repairs,
-		    (unsigned long long)r->repair_first_step, r->step_s_after_repair,
-		    r->compute_s_ideal, r->compute_s_max, (unsigned long long)r->plans_disagree,
-		    (unsigned long long)r->compress_frags,
-		    (unsigned long long)r->compress_bytes_saved, sim_fidelity_name(r->fidelity),
-		    r->leapt_s, (unsigned long long)r->leapt_steps, r->leap_count, r->rejoin_count,
-		    rejoin_mean_s(r));
-		sim_full_spans_print(f, r, 'c');
-		fputc('\n', f);
-	} else if (strcmp(format, "json") == 0) {
-		(void)first;
-		fprintf(
-		    f,
-		    "  {\"%s\": \"%s\", \"ranks\": %u, \"sim_s\": %.6f, \"steps\": %llu, "
-		    "\"samples_per_s\": %.3f, \"step_s\": %.6f, \"goodput\": %.4f, "
-		    "\"failures\": %u, \"lost_s\": {\"detect\": %.6f, \"view_change\": %.6f, "
-		    "\"repartition\": %.6f, \"restart\": %.6f, \"rollback\": %.6f, \"redo\": "
-		    "%.6f}, \"detect\": {\"n\": %u, \"p50_s\": %.9f, \"p99_s\": %.9f, "
-		    "\"max_s\": %.9f, \"bound_s\": %.9f, \"late\": %llu, \"undetected\": %llu}, "
-		    "\"false_suspicions\": %llu, \"views_agree\": %s, \"view_epochs\": %u, "
-		    "\"allreduce\": {\"ops\": %llu, \"wrong\": %llu, \"failed\": %llu, \"hier\": "
-		    "%llu, \"mean_s\": %.9f, \"model_s\": %.9f}, \"messages\": %llu, \"bytes\": "
-		    "%llu, "
-		    "\"rx_drops\": %llu, \"live_excluded\": %llu, \"repair\": {\"on\": %s, "
-		    "\"count\": %u, \"first_at_s\": %.6f, \"first_step\": %llu, "
-		    "\"predicted_before_s\": %.6f, \"predicted_after_s\": %.6f, "
-		    "\"step_s_after\": %.6f, \"compute_s_ideal\": %.6f, \"compute_s_max\": %.6f, "
-		    "\"plans_disagree\": %llu}, \"compress\": {\"fragments\": %llu, "
-		    "\"bytes_saved\": %llu}, \"fidelity\": {\"mode\": \"%s\", \"leapt_s\": %.6f, "
-		    "\"leapt_steps\": %llu, \"leaps\": %u, \"full_spans\": ",
-		    sweep_key != NULL ? sweep_key : "run", v, r->ranks, r->sim_s,
-		    (unsigned long long)r->steps, r->samples_per_s, r->step_s, r->goodput,
-		    r->failure_count, c[0], c[1], c[2], c[3], c[4], c[5], r->detect_count,
-		    r->detect_p50_s, r->detect_p99_s, r->detect_max_s, r->detect_bound_s,
-		    (unsigned long long)r->detect_late, (unsigned long long)r->undetected,
-		    (unsigned long long)r->false_suspicions, r->views_agree ? "true" : "false",
-		    r->view_epochs, (unsigned long long)r->allreduce_ops,
-		    (unsigned long long)r->allreduce_wrong, (unsigned long long)r->allreduce_failed,
-		    (unsigned long long)r->allreduce_hier, r->allreduce_s, r->allreduce_model_s,
-		    (unsigned long long)r->messages, (unsigned long long)r->bytes,
-		    (unsigned long long)r->rx_queue_drops, (unsigned long long)r->live_excluded,
-		    r->repair_on ? "true" : "false", r->repairs, r->repair_first_at_s,
-		    (unsigned long long)r->repair_first_step, r->repair_before_s, r->repair_after_s,
-		    r->step_s_after_repair, r->compute_s_ideal, r->compute_s_max,
-		    (unsigned long long)r->plans_disagree, (unsigned long long)r->compress_frags,
-		    (unsigned long long)r->compress_bytes_saved, sim_fidelity_name(r->fidelity),
-		    r->leapt_s, (unsigned long long)r->leapt_steps, r->leap_count);
-		sim_full_spans_print(f, r, 'j');
-		fprintf(f, "}, \"failure_list\": [");
-		failures_json(f, r);
-		fprintf(f, "], \"rejoin_list\": [");
-		rejoins_json(f, r);
-		fprintf(f, "]}%s\n", last ? "" : ",");
-		if (last)
-			fprintf(f, "]\n");
-	} else {
-		fprintf(f,
-			"%-10s %5u %7.2f %6llu %9.1f %8.4f %7.4f %4u %9.6f %9.6f %9.1f %9.1f "
-			"%9.6f %8.6f %8.6f %5s %5llu %5llu %10llu\n",
-			v, r->ranks, r->sim_s, (unsigned long long)r->steps, r->samples_per_s,
-			r->step_s, r->goodput, r->failure_count, c[0], c[1], c[3], c[4],
-			r->detect_p50_s, r->detect_p99_s, r->detect_max_s,
-			r->views_agree ? "agree" : "DIFF", (unsigned long long)r->false_suspicions,
-			(unsigned long long)r->live_excluded, (unsigned long long)r->messages);
+		    "keel-sim: warning: no training step fits in the %g s horizon: one takes "
+		    "about %.3g s here (compute %.3g s on the slowest GPU, gradient AllReduce "
+		    "%.3g s) after start-up; give --horizon %.2g or more (about ten steps), or a "
+		    "smaller --model, --batch or --flops-per-sample\n",
+		    s->horizon_s, step, r->compute_s_max, r->grad_allreduce_s, 10 * step);
+		return;
 	}
+	char recovery[96] = "";
+	if (s->recovery != SIM_RECOVER_KEEL)
+		snprintf(recovery, sizeof(recovery),
+			 ", each relaunch taking --restart %g s and going back to the last "
+			 "checkpoint",
+			 s->restart_s);
+	fprintf(f,
+		"keel-sim: warning: no training step kept in the %g s horizon, though one takes "
+		"about %.3g s here: the faults (%u) and their recovery left no time for one%s; "
+		"give a longer --horizon\n",
+		s->horizon_s, step, r->failure_count, recovery);
 }

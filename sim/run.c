@@ -18,6 +18,7 @@
 #include <simgrid/link.h>
 #include <simgrid/semaphore.h>
 
+#include "actor_guard.h"
 #include "keel/env.h"
 #include "keel/transport_chaos.h"
 #include "platform_load.h"
@@ -29,6 +30,9 @@
 #define SPIN_LIMIT 10000000u
 #define RECOVER	   1 /* poll_until: a new generation was installed */
 #define EPOCHS_MAX 1024
+/* A user's platform up to this many ranks has every route asked for before the run (65 536
+ * lookups); a larger one its ring and one host per zone (platform_load.h). */
+#define SIM_ROUTES_ALL_PAIRS_MAX 256u
 
 struct node {
 	uint32_t e; /* endpoint = host index */
@@ -358,12 +362,91 @@ static const uint32_t *host_map(void)
 	return W.host_of;
 }
 
-static int node_setup(struct node *nd, char *err, size_t err_len)
+/* The node's transport for this generation, under --chaos's when asked for. */
+static int node_transport(struct node *nd, uint32_t rank, char *err, size_t err_len)
 {
 	const struct sim_scenario *s = W.s;
+	int rc = sim_transport_init(&nd->tp, nd->tp_mem, sim_transport_storage_size(W.net, W.n),
+				    W.net, nd->e, rank, W.members, W.map, W.mtu);
+	if (rc != 0) {
+		snprintf(err, err_len, "sim transport: %s", keel_strerror(rc));
+		return rc;
+	}
+	if (s->chaos[0] == '\0')
+		return 0;
+	struct keel_chaos_config cc;
+	keel_chaos_config_default(&cc);
+	cc.inner = nd->tp;
+	if (keel_chaos_parse(s->chaos, &cc) != 0)
+		return -EINVAL;
+	cc.seed = cc.seed * 1000003u + s->seed * 7919u + nd->e + 1;
+	if (nd->chaos_mem == NULL)
+		nd->chaos_mem = malloc(keel_chaos_storage_size(&cc));
+	return keel_chaos_init(&nd->chaos, nd->chaos_mem, keel_chaos_storage_size(&cc), &cc);
+}
+
+/* The keel configuration of the node's life in this generation. */
+static void node_config(struct node *nd, uint32_t rank, struct keel_config *cfg)
+{
+	const struct sim_scenario *s = W.s;
+	keel_config_default(cfg);
+	cfg->rank = rank;
+	cfg->world_size = W.members;
+	cfg->job_id = 1000 + W.gen; /* datagrams of an older generation are fenced off */
+	cfg->window = W.window;
+	/* Large worlds lend window buffers from a pool: a node talks to a few peers at a time
+	 * (ring steps, recursive-doubling partners), not to all of them. */
+	cfg->streams = W.n > 64 ? 8 : 0;
+	cfg->mtu = W.mtu;
+	cfg->heartbeat_ns = node_heartbeat_ns();
+	cfg->miss_limit = s->miss_limit;
+	cfg->op_timeout_ns = s->op_timeout_ns;
+	cfg->join_timeout_ns = s->join_timeout_ns;
+	cfg->algo = s->algo;
+	cfg->compress = s->compress;
+	cfg->host_of = host_map();
+	if (W.scale > 1) /* a scaled datagram is slow to serialise: learn the RTT first */
+		cfg->rto_initial_ns = cfg->rto_max_ns;
+	/* An element here stands for `scale` of the modelled job's: results are reported early
+	 * (eager_result_bytes) where the modelled sizes would be. */
+	cfg->eager_result_bytes = KEEL_EAGER_RESULT_BYTES_DEFAULT / W.scale;
+	if (s->recovery == SIM_RECOVER_TIMEOUT)
+		cfg->miss_limit = 1000000; /* no failure detector (node_heartbeat_ns) */
+	cfg->transport = nd->chaos != NULL ? nd->chaos : nd->tp;
+	cfg->on_peer = on_peer;
+	cfg->on_peer_ctx = nd;
+	cfg->on_view = on_view;
+	cfg->on_view_ctx = nd;
+	cfg->incarnation = nd->life + 1; /* each life of a process a new one */
+	cfg->rejoin = nd->rejoin;
+}
+
+/* The node's keel instance, in an arena grown to what the configuration needs. */
+static int node_keel_init(struct node *nd, const struct keel_config *cfg, char *err, size_t err_len)
+{
+	size_t need = keel_storage_size(cfg);
+	if (need == 0) {
+		snprintf(err, err_len, "keel config rejected (window %u, mtu %u, world %u)",
+			 cfg->window, cfg->mtu, cfg->world_size);
+		return -EINVAL;
+	}
+	if (need > nd->arena_len) {
+		free(nd->arena);
+		nd->arena = malloc(need);
+		nd->arena_len = nd->arena != NULL ? need : 0;
+	}
+	int rc = keel_init(&nd->kn, nd->arena, nd->arena_len, cfg, keel_now_ns(nd));
+	if (rc != 0)
+		snprintf(err, err_len, "keel_init: %s", keel_strerror(rc));
+	return rc;
+}
+
+/* Endpoint nd->e's node in the current generation: its rank, transport, straggler state and
+ * keel instance, with this generation's records reset. */
+static int node_setup(struct node *nd, char *err, size_t err_len)
+{
 	struct keel_config cfg;
 	uint32_t rank = UINT32_MAX;
-	int rc;
 
 	for (uint32_t r = 0; r < W.members; r++)
 		if (W.map[r] == nd->e)
@@ -378,55 +461,10 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 		nd->via_view[e] = false;
 		nd->excluded_s[e] = -1;
 	}
-	rc = sim_transport_init(&nd->tp, nd->tp_mem, sim_transport_storage_size(W.net, W.n), W.net,
-				nd->e, rank, W.members, W.map, W.mtu);
-	if (rc != 0) {
-		snprintf(err, err_len, "sim transport: %s", keel_strerror(rc));
+	int rc = node_transport(nd, rank, err, err_len);
+	if (rc != 0)
 		return rc;
-	}
-	if (s->chaos[0] != '\0') {
-		struct keel_chaos_config cc;
-		keel_chaos_config_default(&cc);
-		cc.inner = nd->tp;
-		if (keel_chaos_parse(s->chaos, &cc) != 0)
-			return -EINVAL;
-		cc.seed = cc.seed * 1000003u + s->seed * 7919u + nd->e + 1;
-		if (nd->chaos_mem == NULL)
-			nd->chaos_mem = malloc(keel_chaos_storage_size(&cc));
-		rc = keel_chaos_init(&nd->chaos, nd->chaos_mem, keel_chaos_storage_size(&cc), &cc);
-		if (rc != 0)
-			return rc;
-	}
-	keel_config_default(&cfg);
-	cfg.rank = rank;
-	cfg.world_size = W.members;
-	cfg.job_id = 1000 + W.gen; /* datagrams of an older generation are fenced off */
-	cfg.window = W.window;
-	/* Large worlds lend window buffers from a pool: a node talks to a few peers at a time
-	 * (ring steps, recursive-doubling partners), not to all of them. */
-	cfg.streams = W.n > 64 ? 8 : 0;
-	cfg.mtu = W.mtu;
-	cfg.heartbeat_ns = node_heartbeat_ns();
-	cfg.miss_limit = s->miss_limit;
-	cfg.op_timeout_ns = s->op_timeout_ns;
-	cfg.join_timeout_ns = s->join_timeout_ns;
-	cfg.algo = s->algo;
-	cfg.compress = s->compress;
-	cfg.host_of = host_map();
-	if (W.scale > 1) /* a scaled datagram is slow to serialise: learn the RTT first */
-		cfg.rto_initial_ns = cfg.rto_max_ns;
-	/* An element here stands for `scale` of the modelled job's: results are reported early
-	 * (eager_result_bytes) where the modelled sizes would be. */
-	cfg.eager_result_bytes = KEEL_EAGER_RESULT_BYTES_DEFAULT / W.scale;
-	if (s->recovery == SIM_RECOVER_TIMEOUT)
-		cfg.miss_limit = 1000000; /* no failure detector (node_heartbeat_ns) */
-	cfg.transport = nd->chaos != NULL ? nd->chaos : nd->tp;
-	cfg.on_peer = on_peer;
-	cfg.on_peer_ctx = nd;
-	cfg.on_view = on_view;
-	cfg.on_view_ctx = nd;
-	cfg.incarnation = nd->life + 1; /* each life of a process a new one */
-	cfg.rejoin = nd->rejoin;
+	node_config(nd, rank, &cfg);
 	nd->view_epoch = 1;
 	nd->view_members = W.members;
 	nd->view_index = rank;
@@ -440,23 +478,7 @@ static int node_setup(struct node *nd, char *err, size_t err_len)
 		snprintf(err, err_len, "straggler repair: %s", keel_strerror(rc));
 		return rc;
 	}
-	size_t need = keel_storage_size(&cfg);
-	if (need == 0) {
-		snprintf(err, err_len, "keel config rejected (window %u, mtu %u, world %u)",
-			 cfg.window, cfg.mtu, cfg.world_size);
-		return -EINVAL;
-	}
-	if (need > nd->arena_len) {
-		free(nd->arena);
-		nd->arena = malloc(need);
-		nd->arena_len = nd->arena != NULL ? need : 0;
-	}
-	rc = keel_init(&nd->kn, nd->arena, nd->arena_len, &cfg, keel_now_ns(nd));
-	if (rc != 0) {
-		snprintf(err, err_len, "keel_init: %s", keel_strerror(rc));
-		return rc;
-	}
-	return 0;
+	return node_keel_init(nd, &cfg, err, err_len);
 }
 
 /* A survivor reports the failure it noticed and waits, still polling its node (it is alive,
@@ -596,7 +618,7 @@ static sg_actor_t spawn(const char *prefix, uint32_t e, xbt_main_func_t fn, void
 	sg_actor_t a = sg_actor_init(name, W.hosts[e]);
 	sg_actor_set_data(a, data);
 	sg_actor_set_stacksize(a, NODE_STACK_BYTES);
-	sg_actor_start(a, fn, 0, NULL);
+	sim_actor_start_guarded(a, fn);
 	if (daemon)
 		sg_actor_daemonize(a);
 	return a;
@@ -1148,7 +1170,8 @@ static void node_train(struct node *nd)
 			rc = poll_until(nd, NULL, NULL, true, UINT64_MAX);
 		double start = simgrid_get_clock();
 		if (rc == 0) {
-			nd->work_flops = samples_of(nd) * s->flops_per_sample / s->mfu * nd->slow;
+			nd->work_flops =
+			    samples_of(nd) * sim_flops_per_sample(s) / s->mfu * nd->slow;
 			nd->work_busy = true;
 			sg_sem_release(nd->work_sem);
 			rc = poll_until(nd, NULL, NULL, true, UINT64_MAX);
@@ -1329,6 +1352,22 @@ static void host_off(uint32_t h, enum sim_cause cause)
 	recovery_try_release(); /* the others may all be waiting for this one */
 }
 
+/* A host the platform file's state profile turns off (keel-sim's own faults mark the node dead
+ * first): a failure like --fail's, at that time; SimGrid has killed its actors. Its return
+ * is not followed (SimGrid does not restart them; --recover would). */
+static void host_off_by_platform(sg_host_t host)
+{
+	for (uint32_t e = 0; e < W.n; e++) {
+		struct node *nd = &W.nodes[e];
+		if (W.hosts[e] != host || !nd->alive || nd->done)
+			continue;
+		failure_record(e, SIM_CAUSE_FAULT);
+		nd->alive = false;
+		sim_net_set_alive(W.net, e, false);
+		recovery_try_release(); /* the others may all be waiting for this one */
+	}
+}
+
 /* SIGSTOP and SIGCONT: the node and its compute stop where they are; datagrams for it queue
  * at its receiver as in a socket buffer. Its failure is costed like a death's (detection,
  * view), its readmission later restarts the collectives once more. */
@@ -1449,7 +1488,7 @@ static void controller_start(void)
 			return; /* every other host is down, and this one goes next */
 		W.ctl_host = e;
 		sg_actor_t ctl = sg_actor_init("controller", W.hosts[e]);
-		sg_actor_start(ctl, controller_main, 0, NULL);
+		sim_actor_start_guarded(ctl, controller_main);
 		sg_actor_daemonize(ctl);
 		return;
 	}
@@ -1744,6 +1783,8 @@ static void ring_model(void)
 	W.r->alpha_s = alpha;
 	W.r->beta_Bps = beta;
 	W.r->allreduce_model_s = beta > 0 ? 2 * (n - 1) * (alpha + S / (n * beta)) : 0;
+	double grad = W.s->model_params * 4; /* f32 */
+	W.r->grad_allreduce_s = beta > 0 ? 2 * (n - 1) * (alpha + grad / (n * beta)) : 0;
 }
 
 static void compute_span(void)
@@ -1751,7 +1792,8 @@ static void compute_span(void)
 	double lo = 0, hi = 0;
 	for (uint32_t e = 0; e < W.n; e++) {
 		double share = (double)(W.s->batch / W.n) + (e < W.s->batch % W.n);
-		double t = share * W.s->flops_per_sample / W.s->mfu / sg_host_get_speed(W.hosts[e]);
+		double t =
+		    share * sim_flops_per_sample(W.s) / W.s->mfu / sg_host_get_speed(W.hosts[e]);
 		lo = e == 0 || t < lo ? t : lo;
 		hi = t > hi ? t : hi;
 	}
@@ -1767,7 +1809,7 @@ static double compute_ideal_s(void)
 	for (uint32_t e = 0; e < W.n; e++)
 		if (W.nodes[e].alive)
 			capacity += sg_host_get_speed(W.hosts[e]) / W.nodes[e].slow;
-	return capacity > 0 ? W.s->batch * W.s->flops_per_sample / W.s->mfu / capacity : 0;
+	return capacity > 0 ? W.s->batch * sim_flops_per_sample(W.s) / W.s->mfu / capacity : 0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -1790,22 +1832,9 @@ static void detect_cdf(struct sim_result *r)
 	r->detect_cdf_count = points;
 }
 
-static void results(const struct sim_scenario *s, struct sim_result *r)
+/* Each failure's cost, from what the nodes recorded of it. */
+static void failure_costs(const struct sim_scenario *s, struct sim_result *r)
 {
-	r->ranks = W.n;
-	r->sim_s = simgrid_get_clock();
-	r->steps = W.steps;
-	r->samples_per_s = W.steps * (double)s->batch / W.horizon_s;
-	r->step_s = W.step_time_count ? W.step_time_sum / W.step_time_count : 0;
-	r->goodput = r->step_s * (double)W.steps / W.horizon_s;
-	r->failure_count = W.fail_count;
-	r->detect_bound_s = detect_bound_s(false);
-	for (uint32_t e = 0; e < W.n; e++) {
-		bool first = true;
-		for (uint32_t q = 0; q < e && first; q++)
-			first = W.server[q] != W.server[e];
-		r->servers += first;
-	}
 	for (uint32_t i = 0; i < W.fail_count; i++) {
 		const struct failure_rec *f = &W.fail[i];
 		struct sim_failure_cost *c = &r->failures[i];
@@ -1830,6 +1859,25 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 				? f->at_s - f->step_start_s
 				: 0;
 	}
+}
+
+static void results(const struct sim_scenario *s, struct sim_result *r)
+{
+	r->ranks = W.n;
+	r->sim_s = simgrid_get_clock();
+	r->steps = W.steps;
+	r->samples_per_s = W.steps * (double)s->batch / W.horizon_s;
+	r->step_s = W.step_time_count ? W.step_time_sum / W.step_time_count : 0;
+	r->goodput = r->step_s * (double)W.steps / W.horizon_s;
+	r->failure_count = W.fail_count;
+	r->detect_bound_s = detect_bound_s(false);
+	for (uint32_t e = 0; e < W.n; e++) {
+		bool first = true;
+		for (uint32_t q = 0; q < e && first; q++)
+			first = W.server[q] != W.server[e];
+		r->servers += first;
+	}
+	failure_costs(s, r);
 	overlap_trim(r);
 	r->step_s_after_repair =
 	    W.repair_steps_after > 0 ? W.repair_time_after / (double)W.repair_steps_after : 0;
@@ -1867,16 +1915,10 @@ static void results(const struct sim_scenario *s, struct sim_result *r)
 	sim_net_totals(W.net, &r->messages, &r->comms, &r->bytes, &r->rx_queue_drops);
 }
 
-int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char **argv, char *err,
-	    size_t err_len)
+/* Refused combinations, and the fidelity the run will use. */
+static int run_options(const struct sim_scenario *s, struct sim_result *r, char *err,
+		       size_t err_len)
 {
-	struct timespec t0, t1;
-	int rc;
-
-	memset(&W, 0, sizeof(W));
-	W.s = s;
-	W.r = r;
-	W.horizon_s = s->horizon_s;
 	if (keel_env_bool("KEEL_SIM_DEBUG", &W.debug, err, err_len) < 0 ||
 	    keel_env_check(err, err_len) != 0)
 		return -EINVAL;
@@ -1900,9 +1942,26 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	}
 	W.ff_on = r->fidelity == SIM_FIDELITY_AUTO;
 	r->views_agree = true;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	return 0;
+}
+
+/* What the run's messages call its platform: the user's file, or the cluster keel-sim wrote. */
+static void platform_name(const struct sim_scenario *s, char *name, size_t len)
+{
+	if (s->cluster_spec[0] != '\0')
+		snprintf(name, len, "cluster '%s'", s->cluster_spec);
+	else
+		snprintf(name, len, "platform file '%s'", s->platform_file);
+}
+
+/* The platform loaded and sealed, its routes asked for before any actor runs (SimGrid's
+ * exceptions become errors here, not aborts mid-run), faults and models built on it. */
+static int platform_ready(const struct sim_scenario *s, int *argc, char **argv, char *err,
+			  size_t err_len)
+{
+	char name[300];
 	simgrid_init(argc, argv);
-	rc = platform_load(s, err, err_len);
+	int rc = platform_load(s, err, err_len);
 	if (rc != 0)
 		return rc;
 	for (uint32_t i = 0; i < W.n; i++)
@@ -1913,9 +1972,32 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	rc = faults_build(s, err, err_len);
 	if (rc != 0)
 		return rc;
-	simgrid_run_until(0); /* seals the platform: routes exist only from then on */
+	platform_name(s, name, sizeof(name));
+	rc = sim_platform_seal(name, err, err_len); /* routes exist only from then on */
+	if (rc != 0)
+		return rc;
+	/* A generated cluster is one zone of known routes: its ring and one host suffice. */
+	size_t all_pairs = s->cluster_spec[0] != '\0' ? 0 : SIM_ROUTES_ALL_PAIRS_MAX;
+	rc = sim_routes_check((void *const *)W.hosts, W.n, all_pairs, name, err, err_len);
+	if (rc != 0)
+		return rc;
+	for (uint32_t i = 0; i < W.n; i++)
+		if (!sg_host_is_on(W.hosts[i])) { /* no actor can start there */
+			snprintf(err, err_len,
+				 "%s: host '%s' is off when the run starts (its state profile): "
+				 "faults are keel-sim's to play (--fail, --mtbf)",
+				 name, sg_host_get_name(W.hosts[i]));
+			return -EINVAL;
+		}
+	sim_actor_guard_name(name);
 	ring_model();
 	compute_span();
+	return 0;
+}
+
+/* Datagram scale, window and MTU for the world's size and the mode. */
+static void transport_shape(const struct sim_scenario *s, struct sim_result *r)
+{
 	W.scale = s->grad_scale;
 	if (strcmp(s->mode, "train") != 0)
 		W.scale = 1;
@@ -1936,6 +2018,12 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 		W.window = 2;
 		W.mtu = mtu_smallest(W.n, W.window); /* a view must fit one datagram */
 	}
+}
+
+/* The simulated network and the world's tables (generation 0: rank e on endpoint e). */
+static int world_alloc(const struct sim_scenario *s, char *err, size_t err_len)
+{
+	bool heartbeat = strcmp(s->mode, "heartbeat") == 0;
 	struct sim_net_config nc = {
 	    .endpoints = W.n,
 	    .queue_max = 65536,
@@ -1943,7 +2031,7 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 	    .scale_min_len = 1024,
 	    /* a window of data and control beside it; heartbeat runs carry no data
 	       (transport_sim.c) */
-	    .rx_gets = W.window + (strcmp(s->mode, "heartbeat") == 0 ? 2 : 16),
+	    .rx_gets = W.window + (heartbeat ? 2 : 16),
 	    .train_max = s->trains,
 	};
 	W.net = sim_net_create(&nc, (void *const *)W.hosts);
@@ -1969,6 +2057,12 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 			return -EINVAL;
 		}
 	}
+	return 0;
+}
+
+/* Every node's tables, then its actors (node, receiver, worker). */
+static int nodes_start(void)
+{
 	for (uint32_t e = 0; e < W.n; e++) {
 		struct node *nd = &W.nodes[e];
 		nd->e = e;
@@ -1981,13 +2075,39 @@ int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char 
 		nd->tp_mem = malloc(sim_transport_storage_size(W.net, W.n));
 		nd->work_sem = sg_sem_init(0);
 		if (nd->suspect_s == NULL || nd->via_view == NULL || nd->excluded_s == NULL ||
-		    nd->tp_mem == NULL)
+		    nd->op_members == NULL || nd->tp_mem == NULL)
 			return -ENOMEM;
 		node_actors_start(nd);
 	}
+	return 0;
+}
+
+int sim_run(const struct sim_scenario *s, struct sim_result *r, int *argc, char **argv, char *err,
+	    size_t err_len)
+{
+	struct timespec t0, t1;
+
+	memset(&W, 0, sizeof(W));
+	W.s = s;
+	W.r = r;
+	W.horizon_s = s->horizon_s;
+	int rc = run_options(s, r, err, err_len);
+	if (rc != 0)
+		return rc;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = platform_ready(s, argc, argv, err, err_len);
+	if (rc != 0)
+		return rc;
+	transport_shape(s, r);
+	rc = world_alloc(s, err, err_len);
+	if (rc == 0)
+		rc = nodes_start();
+	if (rc != 0)
+		return rc;
 	W.ctl_tick = 1;
 	W.ctl_host = W.n - 1; /* controller_start begins with host 0 */
 	controller_start();
+	sim_host_off_watch(host_off_by_platform);
 	simgrid_run();
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	results(s, r);

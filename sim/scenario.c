@@ -20,8 +20,10 @@ void sim_scenario_default(struct sim_scenario *s)
 	s->join_timeout_ns = 100000000; /* simulated nodes start together: 100 ms */
 	s->algo = KEEL_ALGO_AUTO;
 	s->horizon_s = 10;
-	s->model_params = 1.3e9;		/* a GPT-style 1.3 B model */
-	s->flops_per_sample = 6 * 1.3e9 * 2048; /* 6 N flops per token, 2048 tokens */
+	/* A small GPT-style model: on 8 GPUs a step takes a fraction of a second, so that a
+	 * run of a few simulated seconds makes steps (1.3 B took 8 s on 4 H100 + 4 A100). */
+	s->model_params = 25e6;
+	s->flops_per_sample = 0; /* from the model (sim_flops_per_sample) */
 	s->batch = 512;
 	s->mfu = 0.4;
 	s->grad_scale = 0; /* 0: chosen so a ring step moves about two datagrams */
@@ -35,6 +37,13 @@ void sim_scenario_default(struct sim_scenario *s)
 	s->repeat = 5;
 	s->seed = 1;
 	s->weibull_k = 1; /* exponential lifetimes */
+}
+
+double sim_flops_per_sample(const struct sim_scenario *s)
+{
+	if (s->flops_per_sample > 0)
+		return s->flops_per_sample;
+	return 6 * s->model_params * SIM_TOKENS_PER_SAMPLE;
 }
 
 static int parse_double(const char *v, double *out)
@@ -230,13 +239,12 @@ static int set_number(struct sim_scenario *s, const char *key, double d)
 	return 0;
 }
 
-int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value, char *err,
+/* The knobs that name where the run happens (cluster, platform file, definitions, chaos):
+ * 0, or -EINVAL with their own message; -ENOENT for another key. */
+static int set_place(struct sim_scenario *s, const char *key, const char *value, char *err,
 		     size_t err_len)
 {
-	double d = 0;
-	int rc = 0;
-	bool num = parse_double(value, &d) == 0;
-
+	int rc;
 	if (strcmp(key, "cluster") == 0) {
 		struct sim_cluster c;
 		rc = sim_cluster_parse(value, &c, err, err_len);
@@ -247,71 +255,106 @@ int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value,
 			s->platform_file[0] = '\0';
 		return rc;
 	}
-	if (strcmp(key, "define") == 0)
-		return sim_define(value, err, err_len);
 	if (strcmp(key, "platform") == 0) {
 		rc = set_text(s->platform_file, sizeof(s->platform_file), key, value, err, err_len);
 		if (rc == 0)
 			s->cluster_spec[0] = '\0';
 		return rc;
 	}
-	if (strcmp(key, "mode") == 0) {
-		if (strcmp(value, "train") != 0 && strcmp(value, "heartbeat") != 0 &&
-		    strcmp(value, "allreduce") != 0)
-			rc = -EINVAL;
-		else
-			snprintf(s->mode, sizeof(s->mode), "%s", value);
-	} else if (strcmp(key, "recovery") == 0) {
-		rc = set_recovery(s, value);
-	} else if (strcmp(key, "chaos") == 0) {
+	if (strcmp(key, "define") == 0)
+		return sim_define(value, err, err_len);
+	if (strcmp(key, "chaos") == 0)
 		return set_text(s->chaos, sizeof(s->chaos), key, value, err, err_len);
-	} else if (strcmp(key, "fail") == 0) {
-		rc = parse_fault(s, SIM_FAULT_HOST_OFF, value);
-	} else if (strcmp(key, "recover") == 0) {
-		rc = parse_fault(s, SIM_FAULT_HOST_ON, value);
-	} else if (strcmp(key, "link-off") == 0) {
-		rc = parse_fault(s, SIM_FAULT_LINK_OFF, value);
-	} else if (strcmp(key, "link-on") == 0) {
-		rc = parse_fault(s, SIM_FAULT_LINK_ON, value);
-	} else if (strcmp(key, "slow") == 0) {
-		rc = parse_fault(s, SIM_FAULT_SLOW, value);
-	} else if (strcmp(key, "cut") == 0) {
-		rc = parse_fault(s, SIM_FAULT_CUT, value);
-	} else if (strcmp(key, "pause") == 0) {
-		rc = parse_fault(s, SIM_FAULT_PAUSE, value);
-	} else if (strcmp(key, "algo") == 0) {
+	return -ENOENT;
+}
+
+/* The fault knobs' kinds, by key; -1 for another key. */
+static int fault_kind(const char *key)
+{
+	static const struct {
+		const char *key;
+		enum sim_fault_kind kind;
+	} kinds[] = {
+	    {"fail", SIM_FAULT_HOST_OFF},     {"recover", SIM_FAULT_HOST_ON},
+	    {"link-off", SIM_FAULT_LINK_OFF}, {"link-on", SIM_FAULT_LINK_ON},
+	    {"slow", SIM_FAULT_SLOW},	      {"cut", SIM_FAULT_CUT},
+	    {"pause", SIM_FAULT_PAUSE},
+	};
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if (strcmp(key, kinds[i].key) == 0)
+			return (int)kinds[i].kind;
+	return -1;
+}
+
+/* --algo and --compress: one of a few words. */
+static int set_algo_compress(struct sim_scenario *s, const char *key, const char *value)
+{
+	if (strcmp(key, "algo") == 0) {
 		s->algo = strcmp(value, "ring") == 0   ? KEEL_ALGO_RING
 			  : strcmp(value, "rd") == 0   ? KEEL_ALGO_RD
 			  : strcmp(value, "hier") == 0 ? KEEL_ALGO_HIER
 						       : KEEL_ALGO_AUTO;
-		rc = strcmp(value, "ring") && strcmp(value, "rd") && strcmp(value, "hier") &&
-			     strcmp(value, "auto")
-			 ? -EINVAL
-			 : 0;
-	} else if (strcmp(key, "compress") == 0) {
-		static const char *const names[] = {"auto", "off", "bf16", "f16"};
-		s->grad = strcmp(value, "none") != 0;
-		rc = s->grad ? -EINVAL : 0;
-		for (uint32_t i = 0; i < 4; i++)
-			if (strcmp(value, names[i]) == 0) {
-				s->compress = (enum keel_compress)i;
-				rc = 0;
-			}
-	} else if (strcmp(key, "check") == 0) {
+		return strcmp(value, "ring") && strcmp(value, "rd") && strcmp(value, "hier") &&
+			       strcmp(value, "auto")
+			   ? -EINVAL
+			   : 0;
+	}
+	static const char *const names[] = {"auto", "off", "bf16", "f16"};
+	s->grad = strcmp(value, "none") != 0;
+	int rc = s->grad ? -EINVAL : 0;
+	for (uint32_t i = 0; i < 4; i++)
+		if (strcmp(value, names[i]) == 0) {
+			s->compress = (enum keel_compress)i;
+			rc = 0;
+		}
+	return rc;
+}
+
+/* The knobs that take a word: 0, -EINVAL for a bad value, -ENOENT for another key. */
+static int set_word(struct sim_scenario *s, const char *key, const char *value)
+{
+	if (strcmp(key, "mode") == 0) {
+		if (strcmp(value, "train") != 0 && strcmp(value, "heartbeat") != 0 &&
+		    strcmp(value, "allreduce") != 0)
+			return -EINVAL;
+		snprintf(s->mode, sizeof(s->mode), "%s", value);
+		return 0;
+	}
+	if (strcmp(key, "recovery") == 0)
+		return set_recovery(s, value);
+	if (strcmp(key, "algo") == 0 || strcmp(key, "compress") == 0)
+		return set_algo_compress(s, key, value);
+	if (strcmp(key, "check") == 0) {
 		s->check = strcmp(value, "0") != 0 && strcmp(value, "no") != 0;
-	} else if (strcmp(key, "fidelity") == 0) {
+		return 0;
+	}
+	if (strcmp(key, "fidelity") == 0) {
 		s->fidelity = strcmp(value, "full") == 0   ? SIM_FIDELITY_FULL
 			      : strcmp(value, "auto") == 0 ? SIM_FIDELITY_AUTO
 							   : SIM_FIDELITY_DEFAULT;
-		rc = s->fidelity == SIM_FIDELITY_DEFAULT ? -EINVAL : 0;
-	} else if (strcmp(key, "repair") == 0) {
-		s->repair = strcmp(value, "on") == 0;
-		rc = s->repair || strcmp(value, "off") == 0 ? 0 : -EINVAL;
-	} else if (!num) {
-		rc = -EINVAL;
-	} else {
-		rc = set_number(s, key, d);
+		return s->fidelity == SIM_FIDELITY_DEFAULT ? -EINVAL : 0;
 	}
+	if (strcmp(key, "repair") == 0) {
+		s->repair = strcmp(value, "on") == 0;
+		return s->repair || strcmp(value, "off") == 0 ? 0 : -EINVAL;
+	}
+	return -ENOENT;
+}
+
+int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value, char *err,
+		     size_t err_len)
+{
+	double d = 0;
+	int rc = set_place(s, key, value, err, err_len);
+	if (rc != -ENOENT)
+		return rc;
+	int kind = fault_kind(key);
+	if (kind >= 0)
+		rc = parse_fault(s, (enum sim_fault_kind)kind, value);
+	else
+		rc = set_word(s, key, value);
+	if (rc == -ENOENT)
+		rc = parse_double(value, &d) == 0 ? set_number(s, key, d) : -EINVAL;
 	if (rc != 0)
 		snprintf(err, err_len, "bad value '%s' for '%s' (see keel-sim --help)", value, key);
 	return rc;

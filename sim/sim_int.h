@@ -114,7 +114,7 @@ struct sim_scenario {
 	char mode[16]; /* "train", "heartbeat", "allreduce" */
 	double horizon_s;
 	double model_params;	 /* parameters; gradient = 4 bytes each (f32) */
-	double flops_per_sample; /* forward + backward */
+	double flops_per_sample; /* forward + backward; 0: sim_flops_per_sample's default */
 	uint32_t batch;		 /* global batch, samples per step */
 	double mfu;		 /* model FLOPs utilisation applied to peak speed */
 	uint32_t grad_scale;	 /* each data datagram stands for this many */
@@ -151,6 +151,10 @@ struct sim_scenario {
 };
 
 void sim_scenario_default(struct sim_scenario *s);
+/* A sample's forward and backward FLOPs: --flops-per-sample, else those of a GPT-style model
+ * of --model parameters on SIM_TOKENS_PER_SAMPLE tokens (6 FLOPs per parameter and token). */
+#define SIM_TOKENS_PER_SAMPLE 2048
+double sim_flops_per_sample(const struct sim_scenario *s);
 /* Apply "key=value" (flags without the leading dashes, scenario-file lines and --sweep values
  * all come here). Returns 0 or -EINVAL with a message. */
 int sim_scenario_set(struct sim_scenario *s, const char *key, const char *value, char *err,
@@ -304,6 +308,7 @@ struct sim_result {
 	double allreduce_s;	  /* mode allreduce: mean time of one */
 	double allreduce_model_s; /* 2(n-1)(alpha + S/(n beta)) */
 	double alpha_s, beta_Bps;
+	double grad_allreduce_s; /* mode train: the ring model's time for one step's gradient */
 	double compute_s_min, compute_s_max; /* one step's compute, fastest and slowest GPU */
 	uint32_t servers;		     /* distinct servers among the hosts */
 	uint64_t messages, bytes;
@@ -342,6 +347,9 @@ void sim_ckpt_track(struct sim_ckpt_advice *a, const char *val, const struct sim
 void sim_ckpt_young_daly(struct sim_ckpt_advice *a, const struct sim_scenario *s);
 
 void sim_report_header(FILE *f, const char *format, const char *sweep_key);
+/* A training run that made no step: a warning on f naming the horizon, the step time the
+ * models predict and what to change (nothing when steps were made, or in other modes). */
+void sim_progress_warn(FILE *f, const struct sim_scenario *s, const struct sim_result *r);
 const char *sim_fidelity_name(enum sim_fidelity f);
 /* The spans a run simulated in full (the complement of its leaps), as CSV ('c': "a-b;c-d"),
  * JSON ('j': [[a, b], ...]) or text ('t'). */

@@ -15,6 +15,7 @@
 #include <simgrid/mailbox.h>
 #include <simgrid/semaphore.h>
 
+#include "actor_guard.h"
 #include "comm_wait.h"
 #include "sim_int.h"
 
@@ -149,6 +150,53 @@ static uint32_t rx_gets(const struct sim_net *net)
 	return net->cfg.rx_gets != 0 ? net->cfg.rx_gets : RX_GETS_DEFAULT;
 }
 
+/* Hands a message received for endpoint e to its node: one datagram, or a train's datagrams
+ * one at a time, the node running between them as it would between separate messages
+ * arriving together (it acks what it has each time: fewer acks would make the job look
+ * faster than it is). Dropped when the node is down or its queue is full. */
+static void deliver(struct sim_net *net, struct sim_inbox *ib, struct sim_msg *m)
+{
+	if (!ib->alive || ib->count + m->count > net->cfg.queue_max) {
+		net->drops += m->count;
+		free(m);
+		return;
+	}
+	if (m->count == 1) {
+		enqueue(ib, m);
+		return;
+	}
+	for (uint32_t k = 0, off = 0; k < m->count; k++) {
+		uint32_t len;
+		memcpy(&len, m->data + off, 4);
+		struct sim_msg *one = malloc(sizeof(*one) + len);
+		if (one == NULL)
+			abort();
+		*one = (struct sim_msg){.src = m->src, .len = len, .count = 1};
+		memcpy(one->data, m->data + off + 4, len);
+		off += 4 + len;
+		if (k > 0)
+			sg_actor_yield();
+		if (!ib->alive) {
+			net->drops++;
+			free(one);
+			continue;
+		}
+		enqueue(ib, one);
+	}
+	free(m);
+}
+
+/* The receiver's gets still posted when its node ends: cancelled, not left to the end of the
+ * simulation (a daemon killed there with a transfer in flight to it would destroy a running
+ * comm, which SimGrid reports with a backtrace). A get that has finished meanwhile holds a
+ * message nobody will read. */
+static void receiver_cancel(sg_comm_t *comms, void **data, uint32_t count)
+{
+	sim_comm_cancel(comms, count);
+	for (uint32_t i = 0; i < count; i++)
+		free(data[i]);
+}
+
 static void receiver_main(int argc, char **argv)
 {
 	struct receiver_arg *a = sg_actor_self_get_data();
@@ -167,77 +215,40 @@ static void receiver_main(int argc, char **argv)
 	sg_mailbox_set_receiver(name);
 	for (uint32_t i = 0; i < gets; i++)
 		comms[i] = sg_mailbox_get_async(ib->mb, &data[i]);
-	/* After the first stop message no get is posted again; the receiver ends when every
-	 * posted get is done (a pending one would be destroyed unfinished at the end). */
-	for (size_t active = gets; active > 0;) {
+	while (!ib->stopped) {
 		int failed = 0;
-		ssize_t i = sim_comm_wait_any(comms, active, &failed);
+		ssize_t i = sim_comm_wait_any(comms, gets, &failed);
 		if (i < 0)
 			continue;
 		struct sim_msg *m = failed ? NULL : data[i];
-		if (m != NULL && m->len == STOP_LEN)
-			ib->stopped = true;
-		if (ib->stopped) {
-			active--;
-			comms[i] = comms[active];
-			data[i] = data[active];
-		} else {
-			data[i] = NULL;
-			comms[i] = sg_mailbox_get_async(ib->mb, &data[i]);
-		}
+		data[i] = NULL;
+		comms[i] = sg_mailbox_get_async(ib->mb, &data[i]);
 		if (m == NULL)
 			continue; /* a failed transfer (link or host down) */
-		if (m->len == STOP_LEN || !ib->alive ||
-		    ib->count + m->count > a->net->cfg.queue_max) {
-			a->net->drops += m->len != STOP_LEN ? m->count : 0;
+		if (m->len == STOP_LEN) {
+			ib->stopped = true;
 			free(m);
-			continue;
+		} else {
+			deliver(a->net, ib, m);
 		}
-		if (m->count == 1) {
-			enqueue(ib, m);
-			continue;
-		}
-		/* A train: its datagrams are handed over one at a time, the node running between
-		 * them as it would between separate messages arriving together (it acks what it
-		 * has each time: fewer acks would make the job look faster than it is). */
-		for (uint32_t k = 0, off = 0; k < m->count; k++) {
-			uint32_t len;
-			memcpy(&len, m->data + off, 4);
-			struct sim_msg *one = malloc(sizeof(*one) + len);
-			if (one == NULL)
-				abort();
-			*one = (struct sim_msg){.src = m->src, .len = len, .count = 1};
-			memcpy(one->data, m->data + off + 4, len);
-			off += 4 + len;
-			if (k > 0)
-				sg_actor_yield();
-			if (!ib->alive) {
-				a->net->drops++;
-				free(one);
-				continue;
-			}
-			enqueue(ib, one);
-		}
-		free(m);
 	}
+	receiver_cancel(comms, data, gets);
 	free(comms);
 	free(data);
 	wake(ib);
 }
 
-/* Called by endpoint e's node actor at its end: stop messages for every posted get, then
- * wait (receiving and dropping) until the receiver has ended. */
+/* Called by endpoint e's node actor at its end: a stop message to its receiver, then wait
+ * (dropping what arrives) until the receiver has ended. */
 void sim_net_stop_receiver(struct sim_net *net, uint32_t e)
 {
 	struct sim_inbox *ib = &net->in[e];
-	for (uint32_t i = 0; i < rx_gets(net); i++) {
-		struct sim_msg *m = calloc(1, sizeof(*m));
-		if (m == NULL)
-			abort();
-		m->len = STOP_LEN;
-		m->count = 1;
-		sg_comm_detach(sg_mailbox_put_init(ib->mb, m, 1), free);
-	}
+	struct sim_msg *m = calloc(1, sizeof(*m));
+	if (m == NULL)
+		abort();
+	m->len = STOP_LEN;
+	m->count = 1;
+	sg_comm_detach(sg_mailbox_put_init(ib->mb, m, 1), free);
 	while (!ib->stopped) {
 		inbox_clear(ib);
 		ib->woken = false;
@@ -261,7 +272,7 @@ void sim_net_start_receiver(struct sim_net *net, uint32_t e)
 	sg_actor_t act = sg_actor_init(name, net->in[e].host);
 	sg_actor_set_data(act, a);
 	sg_actor_set_stacksize(act, 64 * 1024);
-	sg_actor_start(act, receiver_main, 0, NULL);
+	sim_actor_start_guarded(act, receiver_main);
 	sg_actor_daemonize(act); /* `a` lives as long as the simulation: receivers are killed */
 	net->in[e].alive = true;
 }
