@@ -20,7 +20,7 @@ FUZZ_PLAN_SRC := tools/keel-plan/plan_parse.c tools/common/plan_preset.c \
 # The rendezvous' pure parts (the hello rank 0 judges, the replies ranks read) and the key
 # reader launch.c calls, with the proofs they need.
 FUZZ_RDV_SRC := runtime/boot/rendezvous_wire.c runtime/boot/rendezvous_proof.c
-FUZZ_PEERS_SRC := runtime/boot/launch.c runtime/boot/launch_key.c $(FUZZ_RDV_SRC)
+FUZZ_PEERS_SRC := runtime/boot/launch.c runtime/boot/launch_key.c runtime/boot/env.c $(FUZZ_RDV_SRC)
 FUZZ_CKPT_SRC := runtime/storage/checkpoint.c
 # keel-sim's scenario reader with the cluster specs and presets it hands on to; no SimGrid.
 FUZZ_SCENARIO_SRC := sim/scenario.c sim/platform.c tools/common/plan_preset.c \

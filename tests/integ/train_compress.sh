@@ -41,6 +41,6 @@ grep -q 'rank 2 (restarted' "$tmp/kill" || fail "rank 2 did not come back"
 echo "train_compress: bf16 with rank 2 killed and restarted: every rank finished, within 1 point"
 
 "$TRAIN" --compress --batch 300 >"$tmp/big" 2>&1
-[ $? -eq 2 ] && grep -q -- "--compress with --batch 300: at most 256" "$tmp/big" ||
+[ $? -eq 2 ] && grep -q -- "--batch: 300 is more than 256 with --compress" "$tmp/big" ||
 	{ cat "$tmp/big"; fail "--compress --batch 300 was not refused"; }
 echo "train_compress: ok"

@@ -68,7 +68,7 @@ run_ranks 2 20 -- "$TRAIN" --epochs 1 --shards "$tmp/other.keel" \
 	--quiet >"$tmp/log4" 2>&1 && fail "a file that is not ours was accepted"
 grep -q "other.keel: not a keel-train shard file" "$tmp/log4" || { cat "$tmp/log4"; fail "a foreign file was not named"; }
 "$TRAIN" --shards "$tmp/digits.keel" --preload later >"$tmp/log5" 2>&1
-[ $? -eq 2 ] && grep -q -- "--preload later: expected ahead or demand" "$tmp/log5" ||
+[ $? -eq 2 ] && grep -q -- "--preload: 'later' is not ahead or demand" "$tmp/log5" ||
 	{ cat "$tmp/log5"; fail "--preload later was not refused"; }
 echo "train_preload: a corrupt file, a foreign file and a bad --preload refused, each named"
 echo "train_preload: ok"
