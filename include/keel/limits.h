@@ -49,8 +49,9 @@ extern "C" {
  * verbs). Each holds one datagram in the node's storage (a node with a device only). */
 #define KEEL_DEVICE_COPYIN_MAX 4u
 /* Failure detection. */
-/* 10 ms: 30 ms detection with miss_limit 3, and no false suspicions when ranks share cores
- * with other work (docs/PERF.md). Dedicated cores run 1 ms on UDP, 100-500 us on DPDK/verbs. */
+/* 10 ms: suspicion after 3 silent intervals plus the silence margin and the probes (47.5 ms
+ * at most: keel_detect_bound_ns), and no false suspicions when ranks share cores with other
+ * work (docs/PERF.md). Dedicated cores run 1 ms on UDP, 100-500 us on DPDK/verbs. */
 #define KEEL_HEARTBEAT_NS_DEFAULT 10000000ull
 #define KEEL_MISS_LIMIT_DEFAULT	  3u
 /* A peer silent past miss_limit intervals (plus a margin for its measured delay and jitter)
