@@ -2,6 +2,7 @@
 #ifndef KEEL_BOOT_INT_H
 #define KEEL_BOOT_INT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -11,6 +12,10 @@ struct keel_launch;
  * with a reason. */
 __attribute__((format(printf, 4, 5))) int keel_fail(char *err, size_t err_len, int code,
 						    const char *fmt, ...);
+
+/* Decimal digits only (no sign, space or base prefix), s[0..len), at most max: the one number
+ * reader of the environment (env.c) and the launcher's variables (launch.c). */
+bool keel_parse_decimal(const char *s, size_t len, uint64_t max, uint64_t *out);
 
 /* A host identity from a name (launch.c): FNV-1a over `space` and `name`, never 0. */
 uint64_t keel_launch_host_hash(const char *space, const char *name);

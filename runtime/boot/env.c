@@ -133,17 +133,18 @@ static int expected(const struct keel_env_var *v, const char *text, char *err, s
 			 text, strlen(text) > QUOTE_MAX ? "..." : "", what);
 }
 
-/* Decimal digits only: no sign, no space, no base prefix, no overflow. */
-static bool parse_whole(const char *s, uint64_t *out)
+bool keel_parse_decimal(const char *s, size_t len, uint64_t max, uint64_t *out)
 {
 	uint64_t v = 0;
-	if (*s == '\0')
+	if (len == 0)
 		return false;
-	for (; *s != '\0'; s++) {
-		if (*s < '0' || *s > '9' || v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9' || v > (UINT64_MAX - (uint64_t)(s[i] - '0')) / 10)
 			return false;
-		v = v * 10 + (uint64_t)(*s - '0');
+		v = v * 10 + (uint64_t)(s[i] - '0');
 	}
+	if (v > max)
+		return false;
 	*out = v;
 	return true;
 }
@@ -174,7 +175,7 @@ int keel_env_parse(const struct keel_env_var *v, const char *text, uint64_t *val
 		break;
 	case KEEL_ENV_WHOLE:
 	case KEEL_ENV_DURATION:
-		if (!parse_whole(text, &x) || x < v->lo || x > v->hi)
+		if (!keel_parse_decimal(text, strlen(text), v->hi, &x) || x < v->lo)
 			return expected(v, text, err, err_len);
 		break;
 	case KEEL_ENV_ENUM: {

@@ -49,26 +49,6 @@ int keel_fail(char *err, size_t err_len, int code, const char *fmt, ...)
 	return code;
 }
 
-/* Decimal digits only: no sign, no spaces, no base prefix. */
-static bool parse_decimal(const char *s, size_t len, uint64_t max, uint64_t *out)
-{
-	uint64_t v = 0;
-
-	if (len == 0 || len > 20)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		if (v > (UINT64_MAX - 9) / 10)
-			return false;
-		v = v * 10 + (uint64_t)(s[i] - '0');
-	}
-	if (v > max)
-		return false;
-	*out = v;
-	return true;
-}
-
 /* Read launcher variable `name` (RANK, SLURM_NTASKS...: not keel's, so not in its table) as a
  * number in [min, max], with the table's parser and wording. *present says whether it is set.
  * Unset is not an error here; set but empty, non-numeric or out of range is. */
@@ -128,7 +108,7 @@ static int entry_parse(const char *s, size_t len, uint32_t index, char *host, si
 		    "KEEL_PEERS entry %u: host is empty or longer "
 		    "than %zu bytes",
 		    index, (host_len < KEEL_LAUNCH_HOST_LEN ? host_len : KEEL_LAUNCH_HOST_LEN) - 1);
-	if (!parse_decimal(colon + 1, len - (size_t)(colon + 1 - s), 65535, &p) || p == 0)
+	if (!keel_parse_decimal(colon + 1, len - (size_t)(colon + 1 - s), 65535, &p) || p == 0)
 		return keel_fail(err, err_len, -EINVAL,
 				 "KEEL_PEERS entry %u '%.*s': port must be 1..65535", index,
 				 (int)(len < QUOTE_MAX ? len : QUOTE_MAX), s);
@@ -308,7 +288,7 @@ static int read_job_id(struct keel_launch *out, char *err, size_t err_len)
 	/* Every task of a Slurm job sees the same SLURM_JOB_ID; anything unreadable is ignored,
 	 * since it only narrows which datagrams count as ours. */
 	const char *s = getenv("SLURM_JOB_ID");
-	if (s != NULL && parse_decimal(s, strlen(s), UINT32_MAX, &v)) {
+	if (s != NULL && keel_parse_decimal(s, strlen(s), UINT32_MAX, &v)) {
 		out->job_id = (uint32_t)v;
 		out->job_id_fixed = true;
 	}
