@@ -15,6 +15,8 @@
 #   require_built PATH...  skips when an optional part was not built (keel-sim without
 #                        SimGrid, the DPDK or verbs backend, ...), saying what it needs
 #   must_be_built PATH...  fails (exit 1) when a part every build makes is missing
+#   csv_col FILE COLUMN  the value of COLUMN in the first data row of a CSV file (keel-sim's
+#                        --format csv)
 #   tmpdir_make [VAR]    one temporary folder per script in $VAR (default tmp), removed at exit
 #   on_exit COMMAND      runs COMMAND at exit, also on failure or a signal (last first)
 #   seed_init [DEFAULT]  SEED from the environment, else DEFAULT, else drawn; prints it
@@ -46,6 +48,10 @@ lib_fail() {
 }
 skip() { lib_skip "$@"; }
 fail() { lib_fail "$@"; }
+
+csv_col() {
+	awk -F, -v c="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i } NR == 2 { print $k }' "$1"
+}
 
 bad() {
 	echo "$TEST: FAIL: $*"

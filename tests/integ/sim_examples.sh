@@ -14,9 +14,6 @@ require_built "$SIM"
 tmpdir_make tmp
 fail=0
 no() { echo "sim_examples: FAIL: $*"; fail=1; }
-col() { # csv file, column name -> value of the first data row
-	awk -F, -v c="$2" 'NR==1{for(i=1;i<=NF;i++)if($i==c)k=i} NR==2{print $k}' "$1"
-}
 # What must never be in keel-sim's output, whatever the run.
 crash() { grep -E -m1 'Backtrace|terminate called|AssertionError|Uncaught exception|CRITICAL|Segmentation|Aborted' "$1"; }
 
@@ -34,9 +31,9 @@ sim() {
 	fi
 	[ "$rc" = "$want" ] || { no "$name: exit $rc, not $want: $(tail -2 "$tmp/$name.err")"; return 1; }
 	[ "$min" = - ] && return 0
-	steps=$(col "$tmp/$name.csv" steps)
+	steps=$(csv_col "$tmp/$name.csv" steps)
 	[ -n "$steps" ] && [ "$steps" -ge "$min" ] || { no "$name: $steps steps, not $min or more"; return 1; }
-	echo "sim_examples: $name: $steps steps, $(col "$tmp/$name.csv" failures) failures"
+	echo "sim_examples: $name: $steps steps, $(csv_col "$tmp/$name.csv" failures) failures"
 }
 
 # 1. The what-ifs the manual quotes. A small mixed cluster with the default model: steps, and
@@ -46,7 +43,7 @@ sim() {
 sim default 0 10 --cluster 4xH100:ib/4,4xA100:eth/4 --horizon 3 --fail 1.5:5
 grep -q warning "$tmp/default.err" && no "default model: a warning: $(cat "$tmp/default.err")"
 sim big-model 0 - --cluster 4xH100:ib/4,4xA100:eth/4 --horizon 3 --fail 1.5:5 --model 1.3B
-[ "$(col "$tmp/big-model.csv" steps)" = 0 ] &&
+[ "$(csv_col "$tmp/big-model.csv" steps)" = 0 ] &&
 	grep -Eq "warning: no training step fits in the 3 s horizon: one takes about [0-9.]+ s.*--horizon" \
 		"$tmp/big-model.err" && echo "sim_examples: big-model: $(grep warning "$tmp/big-model.err")" ||
 	no "1.3 B model on 3 s: no warning: $(cat "$tmp/big-model.err")"
@@ -67,7 +64,7 @@ done
 for f in tests/integ/platforms/*.xml; do
 	n=$(basename "$f")
 	sim "$n" 0 - --platform "$f" --horizon 0.3 || continue
-	[ "$(col "$tmp/$n.csv" steps)" -gt 0 ] || grep -q "warning: no training step fits" "$tmp/$n.err" ||
+	[ "$(csv_col "$tmp/$n.csv" steps)" -gt 0 ] || grep -q "warning: no training step fits" "$tmp/$n.err" ||
 		no "$n: no step and no warning: $(cat "$tmp/$n.err")"
 done
 for f in tests/integ/platforms/bad/*.xml; do
@@ -120,7 +117,7 @@ done
 printf '0.1 0\n' >"$tmp/off-later.profile"
 sed -e 's|off.profile|off-later.profile|' -e 's|1Tf|1000Tf|g' "$tmp/off-at-start.xml" >"$tmp/off-later.xml"
 sim off-later 0 1 --platform "$tmp/off-later.xml" --horizon 0.5 --model 5M &&
-	{ [ "$(col "$tmp/off-later.csv" failures)" = 1 ] || no "off-later: $(cat "$tmp/off-later.err")"; }
+	{ [ "$(csv_col "$tmp/off-later.csv" failures)" = 1 ] || no "off-later: $(cat "$tmp/off-later.err")"; }
 
 # 5. SimGrid's own example platforms, when a SimGrid source tree is at hand (Debian ships none:
 # SIMGRID_EXAMPLES=/path/to/simgrid/examples/platforms): each runs or is refused with exit 1.
