@@ -29,6 +29,7 @@ enum keel_error {
 	KEEL_EENDED = -1010,	  /* the job has ended: every other rank left, or none answered a
 				   * rank waiting to be admitted (keel_boot_wait_member) */
 	KEEL_EDEVICE = -1011,	  /* the device (GPU) failed a copy or a reduction */
+	KEEL_EPEERGONE = -1012,	  /* the peer of a send or receive left the view (keel/group.h) */
 };
 
 /* Name and explanation of any code keel returns (0, -errno or KEEL_E*).

@@ -1,5 +1,5 @@
-/* keel: fault-tolerant runtime for distributed training. Includes the runtime's own API (15 of
- * the 30 headers); not the start-up library's (keel/boot.h, which includes this one), nor each
+/* keel: fault-tolerant runtime for distributed training. Includes the runtime's own API (16 of
+ * the 31 headers); not the start-up library's (keel/boot.h, which includes this one), nor each
  * transport's or device's constructor (keel/transport_udp.h, device_cuda.h, ...): those are
  * included by name (docs/reference/api.md). */
 #ifndef KEEL_KEEL_H
@@ -9,6 +9,7 @@
 #include "keel/collectives.h"
 #include "keel/device.h"
 #include "keel/errors.h"
+#include "keel/group.h"
 #include "keel/limits.h"
 #include "keel/metrics.h"
 #include "keel/node.h"

@@ -16,7 +16,7 @@
 /* keel's own codes sit below -1000, clear of every -errno (Linux errnos stay below 200), so a
  * value never names both. No runtime assertion here: every int is a valid argument (unknown
  * ones get "unknown error"), and what could go wrong in this table is caught at build time. */
-_Static_assert(KEEL_EVIEWCHANGED < -1000 && KEEL_EDEVICE < -1000, "keel codes below -1000");
+_Static_assert(KEEL_EVIEWCHANGED < -1000 && KEEL_EPEERGONE < -1000, "keel codes below -1000");
 _Static_assert(EHOSTUNREACH < 1000 && ENETUNREACH < 1000 && ESHUTDOWN < 1000, "errno range");
 
 const char *keel_strerror(int err)
@@ -38,6 +38,8 @@ const char *keel_strerror(int err)
 				       "this rank's request to be admitted");
 		KEEL_CASE(KEEL_EDEVICE, "the device (GPU) failed a copy or a reduction: "
 					"this rank's device is unusable");
+		KEEL_CASE(KEEL_EPEERGONE, "the peer of a send or receive left the view (it "
+					  "died, was excluded or left) before the transfer ended");
 
 		/* Argument and capacity errors. */
 		ERRNO_CASE(EINVAL, "invalid argument");
