@@ -185,7 +185,11 @@ static void send_owed(struct keel_group *g)
 			struct keel_req *r = frontier(g);
 			struct grp_sync s = {
 			    .frontier = g->run_seq,
-			    .result_epoch = r != NULL && r->state == GS_LOCAL_DONE ? r->epoch : 0,
+			    /* a barrier's local end says nothing of the others: not a result */
+			    .result_epoch = r != NULL && r->state == GS_LOCAL_DONE &&
+						    r->kind != GK_BARRIER
+						? r->epoch
+						: 0,
 			    .can_restart = r == NULL || !r->in_written,
 			    .p2p_read = p->p2p_read,
 			    .p2p_off = p->p2p_read_off};
