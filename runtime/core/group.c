@@ -251,8 +251,8 @@ int grp_check(const struct keel_group *g, struct keel_req **req)
 	return 0;
 }
 
-struct keel_req *grp_req_new(struct keel_group *g, enum gop_kind kind, const void *send,
-			     void *recv, size_t count, enum keel_dtype dt, enum keel_redop op)
+struct keel_req *grp_req_new(struct keel_group *g, enum gop_kind kind, const void *send, void *recv,
+			     size_t count, enum keel_dtype dt, enum keel_redop op)
 {
 	struct keel_req *r = &g->ops[g->next_slot];
 	if (r->state != GS_FREE)

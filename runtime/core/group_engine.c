@@ -99,8 +99,8 @@ static void pump_sends(struct keel_group *g, struct keel_req *r)
 			return;
 		if (n->budget_bytes == 0)
 			return;
-		struct grp_subhdr sh = {.group = g->id, .seq = r->seq, .msg = GMSG_DATA,
-					.kind = (uint8_t)r->kind};
+		struct grp_subhdr sh = {
+		    .group = g->id, .seq = r->seq, .msg = GMSG_DATA, .kind = (uint8_t)r->kind};
 		const uint8_t *src = (s.send_out ? r->out : r->in) + lo;
 		if (!grp_send(n, g->ranks[s.send_pos], &sh, (uint16_t)r->send_step,
 			      (uint32_t)r->send_off, (uint32_t)s.send_len, NULL, 0, src,
@@ -186,10 +186,10 @@ static void send_owed(struct keel_group *g)
 			struct grp_sync s = {
 			    .frontier = g->run_seq,
 			    /* a barrier's local end says nothing of the others: not a result */
-			    .result_epoch = r != NULL && r->state == GS_LOCAL_DONE &&
-						    r->kind != GK_BARRIER
-						? r->epoch
-						: 0,
+			    .result_epoch =
+				r != NULL && r->state == GS_LOCAL_DONE && r->kind != GK_BARRIER
+				    ? r->epoch
+				    : 0,
 			    .can_restart = r == NULL || !r->in_written,
 			    .p2p_read = p->p2p_read,
 			    .p2p_off = p->p2p_read_off};
@@ -206,14 +206,14 @@ static void send_owed(struct keel_group *g)
 			p->sync_owed = false;
 		}
 		if (p->done_owed && !g->syncing) {
-			struct grp_subhdr sh = {.group = g->id, .seq = g->local_done,
-						.msg = GMSG_DONE};
+			struct grp_subhdr sh = {
+			    .group = g->id, .seq = g->local_done, .msg = GMSG_DONE};
 			if (grp_send(n, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0))
 				p->done_owed = false;
 		}
 		if (p->p2p_done_owed) {
-			struct grp_subhdr sh = {.group = g->id, .seq = p->p2p_read,
-						.msg = GMSG_P2P_DONE};
+			struct grp_subhdr sh = {
+			    .group = g->id, .seq = p->p2p_read, .msg = GMSG_P2P_DONE};
 			if (grp_send(n, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0))
 				p->p2p_done_owed = false;
 		}
@@ -272,9 +272,10 @@ static bool advance(struct keel_group *g, struct keel_req *r)
 {
 	struct keel_node *n = g->node;
 	if (n->fatal != 0 || n->noquorum || !g->member) {
-		grp_finish(g, r, n->fatal != 0 ? n->fatal
-				 : n->noquorum ? KEEL_ENOQUORUM
-					       : KEEL_EEXCLUDED);
+		grp_finish(g, r,
+			   n->fatal != 0 ? n->fatal
+			   : n->noquorum ? KEEL_ENOQUORUM
+					 : KEEL_EEXCLUDED);
 		return true;
 	}
 	if (n->now_ns - r->start_ns >= n->op_bound_ns) {
@@ -336,7 +337,8 @@ uint64_t grp_next_deadline_all(const struct keel_node *n)
 			dl = b < dl ? b : dl;
 		}
 		for (uint32_t i = 0; i < g->ops_max; i++)
-			if (g->p2p[i].state == GS_RUNNING && g->p2p[i].start_ns + n->op_bound_ns < dl)
+			if (g->p2p[i].state == GS_RUNNING &&
+			    g->p2p[i].start_ns + n->op_bound_ns < dl)
 				dl = g->p2p[i].start_ns + n->op_bound_ns;
 	}
 	return dl;

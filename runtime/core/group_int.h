@@ -154,15 +154,15 @@ struct keel_group {
 	struct keel_req *ops; /* ops_max collectives, a ring */
 	uint32_t *op_members; /* ops_max x world */
 	uint32_t next_seq, run_seq, next_slot, run_slot, ops_max;
-	uint32_t local_done; /* collectives this member holds the result of */
+	uint32_t local_done;  /* collectives this member holds the result of */
 	struct keel_req *p2p; /* ops_max batches */
 };
 
 /* group.c */
 int grp_check(const struct keel_group *g, struct keel_req **req); /* 0, -EINVAL, EEXCLUDED */
 /* A new collective in the group's stream (NULL: ops_max pending); grp_advance starts it. */
-struct keel_req *grp_req_new(struct keel_group *g, enum gop_kind kind, const void *send,
-			     void *recv, size_t count, enum keel_dtype dt, enum keel_redop op);
+struct keel_req *grp_req_new(struct keel_group *g, enum gop_kind kind, const void *send, void *recv,
+			     size_t count, enum keel_dtype dt, enum keel_redop op);
 /* A split (list_hash: from_ranks' list, the same at every member, else 0). */
 int grp_split_start(struct keel_group *parent, uint32_t color, uint32_t key, uint32_t list_hash,
 		    void *mem, size_t len, struct keel_group **out, struct keel_req **req);

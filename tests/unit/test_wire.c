@@ -1140,8 +1140,8 @@ static void test_wire_strerror_every_code(void **state)
 {
 	(void)state;
 	static const int keel_codes[] = {
-	    KEEL_EVIEWCHANGED, KEEL_ENOQUORUM, KEEL_ERENDEZVOUS, KEEL_ETRANSPORT,
-	    KEEL_EEXCLUDED,    KEEL_EMISMATCH, KEEL_EENDED,	 KEEL_EDEVICE, KEEL_EPEERGONE,
+	    KEEL_EVIEWCHANGED, KEEL_ENOQUORUM, KEEL_ERENDEZVOUS, KEEL_ETRANSPORT, KEEL_EEXCLUDED,
+	    KEEL_EMISMATCH,    KEEL_EENDED,    KEEL_EDEVICE,	 KEEL_EPEERGONE,
 	};
 	static const struct {
 		int err;
