@@ -447,8 +447,7 @@ static bool on_data(struct keel_group *g, uint32_t peer, const struct wire_heade
 	r->recv_off += len;
 	r->progress_ns = n->now_ns;
 	skip_recv(r);
-	grp_advance(g);
-	return true;
+	return true; /* the poll's progress step sends what this made ready */
 }
 
 static bool decode_subhdr(const struct wire_header *h, const uint8_t *payload,
@@ -495,7 +494,6 @@ bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h
 	case GMSG_DONE:
 		if (seq_before(g->peers[peer].done, sh.seq))
 			g->peers[peer].done = sh.seq;
-		grp_advance(g);
 		return true;
 	case GMSG_SYNC:
 		if (len != GRP_SYNC_BYTES) {
@@ -508,11 +506,9 @@ bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h
 				g->peers[g->ranks[i]].sync_owed = i != g->self_pos;
 		}
 		on_sync(g, peer, data);
-		grp_advance(g);
 		return true;
 	case GMSG_P2P_DONE:
 		grp_p2p_on_done(g, peer, sh.seq);
-		grp_advance(g);
 		return true;
 	default:
 		return grp_p2p_deliver(g, peer, h, &sh, data, len);
