@@ -278,6 +278,14 @@ struct keel_req *grp_req_new(struct keel_group *g, enum gop_kind kind, const voi
 	return r;
 }
 
+void grp_req_cancel(struct keel_group *g, struct keel_req *r)
+{
+	KEEL_ASSERT(r->seq + 1 == g->next_seq && r->state == GS_QUEUED);
+	r->state = GS_FREE;
+	g->next_seq--;
+	g->next_slot = (uint32_t)(r - g->ops);
+}
+
 int grp_split_start(struct keel_group *parent, uint32_t color, uint32_t key, uint32_t list_hash,
 		    void *mem, size_t len, struct keel_group **out, struct keel_req **req)
 {
@@ -296,6 +304,7 @@ int grp_split_start(struct keel_group *parent, uint32_t color, uint32_t key, uin
 	    grp_req_new(parent, GK_SPLIT, NULL, parent->scratch, 4, KEEL_I32, KEEL_SUM);
 	if (r == NULL)
 		return -EBUSY;
+	r->in_bytes = 16;
 	r->split_rec[0] = color;
 	r->split_rec[1] = key;
 	r->split_rec[2] = list_hash;

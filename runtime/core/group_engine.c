@@ -41,10 +41,7 @@ static bool out_ready(const struct keel_req *r, uint32_t t, uint64_t lo, uint64_
 /* Receives write the output: in place, a write over the input forbids a restart. */
 static void note_write(struct keel_req *r, const uint8_t *dst, uint64_t len)
 {
-	uint64_t in_bytes = r->kind == GK_BROADCAST ? 0 : r->count * r->esize * r->w;
-	if (r->kind == GK_ALLREDUCE || r->kind == GK_REDUCE)
-		in_bytes = r->count * r->esize;
-	if (len != 0 && dst < r->in + in_bytes && r->in < dst + len)
+	if (len != 0 && r->in != NULL && dst < r->in + r->in_bytes && r->in < dst + len)
 		r->in_written = true;
 }
 
@@ -285,6 +282,8 @@ static bool advance(struct keel_group *g, struct keel_req *r)
 	if (r->state == GS_QUEUED) {
 		if (!n->member)
 			return false;
+		if (!grp_dev_drain(g, r) || !grp_dev_stage_in(g, r))
+			return r->state == GS_DONE; /* the device works, or failed */
 		if (!op_begin(g, r))
 			return true;
 	}
@@ -297,6 +296,8 @@ static bool advance(struct keel_group *g, struct keel_req *r)
 			grp_finish(g, r, -ETIMEDOUT); /* a member never came */
 			return true;
 		}
+		if (!grp_dev_copy_out(g, r))
+			return r->state == GS_DONE;
 		local_done(g, r);
 	}
 	if (!everyone_done(g, r))

@@ -29,6 +29,11 @@ static int start(struct keel_group *g, struct keel_req *r, struct keel_req **req
 {
 	if (r == NULL)
 		return -EBUSY;
+	int rc = grp_dev_prepare(g, r);
+	if (rc != 0) {
+		grp_req_cancel(g, r);
+		return rc;
+	}
 	*req = r;
 	grp_advance(g);
 	return 0;
