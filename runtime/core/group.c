@@ -24,8 +24,8 @@ size_t keel_group_size(const struct keel_node *node)
 		return 0;
 	size_t w = node->world, k = node->ops_max;
 	return ALIGN8(sizeof(struct keel_group)) + ALIGN8(w * 4) + ALIGN8(w * 20) +
-	       ALIGN8(w * sizeof(struct gpeer)) + 2 * k * ALIGN8(sizeof(struct keel_req)) +
-	       ALIGN8(k * w * 4);
+	       ALIGN8(w * sizeof(struct gpeer)) + 2 * ALIGN8(w * 8) +
+	       2 * k * ALIGN8(sizeof(struct keel_req)) + ALIGN8(k * w * 4);
 }
 
 uint32_t grp_pos_of(const struct keel_group *g, uint32_t rank)
@@ -58,6 +58,8 @@ static int group_init(struct keel_node *n, void *mem, size_t len, const uint32_t
 	g->ranks = (uint32_t *)take(&cur, w * 4);
 	g->scratch = (uint32_t *)take(&cur, w * 20); /* records, then a selection */
 	g->peers = (struct gpeer *)take(&cur, w * sizeof(struct gpeer));
+	g->rx_bytes = (uint64_t *)take(&cur, w * 8);
+	g->tx_skip = (uint64_t *)take(&cur, w * 8);
 	g->ops = (struct keel_req *)take(&cur, k * ALIGN8(sizeof(struct keel_req)));
 	g->p2p = (struct keel_req *)take(&cur, k * ALIGN8(sizeof(struct keel_req)));
 	g->op_members = (uint32_t *)take(&cur, k * w * 4);

@@ -44,8 +44,9 @@ struct grp_sync {
 	uint8_t can_restart;   /* its input to the frontier is untouched (or it has none pending) */
 	uint32_t p2p_read;     /* messages it has read whole from the receiver of this SYNC */
 	uint64_t p2p_off;      /* bytes it read of the next one */
+	uint64_t rx_bytes;     /* bytes of its frontier it has from the receiver of this SYNC */
 };
-#define GRP_SYNC_BYTES 21u
+#define GRP_SYNC_BYTES 29u
 
 enum gop_kind {
 	GK_ALLGATHER = 1,
@@ -159,6 +160,9 @@ struct keel_group {
 	uint32_t splits; /* world groups made in this epoch (keel_group_world's ids) */
 	uint8_t *stage;	 /* keel_group_use_device: NULL for host buffers */
 	size_t stage_bytes;
+	/* The frontier's bytes from each member, and to each the bytes it already has (a
+	 * resume after a view change that took no member: sends skip those), by job rank. */
+	uint64_t *rx_bytes, *tx_skip;
 	uint32_t *ranks;   /* size members' job ranks, in group order (world entries) */
 	uint32_t *scratch; /* split records: world x 4 */
 	struct gpeer *peers;
