@@ -180,6 +180,19 @@ static void ordered_recv(const struct keel_req *r, uint32_t j, struct gstep *s)
 	s->final = j + 1 == r->w;
 }
 
+/* Reduce's root: step 0 its own input (in place, it is already the output), then the others'
+ * in rank order. Only the root computes: its order need not match anyone's. */
+static void reduce_root_recv(const struct keel_req *r, uint32_t t, struct gstep *s)
+{
+	if (t == 0) {
+		set_recv(r, s, r->me, GA_LOCAL_COPY, 0, r->count);
+	} else {
+		uint32_t j = t - 1 < r->me ? t - 1 : t;
+		set_recv(r, s, j, GA_REDUCE, 0, r->count);
+	}
+	s->final = t + 1 == r->w;
+}
+
 static void allreduce_step(const struct keel_req *r, uint32_t t, struct gstep *s)
 {
 	uint32_t w = r->w, me = r->me;
@@ -232,8 +245,8 @@ static void rooted_step(const struct keel_req *r, uint32_t t, struct gstep *s)
 		}
 		return;
 	case GK_REDUCE:
-		if (me == root)
-			ordered_recv(r, t, s);
+		if (me == root) /* its own first (in place it is the output), the others in order */
+			reduce_root_recv(r, t, s);
 		else if (t == 0)
 			set_send(r, s, root, false, 0, r->count);
 		return;
