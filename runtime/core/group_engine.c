@@ -362,6 +362,9 @@ void grp_advance(struct keel_group *g)
 	send_owed(g);
 	if (g->syncing && all_synced(g))
 		decide(g);
+	struct keel_req *f = frontier(g);
+	if (g->syncing && f != NULL && g->node->now_ns - f->start_ns >= g->node->op_bound_ns)
+		grp_finish(g, f, -ETIMEDOUT); /* a SYNC that never came: the bound holds */
 	for (uint32_t guard = 0; !g->syncing && guard < g->ops_max; guard++) {
 		struct keel_req *r = frontier(g);
 		if (r == NULL || !advance(g, r))

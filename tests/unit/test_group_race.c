@@ -20,6 +20,7 @@
 #include "cluster_int.h"
 #include "keel/device_cpu.h"
 #include "keel/group.h"
+#include "group_int.h"
 
 enum race_kind {
 	RK_ALLGATHER,
@@ -339,14 +340,34 @@ static void check_split(const struct race *x, uint32_t r, uint32_t first)
 	}
 }
 
+/* A request that never ended: what its group and node were waiting for. */
+static void dump(const struct race *x, uint32_t r)
+{
+	const struct keel_group *g = x->g[r];
+	const struct keel_req *q = x->q[r];
+	const struct keel_node *n = x->c.node[r];
+	printf("rank %u: epoch %u member %d group size %u syncing %d run %u next %u; request "
+	       "state %d seq %u epoch %u w %u steps send %u recv %u of %u dev %d\n",
+	       r, n->epoch, n->member, g->size, g->syncing, g->run_seq, g->next_seq, q->state,
+	       q->seq, q->epoch, q->w, q->send_step, q->recv_step, q->step_count, q->dev_phase);
+	for (uint32_t i = 0; i < g->size; i++) {
+		const struct gpeer *p = &g->peers[g->ranks[i]];
+		printf("  member %u: synced %d (frontier %u result %u) done %u owed sync %d done %d\n",
+		       g->ranks[i], p->synced, p->sync.frontier, p->sync.result_epoch, p->done,
+		       p->sync_owed, p->done_owed);
+	}
+}
+
 static void check(struct race *x, int32_t **res)
 {
 	uint32_t first = UINT32_MAX;
 	for (uint32_t r = 0; r < x->world; r++) {
 		if (gone(x, r) && !(x->pause && x->done[r]))
 			continue;
-		if (!x->done[r])
+		if (!x->done[r]) {
+			dump(x, r);
 			fail_msg("rank %u never ended (a hang)", r);
+		}
 		if (x->rc[r] == KEEL_EEXCLUDED) /* the view left it out (the machine stalled this */
 			continue; /* process's packets): not a member, it need not agree */
 		if (x->pause && r == x->who[0]) { /* it came back: its result, or left out */
