@@ -731,8 +731,10 @@ void coll_on_install(struct keel_node *n, bool same_line, bool excluded)
 	n->op_base = n->op_run_id;
 	n->ops_done_local = 0;
 	n->hier_valid = false; /* the hosts' shape is the new view's, computed when needed */
-	coll_progress(n);
+	/* Groups first: until every member's SYNC came, none of their data may go out on the
+	 * new streams (a receiver still waiting for SYNCs would hold it, and the SYNC behind). */
 	grp_on_install_all(n);
+	coll_progress(n);
 }
 
 static void apply(const struct keel_op *op, const struct step *s, uint64_t off, const uint8_t *data,

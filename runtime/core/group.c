@@ -24,8 +24,8 @@ size_t keel_group_size(const struct keel_node *node)
 		return 0;
 	size_t w = node->world, k = node->ops_max;
 	return ALIGN8(sizeof(struct keel_group)) + ALIGN8(w * 4) + ALIGN8(w * 20) +
-	       ALIGN8(w * sizeof(struct gpeer)) + 2 * k * ALIGN8(sizeof(struct keel_req)) +
-	       ALIGN8(k * w * 4);
+	       ALIGN8(w * sizeof(struct gpeer)) + 2 * ALIGN8(w * 8) +
+	       2 * k * ALIGN8(sizeof(struct keel_req)) + ALIGN8(k * w * 4);
 }
 
 uint32_t grp_pos_of(const struct keel_group *g, uint32_t rank)
@@ -58,6 +58,8 @@ static int group_init(struct keel_node *n, void *mem, size_t len, const uint32_t
 	g->ranks = (uint32_t *)take(&cur, w * 4);
 	g->scratch = (uint32_t *)take(&cur, w * 20); /* records, then a selection */
 	g->peers = (struct gpeer *)take(&cur, w * sizeof(struct gpeer));
+	g->rx_bytes = (uint64_t *)take(&cur, w * 8);
+	g->tx_skip = (uint64_t *)take(&cur, w * 8);
 	g->ops = (struct keel_req *)take(&cur, k * ALIGN8(sizeof(struct keel_req)));
 	g->p2p = (struct keel_req *)take(&cur, k * ALIGN8(sizeof(struct keel_req)));
 	g->op_members = (uint32_t *)take(&cur, k * w * 4);
@@ -251,8 +253,8 @@ int grp_check(const struct keel_group *g, struct keel_req **req)
 	return 0;
 }
 
-struct keel_req *grp_req_new(struct keel_group *g, enum gop_kind kind, const void *send,
-			     void *recv, size_t count, enum keel_dtype dt, enum keel_redop op)
+struct keel_req *grp_req_new(struct keel_group *g, enum gop_kind kind, const void *send, void *recv,
+			     size_t count, enum keel_dtype dt, enum keel_redop op)
 {
 	struct keel_req *r = &g->ops[g->next_slot];
 	if (r->state != GS_FREE)
@@ -278,6 +280,14 @@ struct keel_req *grp_req_new(struct keel_group *g, enum gop_kind kind, const voi
 	return r;
 }
 
+void grp_req_cancel(struct keel_group *g, struct keel_req *r)
+{
+	KEEL_ASSERT(r->seq + 1 == g->next_seq && r->state == GS_QUEUED);
+	r->state = GS_FREE;
+	g->next_seq--;
+	g->next_slot = (uint32_t)(r - g->ops);
+}
+
 int grp_split_start(struct keel_group *parent, uint32_t color, uint32_t key, uint32_t list_hash,
 		    void *mem, size_t len, struct keel_group **out, struct keel_req **req)
 {
@@ -296,6 +306,7 @@ int grp_split_start(struct keel_group *parent, uint32_t color, uint32_t key, uin
 	    grp_req_new(parent, GK_SPLIT, NULL, parent->scratch, 4, KEEL_I32, KEEL_SUM);
 	if (r == NULL)
 		return -EBUSY;
+	r->in_bytes = 16;
 	r->split_rec[0] = color;
 	r->split_rec[1] = key;
 	r->split_rec[2] = list_hash;

@@ -41,10 +41,7 @@ static bool out_ready(const struct keel_req *r, uint32_t t, uint64_t lo, uint64_
 /* Receives write the output: in place, a write over the input forbids a restart. */
 static void note_write(struct keel_req *r, const uint8_t *dst, uint64_t len)
 {
-	uint64_t in_bytes = r->kind == GK_BROADCAST ? 0 : r->count * r->esize * r->w;
-	if (r->kind == GK_ALLREDUCE || r->kind == GK_REDUCE)
-		in_bytes = r->count * r->esize;
-	if (len != 0 && dst < r->in + in_bytes && r->in < dst + len)
+	if (len != 0 && r->in != NULL && dst < r->in + r->in_bytes && r->in < dst + len)
 		r->in_written = true;
 }
 
@@ -92,19 +89,25 @@ static void pump_sends(struct keel_group *g, struct keel_req *r)
 			r->send_off = 0;
 			continue;
 		}
+		uint32_t to = g->ranks[s.send_pos];
 		uint64_t len = s.send_len - r->send_off;
+		if (g->tx_skip[to] != 0) { /* resumed: it has these already */
+			uint64_t skip = len < g->tx_skip[to] ? len : g->tx_skip[to];
+			g->tx_skip[to] -= skip;
+			r->send_off += skip;
+			continue;
+		}
 		len = len > frag ? frag : len;
 		uint64_t lo = s.send_off + r->send_off;
 		if (s.send_out && !out_ready(r, r->send_step, lo, lo + len))
 			return;
 		if (n->budget_bytes == 0)
 			return;
-		struct grp_subhdr sh = {.group = g->id, .seq = r->seq, .msg = GMSG_DATA,
-					.kind = (uint8_t)r->kind};
+		struct grp_subhdr sh = {
+		    .group = g->id, .seq = r->seq, .msg = GMSG_DATA, .kind = (uint8_t)r->kind};
 		const uint8_t *src = (s.send_out ? r->out : r->in) + lo;
-		if (!grp_send(n, g->ranks[s.send_pos], &sh, (uint16_t)r->send_step,
-			      (uint32_t)r->send_off, (uint32_t)s.send_len, NULL, 0, src,
-			      (uint32_t)len))
+		if (!grp_send(n, to, &sh, (uint16_t)r->send_step, (uint32_t)r->send_off,
+			      (uint32_t)s.send_len, NULL, 0, src, (uint32_t)len))
 			return;
 		node_budget_spend(n, (uint32_t)len);
 		r->send_off += len;
@@ -150,6 +153,8 @@ static bool op_begin(struct keel_group *g, struct keel_req *r)
 	r->done_epoch = n->epoch;
 	r->done_count = r->w;
 	memcpy(r->members, g->ranks, r->w * sizeof(uint32_t));
+	for (uint32_t i = 0; i < r->w; i++)
+		g->rx_bytes[g->ranks[i]] = g->tx_skip[g->ranks[i]] = 0;
 	r->state = GS_RUNNING;
 	return true;
 }
@@ -171,6 +176,27 @@ static bool everyone_done(const struct keel_group *g, const struct keel_req *r)
 	return true;
 }
 
+/* Our SYNC to member `rank`: where our frontier is, what we hold of it and of its data. */
+static bool sync_send(struct keel_group *g, uint32_t rank)
+{
+	const struct gpeer *p = &g->peers[rank];
+	struct keel_req *r = frontier(g);
+	bool has = r != NULL && r->state == GS_LOCAL_DONE && r->kind != GK_BARRIER;
+	bool began = r != NULL && r->state != GS_QUEUED;
+	uint32_t result_epoch = has ? r->epoch : 0; /* a barrier's local end is no result */
+	uint8_t can = r == NULL || !r->in_written;
+	uint64_t rx = began ? g->rx_bytes[rank] : 0;
+	uint8_t body[GRP_SYNC_BYTES];
+	memcpy(body, &g->run_seq, 4);
+	memcpy(body + 4, &result_epoch, 4);
+	body[8] = can;
+	memcpy(body + 9, &p->p2p_read, 4);
+	memcpy(body + 13, &p->p2p_read_off, 8);
+	memcpy(body + 21, &rx, 8);
+	struct grp_subhdr sh = {.group = g->id, .msg = GMSG_SYNC};
+	return grp_send(g->node, rank, &sh, 0, 0, GRP_SYNC_BYTES, body, GRP_SYNC_BYTES, NULL, 0);
+}
+
 /* Control messages owed to the members: SYNC, DONE, P2P_DONE (each cumulative: the latest
  * says all). */
 static void send_owed(struct keel_group *g)
@@ -181,78 +207,78 @@ static void send_owed(struct keel_group *g)
 		struct gpeer *p = &g->peers[rank];
 		if (i == g->self_pos)
 			continue;
-		if (p->sync_owed) {
-			struct keel_req *r = frontier(g);
-			struct grp_sync s = {
-			    .frontier = g->run_seq,
-			    .result_epoch = r != NULL && r->state == GS_LOCAL_DONE ? r->epoch : 0,
-			    .can_restart = r == NULL || !r->in_written,
-			    .p2p_read = p->p2p_read,
-			    .p2p_off = p->p2p_read_off};
-			uint8_t body[GRP_SYNC_BYTES];
-			memcpy(body, &s.frontier, 4);
-			memcpy(body + 4, &s.result_epoch, 4);
-			body[8] = s.can_restart;
-			memcpy(body + 9, &s.p2p_read, 4);
-			memcpy(body + 13, &s.p2p_off, 8);
-			struct grp_subhdr sh = {.group = g->id, .msg = GMSG_SYNC};
-			if (!grp_send(n, rank, &sh, 0, 0, GRP_SYNC_BYTES, body, GRP_SYNC_BYTES,
-				      NULL, 0))
-				continue;
+		if (p->sync_owed && sync_send(g, rank))
 			p->sync_owed = false;
-		}
 		if (p->done_owed && !g->syncing) {
-			struct grp_subhdr sh = {.group = g->id, .seq = g->local_done,
-						.msg = GMSG_DONE};
+			struct grp_subhdr sh = {
+			    .group = g->id, .seq = g->local_done, .msg = GMSG_DONE};
 			if (grp_send(n, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0))
 				p->done_owed = false;
 		}
 		if (p->p2p_done_owed) {
-			struct grp_subhdr sh = {.group = g->id, .seq = p->p2p_read,
-						.msg = GMSG_P2P_DONE};
+			struct grp_subhdr sh = {
+			    .group = g->id, .seq = p->p2p_read, .msg = GMSG_P2P_DONE};
 			if (grp_send(n, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0))
 				p->p2p_done_owed = false;
 		}
 	}
 }
 
+/* A view change took no member of the running frontier: it goes on where it was. Each
+ * member keeps what it received; sends start over, skipping the bytes each member said it
+ * has (tx_skip), so nothing is applied twice — in place too. */
+static void resume(struct keel_group *g, struct keel_req *r)
+{
+	r->epoch = g->node->epoch; /* the attempt every member of it now shares */
+	r->send_step = 0;
+	r->send_off = 0;
+	r->progress_ns = g->node->now_ns;
+	if (r->state == GS_LOCAL_DONE)
+		r->state = GS_RUNNING; /* its sends may still be missing somewhere */
+}
+
 /* Every member's SYNC came: decide the frontier alike everywhere. It stands when every
- * member holds its result from the same attempt (or reported it); else it runs again from
- * the inputs, where the group's shape and every member's input allow, or fails. */
+ * member holds its result from the same attempt (or reported it). Else, when the view took
+ * none of its members, it resumes; else it runs again from the inputs over the survivors,
+ * where its shape and every member's input allow, or fails. */
 static void decide(struct keel_group *g)
 {
 	struct keel_req *r = frontier(g);
 	uint32_t f = g->run_seq;
+	bool began = r != NULL && r->state != GS_QUEUED;
 	bool all_have = r != NULL && r->state == GS_LOCAL_DONE, can = r == NULL || !r->in_written;
+	bool go_on = began && r->w == g->size;
 	for (uint32_t i = 0; i < g->size; i++) {
 		if (i == g->self_pos)
 			continue;
-		struct gpeer *p = &g->peers[g->ranks[i]];
+		uint32_t rank = g->ranks[i];
+		struct gpeer *p = &g->peers[rank];
 		const struct grp_sync *s = &p->sync;
-		p->done = s->frontier;
+		bool same = s->frontier == f;
+		bool has = same && began && s->result_epoch != 0 && s->result_epoch == r->epoch;
+		p->done = s->frontier + (go_on && has ? 1u : 0u);
+		g->tx_skip[rank] = same ? s->rx_bytes : 0;
 		if (seq_before(f, s->frontier))
 			continue; /* it reported ours: everyone had it */
-		if (s->frontier != f || r == NULL || s->result_epoch != r->epoch)
-			all_have = false;
-		if (s->frontier == f && !s->can_restart)
-			can = false;
+		all_have = all_have && has;
+		can = can && (!same || s->can_restart);
 	}
 	g->syncing = false;
-	if (r == NULL || r->state == GS_QUEUED)
+	if (!began)
 		return;
 	if (all_have) {
 		for (uint32_t i = 0; i < g->size; i++)
 			if (i != g->self_pos && g->peers[g->ranks[i]].done == f)
 				g->peers[g->ranks[i]].done = f + 1;
 		grp_finish(g, r, 0);
-		return;
-	}
-	if (!can) {
+	} else if (go_on) {
+		resume(g, r);
+	} else if (!can) {
 		grp_finish(g, r, KEEL_EVIEWCHANGED); /* an input is gone, in place */
-		return;
+	} else {
+		g->local_done = f;
+		r->state = GS_QUEUED; /* op_begin decides whether its shape allows it */
 	}
-	g->local_done = f;
-	r->state = GS_QUEUED; /* op_begin decides whether its shape allows it */
 }
 
 static bool all_synced(const struct keel_group *g)
@@ -268,9 +294,10 @@ static bool advance(struct keel_group *g, struct keel_req *r)
 {
 	struct keel_node *n = g->node;
 	if (n->fatal != 0 || n->noquorum || !g->member) {
-		grp_finish(g, r, n->fatal != 0 ? n->fatal
-				 : n->noquorum ? KEEL_ENOQUORUM
-					       : KEEL_EEXCLUDED);
+		grp_finish(g, r,
+			   n->fatal != 0 ? n->fatal
+			   : n->noquorum ? KEEL_ENOQUORUM
+					 : KEEL_EEXCLUDED);
 		return true;
 	}
 	if (n->now_ns - r->start_ns >= n->op_bound_ns) {
@@ -280,6 +307,8 @@ static bool advance(struct keel_group *g, struct keel_req *r)
 	if (r->state == GS_QUEUED) {
 		if (!n->member)
 			return false;
+		if (!grp_dev_drain(g, r) || !grp_dev_stage_in(g, r))
+			return r->state == GS_DONE; /* the device works, or failed */
 		if (!op_begin(g, r))
 			return true;
 	}
@@ -292,6 +321,8 @@ static bool advance(struct keel_group *g, struct keel_req *r)
 			grp_finish(g, r, -ETIMEDOUT); /* a member never came */
 			return true;
 		}
+		if (!grp_dev_copy_out(g, r))
+			return r->state == GS_DONE;
 		local_done(g, r);
 	}
 	if (!everyone_done(g, r))
@@ -332,7 +363,8 @@ uint64_t grp_next_deadline_all(const struct keel_node *n)
 			dl = b < dl ? b : dl;
 		}
 		for (uint32_t i = 0; i < g->ops_max; i++)
-			if (g->p2p[i].state == GS_RUNNING && g->p2p[i].start_ns + n->op_bound_ns < dl)
+			if (g->p2p[i].state == GS_RUNNING &&
+			    g->p2p[i].start_ns + n->op_bound_ns < dl)
 				dl = g->p2p[i].start_ns + n->op_bound_ns;
 	}
 	return dl;
@@ -402,6 +434,7 @@ static void on_sync(struct keel_group *g, uint32_t peer, const uint8_t *b)
 	p->sync.can_restart = b[8];
 	memcpy(&p->sync.p2p_read, b + 9, 4);
 	memcpy(&p->sync.p2p_off, b + 13, 8);
+	memcpy(&p->sync.rx_bytes, b + 21, 8);
 	p->synced = true;
 	grp_p2p_on_sync(g, peer, &p->sync);
 }
@@ -438,11 +471,11 @@ static bool on_data(struct keel_group *g, uint32_t peer, const struct wire_heade
 		return true;
 	}
 	apply(r, &s, r->recv_off, data, len);
+	g->rx_bytes[peer] += len;
 	r->recv_off += len;
 	r->progress_ns = n->now_ns;
 	skip_recv(r);
-	grp_advance(g);
-	return true;
+	return true; /* the poll's progress step sends what this made ready */
 }
 
 static bool decode_subhdr(const struct wire_header *h, const uint8_t *payload,
@@ -489,7 +522,6 @@ bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h
 	case GMSG_DONE:
 		if (seq_before(g->peers[peer].done, sh.seq))
 			g->peers[peer].done = sh.seq;
-		grp_advance(g);
 		return true;
 	case GMSG_SYNC:
 		if (len != GRP_SYNC_BYTES) {
@@ -502,11 +534,9 @@ bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h
 				g->peers[g->ranks[i]].sync_owed = i != g->self_pos;
 		}
 		on_sync(g, peer, data);
-		grp_advance(g);
 		return true;
 	case GMSG_P2P_DONE:
 		grp_p2p_on_done(g, peer, sh.seq);
-		grp_advance(g);
 		return true;
 	default:
 		return grp_p2p_deliver(g, peer, h, &sh, data, len);

@@ -44,8 +44,9 @@ struct grp_sync {
 	uint8_t can_restart;   /* its input to the frontier is untouched (or it has none pending) */
 	uint32_t p2p_read;     /* messages it has read whole from the receiver of this SYNC */
 	uint64_t p2p_off;      /* bytes it read of the next one */
+	uint64_t rx_bytes;     /* bytes of its frontier it has from the receiver of this SYNC */
 };
-#define GRP_SYNC_BYTES 21u
+#define GRP_SYNC_BYTES 29u
 
 enum gop_kind {
 	GK_ALLGATHER = 1,
@@ -111,6 +112,15 @@ struct keel_req {
 	uint64_t send_off, recv_off;
 	uint32_t done_epoch, done_count; /* what the result was computed over */
 	uint32_t *members;		 /* done_count ranks (the group's memory) */
+	/* device buffers (group_device.c): the caller's, staged through the group's stage;
+	 * dev_phase: 0 input not staged, 1 staging, 2 staged, 3 copying the output back, 4 done */
+	bool dev;
+	uint8_t dev_phase;
+	const uint8_t *d_in;
+	uint8_t *d_out;
+	uint64_t in_bytes, out_bytes, dev_queued;
+	uint32_t dev_nt;
+	uint32_t dev_tickets[KEEL_DEVICE_INFLIGHT_MAX];
 	/* split: this member's record and where the new group goes */
 	uint32_t split_rec[4];
 	void *split_mem;
@@ -146,23 +156,30 @@ struct keel_group {
 	struct keel_group *next; /* the node's list of groups */
 	uint32_t size, self_pos, created_size, epoch;
 	bool member;
-	bool syncing;	   /* a view change: the frontier waits for every member's SYNC */
-	uint32_t splits;   /* world groups made in this epoch (keel_group_world's ids) */
+	bool syncing;	 /* a view change: the frontier waits for every member's SYNC */
+	uint32_t splits; /* world groups made in this epoch (keel_group_world's ids) */
+	uint8_t *stage;	 /* keel_group_use_device: NULL for host buffers */
+	size_t stage_bytes;
+	/* The frontier's bytes from each member, and to each the bytes it already has (a
+	 * resume after a view change that took no member: sends skip those), by job rank. */
+	uint64_t *rx_bytes, *tx_skip;
 	uint32_t *ranks;   /* size members' job ranks, in group order (world entries) */
 	uint32_t *scratch; /* split records: world x 4 */
 	struct gpeer *peers;
 	struct keel_req *ops; /* ops_max collectives, a ring */
 	uint32_t *op_members; /* ops_max x world */
 	uint32_t next_seq, run_seq, next_slot, run_slot, ops_max;
-	uint32_t local_done; /* collectives this member holds the result of */
+	uint32_t local_done;  /* collectives this member holds the result of */
 	struct keel_req *p2p; /* ops_max batches */
 };
 
 /* group.c */
 int grp_check(const struct keel_group *g, struct keel_req **req); /* 0, -EINVAL, EEXCLUDED */
 /* A new collective in the group's stream (NULL: ops_max pending); grp_advance starts it. */
-struct keel_req *grp_req_new(struct keel_group *g, enum gop_kind kind, const void *send,
-			     void *recv, size_t count, enum keel_dtype dt, enum keel_redop op);
+struct keel_req *grp_req_new(struct keel_group *g, enum gop_kind kind, const void *send, void *recv,
+			     size_t count, enum keel_dtype dt, enum keel_redop op);
+/* Take back the request just made (its start failed). */
+void grp_req_cancel(struct keel_group *g, struct keel_req *r);
 /* A split (list_hash: from_ranks' list, the same at every member, else 0). */
 int grp_split_start(struct keel_group *parent, uint32_t color, uint32_t key, uint32_t list_hash,
 		    void *mem, size_t len, struct keel_group **out, struct keel_req **req);
@@ -180,6 +197,18 @@ void grp_step(const struct keel_req *r, uint32_t t, struct gstep *s);
 /* Local copies done at a begin (own block into the output). */
 void grp_plan_begin(struct keel_req *r, bool ring);
 bool grp_kind_indexed(enum gop_kind k);
+
+/* group_device.c */
+/* At start: the request's buffers are device memory; lay its host run out in the stage.
+ * -ENOSPC when the stage is too small. */
+int grp_dev_prepare(struct keel_group *g, struct keel_req *r);
+/* Stage the input (before a begin) / copy the output back (before DONE): true once done;
+ * false while the device works (or it failed: the request was finished with KEEL_EDEVICE). */
+bool grp_dev_stage_in(struct keel_group *g, struct keel_req *r);
+bool grp_dev_copy_out(struct keel_group *g, struct keel_req *r);
+/* Wait for every piece of device work of `r` (a restart must not rewrite the stage under
+ * a copy); true when none is left. */
+bool grp_dev_drain(struct keel_group *g, struct keel_req *r);
 
 /* group_engine.c */
 void grp_progress_all(struct keel_node *n);

@@ -29,6 +29,11 @@ static int start(struct keel_group *g, struct keel_req *r, struct keel_req **req
 {
 	if (r == NULL)
 		return -EBUSY;
+	int rc = grp_dev_prepare(g, r);
+	if (rc != 0) {
+		grp_req_cancel(g, r);
+		return rc;
+	}
 	*req = r;
 	grp_advance(g);
 	return 0;
@@ -128,7 +133,8 @@ static int rs_start(struct keel_group *g, const void *send, void *recv, size_t c
 	rc = args(g, req, dtype, (int)op, send, total * es, recv, mine * es);
 	if (rc != 0)
 		return rc;
-	if (recv != (const uint8_t *)send + off * es && spans_meet(send, total * es, recv, mine * es))
+	if (recv != (const uint8_t *)send + off * es &&
+	    spans_meet(send, total * es, recv, mine * es))
 		return -EINVAL;
 	struct keel_req *r = grp_req_new(g, GK_REDUCE_SCATTER, send, recv, count, dtype, op);
 	if (r != NULL)
@@ -195,7 +201,8 @@ int keel_group_broadcast_start(struct keel_group *g, uint32_t root, void *buf, s
 			       struct keel_req **req)
 {
 	int rc = args(g, req, KEEL_U8, -1, buf, bytes, buf, bytes);
-	return rc != 0 ? rc : rooted(g, GK_BROADCAST, buf, buf, bytes, KEEL_U8, KEEL_SUM, root, req);
+	return rc != 0 ? rc
+		       : rooted(g, GK_BROADCAST, buf, buf, bytes, KEEL_U8, KEEL_SUM, root, req);
 }
 
 int keel_group_broadcast(struct keel_group *g, uint32_t root, void *buf, size_t bytes)
@@ -210,8 +217,8 @@ int keel_group_reduce_start(struct keel_group *g, const void *send, void *recv, 
 {
 	size_t bytes = count * keel_dtype_size(dtype);
 	bool at_root = valid_size(g) != 0 && root == g->self_pos;
-	int rc = args(g, req, dtype, (int)op, send, bytes, at_root ? recv : NULL,
-		      at_root ? bytes : 0);
+	int rc =
+	    args(g, req, dtype, (int)op, send, bytes, at_root ? recv : NULL, at_root ? bytes : 0);
 	if (rc != 0)
 		return rc;
 	if (at_root && send != recv && spans_meet(send, bytes, recv, bytes))
@@ -224,7 +231,8 @@ int keel_group_gather_start(struct keel_group *g, const void *send, void *recv, 
 {
 	size_t bytes = count * keel_dtype_size(dtype), w = valid_size(g);
 	bool at_root = w != 0 && root == g->self_pos;
-	int rc = args(g, req, dtype, -1, send, bytes, at_root ? recv : NULL, at_root ? bytes * w : 0);
+	int rc =
+	    args(g, req, dtype, -1, send, bytes, at_root ? recv : NULL, at_root ? bytes * w : 0);
 	if (rc != 0)
 		return rc;
 	if (at_root && !in_place_or_apart(send, bytes, recv, bytes * w, bytes * g->self_pos))
@@ -237,7 +245,8 @@ int keel_group_scatter_start(struct keel_group *g, const void *send, void *recv,
 {
 	size_t bytes = count * keel_dtype_size(dtype), w = valid_size(g);
 	bool at_root = w != 0 && root == g->self_pos;
-	int rc = args(g, req, dtype, -1, at_root ? send : NULL, at_root ? bytes * w : 0, recv, bytes);
+	int rc =
+	    args(g, req, dtype, -1, at_root ? send : NULL, at_root ? bytes * w : 0, recv, bytes);
 	if (rc != 0)
 		return rc;
 	if (at_root && !in_place_or_apart(recv, bytes, send, bytes * w, bytes * g->self_pos))
@@ -296,9 +305,9 @@ int keel_group_alltoallv_start(struct keel_group *g, const void *send, const siz
 int keel_group_barrier_start(struct keel_group *g, struct keel_req **req)
 {
 	int rc = grp_check(g, req);
-	return rc != 0 ? rc
-		       : start(g, grp_req_new(g, GK_BARRIER, NULL, NULL, 0, KEEL_U8, KEEL_SUM),
-			       req);
+	return rc != 0
+		   ? rc
+		   : start(g, grp_req_new(g, GK_BARRIER, NULL, NULL, 0, KEEL_U8, KEEL_SUM), req);
 }
 
 int keel_group_barrier(struct keel_group *g)
@@ -315,8 +324,8 @@ int keel_group_split_start(struct keel_group *parent, uint32_t color, uint32_t k
 	return grp_split_start(parent, color, key, 0, mem, len, out, req);
 }
 
-int keel_group_split(struct keel_group *parent, uint32_t color, uint32_t key, void *mem,
-		     size_t len, struct keel_group **out)
+int keel_group_split(struct keel_group *parent, uint32_t color, uint32_t key, void *mem, size_t len,
+		     struct keel_group **out)
 {
 	struct keel_req *r = NULL;
 	return wait_new(grp_split_start(parent, color, key, 0, mem, len, out, &r), r);

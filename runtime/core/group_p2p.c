@@ -46,11 +46,11 @@ static void pump(struct keel_group *g, struct keel_req *r)
 		while (p->p2p_sent == it->seq && n->budget_bytes != 0) {
 			uint64_t len = it->p.bytes - it->off;
 			len = len > frag ? frag : len;
-			struct grp_subhdr sh = {.group = g->id, .seq = it->seq, .msg = GMSG_P2P,
-						.tag = it->p.tag};
+			struct grp_subhdr sh = {
+			    .group = g->id, .seq = it->seq, .msg = GMSG_P2P, .tag = it->p.tag};
 			if (!grp_send(n, it->peer_rank, &sh, 0, (uint32_t)it->off,
-				      (uint32_t)it->p.bytes, NULL, 0, (const uint8_t *)it->p.buf + it->off,
-				      (uint32_t)len))
+				      (uint32_t)it->p.bytes, NULL, 0,
+				      (const uint8_t *)it->p.buf + it->off, (uint32_t)len))
 				break;
 			node_budget_spend(n, (uint32_t)len);
 			it->off += len;
@@ -69,7 +69,9 @@ void grp_p2p_progress(struct keel_group *g)
 		if (r->state != GS_RUNNING)
 			continue;
 		if (n->fatal != 0 || n->noquorum || !g->member) {
-			int why = n->fatal != 0 ? n->fatal : n->noquorum ? KEEL_ENOQUORUM : KEEL_EEXCLUDED;
+			int why = n->fatal != 0 ? n->fatal
+				  : n->noquorum ? KEEL_ENOQUORUM
+						: KEEL_EEXCLUDED;
 			for (uint32_t i = 0; i < r->item_count; i++)
 				if (item_pending(&r->items[i]))
 					r->items[i].status = why;
@@ -92,8 +94,8 @@ static struct p2p_item *find_recv(struct keel_group *g, uint32_t peer, uint32_t 
 		struct keel_req *r = &g->p2p[b];
 		for (uint32_t i = 0; r->state == GS_RUNNING && i < r->item_count; i++) {
 			struct p2p_item *it = &r->items[i];
-			if (it->p.kind == KEEL_P2P_RECV && it->peer_rank == peer && it->seq == seq &&
-			    item_pending(it)) {
+			if (it->p.kind == KEEL_P2P_RECV && it->peer_rank == peer &&
+			    it->seq == seq && item_pending(it)) {
 				*batch = r;
 				return it;
 			}
@@ -158,8 +160,8 @@ void grp_p2p_on_done(struct keel_group *g, uint32_t peer, uint32_t read)
 			continue;
 		for (uint32_t i = 0; i < r->item_count; i++) {
 			struct p2p_item *it = &r->items[i];
-			if (it->p.kind == KEEL_P2P_SEND && it->peer_rank == peer && item_pending(it) &&
-			    seq_before(it->seq, read))
+			if (it->p.kind == KEEL_P2P_SEND && it->peer_rank == peer &&
+			    item_pending(it) && seq_before(it->seq, read))
 				it->status = 0;
 		}
 		batch_check_done(g, r);
@@ -194,7 +196,8 @@ void grp_p2p_on_sync(struct keel_group *g, uint32_t peer, const struct grp_sync 
 		struct keel_req *r = &g->p2p[b];
 		for (uint32_t i = 0; r->state == GS_RUNNING && i < r->item_count; i++) {
 			struct p2p_item *it = &r->items[i];
-			if (it->p.kind == KEEL_P2P_SEND && it->peer_rank == peer && item_pending(it))
+			if (it->p.kind == KEEL_P2P_SEND && it->peer_rank == peer &&
+			    item_pending(it))
 				it->off = it->seq == s->p2p_read ? s->p2p_off : 0;
 		}
 	}

@@ -56,8 +56,8 @@ static void set_send(const struct keel_req *r, struct gstep *s, uint32_t pos, bo
 	s->send_len = n * r->esize;
 }
 
-static void set_recv(const struct keel_req *r, struct gstep *s, uint32_t pos,
-		     enum gstep_action a, uint64_t off, uint64_t n)
+static void set_recv(const struct keel_req *r, struct gstep *s, uint32_t pos, enum gstep_action a,
+		     uint64_t off, uint64_t n)
 {
 	bool local = a == GA_LOCAL_COPY || a == GA_LOCAL_REDUCE;
 	s->recv_pos = local || n == 0 ? -1 : (int32_t)pos;
@@ -139,8 +139,8 @@ static void rs_step(const struct keel_req *r, uint32_t t, struct gstep *s, bool 
 static void ordered_recv(const struct keel_req *r, uint32_t j, struct gstep *s)
 {
 	bool own = j == r->me;
-	enum gstep_action a = j == 0 ? (own ? GA_LOCAL_COPY : GA_COPY)
-				     : (own ? GA_LOCAL_REDUCE : GA_REDUCE);
+	enum gstep_action a =
+	    j == 0 ? (own ? GA_LOCAL_COPY : GA_COPY) : (own ? GA_LOCAL_REDUCE : GA_REDUCE);
 	set_recv(r, s, j, a, 0, r->count);
 	s->final = j + 1 == r->w;
 }
