@@ -335,7 +335,7 @@ int keel_req_test_info(struct keel_req *req, struct keel_req_info *info, uint32_
 		info->epoch = req->done_epoch;
 		info->member_count = req->done_count;
 		info->restarts = req->restarts;
-		info->algo = req->algo_ring ? KEEL_ALGO_RING : KEEL_ALGO_RD;
+		info->algo = req->algo;
 	}
 	if (members != NULL && req->status == 0 && req->kind != GK_P2P)
 		memcpy(members, req->members, req->done_count * sizeof(uint32_t));
