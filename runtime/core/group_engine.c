@@ -209,7 +209,11 @@ static bool sync_send(struct keel_group *g, uint32_t rank)
 	uint32_t result_epoch = has ? r->epoch : 0; /* a barrier's local end is no result */
 	uint8_t can = r == NULL || !r->in_written;
 	uint64_t rx = began ? g->rx_bytes[rank] : 0;
-	uint8_t body[GRP_SYNC_BYTES];
+	uint32_t bits = (g->node->world + 7) / 8;
+	uint8_t body[GRP_SYNC_BYTES + KEEL_WORLD_MAX / 8];
+	memset(body + GRP_SYNC_BYTES, 0, bits);
+	for (uint32_t i = 0; g->member && i < g->size; i++)
+		body[GRP_SYNC_BYTES + g->ranks[i] / 8] |= (uint8_t)(1u << (g->ranks[i] % 8));
 	memcpy(body, &g->run_seq, 4);
 	memcpy(body + 4, &result_epoch, 4);
 	body[8] = can;
@@ -217,7 +221,8 @@ static bool sync_send(struct keel_group *g, uint32_t rank)
 	memcpy(body + 13, &p->p2p_read_off, 8);
 	memcpy(body + 21, &rx, 8);
 	struct grp_subhdr sh = {.group = g->id, .msg = GMSG_SYNC};
-	return grp_send(g->node, rank, &sh, 0, 0, GRP_SYNC_BYTES, body, GRP_SYNC_BYTES, NULL, 0);
+	return grp_send(g->node, rank, &sh, 0, 0, GRP_SYNC_BYTES + bits, body,
+			GRP_SYNC_BYTES + bits, NULL, 0);
 }
 
 /* Control messages owed to the members: SYNC, DONE, P2P_DONE (each cumulative: the latest
@@ -244,6 +249,11 @@ static void send_owed(struct keel_group *g)
 			if (grp_send(n, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0))
 				p->p2p_done_owed = false;
 		}
+	}
+	for (uint32_t i = 0; i < g->created_size; i++) {
+		struct gpeer *p = &g->peers[g->created[i]];
+		if (p->out_owed && sync_send(g, g->created[i]))
+			p->out_owed = false;
 	}
 }
 
@@ -429,6 +439,20 @@ static void follow_view(struct keel_group *g)
 	g->epoch = n->view.epoch;
 }
 
+/* A rank the group dropped that is in the view again in the same life (left out while
+ * paused, then let back in) may have missed the view that dropped it: our SYNC tells it it
+ * is out. */
+static void mark_out_owed(struct keel_group *g)
+{
+	struct keel_node *n = g->node;
+	for (uint32_t i = 0; g->member && i < g->created_size; i++) {
+		uint32_t rank = g->created[i];
+		g->peers[rank].out_owed = rank != n->self && grp_pos_of(g, rank) == UINT32_MAX &&
+					  view_has(&n->view, rank) &&
+					  n->view.inc[rank] == g->peers[rank].inc;
+	}
+}
+
 void grp_on_install_all(struct keel_node *n)
 {
 	for (struct keel_group *g = n->groups; g != NULL; g = g->next) {
@@ -444,6 +468,7 @@ void grp_on_install_all(struct keel_node *n)
 			/* DONEs of the old epoch count no more: each had reported what we did */
 			p->done = g->run_seq;
 		}
+		mark_out_owed(g);
 		grp_p2p_on_view(g);
 		grp_advance(g);
 	}
@@ -452,9 +477,38 @@ void grp_on_install_all(struct keel_node *n)
 static struct keel_group *group_by_id(struct keel_node *n, uint64_t id)
 {
 	for (struct keel_group *g = n->groups; g != NULL; g = g->next)
-		if (g->id == id && g->member)
+		if (g->id == id)
 			return g;
 	return NULL;
+}
+
+static bool freed_here(const struct keel_node *n, uint64_t id)
+{
+	for (uint32_t i = 0; i < KEEL_GROUPS_FREED_KEPT; i++)
+		if (n->groups_freed[i] == id && id != 0)
+			return true;
+	return false;
+}
+
+/* A member's SYNC lists its members: a rank it dropped is dropped here too (this node
+ * skipped the view that left it out), and when this node is not among them, it is out. */
+static void sync_members(struct keel_group *g, const uint8_t *bits)
+{
+	struct keel_node *n = g->node;
+	if (((bits[n->self / 8] >> (n->self % 8)) & 1u) == 0) {
+		g->member = false; /* its operations end with KEEL_EEXCLUDED */
+		g->syncing = false;
+		return;
+	}
+	uint32_t kept = 0;
+	for (uint32_t i = 0; i < g->size; i++)
+		if ((bits[g->ranks[i] / 8] >> (g->ranks[i] % 8)) & 1u)
+			g->ranks[kept++] = g->ranks[i];
+	if (kept == g->size)
+		return;
+	g->size = kept;
+	g->self_pos = grp_pos_of(g, n->self);
+	grp_p2p_on_view(g);
 }
 
 static void on_sync(struct keel_group *g, uint32_t peer, const uint8_t *b)
@@ -468,6 +522,7 @@ static void on_sync(struct keel_group *g, uint32_t peer, const uint8_t *b)
 	memcpy(&p->sync.rx_bytes, b + 21, 8);
 	p->synced = true;
 	grp_p2p_on_sync(g, peer, &p->sync);
+	sync_members(g, b + GRP_SYNC_BYTES);
 }
 
 /* A DATA fragment for the frontier collective. false: not yet (hold it). */
@@ -540,8 +595,10 @@ bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h
 		return true;
 	}
 	struct keel_group *g = group_by_id(n, sh.group);
-	if (g == NULL) /* not created here yet (its data waits), or gone (a late notice) */
-		return sh.msg == GMSG_DONE || sh.msg == GMSG_P2P_DONE;
+	if (g == NULL) /* not created here yet (it waits), or gone (a late message) */
+		return sh.msg == GMSG_DONE || sh.msg == GMSG_P2P_DONE || freed_here(n, sh.group);
+	if (!g->member)
+		return true; /* this node is out of it: nothing for it any more */
 	uint32_t pos = grp_pos_of(g, peer);
 	if (pos == UINT32_MAX) {
 		n->ctr.drop_protocol++; /* not a member (any more) */
@@ -558,7 +615,7 @@ bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h
 			g->peers[peer].done = sh.seq;
 		return true;
 	case GMSG_SYNC:
-		if (len != GRP_SYNC_BYTES) {
+		if (len != GRP_SYNC_BYTES + (n->world + 7) / 8) {
 			n->ctr.drop_protocol++;
 			return true;
 		}

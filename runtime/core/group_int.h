@@ -45,8 +45,11 @@ struct grp_sync {
 	uint32_t p2p_read;     /* messages it has read whole from the receiver of this SYNC */
 	uint64_t p2p_off;      /* bytes it read of the next one */
 	uint64_t rx_bytes;     /* bytes of its frontier it has from the receiver of this SYNC */
+	/* then the sender's members, one bit per job rank (world bits): members that missed a
+	 * view (it skipped an epoch) learn whom the others dropped, and a rank the others
+	 * dropped learns it is out */
 };
-#define GRP_SYNC_BYTES 29u
+#define GRP_SYNC_BYTES 29u /* without the members' bits */
 
 enum gop_kind {
 	GK_ALLGATHER = 1,
@@ -141,6 +144,7 @@ struct gpeer {
 	bool sync_owed;	      /* ours to it is not sent yet */
 	bool done_owed;	      /* our DONE count is not sent yet */
 	bool p2p_done_owed;
+	bool out_owed;	   /* not a member any more, but it may think it is: tell it (a SYNC) */
 	uint32_t p2p_tx;   /* messages to it assigned */
 	uint32_t p2p_sent; /* messages to it sent whole (the next to send) */
 	uint32_t p2p_acked;
@@ -164,6 +168,7 @@ struct keel_group {
 	/* The frontier's bytes from each member, and to each the bytes it already has (a
 	 * resume after a view change that took no member: sends skip those), by job rank. */
 	uint64_t *rx_bytes, *tx_skip;
+	uint32_t *created; /* created_size members at creation, in order (world entries) */
 	uint32_t *ranks;   /* size members' job ranks, in group order (world entries) */
 	uint32_t *scratch; /* split records: world x 4 */
 	struct gpeer *peers;
