@@ -127,7 +127,7 @@ int keel_group_free(struct keel_group *group)
 			return -EBUSY; /* a result not taken yet */
 	for (uint32_t i = 0; i < group->created_size; i++) {
 		const struct gpeer *p = &group->peers[group->created[i]];
-		if (p->done_owed || p->sync_owed || p->p2p_done_owed || p->out_owed)
+		if (p->done_owed || p->sync_owed || p->p2p_done_owed || p->out_owed || p->rtr_owed)
 			return -EBUSY; /* a member still waits for our word: poll, then again */
 	}
 	struct keel_node *n = group->node;
@@ -225,13 +225,13 @@ bool grp_send(struct keel_node *n, uint32_t peer, const struct grp_subhdr *sh, u
 	uint8_t *buf = rel_send_slot(n, peer);
 	if (buf == NULL)
 		return false;
-	uint32_t hdr = sh->msg == GMSG_P2P ? GRP_P2P_SUBHDR_BYTES : GRP_SUBHDR_BYTES;
+	uint32_t hdr = grp_subhdr_len(sh->msg);
 	memcpy(buf, &sh->group, 8);
 	memcpy(buf + 8, &sh->seq, 4);
 	buf[12] = sh->msg;
 	buf[13] = sh->kind;
 	memcpy(buf + 14, &sh->aux, 2);
-	if (sh->msg == GMSG_P2P)
+	if (hdr > GRP_SUBHDR_BYTES)
 		memcpy(buf + 16, &sh->tag, 4);
 	if (blen != 0)
 		memcpy(buf + hdr, body, blen);

@@ -385,6 +385,10 @@ static void check(struct race *x, int32_t **res)
 		} else if (first == UINT32_MAX) {
 			first = r;
 		} else {
+			if (x->rc[r] != x->rc[first]) {
+				dump(x, first);
+				dump(x, r);
+			}
 			assert_int_equal(x->rc[r], x->rc[first]);
 			if (x->rc[r] == 0) {
 				assert_int_equal(x->info[r].member_count,
