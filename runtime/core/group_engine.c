@@ -23,7 +23,16 @@ static struct keel_req *frontier(struct keel_group *g)
 static uint32_t grp_shape(const struct keel_req *r)
 {
 	uint32_t root = r->root_rank == UINT32_MAX ? 0 : r->root_rank + 1;
-	return (uint32_t)r->dtype | (uint32_t)r->redop << 4 | root << 8 | (uint32_t)r->algo << 24;
+	uint32_t v = 0; /* AllGatherV, ReduceScatterV: the blocks every member must agree on */
+	if (r->counts != NULL && r->kind != GK_ALLTOALL) {
+		uint64_t h = 1469598103934665603ull;
+		for (uint32_t i = 0; i < r->w; i++)
+			h = (h ^ r->counts[i] ^ (r->displs != NULL ? r->displs[i] << 32 : 0)) *
+			    1099511628211ull;
+		v = (uint32_t)(h >> 58); /* 6 bits: a mismatch goes unseen once in 64 */
+	}
+	return (uint32_t)r->dtype | (uint32_t)r->redop << 4 | root << 8 | (uint32_t)r->algo << 24 |
+	       v << 26;
 }
 
 static uint64_t frag_bytes(const struct keel_node *n, const struct keel_req *r)
