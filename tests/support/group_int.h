@@ -678,14 +678,17 @@ static inline uint32_t grun_run(struct cluster *c, struct keel_group *const *gro
 			grun_describe(&run, r);
 			print_error("not ended after %u rounds\n", rounds_max);
 			bad++;
-		} else if (rc[r] != 0 || info[r].member_count != m->n ||
-			   !grun_same_members(ran[r], m->members, m->n)) {
+		} else if (rc[r] != 0 ||
+			   (!gop_is_p2p(s->op) && /* a batch names no members */
+			    (info[r].member_count != m->n ||
+			     !grun_same_members(ran[r], m->members, m->n)))) {
 			grun_describe(&run, r);
 			print_error("ended %d (%s) over %u members\n", rc[r], keel_strerror(rc[r]),
 				    rc[r] == 0 ? info[r].member_count : 0);
 			bad++;
 		} else {
-			bad += !grun_check(&run, r, ran[r], info[r].member_count);
+			bad += !grun_check(&run, r, gop_is_p2p(s->op) ? m->members : ran[r],
+					   gop_is_p2p(s->op) ? m->n : info[r].member_count);
 		}
 	}
 	bool pending = false;
