@@ -6,6 +6,8 @@
 #define KEEL_TEST_GROUP_INT_H
 
 #include "cluster_int.h"
+#include "guarded_mem.h"
+#include "keel/device.h"
 #include "refcheck.h"
 
 #define GROUP_GUARD 64 /* bytes checked on each side of every buffer */
@@ -519,7 +521,8 @@ static inline void grun_expect_reduce(const struct grun *run, uint32_t r, const 
 		mine = m->counts[m->me];
 	}
 	uint8_t *ref = grun_reference(s, total, ran, ran_count);
-	size_t at = (uint8_t *)m->recv - m->b.data;
+	/* where recv was in b (not m->recv: on device buffers it points at the device) */
+	size_t at = s->in_place && s->op == GOP_REDUCE_SCATTER ? off * es : 0;
 	if (s->in_place && s->op == GOP_REDUCE_SCATTER)
 		memset(care + GROUP_GUARD, 0, m->b.len);
 	memcpy(exp + GROUP_GUARD + at, ref + off * es, mine * es);
@@ -642,13 +645,87 @@ static inline bool grun_same_members(const uint32_t *a, const uint32_t *b, uint3
 	return memcmp(a, b, n * sizeof(*a)) == 0;
 }
 
+/* ---- device buffers (keel_group_use_device) ----
+ * A member's buffers moved to device memory of its node's device (a CPU stand-in: memory that
+ * faults when the CPU touches it), guards included, and its stage registered; after the
+ * operation the device's bytes come back into the host buffers, which grun_check reads as
+ * before. Send/Recv stay on host memory (group.h): a batch keeps its host buffers. */
+struct gdev {
+	struct guarded_mem mem;
+	size_t b_at; /* where b's image starts in the device region */
+	uint8_t *stage;
+	size_t stage_bytes;
+	const struct keel_device *dev;
+	bool moved; /* the operation's buffers are on the device (not a batch's) */
+};
+
+static inline size_t gdev_round64(size_t x)
+{
+	return (x + 63) & ~(size_t)63;
+}
+
+/* Where host pointer p of member m lies on the device (NULL stays NULL). */
+static inline void *gdev_at(const struct gmember *m, const struct gdev *d, const void *p)
+{
+	const uint8_t *q = p;
+	if (q == NULL)
+		return NULL;
+	if (q >= m->a.base && q <= m->a.base + m->a.len + 2 * GROUP_GUARD)
+		return d->mem.view + (q - m->a.base);
+	return d->mem.view + d->b_at + (q - m->b.base);
+}
+
+/* Move member r's buffers to its device and point the group at a stage; the operation's
+ * pointers follow. 0, or what keel_group_use_device said. */
+static inline int gdev_attach(struct grun *run, uint32_t r, struct gdev *d,
+			      const struct keel_device *dev)
+{
+	struct gmember *m = &run->m[r];
+	memset(d, 0, sizeof(*d));
+	d->dev = dev;
+	size_t alen = m->a.len + 2 * GROUP_GUARD, blen = m->b.len + 2 * GROUP_GUARD;
+	d->b_at = gdev_round64(alen);
+	assert_int_equal(guarded_mem_map(&d->mem, dev, d->b_at + blen), 0);
+	memcpy(d->mem.work, m->a.base, alen);
+	memcpy(d->mem.work + d->b_at, m->b.base, blen);
+	/* what the operation stages: its input and its output, each rounded to 64 bytes */
+	d->stage_bytes = gdev_round64(m->a.len + m->b.len) + gdev_round64(m->b.len) + 128;
+	d->stage = aligned_alloc(64, d->stage_bytes);
+	assert_non_null(d->stage);
+	assert_int_equal(dev->ops->host_register(dev->state, d->stage, d->stage_bytes), 0);
+	d->moved = !gop_is_p2p(run->s.op);
+	if (d->moved) {
+		m->send = gdev_at(m, d, m->send);
+		m->recv = gdev_at(m, d, m->recv);
+	}
+	return keel_group_use_device(m->g, d->stage, d->stage_bytes);
+}
+
+/* The device's bytes back into member r's host buffers, the group back on host buffers, the
+ * device memory and stage released. */
+static inline void gdev_detach(struct grun *run, uint32_t r, struct gdev *d)
+{
+	struct gmember *m = &run->m[r];
+	if (d->moved) {
+		memcpy(m->a.base, d->mem.work, m->a.len + 2 * GROUP_GUARD);
+		memcpy(m->b.base, d->mem.work + d->b_at, m->b.len + 2 * GROUP_GUARD);
+	}
+	assert_int_equal(keel_group_use_device(m->g, NULL, 0), 0);
+	assert_int_equal(d->dev->ops->host_unregister(d->dev->state, d->stage), 0);
+	assert_int_equal(guarded_mem_unmap(&d->mem), 0);
+	free(d->stage);
+}
+
+
 /* Run `s` at every rank with a group, wait (rounds_max rounds), and check each member: ended
  * with 0, over its group's members at the start, the result exact. Returns the number of
  * members that failed (each printed). */
-static inline uint32_t grun_run(struct cluster *c, struct keel_group *const *groups,
-				const struct gop_spec *s, uint32_t rounds_max)
+static inline uint32_t grun_run_on(struct cluster *c, struct keel_group *const *groups,
+				   const struct gop_spec *s, uint32_t rounds_max,
+				   const struct keel_device *const *devs)
 {
 	static struct grun run;
+	static struct gdev dv[CLUSTER_MAX];
 	static uint32_t ran[CLUSTER_MAX][CLUSTER_MAX];
 	struct keel_req *reqs[CLUSTER_MAX] = {NULL};
 	struct keel_req_info info[CLUSTER_MAX];
@@ -659,7 +736,8 @@ static inline uint32_t grun_run(struct cluster *c, struct keel_group *const *gro
 	for (uint32_t r = 0; r < c->world; r++) {
 		if (groups[r] == NULL)
 			continue;
-		int st = grun_start(&run, r);
+		int st = devs != NULL ? gdev_attach(&run, r, &dv[r], devs[r]) : 0;
+		st = st != 0 ? st : grun_start(&run, r);
 		if (st != 0) {
 			grun_describe(&run, r);
 			print_error("start returned %d (%s)\n", st, keel_strerror(st));
@@ -672,6 +750,8 @@ static inline uint32_t grun_run(struct cluster *c, struct keel_group *const *gro
 	(void)cluster_wait_reqs_info(c, reqs, rc, info, ran, NULL, rounds_max);
 	for (uint32_t r = 0; r < c->world; r++) {
 		struct gmember *m = &run.m[r];
+		if (devs != NULL && groups[r] != NULL && reqs[r] == NULL)
+			gdev_detach(&run, r, &dv[r]);
 		if (!started[r])
 			continue;
 		if (reqs[r] != NULL) {
@@ -697,6 +777,12 @@ static inline uint32_t grun_run(struct cluster *c, struct keel_group *const *gro
 	if (!pending) /* else keel may still write them: left allocated, the test has failed */
 		grun_free(&run);
 	return bad;
+}
+
+static inline uint32_t grun_run(struct cluster *c, struct keel_group *const *groups,
+				const struct gop_spec *s, uint32_t rounds_max)
+{
+	return grun_run_on(c, groups, s, rounds_max, NULL);
 }
 
 #endif

@@ -13,6 +13,7 @@
 
 #include "cluster_int.h"
 #include "group_int.h"
+#include "keel/device_cpu.h"
 
 #define ROUNDS_MAX 2000000u /* 20 s of the manual clock: an operation that ends at all ends */
 
@@ -21,6 +22,9 @@ static uint32_t g_mtu = 1024;
 static uint32_t g_ops_max = KEEL_OPS_DEFAULT;
 static uint64_t g_entry_timeout_ns; /* 0: the default */
 static bool g_waiter; /* nodes built with the nested driver's waiter (blocking calls) */
+static bool g_devices; /* nodes built with a CPU stand-in device each (g_dev) */
+static struct keel_device g_dev[CLUSTER_MAX];
+static void *g_dev_mem[CLUSTER_MAX];
 
 /* ---- blocking calls in one thread ----
  * Each rank's blocking call waits with its waiter; the first wait of a rank's call starts the
@@ -89,6 +93,10 @@ static void tweak(struct keel_config *cfg)
 	cfg->ops_max = g_ops_max;
 	if (g_entry_timeout_ns != 0)
 		cfg->entry_timeout_ns = g_entry_timeout_ns;
+	if (g_devices) {
+		cfg->device = &g_dev[cfg->rank];
+		cfg->device_chunk_bytes = KEEL_DEVICE_CHUNK_MIN; /* many copies per operation */
+	}
 	if (g_waiter) {
 		cfg->waiter.now_ns = drive_now;
 		cfg->waiter.wait = drive_wait;
@@ -1318,6 +1326,141 @@ static void test_group_req_info_and_wait(void **state)
 	cluster_fini(&c);
 }
 
+/* CPU stand-ins (keel/device_cpu.h) for ranks 0..world-1: work finishes late and out of
+ * order (seeded). */
+static void devices_init(uint32_t world)
+{
+	for (uint32_t r = 0; r < world; r++) {
+		struct keel_device_cpu_config dc;
+		keel_device_cpu_config_default(&dc);
+		dc.seed = g_seed * 131 + r + 1;
+		size_t sz = keel_device_cpu_storage_size(&dc);
+		assert_true(sz > 0);
+		g_dev_mem[r] = calloc(1, sz);
+		assert_int_equal(keel_device_cpu_init(&g_dev[r], g_dev_mem[r], sz, &dc), 0);
+	}
+}
+
+static void devices_fini(uint32_t world)
+{
+	for (uint32_t r = 0; r < world; r++) {
+		struct keel_device_cpu_stats st;
+		keel_device_cpu_stats(&g_dev[r], &st);
+		assert_int_equal(st.used, 0); /* nothing left queued */
+		g_dev[r].ops->fini(g_dev[r].state);
+		free(g_dev_mem[r]);
+	}
+}
+
+/* Every operation on device buffers (keel_group_use_device) of a CPU stand-in whose work
+ * finishes late and out of order, in chunks of KEEL_DEVICE_CHUNK_MIN: every dtype and
+ * reduction, the boundary sizes, in and out of place, over the whole job and over split
+ * groups at once; exact, nothing written outside the results, the devices' queues empty. */
+static void test_group_device_every_op(void **state)
+{
+	(void)state;
+	g_runs = 0;
+	uint32_t wrong[GOP_COUNT] = {0}, failed = 0; /* every operation gets its say */
+	for (uint32_t world = 2; world <= 4; world++) {
+		struct cluster c;
+		struct groups wg, sg;
+		const struct keel_device *devs[CLUSTER_MAX];
+		devices_init(world);
+		g_devices = true;
+		assert_int_equal(cluster_init(&c, world, NULL, g_seed, tweak), 0);
+		g_devices = false;
+		for (uint32_t r = 0; r < world; r++)
+			devs[r] = &g_dev[r];
+		groups_world(&c, &wg);
+		uint32_t color[CLUSTER_MAX], key[CLUSTER_MAX];
+		for (uint32_t r = 0; r < world; r++) {
+			color[r] = r % 2;
+			key[r] = world - r;
+		}
+		groups_split(&c, wg.g, color, key, &sg);
+		for (int op = 0; op < GOP_COUNT; op++)
+			for (int dt = 0; dt < KEEL_DTYPE_COUNT; dt++) {
+				size_t sizes[KEEL_CHECK_SIZES];
+				keel_check_sizes(sizes, world, (g_mtu - 56) / keel_dtype_size(dt),
+						 3000);
+				for (uint32_t k = 0; k < KEEL_CHECK_SIZES; k++) {
+					struct gop_spec s = {
+					    .op = op, .dt = dt,
+					    .redop = (enum keel_redop)((k + (uint32_t)dt) % 5),
+					    .count = sizes[k], .root = k,
+					    .in_place = gop_has_in_place(op) && k % 2 == 0,
+					    .null_others = k % 3 == 0,
+					    .salt = g_seed * 1000003u + g_salt++};
+					/* the split groups on odd sizes, if they have peers */
+					bool split = k % 2 == 1 && (world == 4 || !gop_is_p2p(op));
+					uint32_t bad = grun_run_on(&c, split ? sg.g : wg.g, &s,
+								   ROUNDS_MAX, devs);
+					g_runs++;
+					wrong[op] += bad != 0;
+				}
+			}
+		groups_free(&c, &sg);
+		groups_free(&c, &wg);
+		cluster_fini(&c);
+		devices_fini(world);
+	}
+	print_message("%" PRIu64 " runs checked\n", g_runs);
+	for (int op = 0; op < GOP_COUNT; op++)
+		if (wrong[op] != 0) {
+			print_error("device buffers: %s wrong in %u runs\n", gop_names[op], wrong[op]);
+			failed++;
+		}
+	if (failed != 0)
+		fail_msg("%u operations wrong on device buffers", failed);
+}
+
+/* keel_group_use_device's errors: a node without a device, a stage not 64-byte aligned, an
+ * operation pending (-EBUSY); a stage too small for an operation: its start says -ENOSPC and
+ * nothing takes a place in the sequence. */
+static void test_group_device_errors(void **state)
+{
+	(void)state;
+	struct cluster c;
+	struct groups wg;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, tweak), 0); /* no device */
+	groups_world(&c, &wg);
+	static uint8_t stage[4096] __attribute__((aligned(64)));
+	assert_int_equal(keel_group_use_device(wg.g[0], stage, sizeof(stage)), -EINVAL);
+	assert_int_equal(keel_group_use_device(NULL, stage, sizeof(stage)), -EINVAL);
+	groups_free(&c, &wg);
+	cluster_fini(&c);
+	devices_init(2);
+	g_devices = true;
+	assert_int_equal(cluster_init(&c, 2, NULL, g_seed, tweak), 0);
+	g_devices = false;
+	groups_world(&c, &wg);
+	assert_int_equal(keel_group_use_device(wg.g[0], stage + 8, 1024), -EINVAL);
+	struct keel_req *reqs[CLUSTER_MAX] = {NULL};
+	assert_int_equal(keel_group_barrier_start(wg.g[0], &reqs[0]), 0);
+	assert_int_equal(keel_group_use_device(wg.g[0], stage, sizeof(stage)), -EBUSY);
+	assert_int_equal(keel_group_barrier_start(wg.g[1], &reqs[1]), 0);
+	expect_all(&c, reqs, 0, "barrier");
+	for (uint32_t r = 0; r < 2; r++) {
+		assert_int_equal(g_dev[r].ops->host_register(g_dev[r].state, stage, sizeof(stage)),
+				 0);
+		assert_int_equal(keel_group_use_device(wg.g[r], stage, sizeof(stage)), 0);
+	}
+	static float big[2048]; /* 8 KiB in and out: more than the stage holds */
+	struct keel_req *q;
+	assert_int_equal(
+	    keel_group_allreduce_start(wg.g[0], big, big + 1024, 1024, KEEL_F32, KEEL_SUM, &q),
+	    -ENOSPC);
+	for (uint32_t r = 0; r < 2; r++) {
+		assert_int_equal(keel_group_use_device(wg.g[r], NULL, 0), 0);
+		assert_int_equal(g_dev[r].ops->host_unregister(g_dev[r].state, stage), 0);
+	}
+	struct gop_spec s = {.op = GOP_ALLGATHER, .dt = KEEL_F32, .count = 100};
+	run_spec(&c, wg.g, &s); /* the refused start took no place in the sequence */
+	groups_free(&c, &wg);
+	cluster_fini(&c);
+	devices_fini(2);
+}
+
 int main(void)
 {
 	g_seed = cluster_seed(1);
@@ -1340,6 +1483,8 @@ int main(void)
 	    cmocka_unit_test(test_group_every_op_udp),
 	    cmocka_unit_test(test_group_every_op_shm),
 	    cmocka_unit_test(test_group_split_two_groups_at_once),
+	    cmocka_unit_test(test_group_device_errors),
+	    cmocka_unit_test(test_group_device_every_op),
 	};
 	return cmocka_run_group_tests_name("group", tests, NULL, NULL);
 }
