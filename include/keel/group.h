@@ -118,12 +118,22 @@ KEEL_MUST_USE int keel_group_use_device(struct keel_group *g, void *stage, size_
 
 /* ---- requests ---- */
 
+/* How a group collective moved its data, chosen alike at every member from its size, the
+ * group's size and the config (rd_max_bytes), at each (re)start. DIRECT: one step per peer,
+ * each member's data straight to where it goes (pairwise exchange: ReduceScatter, AllToAll,
+ * Gather, Scatter, Reduce; small AllGather and AllReduce in groups under 8 or not a power of
+ * two; small Broadcast); RING: a pipelined ring (AllGather, AllReduce as pairwise
+ * ReduceScatter then ring AllGather, Broadcast — above rd_max_bytes); RD: recursive doubling
+ * (small AllGather and AllReduce in groups of a power of two from 8 up, and in-place small
+ * AllReduce in any power of two). */
+enum keel_group_algo { KEEL_GALGO_DIRECT = 0, KEEL_GALGO_RING, KEEL_GALGO_RD };
+
 /* What a finished group operation ran over. */
 struct keel_req_info {
 	uint32_t epoch;	       /* the view its result belongs to */
 	uint32_t member_count; /* group members it ran over (its rank-indexed results) */
 	uint32_t restarts;     /* times it ran again after a view change */
-	enum keel_algo algo;   /* RING or RD (pairwise and direct schedules say RD) */
+	enum keel_group_algo algo;
 };
 
 /* Has `req` finished? Never blocks (keel_poll makes progress). 0 when it completed (the

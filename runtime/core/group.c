@@ -68,8 +68,13 @@ static int group_init(struct keel_node *n, void *mem, size_t len, const uint32_t
 	g->id = id;
 	g->node = n;
 	g->ops_max = (uint32_t)k;
-	memcpy(g->ranks, ranks, count * sizeof(uint32_t));
-	g->size = g->created_size = count;
+	/* Members the view has lost since the list was agreed (a split decided after a view
+	 * change) are not in it: the members that made it earlier dropped them at that change. */
+	uint32_t kept = 0;
+	for (uint32_t i = 0; i < count; i++)
+		if (view_has(&n->view, ranks[i]))
+			g->ranks[kept++] = ranks[i];
+	g->size = g->created_size = kept;
 	g->self_pos = grp_pos_of(g, n->self);
 	KEEL_ASSERT(g->self_pos != UINT32_MAX);
 	g->member = true;
@@ -335,7 +340,7 @@ int keel_req_test_info(struct keel_req *req, struct keel_req_info *info, uint32_
 		info->epoch = req->done_epoch;
 		info->member_count = req->done_count;
 		info->restarts = req->restarts;
-		info->algo = req->algo_ring ? KEEL_ALGO_RING : KEEL_ALGO_RD;
+		info->algo = req->algo;
 	}
 	if (members != NULL && req->status == 0 && req->kind != GK_P2P)
 		memcpy(members, req->members, req->done_count * sizeof(uint32_t));

@@ -115,14 +115,37 @@ static void pump_sends(struct keel_group *g, struct keel_req *r)
 	}
 }
 
-static bool ring_for(const struct keel_node *n, const struct keel_req *r, uint32_t w)
+static bool pow2(uint32_t w)
+{
+	return (w & (w - 1)) == 0;
+}
+
+/* The schedule, alike at every member: the same kind, size, group size and config. */
+static enum keel_group_algo choose_algo(const struct keel_node *n, const struct keel_req *r,
+					uint32_t w)
 {
 	uint64_t bytes = r->count * r->esize;
+	bool v = r->counts != NULL;
 	if (r->kind == GK_ALLGATHER || r->kind == GK_SPLIT)
 		bytes *= w;
-	if (r->kind == GK_ALLREDUCE && r->in == r->out)
-		return w > 1; /* the direct schedule would overwrite the input it still sends */
-	return w > 2 && bytes > n->cfg.rd_max_bytes;
+	bool large = w > 2 && bytes > n->cfg.rd_max_bytes;
+	switch (r->kind) {
+	case GK_ALLREDUCE:
+		if (large || (r->in == r->out && w > 1 && !pow2(w)))
+			return KEEL_GALGO_RING; /* direct would overwrite the input it still sends
+						 */
+		return pow2(w) && w > 1 && (w >= 8 || r->in == r->out) ? KEEL_GALGO_RD
+								       : KEEL_GALGO_DIRECT;
+	case GK_ALLGATHER:
+	case GK_SPLIT:
+		if (large || (v && w > 2 && bytes > n->cfg.rd_max_bytes))
+			return KEEL_GALGO_RING;
+		return !v && pow2(w) && w >= 8 ? KEEL_GALGO_RD : KEEL_GALGO_DIRECT;
+	case GK_BROADCAST:
+		return large ? KEEL_GALGO_RING : KEEL_GALGO_DIRECT;
+	default:
+		return KEEL_GALGO_DIRECT;
+	}
 }
 
 /* Run `r` over the group's members now. false: it cannot (finished with an error). */
@@ -145,7 +168,7 @@ static bool op_begin(struct keel_group *g, struct keel_req *r)
 	r->w = g->size;
 	r->me = g->self_pos;
 	r->epoch = n->epoch;
-	grp_plan_begin(r, ring_for(n, r, r->w));
+	grp_plan_begin(r, choose_algo(n, r, r->w));
 	r->step_count = grp_step_count(r);
 	r->send_step = r->recv_step = 0;
 	r->send_off = r->recv_off = 0;
@@ -256,7 +279,10 @@ static void decide(struct keel_group *g)
 		const struct grp_sync *s = &p->sync;
 		bool same = s->frontier == f;
 		bool has = same && began && s->result_epoch != 0 && s->result_epoch == r->epoch;
-		p->done = s->frontier + (go_on && has ? 1u : 0u);
+		/* what its SYNC says, or more: a DONE it sent after deciding may be in already */
+		uint32_t done = s->frontier + (go_on && has ? 1u : 0u);
+		if (seq_before(p->done, done))
+			p->done = done;
 		g->tx_skip[rank] = same ? s->rx_bytes : 0;
 		if (seq_before(f, s->frontier))
 			continue; /* it reported ours: everyone had it */
@@ -336,6 +362,9 @@ void grp_advance(struct keel_group *g)
 	send_owed(g);
 	if (g->syncing && all_synced(g))
 		decide(g);
+	struct keel_req *f = frontier(g);
+	if (g->syncing && f != NULL && g->node->now_ns - f->start_ns >= g->node->op_bound_ns)
+		grp_finish(g, f, -ETIMEDOUT); /* a SYNC that never came: the bound holds */
 	for (uint32_t guard = 0; !g->syncing && guard < g->ops_max; guard++) {
 		struct keel_req *r = frontier(g);
 		if (r == NULL || !advance(g, r))
@@ -412,6 +441,8 @@ void grp_on_install_all(struct keel_node *n)
 			p->synced = false;
 			p->sync_owed = g->member && i != g->self_pos;
 			p->done_owed = false;
+			/* DONEs of the old epoch count no more: each had reported what we did */
+			p->done = g->run_seq;
 		}
 		grp_p2p_on_view(g);
 		grp_advance(g);
@@ -470,6 +501,9 @@ static bool on_data(struct keel_group *g, uint32_t peer, const struct wire_heade
 		n->ctr.drop_protocol++;
 		return true;
 	}
+	if (s.recv_after_send && (r->send_step < r->recv_step || (r->send_step == r->recv_step &&
+								  r->send_off < r->recv_off + len)))
+		return false; /* these bytes still go out from here first */
 	apply(r, &s, r->recv_off, data, len);
 	g->rx_bytes[peer] += len;
 	r->recv_off += len;

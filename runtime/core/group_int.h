@@ -75,6 +75,7 @@ struct gstep {
 	enum gstep_action action;
 	uint64_t recv_off, recv_len; /* into the output; LOCAL: from the input at recv_off too */
 	bool final;		     /* KEEL_AVG divides once this region is complete */
+	bool recv_after_send;	     /* the receive overwrites what this step sends: after it */
 };
 
 struct p2p_item {
@@ -92,9 +93,9 @@ struct keel_req {
 	int status;
 	uint32_t seq; /* in the group's stream (collectives) */
 	uint32_t restarts;
-	uint32_t epoch;	   /* the view it (re)began on: its attempt */
-	bool in_written;   /* in place, and a receive wrote over the input: no restart */
-	bool algo_ring;	   /* else direct/pairwise/recursive */
+	uint32_t epoch;	 /* the view it (re)began on: its attempt */
+	bool in_written; /* in place, and a receive wrote over the input: no restart */
+	enum keel_group_algo algo;
 	uint64_t start_ns; /* the caller started it */
 	uint64_t progress_ns;
 	/* arguments */
@@ -195,7 +196,7 @@ bool grp_send(struct keel_node *n, uint32_t peer, const struct grp_subhdr *sh, u
 uint32_t grp_step_count(const struct keel_req *r);
 void grp_step(const struct keel_req *r, uint32_t t, struct gstep *s);
 /* Local copies done at a begin (own block into the output). */
-void grp_plan_begin(struct keel_req *r, bool ring);
+void grp_plan_begin(struct keel_req *r, enum keel_group_algo algo);
 bool grp_kind_indexed(enum gop_kind k);
 
 /* group_device.c */
