@@ -14,8 +14,8 @@
 
 #include <cmocka.h>
 
+#include "cluster_group.h"
 #include "cluster_int.h"
-#include "group_int.h"
 
 #define WORLD	   4
 #define FAIL_SPLIT GOP_COUNT  /* keel_group_split_start, in the kill trials beside the others */

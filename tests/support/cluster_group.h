@@ -2,8 +2,8 @@
  * (cluster_int.h): each operation set up at every member of one or more groups with inputs
  * that name their sender and position, started, and its result checked bit for bit against
  * a reference computed here, with guard bytes around every buffer. Include cmocka.h first. */
-#ifndef KEEL_TEST_GROUP_INT_H
-#define KEEL_TEST_GROUP_INT_H
+#ifndef KEEL_TEST_CLUSTER_GROUP_H
+#define KEEL_TEST_CLUSTER_GROUP_H
 
 #include "cluster_int.h"
 #include "guarded_mem.h"
@@ -716,7 +716,6 @@ static inline void gdev_detach(struct grun *run, uint32_t r, struct gdev *d)
 	free(d->stage);
 }
 
-
 /* Run `s` at every rank with a group, wait (rounds_max rounds), and check each member: ended
  * with 0, over its group's members at the start, the result exact. Returns the number of
  * members that failed (each printed). */
@@ -758,10 +757,9 @@ static inline uint32_t grun_run_on(struct cluster *c, struct keel_group *const *
 			grun_describe(&run, r);
 			print_error("not ended after %u rounds\n", rounds_max);
 			bad++;
-		} else if (rc[r] != 0 ||
-			   (!gop_is_p2p(s->op) && /* a batch names no members */
-			    (info[r].member_count != m->n ||
-			     !grun_same_members(ran[r], m->members, m->n)))) {
+		} else if (rc[r] != 0 || (!gop_is_p2p(s->op) && /* a batch names no members */
+					  (info[r].member_count != m->n ||
+					   !grun_same_members(ran[r], m->members, m->n)))) {
 			grun_describe(&run, r);
 			print_error("ended %d (%s) over %u members\n", rc[r], keel_strerror(rc[r]),
 				    rc[r] == 0 ? info[r].member_count : 0);
