@@ -789,7 +789,8 @@ static void test_group_p2p_mismatch(void **state)
  * and the group goes on: the next operation is exact. */
 static void test_group_mismatched_collectives(void **state)
 {
-	(void)state;	static uint8_t in[3][4096], out[3][4096];
+	(void)state;
+	static uint8_t in[3][4096], out[3][4096];
 	/* the V forms read their arrays until the operation ends: one set per member, kept */
 	static size_t cnt[3] = {4, 4, 4}, dsp[3] = {0, 8, 16}, vcnts[3][3], scs[3][3];
 	uint32_t wrong = 0;
@@ -806,7 +807,8 @@ static void test_group_mismatched_collectives(void **state)
 		const char *what = "";
 		for (uint32_t r = 0; r < 3; r++) {
 			struct keel_group *g = wg.g[r];
-			bool odd = r == 1; /* the member that disagrees */			size_t *vcnt = vcnts[r];
+			bool odd = r == 1; /* the member that disagrees */
+			size_t *vcnt = vcnts[r];
 			vcnt[0] = vcnt[1] = 4;
 			vcnt[2] = odd ? 5 : 4;
 			int st = -1;
@@ -845,7 +847,8 @@ static void test_group_mismatched_collectives(void **state)
 								      KEEL_I32, KEEL_SUM, &reqs[r]);
 				break;
 			case 6: {
-				/* member 1 sends member 0 five elements where member 0 expects 4 */				size_t *sc = scs[r];
+				/* member 1 sends member 0 five elements where member 0 expects 4 */
+				size_t *sc = scs[r];
 				sc[0] = r == 1 ? 5 : 4;
 				sc[1] = sc[2] = 4;
 				what = "alltoallv whose counts do not pair up";
