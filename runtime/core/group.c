@@ -91,6 +91,7 @@ static int group_init(struct keel_node *n, void *mem, size_t len, const uint32_t
 	g->next = n->groups;
 	n->groups = g;
 	*out = g;
+	grp_take_early_syncs(g);
 	return 0;
 }
 

@@ -626,6 +626,48 @@ static void on_sync(struct keel_group *g, uint32_t peer, const uint8_t *b)
 	sync_members(g, b + GRP_SYNC_BYTES);
 }
 
+/* A member's SYNC; one that came while this member was not syncing saw a view change this
+ * one did not wait on (it made the group before this view, this member after): answer it. */
+static void take_sync(struct keel_group *g, uint32_t peer, const uint8_t *b)
+{
+	if (!g->syncing) {
+		g->syncing = true;
+		for (uint32_t i = 0; i < g->size; i++)
+			g->peers[g->ranks[i]].sync_owed = i != g->self_pos;
+	}
+	on_sync(g, peer, b);
+}
+
+/* A SYNC for a group not made here yet: kept (false: no room, hold it in the window). */
+static bool keep_early_sync(struct keel_node *n, uint64_t id, uint32_t peer, const uint8_t *b,
+			    uint32_t len)
+{
+	for (uint32_t i = 0; i < KEEL_GROUP_EARLY_SYNCS; i++) {
+		struct grp_early_sync *e = &n->early_syncs[i];
+		if (e->group != 0 && e->epoch == n->epoch)
+			continue;
+		e->group = id;
+		e->epoch = n->epoch;
+		e->peer = peer;
+		memcpy(e->body, b, len);
+		return true;
+	}
+	return false;
+}
+
+void grp_take_early_syncs(struct keel_group *g)
+{
+	struct keel_node *n = g->node;
+	for (uint32_t i = 0; i < KEEL_GROUP_EARLY_SYNCS; i++) {
+		struct grp_early_sync *e = &n->early_syncs[i];
+		if (e->group != g->id)
+			continue;
+		if (e->epoch == n->epoch && grp_pos_of(g, e->peer) != UINT32_MAX)
+			take_sync(g, e->peer, e->body);
+		e->group = 0;
+	}
+}
+
 /* A DATA fragment for the frontier collective. false: not yet (hold it). */
 static bool on_data(struct keel_group *g, uint32_t peer, const struct wire_header *h,
 		    const struct grp_subhdr *sh, const uint8_t *data, uint32_t len)
@@ -696,6 +738,11 @@ bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h
 		return true;
 	}
 	struct keel_group *g = group_by_id(n, sh.group);
+	if (g == NULL && sh.msg == GMSG_SYNC && !freed_here(n, sh.group) &&
+	    h->payload_len == GRP_SUBHDR_BYTES + GRP_SYNC_BYTES + (n->world + 7) / 8 &&
+	    keep_early_sync(n, sh.group, peer, payload + GRP_SUBHDR_BYTES,
+			    h->payload_len - GRP_SUBHDR_BYTES))
+		return true;
 	if (g == NULL) /* not created here yet (it waits), or gone (a late message) */
 		return sh.msg == GMSG_DONE || sh.msg == GMSG_FAIL || sh.msg == GMSG_P2P_DONE ||
 		       sh.msg == GMSG_P2P_RTR || freed_here(n, sh.group);
@@ -727,12 +774,7 @@ bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h
 			n->ctr.drop_protocol++;
 			return true;
 		}
-		if (!g->syncing) { /* it saw a view change we did not wait on: answer it */
-			g->syncing = true;
-			for (uint32_t i = 0; i < g->size; i++)
-				g->peers[g->ranks[i]].sync_owed = i != g->self_pos;
-		}
-		on_sync(g, peer, data);
+		take_sync(g, peer, data);
 		return true;
 	case GMSG_P2P_DONE:
 		grp_p2p_on_done(g, peer, sh.seq, sh.aux == 1);

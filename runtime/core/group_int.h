@@ -241,6 +241,8 @@ bool grp_dev_copy_out(struct keel_group *g, struct keel_req *r);
 bool grp_dev_drain(struct keel_group *g, struct keel_req *r);
 
 /* group_engine.c */
+/* A group just made: SYNCs its members sent before it existed here, of this epoch. */
+void grp_take_early_syncs(struct keel_group *g);
 void grp_progress_all(struct keel_node *n);
 uint64_t grp_next_deadline_all(const struct keel_node *n);
 void grp_on_install_all(struct keel_node *n);

@@ -137,7 +137,8 @@ bool grp_p2p_deliver(struct keel_group *g, uint32_t peer, const struct wire_head
 		n->ctr.drop_protocol++;
 		return true;
 	}
-	memcpy((uint8_t *)it->p.buf + it->off, data, len);
+	if (len != 0) /* a message of 0 bytes may have no buffer */
+		memcpy((uint8_t *)it->p.buf + it->off, data, len);
 	it->off += len;
 	p->p2p_read_off = it->off;
 	r->progress_ns = n->now_ns;

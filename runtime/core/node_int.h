@@ -17,6 +17,14 @@
 
 /* Groups freed lately whose ids a node remembers (group.c) */
 #define KEEL_GROUPS_FREED_KEPT 32u
+/* SYNCs kept for groups this node has not made yet (a split it finishes later): their bytes */
+#define KEEL_GROUP_EARLY_SYNCS	  8u
+#define KEEL_GROUP_SYNC_BYTES_MAX (29u + KEEL_WORLD_MAX / 8u)
+struct grp_early_sync {
+	uint64_t group; /* 0: a free entry */
+	uint32_t epoch, peer;
+	uint8_t body[KEEL_GROUP_SYNC_BYTES_MAX];
+};
 
 /* Serial-number comparison for 32-bit sequence numbers that wrap. */
 static inline bool seq_before(uint32_t a, uint32_t b)
@@ -372,6 +380,10 @@ struct keel_node {
 	 * will never exist again */
 	uint64_t groups_freed[KEEL_GROUPS_FREED_KEPT];
 	uint32_t groups_freed_next;
+	/* A member that made a group before this node (it finished the split first) and saw a
+	 * view change sends its SYNC at once: kept here rather than held in the window, where it
+	 * would hold up what the split still needs from that member. */
+	struct grp_early_sync early_syncs[KEEL_GROUP_EARLY_SYNCS];
 	/* membership */
 	struct mb_peer *mb_peers; /* world entries: written by membership.c only */
 	uint32_t incarnation;

@@ -351,6 +351,12 @@ static void dump(const struct race *x, uint32_t r)
 	       r, x->rc[r], x->c.paused[r] ? ", paused" : "", n->epoch, n->member, g->member,
 	       g->size, g->syncing, g->run_seq, g->next_seq, q->state, q->seq, q->epoch, q->w,
 	       q->send_step, q->recv_step, q->step_count, q->dev_phase);
+	for (uint32_t k = 0; k < x->world; k++) {
+		const struct rel_peer *rp = &n->rel_peers[k];
+		if (k != r)
+			printf("  way to %u: sent %u..%u, taken to %u, held %u\n", k, rp->snd_una,
+			       rp->snd_nxt, rp->rcv_nxt, rp->rx_held);
+	}
 	for (uint32_t i = 0; i < g->size; i++) {
 		const struct gpeer *p = &g->peers[g->ranks[i]];
 		printf(
