@@ -77,6 +77,8 @@ struct gop_spec {
 	uint32_t root;	  /* a group rank; taken modulo each group's size */
 	uint64_t salt;	  /* makes each run's bytes its own: a stale result cannot pass */
 	bool null_others; /* rooted: members other than the root pass NULL where they may */
+	bool check_algo;  /* keel_req_info.algo must be `algo` at every member */
+	enum keel_group_algo algo;
 };
 
 /* A buffer with GROUP_GUARD bytes on either side; `data` is what the operation gets. */
@@ -716,7 +718,6 @@ static inline void gdev_detach(struct grun *run, uint32_t r, struct gdev *d)
 	free(d->stage);
 }
 
-
 /* Run `s` at every rank with a group, wait (rounds_max rounds), and check each member: ended
  * with 0, over its group's members at the start, the result exact. Returns the number of
  * members that failed (each printed). */
@@ -758,13 +759,16 @@ static inline uint32_t grun_run_on(struct cluster *c, struct keel_group *const *
 			grun_describe(&run, r);
 			print_error("not ended after %u rounds\n", rounds_max);
 			bad++;
-		} else if (rc[r] != 0 ||
-			   (!gop_is_p2p(s->op) && /* a batch names no members */
-			    (info[r].member_count != m->n ||
-			     !grun_same_members(ran[r], m->members, m->n)))) {
+		} else if (rc[r] != 0 || (!gop_is_p2p(s->op) && /* a batch names no members */
+					  (info[r].member_count != m->n ||
+					   !grun_same_members(ran[r], m->members, m->n)))) {
 			grun_describe(&run, r);
 			print_error("ended %d (%s) over %u members\n", rc[r], keel_strerror(rc[r]),
 				    rc[r] == 0 ? info[r].member_count : 0);
+			bad++;
+		} else if (s->check_algo && info[r].algo != s->algo) {
+			grun_describe(&run, r);
+			print_error("ran algorithm %d, want %d\n", info[r].algo, s->algo);
 			bad++;
 		} else {
 			bad += !grun_check(&run, r, gop_is_p2p(s->op) ? m->members : ran[r],

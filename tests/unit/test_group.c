@@ -21,7 +21,7 @@ static uint64_t g_seed;
 static uint32_t g_mtu = 1024;
 static uint32_t g_ops_max = KEEL_OPS_DEFAULT;
 static uint64_t g_entry_timeout_ns; /* 0: the default */
-static bool g_waiter; /* nodes built with the nested driver's waiter (blocking calls) */
+static bool g_waiter;  /* nodes built with the nested driver's waiter (blocking calls) */
 static bool g_devices; /* nodes built with a CPU stand-in device each (g_dev) */
 static struct keel_device g_dev[CLUSTER_MAX];
 static void *g_dev_mem[CLUSTER_MAX];
@@ -791,6 +791,8 @@ static void test_group_mismatched_collectives(void **state)
 {
 	(void)state;
 	static uint8_t in[3][4096], out[3][4096];
+	/* the V forms read their arrays until they end: one set per member, kept */
+	static size_t cnt[3] = {4, 4, 4}, dsp[3] = {0, 8, 16}, vcnt[3][3], sc[3][3];
 	uint32_t wrong = 0;
 	for (int k = 0; k < 8; k++) {
 		/* a fresh job for each: a case that hangs leaves the others their own; a member
@@ -806,8 +808,11 @@ static void test_group_mismatched_collectives(void **state)
 		for (uint32_t r = 0; r < 3; r++) {
 			struct keel_group *g = wg.g[r];
 			bool odd = r == 1; /* the member that disagrees */
-			size_t cnt[3] = {4, 4, 4}, dsp[3] = {0, 8, 16};
-			size_t vcnt[3] = {4, 4, odd ? 5 : 4};
+			for (int i = 0; i < 3; i++) {
+				vcnt[r][i] = i == 2 && odd ? 5 : 4;
+				/* member 1 sends member 0 five elements where 0 expects 4 */
+				sc[r][i] = i == 0 && odd ? 5 : 4;
+			}
 			int st = -1;
 			switch (k) {
 			case 0:
@@ -835,22 +840,19 @@ static void test_group_mismatched_collectives(void **state)
 				break;
 			case 4:
 				what = "allgatherv with other counts";
-				st = keel_group_allgatherv_start(g, in[r], out[r], vcnt, dsp,
+				st = keel_group_allgatherv_start(g, in[r], out[r], vcnt[r], dsp,
 								 KEEL_U8, &reqs[r]);
 				break;
 			case 5:
 				what = "reduce_scatterv with other counts";
-				st = keel_group_reduce_scatterv_start(g, in[r], out[r], vcnt,
+				st = keel_group_reduce_scatterv_start(g, in[r], out[r], vcnt[r],
 								      KEEL_I32, KEEL_SUM, &reqs[r]);
 				break;
-			case 6: {
-				/* member 1 sends member 0 five elements where member 0 expects 4 */
-				size_t sc[3] = {r == 1 ? 5 : 4, 4, 4};
+			case 6:
 				what = "alltoallv whose counts do not pair up";
-				st = keel_group_alltoallv_start(g, in[r], sc, dsp, out[r], cnt, dsp,
-								KEEL_U8, &reqs[r]);
+				st = keel_group_alltoallv_start(g, in[r], sc[r], dsp, out[r], cnt,
+								dsp, KEEL_U8, &reqs[r]);
 				break;
-			}
 			default:
 				what = "gather to roots 0 and 1";
 				st = keel_group_gather_start(g, in[r], out[r], 4, KEEL_F32,
@@ -882,7 +884,7 @@ static void bad_group_arguments(struct cluster *c, struct groups *wg)
 	struct keel_group *g = NULL, *out = NULL;
 	struct keel_req *req = NULL;
 	size_t len = keel_group_size(n);
-	uint8_t *mem = aligned_alloc(64, len + 64);
+	uint8_t *mem = aligned_alloc(64, (len + 127) & ~(size_t)63);
 	assert_int_equal(keel_group_world(NULL, mem, len, &g), -EINVAL);
 	assert_int_equal(keel_group_world(n, NULL, len, &g), -EINVAL);
 	assert_int_equal(keel_group_world(n, mem + 4, len, &g), -EINVAL); /* not 8-aligned */
@@ -1310,7 +1312,7 @@ static void test_group_req_info_and_wait(void **state)
 	assert_int_equal(info.member_count, 3);
 	assert_int_equal(info.epoch, view_epoch(&c, 0));
 	assert_int_equal(info.restarts, 0);
-	assert_true(info.algo == KEEL_ALGO_RING || info.algo == KEEL_ALGO_RD);
+	assert_int_equal(info.algo, KEEL_GALGO_DIRECT); /* small, in a group of 3 */
 	for (uint32_t r = 0; r < 3; r++)
 		assert_int_equal(members[r], r);
 	reqs[0] = NULL;
@@ -1385,9 +1387,11 @@ static void test_group_device_every_op(void **state)
 						 3000);
 				for (uint32_t k = 0; k < KEEL_CHECK_SIZES; k++) {
 					struct gop_spec s = {
-					    .op = op, .dt = dt,
+					    .op = op,
+					    .dt = dt,
 					    .redop = (enum keel_redop)((k + (uint32_t)dt) % 5),
-					    .count = sizes[k], .root = k,
+					    .count = sizes[k],
+					    .root = k,
 					    .in_place = gop_has_in_place(op) && k % 2 == 0,
 					    .null_others = k % 3 == 0,
 					    .salt = g_seed * 1000003u + g_salt++};
@@ -1407,7 +1411,8 @@ static void test_group_device_every_op(void **state)
 	print_message("%" PRIu64 " runs checked\n", g_runs);
 	for (int op = 0; op < GOP_COUNT; op++)
 		if (wrong[op] != 0) {
-			print_error("device buffers: %s wrong in %u runs\n", gop_names[op], wrong[op]);
+			print_error("device buffers: %s wrong in %u runs\n", gop_names[op],
+				    wrong[op]);
 			failed++;
 		}
 	if (failed != 0)
@@ -1461,6 +1466,64 @@ static void test_group_device_errors(void **state)
 	devices_fini(2);
 }
 
+/* The algorithm each operation reports (keel_req_info.algo), as group.h says it is chosen:
+ * small AllGather and AllReduce by recursive doubling in groups of a power of two from 8 (and
+ * a small in-place AllReduce in any power of two), else direct; large ones (above
+ * rd_max_bytes) and large Broadcasts by a ring; the pairwise and rooted ones direct. */
+static void test_group_algo_choice(void **state)
+{
+	(void)state;
+	const size_t small = 4, large = KEEL_RD_MAX_BYTES_DEFAULT / 4 + 1; /* f32 */
+	uint32_t wrong = 0;
+	const struct {
+		uint32_t world;
+		enum gop op;
+		size_t count;
+		bool in_place;
+		enum keel_group_algo algo;
+	} cases[] = {
+	    {8, GOP_ALLGATHER, small, false, KEEL_GALGO_RD},
+	    {8, GOP_ALLGATHER, large, false, KEEL_GALGO_RING},
+	    {8, GOP_ALLGATHERV, small, false, KEEL_GALGO_DIRECT},
+	    {8, GOP_ALLREDUCE, small, false, KEEL_GALGO_RD},
+	    {8, GOP_ALLREDUCE, large, false, KEEL_GALGO_RING},
+	    {4, GOP_ALLGATHER, small, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_ALLREDUCE, small, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_ALLREDUCE, small, true, KEEL_GALGO_RD},
+	    {4, GOP_ALLREDUCE, large, true, KEEL_GALGO_RING},
+	    {3, GOP_ALLREDUCE, small, true, KEEL_GALGO_DIRECT},
+	    {4, GOP_BROADCAST, small, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_BROADCAST, large, false, KEEL_GALGO_RING},
+	    {4, GOP_REDUCE_SCATTER, large, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_ALLTOALL, large, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_GATHER, small, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_SCATTER, small, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_REDUCE, large, false, KEEL_GALGO_DIRECT},
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		struct cluster c;
+		struct groups wg;
+		g_mtu = KEEL_MTU_DEFAULT;
+		assert_int_equal(cluster_init(&c, cases[k].world, NULL, g_seed, tweak), 0);
+		g_mtu = 1024;
+		groups_world(&c, &wg);
+		struct gop_spec s = {.op = cases[k].op,
+				     .dt = KEEL_F32,
+				     .redop = KEEL_SUM,
+				     .count = cases[k].count,
+				     .in_place = cases[k].in_place,
+				     .root = 1,
+				     .check_algo = true,
+				     .algo = cases[k].algo,
+				     .salt = g_seed + k};
+		wrong += grun_run(&c, wg.g, &s, ROUNDS_MAX) != 0;
+		groups_free(&c, &wg);
+		cluster_fini(&c);
+	}
+	if (wrong != 0)
+		fail_msg("%u cases ran otherwise", wrong);
+}
+
 int main(void)
 {
 	g_seed = cluster_seed(1);
@@ -1483,6 +1546,7 @@ int main(void)
 	    cmocka_unit_test(test_group_every_op_udp),
 	    cmocka_unit_test(test_group_every_op_shm),
 	    cmocka_unit_test(test_group_split_two_groups_at_once),
+	    cmocka_unit_test(test_group_algo_choice),
 	    cmocka_unit_test(test_group_device_errors),
 	    cmocka_unit_test(test_group_device_every_op),
 	};
