@@ -26,7 +26,11 @@ enum grp_msg {
 	GMSG_DONE,     /* the sender holds the result of collectives [0, seq] of the group */
 	GMSG_SYNC,     /* the sender's state at a view change (struct grp_sync) */
 	GMSG_P2P,      /* a fragment of point-to-point message `seq` (aux: its tag) */
-	GMSG_P2P_DONE, /* the sender has read messages [0, seq) this member sent it */
+	GMSG_P2P_DONE, /* the sender has read messages [0, seq) this member sent it; aux 1:
+			* it refused the last of them (tag or size differ: KEEL_EMISMATCH) */
+	GMSG_P2P_RTR,  /* the sender has posted seq receives from this member: it may send
+			* them (a message never waits at a receiver that did not post it, where
+			* it would hold up everything behind it from the same peer) */
 };
 struct grp_subhdr {
 	uint64_t group;
@@ -34,9 +38,15 @@ struct grp_subhdr {
 	uint8_t msg;  /* enum grp_msg */
 	uint8_t kind; /* DATA: enum gop_kind, for KEEL_EMISMATCH */
 	uint16_t aux;
-	uint32_t tag; /* P2P only: after the 16 bytes (so P2P's header is 20 bytes) */
+	/* after the 16 bytes, in DATA and P2P only (their sub-header is 20 bytes): P2P, the
+	 * message's tag; DATA, the operation's shape (grp_shape) */
+	uint32_t tag;
 };
 #define GRP_P2P_SUBHDR_BYTES 20u
+static inline uint32_t grp_subhdr_len(uint8_t msg)
+{
+	return msg == GMSG_P2P || msg == GMSG_DATA ? GRP_P2P_SUBHDR_BYTES : GRP_SUBHDR_BYTES;
+}
 /* SYNC's body after the sub-header. */
 struct grp_sync {
 	uint32_t frontier;     /* collectives of the group this member reported */
@@ -45,8 +55,11 @@ struct grp_sync {
 	uint32_t p2p_read;     /* messages it has read whole from the receiver of this SYNC */
 	uint64_t p2p_off;      /* bytes it read of the next one */
 	uint64_t rx_bytes;     /* bytes of its frontier it has from the receiver of this SYNC */
+	/* then the sender's members, one bit per job rank (world bits): members that missed a
+	 * view (it skipped an epoch) learn whom the others dropped, and a rank the others
+	 * dropped learns it is out */
 };
-#define GRP_SYNC_BYTES 29u
+#define GRP_SYNC_BYTES 29u /* without the members' bits */
 
 enum gop_kind {
 	GK_ALLGATHER = 1,
@@ -120,6 +133,7 @@ struct keel_req {
 	const uint8_t *d_in;
 	uint8_t *d_out;
 	uint64_t in_bytes, out_bytes, dev_queued;
+	uint32_t dev_region; /* the output's piece being copied back (V forms: a block) */
 	uint32_t dev_nt;
 	uint32_t dev_tickets[KEEL_DEVICE_INFLIGHT_MAX];
 	/* split: this member's record and where the new group goes */
@@ -141,10 +155,14 @@ struct gpeer {
 	bool sync_owed;	      /* ours to it is not sent yet */
 	bool done_owed;	      /* our DONE count is not sent yet */
 	bool p2p_done_owed;
+	bool out_owed;	   /* not a member any more, but it may think it is: tell it (a SYNC) */
 	uint32_t p2p_tx;   /* messages to it assigned */
 	uint32_t p2p_sent; /* messages to it sent whole (the next to send) */
 	uint32_t p2p_acked;
+	uint32_t p2p_rtr;	/* receives it posted from us (RTR): messages we may send */
 	uint32_t p2p_rx_posted; /* receives from it posted */
+	bool rtr_owed;		/* our count of posted receives is not sent yet */
+	bool refused_last;	/* the message just read was refused (KEEL_EMISMATCH) */
 	uint32_t p2p_read;	/* messages from it read whole */
 	uint64_t p2p_read_off;
 	uint32_t inc; /* its incarnation when it joined the group */
@@ -164,6 +182,7 @@ struct keel_group {
 	/* The frontier's bytes from each member, and to each the bytes it already has (a
 	 * resume after a view change that took no member: sends skip those), by job rank. */
 	uint64_t *rx_bytes, *tx_skip;
+	uint32_t *created; /* created_size members at creation, in order (world entries) */
 	uint32_t *ranks;   /* size members' job ranks, in group order (world entries) */
 	uint32_t *scratch; /* split records: world x 4 */
 	struct gpeer *peers;
@@ -224,7 +243,7 @@ void grp_advance(struct keel_group *g);
 void grp_p2p_progress(struct keel_group *g);
 bool grp_p2p_deliver(struct keel_group *g, uint32_t peer, const struct wire_header *h,
 		     const struct grp_subhdr *sh, const uint8_t *data, uint32_t len);
-void grp_p2p_on_done(struct keel_group *g, uint32_t peer, uint32_t read);
+void grp_p2p_on_done(struct keel_group *g, uint32_t peer, uint32_t read, bool refused);
 /* A view change: items whose peer left fail; the others wait for the peer's SYNC. */
 void grp_p2p_on_view(struct keel_group *g);
 void grp_p2p_on_sync(struct keel_group *g, uint32_t peer, const struct grp_sync *s);

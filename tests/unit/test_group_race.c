@@ -18,9 +18,9 @@
 #include <cmocka.h>
 
 #include "cluster_int.h"
+#include "group_int.h"
 #include "keel/device_cpu.h"
 #include "keel/group.h"
-#include "group_int.h"
 
 enum race_kind {
 	RK_ALLGATHER,
@@ -352,9 +352,10 @@ static void dump(const struct race *x, uint32_t r)
 	       q->seq, q->epoch, q->w, q->send_step, q->recv_step, q->step_count, q->dev_phase);
 	for (uint32_t i = 0; i < g->size; i++) {
 		const struct gpeer *p = &g->peers[g->ranks[i]];
-		printf("  member %u: synced %d (frontier %u result %u) done %u owed sync %d done %d\n",
-		       g->ranks[i], p->synced, p->sync.frontier, p->sync.result_epoch, p->done,
-		       p->sync_owed, p->done_owed);
+		printf(
+		    "  member %u: synced %d (frontier %u result %u) done %u owed sync %d done %d\n",
+		    g->ranks[i], p->synced, p->sync.frontier, p->sync.result_epoch, p->done,
+		    p->sync_owed, p->done_owed);
 	}
 }
 
@@ -384,6 +385,10 @@ static void check(struct race *x, int32_t **res)
 		} else if (first == UINT32_MAX) {
 			first = r;
 		} else {
+			if (x->rc[r] != x->rc[first]) {
+				dump(x, first);
+				dump(x, r);
+			}
 			assert_int_equal(x->rc[r], x->rc[first]);
 			if (x->rc[r] == 0) {
 				assert_int_equal(x->info[r].member_count,
@@ -422,12 +427,14 @@ static void test_group_race_random(void **state)
 {
 	(void)state;
 	const char *s = getenv("SEED"), *tier = getenv("KEEL_TEST_TIER");
-	if (s != NULL) {
-		one(strtoull(s, NULL, 0));
-		return;
+	uint64_t from = 1, to = tier != NULL && strcmp(tier, "long") == 0 ? 3000 : 300;
+	if (s != NULL) { /* SEED=n replays one, SEED=a-b a range */
+		char *end;
+		from = to = strtoull(s, &end, 0);
+		if (*end == '-')
+			to = strtoull(end + 1, NULL, 0);
 	}
-	uint32_t runs = tier != NULL && strcmp(tier, "long") == 0 ? 3000 : 300;
-	for (uint64_t seed = 1; seed <= runs; seed++)
+	for (uint64_t seed = from; seed <= to; seed++)
 		one(seed);
 }
 
