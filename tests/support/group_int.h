@@ -386,8 +386,8 @@ static inline void grun_setup_member(struct gmember *m, struct keel_group *g, ui
 	memcpy(m->b.pre, m->b.base, m->b.len + 2 * GROUP_GUARD);
 }
 
-/* Set up `s` at every rank r with groups[r] != NULL (each in its own group: several groups
- * may run at once). */
+/* Set up `s` at every rank r with groups[r] != NULL that is not paused (a dead process takes
+ * part in nothing); each in its own group: several groups may run at once. */
 static inline void grun_setup(struct grun *run, const struct cluster *c,
 			      struct keel_group *const *groups, const struct gop_spec *s)
 {
@@ -395,7 +395,7 @@ static inline void grun_setup(struct grun *run, const struct cluster *c,
 	run->s = *s;
 	run->world = c->world;
 	for (uint32_t r = 0; r < c->world; r++)
-		if (groups[r] != NULL)
+		if (groups[r] != NULL && !c->paused[r])
 			grun_setup_member(&run->m[r], groups[r], r, s);
 }
 
@@ -735,7 +735,7 @@ static inline uint32_t grun_run_on(struct cluster *c, struct keel_group *const *
 	uint32_t bad = 0;
 	grun_setup(&run, c, groups, s);
 	for (uint32_t r = 0; r < c->world; r++) {
-		if (groups[r] == NULL)
+		if (run.m[r].g == NULL)
 			continue;
 		int st = devs != NULL ? gdev_attach(&run, r, &dv[r], devs[r]) : 0;
 		st = st != 0 ? st : grun_start(&run, r);
@@ -751,7 +751,7 @@ static inline uint32_t grun_run_on(struct cluster *c, struct keel_group *const *
 	(void)cluster_wait_reqs_info(c, reqs, rc, info, ran, NULL, rounds_max);
 	for (uint32_t r = 0; r < c->world; r++) {
 		struct gmember *m = &run.m[r];
-		if (devs != NULL && groups[r] != NULL && reqs[r] == NULL)
+		if (devs != NULL && m->g != NULL && reqs[r] == NULL)
 			gdev_detach(&run, r, &dv[r]);
 		if (!started[r])
 			continue;

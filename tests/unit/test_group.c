@@ -646,9 +646,10 @@ static void fill_bytes(uint8_t *p, size_t len, uint32_t who)
 }
 
 /* Send/Recv are ordered per (group, peer): the n-th send to a peer meets its n-th receive
- * from this member, across batches; the same two ranks in another group have a stream of
- * their own; and the group's collectives, started between batches in other orders at other
- * ranks, are independent of them. */
+ * from this member, whatever batches they came in; the same two ranks in another group have a
+ * stream of their own, used in another order relative to the first group's. Within one group,
+ * collectives and Send/Recv share the way to each peer, so both sides issue them in the same
+ * order (group.h), here Send/Recv, a collective, Send/Recv. */
 static void test_group_p2p_ordered_per_group_and_peer(void **state)
 {
 	(void)state;
@@ -671,9 +672,10 @@ static void test_group_p2p_ordered_per_group_and_peer(void **state)
 	const struct keel_p2p b0p = {KEEL_P2P_SEND, 2, s0[3], 500, 1};
 	const struct keel_p2p b1w = {KEEL_P2P_SEND, 2, s1, 100, 9};
 	const struct keel_p2p b2p = {KEEL_P2P_RECV, 0, r2[3], 500, 1};
+	/* rank 0's two sends of one batch meet receives of two batches */
 	const struct keel_p2p b2w[3] = {{KEEL_P2P_RECV, 0, r2[0], 10, 1},
-					{KEEL_P2P_RECV, 0, r2[1], 3000, 2},
-					{KEEL_P2P_RECV, 1, r2[4], 100, 9}};
+					{KEEL_P2P_RECV, 1, r2[4], 100, 9},
+					{KEEL_P2P_RECV, 0, r2[1], 3000, 2}};
 	const struct keel_p2p b2w2 = {KEEL_P2P_RECV, 0, r2[2], 0, 3};
 	static float in[3][1000], out[3][1000];
 	struct keel_req *ar[CLUSTER_MAX] = {NULL};
@@ -691,12 +693,14 @@ static void test_group_p2p_ordered_per_group_and_peer(void **state)
 	assert_int_equal(
 	    keel_group_allreduce_start(wg.g[1], in[1], out[1], 1000, KEEL_F32, KEEL_SUM, &ar[1]),
 	    0);
-	/* rank 2: the collective, the pair's receive first, then the world's one by one */
+	/* rank 2: the pair's receive first (rank 0 sends it third), then the world's receives in
+	 * two batches, the collective, the last world receive */
+	assert_int_equal(keel_group_p2p_start(pg.g[2], &b2p, 1, &req[2][0]), 0);
+	assert_int_equal(keel_group_p2p_start(wg.g[2], b2w, 1, &req[2][1]), 0);
+	assert_int_equal(keel_group_p2p_start(wg.g[2], b2w + 1, 2, &req[2][3]), 0);
 	assert_int_equal(
 	    keel_group_allreduce_start(wg.g[2], in[2], out[2], 1000, KEEL_F32, KEEL_SUM, &ar[2]),
 	    0);
-	assert_int_equal(keel_group_p2p_start(pg.g[2], &b2p, 1, &req[2][0]), 0);
-	assert_int_equal(keel_group_p2p_start(wg.g[2], b2w, 3, &req[2][1]), 0);
 	assert_int_equal(keel_group_p2p_start(wg.g[2], &b2w2, 1, &req[2][2]), 0);
 	int rc[CLUSTER_MAX];
 	assert_int_equal(cluster_wait_reqs(&c, ar, rc, ROUNDS_MAX), 0);
@@ -706,7 +710,7 @@ static void test_group_p2p_ordered_per_group_and_peer(void **state)
 		assert_int_equal(rc[r], 0);
 		assert_memory_equal(out[r], ref, sizeof(ref));
 	}
-	for (int k = 0; k < 3; k++) {
+	for (int k = 0; k < 4; k++) {
 		struct keel_req *col[CLUSTER_MAX] = {req[0][k], req[1][k], req[2][k]};
 		assert_int_equal(cluster_wait_reqs(&c, col, rc, ROUNDS_MAX), 0);
 		for (uint32_t r = 0; r < 3; r++)
@@ -1468,8 +1472,9 @@ static void test_group_device_errors(void **state)
 
 /* The algorithm each operation reports (keel_req_info.algo), as group.h says it is chosen:
  * small AllGather and AllReduce by recursive doubling in groups of a power of two from 8 (and
- * a small in-place AllReduce in any power of two), else direct; large ones (above
- * rd_max_bytes) and large Broadcasts by a ring; the pairwise and rooted ones direct. */
+ * a small in-place AllReduce in any power of two), else direct out of place and a ring in
+ * place; large ones (above rd_max_bytes) and large Broadcasts by a ring; the pairwise and
+ * rooted ones direct. */
 static void test_group_algo_choice(void **state)
 {
 	(void)state;
@@ -1491,7 +1496,7 @@ static void test_group_algo_choice(void **state)
 	    {4, GOP_ALLREDUCE, small, false, KEEL_GALGO_DIRECT},
 	    {4, GOP_ALLREDUCE, small, true, KEEL_GALGO_RD},
 	    {4, GOP_ALLREDUCE, large, true, KEEL_GALGO_RING},
-	    {3, GOP_ALLREDUCE, small, true, KEEL_GALGO_DIRECT},
+	    {3, GOP_ALLREDUCE, small, true, KEEL_GALGO_RING}, /* direct would overwrite it */
 	    {4, GOP_BROADCAST, small, false, KEEL_GALGO_DIRECT},
 	    {4, GOP_BROADCAST, large, false, KEEL_GALGO_RING},
 	    {4, GOP_REDUCE_SCATTER, large, false, KEEL_GALGO_DIRECT},

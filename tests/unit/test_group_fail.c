@@ -168,10 +168,11 @@ struct trial {
 	uint32_t ran[CLUSTER_MAX][CLUSTER_MAX];
 	uint64_t t0, t_kill;
 	int sample; /* a survivor of the victim's group, for the tally (-1: none) */
+	bool mid;   /* some survivor's request was still running when the victim died */
 };
 
 struct tally {
-	uint32_t trials, failed, full, fewer, viewchanged, peergone;
+	uint32_t trials, failed, mid, full, fewer, viewchanged, peergone;
 };
 
 static void trial_print(const struct trial *t)
@@ -195,7 +196,7 @@ static void trial_pick(struct trial *t, int op, uint64_t seed)
 	if (t->layout == LAYOUT_PAIRS)
 		t->victim = 2 + t->victim % 2;
 	t->never_starts = rng_next(&s) % 8 == 0;
-	t->delay_rounds = (uint32_t)(rng_next(&s) % 60);
+	t->delay_rounds = (uint32_t)(rng_next(&s) % 12); /* most operations take 5 to 40 */
 	const size_t counts[] = {1, 700, 2 * (2048 - 56) + 1, 20000, 60000};
 	t->s.op = op == FAIL_SPLIT ? GOP_BARRIER : (enum gop)op;
 	t->s.dt = (enum keel_dtype)(rng_next(&s) % KEEL_DTYPE_COUNT);
@@ -410,11 +411,15 @@ static bool trial_collective(struct trial *t, struct cluster *c, struct keel_gro
 		assert_int_equal(grun_start(&run, r), 0);
 		reqs[r] = run.m[r].req;
 	}
-	for (uint32_t i = 0; i < t->delay_rounds && !t->never_starts; i++)
-		cluster_round(c);
+	/* the rounds before the death: what ends there is recorded as it ends */
+	if (!t->never_starts)
+		(void)cluster_wait_reqs_info(c, reqs, t->rc, t->info, t->ran, t->end_ns,
+					     t->delay_rounds);
 	c->paused[t->victim] = true;
 	t->t_kill = t->never_starts ? t->t0 : c->now_ns;
 	reqs[t->victim] = NULL;
+	for (uint32_t r = 0; r < c->world; r++)
+		t->mid |= reqs[r] != NULL; /* the death came while a survivor's was running */
 	if (cluster_wait_reqs_info(c, reqs, t->rc, t->info, t->ran, t->end_ns,
 				   bound_rounds(c, keel_op_bound_ns(cfg))) != 0) {
 		for (uint32_t r = 0; r < c->world; r++)
@@ -497,10 +502,13 @@ static bool trial_split(struct trial *t, struct cluster *c, struct keel_group **
 		c->paused[t->victim] = true;
 	t->t0 = c->now_ns;
 	split_start_all(c, use, color, key, ng, reqs);
-	for (uint32_t i = 0; i < t->delay_rounds && !t->never_starts; i++)
-		cluster_round(c);
+	if (!t->never_starts)
+		(void)cluster_wait_reqs_info(c, reqs, t->rc, NULL, NULL, t->end_ns,
+					     t->delay_rounds);
 	c->paused[t->victim] = true;
 	reqs[t->victim] = NULL;
+	for (uint32_t r = 0; r < c->world; r++)
+		t->mid |= reqs[r] != NULL;
 	if (cluster_wait_reqs_info(c, reqs, t->rc, NULL, NULL, t->end_ns,
 				   bound_rounds(c, keel_op_bound_ns(cfg))) != 0) {
 		print_error("a split did not end within keel_op_bound_ns\n");
@@ -553,15 +561,24 @@ static bool trial_run(struct trial *t, struct tally *tally)
 	bool ok = t->op == FAIL_SPLIT ? trial_split(t, &c, use, &ng, &again)
 				      : trial_collective(t, &c, use);
 	tally->trials++;
+	tally->mid += t->mid;
 	if (!ok) {
 		tally->failed++;
 		trial_print(t);
+	} else if (t->op == FAIL_SPLIT) {
+		int rc = t->rc[t->layout == LAYOUT_PAIRS ? t->victim ^ 1 : (t->victim + 1) % WORLD];
+		tally->full += rc == 0;
+		tally->viewchanged += rc == KEEL_EVIEWCHANGED;
 	} else if (t->sample >= 0) {
 		int rc = t->rc[t->sample];
-		tally->full += rc == 0 && t->info[t->sample].member_count ==
-					      (t->layout == LAYOUT_PAIRS ? 2u : WORLD);
-		tally->fewer += rc == 0 && t->info[t->sample].member_count <
-					       (t->layout == LAYOUT_PAIRS ? 2u : WORLD);
+		bool p2p = gop_is_p2p(t->s.op); /* a batch names no members */
+		tally->full += rc == 0 && p2p;
+		tally->full +=
+		    rc == 0 && !p2p &&
+		    t->info[t->sample].member_count == (t->layout == LAYOUT_PAIRS ? 2u : WORLD);
+		tally->fewer +=
+		    rc == 0 && !p2p &&
+		    t->info[t->sample].member_count < (t->layout == LAYOUT_PAIRS ? 2u : WORLD);
 		tally->viewchanged += rc == KEEL_EVIEWCHANGED;
 		tally->peergone += rc == KEEL_EPEERGONE;
 	}
@@ -591,10 +608,11 @@ static void test_kill_during(void **state)
 		trial_pick(&t, op, g_seed + i);
 		(void)trial_run(&t, &tally);
 	}
-	print_message("%s: %u trials, %u failed; at the victim's group: %u complete over every "
-		      "member, %u over the survivors, %u KEEL_EVIEWCHANGED, %u KEEL_EPEERGONE\n",
-		      op == FAIL_SPLIT ? "split" : gop_names[op], tally.trials, tally.failed,
-		      tally.full, tally.fewer, tally.viewchanged, tally.peergone);
+	print_message("%s: %u trials (%u deaths mid-operation), %u failed; at the victim's group: "
+		      "%u complete over every member, %u over the survivors, %u KEEL_EVIEWCHANGED, "
+		      "%u KEEL_EPEERGONE\n",
+		      op == FAIL_SPLIT ? "split" : gop_names[op], tally.trials, tally.mid,
+		      tally.failed, tally.full, tally.fewer, tally.viewchanged, tally.peergone);
 	if (tally.failed != 0)
 		fail_msg("%u of %u trials failed (each printed with its SEED)", tally.failed,
 			 tally.trials);
