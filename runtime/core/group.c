@@ -127,7 +127,8 @@ int keel_group_free(struct keel_group *group)
 			return -EBUSY; /* a result not taken yet */
 	for (uint32_t i = 0; i < group->created_size; i++) {
 		const struct gpeer *p = &group->peers[group->created[i]];
-		if (p->done_owed || p->sync_owed || p->p2p_done_owed || p->out_owed || p->rtr_owed)
+		if (p->done_owed || p->sync_owed || p->p2p_done_owed || p->out_owed ||
+		    p->rtr_owed || p->fail_owed)
 			return -EBUSY; /* a member still waits for our word: poll, then again */
 	}
 	struct keel_node *n = group->node;

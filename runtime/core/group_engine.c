@@ -95,14 +95,55 @@ static void skip_recv(struct keel_req *r)
 	}
 }
 
-/* Our DONE count to `rank`: false when its window is full (it stays owed). */
+/* Our FAIL, then our DONE count, to `rank` where owed: false when its window is full (they
+ * stay owed). A FAIL goes first: the DONE after it may count the failed collective. */
 static bool send_done(struct keel_group *g, uint32_t rank)
 {
-	struct grp_subhdr sh = {.group = g->id, .seq = g->local_done, .msg = GMSG_DONE};
-	if (!grp_send(g->node, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0))
+	struct gpeer *p = &g->peers[rank];
+	if (p->fail_owed) {
+		struct grp_subhdr f = {.group = g->id, .seq = g->fail_seq, .msg = GMSG_FAIL};
+		if (!grp_send(g->node, rank, &f, 0, 0, 0, NULL, 0, NULL, 0))
+			return false;
+		p->fail_owed = false;
+	}
+	struct grp_subhdr sh = {.group = g->id,
+				.seq = g->local_done,
+				.msg = GMSG_DONE,
+				.kind = g->done_kind,
+				.tag = g->done_shape};
+	if (p->done_owed && !grp_send(g->node, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0))
 		return false;
-	g->peers[rank].done_owed = false;
+	p->done_owed = false;
 	return true;
+}
+
+/* This member found the frontier mismatched: it fails, and tells every member, which fail
+ * it too (none could have reported it: it waits for our DONE). */
+static void mismatch(struct keel_group *g, struct keel_req *r)
+{
+	g->node->ctr.drop_protocol++;
+	g->fail_seq = r->seq + 1;
+	for (uint32_t i = 0; i < g->size; i++)
+		g->peers[g->ranks[i]].fail_owed = i != g->self_pos;
+	grp_finish(g, r, KEEL_EMISMATCH);
+}
+
+/* A member failed this collective as mismatched (FAIL), or its DONE for it names another
+ * collective (a root, type or kind that differs: where no data of its showed it, e.g. two
+ * members that both think they are a Gather's root). */
+static bool told_mismatch(struct keel_group *g, struct keel_req *r)
+{
+	for (uint32_t i = 0; i < g->size; i++) {
+		const struct gpeer *p = &g->peers[g->ranks[i]];
+		if (p->failed_at == r->seq + 1)
+			return true;
+		if (r->state != GS_QUEUED && i != g->self_pos && p->done == r->seq + 1 &&
+		    (p->done_kind != r->kind || p->done_shape != grp_shape(r))) {
+			mismatch(g, r);
+			return false; /* finished by mismatch() */
+		}
+	}
+	return false;
 }
 
 static void pump_sends(struct keel_group *g, struct keel_req *r)
@@ -133,7 +174,7 @@ static void pump_sends(struct keel_group *g, struct keel_req *r)
 			return;
 		/* the DONE of the operation before goes first: held behind this data (the peer
 		 * has not finished that one), it would never arrive */
-		if (g->peers[to].done_owed && !send_done(g, to))
+		if ((g->peers[to].done_owed || g->peers[to].fail_owed) && !send_done(g, to))
 			return;
 		struct grp_subhdr sh = {.group = g->id,
 					.seq = r->seq,
@@ -221,6 +262,8 @@ static void local_done(struct keel_group *g, struct keel_req *r)
 {
 	r->state = GS_LOCAL_DONE;
 	g->local_done = r->seq + 1;
+	g->done_kind = (uint8_t)r->kind;
+	g->done_shape = grp_shape(r);
 	for (uint32_t i = 0; i < g->size; i++)
 		if (i != g->self_pos)
 			g->peers[g->ranks[i]].done_owed = true;
@@ -279,7 +322,7 @@ static void send_owed(struct keel_group *g)
 			continue;
 		if (p->sync_owed && sync_send(g, rank))
 			p->sync_owed = false;
-		if (p->done_owed && !g->syncing)
+		if ((p->done_owed || p->fail_owed) && !g->syncing)
 			send_done(g, rank);
 		if (p->p2p_done_owed &&
 		    send_count(g, rank, GMSG_P2P_DONE, p->p2p_read, p->refused_last ? 1 : 0))
@@ -329,8 +372,11 @@ static void decide(struct keel_group *g)
 		bool has = same && began && s->result_epoch != 0 && s->result_epoch == r->epoch;
 		/* what its SYNC says, or more: a DONE it sent after deciding may be in already */
 		uint32_t done = s->frontier + (go_on && has ? 1u : 0u);
-		if (seq_before(p->done, done))
+		if (seq_before(p->done, done)) {
 			p->done = done;
+			p->done_kind = began ? (uint8_t)r->kind : 0; /* (its SYNC matched ours) */
+			p->done_shape = began ? grp_shape(r) : 0;
+		}
 		g->tx_skip[rank] = same ? s->rx_bytes : 0;
 		if (seq_before(f, s->frontier))
 			continue; /* it reported ours: everyone had it */
@@ -378,6 +424,12 @@ static bool advance(struct keel_group *g, struct keel_req *r)
 		grp_finish(g, r, -ETIMEDOUT);
 		return true;
 	}
+	if (told_mismatch(g, r)) {
+		grp_finish(g, r, KEEL_EMISMATCH); /* a member found it mismatched */
+		return true;
+	}
+	if (r->state == GS_DONE)
+		return true; /* told_mismatch found it so itself */
 	if (r->state == GS_QUEUED) {
 		if (!n->member)
 			return false;
@@ -454,7 +506,8 @@ bool grp_idle_all(const struct keel_node *n)
 			return false;
 		for (uint32_t i = 0; i < g->size; i++) {
 			const struct gpeer *p = &g->peers[g->ranks[i]];
-			if (p->done_owed || p->sync_owed || p->p2p_done_owed || p->rtr_owed)
+			if (p->done_owed || p->sync_owed || p->p2p_done_owed || p->rtr_owed ||
+			    p->fail_owed)
 				return false;
 		}
 	}
@@ -597,8 +650,7 @@ static bool on_data(struct keel_group *g, uint32_t peer, const struct wire_heade
 	if (same_op && (pos == UINT32_MAX || (int32_t)pos != s.recv_pos))
 		return false; /* a later step's: wait for ours */
 	if (!same_op || h->total_len - GRP_P2P_SUBHDR_BYTES != s.recv_len) {
-		n->ctr.drop_protocol++;		  /* another operation, type, root or size: the */
-		grp_finish(g, r, KEEL_EMISMATCH); /* programs disagree */
+		mismatch(g, r); /* another operation, type, root or size: the programs disagree */
 		return true;
 	}
 	if (h->offset != r->recv_off || len % r->esize != 0 || r->recv_off + len > s.recv_len) {
@@ -645,8 +697,8 @@ bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h
 	}
 	struct keel_group *g = group_by_id(n, sh.group);
 	if (g == NULL) /* not created here yet (it waits), or gone (a late message) */
-		return sh.msg == GMSG_DONE || sh.msg == GMSG_P2P_DONE || sh.msg == GMSG_P2P_RTR ||
-		       freed_here(n, sh.group);
+		return sh.msg == GMSG_DONE || sh.msg == GMSG_FAIL || sh.msg == GMSG_P2P_DONE ||
+		       sh.msg == GMSG_P2P_RTR || freed_here(n, sh.group);
 	if (!g->member)
 		return true; /* this node is out of it: nothing for it any more */
 	uint32_t pos = grp_pos_of(g, peer);
@@ -661,8 +713,14 @@ bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h
 	case GMSG_DATA:
 		return on_data(g, peer, h, &sh, data, len);
 	case GMSG_DONE:
-		if (seq_before(g->peers[peer].done, sh.seq))
+		if (seq_before(g->peers[peer].done, sh.seq)) {
 			g->peers[peer].done = sh.seq;
+			g->peers[peer].done_kind = sh.kind;
+			g->peers[peer].done_shape = sh.tag;
+		}
+		return true;
+	case GMSG_FAIL:
+		g->peers[peer].failed_at = sh.seq;
 		return true;
 	case GMSG_SYNC:
 		if (len != GRP_SYNC_BYTES + (n->world + 7) / 8) {

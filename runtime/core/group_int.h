@@ -26,26 +26,29 @@ enum grp_msg {
 	GMSG_DONE,     /* the sender holds the result of collectives [0, seq] of the group */
 	GMSG_SYNC,     /* the sender's state at a view change (struct grp_sync) */
 	GMSG_P2P,      /* a fragment of point-to-point message `seq` (aux: its tag) */
-	GMSG_P2P_DONE, /* the sender has read messages [0, seq) this member sent it; aux 1:
-			* it refused the last of them (tag or size differ: KEEL_EMISMATCH) */
-	GMSG_P2P_RTR,  /* the sender has posted seq receives from this member: it may send
-			* them (a message never waits at a receiver that did not post it, where
-			* it would hold up everything behind it from the same peer) */
+	GMSG_P2P_DONE,
+	/* the sender has read messages [0, seq) this member sent it; aux 1:
+	 * it refused the last of them (tag or size differ: KEEL_EMISMATCH) */
+	GMSG_FAIL,    /* the sender found the collective seq - 1 mismatched (KEEL_EMISMATCH) */
+	GMSG_P2P_RTR, /* the sender has posted seq receives from this member: it may send
+		       * them (a message never waits at a receiver that did not post it, where
+		       * it would hold up everything behind it from the same peer) */
 };
 struct grp_subhdr {
 	uint64_t group;
 	uint32_t seq;
 	uint8_t msg;  /* enum grp_msg */
 	uint8_t kind; /* DATA: enum gop_kind, for KEEL_EMISMATCH */
-	uint16_t aux;
-	/* after the 16 bytes, in DATA and P2P only (their sub-header is 20 bytes): P2P, the
-	 * message's tag; DATA, the operation's shape (grp_shape) */
+	uint16_t aux; /* after the 16 bytes, in DATA, DONE and P2P only (their sub-header is 20
+		       * bytes): P2P, the message's tag; DATA, the operation's shape (grp_shape);
+		       * DONE, the shape of the last collective it counts (and `kind` its kind) */
 	uint32_t tag;
 };
 #define GRP_P2P_SUBHDR_BYTES 20u
 static inline uint32_t grp_subhdr_len(uint8_t msg)
 {
-	return msg == GMSG_P2P || msg == GMSG_DATA ? GRP_P2P_SUBHDR_BYTES : GRP_SUBHDR_BYTES;
+	return msg == GMSG_P2P || msg == GMSG_DATA || msg == GMSG_DONE ? GRP_P2P_SUBHDR_BYTES
+								       : GRP_SUBHDR_BYTES;
 }
 /* SYNC's body after the sub-header. */
 struct grp_sync {
@@ -155,7 +158,11 @@ struct gpeer {
 	bool sync_owed;	      /* ours to it is not sent yet */
 	bool done_owed;	      /* our DONE count is not sent yet */
 	bool p2p_done_owed;
-	bool out_owed;	   /* not a member any more, but it may think it is: tell it (a SYNC) */
+	bool out_owed;	    /* not a member any more, but it may think it is: tell it (a SYNC) */
+	bool fail_owed;	    /* our FAIL (the group's fail_seq) is not sent yet */
+	uint32_t failed_at; /* its FAIL: it failed collective failed_at - 1 (0: none) */
+	uint8_t done_kind;  /* what its last DONE said of the collective it counts last */
+	uint32_t done_shape;
 	uint32_t p2p_tx;   /* messages to it assigned */
 	uint32_t p2p_sent; /* messages to it sent whole (the next to send) */
 	uint32_t p2p_acked;
@@ -189,7 +196,10 @@ struct keel_group {
 	struct keel_req *ops; /* ops_max collectives, a ring */
 	uint32_t *op_members; /* ops_max x world */
 	uint32_t next_seq, run_seq, next_slot, run_slot, ops_max;
-	uint32_t local_done;  /* collectives this member holds the result of */
+	uint32_t local_done; /* collectives this member holds the result of */
+	uint32_t fail_seq;   /* the collective it found mismatched, + 1 (0: none) */
+	uint8_t done_kind;   /* the kind and shape of collective local_done - 1 (our DONE says) */
+	uint32_t done_shape;
 	struct keel_req *p2p; /* ops_max batches */
 };
 

@@ -1,7 +1,7 @@
 /* Groups and their operations (keel/group.h) in one process: 2..5 nodes on loopback UDP and
  * on shared memory, a manual clock. Every operation x dtype x reduction x in/out of place x
  * sizes at the fragment edges, over the whole job and over split groups running at once,
- * results checked bit for bit (tests/support/group_int.h); group creation (world, split,
+ * results checked bit for bit (tests/support/cluster_group.h); group creation (world, split,
  * from_ranks) and rank mapping; every documented error. Failures: test_group_fail.c. */
 /* cmocka.h needs these first */
 #include <setjmp.h>
@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
+#include "cluster_group.h"
 #include "cluster_int.h"
-#include "group_int.h"
 #include "keel/device_cpu.h"
 
 #define ROUNDS_MAX 2000000u /* 20 s of the manual clock: an operation that ends at all ends */

@@ -15,8 +15,8 @@
 
 #include <cmocka.h>
 
+#include "cluster_group.h"
 #include "cluster_int.h"
-#include "group_int.h"
 #include "keel/device_cpu.h"
 
 #define WORLD	   4

@@ -2,8 +2,8 @@
  * (cluster_int.h): each operation set up at every member of one or more groups with inputs
  * that name their sender and position, started, and its result checked bit for bit against
  * a reference computed here, with guard bytes around every buffer. Include cmocka.h first. */
-#ifndef KEEL_TEST_GROUP_INT_H
-#define KEEL_TEST_GROUP_INT_H
+#ifndef KEEL_TEST_CLUSTER_GROUP_H
+#define KEEL_TEST_CLUSTER_GROUP_H
 
 #include "cluster_int.h"
 #include "guarded_mem.h"
