@@ -77,6 +77,8 @@ struct gop_spec {
 	uint32_t root;	  /* a group rank; taken modulo each group's size */
 	uint64_t salt;	  /* makes each run's bytes its own: a stale result cannot pass */
 	bool null_others; /* rooted: members other than the root pass NULL where they may */
+	bool check_algo;  /* keel_req_info.algo must be `algo` at every member */
+	enum keel_group_algo algo;
 };
 
 /* A buffer with GROUP_GUARD bytes on either side; `data` is what the operation gets. */
@@ -384,8 +386,8 @@ static inline void grun_setup_member(struct gmember *m, struct keel_group *g, ui
 	memcpy(m->b.pre, m->b.base, m->b.len + 2 * GROUP_GUARD);
 }
 
-/* Set up `s` at every rank r with groups[r] != NULL (each in its own group: several groups
- * may run at once). */
+/* Set up `s` at every rank r with groups[r] != NULL that is not paused (a dead process takes
+ * part in nothing); each in its own group: several groups may run at once. */
 static inline void grun_setup(struct grun *run, const struct cluster *c,
 			      struct keel_group *const *groups, const struct gop_spec *s)
 {
@@ -393,7 +395,7 @@ static inline void grun_setup(struct grun *run, const struct cluster *c,
 	run->s = *s;
 	run->world = c->world;
 	for (uint32_t r = 0; r < c->world; r++)
-		if (groups[r] != NULL)
+		if (groups[r] != NULL && !c->paused[r])
 			grun_setup_member(&run->m[r], groups[r], r, s);
 }
 
@@ -733,7 +735,7 @@ static inline uint32_t grun_run_on(struct cluster *c, struct keel_group *const *
 	uint32_t bad = 0;
 	grun_setup(&run, c, groups, s);
 	for (uint32_t r = 0; r < c->world; r++) {
-		if (groups[r] == NULL)
+		if (run.m[r].g == NULL)
 			continue;
 		int st = devs != NULL ? gdev_attach(&run, r, &dv[r], devs[r]) : 0;
 		st = st != 0 ? st : grun_start(&run, r);
@@ -749,7 +751,7 @@ static inline uint32_t grun_run_on(struct cluster *c, struct keel_group *const *
 	(void)cluster_wait_reqs_info(c, reqs, rc, info, ran, NULL, rounds_max);
 	for (uint32_t r = 0; r < c->world; r++) {
 		struct gmember *m = &run.m[r];
-		if (devs != NULL && groups[r] != NULL && reqs[r] == NULL)
+		if (devs != NULL && m->g != NULL && reqs[r] == NULL)
 			gdev_detach(&run, r, &dv[r]);
 		if (!started[r])
 			continue;
@@ -763,6 +765,10 @@ static inline uint32_t grun_run_on(struct cluster *c, struct keel_group *const *
 			grun_describe(&run, r);
 			print_error("ended %d (%s) over %u members\n", rc[r], keel_strerror(rc[r]),
 				    rc[r] == 0 ? info[r].member_count : 0);
+			bad++;
+		} else if (s->check_algo && info[r].algo != s->algo) {
+			grun_describe(&run, r);
+			print_error("ran algorithm %d, want %d\n", info[r].algo, s->algo);
 			bad++;
 		} else {
 			bad += !grun_check(&run, r, gop_is_p2p(s->op) ? m->members : ran[r],

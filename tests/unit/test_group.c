@@ -1,7 +1,7 @@
 /* Groups and their operations (keel/group.h) in one process: 2..5 nodes on loopback UDP and
  * on shared memory, a manual clock. Every operation x dtype x reduction x in/out of place x
  * sizes at the fragment edges, over the whole job and over split groups running at once,
- * results checked bit for bit (tests/support/group_int.h); group creation (world, split,
+ * results checked bit for bit (tests/support/cluster_group.h); group creation (world, split,
  * from_ranks) and rank mapping; every documented error. Failures: test_group_fail.c. */
 /* cmocka.h needs these first */
 #include <setjmp.h>
@@ -646,9 +646,10 @@ static void fill_bytes(uint8_t *p, size_t len, uint32_t who)
 }
 
 /* Send/Recv are ordered per (group, peer): the n-th send to a peer meets its n-th receive
- * from this member, across batches; the same two ranks in another group have a stream of
- * their own; and the group's collectives, started between batches in other orders at other
- * ranks, are independent of them. */
+ * from this member, whatever batches they came in; the same two ranks in another group have a
+ * stream of their own, used in another order relative to the first group's. Within one group,
+ * collectives and Send/Recv share the way to each peer, so both sides issue them in the same
+ * order (group.h), here Send/Recv, a collective, Send/Recv. */
 static void test_group_p2p_ordered_per_group_and_peer(void **state)
 {
 	(void)state;
@@ -671,9 +672,10 @@ static void test_group_p2p_ordered_per_group_and_peer(void **state)
 	const struct keel_p2p b0p = {KEEL_P2P_SEND, 2, s0[3], 500, 1};
 	const struct keel_p2p b1w = {KEEL_P2P_SEND, 2, s1, 100, 9};
 	const struct keel_p2p b2p = {KEEL_P2P_RECV, 0, r2[3], 500, 1};
+	/* rank 0's two sends of one batch meet receives of two batches */
 	const struct keel_p2p b2w[3] = {{KEEL_P2P_RECV, 0, r2[0], 10, 1},
-					{KEEL_P2P_RECV, 0, r2[1], 3000, 2},
-					{KEEL_P2P_RECV, 1, r2[4], 100, 9}};
+					{KEEL_P2P_RECV, 1, r2[4], 100, 9},
+					{KEEL_P2P_RECV, 0, r2[1], 3000, 2}};
 	const struct keel_p2p b2w2 = {KEEL_P2P_RECV, 0, r2[2], 0, 3};
 	static float in[3][1000], out[3][1000];
 	struct keel_req *ar[CLUSTER_MAX] = {NULL};
@@ -691,12 +693,14 @@ static void test_group_p2p_ordered_per_group_and_peer(void **state)
 	assert_int_equal(
 	    keel_group_allreduce_start(wg.g[1], in[1], out[1], 1000, KEEL_F32, KEEL_SUM, &ar[1]),
 	    0);
-	/* rank 2: the collective, the pair's receive first, then the world's one by one */
+	/* rank 2: the pair's receive first (rank 0 sends it third), then the world's receives in
+	 * two batches, the collective, the last world receive */
+	assert_int_equal(keel_group_p2p_start(pg.g[2], &b2p, 1, &req[2][0]), 0);
+	assert_int_equal(keel_group_p2p_start(wg.g[2], b2w, 1, &req[2][1]), 0);
+	assert_int_equal(keel_group_p2p_start(wg.g[2], b2w + 1, 2, &req[2][3]), 0);
 	assert_int_equal(
 	    keel_group_allreduce_start(wg.g[2], in[2], out[2], 1000, KEEL_F32, KEEL_SUM, &ar[2]),
 	    0);
-	assert_int_equal(keel_group_p2p_start(pg.g[2], &b2p, 1, &req[2][0]), 0);
-	assert_int_equal(keel_group_p2p_start(wg.g[2], b2w, 3, &req[2][1]), 0);
 	assert_int_equal(keel_group_p2p_start(wg.g[2], &b2w2, 1, &req[2][2]), 0);
 	int rc[CLUSTER_MAX];
 	assert_int_equal(cluster_wait_reqs(&c, ar, rc, ROUNDS_MAX), 0);
@@ -706,7 +710,7 @@ static void test_group_p2p_ordered_per_group_and_peer(void **state)
 		assert_int_equal(rc[r], 0);
 		assert_memory_equal(out[r], ref, sizeof(ref));
 	}
-	for (int k = 0; k < 3; k++) {
+	for (int k = 0; k < 4; k++) {
 		struct keel_req *col[CLUSTER_MAX] = {req[0][k], req[1][k], req[2][k]};
 		assert_int_equal(cluster_wait_reqs(&c, col, rc, ROUNDS_MAX), 0);
 		for (uint32_t r = 0; r < 3; r++)
@@ -791,8 +795,8 @@ static void test_group_mismatched_collectives(void **state)
 {
 	(void)state;
 	static uint8_t in[3][4096], out[3][4096];
-	/* the V forms read their arrays until the operation ends: one set per member, kept */
-	static size_t cnt[3] = {4, 4, 4}, dsp[3] = {0, 8, 16}, vcnts[3][3], scs[3][3];
+	/* the V forms read their arrays until they end: one set per member, kept */
+	static size_t cnt[3] = {4, 4, 4}, dsp[3] = {0, 8, 16}, vcnt[3][3], sc[3][3];
 	uint32_t wrong = 0;
 	for (int k = 0; k < 8; k++) {
 		/* a fresh job for each: a case that hangs leaves the others their own; a member
@@ -808,9 +812,11 @@ static void test_group_mismatched_collectives(void **state)
 		for (uint32_t r = 0; r < 3; r++) {
 			struct keel_group *g = wg.g[r];
 			bool odd = r == 1; /* the member that disagrees */
-			size_t *vcnt = vcnts[r];
-			vcnt[0] = vcnt[1] = 4;
-			vcnt[2] = odd ? 5 : 4;
+			for (int i = 0; i < 3; i++) {
+				vcnt[r][i] = i == 2 && odd ? 5 : 4;
+				/* member 1 sends member 0 five elements where 0 expects 4 */
+				sc[r][i] = i == 0 && odd ? 5 : 4;
+			}
 			int st = -1;
 			switch (k) {
 			case 0:
@@ -838,24 +844,19 @@ static void test_group_mismatched_collectives(void **state)
 				break;
 			case 4:
 				what = "allgatherv with other counts";
-				st = keel_group_allgatherv_start(g, in[r], out[r], vcnt, dsp,
+				st = keel_group_allgatherv_start(g, in[r], out[r], vcnt[r], dsp,
 								 KEEL_U8, &reqs[r]);
 				break;
 			case 5:
 				what = "reduce_scatterv with other counts";
-				st = keel_group_reduce_scatterv_start(g, in[r], out[r], vcnt,
+				st = keel_group_reduce_scatterv_start(g, in[r], out[r], vcnt[r],
 								      KEEL_I32, KEEL_SUM, &reqs[r]);
 				break;
-			case 6: {
-				/* member 1 sends member 0 five elements where member 0 expects 4 */
-				size_t *sc = scs[r];
-				sc[0] = r == 1 ? 5 : 4;
-				sc[1] = sc[2] = 4;
+			case 6:
 				what = "alltoallv whose counts do not pair up";
-				st = keel_group_alltoallv_start(g, in[r], sc, dsp, out[r], cnt, dsp,
-								KEEL_U8, &reqs[r]);
+				st = keel_group_alltoallv_start(g, in[r], sc[r], dsp, out[r], cnt,
+								dsp, KEEL_U8, &reqs[r]);
 				break;
-			}
 			default:
 				what = "gather to roots 0 and 1";
 				st = keel_group_gather_start(g, in[r], out[r], 4, KEEL_F32,
@@ -887,7 +888,7 @@ static void bad_group_arguments(struct cluster *c, struct groups *wg)
 	struct keel_group *g = NULL, *out = NULL;
 	struct keel_req *req = NULL;
 	size_t len = keel_group_size(n);
-	uint8_t *mem = aligned_alloc(64, len + 64);
+	uint8_t *mem = aligned_alloc(64, (len + 127) & ~(size_t)63);
 	assert_int_equal(keel_group_world(NULL, mem, len, &g), -EINVAL);
 	assert_int_equal(keel_group_world(n, NULL, len, &g), -EINVAL);
 	assert_int_equal(keel_group_world(n, mem + 4, len, &g), -EINVAL); /* not 8-aligned */
@@ -1315,8 +1316,7 @@ static void test_group_req_info_and_wait(void **state)
 	assert_int_equal(info.member_count, 3);
 	assert_int_equal(info.epoch, view_epoch(&c, 0));
 	assert_int_equal(info.restarts, 0);
-	assert_true(info.algo == KEEL_GALGO_RING || info.algo == KEEL_GALGO_RD ||
-		    info.algo == KEEL_GALGO_DIRECT);
+	assert_int_equal(info.algo, KEEL_GALGO_DIRECT); /* small, in a group of 3 */
 	for (uint32_t r = 0; r < 3; r++)
 		assert_int_equal(members[r], r);
 	reqs[0] = NULL;
@@ -1470,6 +1470,65 @@ static void test_group_device_errors(void **state)
 	devices_fini(2);
 }
 
+/* The algorithm each operation reports (keel_req_info.algo), as group.h says it is chosen:
+ * small AllGather and AllReduce by recursive doubling in groups of a power of two from 8 (and
+ * a small in-place AllReduce in any power of two), else direct out of place and a ring in
+ * place; large ones (above rd_max_bytes) and large Broadcasts by a ring; the pairwise and
+ * rooted ones direct. */
+static void test_group_algo_choice(void **state)
+{
+	(void)state;
+	const size_t small = 4, large = KEEL_RD_MAX_BYTES_DEFAULT / 4 + 1; /* f32 */
+	uint32_t wrong = 0;
+	const struct {
+		uint32_t world;
+		enum gop op;
+		size_t count;
+		bool in_place;
+		enum keel_group_algo algo;
+	} cases[] = {
+	    {8, GOP_ALLGATHER, small, false, KEEL_GALGO_RD},
+	    {8, GOP_ALLGATHER, large, false, KEEL_GALGO_RING},
+	    {8, GOP_ALLGATHERV, small, false, KEEL_GALGO_DIRECT},
+	    {8, GOP_ALLREDUCE, small, false, KEEL_GALGO_RD},
+	    {8, GOP_ALLREDUCE, large, false, KEEL_GALGO_RING},
+	    {4, GOP_ALLGATHER, small, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_ALLREDUCE, small, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_ALLREDUCE, small, true, KEEL_GALGO_RD},
+	    {4, GOP_ALLREDUCE, large, true, KEEL_GALGO_RING},
+	    {3, GOP_ALLREDUCE, small, true, KEEL_GALGO_RING}, /* direct would overwrite it */
+	    {4, GOP_BROADCAST, small, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_BROADCAST, large, false, KEEL_GALGO_RING},
+	    {4, GOP_REDUCE_SCATTER, large, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_ALLTOALL, large, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_GATHER, small, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_SCATTER, small, false, KEEL_GALGO_DIRECT},
+	    {4, GOP_REDUCE, large, false, KEEL_GALGO_DIRECT},
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		struct cluster c;
+		struct groups wg;
+		g_mtu = KEEL_MTU_DEFAULT;
+		assert_int_equal(cluster_init(&c, cases[k].world, NULL, g_seed, tweak), 0);
+		g_mtu = 1024;
+		groups_world(&c, &wg);
+		struct gop_spec s = {.op = cases[k].op,
+				     .dt = KEEL_F32,
+				     .redop = KEEL_SUM,
+				     .count = cases[k].count,
+				     .in_place = cases[k].in_place,
+				     .root = 1,
+				     .check_algo = true,
+				     .algo = cases[k].algo,
+				     .salt = g_seed + k};
+		wrong += grun_run(&c, wg.g, &s, ROUNDS_MAX) != 0;
+		groups_free(&c, &wg);
+		cluster_fini(&c);
+	}
+	if (wrong != 0)
+		fail_msg("%u cases ran otherwise", wrong);
+}
+
 int main(void)
 {
 	g_seed = cluster_seed(1);
@@ -1492,6 +1551,7 @@ int main(void)
 	    cmocka_unit_test(test_group_every_op_udp),
 	    cmocka_unit_test(test_group_every_op_shm),
 	    cmocka_unit_test(test_group_split_two_groups_at_once),
+	    cmocka_unit_test(test_group_algo_choice),
 	    cmocka_unit_test(test_group_device_errors),
 	    cmocka_unit_test(test_group_device_every_op),
 	};

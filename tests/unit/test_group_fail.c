@@ -1,9 +1,10 @@
 /* Group operations (keel/group.h) under failures, 4 nodes on loopback UDP and a manual clock:
- * a rank killed (never polled again) during each operation, seeded (SEED=n replays one trial;
- * KEEL_TEST_TIER=long, or the binary run by hand, runs 50 trials per operation, the fast tier
- * 3); a rank of another group killed; Send/Recv to a dead peer; a rank paused past the
- * detector; loss underneath. What must hold: every survivor's request ends within
- * keel_op_bound_ns; the outcome is the same at every surviving member of a group; a result
+ * a rank killed (never polled again) during each operation and during a split, seeded (SEED=n
+ * replays one trial; KEEL_TEST_TIER=long, or the binary run by hand, runs 50 trials per
+ * operation, the fast tier 6), over the whole job, the job in reverse order, or two pairs
+ * with the victim in one, on host or device buffers (CPU stand-in); Send/Recv to a dead peer;
+ * a rank paused past the detector; loss underneath. What must hold: every survivor's request ends
+ * within keel_op_bound_ns; the outcome is the same at every surviving member of a group; a result
  * reported as success is exact over the members reported; rank-indexed results are never
  * shifted (KEEL_EVIEWCHANGED instead); a group that held no dead rank is not disturbed. */
 /* cmocka.h needs these first */
@@ -16,6 +17,7 @@
 
 #include "cluster_group.h"
 #include "cluster_int.h"
+#include "keel/device_cpu.h"
 
 #define WORLD	   4
 #define FAIL_SPLIT GOP_COUNT  /* keel_group_split_start, in the kill trials beside the others */
@@ -24,6 +26,9 @@
 static uint64_t g_seed;
 static bool g_seed_given;
 static uint32_t g_miss_limit = KEEL_MISS_LIMIT_DEFAULT;
+static bool g_devices; /* nodes built with a CPU stand-in device each */
+static struct keel_device g_dev[WORLD];
+static void *g_dev_mem[WORLD];
 
 static void tweak(struct keel_config *cfg)
 {
@@ -32,6 +37,43 @@ static void tweak(struct keel_config *cfg)
 	 * keel_op_bound_ns is about 2 s of the manual clock (200 000 rounds) */
 	cfg->entry_timeout_ns = 200000000ull;
 	cfg->miss_limit = g_miss_limit;
+	if (g_devices) {
+		cfg->device = &g_dev[cfg->rank];
+		cfg->device_chunk_bytes = KEEL_DEVICE_CHUNK_MIN;
+	}
+}
+
+static void devices_init(uint64_t seed)
+{
+	for (uint32_t r = 0; r < WORLD; r++) {
+		struct keel_device_cpu_config dc;
+		keel_device_cpu_config_default(&dc);
+		dc.seed = seed * 131 + r + 1;
+		size_t sz = keel_device_cpu_storage_size(&dc);
+		g_dev_mem[r] = calloc(1, sz);
+		assert_int_equal(keel_device_cpu_init(&g_dev[r], g_dev_mem[r], sz, &dc), 0);
+	}
+}
+
+/* Whether the live ranks' devices have nothing queued once every request ended (work left
+ * queued would land in a stage the next operation uses). A dead rank's device keeps what it
+ * had queued: each is dropped whole. */
+static bool devices_fini(const struct cluster *c)
+{
+	bool ok = true;
+	for (uint32_t r = 0; r < WORLD; r++) {
+		struct keel_device_cpu_stats st;
+		keel_device_cpu_stats(&g_dev[r], &st);
+		if (!c->paused[r] && st.used != 0) {
+			print_error(
+			    "rank %u: %u pieces of device work still queued after the end\n", r,
+			    st.used);
+			ok = false;
+		}
+		g_dev[r].ops->fini(g_dev[r].state);
+		free(g_dev_mem[r]);
+	}
+	return ok;
 }
 
 /* Whether the long scenarios run: the long tier, "all", or the binary run by hand. */
@@ -160,6 +202,7 @@ struct trial {
 	enum layout layout;
 	uint32_t victim, delay_rounds;
 	bool never_starts; /* the victim dies before it starts the operation */
+	bool device;	   /* buffers on each node's device (keel_group_use_device) */
 	struct gop_spec s;
 	/* what the survivors saw */
 	int rc[CLUSTER_MAX];
@@ -168,19 +211,21 @@ struct trial {
 	uint32_t ran[CLUSTER_MAX][CLUSTER_MAX];
 	uint64_t t0, t_kill;
 	int sample; /* a survivor of the victim's group, for the tally (-1: none) */
+	bool mid;   /* some survivor's request was still running when the victim died */
 };
 
 struct tally {
-	uint32_t trials, failed, full, fewer, viewchanged, peergone;
+	uint32_t trials, failed, mid, full, fewer, viewchanged, peergone;
 };
 
 static void trial_print(const struct trial *t)
 {
 	const char *name = t->op == FAIL_SPLIT ? "split" : gop_names[t->op];
-	print_error("SEED=%" PRIu64 ": %s, %s, %s %zu, %s, root %u; rank %u killed %s (after %u "
-		    "rounds)\n",
+	print_error("SEED=%" PRIu64 ": %s, %s, %s %zu, %s, root %u, %s buffers; rank %u killed %s "
+		    "(after %u rounds)\n",
 		    t->seed, name, layout_names[t->layout], keel_dtype_name(t->s.dt), t->s.count,
-		    t->s.in_place ? "in place" : "out of place", t->s.root, t->victim,
+		    t->s.in_place ? "in place" : "out of place", t->s.root,
+		    t->device ? "device" : "host", t->victim,
 		    t->never_starts ? "before it started" : "while in it", t->delay_rounds);
 }
 
@@ -190,12 +235,13 @@ static void trial_pick(struct trial *t, int op, uint64_t seed)
 	memset(t, 0, sizeof(*t));
 	t->seed = seed;
 	t->op = op;
-	t->layout = (enum layout)(seed % 3); /* consecutive seeds: every layout */
+	t->layout = (enum layout)(seed % 3); /* consecutive seeds: every layout, */
+	t->device = seed / 3 % 2 == 1;	     /* on host and on device buffers */
 	t->victim = (uint32_t)(rng_next(&s) % WORLD);
 	if (t->layout == LAYOUT_PAIRS)
 		t->victim = 2 + t->victim % 2;
 	t->never_starts = rng_next(&s) % 8 == 0;
-	t->delay_rounds = (uint32_t)(rng_next(&s) % 60);
+	t->delay_rounds = (uint32_t)(rng_next(&s) % 12); /* most operations take 5 to 40 */
 	const size_t counts[] = {1, 700, 2 * (2048 - 56) + 1, 20000, 60000};
 	t->s.op = op == FAIL_SPLIT ? GOP_BARRIER : (enum gop)op;
 	t->s.dt = (enum keel_dtype)(rng_next(&s) % KEEL_DTYPE_COUNT);
@@ -234,9 +280,11 @@ static bool outcome_allowed(const struct trial *t, const struct gmember *m, int 
 	if (rc == 0 && member_count == m->n - 1)
 		return (t->s.op == GOP_ALLREDUCE || t->s.op == GOP_BARRIER ||
 			((t->s.op == GOP_REDUCE || t->s.op == GOP_BROADCAST) && !root_dead));
+	/* in place, an AllReduce whose input was written cannot run again; on device buffers
+	 * the staged input stays, in place too (group.h) */
 	if (rc == KEEL_EVIEWCHANGED)
 		return gop_is_rank_indexed(t->s.op) || root_dead ||
-		       (t->s.op == GOP_ALLREDUCE && t->s.in_place);
+		       (t->s.op == GOP_ALLREDUCE && t->s.in_place && !t->device);
 	return false;
 }
 
@@ -381,7 +429,11 @@ static bool check_after(struct trial *t, struct grun *run, struct cluster *c,
 		    (gi.size > 1 || !gop_is_p2p(again.op)))
 			live[r] = use[r];
 	}
-	uint32_t bad = grun_run(c, live, &again, bound_rounds(c, keel_op_bound_ns(cfg)));
+	const struct keel_device *devs[CLUSTER_MAX];
+	for (uint32_t r = 0; r < WORLD; r++)
+		devs[r] = &g_dev[r];
+	uint32_t bad = grun_run_on(c, live, &again, bound_rounds(c, keel_op_bound_ns(cfg)),
+				   t->device ? devs : NULL);
 	if (bad != 0)
 		print_error("the step run again on the survivors failed at %u of them\n", bad);
 	return bad == 0;
@@ -395,11 +447,14 @@ static bool trial_collective(struct trial *t, struct cluster *c, struct keel_gro
 	const struct keel_config *cfg = &c->cfg[0];
 	struct keel_req *reqs[CLUSTER_MAX] = {NULL};
 	uint64_t id[CLUSTER_MAX] = {0};
+	static struct gdev dv[CLUSTER_MAX];
 	grun_setup(&run, c, use, &t->s);
 	for (uint32_t r = 0; r < c->world; r++) {
 		struct keel_group_info gi;
 		assert_true(keel_group_info(use[r], &gi, NULL, 0) > 0);
 		id[r] = gi.id;
+		if (t->device)
+			assert_int_equal(gdev_attach(&run, r, &dv[r], &g_dev[r]), 0);
 	}
 	if (t->never_starts)
 		c->paused[t->victim] = true;
@@ -410,11 +465,15 @@ static bool trial_collective(struct trial *t, struct cluster *c, struct keel_gro
 		assert_int_equal(grun_start(&run, r), 0);
 		reqs[r] = run.m[r].req;
 	}
-	for (uint32_t i = 0; i < t->delay_rounds && !t->never_starts; i++)
-		cluster_round(c);
+	/* the rounds before the death: what ends there is recorded as it ends */
+	if (!t->never_starts)
+		(void)cluster_wait_reqs_info(c, reqs, t->rc, t->info, t->ran, t->end_ns,
+					     t->delay_rounds);
 	c->paused[t->victim] = true;
 	t->t_kill = t->never_starts ? t->t0 : c->now_ns;
 	reqs[t->victim] = NULL;
+	for (uint32_t r = 0; r < c->world; r++)
+		t->mid |= reqs[r] != NULL; /* the death came while a survivor's was running */
 	if (cluster_wait_reqs_info(c, reqs, t->rc, t->info, t->ran, t->end_ns,
 				   bound_rounds(c, keel_op_bound_ns(cfg))) != 0) {
 		for (uint32_t r = 0; r < c->world; r++)
@@ -424,6 +483,16 @@ static bool trial_collective(struct trial *t, struct cluster *c, struct keel_gro
 				    (double)(c->now_ns - t->t0) / 1e6,
 				    (double)keel_op_bound_ns(cfg) / 1e6);
 		return false; /* its buffers stay allocated: keel may still write them */
+	}
+	for (uint32_t r = 0; r < c->world && t->device; r++) {
+		if (!c->paused[r]) {
+			gdev_detach(&run, r,
+				    &dv[r]); /* the device's bytes, checked as the host's */
+			continue;
+		}
+		dv[r].mem.dev = NULL; /* the dead rank's device still holds its work */
+		assert_int_equal(guarded_mem_unmap(&dv[r].mem), 0);
+		free(dv[r].stage);
 	}
 	bool ok = true;
 	t->sample = -1;
@@ -497,10 +566,13 @@ static bool trial_split(struct trial *t, struct cluster *c, struct keel_group **
 		c->paused[t->victim] = true;
 	t->t0 = c->now_ns;
 	split_start_all(c, use, color, key, ng, reqs);
-	for (uint32_t i = 0; i < t->delay_rounds && !t->never_starts; i++)
-		cluster_round(c);
+	if (!t->never_starts)
+		(void)cluster_wait_reqs_info(c, reqs, t->rc, NULL, NULL, t->end_ns,
+					     t->delay_rounds);
 	c->paused[t->victim] = true;
 	reqs[t->victim] = NULL;
+	for (uint32_t r = 0; r < c->world; r++)
+		t->mid |= reqs[r] != NULL;
 	if (cluster_wait_reqs_info(c, reqs, t->rc, NULL, NULL, t->end_ns,
 				   bound_rounds(c, keel_op_bound_ns(cfg))) != 0) {
 		print_error("a split did not end within keel_op_bound_ns\n");
@@ -545,23 +617,38 @@ static bool trial_run(struct trial *t, struct tally *tally)
 	struct cluster c;
 	struct groups wg, tg, ng = {0}, again = {0};
 	struct keel_group *use[CLUSTER_MAX] = {NULL};
+	if (t->device)
+		devices_init(t->seed);
+	g_devices = t->device;
 	assert_int_equal(cluster_init(&c, WORLD, NULL, t->seed, tweak), 0);
+	g_devices = false;
 	for (int i = 0; i < 20; i++) /* everyone has heard everyone */
 		cluster_round(&c);
 	trial_groups(&c, t->layout, &wg, &tg, use);
 	t->sample = -1;
 	bool ok = t->op == FAIL_SPLIT ? trial_split(t, &c, use, &ng, &again)
 				      : trial_collective(t, &c, use);
+	if (ok && t->device) /* before cluster_fini: the nodes may still own work */
+		ok = devices_fini(&c);
 	tally->trials++;
+	tally->mid += t->mid;
 	if (!ok) {
 		tally->failed++;
 		trial_print(t);
+	} else if (t->op == FAIL_SPLIT) {
+		int rc = t->rc[t->layout == LAYOUT_PAIRS ? t->victim ^ 1 : (t->victim + 1) % WORLD];
+		tally->full += rc == 0;
+		tally->viewchanged += rc == KEEL_EVIEWCHANGED;
 	} else if (t->sample >= 0) {
 		int rc = t->rc[t->sample];
-		tally->full += rc == 0 && t->info[t->sample].member_count ==
-					      (t->layout == LAYOUT_PAIRS ? 2u : WORLD);
-		tally->fewer += rc == 0 && t->info[t->sample].member_count <
-					       (t->layout == LAYOUT_PAIRS ? 2u : WORLD);
+		bool p2p = gop_is_p2p(t->s.op); /* a batch names no members */
+		tally->full += rc == 0 && p2p;
+		tally->full +=
+		    rc == 0 && !p2p &&
+		    t->info[t->sample].member_count == (t->layout == LAYOUT_PAIRS ? 2u : WORLD);
+		tally->fewer +=
+		    rc == 0 && !p2p &&
+		    t->info[t->sample].member_count < (t->layout == LAYOUT_PAIRS ? 2u : WORLD);
 		tally->viewchanged += rc == KEEL_EVIEWCHANGED;
 		tally->peergone += rc == KEEL_EPEERGONE;
 	}
@@ -577,12 +664,12 @@ static bool trial_run(struct trial *t, struct tally *tally)
 	return ok;
 }
 
-/* Kill trials of one operation: 3 in the fast tier, 50 in the long one; SEED=n runs trial n
- * alone (TRIALS=k: k trials from it). */
+/* Kill trials of one operation: 6 in the fast tier (seeds 1..6: each layout on host and device
+ * buffers), 50 in the long one; SEED=n runs trial n alone (TRIALS=k: k trials from it). */
 static void test_kill_during(void **state)
 {
 	int op = *(const int *)*state;
-	uint32_t trials = g_seed_given ? 1 : long_tier() ? 50 : 3;
+	uint32_t trials = g_seed_given ? 1 : long_tier() ? 50 : 6;
 	if (getenv("TRIALS") != NULL)
 		trials = (uint32_t)strtoul(getenv("TRIALS"), NULL, 0);
 	struct tally tally = {0};
@@ -591,10 +678,11 @@ static void test_kill_during(void **state)
 		trial_pick(&t, op, g_seed + i);
 		(void)trial_run(&t, &tally);
 	}
-	print_message("%s: %u trials, %u failed; at the victim's group: %u complete over every "
-		      "member, %u over the survivors, %u KEEL_EVIEWCHANGED, %u KEEL_EPEERGONE\n",
-		      op == FAIL_SPLIT ? "split" : gop_names[op], tally.trials, tally.failed,
-		      tally.full, tally.fewer, tally.viewchanged, tally.peergone);
+	print_message("%s: %u trials (%u deaths mid-operation), %u failed; at the victim's group: "
+		      "%u complete over every member, %u over the survivors, %u KEEL_EVIEWCHANGED, "
+		      "%u KEEL_EPEERGONE\n",
+		      op == FAIL_SPLIT ? "split" : gop_names[op], tally.trials, tally.mid,
+		      tally.failed, tally.full, tally.fewer, tally.viewchanged, tally.peergone);
 	if (tally.failed != 0)
 		fail_msg("%u of %u trials failed (each printed with its SEED)", tally.failed,
 			 tally.trials);
@@ -726,13 +814,12 @@ static void pause_run(enum gop op, uint32_t p)
 	struct keel_view v;
 	uint32_t vm[CLUSTER_MAX];
 	assert_true(keel_view_get(c.node[p], &v, vm, CLUSTER_MAX) >= 0);
-	if (!v.self_member) { /* not admitted yet: no world group to make */
-		struct keel_group *g;
-		size_t len;
-		void *mem = group_mem(&c, p, &len);
-		assert_int_equal(keel_group_world(c.node[p], mem, len, &g), KEEL_EEXCLUDED);
-		free(mem);
-	}
+	assert_false(v.self_member); /* not admitted again yet: no world group to make */
+	struct keel_group *g;
+	size_t len;
+	void *mem = group_mem(&c, p, &len);
+	assert_int_equal(keel_group_world(c.node[p], mem, len, &g), KEEL_EEXCLUDED);
+	free(mem);
 	/* the others go on, on their group of 3, while it is admitted again */
 	struct keel_group *live[CLUSTER_MAX] = {NULL};
 	for (uint32_t r = 0; r < WORLD; r++)
