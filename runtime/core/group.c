@@ -214,6 +214,7 @@ void grp_finish(struct keel_group *g, struct keel_req *r, int status)
 	if (r->kind == GK_P2P)
 		return;
 	KEEL_ASSERT(r->seq == g->run_seq);
+	g->ended[r->seq % GRP_HISTORY] = status;
 	g->run_seq++;
 	g->run_slot = g->run_slot + 1 == g->ops_max ? 0 : g->run_slot + 1;
 	if (seq_before(g->local_done, g->run_seq))

@@ -298,6 +298,10 @@ static bool sync_send(struct keel_group *g, uint32_t rank)
 	memcpy(body + 9, &p->p2p_read, 4);
 	memcpy(body + 13, &p->p2p_read_off, 8);
 	memcpy(body + 21, &rx, 8);
+	for (uint32_t i = 0; i < GRP_HISTORY; i++) {
+		int32_t st = g->ended[(g->run_seq - GRP_HISTORY + i) % GRP_HISTORY];
+		memcpy(body + 29 + 4 * i, &st, 4);
+	}
 	struct grp_subhdr sh = {.group = g->id, .msg = GMSG_SYNC};
 	return grp_send(g->node, rank, &sh, 0, 0, GRP_SYNC_BYTES + bits, body,
 			GRP_SYNC_BYTES + bits, NULL, 0);
@@ -362,6 +366,7 @@ static void decide(struct keel_group *g)
 	bool began = r != NULL && r->state != GS_QUEUED;
 	bool all_have = r != NULL && r->state == GS_LOCAL_DONE, can = r == NULL || !r->in_written;
 	bool go_on = began && r->w == g->size;
+	int32_t ended = 1; /* 1: no member ended it */
 	for (uint32_t i = 0; i < g->size; i++) {
 		if (i == g->self_pos)
 			continue;
@@ -378,12 +383,23 @@ static void decide(struct keel_group *g)
 			p->done_shape = began ? grp_shape(r) : 0;
 		}
 		g->tx_skip[rank] = same ? s->rx_bytes : 0;
-		if (seq_before(f, s->frontier))
-			continue; /* it reported ours: everyone had it */
+		if (seq_before(f, s->frontier)) { /* it ended ours: how? */
+			uint32_t back = s->frontier - f;
+			int32_t st =
+			    back <= GRP_HISTORY ? s->ended[GRP_HISTORY - back] : KEEL_EVIEWCHANGED;
+			ended = ended == 1 || st != 0 ? st : ended;
+			continue;
+		}
 		all_have = all_have && has;
 		can = can && (!same || s->can_restart);
 	}
 	g->syncing = false;
+	/* A member ended it (in an earlier view's decision this member missed): the same way
+	 * here. A success means every member had the result, this one too. */
+	if (ended != 1 && r != NULL && (ended != 0 || r->state == GS_LOCAL_DONE)) {
+		grp_finish(g, r, ended);
+		return;
+	}
 	if (!began)
 		return;
 	if (all_have) {
@@ -621,6 +637,7 @@ static void on_sync(struct keel_group *g, uint32_t peer, const uint8_t *b)
 	memcpy(&p->sync.p2p_read, b + 9, 4);
 	memcpy(&p->sync.p2p_off, b + 13, 8);
 	memcpy(&p->sync.rx_bytes, b + 21, 8);
+	memcpy(p->sync.ended, b + 29, sizeof(p->sync.ended));
 	p->synced = true;
 	grp_p2p_on_sync(g, peer, &p->sync);
 	sync_members(g, b + GRP_SYNC_BYTES);

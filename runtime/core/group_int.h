@@ -50,6 +50,7 @@ static inline uint32_t grp_subhdr_len(uint8_t msg)
 	return msg == GMSG_P2P || msg == GMSG_DATA || msg == GMSG_DONE ? GRP_P2P_SUBHDR_BYTES
 								       : GRP_SUBHDR_BYTES;
 }
+#define GRP_HISTORY 8u /* outcomes of the last collectives a SYNC carries */
 /* SYNC's body after the sub-header. */
 struct grp_sync {
 	uint32_t frontier;     /* collectives of the group this member reported */
@@ -58,11 +59,15 @@ struct grp_sync {
 	uint32_t p2p_read;     /* messages it has read whole from the receiver of this SYNC */
 	uint64_t p2p_off;      /* bytes it read of the next one */
 	uint64_t rx_bytes;     /* bytes of its frontier it has from the receiver of this SYNC */
+	int32_t ended[GRP_HISTORY]; /* ended[i]: the status of collective frontier - 8 + i */
 	/* then the sender's members, one bit per job rank (world bits): members that missed a
 	 * view (it skipped an epoch) learn whom the others dropped, and a rank the others
 	 * dropped learns it is out */
 };
-#define GRP_SYNC_BYTES 29u /* without the members' bits */
+/* after grp_sync's fields, how the last GRP_HISTORY collectives before `frontier` ended
+ * (int32 each, oldest first): a member that ended the one another still decides gives it
+ * its outcome */
+#define GRP_SYNC_BYTES (29u + 4u * GRP_HISTORY) /* without the members' bits */
 
 enum gop_kind {
 	GK_ALLGATHER = 1,
@@ -196,9 +201,10 @@ struct keel_group {
 	struct keel_req *ops; /* ops_max collectives, a ring */
 	uint32_t *op_members; /* ops_max x world */
 	uint32_t next_seq, run_seq, next_slot, run_slot, ops_max;
-	uint32_t local_done; /* collectives this member holds the result of */
-	uint32_t fail_seq;   /* the collective it found mismatched, + 1 (0: none) */
-	uint8_t done_kind;   /* the kind and shape of collective local_done - 1 (our DONE says) */
+	uint32_t local_done;	    /* collectives this member holds the result of */
+	uint32_t fail_seq;	    /* the collective it found mismatched, + 1 (0: none) */
+	int32_t ended[GRP_HISTORY]; /* how collective s ended, at s % GRP_HISTORY */
+	uint8_t done_kind; /* the kind and shape of collective local_done - 1 (our DONE says) */
 	uint32_t done_shape;
 	struct keel_req *p2p; /* ops_max batches */
 };

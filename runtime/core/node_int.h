@@ -19,7 +19,7 @@
 #define KEEL_GROUPS_FREED_KEPT 32u
 /* SYNCs kept for groups this node has not made yet (a split it finishes later): their bytes */
 #define KEEL_GROUP_EARLY_SYNCS	  8u
-#define KEEL_GROUP_SYNC_BYTES_MAX (29u + KEEL_WORLD_MAX / 8u)
+#define KEEL_GROUP_SYNC_BYTES_MAX (29u + 32u + KEEL_WORLD_MAX / 8u)
 struct grp_early_sync {
 	uint64_t group; /* 0: a free entry */
 	uint32_t epoch, peer;
