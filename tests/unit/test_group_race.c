@@ -2,13 +2,14 @@
  * of the runs behind 2% loss and reordering), one group operation of a random kind, size and
  * root — AllGather(V), ReduceScatter, AllReduce (in place or not), Broadcast, Reduce, Gather,
  * Scatter, AllToAll, Barrier, a split into random colors and keys, a ring of Send/Recv — half
- * of them on the CPU stand-in device, while one or two members die, or one is paused past the
- * detector and comes back, at a random moment of its first milliseconds. Checked for every
- * schedule: every request ends (none hangs); every surviving member of the group reports the
- * same outcome over the same members; a result reported as success is right for the members
- * it names; a paused member ends with its result or KEEL_EEXCLUDED; a split gives the members
- * of one color the same group, in (key, rank) order. Each run prints its seed on failure;
- * SEED=n replays one. 300 schedules here, 3000 in the slow tier (KEEL_TEST_TIER=long). */
+ * of them on the CPU stand-in device, a quarter with a job key (every datagram MAC'd), while one or
+ * two members die, or one is paused past the detector and comes back, at a random moment of its
+ * first milliseconds. Checked for every schedule: every request ends (none hangs); every surviving
+ * member of the group reports the same outcome over the same members; a result reported as success
+ * is right for the members it names; a paused member ends with its result or KEEL_EEXCLUDED; a
+ * split gives the members of one color the same group, in (key, rank) order. Each run prints its
+ * seed on failure; SEED=n replays one. 300 schedules here, 3000 in the slow tier
+ * (KEEL_TEST_TIER=long). */
 /* cmocka.h needs these first */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,7 +44,7 @@ struct race {
 	uint32_t world, root, kills, who[2], at[2], pause_len;
 	enum race_kind kind;
 	size_t count;
-	bool in_place, device, chaos, pause;
+	bool in_place, device, chaos, pause, keyed;
 	struct cluster c;
 	struct keel_device dev[CLUSTER_MAX];
 	struct keel_group *g[CLUSTER_MAX], *child[CLUSTER_MAX];
@@ -79,6 +80,10 @@ static void *race_alloc(struct race *x, size_t bytes)
 static void tweak(struct keel_config *cfg)
 {
 	cfg->mtu = 1024;
+	if (g_race->keyed) { /* every datagram MAC'd and replay-checked */
+		cfg->auth = true;
+		memset(cfg->auth_key, 0x5a, sizeof(cfg->auth_key));
+	}
 	if (!g_race->device)
 		return;
 	struct keel_device_cpu_config dc;
@@ -109,6 +114,7 @@ static void plan(struct race *x)
 	x->device = rnd(x, 2) && x->kind != RK_SPLIT && x->kind != RK_P2P;
 	x->root = rnd(x, x->world);
 	x->pause = rnd(x, 4) == 0;
+	x->keyed = rnd(x, 4) == 0;
 	x->kills = x->pause ? 1 : 1 + rnd(x, 2);
 	for (uint32_t k = 0; k < 2; k++) {
 		x->who[k] = rnd(x, x->world);
@@ -421,9 +427,10 @@ static void one(uint64_t seed)
 	setup(x);
 	int32_t *res[CLUSTER_MAX];
 	run(x, res);
-	printf("SEED=%" PRIu64 ": world %u kind %d count %zu%s%s%s, %s %u at %u\n", seed, x->world,
-	       x->kind, x->count, x->in_place ? " in place" : "", x->device ? " device" : "",
-	       x->chaos ? " lossy" : "", x->pause ? "pause" : "kill", x->who[0], x->at[0]);
+	printf("SEED=%" PRIu64 ": world %u kind %d count %zu%s%s%s%s, %s %u at %u\n", seed,
+	       x->world, x->kind, x->count, x->in_place ? " in place" : "",
+	       x->device ? " device" : "", x->chaos ? " lossy" : "", x->keyed ? " keyed" : "",
+	       x->pause ? "pause" : "kill", x->who[0], x->at[0]);
 	check(x, res);
 	cluster_fini(&x->c);
 	for (uint32_t i = 0; i < x->mems; i++)
