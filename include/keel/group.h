@@ -83,8 +83,10 @@ KEEL_MUST_USE int keel_group_from_ranks(struct keel_group *parent, const uint32_
 					uint32_t count, void *mem, size_t len,
 					struct keel_group **out);
 
-/* Forget `group`: it must have no operation pending (-EBUSY). Its memory is the caller's
- * again. Other members need not free it at the same time. */
+/* Forget `group`: it must have no operation pending, nor a result not yet taken, nor a word
+ * it still owes a member (the DONE of its last operation waiting for room in a full window):
+ * -EBUSY then; poll and call again. Its memory is the caller's again. Other members need not
+ * free it at the same time; messages for it that come later are dropped. */
 KEEL_MUST_USE int keel_group_free(struct keel_group *group);
 
 struct keel_group_info {
