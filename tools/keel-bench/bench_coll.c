@@ -48,8 +48,8 @@ int bench_group_open(struct bench_group *g, struct keel_boot *b, uint32_t size, 
 		rc = keel_group_world(b->node, g->world_mem, len, &g->world);
 	if (rc == 0 && size > 0)
 		rc = make_group_mem(b, &g->split_mem);
-	/* groups of `size` consecutive ranks, in rank order (the _start form: keel_group_split
-	 * itself answered -EINVAL at 6a4a1f7, /work/wt/BUGS-bench.md) */
+	/* groups of `size` consecutive ranks, in rank order (the _start form: at 6a4a1f7 the
+	 * blocking keel_group_split read its request before the start had set it: -EINVAL) */
 	struct keel_req *req = NULL;
 	if (rc == 0 && size > 0)
 		rc = keel_group_split_start(g->world, rank / size, rank, g->split_mem, len,
