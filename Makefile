@@ -122,7 +122,8 @@ $(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/integ/%.o: INC += -Iruntime/boot 
 $(BUILD)/obj/tests/unit/test_train.o $(BUILD)/obj/tests/unit/test_train_feed.o: \
 	INC += -Itools/keel-train
 $(BUILD)/obj/tests/unit/test_plan_parse.o: INC += -Itools/keel-plan
-$(BUILD)/obj/tests/unit/test_bench_stats.o: INC += -Itools/keel-bench
+$(BUILD)/obj/tests/unit/test_bench_stats.o $(BUILD)/obj/tests/unit/test_bench_coll.o: \
+	INC += -Itools/keel-bench
 # keel-plan's SimGrid reader is built with expat when pkg-config finds it; without it,
 # --cluster-xml says so. Only keel-plan and test_plan_parse link -lexpat.
 ifeq ($(HAVE_EXPAT),1)
@@ -239,6 +240,7 @@ $(BUILD)/tests/test_plan_parse: $(BUILD)/obj/tools/keel-plan/plan_parse.o \
 	$(BUILD)/obj/tools/keel-plan/plan_xml.o $(PRESET_OBJ)
 $(BUILD)/tests/test_plan_parse: TOOL_LIBS := $(EXPAT_LIBS)
 $(BUILD)/tests/test_bench_stats: $(BUILD)/obj/tools/keel-bench/bench_stats.o
+$(BUILD)/tests/test_bench_coll: $(BUILD)/obj/tools/keel-bench/bench_coll_plan.o
 # keel-sim's multi-fidelity arithmetic has no SimGrid in it: tested in every build.
 $(BUILD)/obj/tests/unit/test_sim_fidelity.o: INC += -Isim
 $(BUILD)/tests/test_sim_fidelity: $(BUILD)/obj/sim/fidelity.o

@@ -1,5 +1,5 @@
-# make bench-peers: keel's AllReduce beside Open MPI's and Gloo's on this host (issue 16;
-# tools/bench-peers.sh, docs/perf-history.md). The peer programs live in tools/bench-peers/ and are
+# make bench-peers: keel's collectives and Send/Recv beside Open MPI's and Gloo's on this host
+# (issues 16 and 52; tools/bench-peers.sh, docs/perf-history.md). The peer programs live in tools/bench-peers/ and are
 # built into $(BUILD)/bench-peers/, never into libkeel. They need libopenmpi-dev and
 # libgloo-dev (tools/deps/bench.txt): without them plain `make` skips them silently (they are
 # benchmarks, not part of keel), `make bench-peers` says what is missing and stops, and
@@ -12,7 +12,7 @@ HAVE_GLOO := $(if $(wildcard /usr/include/gloo/allreduce_ring.h),$(if $(wildcard
 	/usr/lib/libgloo.so /usr/lib/*/libgloo.so),1))
 PEERS_MISSING := $(strip $(if $(HAVE_OMPI),,libopenmpi-dev) $(if $(HAVE_GLOO),,libgloo-dev) \
 	$(if $(shell command -v mpirun 2>/dev/null),,openmpi-bin))
-PEERS_BINS := $(PEERS_DIR)/ompi-allreduce $(PEERS_DIR)/gloo-allreduce
+PEERS_BINS := $(PEERS_DIR)/ompi-coll $(PEERS_DIR)/gloo-allreduce $(PEERS_DIR)/gloo-coll
 BENCH_PEERS_ARGS ?=
 
 # Built by `make tests` where the packages are (not again by the sanitizer build), so the smoke
@@ -40,13 +40,19 @@ $(PEERS_DIR)/size_arg.o: tools/common/size_arg.c tools/common/size_arg.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 $(PEERS_CFLAGS) -c $< -o $@
 
-$(PEERS_DIR)/ompi-allreduce: tools/bench-peers/ompi_allreduce.c $(PEERS_DIR)/peer_common.o \
+$(PEERS_DIR)/ompi-coll: tools/bench-peers/ompi_coll.c $(PEERS_DIR)/peer_common.o \
 	$(PEERS_DIR)/size_arg.o \
 	| bench-peers-check
 	$(CC) -std=c11 $(PEERS_CFLAGS) $(shell pkg-config --cflags ompi-c 2>/dev/null) -o $@ $^ \
 		$(shell pkg-config --libs ompi-c 2>/dev/null) -lm
 
 $(PEERS_DIR)/gloo-allreduce: tools/bench-peers/gloo_allreduce.cc $(PEERS_DIR)/peer_common.o \
+	$(PEERS_DIR)/size_arg.o \
+	| bench-peers-check
+	$(CXX) -std=c++17 $(filter-out -Wmissing-prototypes -Wstrict-prototypes -Wvla,\
+		$(PEERS_CFLAGS)) -o $@ $^ -lgloo -lpthread -lm
+
+$(PEERS_DIR)/gloo-coll: tools/bench-peers/gloo_coll.cc $(PEERS_DIR)/peer_common.o \
 	$(PEERS_DIR)/size_arg.o \
 	| bench-peers-check
 	$(CXX) -std=c++17 $(filter-out -Wmissing-prototypes -Wstrict-prototypes -Wvla,\

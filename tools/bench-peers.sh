@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# keel's AllReduce beside Open MPI's and Gloo's on this host (issue 16), one method for all:
-# f32 sum, each iteration timed alone, the slowest rank per iteration (gathered after the timed
-# loop), the median over iterations, the result checked exactly. keel: keel-bench allreduce
-# --median --check over shm and udp; Open MPI: MPI_Allreduce over vader (shared memory) and tcp
-# (loopback); Gloo: its TCP transport on loopback, best algorithm per size. For each size every
-# program runs back to back, so all see the same machine. Prints one table with keel/peer
-# ratios. Refuses to quote figures on a busy machine (1-min load above --load-max).
+# keel's collectives and Send/Recv beside Open MPI's and Gloo's on this host (issues 16, 52),
+# one method for all: f32 (sums; root 0), each iteration timed alone, the slowest rank per
+# iteration (gathered after the timed loop), the median over iterations, the result checked
+# exactly. keel: keel-bench OP --median --check over shm and udp; Open MPI (ompi-coll): over
+# vader (shared memory) and tcp (loopback); Gloo: its TCP transport on loopback (AllReduce: the
+# best algorithm per size). For each operation and size every program runs back to back, so all
+# see the same machine. Prints one table, a row per operation and size, with keel/peer ratios.
+# Refuses to quote figures on a busy machine (1-min load above --load-max).
 #
 #   tools/bench-peers.sh [options]       (make bench-peers builds first, then runs this)
 # Options:
+#   --ops LIST       operations (default all): allreduce (MPI_Allreduce), all_gather
+#                    (MPI_Allgather), reduce_scatter (MPI_Reduce_scatter_block), alltoall
+#                    (MPI_Alltoall), pingpong (ranks 0 and 1, half a round trip: MPI_Send and
+#                    MPI_Recv; keel-bench sendrecv's first half), exchange (both ways at once:
+#                    MPI_Sendrecv; its second half), reduce, broadcast, barrier. A size is
+#                    every rank's part together for all_gather, reduce_scatter and alltoall
+#                    (nccl-tests), and a size below 4 B a rank is left out; barrier: one row
 #   --ranks LIST     rank counts, e.g. 2,4 (default 2,4)
 #   --sizes LIST     sizes in bytes, e.g. 4,4K,1M (default 4 B .. 64 MiB, x4)
 #   --quick          fewer sizes (4 B .. 4 MiB, x16) and iterations: a minute or two
@@ -41,12 +49,15 @@ VETH_MTU=1500
 LOAD_MAX='' KEEL_WAIT_MODE='' WARMUP_MS=1000
 MEASURED=''
 COLUMNS_ALL="keel-shm keel-udp ompi-vader ompi-tcp gloo"
+OPS_ALL="allreduce all_gather reduce_scatter alltoall pingpong exchange reduce broadcast barrier"
+OPS=$OPS_ALL
 usage() {
-	sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 }
 while [ $# -gt 0 ]; do
 	case $1 in
+	--ops) OPS=$2; shift 2 ;;
 	--ranks) RANKS=$2; shift 2 ;;
 	--sizes) SIZES=$2; shift 2 ;;
 	--quick) QUICK=1; shift ;;
@@ -69,10 +80,6 @@ done
 
 RUN=$BUILD/bin/keel-run KEEL_BENCH=$BUILD/bin/keel-bench PEERS=$BUILD/bench-peers
 die() { echo "bench-peers: $*" >&2; exit 2; }
-for f in "$RUN" "$KEEL_BENCH" "$PEERS/ompi-allreduce" "$PEERS/gloo-allreduce"; do
-	[ -x "$f" ] || die "no $f (run 'make bench-peers', which builds everything first)"
-done
-command -v mpirun >/dev/null || die "no mpirun (apt-get install openmpi-bin)"
 
 # Sizes: "4K" -> 4096.
 to_bytes() {
@@ -98,6 +105,8 @@ else
 	SIZES=$list
 fi
 for s in $SIZES; do [ $((s % 4)) -eq 0 ] && [ "$s" -ge 4 ] || die "size $s: not a multiple of 4"; done
+OPS=${OPS//,/ }
+for op in $OPS; do [[ " $OPS_ALL " == *" $op "* ]] || die "unknown operation '$op' (--ops: $OPS_ALL)"; done
 RANKS=${RANKS//,/ }
 for n in $RANKS; do [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] || die "bad rank count '$n'"; done
 [[ $HOSTS =~ ^[1-9][0-9]*$ ]] || die "bad --hosts '$HOSTS'"
@@ -122,6 +131,16 @@ if [ -n "$ONLY" ]; then
 	COLUMNS=${ONLY//,/ }
 	for c in $COLUMNS; do [[ " $COLUMNS_ALL " == *" $c "* ]] || die "unknown column '$c'"; done
 fi
+# The programs the columns run.
+need=("$RUN")
+[[ " $COLUMNS " != *" keel-"* ]] || need+=("$KEEL_BENCH")
+[[ " $COLUMNS " != *" ompi-"* ]] || need+=("$PEERS/ompi-coll")
+[[ " $COLUMNS " != *" gloo "* ]] || need+=("$PEERS/gloo-allreduce" "$PEERS/gloo-coll")
+for f in "${need[@]}"; do
+	[ -x "$f" ] || die "no $f (run 'make bench-peers', which builds everything first)"
+done
+[[ " $COLUMNS " != *" ompi-"* ]] || command -v mpirun >/dev/null ||
+	die "no mpirun (apt-get install openmpi-bin)"
 # Pretend hosts cannot share one region: keel's shared-memory column becomes the default
 # (auto), shared memory inside each pretend host and UDP between them.
 SHM_TP=shm
@@ -177,9 +196,12 @@ mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 # One program at one size: sets MEASURED to "median_us algorithm" or "FAIL" (not a subshell:
 # run_gloo's list of algorithms carries over); its output is kept in
 # $LOGS/<column>-<ranks>-<bytes>.txt.
+# keel-bench's name for an operation: pingpong and exchange are sendrecv's two halves.
+keel_op() { case $1 in pingpong | exchange) echo sendrecv ;; *) echo "$1" ;; esac; }
+OP=allreduce # the operation measure() runs
 run_keel() { # transport ranks bytes iters warmup
 	local tp=$1 n=$2 b=$3 it=$4 w=$5
-	local cmd=("$KEEL_BENCH" allreduce --median --check -b "$b" -e "$b" -n "$it" -w "$w"
+	local cmd=("$KEEL_BENCH" "$(keel_op "$OP")" --median --check -b "$b" -e "$b" -n "$it" -w "$w"
 		--warmup-ms "$WARMUP_MS")
 	if [ "$HOSTS" -gt 1 ]; then
 		# RANK is keel-run's; every PER_HOST ranks in a row share one pretend host.
@@ -199,13 +221,13 @@ run_keel() { # transport ranks bytes iters warmup
 }
 run_ompi() { # btl ranks bytes iters warmup
 	if [ $NETNS -eq 1 ]; then
-		netns_mpirun "$2" --mca btl "self,$1" "$PEERS/ompi-allreduce" -b "$3" -e "$3" \
+		netns_mpirun "$2" --mca btl "self,$1" "$PEERS/ompi-coll" -o "$OP" -b "$3" -e "$3" \
 			-n "$4" -w "$5" -t "$WARMUP_MS"
 		return
 	fi
 	local btl=(--mca btl "self,$1")
 	[ "$1" = tcp ] && btl+=(--mca btl_tcp_if_include lo)
-	timeout 300 "${mpi[@]}" -n "$2" "${btl[@]}" "$PEERS/ompi-allreduce" -b "$3" -e "$3" \
+	timeout 300 "${mpi[@]}" -n "$2" "${btl[@]}" "$PEERS/ompi-coll" -o "$OP" -b "$3" -e "$3" \
 		-n "$4" -w "$5" -t "$WARMUP_MS"
 }
 # Gloo's algorithms still tried at this rank count: one far slower than the best at a size
@@ -214,13 +236,20 @@ gloo_live=''
 run_gloo() { # ranks bytes iters warmup
 	local store
 	store=$(mktemp -d "$STORE_ROOT/store.XXXXXX")
+	if [ "$OP" != allreduce ]; then
+		timeout 600 "$RUN" -n "$1" --timeout 300 -- "$PEERS/gloo-coll" -s "$store" -o "$OP" \
+			-b "$2" -e "$2" -n "$3" -w "$4" -t "$WARMUP_MS"
+		return
+	fi
 	timeout 600 "$RUN" -n "$1" --timeout 300 -- "$PEERS/gloo-allreduce" -s "$store" \
 		-b "$2" -e "$2" -n "$3" -w "$4" -t "$WARMUP_MS" ${gloo_live:+-a "$gloo_live"}
 }
 ROUND=1
 measure() { # column ranks bytes iters warmup
-	local col=$1 log="$LOGS/$1-$2-$3.txt" rc=0
-	if [ "$ROUND" -gt 1 ]; then log="$LOGS/$1-$2-$3-r$ROUND.txt"; fi
+	local col=$1 pre='' rc=0
+	if [ "$OP" != allreduce ]; then pre=$OP-; fi
+	local log="$LOGS/$pre$1-$2-$3.txt"
+	if [ "$ROUND" -gt 1 ]; then log="$LOGS/$pre$1-$2-$3-r$ROUND.txt"; fi
 	case $col in
 	keel-shm) run_keel "$SHM_TP" "${@:2}" >"$log" 2>&1 || rc=$? ;;
 	keel-udp) run_keel udp "${@:2}" >"$log" 2>&1 || rc=$? ;;
@@ -228,12 +257,22 @@ measure() { # column ranks bytes iters warmup
 	ompi-tcp) run_ompi tcp "${@:2}" >"$log" 2>&1 || rc=$? ;;
 	gloo) run_gloo "${@:2}" >"$log" 2>&1 || rc=$? ;;
 	esac
+	# Gloo's own TCP pair now and then says "Connection closed by peer" mid-run (a few runs
+	# in a hundred here, whatever the operation): once more, and the log says so.
+	if [ "$col" = gloo ] && [ $rc -ne 0 ] && grep -q "Connection closed by peer" "$log"; then
+		mv "$log" "$log.closed"
+		rc=0
+		run_gloo "${@:2}" >"$log" 2>&1 || rc=$?
+		echo "# bench-peers: run again after Gloo's \"Connection closed by peer\" ($log.closed)" >>"$log"
+	fi
 	local left
 	left=$(sed -n 's/^# dropped: .*; left: //p' "$log")
 	if [ -n "$left" ]; then gloo_live=$left; fi
 	local row
-	if [[ $col == keel-* ]]; then # keel-bench's nccl-tests row: out-of-place time, #wrong
-		row=$(awk '/^ +[0-9]+ +[0-9]+ +f32 / { print $6, "-", $9 + $13 }' "$log")
+	if [[ $col == keel-* ]]; then # keel-bench's nccl-tests row: the half's time, #wrong
+		local tcol=6 # out of place; broadcast is in place, exchange sendrecv's second half
+		if [ "$OP" = broadcast ] || [ "$OP" = exchange ]; then tcol=10; fi
+		row=$(awk -v t=$tcol '/^ +[0-9]+ +[0-9]+ +f32 / { print $t, "-", $9 + $13 }' "$log")
 	else # size count iters median min max #wrong algorithm
 		row=$(awk '/^ +[0-9]+ +[0-9]+ +[0-9]+ / { print $4, $8, $7 }' "$log")
 	fi
@@ -263,10 +302,11 @@ human() { awk -v b="$1" 'BEGIN { if (b >= 1048576) printf "%gM", b / 1048576;
 	else if (b >= 1024) printf "%gK", b / 1024; else printf "%d", b }'; }
 
 if [ $NETNS -eq 1 ]; then
-	echo "# bench-peers: keel vs Open MPI, AllReduce f32 sum, one network namespace per rank"
+	echo "# bench-peers: keel vs Open MPI, f32, one network namespace per rank"
 else
-	echo "# bench-peers: keel vs Open MPI and Gloo, AllReduce f32 sum, same host"
+	echo "# bench-peers: keel vs Open MPI and Gloo, f32, same host"
 fi
+echo "# operations: $OPS (sums, root 0; a row per operation and size)"
 echo "# machine: $cores cores, $cpu; $(uname -r)"
 echo "# load average before: $load_before (limit for quoting: 1-min <= $LOAD_MAX)"
 [ "$busy" = 1 ] && echo "# BUSY MACHINE, NOT QUOTABLE (--force)"
@@ -282,7 +322,7 @@ for n in $RANKS; do [ "$n" -le "$(nproc)" ] || over="$over${over:+,}$n"; done
 [ -z "$over" ] || echo "# ranks outnumber the $(nproc) cores at $over ranks: each library there waits" \
 	"for the CPU, so small sizes measure the scheduler as much as the library (docs/PERF.md," \
 	"\"Sixteen cores\")"
-keel_note="keel-bench allreduce --median --check, wait ${KEEL_WAIT_MODE:-${KEEL_WAIT:-default}}"
+keel_note="keel-bench OP --median --check, wait ${KEEL_WAIT_MODE:-${KEEL_WAIT:-default}}"
 if [ $AUTH -eq 0 ]; then keel_note="$keel_note, no job key"; fi
 if [ "$HOSTS" -gt 1 ]; then
 	keel_note="$keel_note, KEEL_HOST: $HOSTS pretend hosts (keel-shm column: KEEL_TRANSPORT=auto, shared memory inside a host and UDP across)"
@@ -295,55 +335,71 @@ else
 	echo "# ompi: $(mpirun --version 2>&1 | head -1); btl self,vader and self,tcp (lo)"
 fi
 [ $NETNS -eq 1 ] ||
-	echo "# gloo: tcp on 127.0.0.1, best of: ${GLOO_ALGOS:-all algorithms} (algorithm named)"
+	echo "# gloo: tcp on 127.0.0.1; allreduce: best of ${GLOO_ALGOS:-all algorithms} (algorithm named)"
 echo "# logs: $LOGS"
 RW=9 # a ratio's column; wider where it carries its rounds' range
 if [ "$ROUNDS" -gt 1 ]; then RW=19; fi
-printf "%5s %8s %10s %10s %10s %10s %10s %-16s %${RW}s %${RW}s %${RW}s\n" ranks size keel-shm \
-	keel-udp ompi-vader ompi-tcp gloo gloo-algo shm/vader udp/tcp udp/gloo
-for n in $RANKS; do
-	gloo_live=$GLOO_ALGOS
-	for b in $SIZES; do
-		it=$(iters_for "$b")
-		w=$(warmup_for "$it")
-		declare -A t=() times=() rat=()
-		galgo=-
-		for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
-			declare -A rt=()
-			for c in $COLUMNS_ALL; do
-				[[ " $COLUMNS " == *" $c "* ]] || continue
-				[ "${t[$c]:-}" != FAIL ] || continue # not run again once it failed
-				measure "$c" "$n" "$b" "$it" "$w"
-				r=$MEASURED
-				if [ "$r" = FAIL ]; then
-					failed=1
-					t[$c]=FAIL
-					continue
-				fi
-				rt[$c]=${r%% *}
-				times[$c]="${times[$c]:-} ${rt[$c]}"
-				if [ "$c" = gloo ]; then galgo=${r#* }; fi
-			done
-			for p in keel-shm/ompi-vader keel-udp/ompi-tcp keel-udp/gloo; do
-				a=${rt[${p%/*}]:-} z=${rt[${p#*/}]:-}
-				if [ -n "$a" ] && [ -n "$z" ]; then rat[$p]="${rat[$p]:-} $(ratio "$a" "$z")"; fi
-			done
-			unset rt
-		done
+FMT="%-14s %5s %8s %10s %10s %10s %10s %10s %-16s %${RW}s %${RW}s %${RW}s\n"
+# shellcheck disable=SC2059 # the format is the table's, kept in one place
+printf "$FMT" op ranks size keel-shm keel-udp ompi-vader ompi-tcp gloo gloo-algo shm/vader \
+	udp/tcp udp/gloo
+
+# One row: every column at one operation ($OP), rank count and size, ROUNDS times in turn.
+one_row() { # ranks bytes label
+	local n=$1 b=$2 it w c r p a z galgo=-
+	it=$(iters_for "$b")
+	w=$(warmup_for "$it")
+	declare -A t=() times=() rat=()
+	for ((ROUND = 1; ROUND <= ROUNDS; ROUND++)); do
+		declare -A rt=()
 		for c in $COLUMNS_ALL; do
-			if [ "${t[$c]:-}" = FAIL ]; then continue; fi
-			if [ -z "${times[$c]:-}" ]; then t[$c]=-; else t[$c]=$(median ${times[$c]}); fi
+			[[ " $COLUMNS " == *" $c "* ]] || continue
+			[ "${t[$c]:-}" != FAIL ] || continue # not run again once it failed
+			measure "$c" "$n" "$b" "$it" "$w"
+			r=$MEASURED
+			if [ "$r" = FAIL ]; then
+				failed=1
+				t[$c]=FAIL
+				continue
+			fi
+			rt[$c]=${r%% *}
+			times[$c]="${times[$c]:-} ${rt[$c]}"
+			if [ "$c" = gloo ]; then galgo=${r#* }; fi
 		done
-		# with one round, a program's time as it printed it
-		if [ "$ROUNDS" -eq 1 ]; then
-			for c in $COLUMNS_ALL; do [ -z "${times[$c]:-}" ] || t[$c]=${times[$c]# }; done
+		for p in keel-shm/ompi-vader keel-udp/ompi-tcp keel-udp/gloo; do
+			a=${rt[${p%/*}]:-} z=${rt[${p#*/}]:-}
+			if [ -n "$a" ] && [ -n "$z" ]; then rat[$p]="${rat[$p]:-} $(ratio "$a" "$z")"; fi
+		done
+		unset rt
+	done
+	for c in $COLUMNS_ALL; do
+		if [ "${t[$c]:-}" = FAIL ]; then continue; fi
+		if [ -z "${times[$c]:-}" ]; then t[$c]=-; else t[$c]=$(median ${times[$c]}); fi
+	done
+	# with one round, a program's time as it printed it
+	if [ "$ROUNDS" -eq 1 ]; then
+		for c in $COLUMNS_ALL; do [ -z "${times[$c]:-}" ] || t[$c]=${times[$c]# }; done
+	fi
+	# shellcheck disable=SC2059
+	printf "$FMT" "$OP" "$n" "$3" "${t[keel-shm]}" "${t[keel-udp]}" "${t[ompi-vader]}" \
+		"${t[ompi-tcp]}" "${t[gloo]}" "$galgo" "$(median range ${rat[keel-shm/ompi-vader]:-})" \
+		"$(median range ${rat[keel-udp/ompi-tcp]:-})" "$(median range ${rat[keel-udp/gloo]:-})"
+}
+
+for OP in $OPS; do
+	for n in $RANKS; do
+		gloo_live=$GLOO_ALGOS
+		if [ "$OP" = barrier ]; then # no sizes: one row
+			one_row "$n" 4 -
+			continue
 		fi
-		printf "%5s %8s %10s %10s %10s %10s %10s %-16s %${RW}s %${RW}s %${RW}s\n" "$n" "$(human "$b")" \
-			"${t[keel-shm]}" "${t[keel-udp]}" "${t[ompi-vader]}" "${t[ompi-tcp]}" \
-			"${t[gloo]}" "$galgo" "$(median range ${rat[keel-shm/ompi-vader]:-})" \
-			"$(median range ${rat[keel-udp/ompi-tcp]:-})" \
-			"$(median range ${rat[keel-udp/gloo]:-})"
-		unset t times rat
+		for b in $SIZES; do
+			# every rank's part together: a size below 4 B a rank has nothing to send
+			if [[ $OP =~ ^(all_gather|reduce_scatter|alltoall)$ ]] && [ "$b" -lt $((4 * n)) ]; then
+				continue
+			fi
+			one_row "$n" "$b" "$(human "$b")"
+		done
 	done
 done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

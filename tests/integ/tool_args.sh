@@ -67,6 +67,16 @@ reject keel-bench "--seconds: '0' is not a number in 0.001..86400" heartbeat --s
 reject keel-bench "--iters needs a value" allreduce --iters
 reject keel-bench "preload: $tmp/missing: No such file or directory" preload "$tmp/missing"
 reject keel-bench "preload CHUNK: '0' is not a size in 1.." preload /dev/null 0
+unknown keel-bench --bogus all_gather --bogus
+reject keel-bench "unknown command 'allgather'" allgather
+reject keel-bench "--op: all_gather reduces nothing" all_gather --op max
+reject keel-bench "--root: reduce_scatter has no root" reduce_scatter --root 1
+reject keel-bench "--device, --grad and --register are for allreduce without --group" alltoall --device cpu
+reject keel-bench "--device, --grad and --register are for allreduce without --group" allreduce --group 2 --grad
+reject keel-bench "--group 1: sendrecv needs two members" sendrecv --group 1
+reject keel-bench "--group and --root are for the tables" heartbeat --group 2
+reject keel-bench "--group: '0' is not a whole number in 1..4096" all_gather --group 0
+reject keel-bench "-r: '5000' is not a whole number in 0..4095" reduce -r 5000
 unknown keel-bench --bogus failover --bogus 3
 reject keel-bench "--ranks: '2' is not a whole number in 3..64" failover --ranks 2
 reject keel-bench "--trials: '-5' is not a whole number in 1.." failover --trials -5
@@ -116,7 +126,7 @@ reject keel-sim "--mode: bad value 'x'" --mode x
 # --help and -h: usage on stdout, exit 0, the exit codes at the end; --version.
 version=$(sed -n 's/^#define KEEL_VERSION[ \t]*"\(.*\)"/\1/p' include/keel/version.h)
 for cmd in keel-run keel-bench keel-train keel-plan keel-sim "keel-bench failover" \
-	"keel-bench preload" "keel-bench allreduce"; do
+	"keel-bench preload" "keel-bench allreduce" "keel-bench sendrecv"; do
 	tool=${cmd%% *}
 	[ -x "$BIN/$tool" ] || continue
 	for h in --help -h; do

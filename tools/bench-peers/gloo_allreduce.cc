@@ -277,7 +277,7 @@ int bench(const peer_opts &o, const std::vector<std::string> &algos, const Ctx &
 int main(int argc, char **argv)
 {
 	peer_opts o;
-	if (peer_parse_opts(argc, argv, "gloo-allreduce", &o) != 0)
+	if (peer_parse_opts(argc, argv, "gloo-allreduce", 1u << PEER_ALLREDUCE, &o) != 0)
 		return 2;
 	int rank = env_int("RANK", "OMPI_COMM_WORLD_RANK");
 	int size = env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE");

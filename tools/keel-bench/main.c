@@ -1,5 +1,6 @@
-/* keel-bench: AllReduce bandwidth/latency in the nccl-tests format, and heartbeat round trips.
- * Launch with keel-run (or torchrun, Slurm, mpirun): keel-run -n 4 -- keel-bench allreduce. */
+/* keel-bench: AllReduce and the other collectives (over groups too) in the nccl-tests format,
+ * Send/Recv, and heartbeat round trips. Launch with keel-run (or torchrun, Slurm, mpirun):
+ * keel-run -n 4 -- keel-bench allreduce. */
 #include <errno.h>
 #include <inttypes.h>
 #include <sched.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench_coll.h"
 #include "bench_device.h"
 #include "bench_failover.h"
 #include "bench_preload.h"
@@ -36,6 +38,10 @@ struct bench_opts {
 	bool reg; /* --register: buffers registered with the transport (keel_boot_register) */
 	const char *series; /* --series FILE: every timed iteration, when it began (--median) */
 	bool min_given, max_given, iters_given; /* rdma-lat has defaults of its own */
+	int coll;	/* the table's operation (enum bench_coll); -1: heartbeat, rdma-lat */
+	uint32_t group; /* --group G: within groups of G consecutive ranks (0: none given) */
+	uint32_t root;	/* --root R: group rank of reduce's and broadcast's root */
+	bool op_given, root_given;
 };
 
 /* --series: rank 0's clock at the start of the job, and the file the iterations go to. */
@@ -54,6 +60,11 @@ static void usage(FILE *f)
 	fprintf(
 	    f,
 	    "usage: keel-bench allreduce [options]   AllReduce table (nccl-tests format)\n"
+	    "       keel-bench OP [options]          OP's table, through keel's groups: OP is\n"
+	    "                                        all_gather reduce_scatter alltoall\n"
+	    "                                        sendrecv reduce broadcast barrier\n"
+	    "                                        (sendrecv: group ranks 0 and 1, ping-pong\n"
+	    "                                        (half a round trip) and exchange)\n"
 	    "       keel-bench heartbeat [options]   heartbeat round-trip p50/p99/max\n"
 	    "       keel-bench failover [options]    kill ranks, time detection and new views\n"
 	    "                                        (keel-bench failover --help)\n"
@@ -62,25 +73,32 @@ static void usage(FILE *f)
 	    "       keel-bench rdma-lat [options]    verbs transport latency, 2 ranks, like\n"
 	    "                                        ib_write_lat/ib_send_lat (half round trip)\n"
 	    "       keel-bench --version\n"
-	    "Run allreduce, heartbeat and rdma-lat under keel-run (or another launcher).\n"
-	    "allreduce options (SIZE: 0..16G, K, M, G suffixes):\n"
+	    "Run all but failover and preload under keel-run (or another launcher).\n"
+	    "allreduce and OP options (SIZE: 0..16G, K, M, G suffixes; as nccl-tests, a size\n"
+	    "is all members' data together for all_gather, reduce_scatter and alltoall):\n"
 	    "  -b, --minbytes SIZE   smallest message (default 8)\n"
 	    "  -e, --maxbytes SIZE   largest message, from 1 (default 64M)\n"
 	    "  -f, --stepfactor N    multiply the size by N each row, 1..1024 (default 2)\n"
 	    "  -i, --stepbytes SIZE  add SIZE each row instead of multiplying\n"
 	    "  -d, --dtype T         f32 f64 f16 bf16 i32 i64 u8 (default f32)\n"
-	    "  -o, --op OP           sum prod min max avg (default sum)\n"
+	    "  -o, --op OP           sum prod min max avg (default sum): allreduce,\n"
+	    "                        reduce_scatter and reduce\n"
+	    "  -g, --group G         within groups of G consecutive ranks, all running at once\n"
+	    "                        (G divides the ranks; allreduce then runs on keel's groups)\n"
+	    "  -r, --root R          reduce's and broadcast's root, a group rank (default 0)\n"
 	    "  -n, --iters N         timed iterations per size, 1..%u (default 20)\n"
 	    "  -w, --warmup N        untimed iterations first, 0..%u (default 5)\n"
 	    "      --warmup-ms MS    and more, in rounds of N, until every rank has warmed up\n"
 	    "                        for MS milliseconds, 0..600000 (default 0: N alone)\n"
-	    "  -c, --check           verify every element against a reference\n"
+	    "  -c, --check           verify every element against a reference (over the\n"
+	    "                        members each operation reports, after a failure too)\n"
 	    "  -m, --median          time each iteration alone; report the median over\n"
 	    "                        iterations of the slowest rank's time (default: the\n"
 	    "                        slowest rank's mean)\n"
 	    "      --series FILE     with --median: rank 0 writes one line per timed iteration:\n"
 	    "                        size, in place (0/1), iteration, ms since the job\n"
 	    "                        started when it began, the slowest rank's time (us)\n"
+	    "allreduce without --group only:\n"
 	    "  -D, --device D        buffers in device memory: cuda (GPU LOCAL_RANK, or 0) or\n"
 	    "                        cpu (the CPU stand-in device); staged through registered\n"
 	    "                        host memory\n"
@@ -142,6 +160,8 @@ enum {
 	OPT_DEVICE,
 	OPT_GRAD,
 	OPT_REGISTER,
+	OPT_GROUP,
+	OPT_ROOT,
 	OPT_COUNT
 };
 
@@ -163,6 +183,8 @@ static const struct cli_opt options[OPT_COUNT] = {
     [OPT_DEVICE] = {"device", 'D', CLI_TEXT},
     [OPT_GRAD] = {"grad", 'G', CLI_FLAG},
     [OPT_REGISTER] = {"register", 'R', CLI_FLAG},
+    [OPT_GROUP] = {"group", 'g', CLI_UINT, .min_u = 1, .max_u = KEEL_WORLD_MAX},
+    [OPT_ROOT] = {"root", 'r', CLI_UINT, .min_u = 0, .max_u = KEEL_WORLD_MAX - 1},
 };
 
 /* A size on the command line ("64K", "16M"): 0..BYTES_MAX, or exit 2 naming the option. */
@@ -190,6 +212,7 @@ static void set_text_option(struct bench_opts *o, int id, const struct cli *c)
 		int *dst = id == OPT_DTYPE ? &o->dtype : &o->op;
 		*dst = id == OPT_DTYPE ? parse_name(c->value, dtype_name, KEEL_DTYPE_COUNT)
 				       : parse_name(c->value, redop_name, KEEL_REDOP_COUNT);
+		o->op_given |= id == OPT_OP;
 		if (*dst < 0)
 			cli_usage_error(TOOL, "%s: unknown %s '%s' (see '%s --help')", c->opt_text,
 					id == OPT_DTYPE ? "dtype" : "op", c->value, TOOL);
@@ -233,9 +256,47 @@ static void set_option(struct bench_opts *o, int id, const struct cli *c)
 	case OPT_REGISTER:
 		o->reg = true;
 		break;
+	case OPT_GROUP:
+		o->group = (uint32_t)c->u;
+		break;
+	case OPT_ROOT:
+		o->root = (uint32_t)c->u;
+		o->root_given = true;
+		break;
 	default:
 		set_text_option(o, id, c);
 	}
+}
+
+/* The options of the operations over groups, against the operation; NULL when they agree. */
+static const char *group_conflict(const struct bench_opts *o, char *msg, size_t len)
+{
+	if (o->coll < 0)
+		return o->group > 0 || o->root_given ? "--group and --root are for the tables "
+						       "(allreduce, all_gather, ...)"
+						     : NULL;
+	const struct bench_coll_desc *d = bench_coll_desc((enum bench_coll)o->coll);
+	if ((o->coll != BENCH_ALLREDUCE || o->group > 0) &&
+	    (o->device != NULL || o->grad || o->reg)) {
+		snprintf(msg, len,
+			 "--device, --grad and --register are for allreduce without "
+			 "--group, not %s%s",
+			 d->name, o->group > 0 ? " --group" : "");
+		return msg;
+	}
+	if (o->op_given && !d->reduces) {
+		snprintf(msg, len,
+			 "--op: %s reduces nothing (allreduce, reduce_scatter and reduce do)",
+			 d->name);
+		return msg;
+	}
+	if (o->root_given && !d->rooted) {
+		snprintf(msg, len, "--root: %s has no root (reduce and broadcast have)", d->name);
+		return msg;
+	}
+	if (o->coll == BENCH_SENDRECV && o->group == 1)
+		return "--group 1: sendrecv needs two members in a group";
+	return NULL;
 }
 
 /* What the options say together; NULL when they agree. */
@@ -255,10 +316,11 @@ static const char *options_conflict(const struct bench_opts *o, char *msg, size_
 		return "--grad is for host f32 sum or avg";
 	if (o->series != NULL && !o->median)
 		return "--series needs --median (it writes the per-iteration times)";
-	return NULL;
+	return group_conflict(o, msg, len);
 }
 
-/* argv[0] is the command (allreduce, heartbeat, rdma-lat). A mistake exits 2. */
+/* argv[0] is the command (allreduce or another table's operation, heartbeat, rdma-lat). A
+ * mistake exits 2. */
 static void parse_opts(int argc, char **argv, struct bench_opts *o)
 {
 	*o = (struct bench_opts){.min_bytes = 8,
@@ -268,7 +330,8 @@ static void parse_opts(int argc, char **argv, struct bench_opts *o)
 				 .op = KEEL_SUM,
 				 .iters = 20,
 				 .warmup = 5,
-				 .seconds = 2.0};
+				 .seconds = 2.0,
+				 .coll = bench_coll_parse(argv[0])};
 	struct cli c = {.tool = TOOL,
 			.opts = options,
 			.opt_count = OPT_COUNT,
@@ -276,7 +339,7 @@ static void parse_opts(int argc, char **argv, struct bench_opts *o)
 			.argc = argc,
 			.argv = argv};
 	int id;
-	char msg[128];
+	char msg[160];
 	while ((id = cli_next(&c)) >= 0)
 		set_option(o, id, &c);
 	if (c.next < argc)
@@ -376,6 +439,30 @@ static int ar_run(struct keel_boot *b, const struct bench_opts *o, void *in, voi
 	return rc;
 }
 
+/* The groups the table's calls go to: with --group, and for every operation but allreduce. */
+static struct bench_group g_grp;
+static bool g_grp_on;
+
+static const char *op_name(const struct bench_opts *o)
+{
+	return bench_coll_desc((enum bench_coll)o->coll)->name;
+}
+
+/* One call of the table's operation: half 0 (out of place; sendrecv: ping-pong) or 1 (in
+ * place; the exchange), on the timed loops' buffers (with --device, the device's). */
+struct op_call {
+	int half;
+	void *in, *out;
+	size_t count; /* the row's, as nccl-tests counts it */
+};
+
+static int op_run(struct keel_boot *b, const struct bench_opts *o, const struct op_call *c)
+{
+	if (g_grp_on)
+		return bench_coll_run(&g_grp, c->half, c->in, c->out, c->count);
+	return ar_run(b, o, c->in, c->half ? c->in : c->out, c->count);
+}
+
 /* Max (or sum) of one value across ranks, through keel itself. */
 static double across(struct keel_boot *b, double v, enum keel_redop op)
 {
@@ -389,15 +476,14 @@ static double across(struct keel_boot *b, double v, enum keel_redop op)
 /* --warmup N calls, then (--warmup-ms) rounds of N until the slowest rank has warmed up that
  * long: a short run's first milliseconds are slower on a VM (tools/bench-peers/ runs its peers
  * by the same rule). Every rank decides on the same maximum, so all make the same calls. */
-static void warm_up(struct keel_boot *b, const struct bench_opts *o, void *in, void *out,
-		    size_t count)
+static void warm_up(struct keel_boot *b, const struct bench_opts *o, const struct op_call *c)
 {
 	uint64_t w0 = keel_posix_now_ns();
 	for (uint32_t round = o->warmup;; round = o->warmup > 0 ? o->warmup : 1) {
 		for (uint32_t i = 0; i < round; i++) {
-			int rc = ar_run(b, o, in, out, count);
+			int rc = op_run(b, o, c);
 			if (rc != 0)
-				die(b, "allreduce (warmup)", rc);
+				die(b, op_name(o), rc);
 		}
 		if (o->warmup_ms == 0 || across(b, (double)(keel_posix_now_ns() - w0) / 1e6,
 						KEEL_MAX) >= (double)o->warmup_ms)
@@ -405,17 +491,16 @@ static void warm_up(struct keel_boot *b, const struct bench_opts *o, void *in, v
 	}
 }
 
-/* Mean time of one AllReduce over `iters`, in microseconds, slowest rank. */
-static double time_allreduce(struct keel_boot *b, const struct bench_opts *o, void *in, void *out,
-			     size_t count)
+/* Mean time of one call over `iters`, in microseconds, slowest rank. */
+static double time_op(struct keel_boot *b, const struct bench_opts *o, const struct op_call *c)
 {
-	warm_up(b, o, in, out, count);
+	warm_up(b, o, c);
 	across(b, 0, KEEL_MAX); /* line the ranks up */
 	uint64_t t0 = keel_posix_now_ns();
 	for (uint32_t i = 0; i < o->iters; i++) {
-		int rc = ar_run(b, o, in, out, count);
+		int rc = op_run(b, o, c);
 		if (rc != 0)
-			die(b, "allreduce", rc);
+			die(b, op_name(o), rc);
 	}
 	double us = (double)(keel_posix_now_ns() - t0) / 1e3 / o->iters;
 	return across(b, us, KEEL_MAX);
@@ -425,20 +510,21 @@ static double time_allreduce(struct keel_boot *b, const struct bench_opts *o, vo
 #define SERIES_PIECE 4096u
 
 /* --median: each iteration timed alone, the slowest rank's time per iteration (an AllReduce
- * MAX over the per-iteration times, after the timed loop), and the median of those, in
- * microseconds. The method of tools/bench-peers/, so keel and its peers compare alike.
- * `mine` and `slowest` hold o->iters values each. */
-static double time_allreduce_median(struct keel_boot *b, const struct bench_opts *o, void *in,
-				    void *out, size_t count, bool in_place, double *mine,
-				    double *slowest, uint64_t *began)
+ * MAX over the per-iteration times, after the timed loop; with --group, the slowest of every
+ * group running at once), and the median of those, in microseconds. The method of
+ * tools/bench-peers/, so keel and its peers compare alike. `mine` and `slowest` hold o->iters
+ * values each. */
+static double time_op_median(struct keel_boot *b, const struct bench_opts *o,
+			     const struct op_call *c, double *mine, double *slowest,
+			     uint64_t *began)
 {
-	warm_up(b, o, in, out, count);
+	warm_up(b, o, c);
 	across(b, 0, KEEL_MAX); /* line the ranks up */
 	for (uint32_t i = 0; i < o->iters; i++) {
 		uint64_t t0 = keel_posix_now_ns();
-		int rc = ar_run(b, o, in, out, count);
+		int rc = op_run(b, o, c);
 		if (rc != 0)
-			die(b, "allreduce", rc);
+			die(b, op_name(o), rc);
 		mine[i] = (double)(keel_posix_now_ns() - t0) / 1e3;
 		if (began != NULL)
 			began[i] = t0;
@@ -447,8 +533,8 @@ static double time_allreduce_median(struct keel_boot *b, const struct bench_opts
 	if (rc != 0)
 		die(b, "allreduce of per-iteration times", rc);
 	for (uint32_t i = 0; g_series != NULL && i < o->iters; i++) {
-		fprintf(g_series, "%zu %d %u %.3f %.3f\n", count * keel_dtype_size(o->dtype),
-			in_place ? 1 : 0, i, (double)(began[i] - g_job_start_ns) / 1e6, slowest[i]);
+		fprintf(g_series, "%zu %d %u %.3f %.3f\n", c->count * keel_dtype_size(o->dtype),
+			c->half, i, (double)(began[i] - g_job_start_ns) / 1e6, slowest[i]);
 		/* a long series takes longer to write than the detector allows a silent rank */
 		if (i % SERIES_PIECE == SERIES_PIECE - 1 && keel_boot_poll(b) != 0)
 			die(b, "poll", KEEL_ETRANSPORT);
@@ -550,6 +636,7 @@ struct ar_bufs {
 	void *reg_buf[3];
 	size_t reg_len[3];
 	int direct, area; /* --device --register: 0, or why the device memory is staged */
+	uint32_t groups;  /* --group: groups running at once */
 };
 
 /* Every buffer, touched now: a page's first touch inside a timed call would be timed with it. */
@@ -662,6 +749,23 @@ static void ar_device_lines(const struct keel_boot *b, const struct bench_opts *
 	       m->area == 0 ? "" : keel_strerror(m->area), m->area == 0 ? "" : ")");
 }
 
+/* The header's words on groups: which, and what the sendrecv halves time. */
+static const char *group_text(const struct bench_opts *o, const struct ar_bufs *m)
+{
+	static char text[160];
+	if (!g_grp_on)
+		return "";
+	int at =
+	    snprintf(text, sizeof(text),
+		     o->group > 0 ? ", groups of %u ranks, %u at once" : ", one group of %u ranks",
+		     g_grp.created, o->group > 0 ? m->groups : 1);
+	if (o->coll == BENCH_SENDRECV && at > 0 && (size_t)at < sizeof(text))
+		snprintf(text + at, sizeof(text) - (size_t)at,
+			 " (group ranks 0 and 1: ping-pong, half a round trip; exchange, both ways "
+			 "at once)");
+	return text;
+}
+
 /* Rank 0's lines before the table: the setup, then the column heads. */
 static void ar_header(const struct keel_boot *b, const struct bench_opts *o,
 		      const struct ar_bufs *m)
@@ -669,10 +773,11 @@ static void ar_header(const struct keel_boot *b, const struct bench_opts *o,
 	char pieces[40] = "";
 	if (b->piece_bytes != 0) /* datagrams cut into link-sized UDP pieces */
 		snprintf(pieces, sizeof(pieces), " udp pieces %u,", b->piece_bytes);
-	printf("# keel-bench allreduce: %u ranks (%s), transport %s, algo %s, mtu %u, window "
+	printf("# keel-bench %s: %u ranks (%s)%s, transport %s, algo %s, mtu %u, window "
 	       "%u,%s wait %s%s, heartbeat %llu us\n",
-	       b->launch.world_size, b->launch.source, b->tp->ops->name, algo_name(b->cfg.algo),
-	       b->cfg.mtu, b->cfg.window, pieces, keel_posix_wait_mode_name(b->waiter.mode),
+	       op_name(o), b->launch.world_size, b->launch.source, group_text(o, m),
+	       b->tp->ops->name, algo_name(b->cfg.algo), b->cfg.mtu, b->cfg.window, pieces,
+	       keel_posix_wait_mode_name(b->waiter.mode),
 	       b->waiter.spin_yield ? " (spin yields)" : "",
 	       (unsigned long long)(b->cfg.heartbeat_ns / 1000));
 	if (o->median)
@@ -685,7 +790,9 @@ static void ar_header(const struct keel_boot *b, const struct bench_opts *o,
 		printf("# gradient AllReduces (keel_allreduce_grad), compression %s\n",
 		       compress_name(b->cfg.compress));
 	ar_device_lines(b, o, m);
-	printf("#%61s%32s\n", "out-of-place", "in-place");
+	const struct bench_coll_desc *d = bench_coll_desc((enum bench_coll)o->coll);
+	printf("#%61s%32s\n", d->half[0] != NULL ? d->half[0] : "",
+	       d->half[1] != NULL ? d->half[1] : "");
 	printf("#%11s %12s %8s %6s %6s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count", "type",
 	       "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
 	       "#wrong");
@@ -696,41 +803,83 @@ static void ar_header(const struct keel_boot *b, const struct bench_opts *o,
 /* What the rows add up to. */
 struct ar_totals {
 	double busbw_sum, wrong_total;
-	uint32_t smaller; /* --check: operations checked on a view smaller than the job */
+	uint32_t smaller;   /* --check: operations checked on a view smaller than the job */
+	uint32_t peer_gone; /* --check: sendrecv calls that ended with KEEL_EPEERGONE */
 	int rows;
 };
 
-/* One row of the table: a size, out of place then in place. */
+/* Check one call of the row (--check): the wrong elements of every rank together. */
+static double check_op(struct keel_boot *b, const struct bench_opts *o, struct ar_bufs *m,
+		       const struct op_call *c, struct ar_totals *tot)
+{
+	if (!g_grp_on)
+		return check_allreduce(b, o, m->in, m->out, m->ref, c->count, c->half == 1,
+				       &tot->smaller);
+	struct bench_coll_verdict v;
+	int rc = bench_coll_check(&g_grp, b, c->half, m->in, m->out, m->ref, c->count, &v);
+	if (rc != 0)
+		die(b, op_name(o), rc);
+	tot->smaller += v.smaller;
+	tot->peer_gone += v.peer_gone;
+	return across(b, (double)v.wrong, KEEL_SUM);
+}
+
+/* One half of a row as printed: time, algbw, busbw, #wrong (N/A where not run or checked). */
+static void half_text(char *out, size_t len, bool run, const double *v, bool checked)
+{
+	char w[16] = "N/A";
+	if (checked)
+		snprintf(w, sizeof(w), "%.0f", v[3]);
+	if (run)
+		snprintf(out, len, "%8.2f %7.3f %7.3f %6s", v[0], v[1], v[2], w);
+	else
+		snprintf(out, len, "%8s %7s %7s %6s", "N/A", "N/A", "N/A", "N/A");
+}
+
+static void print_row(const struct bench_opts *o, size_t count, double r[2][4], bool checked)
+{
+	const struct bench_coll_desc *d = bench_coll_desc((enum bench_coll)o->coll);
+	char h[2][64];
+	for (int k = 0; k < 2; k++)
+		half_text(h[k], sizeof(h[k]), d->half[k] != NULL, r[k], checked);
+	printf(" %11" PRIu64 " %12zu %8s %6s %6d %s %s\n",
+	       (uint64_t)(count * keel_dtype_size(o->dtype)), count, keel_dtype_name(o->dtype),
+	       d->reduces ? keel_redop_name(o->op) : "none", d->rooted ? (int)o->root : -1, h[0],
+	       h[1]);
+	fflush(stdout);
+}
+
+/* One row of the table: a size, its two halves (out of place then in place; sendrecv:
+ * ping-pong then exchange). r[half]: time, algbw, busbw, #wrong. */
 static void ar_row(struct keel_boot *b, const struct bench_opts *o, struct ar_bufs *m, size_t count,
 		   struct ar_totals *tot)
 {
+	const struct bench_coll_desc *d = bench_coll_desc((enum bench_coll)o->coll);
 	size_t es = keel_dtype_size(o->dtype);
-	uint32_t n = b->launch.world_size;
-	double t[2], wrong[2] = {-1, -1}, algbw[2], busbw[2];
+	uint32_t n = g_grp_on ? g_grp.created : b->launch.world_size;
+	double r[2][4] = {{0, 0, 0, -1}, {0, 0, 0, -1}}, busbw_first = -1;
 	/* with --device, the timed AllReduces run on the device buffers */
 	void *t_in = g_dev_on ? g_dev.d_in : m->in, *t_out = g_dev_on ? g_dev.d_out : m->out;
-	for (int ip = 0; ip < 2; ip++) {
-		t[ip] = o->median ? time_allreduce_median(b, o, t_in, ip ? t_in : t_out, count,
-							  ip == 1, m->mine, m->slowest, m->began)
-				  : time_allreduce(b, o, t_in, ip ? t_in : t_out, count);
-		if (o->check)
-			wrong[ip] =
-			    check_allreduce(b, o, m->in, m->out, m->ref, count, ip, &tot->smaller);
-		algbw[ip] = (double)(count * es) / (t[ip] * 1e3);
-		busbw[ip] = algbw[ip] * (n > 1 ? 2.0 * (n - 1) / n : 1.0);
-		tot->wrong_total += wrong[ip] > 0 ? wrong[ip] : 0;
+	g_grp.pair_broken = false; /* the results of the last row lined every view up */
+	for (int h = 0; h < 2; h++) {
+		struct op_call c = {h, t_in, t_out, count};
+		if (d->half[h] == NULL)
+			continue;
+		double t = o->median ? time_op_median(b, o, &c, m->mine, m->slowest, m->began)
+				     : time_op(b, o, &c);
+		r[h][0] = t / d->time_div[h];
+		if (o->check && o->coll != BENCH_BARRIER)
+			r[h][3] =
+			    check_op(b, o, m, &(struct op_call){h, m->in, m->out, count}, tot);
+		r[h][1] = (double)(count * es) / (r[h][0] * 1e3);
+		r[h][2] = r[h][1] * (g_grp_on || n > 1 ? bench_coll_busbw_factor(o->coll, n) : 1.0);
+		tot->wrong_total += r[h][3] > 0 ? r[h][3] : 0;
+		busbw_first = busbw_first < 0 ? r[h][2] : busbw_first;
 	}
-	tot->busbw_sum += busbw[0];
+	tot->busbw_sum += busbw_first;
 	tot->rows++;
-	if (b->launch.rank != 0)
-		return;
-	char w0[16], w1[16];
-	snprintf(w0, sizeof(w0), o->check ? "%.0f" : "N/A", wrong[0]);
-	snprintf(w1, sizeof(w1), o->check ? "%.0f" : "N/A", wrong[1]);
-	printf(" %11" PRIu64 " %12zu %8s %6s %6d %8.2f %7.3f %7.3f %6s %8.2f %7.3f %7.3f %6s\n",
-	       (uint64_t)(count * es), count, keel_dtype_name(o->dtype), keel_redop_name(o->op), -1,
-	       t[0], algbw[0], busbw[0], w0, t[1], algbw[1], busbw[1], w1);
-	fflush(stdout);
+	if (b->launch.rank == 0)
+		print_row(o, count, r, o->check && o->coll != BENCH_BARRIER);
 }
 
 /* The lines after the table: every rank's counters summed (every rank takes part). */
@@ -754,6 +903,8 @@ static void ar_footer(struct keel_boot *b, const struct bench_opts *o, const str
 			 across(b, (double)k.device_copy_ins, KEEL_SUM),
 			 across(b, (double)k.device_rx_frags, KEEL_SUM),
 			 across(b, (double)k.drop_device_later, KEEL_SUM)};
+	double smaller = across(b, (double)t->smaller, KEEL_MAX);
+	double gone = across(b, (double)t->peer_gone + g_grp.peer_gone, KEEL_SUM);
 	if (b->launch.rank != 0)
 		return;
 	printf("# Datagrams sent %.0f, retransmitted %.0f (%.3f %%), suspicions %.0f, late polls "
@@ -772,9 +923,15 @@ static void ar_footer(struct keel_boot *b, const struct bench_opts *o, const str
 	printf("# Out of bounds values : %.0f %s\n", t->wrong_total,
 	       o->check ? (t->wrong_total == 0 ? "OK" : "FAILED") : "(not checked: use --check)");
 	if (o->check)
-		printf("# Checked on a smaller view: %u operations (each against the reduction "
-		       "over the members it reports)\n",
-		       t->smaller);
+		printf("# Checked on a smaller view: %.0f operations (each against the %s over the "
+		       "members it reports)\n",
+		       smaller, o->coll == BENCH_ALLREDUCE ? "reduction" : "result");
+	if (o->coll == BENCH_SENDRECV)
+		printf("# Sends and receives that ended with their peer gone (KEEL_EPEERGONE): "
+		       "%.0f\n",
+		       gone);
+	if (o->check && o->coll == BENCH_BARRIER)
+		printf("# (a barrier has no result to compare: only that every call returned 0)\n");
 	printf("# Avg bus bandwidth    : %g\n", t->rows ? t->busbw_sum / t->rows : 0.0);
 }
 
@@ -783,13 +940,17 @@ static int bench_allreduce(struct keel_boot *b, const struct bench_opts *o)
 	struct ar_bufs m = {0};
 	struct ar_totals tot = {0};
 	size_t es = keel_dtype_size(o->dtype);
+	uint32_t n = g_grp_on ? g_grp.created : b->launch.world_size;
 	ar_alloc(b, o, &m);
 	ar_register(b, o, &m);
+	m.groups = o->group > 0 ? b->launch.world_size / o->group : 1;
 	if (b->launch.rank == 0)
 		ar_header(b, o, &m);
-	for (uint64_t bytes = o->min_bytes; bytes <= o->max_bytes;
+	if (o->coll == BENCH_BARRIER) /* no sizes: one row */
+		ar_row(b, o, &m, 0, &tot);
+	for (uint64_t bytes = o->min_bytes; o->coll != BENCH_BARRIER && bytes <= o->max_bytes;
 	     bytes = o->step_bytes ? bytes + o->step_bytes : bytes * o->factor) {
-		ar_row(b, o, &m, bytes / es, &tot);
+		ar_row(b, o, &m, bench_coll_count((enum bench_coll)o->coll, bytes, es, n), &tot);
 		if (bytes == 0 && o->step_bytes == 0)
 			break;
 	}
@@ -1070,12 +1231,52 @@ static int device_open(const struct bench_opts *o, bool is_ar)
 	return 0;
 }
 
-/* allreduce, heartbeat and rdma-lat: one keel node each. */
+/* What --group and --root ask of the job, now that its size is known: NULL, or why not. */
+static const char *group_mismatch(const struct bench_opts *o, char *msg, size_t len)
+{
+	const struct bench_coll_desc *d = bench_coll_desc((enum bench_coll)o->coll);
+	if (d->rooted && o->root >= g_grp.created)
+		snprintf(msg, len, "--root %u is not a group rank (groups of %u ranks)", o->root,
+			 g_grp.created);
+	else if (o->coll == BENCH_SENDRECV && g_grp.created < 2)
+		snprintf(msg, len, "sendrecv needs groups of at least 2 ranks, not %u",
+			 g_grp.created);
+	else
+		return NULL;
+	return msg;
+}
+
+/* The table: with --group, and for every operation but allreduce, on keel's groups. */
+static int bench_table(struct keel_boot *b, const struct bench_opts *o)
+{
+	char err[160];
+	const struct bench_coll_desc *d = bench_coll_desc((enum bench_coll)o->coll);
+	g_grp_on = o->coll != BENCH_ALLREDUCE || o->group > 0;
+	if (!g_grp_on)
+		return bench_allreduce(b, o);
+	int rc = bench_group_open(&g_grp, b, o->group, err, sizeof(err));
+	const char *why = rc == 0 ? group_mismatch(o, err, sizeof(err)) : err;
+	if (why != NULL) { /* every rank stops alike; one says why */
+		if (b->launch.rank == 0 || (rc != 0 && rc != -EINVAL))
+			fprintf(stderr, "keel-bench: rank %u: %s\n", b->launch.rank, why);
+		bench_group_close(&g_grp);
+		return rc == 0 || rc == -EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
+	}
+	g_grp.x = (struct bench_coll_ctx){.coll = (enum bench_coll)o->coll,
+					  .dtype = (enum keel_dtype)o->dtype,
+					  .op = d->reduces ? (enum keel_redop)o->op : KEEL_SUM,
+					  .root = o->root};
+	int status = bench_allreduce(b, o);
+	bench_group_close(&g_grp);
+	return status;
+}
+
+/* The tables, heartbeat and rdma-lat: one keel node each. */
 static int bench_node(const char *cmd, struct bench_opts *o)
 {
 	struct keel_boot b;
 	char err[512] = "";
-	bool is_ar = strcmp(cmd, "allreduce") == 0, is_hb = strcmp(cmd, "heartbeat") == 0;
+	bool is_ar = o->coll >= 0, is_hb = strcmp(cmd, "heartbeat") == 0;
 	if (strcmp(cmd, "rdma-lat") == 0) {
 		setenv("KEEL_TRANSPORT", "verbs", 0); /* it measures the verbs path by default */
 		o->min_bytes = o->min_given ? o->min_bytes : 2;
@@ -1101,7 +1302,7 @@ static int bench_node(const char *cmd, struct bench_opts *o)
 		}
 		fprintf(g_series, "# bytes in_place iteration began_ms slowest_us\n");
 	}
-	int status = is_ar   ? bench_allreduce(&b, o)
+	int status = is_ar   ? bench_table(&b, o)
 		     : is_hb ? bench_heartbeat(&b, o)
 			     : bench_rdma_lat(&b, o);
 	if (g_series != NULL && fclose(g_series) != 0) {
@@ -1131,13 +1332,15 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "preload") == 0)
 		return keel_bench_preload(argc - 1, argv + 1);
 	if (argc < 2)
-		cli_usage_error(TOOL,
-				"which benchmark? allreduce, heartbeat, failover, preload or "
-				"rdma-lat (see '%s --help')",
-				TOOL);
+		cli_usage_error(
+		    TOOL,
+		    "which benchmark? allreduce, all_gather, reduce_scatter, alltoall, "
+		    "sendrecv, reduce, broadcast, barrier, heartbeat, failover, preload "
+		    "or rdma-lat (see '%s --help')",
+		    TOOL);
 	if (cmd[0] == '-')
 		cli_usage_error(TOOL, "unknown option '%s' (see '%s --help')", cmd, TOOL);
-	if (strcmp(cmd, "allreduce") != 0 && strcmp(cmd, "heartbeat") != 0 &&
+	if (bench_coll_parse(cmd) < 0 && strcmp(cmd, "heartbeat") != 0 &&
 	    strcmp(cmd, "rdma-lat") != 0)
 		cli_usage_error(TOOL, "unknown command '%s' (see '%s --help')", cmd, TOOL);
 	struct bench_opts o;
