@@ -102,6 +102,20 @@ KEEL_MUST_USE int keel_group_info(const struct keel_group *group, struct keel_gr
 /* The job rank of group rank `group_rank` (UINT32_MAX when there is none). */
 uint32_t keel_group_rank_to_job(const struct keel_group *group, uint32_t group_rank);
 
+/* Device buffers. After keel_group_use_device, every collective of `g` takes device memory of
+ * the node's device (keel_config.device: CUDA, or the CPU stand-in) for its send and receive
+ * buffers, as NCCL's do. keel copies the input this member contributes into `stage`
+ * (registered host memory: the device's host_register), runs the operation there, and copies
+ * the result back to the receive buffer before the operation may end; the member tells the
+ * others it has the result only then. The staged input stays untouched until the end, so an
+ * operation a view change interrupts runs again from it, in place too. `stage` must hold the
+ * input and the output of each operation (each rounded up to 64 bytes; e.g. an AllGather of
+ * n bytes per member over w members: 64-rounded n + 64-rounded n x w); a larger one fails to
+ * start with -ENOSPC. Buffers must be aligned to the element size. Send/Recv and splits stay
+ * on host memory. stage NULL returns the group to host buffers. Errors: -EINVAL (no device on
+ * the node, stage not 64-byte aligned), -EBUSY (operations of the group pending). */
+KEEL_MUST_USE int keel_group_use_device(struct keel_group *g, void *stage, size_t stage_bytes);
+
 /* ---- requests ---- */
 
 /* What a finished group operation ran over. */
@@ -120,6 +134,7 @@ struct keel_req_info {
  * KEEL_ENOQUORUM, KEEL_EMISMATCH (members started different operations at this place of
  * the group's sequence: a bug in the caller's program), KEEL_ETRANSPORT. */
 KEEL_MUST_USE int keel_req_test(struct keel_req *req);
+/* (KEEL_EDEVICE too: the device failed a copy of a group using device buffers.) */
 /* keel_req_test, and on completion what it ran over: `info` (may be NULL) and the members'
  * job ranks in group order (`members`, may be NULL; -ENOSPC, request kept, when members_cap is
  * smaller than the member count). */

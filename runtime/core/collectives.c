@@ -632,6 +632,7 @@ void coll_progress(struct keel_node *n)
 	}
 	/* The frontier only moves forward, and never past the operations started. */
 	KEEL_ASSERT(n->op_run_id - run_id <= n->op_next_id - run_id);
+	grp_progress_all(n);
 }
 
 uint64_t coll_next_deadline(const struct keel_node *n)
@@ -730,6 +731,9 @@ void coll_on_install(struct keel_node *n, bool same_line, bool excluded)
 	n->op_base = n->op_run_id;
 	n->ops_done_local = 0;
 	n->hier_valid = false; /* the hosts' shape is the new view's, computed when needed */
+	/* Groups first: until every member's SYNC came, none of their data may go out on the
+	 * new streams (a receiver still waiting for SYNCs would hold it, and the SYNC behind). */
+	grp_on_install_all(n);
 	coll_progress(n);
 }
 
@@ -785,6 +789,8 @@ bool coll_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *
 {
 	KEEL_ASSERT(h != NULL && payload != NULL);
 	KEEL_ASSERT(peer < n->world && peer != n->self); /* wire_decode checked the source */
+	if ((h->flags & WIRE_FLAG_GROUP) != 0)
+		return grp_deliver(n, peer, h, payload);
 	uint32_t local = n->op_base + h->op_id;
 	if (seq_before(local, n->op_run_id)) {
 		n->ctr.drop_stale++; /* an operation that already ended here */

@@ -758,6 +758,7 @@ int keel_poll(struct keel_node *node, uint64_t now_ns, uint64_t *next_deadline_n
 	uint64_t dl = fd_next_deadline(n);
 	dl = min_u64(dl, rel_next_deadline(n));
 	dl = min_u64(dl, coll_next_deadline(n));
+	dl = min_u64(dl, grp_next_deadline_all(n));
 	dl = min_u64(dl, mb_next_deadline(n));
 	if (n->tp->ops->next_deadline_ns != NULL)
 		dl = min_u64(dl, n->tp->ops->next_deadline_ns(n->tp));
@@ -856,7 +857,7 @@ static uint32_t results_everyone_has(const struct keel_node *n)
 bool keel_is_idle(const struct keel_node *node)
 {
 	KEEL_ASSERT(node != NULL);
-	if (node->op_run_id != node->op_next_id)
+	if (node->op_run_id != node->op_next_id || !grp_idle_all(node))
 		return false;
 	/* A result reported early (eager) may still be missing at a member, or not even started
 	 * there: leaving now would hand that member a view change in the middle of it. */

@@ -362,6 +362,9 @@ struct keel_node {
 	 * result_cap); a view carries one of up to result_cap (result_cap bytes of storage). */
 	uint8_t *kept;
 	uint32_t kept_cap, result_cap, kept_len, kept_epoch, kept_done;
+	/* groups (group.c): the caller's, in its memory; keel_group_world's count this epoch */
+	struct keel_group *groups;
+	uint32_t group_worlds, group_worlds_epoch;
 	/* membership */
 	struct mb_peer *mb_peers; /* world entries: written by membership.c only */
 	uint32_t incarnation;
@@ -687,6 +690,15 @@ bool coll_hier_view_ok(struct keel_node *n);
 void coll_hier_begin(const struct keel_node *n, struct keel_op *op);
 uint32_t coll_hier_step_count(const struct keel_op *op);
 void coll_hier_step(const struct keel_op *op, uint32_t t, struct step *s);
+
+/* group_engine.c (group_int.h has the rest) */
+struct keel_group;
+void grp_progress_all(struct keel_node *n);
+uint64_t grp_next_deadline_all(const struct keel_node *n);
+void grp_on_install_all(struct keel_node *n);
+bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h,
+		 const uint8_t *payload);
+bool grp_idle_all(const struct keel_node *n);
 
 /* collectives.c */
 /* A view was installed: finish the collectives that stand (complete everywhere, or brought by

@@ -15,8 +15,8 @@
  * memory (WIRE_FLAG_NO_CRC); 5: with a key too, no MAC through shared memory; 6: small
  * AllReduces reported early, views may carry a result (an older node would drop it unread);
  * 7: payloads read from device memory by the NIC carry a CRC over the header alone
- * (WIRE_FLAG_HEADER_CRC) */
-#define WIRE_VERSION	 7u
+ * (WIRE_FLAG_HEADER_CRC); 8: group operations (WIRE_FLAG_GROUP) */
+#define WIRE_VERSION	 8u
 #define WIRE_HEADER_SIZE 56u
 
 enum wire_type {
@@ -44,6 +44,9 @@ enum wire_type {
  * KEEL_DGRAM_LINK_CHECKED, in a job without a key; never with WIRE_FLAG_NO_CRC or
  * WIRE_FLAG_AUTH. */
 #define WIRE_FLAG_HEADER_CRC 0x20u
+/* DATA of a group operation (keel/group.h): the payload begins with the group's sub-header
+ * (group_int.h) and goes to the group engine, not the world's collectives. */
+#define WIRE_FLAG_GROUP 0x40u
 /* DATA of a gradient AllReduce: how the payload is encoded (enum wire_enc, in bits 2-3). The
  * header's offset and total_len count the f32 bytes the payload stands for. */
 #define WIRE_FLAG_ENC_SHIFT 2u

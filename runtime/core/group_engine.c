@@ -1,0 +1,544 @@
+/* The group engine: each group's frontier collective runs through its steps (group_plan.c)
+ * with a send and a receive cursor, as the world's AllReduce does (collectives.c), over the
+ * same reliable streams; its result is reported once every member sent DONE for it. At a view
+ * change every group whose streams were cut waits for every member's SYNC and then decides,
+ * the same at each member, whether the frontier stands, runs again or fails (group_int.h). */
+#include <string.h>
+
+#include "assert_int.h"
+#include "group_int.h"
+#include "reduce_int.h"
+
+static struct keel_req *frontier(struct keel_group *g)
+{
+	struct keel_req *r = &g->ops[g->run_slot];
+	if (r->seq != g->run_seq || r->state == GS_FREE || r->state == GS_DONE)
+		return NULL;
+	return r;
+}
+
+static uint64_t frag_bytes(const struct keel_node *n, const struct keel_req *r)
+{
+	uint64_t f = n->payload_max - GRP_SUBHDR_BYTES;
+	return f - f % r->esize;
+}
+
+/* May step t send output bytes [lo, hi)? They are what earlier steps received: ready once
+ * every earlier receive is complete, or step t - 1's receive covers them and has passed them. */
+static bool out_ready(const struct keel_req *r, uint32_t t, uint64_t lo, uint64_t hi)
+{
+	if (r->recv_step >= t)
+		return true;
+	if (t == 0 || r->recv_step + 1 < t)
+		return false;
+	struct gstep p;
+	grp_step(r, t - 1, &p);
+	if (p.recv_pos < 0 || lo < p.recv_off || hi > p.recv_off + p.recv_len)
+		return false;
+	return r->recv_off >= hi - p.recv_off;
+}
+
+/* Receives write the output: in place, a write over the input forbids a restart. */
+static void note_write(struct keel_req *r, const uint8_t *dst, uint64_t len)
+{
+	if (len != 0 && r->in != NULL && dst < r->in + r->in_bytes && r->in < dst + len)
+		r->in_written = true;
+}
+
+static void apply(struct keel_req *r, const struct gstep *s, uint64_t off, const uint8_t *data,
+		  uint64_t len)
+{
+	uint8_t *dst = r->out + s->recv_off + off;
+	size_t cnt = (size_t)(len / r->esize);
+	note_write(r, dst, len);
+	if (s->action == GA_COPY || s->action == GA_LOCAL_COPY) {
+		if (dst != data)
+			memmove(dst, data, (size_t)len);
+	} else {
+		reduce_apply(dst, dst, data, cnt, r->dtype, r->redop);
+	}
+	if (s->final && r->redop == KEEL_AVG && r->kind != GK_BROADCAST)
+		reduce_finish_avg(dst, cnt, r->dtype, r->w);
+}
+
+/* Move the receive cursor past steps with nothing to receive, applying local contributions
+ * at their turn. */
+static void skip_recv(struct keel_req *r)
+{
+	struct gstep s;
+	while (r->recv_step < r->step_count) {
+		grp_step(r, r->recv_step, &s);
+		if (s.recv_pos >= 0 && r->recv_off < s.recv_len)
+			return;
+		if (s.action == GA_LOCAL_COPY || s.action == GA_LOCAL_REDUCE)
+			apply(r, &s, 0, r->in + s.recv_off, s.recv_len);
+		r->recv_step++;
+		r->recv_off = 0;
+	}
+}
+
+static void pump_sends(struct keel_group *g, struct keel_req *r)
+{
+	struct keel_node *n = g->node;
+	struct gstep s;
+	uint64_t frag = frag_bytes(n, r);
+	while (r->send_step < r->step_count) {
+		grp_step(r, r->send_step, &s);
+		if (s.send_pos < 0 || r->send_off >= s.send_len) {
+			r->send_step++;
+			r->send_off = 0;
+			continue;
+		}
+		uint32_t to = g->ranks[s.send_pos];
+		uint64_t len = s.send_len - r->send_off;
+		if (g->tx_skip[to] != 0) { /* resumed: it has these already */
+			uint64_t skip = len < g->tx_skip[to] ? len : g->tx_skip[to];
+			g->tx_skip[to] -= skip;
+			r->send_off += skip;
+			continue;
+		}
+		len = len > frag ? frag : len;
+		uint64_t lo = s.send_off + r->send_off;
+		if (s.send_out && !out_ready(r, r->send_step, lo, lo + len))
+			return;
+		if (n->budget_bytes == 0)
+			return;
+		struct grp_subhdr sh = {
+		    .group = g->id, .seq = r->seq, .msg = GMSG_DATA, .kind = (uint8_t)r->kind};
+		const uint8_t *src = (s.send_out ? r->out : r->in) + lo;
+		if (!grp_send(n, to, &sh, (uint16_t)r->send_step, (uint32_t)r->send_off,
+			      (uint32_t)s.send_len, NULL, 0, src, (uint32_t)len))
+			return;
+		node_budget_spend(n, (uint32_t)len);
+		r->send_off += len;
+		r->progress_ns = n->now_ns;
+	}
+}
+
+static bool ring_for(const struct keel_node *n, const struct keel_req *r, uint32_t w)
+{
+	uint64_t bytes = r->count * r->esize;
+	if (r->kind == GK_ALLGATHER || r->kind == GK_SPLIT)
+		bytes *= w;
+	if (r->kind == GK_ALLREDUCE && r->in == r->out)
+		return w > 1; /* the direct schedule would overwrite the input it still sends */
+	return w > 2 && bytes > n->cfg.rd_max_bytes;
+}
+
+/* Run `r` over the group's members now. false: it cannot (finished with an error). */
+static bool op_begin(struct keel_group *g, struct keel_req *r)
+{
+	struct keel_node *n = g->node;
+	if (r->root_rank != UINT32_MAX) {
+		r->root_pos = grp_pos_of(g, r->root_rank);
+		if (r->root_pos == UINT32_MAX) {
+			grp_finish(g, r, KEEL_EVIEWCHANGED); /* the root's data is gone */
+			return false;
+		}
+	}
+	if (grp_kind_indexed(r->kind) && r->w != g->size) {
+		grp_finish(g, r, KEEL_EVIEWCHANGED); /* its blocks were laid out for r->w */
+		return false;
+	}
+	if (r->epoch != 0)
+		r->restarts++;
+	r->w = g->size;
+	r->me = g->self_pos;
+	r->epoch = n->epoch;
+	grp_plan_begin(r, ring_for(n, r, r->w));
+	r->step_count = grp_step_count(r);
+	r->send_step = r->recv_step = 0;
+	r->send_off = r->recv_off = 0;
+	r->progress_ns = n->now_ns;
+	r->done_epoch = n->epoch;
+	r->done_count = r->w;
+	memcpy(r->members, g->ranks, r->w * sizeof(uint32_t));
+	for (uint32_t i = 0; i < r->w; i++)
+		g->rx_bytes[g->ranks[i]] = g->tx_skip[g->ranks[i]] = 0;
+	r->state = GS_RUNNING;
+	return true;
+}
+
+static void local_done(struct keel_group *g, struct keel_req *r)
+{
+	r->state = GS_LOCAL_DONE;
+	g->local_done = r->seq + 1;
+	for (uint32_t i = 0; i < g->size; i++)
+		if (i != g->self_pos)
+			g->peers[g->ranks[i]].done_owed = true;
+}
+
+static bool everyone_done(const struct keel_group *g, const struct keel_req *r)
+{
+	for (uint32_t i = 0; i < g->size; i++)
+		if (i != g->self_pos && seq_before(g->peers[g->ranks[i]].done, r->seq + 1))
+			return false;
+	return true;
+}
+
+/* Our SYNC to member `rank`: where our frontier is, what we hold of it and of its data. */
+static bool sync_send(struct keel_group *g, uint32_t rank)
+{
+	const struct gpeer *p = &g->peers[rank];
+	struct keel_req *r = frontier(g);
+	bool has = r != NULL && r->state == GS_LOCAL_DONE && r->kind != GK_BARRIER;
+	bool began = r != NULL && r->state != GS_QUEUED;
+	uint32_t result_epoch = has ? r->epoch : 0; /* a barrier's local end is no result */
+	uint8_t can = r == NULL || !r->in_written;
+	uint64_t rx = began ? g->rx_bytes[rank] : 0;
+	uint8_t body[GRP_SYNC_BYTES];
+	memcpy(body, &g->run_seq, 4);
+	memcpy(body + 4, &result_epoch, 4);
+	body[8] = can;
+	memcpy(body + 9, &p->p2p_read, 4);
+	memcpy(body + 13, &p->p2p_read_off, 8);
+	memcpy(body + 21, &rx, 8);
+	struct grp_subhdr sh = {.group = g->id, .msg = GMSG_SYNC};
+	return grp_send(g->node, rank, &sh, 0, 0, GRP_SYNC_BYTES, body, GRP_SYNC_BYTES, NULL, 0);
+}
+
+/* Control messages owed to the members: SYNC, DONE, P2P_DONE (each cumulative: the latest
+ * says all). */
+static void send_owed(struct keel_group *g)
+{
+	struct keel_node *n = g->node;
+	for (uint32_t i = 0; i < g->size; i++) {
+		uint32_t rank = g->ranks[i];
+		struct gpeer *p = &g->peers[rank];
+		if (i == g->self_pos)
+			continue;
+		if (p->sync_owed && sync_send(g, rank))
+			p->sync_owed = false;
+		if (p->done_owed && !g->syncing) {
+			struct grp_subhdr sh = {
+			    .group = g->id, .seq = g->local_done, .msg = GMSG_DONE};
+			if (grp_send(n, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0))
+				p->done_owed = false;
+		}
+		if (p->p2p_done_owed) {
+			struct grp_subhdr sh = {
+			    .group = g->id, .seq = p->p2p_read, .msg = GMSG_P2P_DONE};
+			if (grp_send(n, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0))
+				p->p2p_done_owed = false;
+		}
+	}
+}
+
+/* A view change took no member of the running frontier: it goes on where it was. Each
+ * member keeps what it received; sends start over, skipping the bytes each member said it
+ * has (tx_skip), so nothing is applied twice — in place too. */
+static void resume(struct keel_group *g, struct keel_req *r)
+{
+	r->epoch = g->node->epoch; /* the attempt every member of it now shares */
+	r->send_step = 0;
+	r->send_off = 0;
+	r->progress_ns = g->node->now_ns;
+	if (r->state == GS_LOCAL_DONE)
+		r->state = GS_RUNNING; /* its sends may still be missing somewhere */
+}
+
+/* Every member's SYNC came: decide the frontier alike everywhere. It stands when every
+ * member holds its result from the same attempt (or reported it). Else, when the view took
+ * none of its members, it resumes; else it runs again from the inputs over the survivors,
+ * where its shape and every member's input allow, or fails. */
+static void decide(struct keel_group *g)
+{
+	struct keel_req *r = frontier(g);
+	uint32_t f = g->run_seq;
+	bool began = r != NULL && r->state != GS_QUEUED;
+	bool all_have = r != NULL && r->state == GS_LOCAL_DONE, can = r == NULL || !r->in_written;
+	bool go_on = began && r->w == g->size;
+	for (uint32_t i = 0; i < g->size; i++) {
+		if (i == g->self_pos)
+			continue;
+		uint32_t rank = g->ranks[i];
+		struct gpeer *p = &g->peers[rank];
+		const struct grp_sync *s = &p->sync;
+		bool same = s->frontier == f;
+		bool has = same && began && s->result_epoch != 0 && s->result_epoch == r->epoch;
+		p->done = s->frontier + (go_on && has ? 1u : 0u);
+		g->tx_skip[rank] = same ? s->rx_bytes : 0;
+		if (seq_before(f, s->frontier))
+			continue; /* it reported ours: everyone had it */
+		all_have = all_have && has;
+		can = can && (!same || s->can_restart);
+	}
+	g->syncing = false;
+	if (!began)
+		return;
+	if (all_have) {
+		for (uint32_t i = 0; i < g->size; i++)
+			if (i != g->self_pos && g->peers[g->ranks[i]].done == f)
+				g->peers[g->ranks[i]].done = f + 1;
+		grp_finish(g, r, 0);
+	} else if (go_on) {
+		resume(g, r);
+	} else if (!can) {
+		grp_finish(g, r, KEEL_EVIEWCHANGED); /* an input is gone, in place */
+	} else {
+		g->local_done = f;
+		r->state = GS_QUEUED; /* op_begin decides whether its shape allows it */
+	}
+}
+
+static bool all_synced(const struct keel_group *g)
+{
+	for (uint32_t i = 0; i < g->size; i++)
+		if (i != g->self_pos && !g->peers[g->ranks[i]].synced)
+			return false;
+	return true;
+}
+
+/* The frontier's next move; false when it waits. */
+static bool advance(struct keel_group *g, struct keel_req *r)
+{
+	struct keel_node *n = g->node;
+	if (n->fatal != 0 || n->noquorum || !g->member) {
+		grp_finish(g, r,
+			   n->fatal != 0 ? n->fatal
+			   : n->noquorum ? KEEL_ENOQUORUM
+					 : KEEL_EEXCLUDED);
+		return true;
+	}
+	if (n->now_ns - r->start_ns >= n->op_bound_ns) {
+		grp_finish(g, r, -ETIMEDOUT);
+		return true;
+	}
+	if (r->state == GS_QUEUED) {
+		if (!n->member)
+			return false;
+		if (!grp_dev_drain(g, r) || !grp_dev_stage_in(g, r))
+			return r->state == GS_DONE; /* the device works, or failed */
+		if (!op_begin(g, r))
+			return true;
+	}
+	if (r->state == GS_RUNNING) {
+		pump_sends(g, r);
+		skip_recv(r);
+		if (r->send_step < r->step_count || r->recv_step < r->step_count) {
+			if (n->now_ns - r->progress_ns < n->cfg.entry_timeout_ns)
+				return false;
+			grp_finish(g, r, -ETIMEDOUT); /* a member never came */
+			return true;
+		}
+		if (!grp_dev_copy_out(g, r))
+			return r->state == GS_DONE;
+		local_done(g, r);
+	}
+	if (!everyone_done(g, r))
+		return false;
+	grp_finish(g, r, 0);
+	return true;
+}
+
+void grp_advance(struct keel_group *g)
+{
+	send_owed(g);
+	if (g->syncing && all_synced(g))
+		decide(g);
+	for (uint32_t guard = 0; !g->syncing && guard < g->ops_max; guard++) {
+		struct keel_req *r = frontier(g);
+		if (r == NULL || !advance(g, r))
+			break;
+	}
+	grp_p2p_progress(g);
+	send_owed(g);
+}
+
+void grp_progress_all(struct keel_node *n)
+{
+	for (struct keel_group *g = n->groups; g != NULL; g = g->next)
+		grp_advance(g);
+}
+
+uint64_t grp_next_deadline_all(const struct keel_node *n)
+{
+	uint64_t dl = UINT64_MAX;
+	for (struct keel_group *g = n->groups; g != NULL; g = g->next) {
+		struct keel_req *r = frontier(g);
+		if (r != NULL && r->state != GS_QUEUED) {
+			uint64_t a = r->progress_ns + n->cfg.entry_timeout_ns;
+			uint64_t b = r->start_ns + n->op_bound_ns;
+			dl = a < dl ? a : dl;
+			dl = b < dl ? b : dl;
+		}
+		for (uint32_t i = 0; i < g->ops_max; i++)
+			if (g->p2p[i].state == GS_RUNNING &&
+			    g->p2p[i].start_ns + n->op_bound_ns < dl)
+				dl = g->p2p[i].start_ns + n->op_bound_ns;
+	}
+	return dl;
+}
+
+bool grp_idle_all(const struct keel_node *n)
+{
+	for (const struct keel_group *g = n->groups; g != NULL; g = g->next) {
+		if (g->run_seq != g->next_seq || grp_p2p_pending(g))
+			return false;
+		for (uint32_t i = 0; i < g->size; i++) {
+			const struct gpeer *p = &g->peers[g->ranks[i]];
+			if (p->done_owed || p->sync_owed || p->p2p_done_owed)
+				return false;
+		}
+	}
+	return true;
+}
+
+/* The group's members after a view: the old ones still in it, in the same life. */
+static void follow_view(struct keel_group *g)
+{
+	struct keel_node *n = g->node;
+	uint32_t kept = 0;
+	for (uint32_t i = 0; i < g->size; i++) {
+		uint32_t rank = g->ranks[i];
+		if (view_has(&n->view, rank) && n->view.inc[rank] == g->peers[rank].inc)
+			g->ranks[kept++] = rank;
+	}
+	g->size = kept;
+	g->self_pos = grp_pos_of(g, n->self);
+	g->member = n->member && g->self_pos != UINT32_MAX;
+	g->epoch = n->view.epoch;
+}
+
+void grp_on_install_all(struct keel_node *n)
+{
+	for (struct keel_group *g = n->groups; g != NULL; g = g->next) {
+		if (!g->member)
+			continue;
+		follow_view(g);
+		g->syncing = g->member;
+		for (uint32_t i = 0; i < g->size; i++) {
+			struct gpeer *p = &g->peers[g->ranks[i]];
+			p->synced = false;
+			p->sync_owed = g->member && i != g->self_pos;
+			p->done_owed = false;
+		}
+		grp_p2p_on_view(g);
+		grp_advance(g);
+	}
+}
+
+static struct keel_group *group_by_id(struct keel_node *n, uint64_t id)
+{
+	for (struct keel_group *g = n->groups; g != NULL; g = g->next)
+		if (g->id == id && g->member)
+			return g;
+	return NULL;
+}
+
+static void on_sync(struct keel_group *g, uint32_t peer, const uint8_t *b)
+{
+	struct gpeer *p = &g->peers[peer];
+	memcpy(&p->sync.frontier, b, 4);
+	memcpy(&p->sync.result_epoch, b + 4, 4);
+	p->sync.can_restart = b[8];
+	memcpy(&p->sync.p2p_read, b + 9, 4);
+	memcpy(&p->sync.p2p_off, b + 13, 8);
+	memcpy(&p->sync.rx_bytes, b + 21, 8);
+	p->synced = true;
+	grp_p2p_on_sync(g, peer, &p->sync);
+}
+
+/* A DATA fragment for the frontier collective. false: not yet (hold it). */
+static bool on_data(struct keel_group *g, uint32_t peer, const struct wire_header *h,
+		    const struct grp_subhdr *sh, const uint8_t *data, uint32_t len)
+{
+	struct keel_node *n = g->node;
+	if (seq_before(sh->seq, g->run_seq)) {
+		n->ctr.drop_stale++;
+		return true;
+	}
+	struct keel_req *r = frontier(g);
+	if (g->syncing || r == NULL || r->seq != sh->seq || r->state != GS_RUNNING)
+		return false;
+	skip_recv(r);
+	if (r->recv_step == r->step_count) {
+		n->ctr.drop_protocol++;
+		return true;
+	}
+	struct gstep s;
+	grp_step(r, r->recv_step, &s);
+	uint32_t pos = grp_pos_of(g, peer);
+	if (pos == UINT32_MAX || (int32_t)pos != s.recv_pos)
+		return false; /* a later step's: wait for ours */
+	if (sh->kind != r->kind || h->total_len - GRP_SUBHDR_BYTES != s.recv_len) {
+		n->ctr.drop_protocol++;
+		grp_finish(g, r, KEEL_EMISMATCH);
+		return true;
+	}
+	if (h->offset != r->recv_off || len % r->esize != 0 || r->recv_off + len > s.recv_len) {
+		n->ctr.drop_protocol++;
+		return true;
+	}
+	apply(r, &s, r->recv_off, data, len);
+	g->rx_bytes[peer] += len;
+	r->recv_off += len;
+	r->progress_ns = n->now_ns;
+	skip_recv(r);
+	return true; /* the poll's progress step sends what this made ready */
+}
+
+static bool decode_subhdr(const struct wire_header *h, const uint8_t *payload,
+			  struct grp_subhdr *sh)
+{
+	if (h->payload_len < GRP_SUBHDR_BYTES || h->total_len < GRP_SUBHDR_BYTES)
+		return false;
+	memcpy(&sh->group, payload, 8);
+	memcpy(&sh->seq, payload + 8, 4);
+	sh->msg = payload[12];
+	sh->kind = payload[13];
+	memcpy(&sh->aux, payload + 14, 2);
+	sh->tag = 0;
+	if (sh->msg == GMSG_P2P) {
+		if (h->payload_len < GRP_P2P_SUBHDR_BYTES || h->total_len < GRP_P2P_SUBHDR_BYTES)
+			return false;
+		memcpy(&sh->tag, payload + 16, 4);
+	}
+	return sh->msg >= GMSG_DATA && sh->msg <= GMSG_P2P_DONE;
+}
+
+bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h,
+		 const uint8_t *payload)
+{
+	struct grp_subhdr sh;
+	if (!decode_subhdr(h, payload, &sh)) {
+		n->ctr.drop_protocol++;
+		return true;
+	}
+	struct keel_group *g = group_by_id(n, sh.group);
+	if (g == NULL) /* not created here yet (its data waits), or gone (a late notice) */
+		return sh.msg == GMSG_DONE || sh.msg == GMSG_P2P_DONE;
+	uint32_t pos = grp_pos_of(g, peer);
+	if (pos == UINT32_MAX) {
+		n->ctr.drop_protocol++; /* not a member (any more) */
+		return true;
+	}
+	uint32_t hdr = sh.msg == GMSG_P2P ? GRP_P2P_SUBHDR_BYTES : GRP_SUBHDR_BYTES;
+	const uint8_t *data = payload + hdr;
+	uint32_t len = h->payload_len - hdr;
+	switch (sh.msg) {
+	case GMSG_DATA:
+		return on_data(g, peer, h, &sh, data, len);
+	case GMSG_DONE:
+		if (seq_before(g->peers[peer].done, sh.seq))
+			g->peers[peer].done = sh.seq;
+		return true;
+	case GMSG_SYNC:
+		if (len != GRP_SYNC_BYTES) {
+			n->ctr.drop_protocol++;
+			return true;
+		}
+		if (!g->syncing) { /* it saw a view change we did not wait on: answer it */
+			g->syncing = true;
+			for (uint32_t i = 0; i < g->size; i++)
+				g->peers[g->ranks[i]].sync_owed = i != g->self_pos;
+		}
+		on_sync(g, peer, data);
+		return true;
+	case GMSG_P2P_DONE:
+		grp_p2p_on_done(g, peer, sh.seq);
+		return true;
+	default:
+		return grp_p2p_deliver(g, peer, h, &sh, data, len);
+	}
+}
