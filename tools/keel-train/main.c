@@ -765,6 +765,8 @@ static void tp_follow(struct trainer *t, uint32_t epoch, bool whole)
 				"keel-train: rank %u: groups on view %u: %s (made again "
 				"after the next step)\n",
 				t->rank, epoch, keel_strerror(rc));
+	} else {
+		train_tp_settle(t->tp); /* a round on the groups' view: the old ones can go */
 	}
 	if (t->out[S_SYNCED] > 0.5)
 		t->job_step = (uint64_t)llround(t->out[S_AT] / t->out[S_SYNCED]) + whole;
@@ -783,27 +785,27 @@ static void tp_follow(struct trainer *t, uint32_t epoch, bool whole)
 	fflush(stdout);
 }
 
-/* Who asks for the state (NEED flags), with the rejoin's figures; whether anyone does. */
+/* Who asks for the state (NEED flags), with the rejoin's figures; whether anyone does. Ranks
+ * that ask together (--tp: a replica's members) are one rejoin, named by the first. */
 static bool note_needs(struct trainer *t, enum kind kind, bool marker, uint64_t now)
 {
-	bool need = false;
-	for (uint32_t i = 0; i < t->member_count; i++) {
-		uint32_t r = t->members[i];
-		if (t->out[S_NEED + r] < 0.5)
-			continue;
-		need = true;
-		if (t->rejoin_seen_ns == 0 || t->rejoin_done_ns != 0) {
-			t->rejoin_rank = r;
-			t->rejoin_seen_ns = now;
-			t->rejoin_done_ns = 0;
-		}
-		if (kind == K_STATE && marker) {
-			t->rejoin_done_ns = now;
-			t->rejoin_step = t->step;
-			t->rejoin_count++;
-		}
+	uint32_t first = UINT32_MAX;
+	for (uint32_t i = 0; i < t->member_count && first == UINT32_MAX; i++)
+		if (t->out[S_NEED + t->members[i]] > 0.5)
+			first = t->members[i];
+	if (first == UINT32_MAX)
+		return false;
+	if (t->rejoin_seen_ns == 0 || t->rejoin_done_ns != 0) {
+		t->rejoin_rank = first;
+		t->rejoin_seen_ns = now;
+		t->rejoin_done_ns = 0;
 	}
-	return need;
+	if (kind == K_STATE && marker) {
+		t->rejoin_done_ns = now;
+		t->rejoin_step = t->step;
+		t->rejoin_count++;
+	}
+	return true;
 }
 
 /* Interpret the result of a collective; decide the next one (the same way on every rank). */
@@ -901,6 +903,20 @@ static void injected_faults(struct trainer *t)
 	}
 }
 
+/* --tp: no whole replica left in the view (each lost a member; with one replica, its only
+ * one): some shard's only current copy died with its rank, and none can be trained. */
+static bool shards_lost(const struct trainer *t)
+{
+	if (t->tp == NULL || t->worker_count > 0)
+		return false;
+	fprintf(stderr,
+		"keel-train: rank %u: no replica of %u ranks is whole in view %u: a shard's last "
+		"current copy is gone, the training cannot go on (a failure is survived while "
+		"another replica is whole: run --dp 2 or more)\n",
+		t->rank, t->o.tp, t->plan_epoch);
+	return true;
+}
+
 /* Whether this rank trains on: synced, until the last step; not synced, until it has the state
  * (--tp: or until the others finish while its replica is out). */
 static bool training_left(const struct trainer *t)
@@ -935,6 +951,8 @@ static int train_loop(struct trainer *t)
 		}
 		if (rc == 0) {
 			on_result(t, &info, members);
+			if (shards_lost(t))
+				return -ECANCELED; /* said why */
 			continue;
 		}
 		if ((rc == KEEL_ENOQUORUM || rc == KEEL_EEXCLUDED) && t->tp != NULL)
@@ -1088,9 +1106,9 @@ static void summary(struct trainer *t)
 	printf("\n== keel-train summary (rank %u, %u ranks at the end, view %u)\n", t->rank,
 	       t->member_count, t->plan_epoch);
 	if (t->tp != NULL)
-		printf("2-D parallel:                  %u replicas of %u ranks in the plan at the "
+		printf("2-D parallel:                  %u replica%s of %u ranks in the plan at the "
 		       "end (hidden layer split %u ways)\n",
-		       t->worker_count, t->o.tp, t->o.tp);
+		       t->worker_count, t->worker_count == 1 ? "" : "s", t->o.tp, t->o.tp);
 	printf("final test accuracy:           %.2f %%\n", 100 * acc);
 	reference_lines(t, acc);
 	for (uint32_t i = 0; i < t->ev_count; i++) {
@@ -1104,10 +1122,11 @@ static void summary(struct trainer *t)
 	}
 	if (t->rejoin_count > 0)
 		printf(
-		    "rejoin: rank %u asked for the model and got it from a live %s over keel "
+		    "rejoin: rank %u%s asked for the model and got it from a live %s over keel "
 		    "(AllReduce with one contributor%s, CRC32C-checked datagrams) in %.1f ms, at "
 		    "step %" PRIu64 "\n",
-		    t->rejoin_rank, t->tp != NULL ? "replica" : "member",
+		    t->rejoin_rank, t->tp != NULL ? " (with its replica)" : "",
+		    t->tp != NULL ? "replica" : "member",
 		    t->tp != NULL ? " replica, each member its shard" : "",
 		    ms(t->rejoin_seen_ns, t->rejoin_done_ns), t->rejoin_step);
 	printf("steps lost (redone) in all:    %" PRIu64 "; rollbacks %" PRIu64 "\n", t->steps_lost,
@@ -1752,13 +1771,14 @@ static int tp_start(struct trainer *t)
 	const char *err = NULL;
 	char msg[160];
 	if (t->world % tp != 0) {
-		snprintf(msg, sizeof(msg), "--tp %u: %u rank%s do not make whole replicas of %u",
-			 tp, t->world, t->world == 1 ? "" : "s", tp);
+		snprintf(msg, sizeof(msg), "--tp %u: %u rank%s not make whole replicas of %u", tp,
+			 t->world, t->world == 1 ? " does" : "s do", tp);
 		err = msg;
 	} else if (t->o.dp != 0 && t->o.dp != dp) {
 		snprintf(msg, sizeof(msg),
-			 "--dp %u: %u rank%s at --tp %u make %u replica%s, not %u", t->o.dp,
-			 t->world, t->world == 1 ? "" : "s", tp, dp, dp == 1 ? "" : "s", t->o.dp);
+			 "--dp %u: %u rank%s at --tp %u make%s %u replica%s, not %u", t->o.dp,
+			 t->world, t->world == 1 ? "" : "s", tp, t->world == 1 ? "s" : "", dp,
+			 dp == 1 ? "" : "s", t->o.dp);
 		err = msg;
 	}
 	int rc = err == NULL && tp > 1
@@ -1809,9 +1829,9 @@ static void first_view(struct trainer *t)
 static int finish(struct trainer *t, int rc, uint64_t train_ns, uint64_t step0)
 {
 	char err[512] = "";
-	if (rc != 0)
+	if (rc != 0 && rc != -ECANCELED) /* ECANCELED: the loop said why */
 		fprintf(stderr, "keel-train: rank %u: %s\n", t->rank, keel_strerror(rc));
-	else
+	else if (rc == 0)
 		summary(t);
 	if (rc == 0 && !t->job_ended)
 		rank_summary(t, t->b.cfg.rejoin ? keel_posix_now_ns() - t->t_synced_ns : train_ns,

@@ -27,8 +27,9 @@ int train_tp_init(struct train_tp *p, struct keel_node *node, uint32_t size, uin
 			       .node = node,
 			       .wait = wait,
 			       .ctx = ctx,
+			       .cur = TP_GENS,
 			       .group_len = (keel_group_size(node) + 63) / 64 * 64};
-	p->mem = aligned_alloc(64, 3 * p->group_len);
+	p->mem = aligned_alloc(64, TP_GENS * 3 * p->group_len);
 	size_t glen = train_tp_gather_len(size, cap), slen = train_tp_scatter_len(size, cap),
 	       len = train_tp_grad_len(size);
 	p->block = calloc(glen, sizeof(double));
@@ -45,23 +46,43 @@ int train_tp_init(struct train_tp *p, struct keel_node *node, uint32_t size, uin
 	return 0;
 }
 
-static void groups_free(struct train_tp *p)
+/* Free generation i's groups, children first. false: keel still owes a member a word for one
+ * (poll, then again); the generation is kept. */
+static bool gen_free(struct train_tp *p, uint32_t i)
 {
-	/* children first; none has an operation pending (each step waits for all of its own) */
-	struct keel_group **g[3] = {&p->dp_group, &p->tp_group, &p->world};
-	for (uint32_t i = 0; i < 3; i++) {
-		if (*g[i] != NULL && keel_group_free(*g[i]) != 0)
+	struct tp_gen *gen = &p->gen[i];
+	for (uint32_t k = 3; k-- > 0;) {
+		if (gen->g[k] != NULL && keel_group_free(gen->g[k]) != 0)
+			return false;
+		gen->g[k] = NULL;
+	}
+	gen->used = false;
+	return true;
+}
+
+/* The current generation becomes a retired one. */
+static void retire(struct train_tp *p)
+{
+	p->cur = TP_GENS;
+	p->world = p->tp_group = p->dp_group = NULL;
+	p->epoch = 0;
+}
+
+/* Free every generation but the current one (all: when `all`). */
+static void free_gens(struct train_tp *p, bool all)
+{
+	for (uint32_t i = 0; i < TP_GENS; i++)
+		if (p->gen[i].used && (all || i != p->cur) && !gen_free(p, i) && all)
 			fprintf(stderr, "keel-train: rank %u: a group would not be freed\n",
 				p->rank);
-		*g[i] = NULL;
-	}
-	p->epoch = 0;
+	if (all)
+		retire(p);
 }
 
 void train_tp_fini(struct train_tp *p)
 {
 	if (p->mem != NULL)
-		groups_free(p);
+		free_gens(p, true);
 	free(p->mem);
 	free(p->block);
 	free(p->gathered);
@@ -97,34 +118,61 @@ static int finish(struct train_tp *p, enum train_tp_op op, int rc, struct keel_r
 	return rc;
 }
 
-static int split(struct train_tp *p, uint32_t color, uint8_t *mem, struct keel_group **out)
+static int split(struct train_tp *p, struct keel_group *world, uint32_t color, uint8_t *mem,
+		 struct keel_group **out)
 {
 	struct keel_req *req = NULL;
-	int rc = keel_group_split_start(p->world, color, p->rank, mem, p->group_len, out, &req);
+	int rc = keel_group_split_start(world, color, p->rank, mem, p->group_len, out, &req);
 	rc = finish(p, TP_SPLIT, rc, req, 0, 0);
 	if (rc != 0)
 		*out = NULL;
 	return rc;
 }
 
+/* A generation whose memory is free, freeing retired ones if none is (after a run of view
+ * changes with no settled round between: the late-notice risk above, taken over failing). */
+static uint32_t gen_take(struct train_tp *p)
+{
+	for (uint32_t pass = 0; pass < 2; pass++) {
+		for (uint32_t i = 0; i < TP_GENS; i++)
+			if (!p->gen[i].used)
+				return i;
+		free_gens(p, false);
+	}
+	return TP_GENS;
+}
+
 int train_tp_regroup(struct train_tp *p, uint32_t epoch)
 {
-	groups_free(p);
+	retire(p);
 	p->stats.regroups++;
-	int rc = keel_group_world(p->node, p->mem, p->group_len, &p->world);
+	uint32_t i = gen_take(p);
+	if (i == TP_GENS)
+		return -ENOSPC;
+	struct tp_gen *gen = &p->gen[i];
+	uint8_t *mem = p->mem + (size_t)i * 3 * p->group_len;
+	gen->used = true;
+	int rc = keel_group_world(p->node, mem, p->group_len, &gen->g[0]);
 	if (rc != 0)
-		p->world = NULL;
+		gen->g[0] = NULL;
 	/* key = job rank: a whole replica's members are in shard order */
 	if (rc == 0)
-		rc = split(p, p->replica, p->mem + p->group_len, &p->tp_group);
+		rc = split(p, gen->g[0], p->replica, mem + p->group_len, &gen->g[1]);
 	if (rc == 0)
-		rc = split(p, p->index, p->mem + 2 * p->group_len, &p->dp_group);
-	if (rc != 0) {
-		groups_free(p);
+		rc = split(p, gen->g[0], p->index, mem + 2 * p->group_len, &gen->g[2]);
+	if (rc != 0) /* retired as it is: members that made a group may still speak to it */
 		return rc;
-	}
+	p->cur = i;
+	p->world = gen->g[0];
+	p->tp_group = gen->g[1];
+	p->dp_group = gen->g[2];
 	p->epoch = epoch;
 	return 0;
+}
+
+void train_tp_settle(struct train_tp *p)
+{
+	free_gens(p, false);
 }
 
 bool train_tp_replica_whole(const struct train_tp *p)
@@ -190,7 +238,7 @@ double train_tp_sum(const struct train_tp *p, uint32_t what)
 
 void train_tp_drop(struct train_tp *p)
 {
-	groups_free(p);
+	free_gens(p, true);
 }
 
 int train_tp_assemble(struct train_tp *p, float *w)

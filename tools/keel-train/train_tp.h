@@ -26,6 +26,18 @@ struct train_tp_stats {
 	uint64_t regroups;
 };
 
+/* Generations of groups: the current one, and those replaced but not yet forgotten. A group
+ * is freed only once every member has installed the view that replaced it (a whole round of
+ * the trainer later): keel holds a message for a group it does not know, in its stream from
+ * that peer, until the group is made, so a member's late view-change notice (SYNC) for a group
+ * already freed here would block everything else that peer sends (seen: stalls of
+ * entry_timeout_ns in the split after a restarted rank's admission). */
+#define TP_GENS 8u
+struct tp_gen {
+	struct keel_group *g[3]; /* the world, the replica's group, the shard's group */
+	bool used;
+};
+
 struct train_tp {
 	uint32_t size, index, replica; /* T, rank % T, rank / T */
 	uint32_t rank, cap;	       /* cap: the global batch (train_tp_batch) */
@@ -33,8 +45,10 @@ struct train_tp {
 	train_tp_wait_fn wait;
 	void *ctx;
 	size_t group_len;
-	uint8_t *mem; /* three groups of group_len: the world, the replica's, the shard's */
-	struct keel_group *world, *tp_group, *dp_group;
+	uint8_t *mem; /* TP_GENS x 3 groups of group_len */
+	struct tp_gen gen[TP_GENS];
+	uint32_t cur;					/* the current generation; TP_GENS: none */
+	struct keel_group *world, *tp_group, *dp_group; /* the current generation's */
 	uint32_t epoch; /* the view the groups were made on; 0: none, or to be made again */
 	int part_rc;	/* the last step's tensor-parallel part: 0, or why it gave nothing */
 	double *block, *gathered, *scatter, *mine; /* collective buffers, sized by cap */
@@ -49,9 +63,13 @@ int train_tp_init(struct train_tp *p, struct keel_node *node, uint32_t size, uin
 void train_tp_fini(struct train_tp *p);
 
 /* Make the groups again on the view `epoch` (the one the trainer's last collective ended on):
- * every member of that view calls it at the same place of its sequence. On failure the groups
- * are gone (epoch 0) and the error returned. */
+ * every member of that view calls it at the same place of its sequence. The groups it
+ * replaces are retired, not freed. On failure there are none (epoch 0): the error returned. */
 int train_tp_regroup(struct train_tp *p, uint32_t epoch);
+
+/* The trainer's collective ended on the view the groups were made on, a round after they were:
+ * every member has installed it, and said so to the retired groups; free them. */
+void train_tp_settle(struct train_tp *p);
 
 /* Whether this rank's tensor-parallel group has all T members, in shard order. */
 bool train_tp_replica_whole(const struct train_tp *p);
@@ -69,7 +87,7 @@ int train_tp_step(struct train_tp *p, const float *w, const struct train_tp_batc
 /* Element `what` (TRAIN_TP_LOSS, _HITS, _SAMPLES) of the last data-parallel sum. */
 double train_tp_sum(const struct train_tp *p, uint32_t what);
 
-/* Forget the groups (this rank left the view: they are no longer its). */
+/* Forget every group (this rank left the view: its groups are no longer its members'). */
 void train_tp_drop(struct train_tp *p);
 
 /* The whole model at every member of a whole replica: an AllGather of the shards into w. */
