@@ -230,11 +230,6 @@ static uint64_t config_hash(const struct opts *o)
 	return h;
 }
 
-/* Shards to the members of the view, equal rates: LPT, balanced by count (64 shards hashed
- * over 4 ranks by rendezvous came out 21/13/16/14). Made afresh at each view, from the view
- * alone, so a restarted rank gets the plan the others have (every rank holds all the data:
- * nothing needs to stay put). Straggler repairs then re-weigh it by measured speed, at the
- * same step on every member. */
 /* --tp: whether every rank of replica q is among the members. */
 static bool replica_whole(const uint32_t *members, uint32_t count, uint32_t q, uint32_t tp)
 {
@@ -244,6 +239,12 @@ static bool replica_whole(const uint32_t *members, uint32_t count, uint32_t q, u
 	return found == tp;
 }
 
+/* Shards to the members of the view, equal rates: LPT, balanced by count (64 shards hashed
+ * over 4 ranks by rendezvous came out 21/13/16/14). Made afresh at each view, from the view
+ * alone, so a restarted rank gets the plan the others have (every rank holds all the data:
+ * nothing needs to stay put). Straggler repairs then re-weigh it by measured speed, at the
+ * same step on every member. --tp: the workers are the whole replicas (a replica's members
+ * compute the same samples), each named by its first rank. */
 static int replan(struct trainer *t, const uint32_t *members, uint32_t count)
 {
 	struct keel_worker wk[RANKS_MAX];
@@ -256,7 +257,7 @@ static int replan(struct trainer *t, const uint32_t *members, uint32_t count)
 			t->workers[t->worker_count++] = members[i];
 	t->after_repair_steps = 0;
 	t->after_repair_max_s = 0;
-	if (t->worker_count == 0) /* --tp: no whole replica left; training waits for one */
+	if (t->worker_count == 0) /* --tp: no whole replica left (shards_lost says so) */
 		return 0;
 	return keel_straggler_plan_view(&t->strag, t->plan, t->workers, t->worker_count, wk);
 }
