@@ -84,7 +84,7 @@ san_env=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1)
 # Unit binaries run in the fast tier; in the long tier only those that hold long scenarios
 # (with KEEL_TEST_TIER=long they run just those).
-long_units="test_membership_model"
+long_units="test_membership_model test_group_fail"
 for t in build/tests/test_* build-san/tests/test_*; do
 	[ -x "$t" ] || continue
 	b=$(basename "$t")

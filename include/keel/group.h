@@ -118,12 +118,23 @@ KEEL_MUST_USE int keel_group_use_device(struct keel_group *g, void *stage, size_
 
 /* ---- requests ---- */
 
+/* How a group collective moved its data, chosen alike at every member from its size, the
+ * group's size and the config (rd_max_bytes), at each (re)start. DIRECT: one step per peer,
+ * each member's data straight to where it goes (pairwise exchange: ReduceScatter, AllToAll,
+ * Gather, Scatter, Reduce; small AllGather and AllReduce in groups under 8 or not a power of
+ * two, out of place; small Broadcast); RING: a pipelined ring (AllGather, AllReduce as
+ * pairwise ReduceScatter then ring AllGather, Broadcast — above rd_max_bytes; and a small
+ * AllReduce in place in a group that is not a power of two, where direct would overwrite the
+ * input it still sends); RD: recursive doubling (small AllGather and AllReduce in groups of a
+ * power of two from 8 up, and small AllReduce in place in any power of two). */
+enum keel_group_algo { KEEL_GALGO_DIRECT = 0, KEEL_GALGO_RING, KEEL_GALGO_RD };
+
 /* What a finished group operation ran over. */
 struct keel_req_info {
 	uint32_t epoch;	       /* the view its result belongs to */
 	uint32_t member_count; /* group members it ran over (its rank-indexed results) */
 	uint32_t restarts;     /* times it ran again after a view change */
-	enum keel_algo algo;   /* RING or RD (pairwise and direct schedules say RD) */
+	enum keel_group_algo algo;
 };
 
 /* Has `req` finished? Never blocks (keel_poll makes progress). 0 when it completed (the
@@ -238,7 +249,11 @@ KEEL_MUST_USE int keel_group_barrier(struct keel_group *g);
  * a peer meets the peer's n-th receive from this member, whose tag and byte count must match
  * (else both fail with KEEL_EMISMATCH). A batch (as ncclGroupStart/End) starts every item at
  * once and ends when all have: a pipeline's exchange or a hand-written AllToAll cannot
- * deadlock. Sends and receives are independent of the group's collectives.
+ * deadlock.
+ * A message leaves only once its receive is posted (the receiver says so), so it never waits
+ * at a receiver that holds up what follows it. A member's collectives and Send/Recv in one
+ * group share the way to each peer: issue them in an order both sides agree on, as on one
+ * NCCL communicator.
  * A send ends when the peer has received every byte; a receive when it has them all. An item
  * whose peer leaves the view first fails with KEEL_EPEERGONE within keel_recovery_bound_ns
  * of the failure (never hangs); one whose peer stays is carried on across a view change. */

@@ -1,5 +1,5 @@
 /* keel: fault-tolerant runtime for distributed training. Includes the runtime's own API (16 of
- * the 31 headers); not the start-up library's (keel/boot.h, which includes this one), nor each
+ * the 32 headers); not the start-up library's (keel/boot.h, which includes this one), nor each
  * transport's or device's constructor (keel/transport_udp.h, device_cuda.h, ...): those are
  * included by name (docs/reference/api.md). */
 #ifndef KEEL_KEEL_H

@@ -23,7 +23,7 @@ size_t keel_group_size(const struct keel_node *node)
 	if (node == NULL)
 		return 0;
 	size_t w = node->world, k = node->ops_max;
-	return ALIGN8(sizeof(struct keel_group)) + ALIGN8(w * 4) + ALIGN8(w * 20) +
+	return ALIGN8(sizeof(struct keel_group)) + 2 * ALIGN8(w * 4) + ALIGN8(w * 20) +
 	       ALIGN8(w * sizeof(struct gpeer)) + 2 * ALIGN8(w * 8) +
 	       2 * k * ALIGN8(sizeof(struct keel_req)) + ALIGN8(k * w * 4);
 }
@@ -56,6 +56,7 @@ static int group_init(struct keel_node *n, void *mem, size_t len, const uint32_t
 	struct keel_group *g = (struct keel_group *)take(&cur, sizeof(*g));
 	size_t w = n->world, k = n->ops_max;
 	g->ranks = (uint32_t *)take(&cur, w * 4);
+	g->created = (uint32_t *)take(&cur, w * 4);
 	g->scratch = (uint32_t *)take(&cur, w * 20); /* records, then a selection */
 	g->peers = (struct gpeer *)take(&cur, w * sizeof(struct gpeer));
 	g->rx_bytes = (uint64_t *)take(&cur, w * 8);
@@ -68,8 +69,14 @@ static int group_init(struct keel_node *n, void *mem, size_t len, const uint32_t
 	g->id = id;
 	g->node = n;
 	g->ops_max = (uint32_t)k;
-	memcpy(g->ranks, ranks, count * sizeof(uint32_t));
-	g->size = g->created_size = count;
+	/* Members the view has lost since the list was agreed (a split decided after a view
+	 * change) are not in it: the members that made it earlier dropped them at that change. */
+	uint32_t kept = 0;
+	for (uint32_t i = 0; i < count; i++)
+		if (view_has(&n->view, ranks[i]))
+			g->ranks[kept++] = ranks[i];
+	g->size = g->created_size = kept;
+	memcpy(g->created, g->ranks, kept * sizeof(uint32_t));
 	g->self_pos = grp_pos_of(g, n->self);
 	KEEL_ASSERT(g->self_pos != UINT32_MAX);
 	g->member = true;
@@ -118,11 +125,14 @@ int keel_group_free(struct keel_group *group)
 	for (uint32_t i = 0; i < group->ops_max; i++)
 		if (group->ops[i].state != GS_FREE || group->p2p[i].state != GS_FREE)
 			return -EBUSY; /* a result not taken yet */
-	for (uint32_t i = 0; group->member && i < group->size; i++) {
-		const struct gpeer *p = &group->peers[group->ranks[i]];
-		if (p->done_owed || p->sync_owed || p->p2p_done_owed)
+	for (uint32_t i = 0; i < group->created_size; i++) {
+		const struct gpeer *p = &group->peers[group->created[i]];
+		if (p->done_owed || p->sync_owed || p->p2p_done_owed || p->out_owed ||
+		    p->rtr_owed || p->fail_owed)
 			return -EBUSY; /* a member still waits for our word: poll, then again */
 	}
+	struct keel_node *n = group->node;
+	n->groups_freed[n->groups_freed_next++ % KEEL_GROUPS_FREED_KEPT] = group->id;
 	struct keel_group **link = &group->node->groups;
 	while (*link != NULL && *link != group)
 		link = &(*link)->next;
@@ -216,13 +226,13 @@ bool grp_send(struct keel_node *n, uint32_t peer, const struct grp_subhdr *sh, u
 	uint8_t *buf = rel_send_slot(n, peer);
 	if (buf == NULL)
 		return false;
-	uint32_t hdr = sh->msg == GMSG_P2P ? GRP_P2P_SUBHDR_BYTES : GRP_SUBHDR_BYTES;
+	uint32_t hdr = grp_subhdr_len(sh->msg);
 	memcpy(buf, &sh->group, 8);
 	memcpy(buf + 8, &sh->seq, 4);
 	buf[12] = sh->msg;
 	buf[13] = sh->kind;
 	memcpy(buf + 14, &sh->aux, 2);
-	if (sh->msg == GMSG_P2P)
+	if (hdr > GRP_SUBHDR_BYTES)
 		memcpy(buf + 16, &sh->tag, 4);
 	if (blen != 0)
 		memcpy(buf + hdr, body, blen);
@@ -335,7 +345,7 @@ int keel_req_test_info(struct keel_req *req, struct keel_req_info *info, uint32_
 		info->epoch = req->done_epoch;
 		info->member_count = req->done_count;
 		info->restarts = req->restarts;
-		info->algo = req->algo_ring ? KEEL_ALGO_RING : KEEL_ALGO_RD;
+		info->algo = req->algo;
 	}
 	if (members != NULL && req->status == 0 && req->kind != GK_P2P)
 		memcpy(members, req->members, req->done_count * sizeof(uint32_t));

@@ -100,6 +100,25 @@ static bool test_all(struct keel_group *g, struct keel_req *r)
 	return !failed;
 }
 
+/* The output's pieces copied back: its blocks for the V forms (bytes between them are the
+ * caller's, as MPI allows: they are not written), else all of it. false past the last. */
+static bool out_region(const struct keel_req *r, uint32_t i, uint64_t *off, uint64_t *len)
+{
+	const size_t *c = r->kind == GK_ALLTOALL ? r->rcounts : r->counts;
+	const size_t *d = r->kind == GK_ALLTOALL ? r->rdispls : r->displs;
+	bool v = c != NULL && d != NULL && (r->kind == GK_ALLGATHER || r->kind == GK_ALLTOALL);
+	if (!v) {
+		*off = 0;
+		*len = r->out_bytes;
+		return i == 0;
+	}
+	if (i >= r->w)
+		return false;
+	*off = d[i] * r->esize;
+	*len = c[i] * r->esize;
+	return true;
+}
+
 /* Queue copies of [dev_queued, bytes) and test; true once all are done. */
 static bool pump(struct keel_group *g, struct keel_req *r, uint8_t *dst, const uint8_t *src,
 		 uint64_t bytes, enum keel_copy_dir dir)
@@ -152,9 +171,15 @@ bool grp_dev_copy_out(struct keel_group *g, struct keel_req *r)
 	if (r->dev_phase == 2) {
 		r->dev_phase = 3;
 		r->dev_queued = 0;
+		r->dev_region = 0;
 	}
-	if (!pump(g, r, r->d_out, r->out, r->out_bytes, KEEL_COPY_H2D))
-		return false;
+	uint64_t off, len;
+	while (out_region(r, r->dev_region, &off, &len)) {
+		if (!pump(g, r, r->d_out + off, r->out + off, len, KEEL_COPY_H2D))
+			return false; /* (pump leaves the finished region's count at len) */
+		r->dev_region++;
+		r->dev_queued = 0;
+	}
 	r->dev_phase = 4;
 	return true;
 }

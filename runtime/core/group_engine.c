@@ -17,9 +17,27 @@ static struct keel_req *frontier(struct keel_group *g)
 	return r;
 }
 
+/* What every member's data of an operation says of it, besides its kind: the element type,
+ * the reduction, the root and the schedule. A receiver whose own differs fails the operation
+ * with KEEL_EMISMATCH at once (the members' programs, or their configs, disagree). */
+static uint32_t grp_shape(const struct keel_req *r)
+{
+	uint32_t root = r->root_rank == UINT32_MAX ? 0 : r->root_rank + 1;
+	uint32_t v = 0; /* AllGatherV, ReduceScatterV: the blocks every member must agree on */
+	if (r->counts != NULL && r->kind != GK_ALLTOALL) {
+		uint64_t h = 1469598103934665603ull;
+		for (uint32_t i = 0; i < r->w; i++)
+			h = (h ^ r->counts[i] ^ (r->displs != NULL ? r->displs[i] << 32 : 0)) *
+			    1099511628211ull;
+		v = (uint32_t)(h >> 58); /* 6 bits: a mismatch goes unseen once in 64 */
+	}
+	return (uint32_t)r->dtype | (uint32_t)r->redop << 4 | root << 8 | (uint32_t)r->algo << 24 |
+	       v << 26;
+}
+
 static uint64_t frag_bytes(const struct keel_node *n, const struct keel_req *r)
 {
-	uint64_t f = n->payload_max - GRP_SUBHDR_BYTES;
+	uint64_t f = n->payload_max - GRP_P2P_SUBHDR_BYTES;
 	return f - f % r->esize;
 }
 
@@ -77,6 +95,57 @@ static void skip_recv(struct keel_req *r)
 	}
 }
 
+/* Our FAIL, then our DONE count, to `rank` where owed: false when its window is full (they
+ * stay owed). A FAIL goes first: the DONE after it may count the failed collective. */
+static bool send_done(struct keel_group *g, uint32_t rank)
+{
+	struct gpeer *p = &g->peers[rank];
+	if (p->fail_owed) {
+		struct grp_subhdr f = {.group = g->id, .seq = g->fail_seq, .msg = GMSG_FAIL};
+		if (!grp_send(g->node, rank, &f, 0, 0, 0, NULL, 0, NULL, 0))
+			return false;
+		p->fail_owed = false;
+	}
+	struct grp_subhdr sh = {.group = g->id,
+				.seq = g->local_done,
+				.msg = GMSG_DONE,
+				.kind = g->done_kind,
+				.tag = g->done_shape};
+	if (p->done_owed && !grp_send(g->node, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0))
+		return false;
+	p->done_owed = false;
+	return true;
+}
+
+/* This member found the frontier mismatched: it fails, and tells every member, which fail
+ * it too (none could have reported it: it waits for our DONE). */
+static void mismatch(struct keel_group *g, struct keel_req *r)
+{
+	g->node->ctr.drop_protocol++;
+	g->fail_seq = r->seq + 1;
+	for (uint32_t i = 0; i < g->size; i++)
+		g->peers[g->ranks[i]].fail_owed = i != g->self_pos;
+	grp_finish(g, r, KEEL_EMISMATCH);
+}
+
+/* A member failed this collective as mismatched (FAIL), or its DONE for it names another
+ * collective (a root, type or kind that differs: where no data of its showed it, e.g. two
+ * members that both think they are a Gather's root). */
+static bool told_mismatch(struct keel_group *g, struct keel_req *r)
+{
+	for (uint32_t i = 0; i < g->size; i++) {
+		const struct gpeer *p = &g->peers[g->ranks[i]];
+		if (p->failed_at == r->seq + 1)
+			return true;
+		if (r->state != GS_QUEUED && i != g->self_pos && p->done == r->seq + 1 &&
+		    (p->done_kind != r->kind || p->done_shape != grp_shape(r))) {
+			mismatch(g, r);
+			return false; /* finished by mismatch() */
+		}
+	}
+	return false;
+}
+
 static void pump_sends(struct keel_group *g, struct keel_req *r)
 {
 	struct keel_node *n = g->node;
@@ -103,8 +172,15 @@ static void pump_sends(struct keel_group *g, struct keel_req *r)
 			return;
 		if (n->budget_bytes == 0)
 			return;
-		struct grp_subhdr sh = {
-		    .group = g->id, .seq = r->seq, .msg = GMSG_DATA, .kind = (uint8_t)r->kind};
+		/* the DONE of the operation before goes first: held behind this data (the peer
+		 * has not finished that one), it would never arrive */
+		if ((g->peers[to].done_owed || g->peers[to].fail_owed) && !send_done(g, to))
+			return;
+		struct grp_subhdr sh = {.group = g->id,
+					.seq = r->seq,
+					.msg = GMSG_DATA,
+					.kind = (uint8_t)r->kind,
+					.tag = grp_shape(r)};
 		const uint8_t *src = (s.send_out ? r->out : r->in) + lo;
 		if (!grp_send(n, to, &sh, (uint16_t)r->send_step, (uint32_t)r->send_off,
 			      (uint32_t)s.send_len, NULL, 0, src, (uint32_t)len))
@@ -115,14 +191,37 @@ static void pump_sends(struct keel_group *g, struct keel_req *r)
 	}
 }
 
-static bool ring_for(const struct keel_node *n, const struct keel_req *r, uint32_t w)
+static bool pow2(uint32_t w)
+{
+	return (w & (w - 1)) == 0;
+}
+
+/* The schedule, alike at every member: the same kind, size, group size and config. */
+static enum keel_group_algo choose_algo(const struct keel_node *n, const struct keel_req *r,
+					uint32_t w)
 {
 	uint64_t bytes = r->count * r->esize;
+	bool v = r->counts != NULL;
 	if (r->kind == GK_ALLGATHER || r->kind == GK_SPLIT)
 		bytes *= w;
-	if (r->kind == GK_ALLREDUCE && r->in == r->out)
-		return w > 1; /* the direct schedule would overwrite the input it still sends */
-	return w > 2 && bytes > n->cfg.rd_max_bytes;
+	bool large = w > 2 && bytes > n->cfg.rd_max_bytes;
+	switch (r->kind) {
+	case GK_ALLREDUCE:
+		if (large || (r->in == r->out && w > 1 && !pow2(w)))
+			return KEEL_GALGO_RING; /* direct would overwrite the input it still sends
+						 */
+		return pow2(w) && w > 1 && (w >= 8 || r->in == r->out) ? KEEL_GALGO_RD
+								       : KEEL_GALGO_DIRECT;
+	case GK_ALLGATHER:
+	case GK_SPLIT:
+		if (large || (v && w > 2 && bytes > n->cfg.rd_max_bytes))
+			return KEEL_GALGO_RING;
+		return !v && pow2(w) && w >= 8 ? KEEL_GALGO_RD : KEEL_GALGO_DIRECT;
+	case GK_BROADCAST:
+		return large ? KEEL_GALGO_RING : KEEL_GALGO_DIRECT;
+	default:
+		return KEEL_GALGO_DIRECT;
+	}
 }
 
 /* Run `r` over the group's members now. false: it cannot (finished with an error). */
@@ -145,7 +244,7 @@ static bool op_begin(struct keel_group *g, struct keel_req *r)
 	r->w = g->size;
 	r->me = g->self_pos;
 	r->epoch = n->epoch;
-	grp_plan_begin(r, ring_for(n, r, r->w));
+	grp_plan_begin(r, choose_algo(n, r, r->w));
 	r->step_count = grp_step_count(r);
 	r->send_step = r->recv_step = 0;
 	r->send_off = r->recv_off = 0;
@@ -163,6 +262,8 @@ static void local_done(struct keel_group *g, struct keel_req *r)
 {
 	r->state = GS_LOCAL_DONE;
 	g->local_done = r->seq + 1;
+	g->done_kind = (uint8_t)r->kind;
+	g->done_shape = grp_shape(r);
 	for (uint32_t i = 0; i < g->size; i++)
 		if (i != g->self_pos)
 			g->peers[g->ranks[i]].done_owed = true;
@@ -186,7 +287,11 @@ static bool sync_send(struct keel_group *g, uint32_t rank)
 	uint32_t result_epoch = has ? r->epoch : 0; /* a barrier's local end is no result */
 	uint8_t can = r == NULL || !r->in_written;
 	uint64_t rx = began ? g->rx_bytes[rank] : 0;
-	uint8_t body[GRP_SYNC_BYTES];
+	uint32_t bits = (g->node->world + 7) / 8;
+	uint8_t body[GRP_SYNC_BYTES + KEEL_WORLD_MAX / 8];
+	memset(body + GRP_SYNC_BYTES, 0, bits);
+	for (uint32_t i = 0; g->member && i < g->size; i++)
+		body[GRP_SYNC_BYTES + g->ranks[i] / 8] |= (uint8_t)(1u << (g->ranks[i] % 8));
 	memcpy(body, &g->run_seq, 4);
 	memcpy(body + 4, &result_epoch, 4);
 	body[8] = can;
@@ -194,14 +299,22 @@ static bool sync_send(struct keel_group *g, uint32_t rank)
 	memcpy(body + 13, &p->p2p_read_off, 8);
 	memcpy(body + 21, &rx, 8);
 	struct grp_subhdr sh = {.group = g->id, .msg = GMSG_SYNC};
-	return grp_send(g->node, rank, &sh, 0, 0, GRP_SYNC_BYTES, body, GRP_SYNC_BYTES, NULL, 0);
+	return grp_send(g->node, rank, &sh, 0, 0, GRP_SYNC_BYTES + bits, body,
+			GRP_SYNC_BYTES + bits, NULL, 0);
 }
 
-/* Control messages owed to the members: SYNC, DONE, P2P_DONE (each cumulative: the latest
- * says all). */
+/* A counter message to `rank` (P2P_DONE, P2P_RTR): false when its window is full. */
+static bool send_count(struct keel_group *g, uint32_t rank, enum grp_msg msg, uint32_t count,
+		       uint16_t aux)
+{
+	struct grp_subhdr sh = {.group = g->id, .seq = count, .msg = (uint8_t)msg, .aux = aux};
+	return grp_send(g->node, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0);
+}
+
+/* Control messages owed to the members: SYNC, DONE, P2P_DONE, P2P_RTR (each cumulative: the
+ * latest says all). */
 static void send_owed(struct keel_group *g)
 {
-	struct keel_node *n = g->node;
 	for (uint32_t i = 0; i < g->size; i++) {
 		uint32_t rank = g->ranks[i];
 		struct gpeer *p = &g->peers[rank];
@@ -209,18 +322,19 @@ static void send_owed(struct keel_group *g)
 			continue;
 		if (p->sync_owed && sync_send(g, rank))
 			p->sync_owed = false;
-		if (p->done_owed && !g->syncing) {
-			struct grp_subhdr sh = {
-			    .group = g->id, .seq = g->local_done, .msg = GMSG_DONE};
-			if (grp_send(n, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0))
-				p->done_owed = false;
-		}
-		if (p->p2p_done_owed) {
-			struct grp_subhdr sh = {
-			    .group = g->id, .seq = p->p2p_read, .msg = GMSG_P2P_DONE};
-			if (grp_send(n, rank, &sh, 0, 0, 0, NULL, 0, NULL, 0))
-				p->p2p_done_owed = false;
-		}
+		if ((p->done_owed || p->fail_owed) && !g->syncing)
+			send_done(g, rank);
+		if (p->p2p_done_owed &&
+		    send_count(g, rank, GMSG_P2P_DONE, p->p2p_read, p->refused_last ? 1 : 0))
+			p->p2p_done_owed = false;
+		if (p->rtr_owed && !g->syncing &&
+		    send_count(g, rank, GMSG_P2P_RTR, p->p2p_rx_posted, 0))
+			p->rtr_owed = false;
+	}
+	for (uint32_t i = 0; i < g->created_size; i++) {
+		struct gpeer *p = &g->peers[g->created[i]];
+		if (p->out_owed && sync_send(g, g->created[i]))
+			p->out_owed = false;
 	}
 }
 
@@ -256,7 +370,13 @@ static void decide(struct keel_group *g)
 		const struct grp_sync *s = &p->sync;
 		bool same = s->frontier == f;
 		bool has = same && began && s->result_epoch != 0 && s->result_epoch == r->epoch;
-		p->done = s->frontier + (go_on && has ? 1u : 0u);
+		/* what its SYNC says, or more: a DONE it sent after deciding may be in already */
+		uint32_t done = s->frontier + (go_on && has ? 1u : 0u);
+		if (seq_before(p->done, done)) {
+			p->done = done;
+			p->done_kind = began ? (uint8_t)r->kind : 0; /* (its SYNC matched ours) */
+			p->done_shape = began ? grp_shape(r) : 0;
+		}
 		g->tx_skip[rank] = same ? s->rx_bytes : 0;
 		if (seq_before(f, s->frontier))
 			continue; /* it reported ours: everyone had it */
@@ -304,6 +424,12 @@ static bool advance(struct keel_group *g, struct keel_req *r)
 		grp_finish(g, r, -ETIMEDOUT);
 		return true;
 	}
+	if (told_mismatch(g, r)) {
+		grp_finish(g, r, KEEL_EMISMATCH); /* a member found it mismatched */
+		return true;
+	}
+	if (r->state == GS_DONE)
+		return true; /* told_mismatch found it so itself */
 	if (r->state == GS_QUEUED) {
 		if (!n->member)
 			return false;
@@ -336,6 +462,9 @@ void grp_advance(struct keel_group *g)
 	send_owed(g);
 	if (g->syncing && all_synced(g))
 		decide(g);
+	struct keel_req *f = frontier(g);
+	if (g->syncing && f != NULL && g->node->now_ns - f->start_ns >= g->node->op_bound_ns)
+		grp_finish(g, f, -ETIMEDOUT); /* a SYNC that never came: the bound holds */
 	for (uint32_t guard = 0; !g->syncing && guard < g->ops_max; guard++) {
 		struct keel_req *r = frontier(g);
 		if (r == NULL || !advance(g, r))
@@ -377,11 +506,22 @@ bool grp_idle_all(const struct keel_node *n)
 			return false;
 		for (uint32_t i = 0; i < g->size; i++) {
 			const struct gpeer *p = &g->peers[g->ranks[i]];
-			if (p->done_owed || p->sync_owed || p->p2p_done_owed)
+			if (p->done_owed || p->sync_owed || p->p2p_done_owed || p->rtr_owed ||
+			    p->fail_owed)
 				return false;
 		}
 	}
 	return true;
+}
+
+/* Is the process the view has as `rank` the one the group was made with? A group made
+ * before this node heard a peer's incarnation (0) takes the first one a view gives it. */
+static bool same_life(struct keel_group *g, uint32_t rank)
+{
+	uint32_t inc = g->node->view.inc[rank];
+	if (g->peers[rank].inc == 0)
+		g->peers[rank].inc = inc;
+	return inc == g->peers[rank].inc;
 }
 
 /* The group's members after a view: the old ones still in it, in the same life. */
@@ -391,13 +531,26 @@ static void follow_view(struct keel_group *g)
 	uint32_t kept = 0;
 	for (uint32_t i = 0; i < g->size; i++) {
 		uint32_t rank = g->ranks[i];
-		if (view_has(&n->view, rank) && n->view.inc[rank] == g->peers[rank].inc)
+		if (view_has(&n->view, rank) && same_life(g, rank))
 			g->ranks[kept++] = rank;
 	}
 	g->size = kept;
 	g->self_pos = grp_pos_of(g, n->self);
 	g->member = n->member && g->self_pos != UINT32_MAX;
 	g->epoch = n->view.epoch;
+}
+
+/* A rank the group dropped that is in the view again in the same life (left out while
+ * paused, then let back in) may have missed the view that dropped it: our SYNC tells it it
+ * is out. */
+static void mark_out_owed(struct keel_group *g)
+{
+	struct keel_node *n = g->node;
+	for (uint32_t i = 0; g->member && i < g->created_size; i++) {
+		uint32_t rank = g->created[i];
+		g->peers[rank].out_owed = rank != n->self && grp_pos_of(g, rank) == UINT32_MAX &&
+					  view_has(&n->view, rank) && same_life(g, rank);
+	}
 }
 
 void grp_on_install_all(struct keel_node *n)
@@ -412,7 +565,11 @@ void grp_on_install_all(struct keel_node *n)
 			p->synced = false;
 			p->sync_owed = g->member && i != g->self_pos;
 			p->done_owed = false;
+			/* DONEs of the old epoch count no more: each had reported what we did */
+			p->done = g->run_seq;
+			p->rtr_owed = p->p2p_rx_posted != 0; /* ours may have been cut off */
 		}
+		mark_out_owed(g);
 		grp_p2p_on_view(g);
 		grp_advance(g);
 	}
@@ -421,9 +578,38 @@ void grp_on_install_all(struct keel_node *n)
 static struct keel_group *group_by_id(struct keel_node *n, uint64_t id)
 {
 	for (struct keel_group *g = n->groups; g != NULL; g = g->next)
-		if (g->id == id && g->member)
+		if (g->id == id)
 			return g;
 	return NULL;
+}
+
+static bool freed_here(const struct keel_node *n, uint64_t id)
+{
+	for (uint32_t i = 0; i < KEEL_GROUPS_FREED_KEPT; i++)
+		if (n->groups_freed[i] == id && id != 0)
+			return true;
+	return false;
+}
+
+/* A member's SYNC lists its members: a rank it dropped is dropped here too (this node
+ * skipped the view that left it out), and when this node is not among them, it is out. */
+static void sync_members(struct keel_group *g, const uint8_t *bits)
+{
+	struct keel_node *n = g->node;
+	if (((bits[n->self / 8] >> (n->self % 8)) & 1u) == 0) {
+		g->member = false; /* its operations end with KEEL_EEXCLUDED */
+		g->syncing = false;
+		return;
+	}
+	uint32_t kept = 0;
+	for (uint32_t i = 0; i < g->size; i++)
+		if ((bits[g->ranks[i] / 8] >> (g->ranks[i] % 8)) & 1u)
+			g->ranks[kept++] = g->ranks[i];
+	if (kept == g->size)
+		return;
+	g->size = kept;
+	g->self_pos = grp_pos_of(g, n->self);
+	grp_p2p_on_view(g);
 }
 
 static void on_sync(struct keel_group *g, uint32_t peer, const uint8_t *b)
@@ -437,6 +623,7 @@ static void on_sync(struct keel_group *g, uint32_t peer, const uint8_t *b)
 	memcpy(&p->sync.rx_bytes, b + 21, 8);
 	p->synced = true;
 	grp_p2p_on_sync(g, peer, &p->sync);
+	sync_members(g, b + GRP_SYNC_BYTES);
 }
 
 /* A DATA fragment for the frontier collective. false: not yet (hold it). */
@@ -459,17 +646,20 @@ static bool on_data(struct keel_group *g, uint32_t peer, const struct wire_heade
 	struct gstep s;
 	grp_step(r, r->recv_step, &s);
 	uint32_t pos = grp_pos_of(g, peer);
-	if (pos == UINT32_MAX || (int32_t)pos != s.recv_pos)
+	bool same_op = sh->kind == r->kind && sh->tag == grp_shape(r);
+	if (same_op && (pos == UINT32_MAX || (int32_t)pos != s.recv_pos))
 		return false; /* a later step's: wait for ours */
-	if (sh->kind != r->kind || h->total_len - GRP_SUBHDR_BYTES != s.recv_len) {
-		n->ctr.drop_protocol++;
-		grp_finish(g, r, KEEL_EMISMATCH);
+	if (!same_op || h->total_len - GRP_P2P_SUBHDR_BYTES != s.recv_len) {
+		mismatch(g, r); /* another operation, type, root or size: the programs disagree */
 		return true;
 	}
 	if (h->offset != r->recv_off || len % r->esize != 0 || r->recv_off + len > s.recv_len) {
 		n->ctr.drop_protocol++;
 		return true;
 	}
+	if (s.recv_after_send && (r->send_step < r->recv_step || (r->send_step == r->recv_step &&
+								  r->send_off < r->recv_off + len)))
+		return false; /* these bytes still go out from here first */
 	apply(r, &s, r->recv_off, data, len);
 	g->rx_bytes[peer] += len;
 	r->recv_off += len;
@@ -489,12 +679,12 @@ static bool decode_subhdr(const struct wire_header *h, const uint8_t *payload,
 	sh->kind = payload[13];
 	memcpy(&sh->aux, payload + 14, 2);
 	sh->tag = 0;
-	if (sh->msg == GMSG_P2P) {
+	if (grp_subhdr_len(sh->msg) > GRP_SUBHDR_BYTES) {
 		if (h->payload_len < GRP_P2P_SUBHDR_BYTES || h->total_len < GRP_P2P_SUBHDR_BYTES)
 			return false;
 		memcpy(&sh->tag, payload + 16, 4);
 	}
-	return sh->msg >= GMSG_DATA && sh->msg <= GMSG_P2P_DONE;
+	return sh->msg >= GMSG_DATA && sh->msg <= GMSG_P2P_RTR;
 }
 
 bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h,
@@ -506,25 +696,34 @@ bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h
 		return true;
 	}
 	struct keel_group *g = group_by_id(n, sh.group);
-	if (g == NULL) /* not created here yet (its data waits), or gone (a late notice) */
-		return sh.msg == GMSG_DONE || sh.msg == GMSG_P2P_DONE;
+	if (g == NULL) /* not created here yet (it waits), or gone (a late message) */
+		return sh.msg == GMSG_DONE || sh.msg == GMSG_FAIL || sh.msg == GMSG_P2P_DONE ||
+		       sh.msg == GMSG_P2P_RTR || freed_here(n, sh.group);
+	if (!g->member)
+		return true; /* this node is out of it: nothing for it any more */
 	uint32_t pos = grp_pos_of(g, peer);
 	if (pos == UINT32_MAX) {
 		n->ctr.drop_protocol++; /* not a member (any more) */
 		return true;
 	}
-	uint32_t hdr = sh.msg == GMSG_P2P ? GRP_P2P_SUBHDR_BYTES : GRP_SUBHDR_BYTES;
+	uint32_t hdr = grp_subhdr_len(sh.msg);
 	const uint8_t *data = payload + hdr;
 	uint32_t len = h->payload_len - hdr;
 	switch (sh.msg) {
 	case GMSG_DATA:
 		return on_data(g, peer, h, &sh, data, len);
 	case GMSG_DONE:
-		if (seq_before(g->peers[peer].done, sh.seq))
+		if (seq_before(g->peers[peer].done, sh.seq)) {
 			g->peers[peer].done = sh.seq;
+			g->peers[peer].done_kind = sh.kind;
+			g->peers[peer].done_shape = sh.tag;
+		}
+		return true;
+	case GMSG_FAIL:
+		g->peers[peer].failed_at = sh.seq;
 		return true;
 	case GMSG_SYNC:
-		if (len != GRP_SYNC_BYTES) {
+		if (len != GRP_SYNC_BYTES + (n->world + 7) / 8) {
 			n->ctr.drop_protocol++;
 			return true;
 		}
@@ -536,7 +735,11 @@ bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h
 		on_sync(g, peer, data);
 		return true;
 	case GMSG_P2P_DONE:
-		grp_p2p_on_done(g, peer, sh.seq);
+		grp_p2p_on_done(g, peer, sh.seq, sh.aux == 1);
+		return true;
+	case GMSG_P2P_RTR:
+		if (seq_before(g->peers[peer].p2p_rtr, sh.seq))
+			g->peers[peer].p2p_rtr = sh.seq;
 		return true;
 	default:
 		return grp_p2p_deliver(g, peer, h, &sh, data, len);

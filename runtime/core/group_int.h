@@ -26,17 +26,30 @@ enum grp_msg {
 	GMSG_DONE,     /* the sender holds the result of collectives [0, seq] of the group */
 	GMSG_SYNC,     /* the sender's state at a view change (struct grp_sync) */
 	GMSG_P2P,      /* a fragment of point-to-point message `seq` (aux: its tag) */
-	GMSG_P2P_DONE, /* the sender has read messages [0, seq) this member sent it */
+	GMSG_P2P_DONE,
+	/* the sender has read messages [0, seq) this member sent it; aux 1:
+	 * it refused the last of them (tag or size differ: KEEL_EMISMATCH) */
+	GMSG_FAIL,    /* the sender found the collective seq - 1 mismatched (KEEL_EMISMATCH) */
+	GMSG_P2P_RTR, /* the sender has posted seq receives from this member: it may send
+		       * them (a message never waits at a receiver that did not post it, where
+		       * it would hold up everything behind it from the same peer) */
 };
 struct grp_subhdr {
 	uint64_t group;
 	uint32_t seq;
 	uint8_t msg;  /* enum grp_msg */
 	uint8_t kind; /* DATA: enum gop_kind, for KEEL_EMISMATCH */
-	uint16_t aux;
-	uint32_t tag; /* P2P only: after the 16 bytes (so P2P's header is 20 bytes) */
+	uint16_t aux; /* after the 16 bytes, in DATA, DONE and P2P only (their sub-header is 20
+		       * bytes): P2P, the message's tag; DATA, the operation's shape (grp_shape);
+		       * DONE, the shape of the last collective it counts (and `kind` its kind) */
+	uint32_t tag;
 };
 #define GRP_P2P_SUBHDR_BYTES 20u
+static inline uint32_t grp_subhdr_len(uint8_t msg)
+{
+	return msg == GMSG_P2P || msg == GMSG_DATA || msg == GMSG_DONE ? GRP_P2P_SUBHDR_BYTES
+								       : GRP_SUBHDR_BYTES;
+}
 /* SYNC's body after the sub-header. */
 struct grp_sync {
 	uint32_t frontier;     /* collectives of the group this member reported */
@@ -45,8 +58,11 @@ struct grp_sync {
 	uint32_t p2p_read;     /* messages it has read whole from the receiver of this SYNC */
 	uint64_t p2p_off;      /* bytes it read of the next one */
 	uint64_t rx_bytes;     /* bytes of its frontier it has from the receiver of this SYNC */
+	/* then the sender's members, one bit per job rank (world bits): members that missed a
+	 * view (it skipped an epoch) learn whom the others dropped, and a rank the others
+	 * dropped learns it is out */
 };
-#define GRP_SYNC_BYTES 29u
+#define GRP_SYNC_BYTES 29u /* without the members' bits */
 
 enum gop_kind {
 	GK_ALLGATHER = 1,
@@ -75,6 +91,7 @@ struct gstep {
 	enum gstep_action action;
 	uint64_t recv_off, recv_len; /* into the output; LOCAL: from the input at recv_off too */
 	bool final;		     /* KEEL_AVG divides once this region is complete */
+	bool recv_after_send;	     /* the receive overwrites what this step sends: after it */
 };
 
 struct p2p_item {
@@ -92,9 +109,9 @@ struct keel_req {
 	int status;
 	uint32_t seq; /* in the group's stream (collectives) */
 	uint32_t restarts;
-	uint32_t epoch;	   /* the view it (re)began on: its attempt */
-	bool in_written;   /* in place, and a receive wrote over the input: no restart */
-	bool algo_ring;	   /* else direct/pairwise/recursive */
+	uint32_t epoch;	 /* the view it (re)began on: its attempt */
+	bool in_written; /* in place, and a receive wrote over the input: no restart */
+	enum keel_group_algo algo;
 	uint64_t start_ns; /* the caller started it */
 	uint64_t progress_ns;
 	/* arguments */
@@ -119,6 +136,7 @@ struct keel_req {
 	const uint8_t *d_in;
 	uint8_t *d_out;
 	uint64_t in_bytes, out_bytes, dev_queued;
+	uint32_t dev_region; /* the output's piece being copied back (V forms: a block) */
 	uint32_t dev_nt;
 	uint32_t dev_tickets[KEEL_DEVICE_INFLIGHT_MAX];
 	/* split: this member's record and where the new group goes */
@@ -140,10 +158,18 @@ struct gpeer {
 	bool sync_owed;	      /* ours to it is not sent yet */
 	bool done_owed;	      /* our DONE count is not sent yet */
 	bool p2p_done_owed;
+	bool out_owed;	    /* not a member any more, but it may think it is: tell it (a SYNC) */
+	bool fail_owed;	    /* our FAIL (the group's fail_seq) is not sent yet */
+	uint32_t failed_at; /* its FAIL: it failed collective failed_at - 1 (0: none) */
+	uint8_t done_kind;  /* what its last DONE said of the collective it counts last */
+	uint32_t done_shape;
 	uint32_t p2p_tx;   /* messages to it assigned */
 	uint32_t p2p_sent; /* messages to it sent whole (the next to send) */
 	uint32_t p2p_acked;
+	uint32_t p2p_rtr;	/* receives it posted from us (RTR): messages we may send */
 	uint32_t p2p_rx_posted; /* receives from it posted */
+	bool rtr_owed;		/* our count of posted receives is not sent yet */
+	bool refused_last;	/* the message just read was refused (KEEL_EMISMATCH) */
 	uint32_t p2p_read;	/* messages from it read whole */
 	uint64_t p2p_read_off;
 	uint32_t inc; /* its incarnation when it joined the group */
@@ -163,13 +189,17 @@ struct keel_group {
 	/* The frontier's bytes from each member, and to each the bytes it already has (a
 	 * resume after a view change that took no member: sends skip those), by job rank. */
 	uint64_t *rx_bytes, *tx_skip;
+	uint32_t *created; /* created_size members at creation, in order (world entries) */
 	uint32_t *ranks;   /* size members' job ranks, in group order (world entries) */
 	uint32_t *scratch; /* split records: world x 4 */
 	struct gpeer *peers;
 	struct keel_req *ops; /* ops_max collectives, a ring */
 	uint32_t *op_members; /* ops_max x world */
 	uint32_t next_seq, run_seq, next_slot, run_slot, ops_max;
-	uint32_t local_done;  /* collectives this member holds the result of */
+	uint32_t local_done; /* collectives this member holds the result of */
+	uint32_t fail_seq;   /* the collective it found mismatched, + 1 (0: none) */
+	uint8_t done_kind;   /* the kind and shape of collective local_done - 1 (our DONE says) */
+	uint32_t done_shape;
 	struct keel_req *p2p; /* ops_max batches */
 };
 
@@ -195,7 +225,7 @@ bool grp_send(struct keel_node *n, uint32_t peer, const struct grp_subhdr *sh, u
 uint32_t grp_step_count(const struct keel_req *r);
 void grp_step(const struct keel_req *r, uint32_t t, struct gstep *s);
 /* Local copies done at a begin (own block into the output). */
-void grp_plan_begin(struct keel_req *r, bool ring);
+void grp_plan_begin(struct keel_req *r, enum keel_group_algo algo);
 bool grp_kind_indexed(enum gop_kind k);
 
 /* group_device.c */
@@ -223,7 +253,7 @@ void grp_advance(struct keel_group *g);
 void grp_p2p_progress(struct keel_group *g);
 bool grp_p2p_deliver(struct keel_group *g, uint32_t peer, const struct wire_header *h,
 		     const struct grp_subhdr *sh, const uint8_t *data, uint32_t len);
-void grp_p2p_on_done(struct keel_group *g, uint32_t peer, uint32_t read);
+void grp_p2p_on_done(struct keel_group *g, uint32_t peer, uint32_t read, bool refused);
 /* A view change: items whose peer left fail; the others wait for the peer's SYNC. */
 void grp_p2p_on_view(struct keel_group *g);
 void grp_p2p_on_sync(struct keel_group *g, uint32_t peer, const struct grp_sync *s);

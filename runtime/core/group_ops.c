@@ -39,6 +39,15 @@ static int start(struct keel_group *g, struct keel_req *r, struct keel_req **req
 	return 0;
 }
 
+/* The blocking forms: the start call must have returned (and set r) before r is read, so
+ * it is never an argument beside r (C leaves their order open). */
+/* A blocking form needs the node's waiter: checked before anything starts. */
+static bool waits(const struct keel_group *g)
+{
+	return valid_size(g) != 0 && g->node->cfg.waiter.now_ns != NULL &&
+	       g->node->cfg.waiter.wait != NULL;
+}
+
 static int wait_new(int rc, struct keel_req *r)
 {
 	return rc != 0 ? rc : keel_req_wait(r, NULL);
@@ -67,7 +76,10 @@ int keel_group_allgather(struct keel_group *g, const void *send, void *recv, siz
 			 enum keel_dtype dtype)
 {
 	struct keel_req *r = NULL;
-	return wait_new(keel_group_allgather_start(g, send, recv, count, dtype, &r), r);
+	if (!waits(g))
+		return -EINVAL; /* refused before it takes a place in the stream */
+	int rc = keel_group_allgather_start(g, send, recv, count, dtype, &r);
+	return wait_new(rc, r);
 }
 
 /* V forms: the regions each member's block takes must lie apart. */
@@ -153,7 +165,10 @@ int keel_group_reduce_scatter(struct keel_group *g, const void *send, void *recv
 			      enum keel_dtype dtype, enum keel_redop op)
 {
 	struct keel_req *r = NULL;
-	return wait_new(rs_start(g, send, recv, count, NULL, dtype, op, &r), r);
+	if (!waits(g))
+		return -EINVAL; /* refused before it takes a place in the stream */
+	int rc = rs_start(g, send, recv, count, NULL, dtype, op, &r);
+	return wait_new(rc, r);
 }
 
 int keel_group_reduce_scatterv_start(struct keel_group *g, const void *send, void *recv,
@@ -181,7 +196,10 @@ int keel_group_allreduce(struct keel_group *g, const void *send, void *recv, siz
 			 enum keel_dtype dtype, enum keel_redop op)
 {
 	struct keel_req *r = NULL;
-	return wait_new(keel_group_allreduce_start(g, send, recv, count, dtype, op, &r), r);
+	if (!waits(g))
+		return -EINVAL; /* refused before it takes a place in the stream */
+	int rc = keel_group_allreduce_start(g, send, recv, count, dtype, op, &r);
+	return wait_new(rc, r);
 }
 
 /* Rooted operations: the root is a group rank now, kept as a job rank. */
@@ -208,7 +226,10 @@ int keel_group_broadcast_start(struct keel_group *g, uint32_t root, void *buf, s
 int keel_group_broadcast(struct keel_group *g, uint32_t root, void *buf, size_t bytes)
 {
 	struct keel_req *r = NULL;
-	return wait_new(keel_group_broadcast_start(g, root, buf, bytes, &r), r);
+	if (!waits(g))
+		return -EINVAL; /* refused before it takes a place in the stream */
+	int rc = keel_group_broadcast_start(g, root, buf, bytes, &r);
+	return wait_new(rc, r);
 }
 
 int keel_group_reduce_start(struct keel_group *g, const void *send, void *recv, size_t count,
@@ -270,7 +291,10 @@ int keel_group_alltoall(struct keel_group *g, const void *send, void *recv, size
 			enum keel_dtype dtype)
 {
 	struct keel_req *r = NULL;
-	return wait_new(keel_group_alltoall_start(g, send, recv, count, dtype, &r), r);
+	if (!waits(g))
+		return -EINVAL; /* refused before it takes a place in the stream */
+	int rc = keel_group_alltoall_start(g, send, recv, count, dtype, &r);
+	return wait_new(rc, r);
 }
 
 int keel_group_alltoallv_start(struct keel_group *g, const void *send, const size_t *send_counts,
@@ -313,7 +337,10 @@ int keel_group_barrier_start(struct keel_group *g, struct keel_req **req)
 int keel_group_barrier(struct keel_group *g)
 {
 	struct keel_req *r = NULL;
-	return wait_new(keel_group_barrier_start(g, &r), r);
+	if (!waits(g))
+		return -EINVAL; /* refused before it takes a place in the stream */
+	int rc = keel_group_barrier_start(g, &r);
+	return wait_new(rc, r);
 }
 
 /* ---- splits ---- */
@@ -328,7 +355,10 @@ int keel_group_split(struct keel_group *parent, uint32_t color, uint32_t key, vo
 		     struct keel_group **out)
 {
 	struct keel_req *r = NULL;
-	return wait_new(grp_split_start(parent, color, key, 0, mem, len, out, &r), r);
+	if (!waits(parent))
+		return -EINVAL; /* refused before it takes a place in the stream */
+	int rc = grp_split_start(parent, color, key, 0, mem, len, out, &r);
+	return wait_new(rc, r);
 }
 
 int keel_group_from_ranks(struct keel_group *parent, const uint32_t *ranks, uint32_t count,
@@ -350,7 +380,10 @@ int keel_group_from_ranks(struct keel_group *parent, const uint32_t *ranks, uint
 	hash |= 1u; /* never 0, which means "no list" */
 	uint32_t color = key == KEEL_COLOR_NONE ? KEEL_COLOR_NONE : 0;
 	struct keel_req *r = NULL;
-	return wait_new(grp_split_start(parent, color, key, hash, mem, len, out, &r), r);
+	if (!waits(parent))
+		return -EINVAL; /* refused before it takes a place in the stream */
+	int rc = grp_split_start(parent, color, key, hash, mem, len, out, &r);
+	return wait_new(rc, r);
 }
 
 /* ---- point to point ---- */
@@ -376,12 +409,18 @@ int keel_group_send(struct keel_group *g, uint32_t peer, const void *buf, size_t
 {
 	struct keel_p2p it = {KEEL_P2P_SEND, peer, (void *)(uintptr_t)buf, bytes, tag};
 	struct keel_req *r = NULL;
-	return wait_new(keel_group_p2p_start(g, &it, 1, &r), r);
+	if (!waits(g))
+		return -EINVAL; /* refused before it takes a place in the stream */
+	int rc = keel_group_p2p_start(g, &it, 1, &r);
+	return wait_new(rc, r);
 }
 
 int keel_group_recv(struct keel_group *g, uint32_t peer, void *buf, size_t bytes, uint32_t tag)
 {
 	struct keel_p2p it = {KEEL_P2P_RECV, peer, buf, bytes, tag};
 	struct keel_req *r = NULL;
-	return wait_new(keel_group_p2p_start(g, &it, 1, &r), r);
+	if (!waits(g))
+		return -EINVAL; /* refused before it takes a place in the stream */
+	int rc = keel_group_p2p_start(g, &it, 1, &r);
+	return wait_new(rc, r);
 }

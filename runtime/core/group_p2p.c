@@ -43,7 +43,8 @@ static void pump(struct keel_group *g, struct keel_req *r)
 		struct gpeer *p = &g->peers[it->peer_rank];
 		if (it->p.kind != KEEL_P2P_SEND || !item_pending(it) || g->syncing)
 			continue;
-		while (p->p2p_sent == it->seq && n->budget_bytes != 0) {
+		while (p->p2p_sent == it->seq && seq_before(it->seq, p->p2p_rtr) &&
+		       n->budget_bytes != 0) {
 			uint64_t len = it->p.bytes - it->off;
 			len = len > frag ? frag : len;
 			struct grp_subhdr sh = {
@@ -124,6 +125,7 @@ bool grp_p2p_deliver(struct keel_group *g, uint32_t peer, const struct wire_head
 		p->p2p_read++;
 		p->p2p_read_off = 0;
 		p->p2p_done_owed = true;
+		p->refused_last = true; /* the sender hears it: KEEL_EMISMATCH there too */
 		batch_check_done(g, r);
 		return true;
 	}
@@ -144,12 +146,13 @@ bool grp_p2p_deliver(struct keel_group *g, uint32_t peer, const struct wire_head
 		p->p2p_read++;
 		p->p2p_read_off = 0;
 		p->p2p_done_owed = true;
+		p->refused_last = false;
 		batch_check_done(g, r);
 	}
 	return true;
 }
 
-void grp_p2p_on_done(struct keel_group *g, uint32_t peer, uint32_t read)
+void grp_p2p_on_done(struct keel_group *g, uint32_t peer, uint32_t read, bool refused)
 {
 	struct gpeer *p = &g->peers[peer];
 	if (seq_before(p->p2p_acked, read))
@@ -162,7 +165,7 @@ void grp_p2p_on_done(struct keel_group *g, uint32_t peer, uint32_t read)
 			struct p2p_item *it = &r->items[i];
 			if (it->p.kind == KEEL_P2P_SEND && it->peer_rank == peer &&
 			    item_pending(it) && seq_before(it->seq, read))
-				it->status = 0;
+				it->status = refused && it->seq + 1 == read ? KEEL_EMISMATCH : 0;
 		}
 		batch_check_done(g, r);
 	}
@@ -190,7 +193,7 @@ void grp_p2p_on_view(struct keel_group *g)
 void grp_p2p_on_sync(struct keel_group *g, uint32_t peer, const struct grp_sync *s)
 {
 	struct gpeer *p = &g->peers[peer];
-	grp_p2p_on_done(g, peer, s->p2p_read);
+	grp_p2p_on_done(g, peer, s->p2p_read, false);
 	p->p2p_sent = s->p2p_read;
 	for (uint32_t b = 0; b < g->ops_max; b++) {
 		struct keel_req *r = &g->p2p[b];
@@ -227,6 +230,7 @@ int grp_p2p_launch(struct keel_group *g, const struct keel_p2p *items, uint32_t 
 		it->status = 1;
 		struct gpeer *p = &g->peers[it->peer_rank];
 		it->seq = items[i].kind == KEEL_P2P_SEND ? p->p2p_tx++ : p->p2p_rx_posted++;
+		p->rtr_owed = p->rtr_owed || items[i].kind == KEEL_P2P_RECV;
 	}
 	*req = r;
 	grp_advance(g);

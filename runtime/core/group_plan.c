@@ -1,11 +1,13 @@
 /* Schedules of the group collectives as lists of steps at one member, in group positions
  * (0..w-1), like coll_steps.c's for the world's AllReduce. Pure functions of the request.
  *   AllGather: a ring (w-1 steps, each forwarding the block received the step before), or
- *     direct for small blocks (own block to every member, one step per peer).
+ *     for small ones recursive doubling (a power of two from 8 members: log2 w steps, each
+ *     swapping all blocks held with the partner) or direct (own block to every member).
  *   ReduceScatter: pairwise (step t: own input's block r+t to member r+t, member r-t's block
  *     r reduced in): each element is reduced at one member, in a fixed order.
- *   AllReduce: direct for small buffers (every input to every member, reduced in rank order at
- *     each, so every member computes the same bits); else pairwise ReduceScatter then a ring
+ *   AllReduce: for small buffers recursive doubling (a power of two; partners reduce the same
+ *     two values, so every member computes the same bits) or direct (every input to every
+ *     member, reduced in rank order at each); else pairwise ReduceScatter then a ring
  *     AllGather of the reduced blocks.
  *   Broadcast: direct from the root when small, else a pipelined ring from the root.
  *   Reduce, Gather: direct to the root, in rank order. Scatter: direct from the root.
@@ -66,6 +68,32 @@ static void set_recv(const struct keel_req *r, struct gstep *s, uint32_t pos, en
 	s->recv_len = n * r->esize;
 }
 
+static uint32_t log2_exact(uint32_t w)
+{
+	uint32_t k = 0;
+	while ((1u << k) < w)
+		k++;
+	KEEL_ASSERT((1u << k) == w);
+	return k;
+}
+
+/* Recursive doubling step t: swap with member me ^ 2^t. AllGather: the 2^t blocks each holds;
+ * AllReduce: the whole buffer, reduced. */
+static void rd_step(const struct keel_req *r, uint32_t t, struct gstep *s)
+{
+	uint32_t me = r->me, partner = me ^ (1u << t), span = 1u << t;
+	if (r->kind == GK_ALLREDUCE) {
+		set_send(r, s, partner, t > 0 || r->in == r->out, 0, r->count);
+		set_recv(r, s, partner, GA_REDUCE, 0, r->count);
+		s->final = (2u << t) == r->w;
+		s->recv_after_send = true;
+		return;
+	}
+	uint32_t base = me & ~(span - 1), pbase = partner & ~(span - 1);
+	set_send(r, s, partner, true, (uint64_t)base * r->count, (uint64_t)span * r->count);
+	set_recv(r, s, partner, GA_COPY, (uint64_t)pbase * r->count, (uint64_t)span * r->count);
+}
+
 uint32_t grp_step_count(const struct keel_req *r)
 {
 	uint32_t w = r->w;
@@ -74,11 +102,14 @@ uint32_t grp_step_count(const struct keel_req *r)
 	switch (r->kind) {
 	case GK_ALLGATHER:
 	case GK_SPLIT:
+		return r->algo == KEEL_GALGO_RD ? log2_exact(w) : w - 1;
 	case GK_REDUCE_SCATTER:
 	case GK_ALLTOALL:
 		return w - 1;
 	case GK_ALLREDUCE:
-		return r->algo_ring ? 2 * (w - 1) : w;
+		if (r->algo == KEEL_GALGO_RD)
+			return log2_exact(w);
+		return r->algo == KEEL_GALGO_RING ? 2 * (w - 1) : w;
 	case GK_BROADCAST:
 		return w - 1;
 	case GK_REDUCE:
@@ -96,7 +127,11 @@ static void allgather_step(const struct keel_req *r, uint32_t t, struct gstep *s
 {
 	uint32_t w = r->w, me = r->me;
 	uint64_t off, n;
-	if (r->algo_ring) {
+	if (r->algo == KEEL_GALGO_RD) {
+		rd_step(r, t, s);
+		return;
+	}
+	if (r->algo == KEEL_GALGO_RING) {
 		uint32_t sb = (me + w - t) % w, rb = (me + w - t - 1) % w;
 		block(r, r->counts, r->displs, sb, &off, &n);
 		if (t == 0) /* own block, from the input: nothing to wait for */
@@ -145,6 +180,19 @@ static void ordered_recv(const struct keel_req *r, uint32_t j, struct gstep *s)
 	s->final = j + 1 == r->w;
 }
 
+/* Reduce's root: step 0 its own input (in place, it is already the output), then the others'
+ * in rank order. Only the root computes: its order need not match anyone's. */
+static void reduce_root_recv(const struct keel_req *r, uint32_t t, struct gstep *s)
+{
+	if (t == 0) {
+		set_recv(r, s, r->me, GA_LOCAL_COPY, 0, r->count);
+	} else {
+		uint32_t j = t - 1 < r->me ? t - 1 : t;
+		set_recv(r, s, j, GA_REDUCE, 0, r->count);
+	}
+	s->final = t + 1 == r->w;
+}
+
 static void allreduce_step(const struct keel_req *r, uint32_t t, struct gstep *s)
 {
 	uint32_t w = r->w, me = r->me;
@@ -153,7 +201,11 @@ static void allreduce_step(const struct keel_req *r, uint32_t t, struct gstep *s
 		s->final = true;
 		return;
 	}
-	if (!r->algo_ring) {
+	if (r->algo == KEEL_GALGO_RD) {
+		rd_step(r, t, s);
+		return;
+	}
+	if (r->algo == KEEL_GALGO_DIRECT) {
 		if (t != me)
 			set_send(r, s, t, false, 0, r->count);
 		ordered_recv(r, t, s);
@@ -179,7 +231,8 @@ static void rooted_step(const struct keel_req *r, uint32_t t, struct gstep *s)
 	uint64_t off, n;
 	switch (r->kind) {
 	case GK_BROADCAST:
-		if (r->algo_ring) { /* the member d places after the root hears at d-1 */
+		if (r->algo ==
+		    KEEL_GALGO_RING) { /* the member d places after the root hears at d-1 */
 			uint32_t d = (me + w - root) % w;
 			if (t == d && d + 1 < w)
 				set_send(r, s, (me + 1) % w, true, 0, bytes_as_elems);
@@ -192,8 +245,8 @@ static void rooted_step(const struct keel_req *r, uint32_t t, struct gstep *s)
 		}
 		return;
 	case GK_REDUCE:
-		if (me == root)
-			ordered_recv(r, t, s);
+		if (me == root) /* its own first (in place it is the output), the others in order */
+			reduce_root_recv(r, t, s);
 		else if (t == 0)
 			set_send(r, s, root, false, 0, r->count);
 		return;
@@ -263,9 +316,9 @@ void grp_step(const struct keel_req *r, uint32_t t, struct gstep *s)
 
 /* At a begin: this member's own block goes into the output, where the schedule does not
  * bring it (rank-indexed operations; out of place). */
-void grp_plan_begin(struct keel_req *r, bool ring)
+void grp_plan_begin(struct keel_req *r, enum keel_group_algo algo)
 {
-	r->algo_ring = ring;
+	r->algo = algo;
 	uint64_t off, n, roff;
 	const uint8_t *src = r->in;
 	uint8_t *dst = NULL;
@@ -281,9 +334,14 @@ void grp_plan_begin(struct keel_req *r, bool ring)
 		dst = r->out;
 		break;
 	case GK_ALLREDUCE:
-		if (!ring)
-			return;
-		ar_block(r, r->me, &off, &n);
+		if (algo == KEEL_GALGO_DIRECT)
+			return; /* the first contribution is copied at its turn */
+		if (algo == KEEL_GALGO_RD) {
+			off = 0; /* each step reduces into the output: it starts as the input */
+			n = r->count;
+		} else {
+			ar_block(r, r->me, &off, &n);
+		}
 		src = r->in + off * r->esize;
 		dst = r->out + off * r->esize;
 		break;

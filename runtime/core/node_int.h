@@ -15,6 +15,9 @@
 #include "keel/node.h"
 #include "wire_int.h"
 
+/* Groups freed lately whose ids a node remembers (group.c) */
+#define KEEL_GROUPS_FREED_KEPT 32u
+
 /* Serial-number comparison for 32-bit sequence numbers that wrap. */
 static inline bool seq_before(uint32_t a, uint32_t b)
 {
@@ -365,6 +368,10 @@ struct keel_node {
 	/* groups (group.c): the caller's, in its memory; keel_group_world's count this epoch */
 	struct keel_group *groups;
 	uint32_t group_worlds, group_worlds_epoch;
+	/* groups freed here lately: their late messages are dropped, not held for a group that
+	 * will never exist again */
+	uint64_t groups_freed[KEEL_GROUPS_FREED_KEPT];
+	uint32_t groups_freed_next;
 	/* membership */
 	struct mb_peer *mb_peers; /* world entries: written by membership.c only */
 	uint32_t incarnation;

@@ -231,4 +231,45 @@ static inline int cluster_wait_ops(struct cluster *c, struct keel_op **ops, int 
 	return cluster_wait_ops_info(c, ops, rc, NULL, rounds_max);
 }
 
+/* The same for group requests (keel/group.h): poll until every request in reqs[] (one per
+ * rank; NULL for ranks not taking part, and paused ranks, whose process is stopped, are not
+ * looked at) has ended, or rounds_max rounds pass. Statuses go to rc[]; what
+ * keel_req_test_info says of each to info[] and members[] (each may be NULL); the clock when
+ * each was seen ended to end_ns[] (may be NULL). Ended requests are set to NULL in reqs[] (they
+ * are released). Returns 0 if all ended. */
+static inline int cluster_wait_reqs_info(struct cluster *c, struct keel_req **reqs, int *rc,
+					 struct keel_req_info *info,
+					 uint32_t (*members)[CLUSTER_MAX], uint64_t *end_ns,
+					 uint32_t rounds_max)
+{
+	for (uint32_t round = 0; round < rounds_max; round++) {
+		uint32_t left = 0;
+		for (uint32_t r = 0; r < c->world; r++) {
+			if (reqs[r] == NULL || c->paused[r])
+				continue;
+			int st = keel_req_test_info(reqs[r], info != NULL ? &info[r] : NULL,
+						    members != NULL ? members[r] : NULL,
+						    members != NULL ? CLUSTER_MAX : 0);
+			if (st == -EINPROGRESS) {
+				left++;
+				continue;
+			}
+			rc[r] = st;
+			reqs[r] = NULL;
+			if (end_ns != NULL)
+				end_ns[r] = c->now_ns;
+		}
+		if (left == 0)
+			return 0;
+		cluster_round(c);
+	}
+	return -ETIMEDOUT;
+}
+
+static inline int cluster_wait_reqs(struct cluster *c, struct keel_req **reqs, int *rc,
+				    uint32_t rounds_max)
+{
+	return cluster_wait_reqs_info(c, reqs, rc, NULL, NULL, NULL, rounds_max);
+}
+
 #endif
