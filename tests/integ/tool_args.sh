@@ -95,6 +95,16 @@ reject keel-train "--epochs needs a value" --epochs
 # the whole range of a u64: "-1" must not wrap to 2^64-1 (the --epochs 0 after it is never read)
 reject keel-train "--seed: '-1' is not a whole number in 0..18446744073709551615" --seed -1 --epochs 0
 reject keel-train "--data: $tmp/missing: No such file or directory" --data "$tmp/missing"
+reject keel-train "--tp: '0' is not a whole number in 1..32" --tp 0
+reject keel-train "--tp: '64' is not a whole number in 1..32" --tp 64
+reject keel-train "--tp: 3 does not divide the hidden layer's 32 units" --tp 3
+reject keel-train "--dp: '0' is not a whole number in 1..64" --dp 0
+reject keel-train "--tp 2: --compress works with --tp 1 only" --tp 2 --compress
+reject keel-train "--tp 2: --shards works with --tp 1 only" --tp 2 --shards "$tmp/s"
+reject keel-train "--tp 4: --slow works with --tp 1 only" --tp 4 --slow 1:2
+# against the job's size (alone: 1 rank), after start-up
+reject keel-train "--tp 2: 1 rank does not make whole replicas of 2" --tp 2
+reject keel-train "--dp 2: 1 rank at --tp 1 makes 1 replica, not 2" --dp 2
 
 # keel-plan (the missing file before "nothing to place")
 unknown keel-plan --bogus --bogus

@@ -3,6 +3,13 @@
  * a view change re-partitions over the survivors; a restarted rank gets the model from a live
  * member; a hard fault rolls every member back to the newest checkpoint they all have.
  *
+ * With --tp T (2-D parallel: train_tp.h) the shards go to replicas of T ranks that split the
+ * hidden layer; each gradient step runs the replica's AllGather and ReduceScatter and the
+ * shard's data-parallel AllReduce first, then the same AllReduce as below, which here carries
+ * no gradient but decides for everyone (whether the step counts, the state, the votes).
+ * A replica that lost a member is out of the plan until it is whole again; its survivors keep
+ * calling their data-parallel AllReduce (with nothing in it), so no other replica waits.
+ *
  * Every collective this program runs has the same shape (one f64 SUM AllReduce of VEC_LEN):
  * a gradient step, a state transfer (only the donor contributes, so the sum is its state) and
  * a rollback vote differ only in what the ranks put in. A rank admitted while the survivors
@@ -29,6 +36,7 @@
 #include "plot.h"
 #include "train_feed.h"
 #include "train_model.h"
+#include "train_tp.h"
 
 #define RANKS_MAX  64u /* keel-train's own cap: per-rank flag slots in every vector */
 #define SHARDS	   64u /* data shards the partitioner places (sample i is in shard i % SHARDS) */
@@ -53,7 +61,9 @@ enum {
 	S_ROLLBACK,	       /* a member had a hard fault: roll back next */
 	S_KIND,		       /* each synced member adds its kind: checks everyone agreed */
 	S_SYNCED,	       /* synced members */
-	S_NEED,		       /* + rank: this rank needs the state (just restarted) */
+	S_AT,		       /* --tp: the sum of the synced members' steps (for those out) */
+	S_REGROUP, /* --tp: a member's groups are gone or out of step: make them again */
+	S_NEED,	   /* + rank: this rank needs the state (just restarted) */
 	S_VOTED = S_NEED + RANKS_MAX, /* + rank: this rank voted (VOTE) */
 	S_TIME = S_VOTED + RANKS_MAX, /* + rank: GRAD: its compute time for the step, seconds */
 	VEC_LEN = S_TIME + RANKS_MAX,
@@ -95,6 +105,9 @@ struct opts {
 	/* --compress: every collective is an f32 gradient AllReduce; gradient steps pass error
 	 * feedback memory, so keel may send them as bf16/f16 (KEEL_COMPRESS decides) */
 	bool compress;
+	/* --tp T: ranks of a tensor-parallel replica (1: data parallel alone); --dp N: replicas,
+	 * checked against the job's size (0: whatever it gives) */
+	uint32_t tp, dp;
 };
 
 struct epoch_point { /* one epoch's end, as this rank saw it */
@@ -123,6 +136,14 @@ struct trainer {
 	uint64_t order_epoch;
 	struct keel_plan *plan;
 	uint32_t plan_epoch, members[RANKS_MAX], member_count;
+	/* The plan's workers: the members, or with --tp the first rank of each whole replica. */
+	uint32_t workers[RANKS_MAX], worker_count;
+	struct train_tp *tp; /* --tp > 1 */
+	/* --tp: a rank whose replica lost a member is out (not synced, no state asked) until the
+	 * replica is whole again; job_step is the others' step, its way to see the end */
+	uint64_t job_step, out_step, back_step;
+	uint32_t outs;
+	bool ended_out;
 	bool synced, rollback_pending;
 	enum kind next;
 	struct keel_ckpt *ck;
@@ -154,6 +175,7 @@ struct trainer {
 
 static struct train_data g_data;
 static struct train_feed g_feed;
+static struct train_tp g_tp;
 
 static void on_peer(void *ctx, uint32_t peer, enum keel_peer_state st, uint64_t now_ns)
 {
@@ -198,34 +220,61 @@ static void tweak(struct keel_config *cfg, void *ctx)
 static uint64_t config_hash(const struct opts *o)
 {
 	uint64_t h = 1469598103934665603ull;
-	uint64_t parts[5] = {TRAIN_PARAMS, o->batch, o->seed, 0, SHARDS};
+	uint64_t parts[6] = {TRAIN_PARAMS, o->batch, o->seed, 0, SHARDS, o->tp};
 	memcpy(&parts[3], &o->lr, sizeof(o->lr));
 	const uint8_t *p = (const uint8_t *)parts;
-	for (size_t i = 0; i < sizeof(parts); i++)
+	/* --tp 1 hashes what it always did; --tp T > 1 files hold one shard current */
+	size_t len = o->tp > 1 ? sizeof(parts) : sizeof(parts) - sizeof(parts[5]);
+	for (size_t i = 0; i < len; i++)
 		h = (h ^ p[i]) * 1099511628211ull;
 	return h;
+}
+
+/* --tp: whether every rank of replica q is among the members. */
+static bool replica_whole(const uint32_t *members, uint32_t count, uint32_t q, uint32_t tp)
+{
+	uint32_t found = 0;
+	for (uint32_t i = 0; i < count; i++)
+		found += members[i] / tp == q;
+	return found == tp;
 }
 
 /* Shards to the members of the view, equal rates: LPT, balanced by count (64 shards hashed
  * over 4 ranks by rendezvous came out 21/13/16/14). Made afresh at each view, from the view
  * alone, so a restarted rank gets the plan the others have (every rank holds all the data:
  * nothing needs to stay put). Straggler repairs then re-weigh it by measured speed, at the
- * same step on every member. */
+ * same step on every member. --tp: the workers are the whole replicas (a replica's members
+ * compute the same samples), each named by its first rank. */
 static int replan(struct trainer *t, const uint32_t *members, uint32_t count)
 {
 	struct keel_worker wk[RANKS_MAX];
 	memcpy(t->members, members, count * sizeof(uint32_t));
 	t->member_count = count;
-	int rc = keel_straggler_plan_view(&t->strag, t->plan, members, count, wk);
+	t->worker_count = 0;
+	for (uint32_t i = 0; i < count; i++) /* --tp: whole replicas, named by their first rank */
+		if (t->o.tp == 1 || (members[i] % t->o.tp == 0 &&
+				     replica_whole(members, count, members[i] / t->o.tp, t->o.tp)))
+			t->workers[t->worker_count++] = members[i];
 	t->after_repair_steps = 0;
 	t->after_repair_max_s = 0;
-	return rc;
+	if (t->worker_count == 0) /* --tp: no whole replica left (shards_lost says so) */
+		return 0;
+	return keel_straggler_plan_view(&t->strag, t->plan, t->workers, t->worker_count, wk);
 }
 
 static uint32_t shard_rank(const struct trainer *t, uint32_t shard)
 {
 	uint32_t w = keel_plan_owner(t->plan, shard);
-	return w < t->member_count ? t->members[w] : UINT32_MAX;
+	return w < t->worker_count ? t->workers[w] : UINT32_MAX;
+}
+
+/* --tp: whether replica q is in the plan (a whole replica of the view). */
+static bool in_plan(const struct trainer *t, uint32_t q)
+{
+	for (uint32_t w = 0; w < t->worker_count; w++)
+		if (t->workers[w] / t->o.tp == q)
+			return true;
+	return false;
 }
 
 static const uint32_t *batch_of(struct trainer *t, uint64_t step)
@@ -368,29 +417,88 @@ static void straggler_step(struct trainer *t)
 	fflush(stdout);
 }
 
+/* Who gives the state: the first member that does not need it (--tp: the first rank of the
+ * first replica of the plan none of whose members needs it). */
 static uint32_t donor_of(const struct trainer *t)
 {
-	for (uint32_t i = 0; i < t->member_count; i++)
+	for (uint32_t i = 0; t->tp == NULL && i < t->member_count; i++)
 		if (t->out[S_NEED + t->members[i]] < 0.5)
 			return t->members[i];
+	for (uint32_t w = 0; t->tp != NULL && w < t->worker_count; w++) {
+		bool need = false;
+		for (uint32_t r = t->workers[w]; r < t->workers[w] + t->o.tp; r++)
+			need |= t->out[S_NEED + r] > 0.5;
+		if (!need)
+			return t->workers[w];
+	}
 	return UINT32_MAX;
+}
+
+/* Whether this rank (not synced) asks for the state: --tp, only once its replica is whole. */
+static bool needs_state(const struct trainer *t)
+{
+	return t->tp == NULL || in_plan(t, t->rank / t->o.tp);
+}
+
+/* A state round: the donor puts in its model; --tp: each member of the donor replica its
+ * shard, its first member also W2, b2 and the step. S_MARKER counts them. */
+static void fill_state(struct trainer *t)
+{
+	uint32_t d = donor_of(t), tp = t->o.tp, index = t->rank % tp;
+	if (d == UINT32_MAX || d / tp != t->rank / tp)
+		return;
+	struct train_span sp[3] = {{0, TRAIN_PARAMS}, {0, 0}, {0, 0}};
+	if (t->tp != NULL)
+		train_tp_spans(tp, index, sp);
+	for (uint32_t k = 0; k < (index == 0 ? 3u : 2u); k++)
+		for (uint32_t i = sp[k].off; i < sp[k].off + sp[k].len; i++)
+			t->in[i] = t->w[i];
+	t->in[S_MARKER] = 1;
+	if (index == 0)
+		t->in[S_STEP] = (double)t->step;
+}
+
+/* --tp: this rank's part of a gradient step (train_tp_step: its replica's samples, if the
+ * replica is in the plan), and what the deciding AllReduce needs of it: whether its shard's
+ * data-parallel sum holds every sample of the batch. Run synced or not: the other members of
+ * its groups run it too. */
+static int fill_grad_tp(struct trainer *t)
+{
+	static const float *x[TRAIN_SAMPLES_MAX];
+	static uint8_t y[TRAIN_SAMPLES_MAX];
+	uint32_t q = t->rank / t->o.tp;
+	bool plan = in_plan(t, q);
+	struct train_tp_batch b = {
+	    .tp = t->o.tp, .index = t->rank % t->o.tp, .cap = t->o.batch, .x = x, .y = y};
+	const uint32_t *bt = batch_of(t, t->step);
+	for (uint32_t i = 0; plan && i < t->o.batch; i++) {
+		uint32_t ti = bt[i], r = shard_rank(t, ti % SHARDS);
+		if (r == UINT32_MAX || r / t->o.tp != q)
+			continue;
+		x[b.n] = t->d->x[t->d->train[ti]];
+		y[b.n++] = t->d->y[t->d->train[ti]];
+	}
+	int rc = train_tp_step(t->tp, t->w, &b, t->synced, plan);
+	if (rc == -EINVAL || rc == -EBUSY || rc == KEEL_ETRANSPORT)
+		return rc;
+	t->in[S_SAMPLES] = rc == 0 && t->synced && plan &&
+			   fabs(train_tp_sum(t->tp, TRAIN_TP_SAMPLES) - t->o.batch) < 0.5;
+	return 0;
 }
 
 static int fill_input(struct trainer *t)
 {
 	int rc = 0;
 	memset(t->in, 0, sizeof(t->in));
+	if (t->tp != NULL && t->next == K_GRAD)
+		rc = fill_grad_tp(t);
 	if (!t->synced) {
-		t->in[S_NEED + t->rank] = 1;
+		t->in[S_NEED + t->rank] = needs_state(t);
 	} else if (t->next == K_GRAD) {
-		rc = fill_grad(t);
+		if (t->tp == NULL)
+			rc = fill_grad(t);
 	} else if (t->next == K_STATE) {
-		if (donor_of(t) == t->rank) {
-			for (uint32_t i = 0; i < TRAIN_PARAMS; i++)
-				t->in[i] = t->w[i];
-			t->in[S_MARKER] = 1;
-			t->in[S_STEP] = (double)t->step;
-		}
+		fill_state(t);
 	} else if (t->ck != NULL) {
 		float vote[RANKS_MAX * KEEP];
 		int vrc = keel_ckpt_vote_fill(t->ck, t->rank, RANKS_MAX, vote, RANKS_MAX * KEEP);
@@ -403,7 +511,9 @@ static int fill_input(struct trainer *t)
 	if (t->synced) {
 		t->in[S_KIND] = t->next;
 		t->in[S_SYNCED] = 1;
+		t->in[S_AT] = t->tp != NULL ? (double)t->step : 0;
 	}
+	t->in[S_REGROUP] = t->tp != NULL && t->tp->epoch == 0;
 	t->in[S_ROLLBACK] = t->rollback_pending;
 	return rc;
 }
@@ -461,9 +571,62 @@ static int run_op(struct trainer *t, struct keel_op_info *info, uint32_t *member
 	return rc;
 }
 
+/* --tp: a group request, waited for as run_op waits (train_tp_wait_fn). */
+static int wait_req(void *ctx, struct keel_req *req, struct keel_req_info *info)
+{
+	struct trainer *t = ctx;
+	uint32_t members[RANKS_MAX];
+	for (;;) {
+		uint64_t next;
+		keel_boot_serve(&t->b);
+		int prc = keel_poll(t->b.node, keel_posix_now_ns(), &next);
+		int rc = keel_req_test_info(req, info, members, RANKS_MAX);
+		if (rc != -EINPROGRESS)
+			return rc;
+		if (prc != 0 && prc != KEEL_ENOQUORUM)
+			return prc;
+		sample_heard(t);
+		t->b.cfg.waiter.wait(t->b.cfg.waiter.ctx, next);
+	}
+}
+
+/* The plan's first worker leads (--tp: the first rank of the first whole replica). */
 static bool is_leader(const struct trainer *t)
 {
-	return t->member_count > 0 && t->members[0] == t->rank;
+	return t->worker_count > 0 && t->workers[0] == t->rank;
+}
+
+/* An epoch's end: its line (the leader), its point of the curve (--plot). */
+static void epoch_end(struct trainer *t, uint64_t now)
+{
+	/* --tp: each member holds one shard current; the accuracy (and the end) needs them all */
+	int arc = t->tp != NULL ? train_tp_assemble(t->tp, t->w) : 0;
+	if (arc != 0)
+		fprintf(stderr, "keel-train: rank %u: the model's shards at step %" PRIu64 ": %s\n",
+			t->rank, t->step, keel_strerror(arc));
+	double dt = (double)(now - t->epoch_t0_ns) / 1e9;
+	bool log = is_leader(t) && !t->o.quiet;
+	/* With --plot every rank keeps the curve: whoever leads at the end draws it. */
+	double acc = log || t->curve != NULL
+			 ? train_model_accuracy(t->w, t->d, t->d->test, t->d->test_count)
+			 : 0;
+	uint64_t epoch = t->step / t->spe;
+	if (t->curve != NULL && epoch >= 1 && epoch <= t->o.epochs)
+		t->curve[epoch - 1] =
+		    (struct epoch_point){.loss = t->epoch_loss / (double)t->epoch_samples,
+					 .accuracy = acc,
+					 .seen = true};
+	if (log) {
+		printf("epoch %3" PRIu64 "/%u  loss %.4f  test acc %5.2f %%  view %u (%u ranks)"
+		       "  %.0f samples/s\n",
+		       t->step / t->spe, t->o.epochs, t->epoch_loss / (double)t->epoch_samples,
+		       100 * acc, t->plan_epoch, t->member_count,
+		       dt > 0 ? (double)t->epoch_samples / dt : 0.0);
+		fflush(stdout);
+	}
+	t->epoch_t0_ns = now;
+	t->epoch_samples = 0;
+	t->epoch_loss = 0;
 }
 
 static void after_step(struct trainer *t, uint64_t now)
@@ -477,32 +640,8 @@ static void after_step(struct trainer *t, uint64_t now)
 				t->ev[i].resumed_ns = now;
 		t->ev_open = false;
 	}
-	if (t->step % t->spe == 0) {
-		double dt = (double)(now - t->epoch_t0_ns) / 1e9;
-		bool log = is_leader(t) && !t->o.quiet;
-		/* With --plot every rank keeps the curve: whoever leads at the end draws it. */
-		double acc = log || t->curve != NULL
-				 ? train_model_accuracy(t->w, t->d, t->d->test, t->d->test_count)
-				 : 0;
-		uint64_t epoch = t->step / t->spe;
-		if (t->curve != NULL && epoch >= 1 && epoch <= t->o.epochs)
-			t->curve[epoch - 1] =
-			    (struct epoch_point){.loss = t->epoch_loss / (double)t->epoch_samples,
-						 .accuracy = acc,
-						 .seen = true};
-		if (log) {
-			printf("epoch %3" PRIu64
-			       "/%u  loss %.4f  test acc %5.2f %%  view %u (%u ranks)"
-			       "  %.0f samples/s\n",
-			       t->step / t->spe, t->o.epochs,
-			       t->epoch_loss / (double)t->epoch_samples, 100 * acc, t->plan_epoch,
-			       t->member_count, dt > 0 ? (double)t->epoch_samples / dt : 0.0);
-			fflush(stdout);
-		}
-		t->epoch_t0_ns = now;
-		t->epoch_samples = 0;
-		t->epoch_loss = 0;
-	}
+	if (t->step % t->spe == 0)
+		epoch_end(t, now);
 	if (t->ck != NULL && t->step % t->o.ckpt_every == 0) {
 		uint64_t t0 = keel_posix_now_ns();
 		int rc = keel_ckpt_write(t->ck, t->step, t->plan_epoch, now);
@@ -569,6 +708,107 @@ static void do_rollback(struct trainer *t)
 	fflush(stdout);
 }
 
+/* The state a donor sent: this rank's model and step from now on. */
+static void take_state(struct trainer *t, uint64_t now)
+{
+	for (uint32_t i = 0; i < TRAIN_PARAMS; i++)
+		t->w[i] = (float)t->out[i];
+	t->step = (uint64_t)t->out[S_STEP];
+	t->order_epoch = UINT64_MAX;
+	t->synced = true;
+	t->t_synced_ns = now;
+	t->synced_step = t->step;
+	t->epoch_t0_ns = now;
+	if (t->tp == NULL || t->outs == 0)
+		return;
+	t->back_step = t->step;
+	printf("rank %u: replica %u whole again: back in the plan at step %" PRIu64
+	       " with the model's shards from a live replica\n",
+	       t->rank, t->rank / t->o.tp, t->step);
+	fflush(stdout);
+}
+
+/* Whether the gradient step's result is every sample of the batch (--tp: every member of the
+ * plan's replicas found its shard's data-parallel sum whole). */
+static bool grad_whole(const struct trainer *t)
+{
+	if (t->tp == NULL)
+		return fabs(t->out[S_SAMPLES] - t->o.batch) < 0.5;
+	return t->worker_count > 0 &&
+	       fabs(t->out[S_SAMPLES] - (double)t->o.tp * t->worker_count) < 0.5;
+}
+
+/* A whole gradient step: every member steps the same way (--tp: the parameters it holds, by
+ * its shard's data-parallel sum; the loss for the epoch's line is in that sum too). */
+static void apply_grad(struct trainer *t, uint64_t now)
+{
+	if (t->tp == NULL) {
+		train_model_sgd(t->w, t->out, t->o.lr, t->o.batch);
+	} else {
+		train_tp_sgd(t->w, t->o.tp, t->rank % t->o.tp, t->tp->sum, t->o.lr, t->o.batch);
+		t->out[S_LOSS] = train_tp_sum(t->tp, TRAIN_TP_LOSS);
+		t->out[S_CORRECT] = train_tp_sum(t->tp, TRAIN_TP_HITS);
+	}
+	t->step++;
+	after_step(t, now);
+}
+
+/* --tp, after each deciding AllReduce: the groups follow a new view (or a member's request);
+ * a rank whose replica left the plan (a member left the view) steps out: the other replicas
+ * train on without it, and its shard is stale from then on. The others' step tells it when
+ * the training is over. */
+static void tp_follow(struct trainer *t, uint32_t epoch, bool whole)
+{
+	if (epoch != t->tp->epoch || t->out[S_REGROUP] > 0.5) {
+		int rc = train_tp_regroup(t->tp, epoch);
+		if (rc != 0)
+			fprintf(stderr,
+				"keel-train: rank %u: groups on view %u: %s (made again "
+				"after the next step)\n",
+				t->rank, epoch, keel_strerror(rc));
+	} else {
+		train_tp_settle(t->tp); /* a round on the groups' view: the old ones can go */
+	}
+	if (t->out[S_SYNCED] > 0.5)
+		t->job_step = (uint64_t)llround(t->out[S_AT] / t->out[S_SYNCED]) + whole;
+	if (!t->synced || in_plan(t, t->rank / t->o.tp))
+		return;
+	struct keel_group_info gi = {0};
+	int n = t->tp->tp_group != NULL ? keel_group_info(t->tp->tp_group, &gi, NULL, 0) : 0;
+	t->synced = false;
+	t->outs++;
+	t->out_step = t->step;
+	printf("rank %u: replica %u lost a member (its tensor-parallel group: %d of %u members, "
+	       "last step's part: %s): out of the plan at step %" PRIu64
+	       ", waiting for it to be whole again\n",
+	       t->rank, t->rank / t->o.tp, n < 0 ? 0 : n, t->o.tp,
+	       t->tp->part_rc == 0 ? "done" : keel_strerror(t->tp->part_rc), t->step);
+	fflush(stdout);
+}
+
+/* Who asks for the state (NEED flags), with the rejoin's figures; whether anyone does. Ranks
+ * that ask together (--tp: a replica's members) are one rejoin, named by the first. */
+static bool note_needs(struct trainer *t, enum kind kind, bool marker, uint64_t now)
+{
+	uint32_t first = UINT32_MAX;
+	for (uint32_t i = 0; i < t->member_count && first == UINT32_MAX; i++)
+		if (t->out[S_NEED + t->members[i]] > 0.5)
+			first = t->members[i];
+	if (first == UINT32_MAX)
+		return false;
+	if (t->rejoin_seen_ns == 0 || t->rejoin_done_ns != 0) {
+		t->rejoin_rank = first;
+		t->rejoin_seen_ns = now;
+		t->rejoin_done_ns = 0;
+	}
+	if (kind == K_STATE && marker) {
+		t->rejoin_done_ns = now;
+		t->rejoin_step = t->step;
+		t->rejoin_count++;
+	}
+	return true;
+}
+
 /* Interpret the result of a collective; decide the next one (the same way on every rank). */
 static void on_result(struct trainer *t, const struct keel_op_info *info, const uint32_t *members)
 {
@@ -584,25 +824,18 @@ static void on_result(struct trainer *t, const struct keel_op_info *info, const 
 	double synced = t->out[S_SYNCED];
 	enum kind kind = synced > 0.5 ? (enum kind)lround(t->out[S_KIND] / synced) : K_GRAD;
 	bool agreed = synced < 0.5 || fabs(t->out[S_KIND] - (double)kind * synced) < 0.5;
-	bool marker = fabs(t->out[S_MARKER] - 1) < 0.5;
+	bool marker = fabs(t->out[S_MARKER] - t->o.tp) < 0.5; /* every donor member's part */
 	bool rollback = t->out[S_ROLLBACK] > 0.5;
 	if (!agreed) /* ranks ran different kinds: never expected; redo from a rollback */
 		rollback = true;
-	if (!t->synced && kind == K_STATE && marker && agreed) {
-		for (uint32_t i = 0; i < TRAIN_PARAMS; i++)
-			t->w[i] = (float)t->out[i];
-		t->step = (uint64_t)t->out[S_STEP];
-		t->order_epoch = UINT64_MAX;
-		t->synced = true;
-		t->t_synced_ns = now;
-		t->synced_step = t->step;
-		t->epoch_t0_ns = now;
+	bool whole = kind == K_GRAD && agreed && !changed && !rollback && grad_whole(t);
+	if (t->tp != NULL)
+		tp_follow(t, info->epoch, whole);
+	if (!t->synced && kind == K_STATE && marker && agreed && needs_state(t)) {
+		take_state(t, now);
 	} else if (t->synced && kind == K_GRAD && agreed) {
-		bool whole = fabs(t->out[S_SAMPLES] - t->o.batch) < 0.5;
-		if (!changed && !rollback && whole) {
-			train_model_sgd(t->w, t->out, t->o.lr, t->o.batch);
-			t->step++;
-			after_step(t, now);
+		if (whole) {
+			apply_grad(t, now);
 		} else {
 			t->steps_lost++;
 			if (t->ev_count > 0)
@@ -610,29 +843,13 @@ static void on_result(struct trainer *t, const struct keel_op_info *info, const 
 		}
 	}
 	/* Every member feeds every whole gradient step to its controller, synced or not (a rank
-	 * getting the state still sees the results): their controllers stay alike. */
-	if (kind == K_GRAD && agreed && !changed && !rollback &&
-	    fabs(t->out[S_SAMPLES] - t->o.batch) < 0.5)
+	 * getting the state still sees the results): their controllers stay alike. (--tp: no
+	 * repairs; the times are not measured.) */
+	if (whole && t->tp == NULL)
 		straggler_step(t);
 	if (kind == K_VOTE && agreed)
 		do_rollback(t);
-	bool need = false;
-	for (uint32_t i = 0; i < t->member_count; i++) {
-		uint32_t r = t->members[i];
-		if (t->out[S_NEED + r] < 0.5)
-			continue;
-		need = true;
-		if (t->rejoin_seen_ns == 0 || t->rejoin_done_ns != 0) {
-			t->rejoin_rank = r;
-			t->rejoin_seen_ns = now;
-			t->rejoin_done_ns = 0;
-		}
-		if (kind == K_STATE && marker) {
-			t->rejoin_done_ns = now;
-			t->rejoin_step = t->step;
-			t->rejoin_count++;
-		}
-	}
+	bool need = note_needs(t, kind, marker, now);
 	if (rollback && kind != K_VOTE)
 		t->next = K_VOTE;
 	else if (need && !(kind == K_STATE && marker))
@@ -687,11 +904,34 @@ static void injected_faults(struct trainer *t)
 	}
 }
 
+/* --tp: no whole replica left in the view (each lost a member; with one replica, its only
+ * one): some shard's only current copy died with its rank, and none can be trained. */
+static bool shards_lost(const struct trainer *t)
+{
+	if (t->tp == NULL || t->worker_count > 0)
+		return false;
+	fprintf(stderr,
+		"keel-train: rank %u: no replica of %u ranks is whole in view %u: a shard's last "
+		"current copy is gone, the training cannot go on (a failure is survived while "
+		"another replica is whole: run --dp 2 or more)\n",
+		t->rank, t->o.tp, t->plan_epoch);
+	return true;
+}
+
+/* Whether this rank trains on: synced, until the last step; not synced, until it has the state
+ * (--tp: or until the others finish while its replica is out). */
+static bool training_left(const struct trainer *t)
+{
+	if (t->synced)
+		return t->step < t->total_steps;
+	return t->tp == NULL || t->job_step < t->total_steps;
+}
+
 static int train_loop(struct trainer *t)
 {
 	struct keel_op_info info;
 	uint32_t members[RANKS_MAX];
-	while (!t->synced || t->step < t->total_steps) {
+	while (training_left(t)) {
 		injected_faults(t);
 		int frc = fill_input(t);
 		if (frc != 0) {
@@ -704,14 +944,20 @@ static int train_loop(struct trainer *t)
 		int rc = run_op(t, &info, members);
 		if (rc == 0 && fault_now) {
 			t->o.fault_step = UINT64_MAX; /* once */
+			if (t->tp != NULL) /* its groups and its replica's pair follow the others */
+				on_result(t, &info, members);
 			hard_fault(t, 0, "forced by --fault-at");
 			t->steps_lost++;
 			continue; /* as if the result never came: the others went on */
 		}
 		if (rc == 0) {
 			on_result(t, &info, members);
+			if (shards_lost(t))
+				return -ECANCELED; /* said why */
 			continue;
 		}
+		if ((rc == KEEL_ENOQUORUM || rc == KEEL_EEXCLUDED) && t->tp != NULL)
+			train_tp_drop(t->tp); /* made again on the view that takes it back */
 		if (rc == KEEL_ENOQUORUM) {
 			hard_fault(t, rc, NULL);
 			if (keel_boot_wait_member(&t->b, 60ull * 1000000000ull) != 0)
@@ -743,6 +989,7 @@ static int train_loop(struct trainer *t)
 			return rc;
 		hard_fault(t, rc, NULL);
 	}
+	t->ended_out = !t->synced;
 	return 0;
 }
 
@@ -848,11 +1095,21 @@ static void summary(struct trainer *t)
 		       t->rank, t->exclusions);
 		return;
 	}
+	if (t->ended_out) {
+		printf("rank %u: training ended while replica %u was out of the plan (since step "
+		       "%" PRIu64 "); its shard is stale, nothing to report\n",
+		       t->rank, t->rank / t->o.tp, t->out_step);
+		return;
+	}
 	comeback_line(t);
 	if (!is_leader(t))
 		return;
 	printf("\n== keel-train summary (rank %u, %u ranks at the end, view %u)\n", t->rank,
 	       t->member_count, t->plan_epoch);
+	if (t->tp != NULL)
+		printf("2-D parallel:                  %u replica%s of %u ranks in the plan at the "
+		       "end (hidden layer split %u ways)\n",
+		       t->worker_count, t->worker_count == 1 ? "" : "s", t->o.tp, t->o.tp);
 	printf("final test accuracy:           %.2f %%\n", 100 * acc);
 	reference_lines(t, acc);
 	for (uint32_t i = 0; i < t->ev_count; i++) {
@@ -866,10 +1123,13 @@ static void summary(struct trainer *t)
 	}
 	if (t->rejoin_count > 0)
 		printf(
-		    "rejoin: rank %u asked for the model and got it from a live member over keel "
-		    "(AllReduce with one contributor, CRC32C-checked datagrams) in %.1f ms, at "
+		    "rejoin: rank %u%s asked for the model and got it from a live %s over keel "
+		    "(AllReduce with one contributor%s, CRC32C-checked datagrams) in %.1f ms, at "
 		    "step %" PRIu64 "\n",
-		    t->rejoin_rank, ms(t->rejoin_seen_ns, t->rejoin_done_ns), t->rejoin_step);
+		    t->rejoin_rank, t->tp != NULL ? " (with its replica)" : "",
+		    t->tp != NULL ? "replica" : "member",
+		    t->tp != NULL ? " replica, each member its shard" : "",
+		    ms(t->rejoin_seen_ns, t->rejoin_done_ns), t->rejoin_step);
 	printf("steps lost (redone) in all:    %" PRIu64 "; rollbacks %" PRIu64 "\n", t->steps_lost,
 	       t->rollbacks);
 	straggler_summary(t);
@@ -884,12 +1144,14 @@ static void summary(struct trainer *t)
 		       t->rank, k.compress_frags, k.compress_bytes_saved, k.tx_bytes);
 }
 
-/* --shards and --compress: every rank says how long its steps took; with --shards also what
- * it read, how long steps waited for it, and what shard moves cost it (for comparing
- * --preload ahead and demand, compression on and off). */
+/* --shards, --compress and --tp: every rank says how long its steps took; with --shards also
+ * what it read, how long steps waited for it, and what shard moves cost it (for comparing
+ * --preload ahead and demand, compression on and off); with --tp its groups' collectives. */
 static void rank_summary(const struct trainer *t, uint64_t train_ns, uint64_t steps)
 {
-	if (t->feed == NULL && !t->o.compress)
+	if (t->tp != NULL)
+		train_tp_print(t->tp, stdout);
+	if (t->feed == NULL && !t->o.compress && t->tp == NULL)
 		return;
 	char input[512] = "";
 	const struct train_feed_stats *st = t->feed != NULL ? &t->feed->stats : NULL;
@@ -1084,9 +1346,9 @@ static void usage(FILE *f)
 	    "                  [--bench-state MIB] [--plot FILE.svg|FILE.png]\n"
 	    "                  [--slow RANK:FACTOR[@STEP]] [--compute-us N] [--no-repair]\n"
 	    "                  [--print-plans] [--shards FILE [--preload ahead|demand] [--cold]]\n"
-	    "                  [--compress] [--help] [--version]\n"
-	    "Data-parallel training of a small MLP on the 8x8 digits over keel; run it under\n"
-	    "keel-run (or any launcher keel understands).\n"
+	    "                  [--compress] [--tp T [--dp N]] [--help] [--version]\n"
+	    "Data-parallel (or with --tp, 2-D parallel) training of a small MLP on the 8x8\n"
+	    "digits over keel; run it under keel-run (or any launcher keel understands).\n"
 	    "  --epochs N           epochs, 1..%u (default 30)\n"
 	    "  --batch B            global batch, 1..%u samples (default 16; 256 at most with\n"
 	    "                       --compress)\n"
@@ -1119,12 +1381,19 @@ static void usage(FILE *f)
 	    "  --cold               with --shards: drop FILE from the page cache every epoch\n"
 	    "  --compress           gradients through keel's gradient AllReduce (f32, error\n"
 	    "                       feedback): KEEL_COMPRESS=auto|bf16|f16|off decides\n"
+	    "  --tp T               tensor parallel: replicas of T ranks (1, 2, 4, 8, 16 or 32;\n"
+	    "                       default 1) split the hidden layer, AllGather forward and\n"
+	    "                       ReduceScatter backward within one, AllReduce of each\n"
+	    "                       shard across replicas; a replica that loses a rank is out\n"
+	    "                       until it is back (not with --compress, --shards, --slow)\n"
+	    "  --dp N               data parallel: N replicas, 1..%u; must be the ranks / T\n"
+	    "                       (default: that)\n"
 	    "  -h, --help           this text\n"
 	    "  --version            keel's version and git hash\n"
 	    "Environment: KEEL_* settings (keel-run --help-env, docs/reference/env.md).\n",
 	    EPOCHS_MAX, TRAIN_SAMPLES_MAX, LR_MIN, LR_MAX, TRAIN_DIGITS_PATH,
 	    (unsigned long long)CKPT_EVERY_MAX, RANKS_MAX - 1, (unsigned long long)STEP_MAX,
-	    BENCH_MIB_MAX);
+	    BENCH_MIB_MAX, RANKS_MAX);
 	cli_exit_codes(f, "  (never 75: a rank left out of the view asks to be admitted again)\n");
 }
 
@@ -1153,6 +1422,8 @@ enum {
 	OPT_PRELOAD,
 	OPT_COLD,
 	OPT_COMPRESS,
+	OPT_TP,
+	OPT_DP,
 	OPT_COUNT
 };
 
@@ -1180,6 +1451,8 @@ static const struct cli_opt options[OPT_COUNT] = {
     [OPT_PRELOAD] = {"preload", 0, CLI_TEXT},
     [OPT_COLD] = {"cold", 0, CLI_FLAG},
     [OPT_COMPRESS] = {"compress", 0, CLI_FLAG},
+    [OPT_TP] = {"tp", 0, CLI_UINT, .min_u = 1, .max_u = TRAIN_TP_MAX},
+    [OPT_DP] = {"dp", 0, CLI_UINT, .min_u = 1, .max_u = RANKS_MAX},
 };
 
 /* "A<sep>B": A copied into head, B returned; NULL when sep is missing or A empty or too long. */
@@ -1286,6 +1559,18 @@ static void parse_opt(struct opts *o, int id, const struct cli *c)
 	case OPT_COMPUTE_US:
 		o->compute_us = c->r;
 		break;
+	case OPT_TP:
+		o->tp = (uint32_t)c->u;
+		if (TRAIN_HIDDEN % o->tp != 0)
+			cli_usage_error(
+			    TOOL,
+			    "--tp: %u does not divide the hidden layer's %u units (1, 2, "
+			    "4, 8, 16 or 32)",
+			    o->tp, TRAIN_HIDDEN);
+		break;
+	case OPT_DP:
+		o->dp = (uint32_t)c->u;
+		break;
 	case OPT_DATA:
 	case OPT_CKPT_DIR:
 	case OPT_DUMP:
@@ -1332,7 +1617,8 @@ static void parse_opts(struct opts *o, int argc, char **argv)
 			   .stall_step = UINT64_MAX,
 			   .slow_rank = UINT32_MAX,
 			   .preload_ahead = true,
-			   .reference = true};
+			   .reference = true,
+			   .tp = 1};
 	struct cli c = {.tool = TOOL,
 			.opts = options,
 			.opt_count = OPT_COUNT,
@@ -1351,6 +1637,13 @@ static void parse_opts(struct opts *o, int argc, char **argv)
 				"travel in the vector keel may round to bf16, which holds integers "
 				"exactly up to 256)",
 				o->batch);
+	/* The 2-D mode reads the data set whole, sums in f64 and does not re-plan by speed. */
+	const char *alone = o->compress			 ? "--compress"
+			    : o->shards != NULL		 ? "--shards"
+			    : o->slow_rank != UINT32_MAX ? "--slow"
+							 : NULL;
+	if (o->tp > 1 && alone != NULL)
+		cli_usage_error(TOOL, "--tp %u: %s works with --tp 1 only", o->tp, alone);
 }
 
 /* Per-rank checkpoint directory DIR/rank<r>, created if missing. */
@@ -1471,6 +1764,39 @@ static int prepare(struct trainer *t)
 	return rc == KEEL_EENDED ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
 }
 
+/* --tp and --dp against the job's size (whole replicas, and --dp of them when given), then the
+ * 2-D mode's memory: -1 to go on, or the exit code, after saying why. */
+static int tp_start(struct trainer *t)
+{
+	uint32_t tp = t->o.tp, dp = t->world / tp;
+	const char *err = NULL;
+	char msg[160];
+	if (t->world % tp != 0) {
+		snprintf(msg, sizeof(msg), "--tp %u: %u rank%s not make whole replicas of %u", tp,
+			 t->world, t->world == 1 ? " does" : "s do", tp);
+		err = msg;
+	} else if (t->o.dp != 0 && t->o.dp != dp) {
+		snprintf(msg, sizeof(msg),
+			 "--dp %u: %u rank%s at --tp %u make%s %u replica%s, not %u", t->o.dp,
+			 t->world, t->world == 1 ? "" : "s", tp, t->world == 1 ? "s" : "", dp,
+			 dp == 1 ? "" : "s", t->o.dp);
+		err = msg;
+	}
+	int rc = err == NULL && tp > 1
+		     ? train_tp_init(&g_tp, t->b.node, tp, t->rank, t->o.batch, wait_req, t)
+		     : 0;
+	if (err == NULL && rc == 0) {
+		t->tp = tp > 1 ? &g_tp : NULL;
+		return -1;
+	}
+	if (err != NULL)
+		fprintf(stderr, "keel-train: %s\n", err);
+	else
+		fprintf(stderr, "keel-train: rank %u: --tp: %s\n", t->rank, strerror(-rc));
+	keel_boot_stop(&t->b, 0);
+	return err != NULL ? CLI_EXIT_USAGE : CLI_EXIT_FAILURE;
+}
+
 /* The plan of the first view, the opening line and the step-0 checkpoint. */
 static void first_view(struct trainer *t)
 {
@@ -1481,10 +1807,20 @@ static void first_view(struct trainer *t)
 		t->plan_epoch = v.epoch;
 		plan_print(t);
 	}
+	/* --tp: the groups of the first view (a restarted rank makes them with the others, on
+	 * the view that admits it) */
+	int grc = t->tp != NULL && !t->b.cfg.rejoin ? train_tp_regroup(t->tp, v.epoch) : 0;
+	if (grc != 0)
+		fprintf(stderr, "keel-train: rank %u: groups on view %u: %s\n", t->rank, v.epoch,
+			keel_strerror(grc));
+	char layout[96] = "";
+	if (t->tp != NULL)
+		snprintf(layout, sizeof(layout), " (%u replicas of %u: --tp %u --dp %u)",
+			 t->world / t->o.tp, t->o.tp, t->o.tp, t->world / t->o.tp);
 	if (t->rank == 0 && !t->o.quiet)
-		printf("keel-train: %u ranks, %u train / %u test digits, batch %u, %" PRIu64
+		printf("keel-train: %u ranks%s, %u train / %u test digits, batch %u, %" PRIu64
 		       " steps per epoch, %u epochs, %u shards placed by the partitioner\n",
-		       t->world, g_data.train_count, g_data.test_count, t->o.batch, t->spe,
+		       t->world, layout, g_data.train_count, g_data.test_count, t->o.batch, t->spe,
 		       t->o.epochs, SHARDS);
 	if (t->ck != NULL && t->synced && keel_ckpt_write(t->ck, 0, v.epoch, t->t_start_ns) != 0)
 		fprintf(stderr, "keel-train: rank %u: first checkpoint failed\n", t->rank);
@@ -1494,9 +1830,9 @@ static void first_view(struct trainer *t)
 static int finish(struct trainer *t, int rc, uint64_t train_ns, uint64_t step0)
 {
 	char err[512] = "";
-	if (rc != 0)
+	if (rc != 0 && rc != -ECANCELED) /* ECANCELED: the loop said why */
 		fprintf(stderr, "keel-train: rank %u: %s\n", t->rank, keel_strerror(rc));
-	else
+	else if (rc == 0)
 		summary(t);
 	if (rc == 0 && !t->job_ended)
 		rank_summary(t, t->b.cfg.rejoin ? keel_posix_now_ns() - t->t_synced_ns : train_ns,
@@ -1511,6 +1847,8 @@ static int finish(struct trainer *t, int rc, uint64_t train_ns, uint64_t step0)
 			printf("keel-train: plot written to %s\n", t->o.plot);
 	}
 	fflush(stdout);
+	if (t->tp != NULL) /* its groups, while the node they belong to is there */
+		train_tp_fini(t->tp);
 	keel_boot_stop(&t->b, 2000000000ull);
 	if (t->ck != NULL)
 		keel_ckpt_fini(t->ck);
@@ -1542,7 +1880,10 @@ int main(int argc, char **argv)
 		keel_boot_stop(&t->b, 2000000000ull);
 		return rc == 0 ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
 	}
-	int code = prepare(t);
+	int code = tp_start(t);
+	if (code >= 0)
+		return code;
+	code = prepare(t);
 	if (code >= 0)
 		return code;
 	first_view(t);
