@@ -101,6 +101,21 @@ for n in 2 3 4; do
 done
 grep -h "keel-dpdk: rank 0" "$LOG/ar4.0" | sed 's/^/  /'
 
+# 1b. Group operations over DPDK, 4 ranks, every result checked: AllGather over the job,
+# AllToAll, Send/Recv within 2 groups of 2 at once.
+for op in "all_gather" "alltoall" "sendrecv --group 2"; do
+	name=$(echo "${op%% *}" | tr -d _)
+	# shellcheck disable=SC2086 # the operation and its options are words of their own
+	launch "$name" 4 120 "$BENCH" $op --transport dpdk -b 8 -e 1M -f 16 -n 5 -w 1 --check
+	if wait_all "$name" 4 && grep -q "^# Out of bounds values : 0 OK" "$LOG/$name.0"; then
+		echo "groups: $op over DPDK, 4 ranks: every result exact"
+	else
+		echo "dpdk_netns: $op over DPDK failed:"
+		tail -5 "$LOG/$name.0"
+		fail=1
+	fi
+done
+
 # 2. The capture: IPv4/UDP frames to keel's port, checksums verified by tshark's dissectors.
 if [ $CAP_OK = 1 ]; then
 	tshark -r "$LOG/cap.pcapng" -o ip.check_checksum:TRUE -o udp.check_checksum:TRUE \
