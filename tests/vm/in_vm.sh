@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Runs inside the Soft-RoCE VM (tests/vm/run.sh), chrooted into the host's root: the verbs unit
 # tests, AllReduce for 2 and 3 ranks over real RC QPs (every dtype and op at the chunk
-# boundaries, checked), failure detection with one rank killed, the chaos decorator on top, and
+# boundaries, checked), group operations (AllGather, AllToAll, Send/Recv; checked), failure detection with one rank killed, the chaos decorator on top, and
 # latency beside perftest. Prints the seconds each step took; exit 0 only if every check passed.
-#   KEEL_VM_STEPS="unit ar2 reg ar3 kill chaos static lat perftest" (default: all) runs a subset
+#   KEEL_VM_STEPS="unit ar2 reg groups ar3 kill chaos static lat perftest" (default: all) runs a subset
 #   (reg reads the ar2 log too).
 set -uo pipefail
 BUILD=${BUILD:-build}
 RUN=$BUILD/bin/keel-run
 BENCH=$BUILD/bin/keel-bench
 CHECK=$BUILD/tests/integ-allreduce_check
-STEPS=" ${KEEL_VM_STEPS:-unit ar2 reg ar3 kill chaos static lat perftest} "
+STEPS=" ${KEEL_VM_STEPS:-unit ar2 reg groups ar3 kill chaos static lat perftest} "
 LOG=$(mktemp -d /tmp/keel-vm.XXXXXX)
 fail=0
 pass=0
@@ -103,6 +103,22 @@ if want reg; then
 	[ $rc = 0 ] || tail -8 "$LOG/regdev"
 	[ $rc = 0 ] || tail -8 "$LOG/reg"
 	result registered-buffers $rc "$(since "$t")"
+fi
+
+# 2c. group operations over RC QPs, 3 ranks, every result checked: AllGather, AllToAll and
+# Send/Recv over the job.
+if want groups; then
+	for op in all_gather alltoall sendrecv; do
+		PORT=$((PORT + 10))
+		t=$EPOCHREALTIME
+		timeout 100 "$RUN" -n 3 --master-port "$PORT" --timeout 90 -- "$BENCH" "$op" --check \
+			-b 8 -e 64K -f 8 -n 3 -w 1 >"$LOG/grp" 2>&1
+		rc=$?
+		grep -q "Out of bounds values : 0 OK" "$LOG/grp" || bad
+		[ "$(grep -c "keel-verbs: rank .* write_imm [1-9]" "$LOG/grp")" -ge 2 ] || bad
+		[ $rc = 0 ] || tail -8 "$LOG/grp"
+		result "groups-$op" $rc "$(since "$t")"
+	done
 fi
 
 # 3. rank 2 of 3 killed at 8 s (start-up under TCG takes 1-2 s, and more than 4 s once on a
