@@ -278,6 +278,23 @@ static bool everyone_done(const struct keel_group *g, const struct keel_req *r)
 }
 
 /* Our SYNC to member `rank`: where our frontier is, what we hold of it and of its data. */
+/* The frontier began over other members than the group has now (a view took some). */
+static bool began_stale(const struct keel_group *g, const struct keel_req *r)
+{
+	return r != NULL && r->state != GS_QUEUED && r->w != g->size;
+}
+
+/* May the frontier go on over the group's members now? Not once in place it wrote over its
+ * input; not a rank-indexed one, or one whose root left, that began over other members. A
+ * request not begun yet was made for the members now. */
+static bool may_go_on(const struct keel_group *g, const struct keel_req *r)
+{
+	if (r == NULL || r->state == GS_QUEUED)
+		return true;
+	bool root_gone = r->root_rank != UINT32_MAX && grp_pos_of(g, r->root_rank) == UINT32_MAX;
+	return !r->in_written && !(began_stale(g, r) && (grp_kind_indexed(r->kind) || root_gone));
+}
+
 static bool sync_send(struct keel_group *g, uint32_t rank)
 {
 	const struct gpeer *p = &g->peers[rank];
@@ -285,7 +302,7 @@ static bool sync_send(struct keel_group *g, uint32_t rank)
 	bool has = r != NULL && r->state == GS_LOCAL_DONE && r->kind != GK_BARRIER;
 	bool began = r != NULL && r->state != GS_QUEUED;
 	uint32_t result_epoch = has ? r->epoch : 0; /* a barrier's local end is no result */
-	uint8_t can = r == NULL || !r->in_written;
+	uint8_t can = (uint8_t)((may_go_on(g, r) ? 1u : 0u) | (began_stale(g, r) ? 2u : 0u));
 	uint64_t rx = began ? g->rx_bytes[rank] : 0;
 	uint32_t bits = (g->node->world + 7) / 8;
 	uint8_t body[GRP_SYNC_BYTES + KEEL_WORLD_MAX / 8];
@@ -342,6 +359,15 @@ static void send_owed(struct keel_group *g)
 	}
 }
 
+/* Every member holds the frontier's result: it is reported (over the members it ran on). */
+static void stands(struct keel_group *g, struct keel_req *r)
+{
+	for (uint32_t i = 0; i < g->size; i++)
+		if (i != g->self_pos && g->peers[g->ranks[i]].done == r->seq)
+			g->peers[g->ranks[i]].done = r->seq + 1;
+	grp_finish(g, r, 0);
+}
+
 /* A view change took no member of the running frontier: it goes on where it was. Each
  * member keeps what it received; sends start over, skipping the bytes each member said it
  * has (tx_skip), so nothing is applied twice — in place too. */
@@ -355,17 +381,19 @@ static void resume(struct keel_group *g, struct keel_req *r)
 		r->state = GS_RUNNING; /* its sends may still be missing somewhere */
 }
 
-/* Every member's SYNC came: decide the frontier alike everywhere. It stands when every
- * member holds its result from the same attempt (or reported it). Else, when the view took
- * none of its members, it resumes; else it runs again from the inputs over the survivors,
- * where its shape and every member's input allow, or fails. */
+/* Every member's SYNC came: decide the frontier alike everywhere, from what they all said.
+ * A member that ended it already (in an earlier view's decision) gives its outcome. It stands
+ * when every member holds its result from the same attempt. Else, when the view took none of
+ * its members, it resumes. Else, when some member began it over the old members and it may
+ * not go on over the new ones (rank-indexed, its root left, its input written in place), it
+ * fails at every member — also at one that made its request only after the change; else it
+ * runs again from the inputs over the survivors. */
 static void decide(struct keel_group *g)
 {
 	struct keel_req *r = frontier(g);
 	uint32_t f = g->run_seq;
-	bool began = r != NULL && r->state != GS_QUEUED;
-	bool all_have = r != NULL && r->state == GS_LOCAL_DONE, can = r == NULL || !r->in_written;
-	bool go_on = began && r->w == g->size;
+	bool began = r != NULL && r->state != GS_QUEUED, stale = began_stale(g, r);
+	bool all_have = r != NULL && r->state == GS_LOCAL_DONE, can = may_go_on(g, r);
 	int32_t ended = 1; /* 1: no member ended it */
 	for (uint32_t i = 0; i < g->size; i++) {
 		if (i == g->self_pos)
@@ -376,7 +404,7 @@ static void decide(struct keel_group *g)
 		bool same = s->frontier == f;
 		bool has = same && began && s->result_epoch != 0 && s->result_epoch == r->epoch;
 		/* what its SYNC says, or more: a DONE it sent after deciding may be in already */
-		uint32_t done = s->frontier + (go_on && has ? 1u : 0u);
+		uint32_t done = s->frontier + (began && !stale && has ? 1u : 0u);
 		if (seq_before(p->done, done)) {
 			p->done = done;
 			p->done_kind = began ? (uint8_t)r->kind : 0; /* (its SYNC matched ours) */
@@ -391,29 +419,25 @@ static void decide(struct keel_group *g)
 			continue;
 		}
 		all_have = all_have && has;
-		can = can && (!same || s->can_restart);
+		can = can && (!same || (s->can_restart & 1u) != 0);
+		stale = stale || (same && (s->can_restart & 2u) != 0);
 	}
 	g->syncing = false;
-	/* A member ended it (in an earlier view's decision this member missed): the same way
-	 * here. A success means every member had the result, this one too. */
-	if (ended != 1 && r != NULL && (ended != 0 || r->state == GS_LOCAL_DONE)) {
-		grp_finish(g, r, ended);
+	if (r == NULL)
 		return;
-	}
-	if (!began)
-		return;
-	if (all_have) {
-		for (uint32_t i = 0; i < g->size; i++)
-			if (i != g->self_pos && g->peers[g->ranks[i]].done == f)
-				g->peers[g->ranks[i]].done = f + 1;
-		grp_finish(g, r, 0);
-	} else if (go_on) {
+	if (ended != 1 && (ended != 0 || r->state == GS_LOCAL_DONE))
+		grp_finish(g, r, ended); /* a success means every member had it, this one too */
+	else if (all_have)
+		stands(g, r);
+	else if (stale && !can)
+		grp_finish(g, r, KEEL_EVIEWCHANGED);
+	else if (!began)
+		return; /* it begins over the members now */
+	else if (!stale)
 		resume(g, r);
-	} else if (!can) {
-		grp_finish(g, r, KEEL_EVIEWCHANGED); /* an input is gone, in place */
-	} else {
+	else {
 		g->local_done = f;
-		r->state = GS_QUEUED; /* op_begin decides whether its shape allows it */
+		r->state = GS_QUEUED; /* runs again from the inputs over the survivors */
 	}
 }
 

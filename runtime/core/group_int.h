@@ -55,10 +55,13 @@ static inline uint32_t grp_subhdr_len(uint8_t msg)
 struct grp_sync {
 	uint32_t frontier;     /* collectives of the group this member reported */
 	uint32_t result_epoch; /* it holds the frontier's result, computed in that epoch; 0: no */
-	uint8_t can_restart;   /* its input to the frontier is untouched (or it has none pending) */
-	uint32_t p2p_read;     /* messages it has read whole from the receiver of this SYNC */
-	uint64_t p2p_off;      /* bytes it read of the next one */
-	uint64_t rx_bytes;     /* bytes of its frontier it has from the receiver of this SYNC */
+	/* bit 0: its frontier may go on over the members now (input untouched in place; a
+	 * rank-indexed one, or one whose root left, only where its members did not change);
+	 * bit 1: it began it over other members than the group has now */
+	uint8_t can_restart;
+	uint32_t p2p_read; /* messages it has read whole from the receiver of this SYNC */
+	uint64_t p2p_off;  /* bytes it read of the next one */
+	uint64_t rx_bytes; /* bytes of its frontier it has from the receiver of this SYNC */
 	int32_t ended[GRP_HISTORY]; /* ended[i]: the status of collective frontier - 8 + i */
 	/* then the sender's members, one bit per job rank (world bits): members that missed a
 	 * view (it skipped an epoch) learn whom the others dropped, and a rank the others
