@@ -15,7 +15,7 @@ fail=0
 for args in "all_gather" "reduce_scatter --group 2" "alltoall" "allreduce --group 2" \
 	"reduce" "broadcast --root 3" "sendrecv --group 2" "barrier"; do
 	iters=10
-	[ "${args%% *}" != barrier ] || iters=300000 # one row: long enough for the kill to land (0.3 s at 20 000 was not, idle)
+	[ "${args%% *}" != barrier ] || iters=300000 # one row, past the kill (20 000 ended first)
 	# shellcheck disable=SC2086 # the operation and its options are words of their own
 	out=$(run_ranks 4 120 --kill 3@0.5 -- "$BENCH" $args -b 256K -e 4M -i 256K -n $iters -w 1 \
 		--check 2>&1)
