@@ -252,12 +252,7 @@ bool grp_dev_drain(struct keel_group *g, struct keel_req *r);
 /* group_engine.c */
 /* A group just made: SYNCs its members sent before it existed here, of this epoch. */
 void grp_take_early_syncs(struct keel_group *g);
-void grp_progress_all(struct keel_node *n);
-uint64_t grp_next_deadline_all(const struct keel_node *n);
-void grp_on_install_all(struct keel_node *n);
-bool grp_deliver(struct keel_node *n, uint32_t peer, const struct wire_header *h,
-		 const uint8_t *payload);
-bool grp_idle_all(const struct keel_node *n);
+/* (grp_progress_all, grp_deliver and the node's other hooks: node_int.h) */
 void grp_advance(struct keel_group *g);
 
 /* group_p2p.c */

@@ -789,4 +789,30 @@ static inline uint32_t grun_run(struct cluster *c, struct keel_group *const *gro
 	return grun_run_on(c, groups, s, rounds_max, NULL);
 }
 
+/* ---- groups in caller memory: one per rank, the job's world group ---- */
+struct groups {
+	struct keel_group *g[CLUSTER_MAX];
+	void *mem[CLUSTER_MAX];
+	size_t len;
+};
+
+static void *group_mem(const struct cluster *c, uint32_t r, size_t *len)
+{
+	*len = keel_group_size(c->node[r]);
+	assert_true(*len > 0);
+	void *mem = aligned_alloc(64, (*len + 63) & ~(size_t)63);
+	assert_non_null(mem);
+	return mem;
+}
+
+static void groups_world(struct cluster *c, struct groups *gs)
+{
+	memset(gs, 0, sizeof(*gs));
+	for (uint32_t r = 0; r < c->world; r++) {
+		gs->mem[r] = group_mem(c, r, &gs->len);
+		assert_int_equal(keel_group_world(c->node[r], gs->mem[r], gs->len, &gs->g[r]), 0);
+		assert_non_null(gs->g[r]);
+	}
+}
+
 #endif
