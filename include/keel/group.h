@@ -190,7 +190,8 @@ KEEL_MUST_USE int keel_group_reduce_scatter_start(struct keel_group *g, const vo
 KEEL_MUST_USE int keel_group_reduce_scatter(struct keel_group *g, const void *send, void *recv,
 					    size_t count, enum keel_dtype dtype,
 					    enum keel_redop op);
-/* ReduceScatterV: block i is counts[i] elements, the blocks back to back in send. */
+/* ReduceScatterV: block i is counts[i] elements, the blocks back to back in send. In place
+ * when recv is this member's block of send. */
 KEEL_MUST_USE int keel_group_reduce_scatterv_start(struct keel_group *g, const void *send,
 						   void *recv, const size_t *counts,
 						   enum keel_dtype dtype, enum keel_redop op,
@@ -210,16 +211,17 @@ KEEL_MUST_USE int keel_group_broadcast(struct keel_group *g, uint32_t root, void
 				       size_t bytes);
 
 /* Reduce to `root`: recv (count elements) is written at the root only (others may pass
- * NULL). */
+ * NULL). In place at the root when send == recv. */
 KEEL_MUST_USE int keel_group_reduce_start(struct keel_group *g, const void *send, void *recv,
 					  size_t count, enum keel_dtype dtype, enum keel_redop op,
 					  uint32_t root, struct keel_req **req);
 /* Gather to `root`: member i's count elements land at recv + i x count at the root (others
- * may pass recv NULL). Rank-indexed. */
+ * may pass recv NULL). In place at the root when send == recv + root x count. Rank-indexed. */
 KEEL_MUST_USE int keel_group_gather_start(struct keel_group *g, const void *send, void *recv,
 					  size_t count, enum keel_dtype dtype, uint32_t root,
 					  struct keel_req **req);
-/* Scatter from `root`: member i gets send + i x count (read at the root only). */
+/* Scatter from `root`: member i gets send + i x count (read at the root only; others may pass
+ * send NULL). In place at the root when recv == send + root x count. Rank-indexed. */
 KEEL_MUST_USE int keel_group_scatter_start(struct keel_group *g, const void *send, void *recv,
 					   size_t count, enum keel_dtype dtype, uint32_t root,
 					   struct keel_req **req);
