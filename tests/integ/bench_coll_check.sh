@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# tier: long (eight 4-rank runs with a kill each: 22 s, and make test is at its 12 minutes)
 # keel-bench's operations over groups, --check across a failure: 4 ranks, rank 3 SIGKILLed
 # mid-run (16 rows, out of place and in place, 0.5 s in), for every operation and with
 # --group 2 (rank 3's group loses a member, the other group none). Every result must equal
