@@ -33,11 +33,15 @@ netns_setup() {
 	done
 	ns_add h "$NETNS_SUBNET.254" || die "--netns: cannot create veth pairs (MTU $NETNS_MTU)"
 	# Open MPI's rsh agent: "$1" is a rank's address, the rest the remote shell's command.
+	# Each daemon gets a TMPDIR of its own: they all think they are alone on their host, and
+	# racing to make one session folder in the shared /tmp failed ("mkdir: File exists",
+	# orte_session_dir, exit 213) about once in twenty starts.
 	cat >"$STORE_ROOT/netns-agent.sh" <<EOF
 #!/bin/sh
 host=\$1
 shift
-exec ip netns exec ${NS_P}n\$((\${host##*.} - 1)) sh -c "\$*"
+mkdir -p "$STORE_ROOT/tmp-\$host"
+exec env TMPDIR="$STORE_ROOT/tmp-\$host" ip netns exec ${NS_P}n\$((\${host##*.} - 1)) sh -c "\$*"
 EOF
 	chmod +x "$STORE_ROOT/netns-agent.sh"
 	for r in $(seq 0 $((n - 1))); do echo "$NETNS_SUBNET.$((r + 1)) slots=1"; done \
